@@ -1,0 +1,23 @@
+# Two commands for a newcomer: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install demo test clean
+
+$(BIN)/pipeline-lib: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[local,test]'
+	touch $@
+
+install: $(BIN)/pipeline-lib
+
+demo: install
+	$(BIN)/python -m pipeline_lib.demo
+
+test: install
+	$(BIN)/python -m pytest tests
+
+clean:
+	rm -rf $(VENV) demo-output .stack

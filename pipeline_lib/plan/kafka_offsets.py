@@ -1,0 +1,86 @@
+"""Ask the broker where a topic's partitions begin and end.
+
+ListOffsets(LATEST) is not trusted on its own: the Tansu broker under-reports it when producer
+batches hold several records (STACK.md). The high watermark carried by FETCH responses is
+correct, so the end of every partition is confirmed with a fetch; on real Kafka both agree and
+the extra fetch costs one round trip.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+
+from pipeline_lib.errors import PipelineError
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def offsets_consumer(bootstrap: str) -> Iterator[KafkaConsumer]:
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        client_id="pipeline-lib-planner",
+        request_timeout_ms=30_000,
+        max_partition_fetch_bytes=1024,  # we only want the watermark, not the data
+        fetch_max_bytes=64 * 1024,
+    )
+    try:
+        yield consumer
+    finally:
+        consumer.close()
+
+
+def topic_partitions(consumer: KafkaConsumer, topic: str, timeout_s: float = 15.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        partitions = consumer.partitions_for_topic(topic)
+        if partitions:
+            return sorted(partitions)
+        if time.monotonic() > deadline:
+            raise PipelineError(f"Kafka topic {topic!r} does not exist or has no partitions")
+        time.sleep(0.2)
+
+
+def earliest_offsets(consumer: KafkaConsumer, topic: str, partitions: list[int]) -> dict[int, int]:
+    tps = [TopicPartition(topic, p) for p in partitions]
+    return {tp.partition: off for tp, off in consumer.beginning_offsets(tps).items()}
+
+
+def confirmed_end_offsets(
+    consumer: KafkaConsumer, topic: str, partitions: list[int], timeout_s: float = 30.0
+) -> dict[int, int]:
+    """Latest offsets, each the max of ListOffsets and a fetch's high watermark."""
+    tps = [TopicPartition(topic, p) for p in partitions]
+    listed = {tp.partition: off for tp, off in consumer.end_offsets(tps).items()}
+    begin = earliest_offsets(consumer, topic, partitions)
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, max(begin[tp.partition], listed[tp.partition] - 1))
+    watermarks: dict[int, int] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(watermarks) < len(tps):
+        try:
+            consumer.poll(timeout_ms=200, max_records=1)
+        except KafkaError as exc:
+            raise PipelineError(f"cannot fetch from topic {topic!r}: {exc}") from exc
+        for tp in tps:
+            hw = consumer.highwater(tp)
+            if hw is not None:
+                watermarks[tp.partition] = hw
+        if time.monotonic() > deadline:
+            missing = sorted(set(partitions) - set(watermarks))
+            raise PipelineError(f"no fetch high watermark for {topic} partitions {missing} in {timeout_s}s")
+    consumer.unsubscribe()
+    ends = {p: max(listed[p], watermarks[p]) for p in partitions}
+    for p in partitions:
+        if watermarks[p] != listed[p]:
+            log.debug("%s[%d]: ListOffsets said %d, fetch high watermark %d", topic, p, listed[p], watermarks[p])
+    return ends

@@ -1,0 +1,41 @@
+"""Key groups: the unit in which keyed state is stored and moved between subtasks.
+
+A key belongs to key group ``hash(key) mod max_parallelism`` with a hash that is stable across
+processes and Python versions. Subtask ``i`` of ``p`` owns one contiguous range of key groups
+(Flink's scheme), so restoring with another parallelism only reassigns ranges; records are never
+rehashed and snapshots stay valid.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return value  # keep 1.0 distinct from 1: Spark keeps the column type, so must we
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    return value
+
+
+def key_group_of(key: tuple, max_parallelism: int) -> int:
+    encoded = json.dumps([_canonical(v) for v in key], separators=(",", ":"), ensure_ascii=False)
+    return zlib.crc32(encoded.encode("utf-8")) % max_parallelism
+
+
+def key_group_range(subtask: int, parallelism: int, max_parallelism: int) -> range:
+    """Key groups owned by ``subtask`` (0-based) when running with ``parallelism`` subtasks."""
+    if not 0 <= subtask < parallelism <= max_parallelism:
+        raise ValueError(f"subtask {subtask} of {parallelism} with max_parallelism {max_parallelism}")
+    start = (subtask * max_parallelism + parallelism - 1) // parallelism
+    end = ((subtask + 1) * max_parallelism + parallelism - 1) // parallelism
+    return range(start, end)
+
+
+def subtask_of(key_group: int, parallelism: int, max_parallelism: int) -> int:
+    return key_group * parallelism // max_parallelism

@@ -1,0 +1,194 @@
+"""The job spec: what a user writes in YAML, validated before anything starts.
+
+Connection settings (bootstrap servers, endpoints, keys) are deliberately absent: they come
+from the environment, so a spec can be committed and shared without secrets.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from pipeline_lib.spec.aggregates import AggregateFunction, parse_aggregate
+from pipeline_lib.spec.schema_ddl import parse_schema_ddl
+from pipeline_lib.storage.uri import parse_location
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
+METADATA_COLUMNS = ("_topic", "_partition", "_offset", "_timestamp_ms")
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaSourceSpec(StrictModel):
+    topic: Annotated[str, Field(pattern=TOPIC_PATTERN)]
+    format: Literal["json", "string"] = "json"
+    schema_: Annotated[str | None, Field(alias="schema")] = None
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema_is_ddl(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_schema_ddl(value)
+        return value
+
+    @model_validator(mode="after")
+    def _json_needs_schema(self) -> "KafkaSourceSpec":
+        if self.format == "json" and not self.schema_:
+            raise ValueError("format json needs a schema, e.g. schema: \"user string, amount long\"")
+        if self.format == "string" and self.schema_:
+            raise ValueError("format string yields columns key and value; remove schema")
+        return self
+
+    def columns(self) -> list[str]:
+        """Columns the source yields, before any transform."""
+        if self.format == "string":
+            return ["key", "value", *METADATA_COLUMNS]
+        assert self.schema_ is not None
+        return [name for name, _ in parse_schema_ddl(self.schema_)] + list(METADATA_COLUMNS)
+
+
+class SourceSpec(StrictModel):
+    kafka: KafkaSourceSpec
+
+
+class TransformSpec(StrictModel):
+    """Exactly one of: a Spark SQL filter, a Spark SQL select list, a Python hook."""
+
+    filter: str | None = None
+    select: list[str] | None = None
+    python: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "TransformSpec":
+        given = [k for k in ("filter", "select", "python") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("a transform has exactly one of filter, select, python")
+        if self.filter is not None and not self.filter.strip():
+            raise ValueError("filter is empty")
+        if self.select is not None and (not self.select or any(not s.strip() for s in self.select)):
+            raise ValueError("select needs a non-empty list of expressions")
+        if self.python is not None and not re.fullmatch(
+            r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", self.python
+        ):
+            raise ValueError("python must be 'package.module:function'")
+        return self
+
+    @property
+    def changes_columns(self) -> bool:
+        return self.filter is None
+
+
+class AggregateSpec(StrictModel):
+    key: Annotated[list[str], Field(min_length=1)]
+    values: Annotated[dict[str, str], Field(min_length=1)]
+
+    @field_validator("key")
+    @classmethod
+    def _keys_are_identifiers(cls, keys: list[str]) -> list[str]:
+        for k in keys:
+            if not IDENTIFIER.match(k):
+                raise ValueError(f"key column {k!r} is not a plain column name")
+        if len(set(keys)) != len(keys):
+            raise ValueError("key columns repeat")
+        return keys
+
+    @field_validator("values")
+    @classmethod
+    def _values_parse(cls, values: dict[str, str]) -> dict[str, str]:
+        for name, expr in values.items():
+            if not IDENTIFIER.match(name):
+                raise ValueError(f"output name {name!r} is not a plain column name")
+            try:
+                parse_aggregate(expr)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+        return values
+
+    @model_validator(mode="after")
+    def _no_clash(self) -> "AggregateSpec":
+        clash = set(self.key) & set(self.values)
+        if clash:
+            raise ValueError(f"output names clash with key columns: {sorted(clash)}")
+        return self
+
+    def functions(self) -> dict[str, AggregateFunction]:
+        return {name: parse_aggregate(expr) for name, expr in self.values.items()}
+
+    def input_columns(self) -> set[str]:
+        cols = set(self.key)
+        cols |= {f.column for f in self.functions().values() if f.column is not None}
+        return cols
+
+
+class StateSpec(StrictModel):
+    aggregate: AggregateSpec
+
+
+class FilesSinkSpec(StrictModel):
+    path: str
+    format: Literal["jsonl", "parquet"] = "jsonl"
+
+    @field_validator("path")
+    @classmethod
+    def _location(cls, value: str) -> str:
+        parse_location(value)
+        return value
+
+
+class SinkSpec(StrictModel):
+    files: FilesSinkSpec
+
+
+class CheckpointSpec(StrictModel):
+    store: str
+    retain: Annotated[int, Field(ge=1, le=10_000)] = 10
+    max_parallelism: Annotated[int, Field(ge=1, le=32_768)] = 128
+
+    @field_validator("store")
+    @classmethod
+    def _location(cls, value: str) -> str:
+        parse_location(value)
+        return value
+
+
+class TriggerSpec(StrictModel):
+    max_records_per_epoch: Annotated[int, Field(ge=1, le=100_000_000)] = 20_000
+
+
+class JobSpec(StrictModel):
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    source: SourceSpec
+    transforms: list[TransformSpec] = []
+    state: StateSpec | None = None
+    sink: SinkSpec
+    checkpoint: CheckpointSpec
+    trigger: TriggerSpec = TriggerSpec()
+    parallelism: Annotated[int, Field(ge=1, le=32_768)] = 1
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "JobSpec":
+        if self.parallelism > self.checkpoint.max_parallelism:
+            raise ValueError(
+                f"parallelism {self.parallelism} exceeds checkpoint.max_parallelism "
+                f"{self.checkpoint.max_parallelism}"
+            )
+        if self.state and not any(t.changes_columns for t in self.transforms):
+            known = set(self.source.kafka.columns())
+            missing = sorted(self.state.aggregate.input_columns() - known)
+            if missing:
+                raise ValueError(
+                    f"state.aggregate uses columns {missing} that source.kafka does not have "
+                    f"(it has {sorted(known)})"
+                )
+        if parse_location(self.sink.files.path) == parse_location(self.checkpoint.store):
+            raise ValueError("sink.files.path and checkpoint.store must differ")
+        return self

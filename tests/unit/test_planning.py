@@ -1,0 +1,51 @@
+"""Epoch planning and key groups: deterministic, complete, never over the cap."""
+
+import random
+
+import pytest
+
+from pipeline_lib.plan.keygroups import key_group_of, key_group_range, subtask_of
+from pipeline_lib.plan.offsets import fair_shares, plan_epoch, split_for_parallelism
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fair_shares_respects_budget_and_lags(seed):
+    rng = random.Random(seed)
+    lags = {p: rng.choice([0, 1, 5, 100, 10_000]) for p in range(rng.randint(1, 8))}
+    budget = rng.randint(1, 25_000)
+    shares = fair_shares(lags, budget)
+    assert sum(shares.values()) == min(budget, sum(lags.values()))
+    assert all(0 <= shares[p] <= lags[p] for p in lags)
+    assert shares == fair_shares(dict(reversed(list(lags.items()))), budget)
+
+
+def test_plan_epoch_ranges_continue_from_positions():
+    plan = plan_epoch(3, "0000000002-a1", "t", {0: 10, 1: 0, 2: 7}, {0: 50, 1: 5, 2: 7}, max_records=20)
+    assert plan.records == 20
+    assert {r.partition: (r.start, r.end) for r in plan.ranges} == {0: (10, 25), 1: (0, 5)}
+    assert plan.end_positions() == {0: 25, 1: 5, 2: 7}
+    again = plan_epoch(3, "other-base", "t", {0: 10, 1: 0, 2: 7}, {0: 50, 1: 5, 2: 7}, max_records=20)
+    assert again.digest() == plan.digest()  # the base snapshot's name does not change the input
+
+
+def test_split_for_parallelism_covers_ranges_exactly():
+    plan = plan_epoch(1, None, "t", {0: 0, 1: 100}, {0: 9_000, 1: 100}, max_records=20_000)
+    pieces = split_for_parallelism(plan.ranges, 3)
+    assert len(pieces) == 3
+    assert [(p.start, p.end) for p in pieces] == [(0, 3000), (3000, 6000), (6000, 9000)]
+
+
+@pytest.mark.parametrize("maxp,p", [(128, 1), (128, 2), (128, 3), (128, 7), (10, 10), (7, 3)])
+def test_key_group_ranges_partition_all_groups(maxp, p):
+    ranges = [key_group_range(i, p, maxp) for i in range(p)]
+    assert ranges[0].start == 0 and ranges[-1].stop == maxp
+    assert all(a.stop == b.start for a, b in zip(ranges, ranges[1:]))
+    for i, r in enumerate(ranges):
+        assert all(subtask_of(kg, p, maxp) == i for kg in r)
+
+
+def test_key_group_is_stable_and_type_sensitive():
+    assert key_group_of(("alice",), 128) == key_group_of(("alice",), 128)
+    assert 0 <= key_group_of(("bob", 3), 128) < 128
+    groups = {key_group_of((f"user-{i}",), 128) for i in range(2000)}
+    assert len(groups) == 128  # spreads over every group
