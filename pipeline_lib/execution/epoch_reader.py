@@ -1,0 +1,34 @@
+"""Build one epoch's input DataFrame from its plan, through the Kafka range data source."""
+
+from __future__ import annotations
+
+import json
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from pipeline_lib.execution.kafka_source import METADATA_DDL, SOURCE_NAME
+from pipeline_lib.plan.offsets import EpochPlan, split_for_parallelism
+from pipeline_lib.spec.models import KafkaSourceSpec
+
+
+def source_schema(spark: SparkSession, source: KafkaSourceSpec) -> StructType:
+    """The source's Spark schema, parsed by Spark itself from the spec's DDL."""
+    user_ddl = source.schema_ if source.format == "json" else "key string, value string"
+    return spark.createDataFrame([], f"{user_ddl}, {METADATA_DDL}").schema
+
+
+def read_epoch(spark: SparkSession, bootstrap: str, source: KafkaSourceSpec, schema: StructType,
+               plan: EpochPlan, parallelism: int) -> DataFrame:
+    ranges = split_for_parallelism(plan.ranges, parallelism)
+    user_fields = [f for f in schema.fields if not f.name.startswith("_")]
+    return (
+        spark.read.format(SOURCE_NAME)
+        .option("bootstrap", bootstrap)
+        .option("ranges", json.dumps([[r.topic, r.partition, r.start, r.end] for r in ranges]))
+        .option("format", source.format)
+        .option("fields", json.dumps([[f.name, f.dataType.simpleString()] for f in user_fields]))
+        .option("schema", schema.json())
+        .option("epoch", str(plan.epoch))
+        .load()
+    )

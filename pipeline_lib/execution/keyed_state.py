@@ -1,0 +1,75 @@
+"""The keyed running aggregation kept between epochs and stored in snapshots.
+
+Spark computes each epoch's partial aggregate per key; this class merges those partials into
+the running values. sum/count/min/max are all mergeable, so merge(state, partial) equals the
+aggregate over all records so far. Keys are bucketed into key groups (see plan.keygroups) so a
+snapshot can be cut by key-group ranges and restored with another parallelism.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from pipeline_lib.plan.keygroups import key_group_of
+from pipeline_lib.spec.aggregates import AggregateFunction
+
+
+def _merge_value(fn: str, old: Any, new: Any) -> Any:
+    if old is None:
+        return new
+    if new is None:
+        return old
+    if fn in ("sum", "count"):
+        return old + new
+    if fn == "min":
+        return new if new < old else old
+    return new if new > old else old
+
+
+class KeyedAggregateState:
+    def __init__(self, key_columns: list[str], functions: dict[str, AggregateFunction], max_parallelism: int):
+        self.key_columns = list(key_columns)
+        self.value_columns = list(functions)
+        self._fns = [functions[name].name for name in self.value_columns]
+        self.max_parallelism = max_parallelism
+        self.values: dict[tuple, list] = {}
+        self.key_groups: dict[tuple, int] = {}
+
+    @property
+    def columns(self) -> list[str]:
+        return self.key_columns + self.value_columns
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def merge(self, partial_rows: Iterable[tuple]) -> list[tuple]:
+        """Merge rows of (keys..., partial values...); return the keys that changed."""
+        nkeys = len(self.key_columns)
+        changed = []
+        for row in partial_rows:
+            key, partial = tuple(row[:nkeys]), row[nkeys:]
+            current = self.values.get(key)
+            if current is None:
+                self.values[key] = [0 if fn == "count" and v is None else v for fn, v in zip(self._fns, partial)]
+                self.key_groups[key] = key_group_of(key, self.max_parallelism)
+            else:
+                for i, (fn, v) in enumerate(zip(self._fns, partial)):
+                    current[i] = _merge_value(fn, current[i], v)
+            changed.append(key)
+        return changed
+
+    def rows(self, keys: Iterable[tuple]) -> list[tuple]:
+        return [key + tuple(self.values[key]) for key in keys]
+
+    def keys_in(self, key_groups: range) -> list[tuple]:
+        return [k for k, kg in self.key_groups.items() if kg in key_groups]
+
+    def load_rows(self, rows: Iterable[tuple]) -> None:
+        """Add restored (keys..., values...) rows; each key must be new."""
+        nkeys = len(self.key_columns)
+        for row in rows:
+            key = tuple(row[:nkeys])
+            if key in self.values:
+                raise ValueError(f"key {key!r} restored twice")
+            self.values[key] = list(row[nkeys:])
+            self.key_groups[key] = key_group_of(key, self.max_parallelism)

@@ -1,0 +1,45 @@
+"""Stateless transforms from the spec, applied in order: SQL filter, SQL select, Python hook."""
+
+from __future__ import annotations
+
+import importlib
+
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame
+
+from pipeline_lib.errors import TransformError
+from pipeline_lib.spec.models import TransformSpec
+
+
+def load_hook(ref: str):
+    module_name, _, func_name = ref.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TransformError(f"python hook {ref!r}: cannot import {module_name!r}: {exc}") from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise TransformError(f"python hook {ref!r}: {module_name} has no function {func_name!r}")
+    return func
+
+
+def apply_transforms(df: DataFrame, transforms: list[TransformSpec]) -> DataFrame:
+    """Build the transformed DataFrame; analysis errors surface here, before any data moves."""
+    for i, t in enumerate(transforms):
+        kind = "filter" if t.filter is not None else "select" if t.select is not None else "python"
+        where = f"transforms[{i}].{kind}"
+        try:
+            if t.filter is not None:
+                df = df.filter(t.filter)
+            elif t.select is not None:
+                df = df.selectExpr(*t.select)
+            else:
+                assert t.python is not None
+                out = load_hook(t.python)(df)
+                if not isinstance(out, DataFrame):
+                    raise TransformError(f"{where} {t.python!r} returned {type(out).__name__}, not a DataFrame")
+                df = out
+            df.schema  # force analysis so a bad expression fails with its place in the spec
+        except PySparkException as exc:
+            raise TransformError(f"{where}: {str(exc).splitlines()[0]}") from None
+    return df
