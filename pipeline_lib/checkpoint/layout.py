@@ -1,0 +1,40 @@
+"""Where each object of a job lives inside its checkpoint store.
+
+    HEAD                                  head pointer (moved by compare-and-swap = the commit)
+    attempts/<n>                          one object per run attempt, created exclusively
+    plans/<epoch>.json                    the epoch's offset ranges, written before it runs
+    manifests/<snapshot id>.json          immutable snapshot manifests
+    state/<snapshot id>/kg-<a>-<b>.parquet  keyed state of key groups [a, b)
+"""
+
+from __future__ import annotations
+
+HEAD_KEY = "HEAD"
+ATTEMPTS_PREFIX = "attempts/"
+PLANS_PREFIX = "plans/"
+MANIFESTS_PREFIX = "manifests/"
+STATE_PREFIX = "state/"
+
+
+def attempt_key(attempt: int) -> str:
+    return f"{ATTEMPTS_PREFIX}{attempt:09d}"
+
+
+def plan_key(epoch: int) -> str:
+    return f"{PLANS_PREFIX}{epoch:010d}.json"
+
+
+def manifest_key(snapshot_id: str) -> str:
+    return f"{MANIFESTS_PREFIX}{snapshot_id}.json"
+
+
+def state_file_key(snapshot_id: str, start: int, end: int) -> str:
+    return f"{STATE_PREFIX}{snapshot_id}/kg-{start:05d}-{end:05d}.parquet"
+
+
+def snapshot_of_state_key(key: str) -> str:
+    return key[len(STATE_PREFIX):].split("/", 1)[0]
+
+
+def epoch_of_snapshot(snapshot_id: str) -> int:
+    return int(snapshot_id.split("-", 1)[0])

@@ -1,0 +1,153 @@
+"""The commit protocol of a job's snapshots inside its checkpoint store.
+
+Order of a commit (see DESIGN.md): state files and sink files first (invisible until
+referenced), then the immutable manifest, then the head pointer moved by compare-and-swap.
+A crash before the head moves leaves only garbage; after it, the epoch is done. A runner whose
+compare-and-swap fails was overtaken by another attempt and is fenced.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pydantic import ValidationError
+
+from pipeline_lib.checkpoint import layout
+from pipeline_lib.checkpoint.manifest import Head, HistoryEntry, Manifest, sha256_hex
+from pipeline_lib.errors import FencedError, NotFound, SnapshotError
+from pipeline_lib.plan.offsets import EpochPlan
+from pipeline_lib.storage import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+class SnapshotStore:
+    def __init__(self, store: ObjectStore, job: str):
+        self.store = store
+        self.job = job
+
+    # -- head -------------------------------------------------------------------------------
+    def read_head(self) -> tuple[Head | None, str | None]:
+        """The head and its version token; (None, None) for a job never committed.
+
+        A head that exists but cannot be parsed is returned as (None, version) after a log line:
+        the caller falls back to listing manifests, and the next commit replaces it."""
+        found = self.store.get_versioned(layout.HEAD_KEY)
+        if found is None:
+            return None, None
+        data, version = found
+        try:
+            head = Head.model_validate_json(data)
+        except ValidationError:
+            log.error("head pointer of job %s is corrupt; falling back to the manifest listing", self.job)
+            return None, version
+        if head.job != self.job:
+            raise SnapshotError(f"store {self.store.describe()} holds job {head.job!r}, not {self.job!r}")
+        return head, version
+
+    def move_head(self, manifest: Manifest, manifest_sha: str, previous: list[HistoryEntry],
+                  expected_version: str | None, retain: int) -> tuple[Head, str]:
+        """Commit: compare-and-swap the head from ``expected_version``; return it and its new version."""
+        entry = HistoryEntry(snapshot_id=manifest.snapshot_id, epoch=manifest.epoch, manifest_sha256=manifest_sha)
+        head = Head(job=self.job, history=[entry, *previous][:retain])
+        version = self.store.put_if(layout.HEAD_KEY, head.model_dump_json(indent=1).encode(), expected_version)
+        if version is None:
+            raise FencedError(
+                f"job {self.job}: another attempt moved the head before snapshot {manifest.snapshot_id} "
+                "could commit; this runner is fenced and stops"
+            )
+        return head, version
+
+    # -- attempts ---------------------------------------------------------------------------
+    def claim_attempt(self) -> int:
+        """A run attempt number no other runner of this job holds (exclusive create)."""
+        taken = [int(k.rsplit("/", 1)[1]) for k in self.store.list(layout.ATTEMPTS_PREFIX)]
+        attempt = max(taken, default=0) + 1
+        while self.store.put_if(layout.attempt_key(attempt), b"", None) is None:
+            attempt += 1
+        return attempt
+
+    # -- plans ------------------------------------------------------------------------------
+    def load_plan(self, epoch: int) -> EpochPlan | None:
+        try:
+            return EpochPlan.model_validate_json(self.store.get(layout.plan_key(epoch)))
+        except NotFound:
+            return None
+        except ValidationError:
+            log.warning("plan of epoch %d is unreadable; planning it again", epoch)
+            return None
+
+    def save_plan(self, plan: EpochPlan) -> None:
+        self.store.put(layout.plan_key(plan.epoch), plan.model_dump_json().encode())
+
+    def discard_plans_from(self, epoch: int) -> None:
+        stale = [k for k in self.store.list(layout.PLANS_PREFIX) if int(k[6:16]) >= epoch]
+        self.store.delete_many(stale)
+
+    # -- manifests --------------------------------------------------------------------------
+    def write_manifest(self, manifest: Manifest) -> str:
+        data = manifest.to_bytes()
+        self.store.put(layout.manifest_key(manifest.snapshot_id), data)
+        return sha256_hex(data)
+
+    def load_manifest(self, snapshot_id: str, expected_sha: str | None = None) -> Manifest:
+        """Read and verify a manifest; SnapshotError says what is wrong with it."""
+        try:
+            data = self.store.get(layout.manifest_key(snapshot_id))
+        except NotFound:
+            raise SnapshotError(f"manifest of snapshot {snapshot_id} is missing") from None
+        if expected_sha is not None and sha256_hex(data) != expected_sha:
+            raise SnapshotError(f"manifest of snapshot {snapshot_id} does not match its checksum in HEAD")
+        try:
+            manifest = Manifest.from_bytes(data)
+        except ValidationError as exc:
+            raise SnapshotError(f"manifest of snapshot {snapshot_id} is unreadable: {exc.errors()[0]['msg']}") from None
+        if not manifest.verify_checksum():
+            raise SnapshotError(f"manifest of snapshot {snapshot_id} fails its self-checksum")
+        if manifest.job != self.job or manifest.snapshot_id != snapshot_id:
+            raise SnapshotError(f"manifest {snapshot_id} describes {manifest.job}/{manifest.snapshot_id}")
+        return manifest
+
+    def listed_snapshot_ids(self) -> list[str]:
+        """All manifests present, newest first (committed or not)."""
+        ids = [k[len(layout.MANIFESTS_PREFIX):-len(".json")] for k in self.store.list(layout.MANIFESTS_PREFIX)
+               if k.endswith(".json")]
+        return sorted(ids, key=lambda s: (layout.epoch_of_snapshot(s), int(s.split("-a")[1])), reverse=True)
+
+    def read_verified(self, key: str, sha: str) -> bytes:
+        try:
+            data = self.store.get(key)
+        except NotFound:
+            raise SnapshotError(f"state file {key} is missing") from None
+        if sha256_hex(data) != sha:
+            raise SnapshotError(f"state file {key} is corrupt (checksum mismatch)")
+        return data
+
+    # -- retention --------------------------------------------------------------------------
+    def collect_garbage(self, head: Head) -> int:
+        """Delete what no retained snapshot references, never anything newer than the head
+        (a file newer than the head may belong to an epoch being written right now)."""
+        latest = head.latest
+        if latest is None:
+            return 0
+        retained = {e.snapshot_id for e in head.history}
+        referenced: set[str] = set()
+        for entry in head.history:
+            try:
+                manifest = self.load_manifest(entry.snapshot_id)
+            except SnapshotError:
+                continue
+            if manifest.state:
+                referenced.update(f.key for f in manifest.state.files)
+        oldest_epoch = min(e.epoch for e in head.history)
+        doomed = []
+        for sid in self.listed_snapshot_ids():
+            if sid not in retained and layout.epoch_of_snapshot(sid) <= latest.epoch:
+                doomed.append(layout.manifest_key(sid))
+        for key in self.store.list(layout.STATE_PREFIX):
+            sid = layout.snapshot_of_state_key(key)
+            if key not in referenced and layout.epoch_of_snapshot(sid) <= latest.epoch:
+                doomed.append(key)
+        doomed += [k for k in self.store.list(layout.PLANS_PREFIX) if int(k[6:16]) < oldest_epoch]
+        self.store.delete_many(doomed)
+        return len(doomed)

@@ -1,0 +1,32 @@
+"""Keyed state ⇄ Parquet files, one file per key-group range.
+
+Each file carries a ``_key_group`` column, so a restore with another parallelism can take any
+file and hand each row to whichever subtask now owns its key group.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+KEY_GROUP_COLUMN = "_key_group"
+
+
+def encode_state_rows(rows: list[tuple], key_groups: list[int], schema: pa.Schema) -> bytes:
+    columns = [pa.array(key_groups, type=pa.int32())]
+    for i, field in enumerate(schema):
+        columns.append(pa.array([row[i] for row in rows], type=field.type))
+    table = pa.Table.from_arrays(columns, schema=pa.schema([pa.field(KEY_GROUP_COLUMN, pa.int32()), *schema]))
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+def decode_state_rows(data: bytes) -> tuple[pa.Schema, list[tuple]]:
+    """Return the state schema (without the key-group column) and the rows."""
+    table = pq.read_table(io.BytesIO(data))
+    table = table.drop_columns([KEY_GROUP_COLUMN])
+    columns = [col.to_pylist() for col in table.columns]
+    return table.schema, list(zip(*columns))

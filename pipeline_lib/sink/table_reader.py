@@ -1,0 +1,50 @@
+"""Read a files sink back as a table, the way a downstream reader must.
+
+Only epochs whose ``_SUCCESS`` exists count; only the part files the marker lists are read.
+For an aggregate the rows are an upsert changelog, so the current table holds, per key, the row
+of the highest committed epoch.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pyarrow.parquet as pq
+
+from pipeline_lib.sink.files_sink import MARKER, SuccessMarker
+from pipeline_lib.storage import ObjectStore
+
+_EPOCH_DIR = re.compile(r"^epoch=(\d+)/")
+
+
+def committed_epochs(store: ObjectStore) -> list[int]:
+    epochs = {int(m.group(1)) for key in store.list() if key.endswith("/" + MARKER) and (m := _EPOCH_DIR.match(key))}
+    return sorted(epochs)
+
+
+def epoch_rows(store: ObjectStore, epoch: int) -> list[dict]:
+    marker = SuccessMarker.model_validate_json(store.get(f"epoch={epoch}/{MARKER}"))
+    rows: list[dict] = []
+    for ref in marker.files:
+        data = store.get(ref.key)
+        if ref.key.endswith(".parquet"):
+            rows.extend(pq.read_table(io.BytesIO(data)).to_pylist())
+        else:
+            rows.extend(json.loads(line) for line in data.decode("utf-8").splitlines() if line)
+    return rows
+
+
+def read_upsert_table(store: ObjectStore, key: list[str]) -> dict[tuple, dict]:
+    """Per key, the row of the highest committed epoch."""
+    table: dict[tuple, dict] = {}
+    for epoch in committed_epochs(store):
+        for row in epoch_rows(store, epoch):
+            table[tuple(row[k] for k in key)] = row
+    return table
+
+
+def read_append_rows(store: ObjectStore) -> list[dict]:
+    """All rows of all committed epochs (a stateless job's output)."""
+    return [row for epoch in committed_epochs(store) for row in epoch_rows(store, epoch)]
