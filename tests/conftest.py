@@ -1,0 +1,34 @@
+"""Shared fixtures: one embedded stack (Tansu broker + SeaweedFS S3 server) per test session.
+
+Everything runs as real processes on free 127.0.0.1 ports under a pytest temporary directory
+and is stopped by PID when the session ends, even after failures.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before anything imports pyspark: Spark must bind to loopback only (STACK.md).
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+from collections.abc import Iterator  # noqa: E402
+
+import pytest  # noqa: E402
+
+from pipeline_lib.localstack import StackInfo, start_stack, stop_stack  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
+    """The session's stack, with the durable (s3) broker log; always stopped at the end."""
+    data_dir = tmp_path_factory.mktemp("localstack")
+    try:
+        yield start_stack(data_dir, broker_storage="s3")
+    finally:
+        stop_stack(data_dir)  # also cleans up after a start that failed half-way
+
+
+@pytest.fixture
+def stack_env(local_stack: StackInfo) -> dict[str, str]:
+    """os.environ plus the stack's PIPELINE_* variables, for running subprocesses (the CLI)."""
+    return {**os.environ, **local_stack.env()}
