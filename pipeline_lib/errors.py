@@ -35,3 +35,7 @@ class SnapshotError(PipelineError):
 
 class TransformError(PipelineError):
     """A user transform (SQL or Python hook) failed."""
+
+
+class FencedError(PipelineError):
+    """Another runner committed first: this one must stop without writing anything visible."""
