@@ -1,7 +1,7 @@
 """Named crash points, for proving exactly-once under SIGKILL.
 
 Disabled unless ``PIPELINE_FAULT_POINTS`` is set, e.g. ``after_sink_success@3`` (kill the run
-at that point of epoch 3) or ``during_read`` (first time it is reached). A hit SIGKILLs the
+at that point of epoch 3) or ``during_read`` (every time it is reached). A hit SIGKILLs the
 whole process group — the runner, the Spark JVM and its Python workers — like a lost machine.
 """
 
@@ -12,6 +12,8 @@ import signal
 import sys
 
 ENV_FAULT_POINTS = "PIPELINE_FAULT_POINTS"
+ENV_FAULT_PGID = "PIPELINE_FAULT_PGID"
+ENV_FAULT_LOG = "PIPELINE_FAULT_LOG"  # optional file that records each hit (survives the kill)
 
 POINTS = (
     "after_plan",
@@ -35,10 +37,26 @@ def _armed(point: str, epoch: int | None) -> bool:
     return False
 
 
+def remember_runner_group() -> None:
+    """Record the runner's process group for Spark's Python workers, which live in a group of
+    their own (PySpark's daemon calls setpgid): a fault hit there must still kill the runner."""
+    if os.environ.get(ENV_FAULT_POINTS):
+        os.environ[ENV_FAULT_PGID] = str(os.getpgrp())
+
+
 def fault_point(point: str, epoch: int | None = None) -> None:
     if point not in POINTS:
         raise ValueError(f"unknown fault point {point!r}")
     if os.environ.get(ENV_FAULT_POINTS) and _armed(point, epoch):
-        sys.stderr.write(f"FAULT INJECTED: {point} epoch={epoch} pid={os.getpid()}\n")
+        line = f"FAULT INJECTED: {point} epoch={epoch} pid={os.getpid()}\n"
+        sys.stderr.write(line)
         sys.stderr.flush()
+        if os.environ.get(ENV_FAULT_LOG):
+            with open(os.environ[ENV_FAULT_LOG], "a") as log:
+                log.write(line)
+                log.flush()
+                os.fsync(log.fileno())
+        group = int(os.environ.get(ENV_FAULT_PGID) or os.getpgrp())
+        if group != os.getpgrp():
+            os.killpg(group, signal.SIGKILL)
         os.killpg(os.getpgrp(), signal.SIGKILL)

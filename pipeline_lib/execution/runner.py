@@ -30,7 +30,7 @@ from pipeline_lib.execution.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.spark_errors import clear_spark_errors
 from pipeline_lib.execution.spark_session import start_spark
 from pipeline_lib.execution.transforms import apply_transforms
-from pipeline_lib.faults import fault_point
+from pipeline_lib.faults import fault_point, remember_runner_group
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.keygroups import key_group_range, subtask_of
 from pipeline_lib.plan.offsets import EpochPlan, plan_epoch
@@ -236,6 +236,7 @@ class JobRunner:
         with kafka_offsets.offsets_consumer(self.bootstrap) as consumer:
             positions = self._initial_positions(consumer, restored)
             targets = kafka_offsets.confirmed_end_offsets(consumer, self.topic, sorted(positions))
+            remember_runner_group()
             spark = start_spark(f"pipeline-lib:{self.spec.name}", self.settings.spark_master, self.parallelism)
             try:
                 with clear_spark_errors("parsing source.kafka.schema"):

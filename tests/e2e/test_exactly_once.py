@@ -28,9 +28,11 @@ def _kill_and_restore(stack_env, tmp_path, payments, locations, fault: str):
     topic, events = payments
     name, sink, store = locations
     spec = write_spec(tmp_path, spend_spec(name, topic, sink, store))
-    crashed = run_cli(["run", str(spec), "--until-caught-up"], {**stack_env, "PIPELINE_FAULT_POINTS": fault})
+    fault_log = tmp_path / "faults.log"
+    crashed = run_cli(["run", str(spec), "--until-caught-up"],
+                      {**stack_env, "PIPELINE_FAULT_POINTS": fault, "PIPELINE_FAULT_LOG": str(fault_log)})
     assert crashed.returncode == -9, crashed.stderr[-2000:]
-    assert f"FAULT INJECTED: {fault.split('@')[0]} epoch=3" in crashed.stderr
+    assert f"FAULT INJECTED: {fault.split('@')[0]} epoch=3" in fault_log.read_text()
     restored = run_cli(["run", str(spec), "--until-caught-up"], stack_env)
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert "restored from" in restored.stderr
