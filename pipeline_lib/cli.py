@@ -62,11 +62,13 @@ def run(
     until_caught_up: Annotated[bool, typer.Option("--until-caught-up", help="Process what is available at start, then exit 0 (default).")] = False,
     forever: Annotated[bool, typer.Option("--forever", help="Keep polling for new records.")] = False,
     restore: Annotated[str, typer.Option(help="latest | SNAPSHOT_ID | none")] = "latest",
-    parallelism: Annotated[Optional[int], typer.Option(help="Override the spec's parallelism.")] = None,
-    max_epochs: Annotated[Optional[int], typer.Option(help="Stop after this many epochs.")] = None,
+    parallelism: Annotated[Optional[int], typer.Option(help="Override the spec's parallelism (rescales keyed state on restore).")] = None,
+    pipeline: Annotated[Optional[list[str]], typer.Option("--pipeline", help="Run only this pipeline (repeatable).")] = None,
+    max_epochs: Annotated[Optional[int], typer.Option(help="Stop each pipeline after this many epochs.")] = None,
 ) -> None:
-    """Run a job: restore, then process epochs, committing a snapshot after each."""
-    from pipeline_lib.execution.runner import JobRunner, RunOptions
+    """Run a job: restore each pipeline, then process epochs, committing a snapshot after each."""
+    from pipeline_lib.execution.job_runner import JobRunner
+    from pipeline_lib.execution.pipeline_runner import RunOptions
     from pipeline_lib.spec import load_spec
 
     if until_caught_up and forever:
@@ -76,57 +78,125 @@ def run(
         job = load_spec(spec)
         options = RunOptions(mode="forever" if forever else "until-caught-up", restore=restore,
                              parallelism=parallelism, max_epochs=max_epochs)
-        runner = JobRunner(job, settings, options, on_epoch=_print_epoch)
-        summary = runner.run()
+        summary = JobRunner(job, settings, options, on_epoch=_print_epoch, only=pipeline).run()
     except PipelineError as exc:
         _fail(exc, settings)
     except KeyboardInterrupt:
-        err.print("interrupted; the last committed snapshot is intact")
+        err.print("interrupted; the last committed snapshots are intact")
         raise typer.Exit(130)
     except Exception as exc:  # Spark/py4j errors: show the first line, not a JVM stack trace
         first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         _fail(RuntimeError(f"job {spec} failed: {first}"), settings)
-    err.print(
-        f"done: job {summary.job} attempt {summary.attempt}, {len(summary.epochs)} epoch(s), "
-        f"{summary.records} records" + (f", restored from {summary.restored_from}" if summary.restored_from else "")
-    )
+    for p in summary.pipelines:
+        if p.attempt == 0 and p.status == "COMPLETED":
+            err.print(f"pipeline {p.name}: COMPLETED at snapshot {p.restored_from}, not deployed", highlight=False)
+            continue
+        detail = f", restored from {p.restored_from}" if p.restored_from else ""
+        if p.status == "FAILED":
+            detail += f": {p.reason}"
+        err.print(f"pipeline {p.name}: {p.status}, attempt {p.attempt}, {len(p.epochs)} epoch(s), "
+                  f"{p.records} records{detail}", highlight=False)
+    total = sum(p.records for p in summary.pipelines)
+    err.print(f"done: job {summary.job}, {sum(len(p.epochs) for p in summary.pipelines)} epoch(s), {total} records",
+              highlight=False)
+    if summary.failed:
+        _fail(PipelineError(f"{len(summary.failed)} pipeline(s) failed: "
+                            + "; ".join(f"{p.name}: {p.reason}" for p in summary.failed)), settings)
 
 
 def _print_epoch(report) -> None:
     err.print(
         f"epoch {report.epoch} committed: {report.records} records, {report.rows_written} rows out, "
-        f"{report.keys} keys, lag {report.lag}, {report.seconds:.2f}s (snapshot {report.snapshot_id})",
+        f"{report.keys} keys, lag {report.lag}, {report.seconds:.2f}s "
+        f"(pipeline {report.pipeline}, snapshot {report.snapshot_id})",
         highlight=False,
     )
 
 
-# -- snapshots ----------------------------------------------------------------------------
-def _open_snapshots(job: str, store: str | None):
-    from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+@app.command()
+def plan(
+    spec: Annotated[Path, typer.Argument(help="Job spec YAML.")],
+    restore: Annotated[Optional[str], typer.Option(help="Also show the restore plan: latest | SNAPSHOT_ID | none")] = None,
+    parallelism: Annotated[Optional[int], typer.Option(help="Parallelism to plan for.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Show the execution graph, its pipelines and (with --restore) what a restore would do."""
+    from pipeline_lib.graph import build_graph
+    from pipeline_lib.recovery.restore_plan import as_dicts, restore_plan
     from pipeline_lib.spec import load_spec
-    from pipeline_lib.storage import open_store
+
+    settings = ConnectionSettings.from_env()
+    try:
+        job = load_spec(spec)
+        p = parallelism or job.parallelism
+        graph = build_graph(job, p)
+        pipelines = graph.pipelines()
+        plans = restore_plan(job, graph, settings, restore, p) if restore else None
+    except PipelineError as exc:
+        _fail(exc, settings)
+    data = {
+        "job": job.name,
+        "vertices": [{"id": v.id, "kind": v.kind, "parallelism": v.parallelism, "subtasks": v.subtasks()}
+                     for v in graph.vertices.values()],
+        "edges": graph.edges,
+        "pipelines": [{"name": pl.name, "source": pl.source, "flows": list(pl.flows),
+                       "order": [v.id for v in pl.vertices]} for pl in pipelines],
+    }
+    if plans is not None:
+        data["restore"] = as_dicts(plans)
+    if as_json:
+        out.print_json(json.dumps(data))
+        return
+    out.print(f"[bold]job {job.name}[/]: {len(graph.vertices)} vertices x parallelism {p} = "
+              f"{sum(v.parallelism for v in graph.vertices.values())} subtasks, {len(pipelines)} pipeline(s)")
+    for pl in pipelines:
+        out.print(f"pipeline [bold]{pl.name}[/] (flows: {', '.join(pl.flows)}): " + " -> ".join(v.id for v in pl.vertices))
+    for rp in plans or []:
+        table = Table(title=f"restore plan of pipeline {rp.pipeline}: {rp.action}"
+                      + (f" from {rp.snapshot}" if rp.snapshot else "") + (f" (status {rp.status})" if rp.status else ""))
+        table.add_column("subtask", no_wrap=True)
+        table.add_column("action")
+        table.add_column("detail")
+        for st in rp.subtasks:
+            table.add_row(st.subtask, st.action, st.detail)
+        out.print(table)
+
+
+# -- snapshots ----------------------------------------------------------------------------
+def _open_snapshots(job: str, store: str | None, pipeline: str | None):
+    from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+    from pipeline_lib.graph import build_graph
+    from pipeline_lib.spec import load_spec
+    from pipeline_lib.spec.models import SINGLE_SOURCE
 
     settings = ConnectionSettings.from_env()
     path = Path(job)
     if path.suffix in (".yaml", ".yml") and path.exists():
         spec = load_spec(path)
         job, store = spec.name, store or spec.checkpoint.store
+        names = [p.name for p in build_graph(spec).pipelines()]
+        if pipeline is None and len(names) > 1:
+            raise PipelineError(f"job {job} has pipelines {names}; choose one with --pipeline")
+        pipeline = pipeline or names[0]
+        if pipeline not in names:
+            raise PipelineError(f"job {job} has no pipeline {pipeline!r} (it has {names})")
     if not store:
         raise PipelineError(f"give a spec file, or --store URI for job {job!r}")
-    return SnapshotStore(open_store(store, settings), job)
+    return SnapshotStore.open(store, job, pipeline or SINGLE_SOURCE, settings)
 
 
 @snapshots_app.command("list")
 def snapshots_list(
     job: Annotated[str, typer.Argument(help="Job spec YAML, or a job name with --store.")],
     store: Annotated[Optional[str], typer.Option(help="Checkpoint store URI.")] = None,
+    pipeline: Annotated[Optional[str], typer.Option(help="Pipeline of a multi-pipeline job.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """List the retained snapshots of a job, newest first."""
+    """List the retained snapshots of a job's pipeline, newest first."""
     from pipeline_lib.checkpoint.inspect import list_snapshots
 
     try:
-        rows = list_snapshots(_open_snapshots(job, store))
+        rows = list_snapshots(_open_snapshots(job, store, pipeline))
     except PipelineError as exc:
         _fail(exc)
     if as_json:
@@ -145,28 +215,32 @@ def snapshots_show(
     job: Annotated[str, typer.Argument(help="Job spec YAML, or a job name with --store.")],
     snapshot: Annotated[str, typer.Argument(help="Snapshot id, or 'latest'.")] = "latest",
     store: Annotated[Optional[str], typer.Option(help="Checkpoint store URI.")] = None,
+    pipeline: Annotated[Optional[str], typer.Option(help="Pipeline of a multi-pipeline job.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
 ) -> None:
     """Show one snapshot's manifest."""
     from pipeline_lib.checkpoint.inspect import show_snapshot
 
     try:
-        manifest = show_snapshot(_open_snapshots(job, store), snapshot)
+        manifest = show_snapshot(_open_snapshots(job, store, pipeline), snapshot)
     except PipelineError as exc:
         _fail(exc)
     if as_json:
         out.print_json(manifest.model_dump_json())
         return
-    out.print(f"[bold]snapshot {manifest.snapshot_id}[/] of job {manifest.job}: epoch {manifest.epoch}, "
-              f"attempt {manifest.attempt}, created {manifest.created_at:%Y-%m-%d %H:%M:%S}Z")
-    out.print(f"source {manifest.topic}: next offsets {manifest.positions}")
-    if manifest.state:
-        out.print(f"state: {manifest.state.keys} keys in {len(manifest.state.files)} file(s), "
-                  f"{manifest.state.parallelism} subtasks of {manifest.state.max_parallelism} key groups")
-        for f in manifest.state.files:
-            out.print(f"  key groups [{f.key_group_start}, {f.key_group_end}): {f.key} ({f.rows} rows, {f.bytes} B)")
-    out.print(f"sink {manifest.sink.location} epoch {manifest.sink.epoch}: {len(manifest.sink.files)} file(s), "
-              f"marker {manifest.sink.marker}")
+    out.print(f"[bold]snapshot {manifest.snapshot_id}[/] of job {manifest.job} pipeline {manifest.pipeline}: "
+              f"epoch {manifest.epoch}, attempt {manifest.attempt}, created {manifest.created_at:%Y-%m-%d %H:%M:%S}Z"
+              + (", COMPLETED" if manifest.completed else ""))
+    out.print(f"source {manifest.topic}: next offsets {manifest.positions}"
+              + (f", stop offsets {manifest.stop_offsets}" if manifest.stop_offsets is not None else ""))
+    for name, flow in manifest.flows.items():
+        if flow.state:
+            out.print(f"flow {name} state: {flow.state.keys} keys in {len(flow.state.files)} file(s), "
+                      f"{flow.state.parallelism} subtasks of {flow.state.max_parallelism} key groups")
+            for f in flow.state.files:
+                out.print(f"  key groups [{f.key_group_start}, {f.key_group_end}): {f.key} ({f.rows} rows, {f.bytes} B)")
+        out.print(f"flow {name} sink {flow.sink.location} epoch {flow.sink.epoch}: {len(flow.sink.files)} file(s), "
+                  f"{flow.rows_written} rows, marker {flow.sink.marker}")
     ranges = ", ".join(f"[{r.partition}] {r.start}..{r.end}" for r in manifest.lineage.ranges)
     out.print(f"lineage: base {manifest.lineage.base_snapshot}, read {manifest.lineage.records_read} records: {ranges}")
 

@@ -22,7 +22,8 @@ def list_snapshots(snapshots: SnapshotStore) -> list[dict]:
         else:
             row.update(
                 epoch=m.epoch, attempt=m.attempt, created_at=m.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-                keys=m.state.keys if m.state else None, records_read=m.lineage.records_read,
+                keys=sum(f.state.keys for f in m.flows.values() if f.state), records_read=m.lineage.records_read,
+                completed=m.completed,
                 positions={str(p): o for p, o in sorted(m.positions.items())},
                 status="head" if row["head"] else "ok",
             )
@@ -38,7 +39,7 @@ def show_snapshot(snapshots: SnapshotStore, which: str) -> Manifest:
     head, _ = snapshots.read_head()
     if which == "latest":
         if head is None or head.latest is None:
-            raise SnapshotError(f"job {snapshots.job} has no committed snapshot")
+            raise SnapshotError(f"pipeline {snapshots.pipeline} of job {snapshots.job} has no committed snapshot")
         return snapshots.load_manifest(head.latest.snapshot_id, head.latest.manifest_sha256)
     from pipeline_lib.checkpoint.manifest import validate_snapshot_id
 

@@ -1,15 +1,20 @@
 """Where each object of a job lives inside its checkpoint store.
 
+Every pipeline of a job has a folder of its own, ``pipelines/<pipeline>/``, holding:
+
+    STATUS                                lifecycle record (RUNNING / COMPLETED / FAILED + reason)
     HEAD                                  head pointer (moved by compare-and-swap = the commit)
     attempts/<n>                          one object per run attempt, created exclusively
     plans/<epoch>.json                    the epoch's offset ranges, written before it runs
     manifests/<snapshot id>.json          immutable snapshot manifests
-    state/<snapshot id>/kg-<a>-<b>.parquet  keyed state of key groups [a, b)
+    state/<snapshot id>/<flow>/kg-<a>-<b>.parquet  a flow's keyed state of key groups [a, b)
 """
 
 from __future__ import annotations
 
+PIPELINES_PREFIX = "pipelines/"
 HEAD_KEY = "HEAD"
+STATUS_KEY = "STATUS"
 ATTEMPTS_PREFIX = "attempts/"
 PLANS_PREFIX = "plans/"
 MANIFESTS_PREFIX = "manifests/"
@@ -28,8 +33,12 @@ def manifest_key(snapshot_id: str) -> str:
     return f"{MANIFESTS_PREFIX}{snapshot_id}.json"
 
 
-def state_file_key(snapshot_id: str, start: int, end: int) -> str:
-    return f"{STATE_PREFIX}{snapshot_id}/kg-{start:05d}-{end:05d}.parquet"
+def pipeline_root(pipeline: str) -> str:
+    return f"{PIPELINES_PREFIX}{pipeline}"
+
+
+def state_file_key(snapshot_id: str, flow: str, start: int, end: int) -> str:
+    return f"{STATE_PREFIX}{snapshot_id}/{flow}/kg-{start:05d}-{end:05d}.parquet"
 
 
 def snapshot_of_state_key(key: str) -> str:

@@ -11,6 +11,7 @@ import datetime as dt
 import hashlib
 import json
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -75,12 +76,20 @@ class Lineage(Frozen):
     plan_digest: str
     ranges: list[OffsetRange]
     records_read: int
+
+
+class FlowCommit(Frozen):
+    """One flow's part of a pipeline snapshot: its keyed state and its sink's epoch commit."""
+
+    state: StateSnapshot | None
+    sink: SinkCommit
     rows_written: int
 
 
 class Manifest(Frozen):
     format_version: int = FORMAT_VERSION
     job: str
+    pipeline: str
     snapshot_id: str
     epoch: int = Field(ge=1)
     attempt: int = Field(ge=1)
@@ -88,10 +97,16 @@ class Manifest(Frozen):
     spec_fingerprint: str
     topic: str
     positions: dict[int, int]  # partition -> next offset to read
-    state: StateSnapshot | None
-    sink: SinkCommit
+    stop_offsets: dict[int, int] | None = None  # bounded source: partition -> stop offset
+    completed: bool = False  # every split reached its stop and every sink committed it
+    flows: dict[str, FlowCommit]
     lineage: Lineage
     checksum: str = ""
+
+    def completed_splits(self) -> list[int]:
+        if self.stop_offsets is None:
+            return []
+        return sorted(p for p, stop in self.stop_offsets.items() if self.positions.get(p, 0) >= stop)
 
     @field_validator("snapshot_id")
     @classmethod
@@ -131,3 +146,13 @@ class Head(Frozen):
     @property
     def latest(self) -> HistoryEntry | None:
         return self.history[0] if self.history else None
+
+
+class PipelineStatus(Frozen):
+    """A pipeline's lifecycle, recorded next to its snapshots so that tools can see it."""
+
+    state: Literal["RUNNING", "STOPPED", "COMPLETED", "FAILED"]  # STOPPED: caught up, resumable
+    attempt: int
+    epoch: int
+    reason: str | None = None
+    updated_at: dt.datetime

@@ -1,14 +1,14 @@
-"""Choose the snapshot to restore from, verify it completely, and load its state.
+"""Choose the snapshot to restore a pipeline from, verify it completely, and load its state.
 
-Verification covers the manifest checksum, every state file's checksum and the sink's commit
-marker. A snapshot that fails is skipped with a log line naming why, and the previous one is
-tried: never a silent restore from damaged files.
+Verification covers the manifest checksum, every state file's checksum and every flow's sink
+commit marker. A snapshot that fails is skipped with a log line naming why, and the previous one
+is tried: never a silent restore from damaged files.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -22,15 +22,21 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
+class FlowState:
+    schema: pa.Schema | None = None
+    rows: list[tuple] = field(default_factory=list)
+
+
+@dataclass
 class Restored:
     manifest: Manifest
     history: list[HistoryEntry]  # this snapshot and the committed ones before it, newest first
-    state_schema: pa.Schema | None
-    state_rows: list[tuple]
+    flows: dict[str, FlowState]
     fell_back_from: list[str]
 
 
-def _candidates(snapshots: SnapshotStore, which: str) -> tuple[list[HistoryEntry], str | None]:
+def candidates(snapshots: SnapshotStore, which: str) -> list[HistoryEntry]:
+    """Snapshots to try, newest first: the head's history, or the listing if the head is damaged."""
     head, _ = snapshots.read_head()
     if head is not None:
         history = head.history
@@ -43,36 +49,43 @@ def _candidates(snapshots: SnapshotStore, which: str) -> tuple[list[HistoryEntry
                 continue
             history.append(HistoryEntry(snapshot_id=sid, epoch=m.epoch, manifest_sha256=""))
     if which == "latest":
-        return history, None
+        return history
     validate_snapshot_id(which)
     for i, entry in enumerate(history):
         if entry.snapshot_id == which:
-            return history[i:], which
-    raise SnapshotError(f"snapshot {which} is not among the retained snapshots of job {snapshots.job}")
+            return history[i:]
+    raise SnapshotError(f"snapshot {which} is not among the retained snapshots of {snapshots.job}/{snapshots.pipeline}")
 
 
-def _verify_and_load(snapshots: SnapshotStore, sink_store: ObjectStore, entry: HistoryEntry) -> tuple[Manifest, pa.Schema | None, list[tuple]]:
+def _verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], entry: HistoryEntry) -> tuple[Manifest, dict[str, FlowState]]:
     manifest = snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256 or None)
-    if not sink_store.exists(manifest.sink.marker):
-        raise SnapshotError(f"sink commit marker {manifest.sink.marker} of epoch {manifest.epoch} is missing")
-    schema, rows = None, []
-    if manifest.state:
-        for ref in manifest.state.files:
-            file_schema, file_rows = decode_state_rows(snapshots.read_verified(ref.key, ref.sha256))
-            if len(file_rows) != ref.rows:
-                raise SnapshotError(f"state file {ref.key} has {len(file_rows)} rows, manifest says {ref.rows}")
-            schema = schema or file_schema
-            rows.extend(file_rows)
-        if len(rows) != manifest.state.keys:
-            raise SnapshotError(f"snapshot {entry.snapshot_id} holds {len(rows)} keys, manifest says {manifest.state.keys}")
-    return manifest, schema, rows
+    loaded: dict[str, FlowState] = {}
+    for name, commit in manifest.flows.items():
+        sink = sinks.get(name)
+        if sink is None:
+            raise SnapshotError(f"snapshot {entry.snapshot_id} has flow {name!r}, which the spec no longer has")
+        if not sink.exists(commit.sink.marker):
+            raise SnapshotError(f"sink commit marker {commit.sink.marker} of flow {name} epoch {manifest.epoch} is missing")
+        flow = loaded[name] = FlowState()
+        if commit.state:
+            for ref in commit.state.files:
+                file_schema, file_rows = decode_state_rows(snapshots.read_verified(ref.key, ref.sha256))
+                if len(file_rows) != ref.rows:
+                    raise SnapshotError(f"state file {ref.key} has {len(file_rows)} rows, manifest says {ref.rows}")
+                flow.schema = flow.schema or file_schema
+                flow.rows.extend(file_rows)
+            if len(flow.rows) != commit.state.keys:
+                raise SnapshotError(f"snapshot {entry.snapshot_id} flow {name} holds {len(flow.rows)} keys, "
+                                    f"manifest says {commit.state.keys}")
+    return manifest, loaded
 
 
-def restore_snapshot(snapshots: SnapshotStore, sink_store: ObjectStore, which: str) -> Restored | None:
+def restore_snapshot(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], which: str) -> Restored | None:
     """``which`` is ``latest``, ``none`` or a snapshot id. Returns None to start fresh."""
     if which == "none":
         return None
-    history, exact = _candidates(snapshots, which)
+    history = candidates(snapshots, which)
+    exact = None if which == "latest" else which
     if not history:
         if exact:
             raise SnapshotError(f"snapshot {exact} not found")
@@ -80,16 +93,17 @@ def restore_snapshot(snapshots: SnapshotStore, sink_store: ObjectStore, which: s
     failures: list[str] = []
     for i, entry in enumerate(history):
         try:
-            manifest, schema, rows = _verify_and_load(snapshots, sink_store, entry)
+            manifest, flows = _verify_and_load(snapshots, sinks, entry)
         except (SnapshotError, NotFound) as exc:
             if exact:
                 raise SnapshotError(f"snapshot {exact} cannot be restored: {exc}") from None
             nxt = history[i + 1].snapshot_id if i + 1 < len(history) else "nothing"
-            log.error("snapshot %s is unusable (%s); falling back to %s", entry.snapshot_id, exc, nxt)
+            log.error("pipeline %s: snapshot %s is unusable (%s); falling back to %s",
+                      snapshots.pipeline, entry.snapshot_id, exc, nxt)
             failures.append(entry.snapshot_id)
             continue
-        return Restored(manifest, history[i:], schema, rows, failures)
+        return Restored(manifest, history[i:], flows, failures)
     raise SnapshotError(
-        f"none of the {len(history)} retained snapshots of job {snapshots.job} could be restored "
-        f"({', '.join(failures)}); use --restore none to start over from the source"
+        f"none of the {len(history)} retained snapshots of pipeline {snapshots.pipeline} of job {snapshots.job} "
+        f"could be restored ({', '.join(failures)}); use --restore none to start over from the source"
     )

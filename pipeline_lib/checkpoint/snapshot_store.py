@@ -13,7 +13,7 @@ import logging
 from pydantic import ValidationError
 
 from pipeline_lib.checkpoint import layout
-from pipeline_lib.checkpoint.manifest import Head, HistoryEntry, Manifest, sha256_hex
+from pipeline_lib.checkpoint.manifest import Head, HistoryEntry, Manifest, PipelineStatus, sha256_hex
 from pipeline_lib.errors import FencedError, NotFound, SnapshotError
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.storage import ObjectStore
@@ -22,9 +22,29 @@ log = logging.getLogger(__name__)
 
 
 class SnapshotStore:
-    def __init__(self, store: ObjectStore, job: str):
+    """The snapshots of one pipeline of a job, in that pipeline's folder of the checkpoint store."""
+
+    def __init__(self, store: ObjectStore, job: str, pipeline: str):
         self.store = store
         self.job = job
+        self.pipeline = pipeline
+
+    @classmethod
+    def open(cls, checkpoint_uri: str, job: str, pipeline: str, settings) -> "SnapshotStore":
+        from pipeline_lib.storage import open_store, parse_location
+
+        root = parse_location(checkpoint_uri).child(layout.pipeline_root(pipeline))
+        return cls(open_store(root, settings), job, pipeline)
+
+    # -- lifecycle status -------------------------------------------------------------------
+    def read_status(self) -> PipelineStatus | None:
+        try:
+            return PipelineStatus.model_validate_json(self.store.get(layout.STATUS_KEY))
+        except (NotFound, ValidationError):
+            return None
+
+    def write_status(self, status: PipelineStatus) -> None:
+        self.store.put(layout.STATUS_KEY, status.model_dump_json(indent=1).encode())
 
     # -- head -------------------------------------------------------------------------------
     def read_head(self) -> tuple[Head | None, str | None]:
@@ -104,8 +124,10 @@ class SnapshotStore:
             raise SnapshotError(f"manifest of snapshot {snapshot_id} is unreadable: {exc.errors()[0]['msg']}") from None
         if not manifest.verify_checksum():
             raise SnapshotError(f"manifest of snapshot {snapshot_id} fails its self-checksum")
-        if manifest.job != self.job or manifest.snapshot_id != snapshot_id:
-            raise SnapshotError(f"manifest {snapshot_id} describes {manifest.job}/{manifest.snapshot_id}")
+        if (manifest.job, manifest.pipeline, manifest.snapshot_id) != (self.job, self.pipeline, snapshot_id):
+            raise SnapshotError(
+                f"manifest {snapshot_id} describes {manifest.job}/{manifest.pipeline}/{manifest.snapshot_id}"
+            )
         return manifest
 
     def listed_snapshot_ids(self) -> list[str]:
@@ -137,8 +159,9 @@ class SnapshotStore:
                 manifest = self.load_manifest(entry.snapshot_id)
             except SnapshotError:
                 continue
-            if manifest.state:
-                referenced.update(f.key for f in manifest.state.files)
+            for flow in manifest.flows.values():
+                if flow.state:
+                    referenced.update(f.key for f in flow.state.files)
         oldest_epoch = min(e.epoch for e in head.history)
         doomed = []
         for sid in self.listed_snapshot_ids():

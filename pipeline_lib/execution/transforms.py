@@ -23,11 +23,13 @@ def load_hook(ref: str):
     return func
 
 
-def apply_transforms(df: DataFrame, transforms: list[TransformSpec]) -> DataFrame:
-    """Build the transformed DataFrame; analysis errors surface here, before any data moves."""
+def apply_transforms(df: DataFrame, transforms: list[TransformSpec], where: str = "") -> DataFrame:
+    """Build the transformed DataFrame; analysis errors surface here, before any data moves.
+    ``where`` prefixes error messages (e.g. the flow's name)."""
+    prefix = where
     for i, t in enumerate(transforms):
         kind = "filter" if t.filter is not None else "select" if t.select is not None else "python"
-        where = f"transforms[{i}].{kind}"
+        where = f"{prefix}transforms[{i}].{kind}"
         try:
             if t.filter is not None:
                 df = df.filter(t.filter)

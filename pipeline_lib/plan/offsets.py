@@ -44,6 +44,7 @@ class EpochPlan(BaseModel):
     base_snapshot: str | None
     positions: dict[int, int]  # every partition's next offset before the epoch
     ranges: list[OffsetRange]
+    stop_offsets: dict[int, int] | None = None  # a bounded source's stops, fixed at its first start
 
     @property
     def records(self) -> int:
@@ -91,6 +92,7 @@ def plan_epoch(
     positions: Mapping[int, int],
     targets: Mapping[int, int],
     max_records: int,
+    stop_offsets: Mapping[int, int] | None = None,
 ) -> EpochPlan:
     """Ranges from ``positions`` towards ``targets`` holding at most ``max_records`` records."""
     lags = {p: max(0, targets.get(p, pos) - pos) for p, pos in positions.items()}
@@ -100,7 +102,8 @@ def plan_epoch(
         for p in sorted(positions)
         if shares[p] > 0
     ]
-    return EpochPlan(epoch=epoch, base_snapshot=base_snapshot, positions=dict(positions), ranges=ranges)
+    return EpochPlan(epoch=epoch, base_snapshot=base_snapshot, positions=dict(positions), ranges=ranges,
+                     stop_offsets=dict(stop_offsets) if stop_offsets is not None else None)
 
 
 def split_for_parallelism(ranges: list[OffsetRange], parallelism: int, min_size: int = 2_000) -> list[OffsetRange]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pipeline_lib.spec.aggregates import AggregateFunction, parse_aggregate
 from pipeline_lib.spec.schema_ddl import parse_schema_ddl
@@ -30,6 +30,9 @@ class KafkaSourceSpec(StrictModel):
     format: Literal["json", "string"] = "json"
     schema_: Annotated[str | None, Field(alias="schema")] = None
     starting_offsets: Literal["earliest", "latest"] = "earliest"
+    # Bounded sources: "latest" = the end offsets seen at the first start (kept in the snapshot),
+    # or explicit {partition: stop offset}. A partition that reached its stop is COMPLETED.
+    stop: Literal["latest"] | dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]] | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -133,15 +136,17 @@ class StateSpec(StrictModel):
     aggregate: AggregateSpec
 
 
-class FilesSinkSpec(StrictModel):
-    path: str
-    format: Literal["jsonl", "parquet"] = "jsonl"
+def _valid_location(value: str) -> str:
+    parse_location(value)
+    return value
 
-    @field_validator("path")
-    @classmethod
-    def _location(cls, value: str) -> str:
-        parse_location(value)
-        return value
+
+LocationUri = Annotated[str, AfterValidator(_valid_location)]
+
+
+class FilesSinkSpec(StrictModel):
+    path: LocationUri
+    format: Literal["jsonl", "parquet"] = "jsonl"
 
 
 class SinkSpec(StrictModel):
@@ -149,46 +154,93 @@ class SinkSpec(StrictModel):
 
 
 class CheckpointSpec(StrictModel):
-    store: str
+    store: LocationUri
     retain: Annotated[int, Field(ge=1, le=10_000)] = 10
     max_parallelism: Annotated[int, Field(ge=1, le=32_768)] = 128
-
-    @field_validator("store")
-    @classmethod
-    def _location(cls, value: str) -> str:
-        parse_location(value)
-        return value
 
 
 class TriggerSpec(StrictModel):
     max_records_per_epoch: Annotated[int, Field(ge=1, le=100_000_000)] = 20_000
 
 
-class JobSpec(StrictModel):
+class FlowSpec(StrictModel):
+    """One branch of a job: a named source → transforms → optional state → one sink."""
+
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
-    source: SourceSpec
+    source: Annotated[str, Field(pattern=NAME_PATTERN)]
     transforms: list[TransformSpec] = []
     state: StateSpec | None = None
     sink: SinkSpec
+
+
+SINGLE_SOURCE = "main"
+
+
+class JobSpec(StrictModel):
+    """Either the single-flow form (source / transforms / state / sink) or the multi-flow form
+    (``sources`` by name, ``flows`` each reading one of them)."""
+
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    source: SourceSpec | None = None
+    transforms: list[TransformSpec] = []
+    state: StateSpec | None = None
+    sink: SinkSpec | None = None
+    sources: dict[Annotated[str, Field(pattern=NAME_PATTERN)], SourceSpec] | None = None
+    flows: list[FlowSpec] | None = None
     checkpoint: CheckpointSpec
     trigger: TriggerSpec = TriggerSpec()
     parallelism: Annotated[int, Field(ge=1, le=32_768)] = 1
 
     @model_validator(mode="after")
     def _consistent(self) -> "JobSpec":
+        single = self.source is not None or self.sink is not None or self.state is not None or self.transforms
+        multi = self.sources is not None or self.flows is not None
+        if single and multi:
+            raise ValueError("use either source/transforms/state/sink or sources/flows, not both")
+        if not multi and (self.source is None or self.sink is None):
+            raise ValueError("a job needs a source and a sink (or sources and flows)")
+        if multi and (not self.sources or not self.flows):
+            raise ValueError("the multi-flow form needs both sources and flows")
         if self.parallelism > self.checkpoint.max_parallelism:
             raise ValueError(
                 f"parallelism {self.parallelism} exceeds checkpoint.max_parallelism "
                 f"{self.checkpoint.max_parallelism}"
             )
-        if self.state and not any(t.changes_columns for t in self.transforms):
-            known = set(self.source.kafka.columns())
-            missing = sorted(self.state.aggregate.input_columns() - known)
-            if missing:
-                raise ValueError(
-                    f"state.aggregate uses columns {missing} that source.kafka does not have "
-                    f"(it has {sorted(known)})"
-                )
-        if parse_location(self.sink.files.path) == parse_location(self.checkpoint.store):
-            raise ValueError("sink.files.path and checkpoint.store must differ")
+        sources, flows = self.all_sources(), self.all_flows()
+        names = [f.name for f in flows]
+        if len(set(names)) != len(names):
+            raise ValueError(f"flow names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        unused = sorted(set(sources) - {f.source for f in flows})
+        if unused:
+            raise ValueError(f"sources {unused} feed no flow")
+        locations = {str(parse_location(self.checkpoint.store)): "checkpoint.store"}
+        for flow in flows:
+            where = "" if not multi else f"flow {flow.name}: "
+            if flow.source not in sources:
+                raise ValueError(f"{where}source {flow.source!r} is not defined (have {sorted(sources)})")
+            if flow.state and not any(t.changes_columns for t in flow.transforms):
+                known = set(sources[flow.source].kafka.columns())
+                missing = sorted(flow.state.aggregate.input_columns() - known)
+                if missing:
+                    raise ValueError(
+                        f"{where}state.aggregate uses columns {missing} that source.kafka does not have "
+                        f"(it has {sorted(known)})"
+                    )
+            sink = str(parse_location(flow.sink.files.path))
+            if sink in locations:
+                raise ValueError(f"{where}sink.files.path is also used by {locations[sink]}; they must differ")
+            locations[sink] = f"flow {flow.name}"
         return self
+
+    def all_sources(self) -> dict[str, SourceSpec]:
+        if self.sources is not None:
+            return dict(self.sources)
+        return {SINGLE_SOURCE: self.source} if self.source else {}
+
+    def all_flows(self) -> list[FlowSpec]:
+        if self.flows is not None:
+            return list(self.flows)
+        if self.sink is None:
+            return []
+        return [FlowSpec(name=self.name, source=SINGLE_SOURCE, transforms=self.transforms,
+                         state=self.state, sink=self.sink)]

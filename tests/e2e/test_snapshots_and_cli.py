@@ -9,12 +9,17 @@ import pytest
 from pipeline_lib.checkpoint import layout
 from pipeline_lib.samples import create_topic, produce_raw, spend_per_user
 from pipeline_lib.settings import ConnectionSettings
-from pipeline_lib.storage import open_store
+from pipeline_lib.storage import open_store, parse_location
 from tests.support import result_table, run_cli, spend_spec, write_spec
 
 
 def _store(env, uri):
     return open_store(uri, ConnectionSettings.from_env(env))
+
+
+def _pipeline_store(env, checkpoint_uri, pipeline="main"):
+    """The folder of one pipeline inside a job's checkpoint store."""
+    return open_store(parse_location(checkpoint_uri).child(layout.pipeline_root(pipeline)), ConnectionSettings.from_env(env))
 
 
 def _snapshots_json(env, spec) -> list[dict]:
@@ -32,10 +37,10 @@ def test_damaged_latest_snapshot_falls_back_to_previous(stack_env, tmp_path, pay
     assert first.returncode == 0, first.stderr[-3000:]
     head = _snapshots_json(stack_env, spec)[0]
     assert head["epoch"] == 3 and head["status"] == "head"
-    store = _store(stack_env, store_uri)
+    store = _pipeline_store(stack_env, store_uri)
     manifest = json.loads(store.get(layout.manifest_key(head["snapshot_id"])))
     if damage == "corrupt_state_file":
-        key = manifest["state"]["files"][0]["key"]
+        key = manifest["flows"][name]["state"]["files"][0]["key"]
         store.put(key, store.get(key)[:-7] + b"garbage")
     elif damage == "missing_manifest":
         store.delete(layout.manifest_key(head["snapshot_id"]))
@@ -56,12 +61,12 @@ def test_retention_keeps_last_k_and_only_referenced_state(stack_env, tmp_path, p
     name, sink, store_uri = locations
     spec = write_spec(tmp_path, spend_spec(name, topic, sink, store_uri, retain=2))
     assert run_cli(["run", str(spec)], stack_env).returncode == 0
-    store = _store(stack_env, store_uri)
+    store = _pipeline_store(stack_env, store_uri)
     manifests = store.list(layout.MANIFESTS_PREFIX)
     assert [m.split("/")[1][:10] for m in manifests] == ["0000000005", "0000000006"]
     referenced = set()
     for key in manifests:
-        referenced |= {f["key"] for f in json.loads(store.get(key))["state"]["files"]}
+        referenced |= {f["key"] for f in json.loads(store.get(key))["flows"][name]["state"]["files"]}
     assert set(store.list(layout.STATE_PREFIX)) == referenced
     assert result_table(stack_env, sink) == spend_per_user(events)
 
@@ -94,7 +99,7 @@ def test_bad_record_fails_the_run_naming_it_and_commits_nothing_for_its_epoch(st
     assert f"bad record at {topic}[0]@5: field 'amount': expected an integer" in failed.stderr
     assert "Traceback" not in failed.stderr
     assert _store(stack_env, sink).list() == []
-    assert not _store(stack_env, store_uri).exists(layout.HEAD_KEY)
+    assert not _pipeline_store(stack_env, store_uri).exists(layout.HEAD_KEY)
 
 
 def test_cli_rejects_a_bad_spec_before_starting_anything(tmp_path, stack_env):

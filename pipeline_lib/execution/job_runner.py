@@ -1,0 +1,104 @@
+"""Run a job: split it into pipelines, restore each on its own, deploy only the unfinished ones.
+
+Pipelines run side by side in threads of one Spark application. A pipeline that fails is marked
+FAILED with the reason while the others keep running and committing; a pipeline whose latest
+snapshot is COMPLETED is not deployed at all — no Spark tasks, no Kafka reads.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pipeline_lib.errors import PipelineError
+from pipeline_lib.execution.pipeline_runner import EpochReport, PipelineRunner, RunOptions
+from pipeline_lib.execution.spark_session import start_spark
+from pipeline_lib.faults import remember_runner_group
+from pipeline_lib.graph import build_graph
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.spec.models import JobSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PipelineOutcome:
+    name: str
+    status: str  # COMPLETED (skipped or finished) | RAN | FAILED
+    attempt: int = 0
+    restored_from: str | None = None
+    epochs: list[EpochReport] = field(default_factory=list)
+    reason: str | None = None
+
+    @property
+    def records(self) -> int:
+        return sum(e.records for e in self.epochs)
+
+
+@dataclass
+class JobSummary:
+    job: str
+    pipelines: list[PipelineOutcome]
+
+    @property
+    def failed(self) -> list[PipelineOutcome]:
+        return [p for p in self.pipelines if p.status == "FAILED"]
+
+
+class JobRunner:
+    def __init__(self, spec: JobSpec, settings: ConnectionSettings, options: RunOptions,
+                 on_epoch: Callable[[EpochReport], None] | None = None, only: list[str] | None = None):
+        self.spec, self.settings, self.options = spec, settings, options
+        settings.require_kafka()
+        pipelines = build_graph(spec, options.parallelism).pipelines()
+        names = [p.name for p in pipelines]
+        unknown = sorted(set(only or []) - set(names))
+        if unknown:
+            raise PipelineError(f"job {spec.name} has no pipeline {unknown} (it has {names})")
+        if options.restore not in ("latest", "none") and len(only or names) != 1:
+            raise PipelineError("--restore SNAPSHOT_ID names one pipeline's snapshot; add --pipeline NAME")
+        self.runners = [PipelineRunner(spec, p, settings, options, on_epoch) for p in pipelines
+                        if not only or p.name in only]
+
+    def run(self) -> JobSummary:
+        outcomes: dict[str, PipelineOutcome] = {}
+        to_deploy: list[PipelineRunner] = []
+        for runner in self.runners:
+            name = runner.pipeline.name
+            done = runner.latest_is_completed()
+            if done:
+                log.info("pipeline %s is COMPLETED (snapshot %s): not deployed", name, done)
+                outcomes[name] = PipelineOutcome(name, "COMPLETED", restored_from=done)
+                continue
+            try:
+                restored = runner.restore()
+            except PipelineError as exc:
+                log.error("pipeline %s FAILED to restore: %s", name, exc)
+                outcomes[name] = PipelineOutcome(name, "FAILED", reason=str(exc))
+                continue
+            outcomes[name] = PipelineOutcome(name, "RAN", restored_from=restored.manifest.snapshot_id if restored else None)
+            to_deploy.append(runner)
+        if to_deploy:
+            remember_runner_group()
+            spark = start_spark(f"pipeline-lib:{self.spec.name}", self.settings.spark_master,
+                                max(r.parallelism for r in to_deploy))
+            try:
+                with ThreadPoolExecutor(max_workers=len(to_deploy), thread_name_prefix="pipeline") as pool:
+                    futures = {r.pipeline.name: (r, pool.submit(r.run, spark)) for r in to_deploy}
+                    for name, (runner, future) in futures.items():
+                        outcome = outcomes[name]
+                        try:
+                            future.result()
+                        except Exception as exc:  # isolate: the other pipelines go on
+                            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                            log.error("pipeline %s FAILED: %s", name, reason)
+                            outcome.status, outcome.reason = "FAILED", reason
+                        outcome.attempt, outcome.epochs = runner.attempt, runner.epochs
+                        status = runner.snapshots.read_status()
+                        if outcome.status != "FAILED" and status and status.state == "COMPLETED":
+                            outcome.status = "COMPLETED"
+            finally:
+                spark.stop()
+        return JobSummary(self.spec.name, [outcomes[r.pipeline.name] for r in self.runners])

@@ -1,0 +1,385 @@
+"""One pipeline's epoch loop: plan → read on Spark → per flow: transform, keyed state, sink →
+snapshot commit.
+
+Epochs are the barriers of a Chandy–Lamport cut: between two micro-batches nothing is in flight,
+so (end offsets, every flow's state after the epoch, every flow's sink output) is a consistent
+snapshot. A pipeline is one source and all flows reading it; it commits and restores on its own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+import pyarrow as pa
+from pyspark import StorageLevel
+
+from pipeline_lib.checkpoint.layout import state_file_key
+from pipeline_lib.checkpoint.manifest import (
+    FlowCommit, Lineage, Manifest, PipelineStatus, StateFileRef, StateSnapshot, sha256_hex, snapshot_id_for,
+)
+from pipeline_lib.checkpoint.restore import Restored, restore_snapshot
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.checkpoint.state_files import encode_state_rows
+from pipeline_lib.errors import PipelineError, SnapshotError
+from pipeline_lib.execution.aggregate import epoch_partials, table_rows
+from pipeline_lib.execution.epoch_reader import read_epoch, source_schema
+from pipeline_lib.execution.keyed_state import KeyedAggregateState
+from pipeline_lib.execution.spark_errors import clear_spark_errors
+from pipeline_lib.execution.transforms import apply_transforms
+from pipeline_lib.faults import fault_point
+from pipeline_lib.graph import Pipeline
+from pipeline_lib.plan import kafka_offsets
+from pipeline_lib.plan.keygroups import key_group_range, subtask_of
+from pipeline_lib.plan.offsets import EpochPlan, plan_epoch
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.files_sink import FilesSink
+from pipeline_lib.spec.models import FlowSpec, JobSpec
+from pipeline_lib.storage import open_store
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["until-caught-up", "forever"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    mode: Mode = "until-caught-up"
+    restore: str = "latest"
+    parallelism: int | None = None
+    poll_interval_s: float = 2.0
+    max_epochs: int | None = None  # stop after this many epochs (tests, smoke runs)
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    pipeline: str
+    epoch: int
+    snapshot_id: str
+    records: int
+    rows_written: int
+    keys: int
+    lag: int
+    seconds: float
+    completed_splits: int
+
+
+@dataclass
+class FlowRuntime:
+    """A flow's live parts: its sink, its keyed state and the state files of the last snapshot."""
+
+    spec: FlowSpec
+    sink: FilesSink
+    state: KeyedAggregateState | None
+    state_schema: pa.Schema | None = None
+    state_files: dict[tuple[int, int], StateFileRef] = field(default_factory=dict)
+
+
+def spec_fingerprint(spec: JobSpec) -> str:
+    return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class PipelineRunner:
+    def __init__(self, job: JobSpec, pipeline: Pipeline, settings: ConnectionSettings, options: RunOptions,
+                 on_epoch: Callable[[EpochReport], None] | None = None):
+        self.job, self.pipeline, self.settings, self.options = job, pipeline, settings, options
+        self.on_epoch = on_epoch or (lambda report: None)
+        self.parallelism = options.parallelism or job.parallelism
+        self.maxp = job.checkpoint.max_parallelism
+        if not 1 <= self.parallelism <= self.maxp:
+            raise PipelineError(f"parallelism {self.parallelism} must be between 1 and max_parallelism {self.maxp}")
+        self.source = job.all_sources()[pipeline.source].kafka
+        self.topic = self.source.topic
+        self.snapshots = SnapshotStore.open(job.checkpoint.store, job.name, pipeline.name, settings)
+        self.flows: list[FlowRuntime] = []
+        for flow in job.all_flows():
+            if flow.source != pipeline.source:
+                continue
+            agg = flow.state.aggregate if flow.state else None
+            self.flows.append(FlowRuntime(
+                spec=flow,
+                sink=FilesSink(open_store(flow.sink.files.path, settings), flow.sink.files.format),
+                state=KeyedAggregateState(agg.key, agg.functions(), self.maxp) if agg else None,
+            ))
+        self.restored: Restored | None = None
+        self.attempt = 0
+        self.epochs: list[EpochReport] = []
+
+    # -- restore ----------------------------------------------------------------------------
+    def latest_is_completed(self) -> str | None:
+        """The id of the head snapshot if it says the pipeline is COMPLETED (read nothing else)."""
+        if self.options.restore == "none":
+            return None
+        head, _ = self.snapshots.read_head()
+        if head is None or head.latest is None:
+            return None
+        if self.options.restore not in ("latest", head.latest.snapshot_id):
+            return None
+        try:
+            manifest = self.snapshots.load_manifest(head.latest.snapshot_id, head.latest.manifest_sha256)
+        except SnapshotError:
+            return None  # the full restore will explain and fall back
+        return manifest.snapshot_id if manifest.completed else None
+
+    def restore(self) -> Restored | None:
+        sinks = {f.spec.name: f.sink.store for f in self.flows}
+        restored = restore_snapshot(self.snapshots, sinks, self.options.restore)
+        if restored is None:
+            if self.options.restore == "none":
+                self.snapshots.discard_plans_from(1)
+            return None
+        self._check_compatible(restored.manifest)
+        for flow in self.flows:
+            loaded = restored.flows.get(flow.spec.name)
+            if loaded is None:  # a flow added to the spec since: it starts empty from this position
+                continue
+            commit = restored.manifest.flows[flow.spec.name]
+            if flow.state is not None and commit.state is not None:
+                flow.state.load_rows(loaded.rows)
+                flow.state_schema = loaded.schema
+                if commit.state.parallelism == self.parallelism:
+                    flow.state_files = {(f.key_group_start, f.key_group_end): f for f in commit.state.files}
+                else:
+                    log.info("pipeline %s flow %s: rescaling keyed state from %d to %d subtasks",
+                             self.pipeline.name, flow.spec.name, commit.state.parallelism, self.parallelism)
+        self.restored = restored
+        return restored
+
+    def _check_compatible(self, m: Manifest) -> None:
+        """A snapshot's state only means something for the same topic, keys and aggregates."""
+        if m.topic != self.topic:
+            raise SnapshotError(f"snapshot {m.snapshot_id} read topic {m.topic!r}, the spec reads {self.topic!r}")
+        for flow in self.flows:
+            commit = m.flows.get(flow.spec.name)
+            if commit is None:
+                continue
+            want = flow.spec.state.aggregate if flow.spec.state else None
+            have = commit.state
+            same = (want is None and have is None) or (
+                want is not None and have is not None and want.key == have.key_columns
+                and {n: str(f) for n, f in want.functions().items()} == have.value_columns)
+            if not same:
+                raise SnapshotError(
+                    f"snapshot {m.snapshot_id} holds state {have.key_columns if have else None} / "
+                    f"{have.value_columns if have else None} for flow {flow.spec.name}, which its state step no "
+                    "longer matches; use --restore none to start over"
+                )
+
+    # -- planning ---------------------------------------------------------------------------
+    def _positions_and_stops(self, consumer) -> tuple[dict[int, int], dict[int, int] | None]:
+        partitions = kafka_offsets.topic_partitions(consumer, self.topic)
+        earliest = kafka_offsets.earliest_offsets(consumer, self.topic, partitions)
+        if self.restored is not None:
+            m = self.restored.manifest
+            return {p: m.positions.get(p, earliest[p]) for p in partitions}, m.stop_offsets
+        first_plan = self.snapshots.load_plan(1) if self.options.restore == "latest" else None
+        if first_plan is not None:  # a first attempt planned epoch 1 and died before committing it
+            return {p: first_plan.positions.get(p, earliest[p]) for p in partitions}, first_plan.stop_offsets
+        if self.source.starting_offsets == "latest":
+            positions = kafka_offsets.confirmed_end_offsets(consumer, self.topic, partitions)
+        else:
+            positions = earliest
+        stop = self.source.stop
+        if stop == "latest":
+            stops = kafka_offsets.confirmed_end_offsets(consumer, self.topic, partitions)
+        elif isinstance(stop, dict):
+            unknown = sorted(set(stop) - set(partitions))
+            if unknown:
+                raise PipelineError(f"source {self.pipeline.source}: stop names partitions {unknown} that "
+                                    f"topic {self.topic} does not have")
+            stops = {p: stop.get(p, positions[p]) for p in partitions}
+        else:
+            stops = None
+        return positions, stops
+
+    def _plan(self, epoch: int, base: str | None, positions: dict[int, int], targets: dict[int, int],
+              stops: dict[int, int] | None) -> EpochPlan:
+        planned = self.snapshots.load_plan(epoch)
+        if planned is not None and planned.positions == positions:
+            return planned  # replay exactly what an earlier attempt planned
+        plan = plan_epoch(epoch, base, self.topic, positions, targets, self.job.trigger.max_records_per_epoch, stops)
+        if plan.records:
+            self.snapshots.save_plan(plan)
+        return plan
+
+    @staticmethod
+    def _targets(latest: dict[int, int], stops: dict[int, int] | None) -> dict[int, int]:
+        if stops is None:
+            return latest
+        return {p: min(end, stops.get(p, end)) for p, end in latest.items()}
+
+    @staticmethod
+    def _is_completed(positions: dict[int, int], stops: dict[int, int] | None) -> bool:
+        return stops is not None and all(positions.get(p, 0) >= s for p, s in stops.items())
+
+    # -- one epoch --------------------------------------------------------------------------
+    def _flow_output(self, flow: FlowRuntime, df) -> tuple[list[pa.Table], set[int]]:
+        """A flow's sink parts (one per subtask) and the key groups it changed."""
+        df = apply_transforms(df, flow.spec.transforms, where=f"flow {flow.spec.name}: " if len(self.flows) > 1 else "")
+        p = self.parallelism
+        if flow.state is None:
+            table = df.toArrow()
+            size = -(-table.num_rows // p) if table.num_rows else 0
+            return [table.slice(i * size, size) for i in range(p)], set()
+        assert flow.spec.state is not None
+        partials = epoch_partials(df, flow.spec.state.aggregate)
+        if flow.state_schema is None:
+            flow.state_schema = partials.schema
+        changed = flow.state.merge(table_rows(partials))
+        by_subtask: dict[int, list[tuple]] = defaultdict(list)
+        for key in changed:
+            by_subtask[subtask_of(flow.state.key_groups[key], p, self.maxp)].append(key)
+        columns = flow.state.columns
+        parts = [
+            pa.Table.from_pylist([dict(zip(columns, row)) for row in flow.state.rows(by_subtask[i])],
+                                 schema=flow.state_schema)
+            for i in range(p)
+        ]
+        return parts, {flow.state.key_groups[k] for k in changed}
+
+    def _write_state(self, flow: FlowRuntime, snapshot_id: str, epoch: int, dirty: set[int]) -> StateSnapshot | None:
+        if flow.state is None:
+            return None
+        assert flow.spec.state is not None
+        p, maxp = self.parallelism, self.maxp
+        keys_by_subtask: dict[int, list[tuple]] = defaultdict(list)
+        for key, kg in flow.state.key_groups.items():
+            keys_by_subtask[subtask_of(kg, p, maxp)].append(key)
+        files: dict[tuple[int, int], StateFileRef] = {}
+        for i in range(p):
+            r = key_group_range(i, p, maxp)
+            span = (r.start, r.stop)
+            previous = flow.state_files.get(span)
+            if previous is not None and not any(kg in r for kg in dirty):
+                files[span] = previous  # incremental: unchanged key groups keep their file
+                continue
+            keys = keys_by_subtask.get(i, [])
+            if not keys:
+                continue
+            assert flow.state_schema is not None
+            data = encode_state_rows(flow.state.rows(keys), [flow.state.key_groups[k] for k in keys], flow.state_schema)
+            key = state_file_key(snapshot_id, flow.spec.name, r.start, r.stop)
+            self.snapshots.store.put(key, data)
+            files[span] = StateFileRef(key=key, rows=len(keys), bytes=len(data), sha256=sha256_hex(data),
+                                       key_group_start=r.start, key_group_end=r.stop)
+            fault_point("mid_snapshot_write", epoch)
+        flow.state_files = files
+        agg = flow.spec.state.aggregate
+        return StateSnapshot(
+            key_columns=agg.key, value_columns={n: str(f) for n, f in agg.functions().items()},
+            max_parallelism=maxp, parallelism=p, keys=len(flow.state),
+            files=sorted(files.values(), key=lambda f: f.key_group_start),
+        )
+
+    def _run_epoch(self, spark, schema, plan: EpochPlan, history, head_version) -> tuple[Manifest, object, str]:
+        """One epoch, in commit order: sink files, state files, manifest, head."""
+        epoch = plan.epoch
+        with clear_spark_errors(f"epoch {epoch} of pipeline {self.pipeline.name}"):
+            df = read_epoch(spark, self.settings.require_kafka(), self.source, schema, plan, self.parallelism)
+            shared = len(self.flows) > 1
+            if shared:  # read Kafka once for all flows of the pipeline
+                df = df.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                outputs = {flow.spec.name: self._flow_output(flow, df) for flow in self.flows}
+            finally:
+                if shared:
+                    df.unpersist()
+        fault_point("after_read", epoch)
+        snapshot_id = snapshot_id_for(epoch, self.attempt)
+        commits: dict[str, FlowCommit] = {}
+        for flow in self.flows:
+            parts, _ = outputs[flow.spec.name]
+            digest = hashlib.sha256(f"{plan.digest()}|{self.parallelism}|{flow.sink.format}".encode()).hexdigest()
+            sink_commit = flow.sink.write_epoch(epoch, digest, parts)
+            commits[flow.spec.name] = FlowCommit(state=None, sink=sink_commit, rows_written=sum(t.num_rows for t in parts))
+        for flow in self.flows:
+            state = self._write_state(flow, snapshot_id, epoch, outputs[flow.spec.name][1])
+            commits[flow.spec.name] = commits[flow.spec.name].model_copy(update={"state": state})
+        positions = plan.end_positions()
+        manifest = Manifest(
+            job=self.job.name, pipeline=self.pipeline.name, snapshot_id=snapshot_id, epoch=epoch,
+            attempt=self.attempt, created_at=_now(), spec_fingerprint=spec_fingerprint(self.job),
+            topic=self.topic, positions=positions, stop_offsets=plan.stop_offsets,
+            completed=self._is_completed(positions, plan.stop_offsets), flows=commits,
+            lineage=Lineage(base_snapshot=plan.base_snapshot, plan_digest=plan.digest(), ranges=plan.ranges,
+                            records_read=plan.records),
+        ).sealed()
+        manifest_sha = self.snapshots.write_manifest(manifest)
+        fault_point("after_manifest", epoch)
+        head, version = self.snapshots.move_head(manifest, manifest_sha, history, head_version, self.job.checkpoint.retain)
+        fault_point("after_head_move", epoch)
+        self.snapshots.collect_garbage(head)
+        return manifest, head, version
+
+    def _status(self, state: str, epoch: int, reason: str | None = None) -> None:
+        self.snapshots.write_status(PipelineStatus(state=state, attempt=self.attempt, epoch=epoch, reason=reason,
+                                                   updated_at=_now()))
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self, spark) -> None:
+        """Process epochs until caught up (or forever, or until a bounded source completes)."""
+        restored = self.restored
+        _, head_version = self.snapshots.read_head()
+        self.attempt = self.snapshots.claim_attempt()
+        history = restored.history if restored else []
+        base_id = restored.manifest.snapshot_id if restored else None
+        epoch = restored.manifest.epoch if restored else 0
+        log.info("pipeline %s of job %s attempt %d: %s", self.pipeline.name, self.job.name, self.attempt,
+                 f"restored snapshot {base_id} (epoch {epoch})" if base_id else "starting without a snapshot")
+        self._status("RUNNING", epoch)
+        try:
+            epoch = self._loop(spark, epoch, base_id, history, head_version)
+        except BaseException as exc:
+            self._status("FAILED", epoch, str(exc).splitlines()[0][:1000] if str(exc) else type(exc).__name__)
+            raise
+
+    def _loop(self, spark, epoch, base_id, history, head_version) -> int:
+        with kafka_offsets.offsets_consumer(self.settings.require_kafka()) as consumer:
+            positions, stops = self._positions_and_stops(consumer)
+            latest = kafka_offsets.confirmed_end_offsets(consumer, self.topic, sorted(positions))
+            targets = self._targets(latest, stops)
+            with clear_spark_errors(f"parsing the schema of source {self.pipeline.source}"):
+                schema = source_schema(spark, self.source)
+            while self.options.max_epochs is None or len(self.epochs) < self.options.max_epochs:
+                if self._is_completed(positions, stops) and base_id is not None:
+                    self._status("COMPLETED", epoch)
+                    log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, base_id)
+                    return epoch
+                plan = self._plan(epoch + 1, base_id, positions, targets, stops)
+                if plan.records == 0:
+                    if self.options.mode == "until-caught-up" or self._is_completed(positions, stops):
+                        break
+                    time.sleep(self.options.poll_interval_s)
+                    partitions = kafka_offsets.topic_partitions(consumer, self.topic)
+                    earliest = kafka_offsets.earliest_offsets(consumer, self.topic, partitions)
+                    positions = {p: positions.get(p, earliest[p]) for p in partitions}
+                    targets = self._targets(kafka_offsets.confirmed_end_offsets(consumer, self.topic, partitions), stops)
+                    continue
+                epoch, started = plan.epoch, time.monotonic()
+                fault_point("after_plan", epoch)
+                manifest, head, head_version = self._run_epoch(spark, schema, plan, history, head_version)
+                history, base_id, positions = head.history, manifest.snapshot_id, manifest.positions
+                report = EpochReport(
+                    pipeline=self.pipeline.name, epoch=epoch, snapshot_id=base_id, records=plan.records,
+                    rows_written=sum(c.rows_written for c in manifest.flows.values()),
+                    keys=sum(len(f.state) for f in self.flows if f.state is not None),
+                    lag=sum(max(0, targets.get(p, 0) - o) for p, o in positions.items()),
+                    seconds=time.monotonic() - started, completed_splits=len(manifest.completed_splits()),
+                )
+                self.epochs.append(report)
+                self.on_epoch(report)
+            if self._is_completed(positions, stops) and base_id is not None:
+                self._status("COMPLETED", epoch)
+                log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, base_id)
+            else:
+                self._status("STOPPED", epoch)
+        return epoch

@@ -1,0 +1,1 @@
+"""Recovery: deciding, per pipeline and subtask, what a restore rebuilds and what it skips."""
