@@ -24,7 +24,8 @@ from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.table_reader import read_upsert_table
 from pipeline_lib.storage import open_store
 
-console = Console()
+console = Console(soft_wrap=True)
+JVM_CHATTER = ("WARNING: Using incubator modules", "Setting default log level", "To adjust logging level")
 EVENTS, USERS, PARTITIONS, PER_EPOCH = 120_000, 5_000, 4, 20_000
 
 
@@ -48,9 +49,11 @@ def run_cli(args: list[str], env: dict, kill_after_epoch: int | None = None) -> 
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stderr is not None
     for line in proc.stderr:
-        console.print(f"  [dim]|[/] {line.rstrip()}", highlight=False, markup=False)
+        if line.startswith(JVM_CHATTER):
+            continue
+        console.print("  | " + line.rstrip(), highlight=False, markup=False)
         if kill_after_epoch is not None and line.startswith(f"epoch {kill_after_epoch} committed"):
-            time.sleep(1.5)  # let the next epoch start reading
+            time.sleep(0.4)  # the next epoch is now planned and reading (a warm epoch takes ~1 s)
             console.print(f"[bold red]>>> SIGKILL to process group {proc.pid} (runner + Spark JVM)[/]")
             os.killpg(proc.pid, signal.SIGKILL)
     return proc.wait()
@@ -64,7 +67,8 @@ def main() -> int:
     info = start_stack(root / "stack")
     try:
         env = {**os.environ, **info.env()}
-        console.print(info.export_lines().replace(info.secret_key, "***"))
+        console.print(info.export_lines().replace(info.secret_key, "***").replace(info.access_key, "***"),
+                      highlight=False)
         console.rule(f"2. produce {EVENTS:,} payment events into topic 'payments' ({PARTITIONS} partitions)")
         events = payment_events(EVENTS, USERS, seed=42)
         create_topic(info.kafka_bootstrap, "payments", PARTITIONS)
