@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test clean
+.PHONY: install demo test bench-restore clean
 
 $(BIN)/pipeline-lib: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest tests
+
+# Restore time with many completed pipelines vs restoring everything (prints the ratio).
+bench-restore: install
+	$(BIN)/python -m pipeline_lib.benchmarks.restore_completed
 
 clean:
 	rm -rf $(VENV) demo-output .stack

@@ -65,6 +65,7 @@ def run(
     parallelism: Annotated[Optional[int], typer.Option(help="Override the spec's parallelism (rescales keyed state on restore).")] = None,
     pipeline: Annotated[Optional[list[str]], typer.Option("--pipeline", help="Run only this pipeline (repeatable).")] = None,
     max_epochs: Annotated[Optional[int], typer.Option(help="Stop each pipeline after this many epochs.")] = None,
+    redeploy_completed: Annotated[bool, typer.Option("--redeploy-completed", help="Restore and deploy COMPLETED pipelines too, as a whole-job restart would (for comparison).")] = False,
 ) -> None:
     """Run a job: restore each pipeline, then process epochs, committing a snapshot after each."""
     from pipeline_lib.execution.job_runner import JobRunner
@@ -77,7 +78,7 @@ def run(
     try:
         job = load_spec(spec)
         options = RunOptions(mode="forever" if forever else "until-caught-up", restore=restore,
-                             parallelism=parallelism, max_epochs=max_epochs)
+                             parallelism=parallelism, max_epochs=max_epochs, skip_completed=not redeploy_completed)
         summary = JobRunner(job, settings, options, on_epoch=_print_epoch, only=pipeline).run()
     except PipelineError as exc:
         _fail(exc, settings)

@@ -9,3 +9,7 @@ def add_cents(df: DataFrame) -> DataFrame:
 
 def not_a_dataframe(df: DataFrame):
     return 42
+
+
+def explode(df: DataFrame) -> DataFrame:
+    raise ValueError("refund rules are broken")

@@ -67,7 +67,7 @@ class JobRunner:
         to_deploy: list[PipelineRunner] = []
         for runner in self.runners:
             name = runner.pipeline.name
-            done = runner.latest_is_completed()
+            done = runner.latest_is_completed() if self.options.skip_completed else None
             if done:
                 log.info("pipeline %s is COMPLETED (snapshot %s): not deployed", name, done)
                 outcomes[name] = PipelineOutcome(name, "COMPLETED", restored_from=done)

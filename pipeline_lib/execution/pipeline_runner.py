@@ -54,6 +54,7 @@ class RunOptions:
     parallelism: int | None = None
     poll_interval_s: float = 2.0
     max_epochs: int | None = None  # stop after this many epochs (tests, smoke runs)
+    skip_completed: bool = True  # False = restore and deploy completed pipelines too (a whole-job restart)
 
 
 @dataclass(frozen=True)

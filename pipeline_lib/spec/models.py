@@ -210,14 +210,15 @@ class JobSpec(StrictModel):
         names = [f.name for f in flows]
         if len(set(names)) != len(names):
             raise ValueError(f"flow names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        undefined = sorted({f.source for f in flows} - set(sources))
+        if undefined:
+            raise ValueError(f"source {undefined[0]!r} is not defined (have {sorted(sources)})")
         unused = sorted(set(sources) - {f.source for f in flows})
         if unused:
             raise ValueError(f"sources {unused} feed no flow")
         locations = {str(parse_location(self.checkpoint.store)): "checkpoint.store"}
         for flow in flows:
             where = "" if not multi else f"flow {flow.name}: "
-            if flow.source not in sources:
-                raise ValueError(f"{where}source {flow.source!r} is not defined (have {sorted(sources)})")
             if flow.state and not any(t.changes_columns for t in flow.transforms):
                 known = set(sources[flow.source].kafka.columns())
                 missing = sorted(flow.state.aggregate.input_columns() - known)

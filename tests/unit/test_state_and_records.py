@@ -5,7 +5,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from pipeline_lib.checkpoint.manifest import Lineage, Manifest, SinkCommit
+from pipeline_lib.checkpoint.manifest import FlowCommit, Lineage, Manifest, SinkCommit
 from pipeline_lib.checkpoint.state_files import decode_state_rows, encode_state_rows
 from pipeline_lib.errors import RecordError
 from pipeline_lib.execution.keyed_state import KeyedAggregateState
@@ -49,9 +49,9 @@ def test_state_file_round_trip_keeps_types_and_nulls():
 def test_manifest_checksum_detects_tampering():
     m = Manifest(
         job="j", snapshot_id="0000000001-a1", epoch=1, attempt=1, created_at="2026-01-01T00:00:00Z",
-        spec_fingerprint="x", topic="t", positions={0: 5}, state=None,
-        sink=SinkCommit(location="file:///tmp/s", epoch=1, marker="epoch=1/_SUCCESS", files=[]),
-        lineage=Lineage(base_snapshot=None, plan_digest="d", ranges=[], records_read=5, rows_written=5),
+        pipeline="main", spec_fingerprint="x", topic="t", positions={0: 5},
+        flows={"j": FlowCommit(state=None, rows_written=0, sink=SinkCommit(location="file:///tmp/s", epoch=1, marker="epoch=1/_SUCCESS", files=[]))},
+        lineage=Lineage(base_snapshot=None, plan_digest="d", ranges=[], records_read=5),
     ).sealed()
     assert Manifest.from_bytes(m.to_bytes()).verify_checksum()
     tampered = Manifest.from_bytes(m.to_bytes().replace(b'"0": 5', b'"0": 6'))

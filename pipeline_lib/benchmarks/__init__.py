@@ -1,0 +1,1 @@
+"""Benchmarks: commands that measure against a real alternative in the same run and print ratios."""
