@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline_lib.checkpoint.manifest import Manifest
+from pipeline_lib.checkpoint.manifest import Manifest, validate_snapshot_id
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import SnapshotError
 
@@ -41,8 +41,6 @@ def show_snapshot(snapshots: SnapshotStore, which: str) -> Manifest:
         if head is None or head.latest is None:
             raise SnapshotError(f"pipeline {snapshots.pipeline} of job {snapshots.job} has no committed snapshot")
         return snapshots.load_manifest(head.latest.snapshot_id, head.latest.manifest_sha256)
-    from pipeline_lib.checkpoint.manifest import validate_snapshot_id
-
     try:
         validate_snapshot_id(which)
     except ValueError as exc:

@@ -21,7 +21,7 @@ from pyspark import StorageLevel
 
 from pipeline_lib.checkpoint.layout import state_file_key
 from pipeline_lib.checkpoint.manifest import (
-    FlowCommit, Lineage, Manifest, PipelineStatus, StateFileRef, StateSnapshot, sha256_hex, snapshot_id_for,
+    FlowCommit, Head, HistoryEntry, Lineage, Manifest, PipelineStatus, StateFileRef, StateSnapshot, sha256_hex, snapshot_id_for,
 )
 from pipeline_lib.checkpoint.restore import Restored, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
@@ -281,7 +281,8 @@ class PipelineRunner:
             files=sorted(files.values(), key=lambda f: f.key_group_start),
         )
 
-    def _run_epoch(self, spark, schema, plan: EpochPlan, history, head_version) -> tuple[Manifest, object, str]:
+    def _run_epoch(self, spark, schema, plan: EpochPlan, history: list[HistoryEntry],
+                   head_version: str | None) -> tuple[Manifest, Head, str]:
         """One epoch, in commit order: sink files, state files, manifest, head."""
         epoch = plan.epoch
         with clear_spark_errors(f"epoch {epoch} of pipeline {self.pipeline.name}"):

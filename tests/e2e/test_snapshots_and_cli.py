@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -116,7 +117,7 @@ def test_cli_rejects_a_bad_spec_before_starting_anything(tmp_path, stack_env):
 
 def test_cli_names_missing_connection_settings(tmp_path, payments):
     spec = write_spec(tmp_path, spend_spec("no-env", "payments-e2e", "s3://results/no-env", "s3://checkpoints/no-env"))
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("PIPELINE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINE_")}
     result = run_cli(["run", str(spec)], env, timeout=60)
     assert result.returncode == 2
     assert "PIPELINE_KAFKA_BOOTSTRAP is not set" in result.stderr
