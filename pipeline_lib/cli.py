@@ -233,7 +233,8 @@ def snapshots_show(
               f"epoch {manifest.epoch}, attempt {manifest.attempt}, created {manifest.created_at:%Y-%m-%d %H:%M:%S}Z"
               + (", COMPLETED" if manifest.completed else ""))
     out.print(f"source {manifest.topic}: next offsets {manifest.positions}"
-              + (f", stop offsets {manifest.stop_offsets}" if manifest.stop_offsets is not None else ""))
+              + (f", stop offsets {manifest.stop_offsets}, completed splits {manifest.completed_splits}"
+                 if manifest.stop_offsets is not None else ""))
     for name, flow in manifest.flows.items():
         if flow.state:
             out.print(f"flow {name} state: {flow.state.keys} keys in {len(flow.state.files)} file(s), "

@@ -98,15 +98,11 @@ class Manifest(Frozen):
     topic: str
     positions: dict[int, int]  # partition -> next offset to read
     stop_offsets: dict[int, int] | None = None  # bounded source: partition -> stop offset
+    completed_splits: list[int] = []  # partitions that reached their stop offset
     completed: bool = False  # every split reached its stop and every sink committed it
     flows: dict[str, FlowCommit]
     lineage: Lineage
     checksum: str = ""
-
-    def completed_splits(self) -> list[int]:
-        if self.stop_offsets is None:
-            return []
-        return sorted(p for p, stop in self.stop_offsets.items() if self.positions.get(p, 0) >= stop)
 
     @field_validator("snapshot_id")
     @classmethod
@@ -129,6 +125,12 @@ class Manifest(Frozen):
     @classmethod
     def from_bytes(cls, data: bytes) -> "Manifest":
         return cls.model_validate_json(data)
+
+
+def completed_splits(positions: dict[int, int], stop_offsets: dict[int, int] | None) -> list[int]:
+    if stop_offsets is None:
+        return []
+    return sorted(p for p, stop in stop_offsets.items() if positions.get(p, 0) >= stop)
 
 
 class HistoryEntry(Frozen):

@@ -21,7 +21,8 @@ from pyspark import StorageLevel
 
 from pipeline_lib.checkpoint.layout import state_file_key
 from pipeline_lib.checkpoint.manifest import (
-    FlowCommit, Head, HistoryEntry, Lineage, Manifest, PipelineStatus, StateFileRef, StateSnapshot, sha256_hex, snapshot_id_for,
+    FlowCommit, Head, HistoryEntry, Lineage, Manifest, PipelineStatus, StateFileRef, StateSnapshot,
+    completed_splits, sha256_hex, snapshot_id_for,
 )
 from pipeline_lib.checkpoint.restore import Restored, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
@@ -311,6 +312,7 @@ class PipelineRunner:
             job=self.job.name, pipeline=self.pipeline.name, snapshot_id=snapshot_id, epoch=epoch,
             attempt=self.attempt, created_at=_now(), spec_fingerprint=spec_fingerprint(self.job),
             topic=self.topic, positions=positions, stop_offsets=plan.stop_offsets,
+            completed_splits=completed_splits(positions, plan.stop_offsets),
             completed=self._is_completed(positions, plan.stop_offsets), flows=commits,
             lineage=Lineage(base_snapshot=plan.base_snapshot, plan_digest=plan.digest(), ranges=plan.ranges,
                             records_read=plan.records),
@@ -375,7 +377,7 @@ class PipelineRunner:
                     rows_written=sum(c.rows_written for c in manifest.flows.values()),
                     keys=sum(len(f.state) for f in self.flows if f.state is not None),
                     lag=sum(max(0, targets.get(p, 0) - o) for p, o in positions.items()),
-                    seconds=time.monotonic() - started, completed_splits=len(manifest.completed_splits()),
+                    seconds=time.monotonic() - started, completed_splits=len(manifest.completed_splits),
                 )
                 self.epochs.append(report)
                 self.on_epoch(report)

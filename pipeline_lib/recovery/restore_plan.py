@@ -58,7 +58,7 @@ def plan_pipeline(spec: JobSpec, pipeline: Pipeline, snapshots: SnapshotStore, w
         return plan
     plan.snapshot = manifest.snapshot_id
     plan.action = "skip" if manifest.completed else "restore"
-    done = set(manifest.completed_splits())
+    done = set(manifest.completed_splits)
     partitions = sorted(manifest.positions)
     maxp = spec.checkpoint.max_parallelism
     for vertex in pipeline.vertices:
