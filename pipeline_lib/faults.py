@@ -10,10 +10,15 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 ENV_FAULT_POINTS = "PIPELINE_FAULT_POINTS"
 ENV_FAULT_PGID = "PIPELINE_FAULT_PGID"
 ENV_FAULT_LOG = "PIPELINE_FAULT_LOG"  # optional file that records each hit (survives the kill)
+# Instead of killing, hold the process at the point until this file exists: a deterministic way
+# to keep a "zombie" attempt alive while a newer one runs (tests of fencing).
+ENV_FAULT_PAUSE_UNTIL = "PIPELINE_FAULT_PAUSE_UNTIL"
+PAUSE_LIMIT_S = 600
 
 POINTS = (
     "after_plan",
@@ -44,18 +49,32 @@ def remember_runner_group() -> None:
         os.environ[ENV_FAULT_PGID] = str(os.getpgrp())
 
 
+def _record(line: str) -> None:
+    sys.stderr.write(line)
+    sys.stderr.flush()
+    if os.environ.get(ENV_FAULT_LOG):
+        with open(os.environ[ENV_FAULT_LOG], "a") as log:
+            log.write(line)
+            log.flush()
+            os.fsync(log.fileno())
+
+
+def _pause_until(path: str, point: str, epoch: int | None) -> None:
+    _record(f"FAULT PAUSED: {point} epoch={epoch} pid={os.getpid()}\n")
+    deadline = time.monotonic() + PAUSE_LIMIT_S
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    _record(f"FAULT RESUMED: {point} epoch={epoch}\n")
+
+
 def fault_point(point: str, epoch: int | None = None) -> None:
     if point not in POINTS:
         raise ValueError(f"unknown fault point {point!r}")
     if os.environ.get(ENV_FAULT_POINTS) and _armed(point, epoch):
-        line = f"FAULT INJECTED: {point} epoch={epoch} pid={os.getpid()}\n"
-        sys.stderr.write(line)
-        sys.stderr.flush()
-        if os.environ.get(ENV_FAULT_LOG):
-            with open(os.environ[ENV_FAULT_LOG], "a") as log:
-                log.write(line)
-                log.flush()
-                os.fsync(log.fileno())
+        if os.environ.get(ENV_FAULT_PAUSE_UNTIL):
+            _pause_until(os.environ[ENV_FAULT_PAUSE_UNTIL], point, epoch)
+            return
+        _record(f"FAULT INJECTED: {point} epoch={epoch} pid={os.getpid()}\n")
         group = int(os.environ.get(ENV_FAULT_PGID) or os.getpgrp())
         if group != os.getpgrp():
             os.killpg(group, signal.SIGKILL)

@@ -78,6 +78,15 @@ class SnapshotStore:
             )
         return head, version
 
+    def ensure_head_unchanged(self, expected_version: str | None) -> None:
+        """Fail fast, before writing anything visible, if another attempt moved the head."""
+        found = self.store.get_versioned(layout.HEAD_KEY)
+        if (found[1] if found else None) != expected_version:
+            raise FencedError(
+                f"job {self.job} pipeline {self.pipeline}: a newer attempt has committed since this one "
+                "started; this runner is fenced and stops"
+            )
+
     # -- attempts ---------------------------------------------------------------------------
     def claim_attempt(self) -> int:
         """A run attempt number no other runner of this job holds (exclusive create)."""

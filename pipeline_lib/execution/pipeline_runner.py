@@ -27,7 +27,7 @@ from pipeline_lib.checkpoint.manifest import (
 from pipeline_lib.checkpoint.restore import Restored, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import encode_state_rows
-from pipeline_lib.errors import PipelineError, SnapshotError
+from pipeline_lib.errors import FencedError, PipelineError, SnapshotError
 from pipeline_lib.execution.aggregate import epoch_partials, table_rows
 from pipeline_lib.execution.epoch_reader import read_epoch, source_schema
 from pipeline_lib.execution.keyed_state import KeyedAggregateState
@@ -297,12 +297,13 @@ class PipelineRunner:
                 if shared:
                     df.unpersist()
         fault_point("after_read", epoch)
+        self.snapshots.ensure_head_unchanged(head_version)
         snapshot_id = snapshot_id_for(epoch, self.attempt)
         commits: dict[str, FlowCommit] = {}
         for flow in self.flows:
             parts, _ = outputs[flow.spec.name]
             digest = hashlib.sha256(f"{plan.digest()}|{self.parallelism}|{flow.sink.format}".encode()).hexdigest()
-            sink_commit = flow.sink.write_epoch(epoch, digest, parts)
+            sink_commit = flow.sink.write_epoch(epoch, digest, parts, self.attempt)
             commits[flow.spec.name] = FlowCommit(state=None, sink=sink_commit, rows_written=sum(t.num_rows for t in parts))
         for flow in self.flows:
             state = self._write_state(flow, snapshot_id, epoch, outputs[flow.spec.name][1])
@@ -322,6 +323,8 @@ class PipelineRunner:
         head, version = self.snapshots.move_head(manifest, manifest_sha, history, head_version, self.job.checkpoint.retain)
         fault_point("after_head_move", epoch)
         self.snapshots.collect_garbage(head)
+        for flow in self.flows:
+            flow.sink.remove_stale_parts(commits[flow.spec.name].sink, self.attempt)
         return manifest, head, version
 
     def _status(self, state: str, epoch: int, reason: str | None = None) -> None:
@@ -342,6 +345,8 @@ class PipelineRunner:
         self._status("RUNNING", epoch)
         try:
             epoch = self._loop(spark, epoch, base_id, history, head_version)
+        except FencedError:
+            raise  # a newer attempt owns the pipeline, and its status record
         except BaseException as exc:
             self._status("FAILED", epoch, str(exc).splitlines()[0][:1000] if str(exc) else type(exc).__name__)
             raise

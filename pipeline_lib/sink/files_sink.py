@@ -1,11 +1,15 @@
 """The files sink: one directory per epoch, made visible by its ``_SUCCESS`` marker.
 
-    PATH/epoch=<n>/part-00000.jsonl ... then PATH/epoch=<n>/_SUCCESS
+    PATH/epoch=<n>/part-00000-a<attempt>.jsonl ... then PATH/epoch=<n>/_SUCCESS
 
-Readers take an epoch iff its ``_SUCCESS`` exists. A replayed epoch reads the same planned
-input from the same base snapshot, so its output is the same; if the marker already records
-this plan's digest the epoch is not written again, otherwise the old directory is cleared
-(marker first) and rewritten.
+Readers take an epoch iff its ``_SUCCESS`` exists, and read only the part files it lists. A
+replayed epoch reads the same planned input from the same base snapshot, so its output is the
+same: if the marker already records this plan's digest, the epoch is not written again.
+
+Part files carry the writing attempt in their name and are never overwritten or deleted while
+an epoch is open, and the marker is written by compare-and-swap. So two attempts alive at once
+(a zombie and its successor) cannot damage each other's output: the second marker write fails
+and that attempt is fenced. Parts of older attempts are removed once a newer attempt committed.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import pyarrow.parquet as pq
 from pydantic import ValidationError
 
 from pipeline_lib.checkpoint.manifest import FileRef, Frozen, SinkCommit, sha256_hex
-from pipeline_lib.errors import NotFound
+from pipeline_lib.errors import FencedError
 from pipeline_lib.faults import fault_point
 from pipeline_lib.storage import ObjectStore
 
@@ -67,37 +71,55 @@ class FilesSink:
     def marker_key(self, epoch: int) -> str:
         return f"{self.epoch_dir(epoch)}{MARKER}"
 
-    def _existing(self, epoch: int) -> SuccessMarker | None:
+    def _existing(self, epoch: int) -> tuple[SuccessMarker | None, str | None]:
+        """The epoch's marker (None if absent or unreadable) and its version token."""
+        found = self.store.get_versioned(self.marker_key(epoch))
+        if found is None:
+            return None, None
         try:
-            return SuccessMarker.model_validate_json(self.store.get(self.marker_key(epoch)))
-        except NotFound:
-            return None
+            return SuccessMarker.model_validate_json(found[0]), found[1]
         except ValidationError:
             log.warning("unreadable %s in epoch %d of %s; rewriting the epoch", MARKER, epoch, self.location)
-            return None
+            return None, found[1]
 
     def _commit(self, epoch: int, files: list[FileRef]) -> SinkCommit:
         return SinkCommit(location=self.location, epoch=epoch, marker=self.marker_key(epoch), files=files)
 
-    def write_epoch(self, epoch: int, digest: str, parts: list[pa.Table]) -> SinkCommit:
-        existing = self._existing(epoch)
+    def write_epoch(self, epoch: int, digest: str, parts: list[pa.Table], attempt: int) -> SinkCommit:
+        existing, version = self._existing(epoch)
         if existing is not None and existing.digest == digest:
             log.info("epoch %d output already committed by an earlier attempt; reusing it", epoch)
             return self._commit(epoch, existing.files)
         prefix = self.epoch_dir(epoch)
-        self.store.delete(self.marker_key(epoch))  # hide the old epoch before touching its parts
-        self.store.delete_many(self.store.list(prefix))
         files: list[FileRef] = []
         for i, table in enumerate(parts):
             if table.num_rows == 0:
                 continue
             data = encode_part(table, self.format)
-            key = f"{prefix}part-{i:05d}.{self.format}"
+            key = f"{prefix}part-{i:05d}-a{attempt}.{self.format}"
             self.store.put(key, data)
             files.append(FileRef(key=key, rows=table.num_rows, bytes=len(data), sha256=sha256_hex(data)))
             fault_point("mid_sink_write", epoch)
         fault_point("after_sink_files", epoch)
         marker = SuccessMarker(epoch=epoch, digest=digest, files=files)
-        self.store.put(self.marker_key(epoch), marker.model_dump_json(indent=1).encode())
+        if self.store.put_if(self.marker_key(epoch), marker.model_dump_json(indent=1).encode(), version) is None:
+            raise FencedError(
+                f"epoch {epoch} of {self.location} was committed by another attempt while attempt {attempt} "
+                "wrote it; this runner is fenced and stops"
+            )
         fault_point("after_sink_success", epoch)
         return self._commit(epoch, files)
+
+    def remove_stale_parts(self, commit: SinkCommit, attempt: int) -> None:
+        """After ``attempt`` committed ``commit``: delete the epoch's parts that older attempts
+        left behind. Parts of newer attempts are never touched (this runner may be the old one)."""
+        listed = {f.key for f in commit.files}
+        stale = []
+        for key in self.store.list(self.epoch_dir(commit.epoch)):
+            name = key.rsplit("/", 1)[-1]
+            if key in listed or not name.startswith("part-"):
+                continue
+            writer = name.rsplit("-a", 1)[-1].split(".", 1)[0]
+            if not writer.isdigit() or int(writer) < attempt:
+                stale.append(key)
+        self.store.delete_many(stale)
