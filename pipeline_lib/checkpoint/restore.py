@@ -50,7 +50,10 @@ def candidates(snapshots: SnapshotStore, which: str) -> list[HistoryEntry]:
             history.append(HistoryEntry(snapshot_id=sid, epoch=m.epoch, manifest_sha256=""))
     if which == "latest":
         return history
-    validate_snapshot_id(which)
+    try:
+        validate_snapshot_id(which)
+    except ValueError as exc:
+        raise SnapshotError(f"--restore: {exc}") from None
     for i, entry in enumerate(history):
         if entry.snapshot_id == which:
             return history[i:]

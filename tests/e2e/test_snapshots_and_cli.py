@@ -121,3 +121,17 @@ def test_cli_names_missing_connection_settings(tmp_path, payments):
     result = run_cli(["run", str(spec)], env, timeout=60)
     assert result.returncode == 2
     assert "PIPELINE_KAFKA_BOOTSTRAP is not set" in result.stderr
+
+
+@pytest.mark.parametrize("locations", ["file"], indirect=True)
+@pytest.mark.parametrize("args,message", [
+    (["--restore", "../../etc/passwd"], "is not a snapshot id"),
+    (["--restore", "0000000009-a1"], "is not among the retained snapshots"),
+    (["--pipeline", "../main"], "has no pipeline"),
+])
+def test_hostile_or_unknown_restore_arguments_are_refused_cleanly(stack_env, tmp_path, locations, args, message):
+    name, sink, store_uri = locations
+    spec = write_spec(tmp_path, spend_spec(name, "payments-e2e", sink, store_uri))
+    result = run_cli(["run", str(spec), *args], stack_env, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr and "Traceback" not in result.stderr
