@@ -41,11 +41,14 @@ def produce_json(bootstrap: str, topic: str, events: list[dict], key_field: str 
         producer.close()
 
 
-def produce_raw(bootstrap: str, topic: str, values: list[bytes | None], partition: int | None = None) -> None:
+def produce_raw(bootstrap: str, topic: str, values: list[bytes | None | tuple[bytes, bytes | None]],
+                partition: int | None = None) -> None:
+    """Values as given (bytes, or a (key, value) pair: a tombstone needs a key)."""
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks="all")
     try:
-        for value in values:
-            producer.send(topic, value=value, partition=partition)
+        for item in values:
+            key, value = item if isinstance(item, tuple) else (None, item)
+            producer.send(topic, key=key, value=value, partition=partition)
         producer.flush(timeout=120)
     finally:
         producer.close()

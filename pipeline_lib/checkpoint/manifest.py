@@ -101,6 +101,8 @@ class Manifest(Frozen):
     completed_splits: list[int] = []  # partitions that reached their stop offset
     completed: bool = False  # every split reached its stop and every sink committed it
     flows: dict[str, FlowCommit]
+    bad_records: int = 0  # records of this epoch dead-lettered or skipped (on_error)
+    dead_letters: SinkCommit | None = None
     lineage: Lineage
     checksum: str = ""
 

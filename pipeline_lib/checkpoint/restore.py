@@ -19,6 +19,7 @@ from pipeline_lib.errors import NotFound, SnapshotError
 from pipeline_lib.storage import ObjectStore
 
 log = logging.getLogger(__name__)
+DEAD_LETTERS = "__dead_letters__"  # key of the dead-letter store among the sinks to verify
 
 
 @dataclass
@@ -62,10 +63,14 @@ def candidates(snapshots: SnapshotStore, which: str) -> list[HistoryEntry]:
 
 def _verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], entry: HistoryEntry) -> tuple[Manifest, dict[str, FlowState]]:
     manifest = snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256 or None)
+    if manifest.dead_letters is not None:
+        dlq = sinks.get(DEAD_LETTERS)
+        if dlq is None or not dlq.exists(manifest.dead_letters.marker):
+            raise SnapshotError(f"dead-letter commit marker {manifest.dead_letters.marker} of epoch {manifest.epoch} is missing")
     loaded: dict[str, FlowState] = {}
     for name, commit in manifest.flows.items():
         sink = sinks.get(name)
-        if sink is None:
+        if sink is None or name == DEAD_LETTERS:
             raise SnapshotError(f"snapshot {entry.snapshot_id} has flow {name!r}, which the spec no longer has")
         if not sink.exists(commit.sink.marker):
             raise SnapshotError(f"sink commit marker {commit.sink.marker} of flow {name} epoch {manifest.epoch} is missing")

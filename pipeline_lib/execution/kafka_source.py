@@ -18,6 +18,7 @@ from pipeline_lib.faults import fault_point
 
 SOURCE_NAME = "pipeline_kafka"
 METADATA_DDL = "_topic string, _partition int, _offset long, _timestamp_ms long"
+ERROR_DDL = "_error string, _raw binary"  # only with on_error: dead_letter | skip
 STALL_TIMEOUT_S = 60.0
 
 
@@ -29,7 +30,9 @@ class RangePartition(InputPartition):
 
 class KafkaRangeDataSource(DataSource):
     """Options: bootstrap, ranges (JSON list of [topic, partition, start, end]), format
-    (json|string), fields (JSON list of [name, simple type]), schema (StructType JSON), epoch."""
+    (json|string), fields (JSON list of [name, simple type]), schema (StructType JSON), epoch,
+    on_error (fail: raise; otherwise a bad record becomes a row with _error and _raw set),
+    max_record_bytes."""
 
     @classmethod
     def name(cls) -> str:
@@ -49,24 +52,41 @@ class KafkaRangeReader(DataSourceReader):
         self.format = options.get("format", "json")
         self.fields = [tuple(f) for f in json.loads(options.get("fields", "[]"))]
         self.epoch = int(options.get("epoch", "0"))
+        self.tolerant = options.get("on_error", "fail") != "fail"
+        self.max_record_bytes = int(options.get("max_record_bytes", str(1 << 20)))
 
     def partitions(self) -> list[InputPartition]:
         return [RangePartition(*r) for r in self.ranges]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         assert isinstance(partition, RangePartition)
+        from pipeline_lib.errors import RecordError
         from pipeline_lib.execution.record_decoding import JsonRecordDecoder, StringRecordDecoder
 
         fault_point("during_read", self.epoch)
         topic, part = partition.topic, partition.partition
         if self.format == "json":
-            decoder = JsonRecordDecoder(self.fields)
-            for rec in read_range(self.bootstrap, topic, part, partition.start, partition.end):
-                yield decoder.decode(topic, part, rec.offset, rec.value) + (topic, part, rec.offset, rec.timestamp)
+            json_decoder = JsonRecordDecoder(self.fields)
+            decode = lambda rec: json_decoder.decode(topic, part, rec.offset, rec.value)  # noqa: E731
+            width = len(self.fields)
         else:
-            sdec = StringRecordDecoder()
-            for rec in read_range(self.bootstrap, topic, part, partition.start, partition.end):
-                yield sdec.decode_kv(topic, part, rec.offset, rec.key, rec.value) + (topic, part, rec.offset, rec.timestamp)
+            string_decoder = StringRecordDecoder()
+            decode = lambda rec: string_decoder.decode_kv(topic, part, rec.offset, rec.key, rec.value)  # noqa: E731
+            width = 2
+        ok_tail = (None, None) if self.tolerant else ()
+        for rec in read_range(self.bootstrap, topic, part, partition.start, partition.end):
+            meta = (topic, part, rec.offset, rec.timestamp)
+            try:
+                size = len(rec.value or b"") + len(rec.key or b"")
+                if size > self.max_record_bytes:
+                    raise RecordError(topic, part, rec.offset, f"record of {size} bytes exceeds max_record_bytes {self.max_record_bytes}")
+                row = decode(rec)
+            except RecordError as exc:
+                if not self.tolerant:
+                    raise
+                yield (None,) * width + meta + (exc.reason, rec.value)
+                continue
+            yield row + meta + ok_tail
 
 
 def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int) -> Iterator:

@@ -18,13 +18,14 @@ from typing import Callable, Literal
 
 import pyarrow as pa
 from pyspark import StorageLevel
+from pyspark.sql import functions as F
 
 from pipeline_lib.checkpoint.layout import state_file_key
 from pipeline_lib.checkpoint.manifest import (
     FlowCommit, Head, HistoryEntry, Lineage, Manifest, PipelineStatus, StateFileRef, StateSnapshot,
     completed_splits, sha256_hex, snapshot_id_for,
 )
-from pipeline_lib.checkpoint.restore import Restored, restore_snapshot
+from pipeline_lib.checkpoint.restore import DEAD_LETTERS, Restored, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import encode_state_rows
 from pipeline_lib.errors import FencedError, PipelineError, SnapshotError
@@ -41,7 +42,7 @@ from pipeline_lib.plan.offsets import EpochPlan, plan_epoch
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import FilesSink
 from pipeline_lib.spec.models import FlowSpec, JobSpec
-from pipeline_lib.storage import open_store
+from pipeline_lib.storage import open_store, parse_location
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class EpochReport:
     lag: int
     seconds: float
     completed_splits: int
+    bad_records: int = 0
 
 
 @dataclass
@@ -112,6 +114,10 @@ class PipelineRunner:
                 sink=FilesSink(open_store(flow.sink.files.path, settings), flow.sink.files.format),
                 state=KeyedAggregateState(agg.key, agg.functions(), self.maxp) if agg else None,
             ))
+        self.dead_letters = (
+            FilesSink(open_store(parse_location(job.dead_letter.path).child(pipeline.name), settings), "jsonl")
+            if job.on_error == "dead_letter" and job.dead_letter else None
+        )
         self.restored: Restored | None = None
         self.attempt = 0
         self.epochs: list[EpochReport] = []
@@ -134,6 +140,8 @@ class PipelineRunner:
 
     def restore(self) -> Restored | None:
         sinks = {f.spec.name: f.sink.store for f in self.flows}
+        if self.dead_letters is not None:
+            sinks[DEAD_LETTERS] = self.dead_letters.store
         restored = restore_snapshot(self.snapshots, sinks, self.options.restore)
         if restored is None:
             if self.options.restore == "none":
@@ -287,16 +295,31 @@ class PipelineRunner:
         """One epoch, in commit order: sink files, state files, manifest, head."""
         epoch = plan.epoch
         with clear_spark_errors(f"epoch {epoch} of pipeline {self.pipeline.name}"):
-            df = read_epoch(spark, self.settings.require_kafka(), self.source, schema, plan, self.parallelism)
-            shared = len(self.flows) > 1
-            if shared:  # read Kafka once for all flows of the pipeline
+            df = read_epoch(spark, self.settings.require_kafka(), self.source, schema, plan, self.parallelism,
+                            self.job.on_error, self.job.max_record_bytes)
+            tolerant = self.job.on_error != "fail"
+            shared = len(self.flows) > 1 or tolerant
+            if shared:  # read Kafka once for all flows of the pipeline (and its bad records)
                 df = df.persist(StorageLevel.MEMORY_AND_DISK)
             try:
+                bad = None
+                if tolerant:
+                    bad = (df.filter(F.col("_error").isNotNull())
+                           .select(F.col("_topic").alias("topic"), F.col("_partition").alias("partition"),
+                                   F.col("_offset").alias("offset"), F.col("_error").alias("error"),
+                                   F.base64("_raw").alias("raw_base64"))
+                           .orderBy("partition", "offset").toArrow())
+                    df = df.filter(F.col("_error").isNull()).drop("_error", "_raw")
                 outputs = {flow.spec.name: self._flow_output(flow, df) for flow in self.flows}
             finally:
                 if shared:
                     df.unpersist()
         fault_point("after_read", epoch)
+        bad_records = bad.num_rows if bad is not None else 0
+        if bad_records:
+            log.warning("pipeline %s epoch %d: %d bad record(s) %s, first %s[%s]@%s: %s", self.pipeline.name, epoch,
+                        bad_records, "dead-lettered" if self.dead_letters else "skipped",
+                        *(bad.column(c)[0].as_py() for c in ("topic", "partition", "offset", "error")))
         self.snapshots.ensure_head_unchanged(head_version)
         snapshot_id = snapshot_id_for(epoch, self.attempt)
         commits: dict[str, FlowCommit] = {}
@@ -305,6 +328,10 @@ class PipelineRunner:
             digest = hashlib.sha256(f"{plan.digest()}|{self.parallelism}|{flow.sink.format}".encode()).hexdigest()
             sink_commit = flow.sink.write_epoch(epoch, digest, parts, self.attempt)
             commits[flow.spec.name] = FlowCommit(state=None, sink=sink_commit, rows_written=sum(t.num_rows for t in parts))
+        dead_letters = None
+        if self.dead_letters is not None and bad is not None:
+            digest = hashlib.sha256(f"{plan.digest()}|dead-letters".encode()).hexdigest()
+            dead_letters = self.dead_letters.write_epoch(epoch, digest, [bad], self.attempt)
         for flow in self.flows:
             state = self._write_state(flow, snapshot_id, epoch, outputs[flow.spec.name][1])
             commits[flow.spec.name] = commits[flow.spec.name].model_copy(update={"state": state})
@@ -315,6 +342,7 @@ class PipelineRunner:
             topic=self.topic, positions=positions, stop_offsets=plan.stop_offsets,
             completed_splits=completed_splits(positions, plan.stop_offsets),
             completed=self._is_completed(positions, plan.stop_offsets), flows=commits,
+            bad_records=bad_records, dead_letters=dead_letters,
             lineage=Lineage(base_snapshot=plan.base_snapshot, plan_digest=plan.digest(), ranges=plan.ranges,
                             records_read=plan.records),
         ).sealed()
@@ -357,7 +385,7 @@ class PipelineRunner:
             latest = kafka_offsets.confirmed_end_offsets(consumer, self.topic, sorted(positions))
             targets = self._targets(latest, stops)
             with clear_spark_errors(f"parsing the schema of source {self.pipeline.source}"):
-                schema = source_schema(spark, self.source)
+                schema = source_schema(spark, self.source, tolerant=self.job.on_error != "fail")
             while self.options.max_epochs is None or len(self.epochs) < self.options.max_epochs:
                 if self._is_completed(positions, stops) and base_id is not None:
                     self._status("COMPLETED", epoch)
@@ -383,6 +411,7 @@ class PipelineRunner:
                     keys=sum(len(f.state) for f in self.flows if f.state is not None),
                     lag=sum(max(0, targets.get(p, 0) - o) for p, o in positions.items()),
                     seconds=time.monotonic() - started, completed_splits=len(manifest.completed_splits),
+                    bad_records=manifest.bad_records,
                 )
                 self.epochs.append(report)
                 self.on_epoch(report)

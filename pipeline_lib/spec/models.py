@@ -176,6 +176,10 @@ class FlowSpec(StrictModel):
 SINGLE_SOURCE = "main"
 
 
+class DeadLetterSpec(StrictModel):
+    path: LocationUri  # dead letters of pipeline P go to PATH/P/epoch=<n>/
+
+
 class JobSpec(StrictModel):
     """Either the single-flow form (source / transforms / state / sink) or the multi-flow form
     (``sources`` by name, ``flows`` each reading one of them)."""
@@ -190,9 +194,18 @@ class JobSpec(StrictModel):
     checkpoint: CheckpointSpec
     trigger: TriggerSpec = TriggerSpec()
     parallelism: Annotated[int, Field(ge=1, le=32_768)] = 1
+    # Records that cannot be decoded, do not match the schema or exceed max_record_bytes:
+    # fail the run (naming the record), send them to dead_letter.path, or skip them (counted).
+    on_error: Literal["fail", "dead_letter", "skip"] = "fail"
+    dead_letter: DeadLetterSpec | None = None
+    max_record_bytes: Annotated[int, Field(ge=1, le=1_073_741_824)] = 1_048_576
 
     @model_validator(mode="after")
     def _consistent(self) -> "JobSpec":
+        if self.on_error == "dead_letter" and self.dead_letter is None:
+            raise ValueError("on_error: dead_letter needs dead_letter.path")
+        if self.dead_letter is not None and self.on_error != "dead_letter":
+            raise ValueError("dead_letter is set but on_error is not dead_letter")
         single = self.source is not None or self.sink is not None or self.state is not None or self.transforms
         multi = self.sources is not None or self.flows is not None
         if single and multi:
@@ -217,6 +230,8 @@ class JobSpec(StrictModel):
         if unused:
             raise ValueError(f"sources {unused} feed no flow")
         locations = {str(parse_location(self.checkpoint.store)): "checkpoint.store"}
+        if self.dead_letter is not None:
+            locations[str(parse_location(self.dead_letter.path))] = "dead_letter.path"
         for flow in flows:
             where = "" if not multi else f"flow {flow.name}: "
             if flow.state and not any(t.changes_columns for t in flow.transforms):

@@ -63,6 +63,10 @@ def test_documented_spec_loads(tmp_path):
         ("parallelism", 0, "parallelism"),
         ("parallelism", 1000, "exceeds checkpoint.max_parallelism"),
         ("surprise", 1, "surprise: unknown field"),
+        ("on_error", "dead_letter", "on_error: dead_letter needs dead_letter.path"),
+        ("on_error", "retry", "on_error:"),
+        ("dead_letter", {"path": "s3://results/dlq"}, "dead_letter is set but on_error is not dead_letter"),
+        ("max_record_bytes", 0, "max_record_bytes:"),
     ],
 )
 def test_bad_spec_names_field_and_reason(path, value, expected):

@@ -1,0 +1,92 @@
+"""Bad input under the on_error policy: malformed JSON, schema mismatches, oversized records and
+tombstones are dead-lettered (topic, partition, offset, raw bytes, error) or skipped and counted,
+exactly once across a crash, while the good records give exactly the right result."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from pipeline_lib.checkpoint import layout
+from pipeline_lib.samples import create_topic, payment_events, produce_raw, spend_per_user
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.table_reader import read_append_rows
+from pipeline_lib.storage import open_store, parse_location
+from tests.support import result_table, run_cli, spend_spec, write_spec
+
+BAD = {
+    b"{oops": "malformed JSON",
+    b'{"user": "a", "amount": "12"}': "field 'amount': expected an integer",
+    b"[1, 2]": "expected a JSON object",
+    b'{"user": 7, "amount": 1}': "field 'user': expected a string",
+    b'{"user": "big", "amount": 1, "pad": "' + b"x" * 3000 + b'"}': "exceeds max_record_bytes 1000",
+    None: "tombstone",
+}
+
+
+@pytest.fixture(scope="module")
+def dirty_topic(local_stack):
+    """Partition 0: good records with the bad ones at known offsets; partition 1: good only."""
+    topic = "dirty-e2e"
+    create_topic(local_stack.kafka_bootstrap, topic, 2)
+    good0, good1 = payment_events(300, 40, seed=5), payment_events(200, 40, seed=6)
+    values: list = []
+    bad_offsets: dict[int, bytes | None] = {}
+    bad = list(BAD)
+    for i, event in enumerate(good0):
+        if i % 50 == 10 and bad:
+            bad_offsets[len(values)] = bad[0]
+            value = bad.pop(0)
+            values.append((b"tombstone", None) if value is None else value)
+        values.append(json.dumps(event).encode())
+    produce_raw(local_stack.kafka_bootstrap, topic, values, partition=0)
+    produce_raw(local_stack.kafka_bootstrap, topic, [json.dumps(e).encode() for e in good1], partition=1)
+    return topic, good0 + good1, bad_offsets
+
+
+def _spec(tmp_path, name, topic, policy):
+    extra = {"on_error": policy, "max_record_bytes": 1000}
+    if policy == "dead_letter":
+        extra["dead_letter"] = {"path": f"s3://results/{name}-dead"}
+    return write_spec(tmp_path, spend_spec(name, topic, f"s3://results/{name}", f"s3://checkpoints/{name}",
+                                           per_epoch=150, extra=extra))
+
+
+def _manifests(env, name):
+    store = open_store(parse_location(f"s3://checkpoints/{name}").child("pipelines/main"), ConnectionSettings.from_env(env))
+    return [json.loads(store.get(k)) for k in store.list(layout.MANIFESTS_PREFIX)]
+
+
+def test_dead_letters_hold_each_bad_record_once_across_a_crash(stack_env, tmp_path, dirty_topic):
+    topic, good, bad_offsets = dirty_topic
+    name = "dead-letters"
+    spec = _spec(tmp_path, name, topic, "dead_letter")
+    crashed = run_cli(["run", str(spec)], {**stack_env, "PIPELINE_FAULT_POINTS": "after_sink_success@2"})
+    assert crashed.returncode == -9
+    result = run_cli(["run", str(spec)], stack_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "bad record(s) dead-lettered, first dirty-e2e[0]@" in result.stderr
+    assert result_table(stack_env, f"s3://results/{name}") == spend_per_user(good)
+
+    letters = read_append_rows(open_store(f"s3://results/{name}-dead/main", ConnectionSettings.from_env(stack_env)))
+    assert sorted((r["partition"], r["offset"]) for r in letters) == sorted((0, o) for o in bad_offsets)
+    for row in letters:
+        raw = bad_offsets[row["offset"]]
+        assert row["topic"] == topic
+        assert (base64.b64decode(row["raw_base64"]) if row["raw_base64"] is not None else None) == raw
+        assert BAD[raw] in row["error"]
+    committed = {m["epoch"]: m["bad_records"] for m in _manifests(stack_env, name)}
+    assert sum(committed.values()) == len(BAD)
+
+
+def test_skip_policy_counts_bad_records_and_writes_no_dead_letters(stack_env, tmp_path, dirty_topic):
+    topic, good, _ = dirty_topic
+    name = "skip-bad"
+    result = run_cli(["run", str(_spec(tmp_path, name, topic, "skip"))], stack_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "bad record(s) skipped" in result.stderr
+    assert result_table(stack_env, f"s3://results/{name}") == spend_per_user(good)
+    assert sum(m["bad_records"] for m in _manifests(stack_env, name)) == len(BAD)
+    assert all(m["dead_letters"] is None for m in _manifests(stack_env, name))
