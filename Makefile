@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test bench-restore clean
+.PHONY: install demo test bench-restore soak clean
+N ?= 200
 
 $(BIN)/pipeline-lib: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +23,10 @@ test: install
 # Restore time with many completed pipelines vs restoring everything (prints the ratio).
 bench-restore: install
 	$(BIN)/python -m pipeline_lib.benchmarks.restore_completed
+
+# N random crash/restore cycles with a report in results/soak.md (records lost and duplicated must be 0).
+soak: install
+	$(BIN)/python -m pipeline_lib.soak --cycles $(N) --report results/soak.md
 
 clean:
 	rm -rf $(VENV) demo-output .stack
