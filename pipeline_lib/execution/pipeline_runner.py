@@ -376,7 +376,11 @@ class PipelineRunner:
         except FencedError:
             raise  # a newer attempt owns the pipeline, and its status record
         except BaseException as exc:
-            self._status("FAILED", epoch, str(exc).splitlines()[0][:1000] if str(exc) else type(exc).__name__)
+            reason = str(exc).splitlines()[0][:1000] if str(exc) else type(exc).__name__
+            try:
+                self._status("FAILED", epoch, reason)
+            except Exception as status_exc:  # e.g. the store is down: keep the original error
+                log.warning("pipeline %s: could not record FAILED status: %s", self.pipeline.name, status_exc)
             raise
 
     def _loop(self, spark, epoch, base_id, history, head_version) -> int:

@@ -2,7 +2,7 @@
 
 Both run as real processes on free 127.0.0.1 ports, recorded in DATA_DIR/stack.json and always
 stopped by PID. ``start_stack`` / ``stop_stack`` / ``stack_status`` / ``load_stack`` back the
-``pipeline-lib stack`` commands; ``restart_stack_broker`` is for broker-outage tests.
+``pipeline-lib stack`` commands; ``restart_stack_broker`` and ``restart_stack_s3`` are for outage tests.
 """
 
 from pipeline_lib.localstack.broker import BrokerConfig, restart_broker, start_broker
@@ -14,6 +14,7 @@ from pipeline_lib.localstack.stack import (
     StackInfo,
     load_stack,
     restart_stack_broker,
+    restart_stack_s3,
     stack_status,
     start_stack,
     stop_stack,
@@ -33,6 +34,7 @@ __all__ = [
     "pid_alive",
     "restart_broker",
     "restart_stack_broker",
+    "restart_stack_s3",
     "s3_client",
     "stack_status",
     "start_broker",

@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,3 +144,22 @@ def remove_stale_sockets(ports: Mapping[str, int], store: Path) -> None:
             sock = Path(f"/tmp/seaweedfs-{kind}-{p}.sock")
             if sock.is_socket() and is_port_free(p):
                 sock.unlink(missing_ok=True)
+
+
+def restart_s3_server(data_dir: Path, server: S3Server, *, down_seconds: float = 0.0, timeout: float = 60.0) -> int:
+    """Stop the S3 server by PID, stay down ``down_seconds`` (outage tests), start it again on
+    the same ports with the same data and credentials; return the new PID."""
+    stop_pid(server.pid, server.binary)
+    remove_stale_sockets(server.ports, data_dir / "s3")
+    time.sleep(down_seconds)
+    config = data_dir / "s3.json"  # kept: the credentials do not change
+    pid = start_daemon(weed_command(server.binary, data_dir / "s3", server.ports, config), server.log_path,
+                       env=_weed_env(), cwd=data_dir / "s3")
+    probe = s3_client(server.endpoint, server.access_key, server.secret_key, fail_fast=True)
+    try:
+        wait_until_ready(pid, server.binary, lambda: probe.list_buckets() is not None, what="S3 server (weed mini)",
+                         log_path=server.log_path, timeout=timeout)
+    except BaseException:
+        stop_pid(pid, server.binary)
+        raise
+    return pid

@@ -22,8 +22,10 @@ from pipeline_lib.localstack.ports import GRPC_OFFSET, LOCALHOST, free_port, fre
 from pipeline_lib.localstack.processes import StackError, pid_alive, stop_pid
 from pipeline_lib.localstack.s3server import (
     WEED_COMPONENTS,
+    S3Server,
     create_buckets,
     remove_stale_sockets,
+    restart_s3_server,
     start_s3_server,
 )
 from pipeline_lib.settings import ENV_KAFKA_BOOTSTRAP, ENV_S3_ACCESS_KEY, ENV_S3_ENDPOINT, ENV_S3_SECRET_KEY
@@ -207,3 +209,19 @@ def stack_status(data_dir: Path) -> dict[str, Any]:
         "s3": {"pid": info.s3_pid, "alive": s3_alive, "endpoint": info.s3_endpoint},
         "ports": info.ports,
     }
+
+
+def restart_stack_s3(stack: StackInfo | Path, *, down_seconds: float = 0.0, timeout: float = 60.0) -> StackInfo:
+    """Restart the S3 server of a running stack: same ports, data and credentials; it stays away
+    ``down_seconds`` (outage tests). Updates stack.json and returns the new StackInfo."""
+    data_dir = Path(stack.data_dir if isinstance(stack, StackInfo) else stack).resolve()
+    with _locked(data_dir):
+        info = load_stack(data_dir)
+        if info is None or info.s3_pid is None:
+            raise StackError(f"no stack recorded in {data_dir}")
+        server = S3Server(info.s3_pid, info.s3_bin, info.s3_endpoint, info.access_key, info.secret_key,
+                          {name: info.ports[name] for name in WEED_COMPONENTS}, data_dir / "weed.log")
+        new_pid = restart_s3_server(data_dir, server, down_seconds=down_seconds, timeout=timeout)
+        info = replace(info, s3_pid=new_pid)
+        _save(info)
+        return info
