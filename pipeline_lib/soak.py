@@ -75,6 +75,15 @@ def compare(expected: dict[str, dict], got: dict[str, dict]) -> tuple[int, int, 
     return lost, dup, wrong
 
 
+def check_round(settings: ConnectionSettings, round_no: int, expected: dict[str, dict]) -> dict[str, int]:
+    """Read round ``round_no``'s output table and compare it with the expected one."""
+    sink = open_store(f"s3://results/soak-{round_no}", settings)
+    got = {k[0]: {"user": v["user"], "total": v["total"], "n": v["n"]}
+           for k, v in read_upsert_table(sink, ["user"]).items()}
+    lost, dup, wrong = compare(expected, got)
+    return {"lost": lost, "duplicated": dup, "wrong_keys": wrong}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cycles", type=int, default=20, help="crash/restore cycles")
@@ -119,19 +128,11 @@ def main(argv: list[str] | None = None) -> int:
                 if rc != 0 and ended not in ("external",) and not hit:
                     tally["unexpected failure"] += 1
                 if rc == 0:  # the job is done: check it, then start a fresh one
-                    sink = open_store(f"s3://results/soak-{round_no}", settings)
-                    got = {k[0]: {"user": v["user"], "total": v["total"], "n": v["n"]}
-                           for k, v in read_upsert_table(sink, ["user"]).items()}
-                    lost, dup, wrong = compare(expected, got)
-                    rounds[-1].update(lost=lost, duplicated=dup, wrong_keys=wrong)
+                    rounds[-1].update(check_round(settings, round_no, expected))
                     spec = None
             if spec is not None:  # finish the last round without faults
                 rc, _ = run_once(spec, env, None, None, root / "final.log")
-                sink = open_store(f"s3://results/soak-{round_no}", settings)
-                got = {k[0]: {"user": v["user"], "total": v["total"], "n": v["n"]}
-                       for k, v in read_upsert_table(sink, ["user"]).items()}
-                lost, dup, wrong = compare(expected, got)
-                rounds[-1].update(lost=lost, duplicated=dup, wrong_keys=wrong, final_rc=rc)
+                rounds[-1].update(check_round(settings, round_no, expected), final_rc=rc)
         finally:
             stop_stack(root / "stack")
     lost = sum(r.get("lost", 0) for r in rounds)
