@@ -108,7 +108,8 @@ def run(
 def _print_epoch(report) -> None:
     err.print(
         f"epoch {report.epoch} committed: {report.records} records, {report.rows_written} rows out, "
-        f"{report.keys} keys, lag {report.lag}, {report.seconds:.2f}s, {report.bad_records} bad "
+        f"{report.keys} keys, lag {report.lag}, {report.seconds:.2f}s"
+        + (f", {report.bad_records} bad records" if report.bad_records else "") + " "
         f"(pipeline {report.pipeline}, snapshot {report.snapshot_id})",
         highlight=False,
     )
