@@ -19,7 +19,7 @@ import yaml
 from rich.console import Console
 
 from pipeline_lib.localstack import start_stack, stop_stack
-from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_per_user
+from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_job_spec, spend_per_user
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.table_reader import read_upsert_table
 from pipeline_lib.storage import open_store
@@ -30,16 +30,8 @@ EVENTS, USERS, PARTITIONS, PER_EPOCH = 120_000, 5_000, 4, 20_000
 
 
 def job_spec(name: str) -> dict:
-    return {
-        "name": name,
-        "source": {"kafka": {"topic": "payments", "format": "json", "schema": "user string, amount long"}},
-        "transforms": [{"filter": "amount > 0"}],
-        "state": {"aggregate": {"key": ["user"], "values": {"total": "sum(amount)", "n": "count(*)"}}},
-        "sink": {"files": {"path": f"s3://results/{name}", "format": "jsonl"}},
-        "checkpoint": {"store": f"s3://checkpoints/{name}", "retain": 5},
-        "trigger": {"max_records_per_epoch": PER_EPOCH},
-        "parallelism": 2,
-    }
+    return spend_job_spec(name, "payments", f"s3://results/{name}", f"s3://checkpoints/{name}",
+                          per_epoch=PER_EPOCH, retain=5, extra={"transforms": [{"filter": "amount > 0"}]})
 
 
 def run_cli(args: list[str], env: dict, kill_after_epoch: int | None = None) -> int:

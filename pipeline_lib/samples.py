@@ -54,6 +54,22 @@ def produce_raw(bootstrap: str, topic: str, values: list[bytes | None | tuple[by
         producer.close()
 
 
+def spend_job_spec(name: str, topic: str, sink: str, store: str, *, per_epoch: int = 4_000,
+                   parallelism: int = 2, retain: int = 10, fmt: str = "jsonl", extra: dict | None = None) -> dict:
+    """The spend-per-user job over JSON payments, as a spec dict (demo, soak, tests)."""
+    spec = {
+        "name": name,
+        "source": {"kafka": {"topic": topic, "format": "json", "schema": "user string, amount long"}},
+        "state": {"aggregate": {"key": ["user"], "values": {"total": "sum(amount)", "n": "count(*)"}}},
+        "sink": {"files": {"path": sink, "format": fmt}},
+        "checkpoint": {"store": store, "retain": retain},
+        "trigger": {"max_records_per_epoch": per_epoch},
+        "parallelism": parallelism,
+    }
+    spec.update(extra or {})
+    return spec
+
+
 def spend_per_user(events: list[dict]) -> dict[str, dict]:
     """The reference answer of the demo job, computed without the engine."""
     out: dict[str, dict] = {}

@@ -27,7 +27,7 @@ import yaml
 
 from pipeline_lib.faults import POINTS
 from pipeline_lib.localstack import start_stack, stop_stack
-from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_per_user
+from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_job_spec, spend_per_user
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.table_reader import read_upsert_table
 from pipeline_lib.storage import open_store
@@ -36,15 +36,8 @@ TOPIC = "soak-payments"
 
 
 def job_spec(name: str, per_epoch: int) -> dict:
-    return {
-        "name": name,
-        "source": {"kafka": {"topic": TOPIC, "schema": "user string, amount long"}},
-        "state": {"aggregate": {"key": ["user"], "values": {"total": "sum(amount)", "n": "count(*)"}}},
-        "sink": {"files": {"path": f"s3://results/{name}"}},
-        "checkpoint": {"store": f"s3://checkpoints/{name}", "retain": 3},
-        "trigger": {"max_records_per_epoch": per_epoch},
-        "parallelism": 2,
-    }
+    return spend_job_spec(name, TOPIC, f"s3://results/{name}", f"s3://checkpoints/{name}",
+                          per_epoch=per_epoch, retain=3)
 
 
 def run_once(spec: Path, env: dict, fault: str | None, kill_after: float | None, log: Path) -> tuple[int, str]:

@@ -28,6 +28,7 @@ class SnapshotStore:
         self.store = store
         self.job = job
         self.pipeline = pipeline
+        self._state_refs: dict[str, set[str]] = {}  # snapshot id -> state files (manifests are immutable)
 
     @classmethod
     def open(cls, checkpoint_uri: str, job: str, pipeline: str, settings) -> "SnapshotStore":
@@ -164,13 +165,15 @@ class SnapshotStore:
         retained = {e.snapshot_id for e in head.history}
         referenced: set[str] = set()
         for entry in head.history:
-            try:
-                manifest = self.load_manifest(entry.snapshot_id)
-            except SnapshotError:
-                continue
-            for flow in manifest.flows.values():
-                if flow.state:
-                    referenced.update(f.key for f in flow.state.files)
+            refs = self._state_refs.get(entry.snapshot_id)
+            if refs is None:
+                try:
+                    manifest = self.load_manifest(entry.snapshot_id)
+                except SnapshotError:
+                    continue
+                refs = {f.key for flow in manifest.flows.values() if flow.state for f in flow.state.files}
+                self._state_refs[entry.snapshot_id] = refs
+            referenced |= refs
         oldest_epoch = min(e.epoch for e in head.history)
         doomed = []
         for sid in self.listed_snapshot_ids():

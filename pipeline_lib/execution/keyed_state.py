@@ -61,9 +61,6 @@ class KeyedAggregateState:
     def rows(self, keys: Iterable[tuple]) -> list[tuple]:
         return [key + tuple(self.values[key]) for key in keys]
 
-    def keys_in(self, key_groups: range) -> list[tuple]:
-        return [k for k, kg in self.key_groups.items() if kg in key_groups]
-
     def load_rows(self, rows: Iterable[tuple]) -> None:
         """Add restored (keys..., values...) rows; each key must be new."""
         nkeys = len(self.key_columns)

@@ -118,6 +118,7 @@ class PipelineRunner:
             FilesSink(open_store(parse_location(job.dead_letter.path).child(pipeline.name), settings), "jsonl")
             if job.on_error == "dead_letter" and job.dead_letter else None
         )
+        self.fingerprint = spec_fingerprint(job)
         self.restored: Restored | None = None
         self.attempt = 0
         self.epochs: list[EpochReport] = []
@@ -229,7 +230,7 @@ class PipelineRunner:
 
     @staticmethod
     def _is_completed(positions: dict[int, int], stops: dict[int, int] | None) -> bool:
-        return stops is not None and all(positions.get(p, 0) >= s for p, s in stops.items())
+        return stops is not None and len(completed_splits(positions, stops)) == len(stops)
 
     # -- one epoch --------------------------------------------------------------------------
     def _flow_output(self, flow: FlowRuntime, df) -> tuple[list[pa.Table], set[int]]:
@@ -338,7 +339,7 @@ class PipelineRunner:
         positions = plan.end_positions()
         manifest = Manifest(
             job=self.job.name, pipeline=self.pipeline.name, snapshot_id=snapshot_id, epoch=epoch,
-            attempt=self.attempt, created_at=_now(), spec_fingerprint=spec_fingerprint(self.job),
+            attempt=self.attempt, created_at=_now(), spec_fingerprint=self.fingerprint,
             topic=self.topic, positions=positions, stop_offsets=plan.stop_offsets,
             completed_splits=completed_splits(positions, plan.stop_offsets),
             completed=self._is_completed(positions, plan.stop_offsets), flows=commits,
