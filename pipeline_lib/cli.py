@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline_lib.errors import PipelineError
+from pipeline_lib.execution.lifecycle import DEFAULT_LEASE_SECONDS, DEFAULT_STARTUP_TIMEOUT_SECONDS
 from pipeline_lib.logs import scrub, setup_logging
 from pipeline_lib.settings import ConnectionSettings
 
@@ -66,6 +67,10 @@ def run(
     pipeline: Annotated[Optional[list[str]], typer.Option("--pipeline", help="Run only this pipeline (repeatable).")] = None,
     max_epochs: Annotated[Optional[int], typer.Option(help="Stop each pipeline after this many epochs.")] = None,
     redeploy_completed: Annotated[bool, typer.Option("--redeploy-completed", help="Restore and deploy COMPLETED pipelines too, as a whole-job restart would (for comparison).")] = False,
+    lease_seconds: Annotated[float, typer.Option(min=1.0, help="Heartbeat lease: a RUNNING pipeline silent this long is LOST.")] = DEFAULT_LEASE_SECONDS,
+    startup_timeout: Annotated[float, typer.Option(min=1.0, help="Seconds for every subtask to start before the pipeline is FAILED.")] = DEFAULT_STARTUP_TIMEOUT_SECONDS,
+    launched_by: Annotated[str, typer.Option(help="Who launched this run, recorded in the status (e.g. an Airflow run id).")] = "cli",
+    summary_json: Annotated[Optional[Path], typer.Option(help="Also write the run's summary (no secrets) to this JSON file.")] = None,
 ) -> None:
     """Run a job: restore each pipeline, then process epochs, committing a snapshot after each."""
     from pipeline_lib.execution.job_runner import JobRunner
@@ -78,7 +83,8 @@ def run(
     try:
         job = load_spec(spec)
         options = RunOptions(mode="forever" if forever else "until-caught-up", restore=restore,
-                             parallelism=parallelism, max_epochs=max_epochs, skip_completed=not redeploy_completed)
+                             parallelism=parallelism, max_epochs=max_epochs, skip_completed=not redeploy_completed,
+                             lease_seconds=lease_seconds, startup_timeout_s=startup_timeout, launched_by=launched_by)
         summary = JobRunner(job, settings, options, on_epoch=_print_epoch, only=pipeline).run()
     except PipelineError as exc:
         _fail(exc, settings)
@@ -97,6 +103,8 @@ def run(
             detail += f": {p.reason}"
         err.print(f"pipeline {p.name}: {p.status}, attempt {p.attempt}, {len(p.epochs)} epoch(s), "
                   f"{p.records} records{detail}", highlight=False)
+    if summary_json is not None:
+        summary_json.write_text(json.dumps(summary.to_dict(), indent=1))
     total = sum(p.records for p in summary.pipelines)
     err.print(f"done: job {summary.job}, {sum(len(p.epochs) for p in summary.pipelines)} epoch(s), {total} records",
               highlight=False)

@@ -31,6 +31,8 @@ POINTS = (
     "after_manifest",
     "after_head_move",
 )
+# Points outside the epoch loop (no epoch number): ``during_startup`` is a subtask's on_start.
+STARTUP_POINTS = ("during_startup",)
 
 
 def _armed(point: str, epoch: int | None) -> bool:
@@ -68,7 +70,7 @@ def _pause_until(path: str, point: str, epoch: int | None) -> None:
 
 
 def fault_point(point: str, epoch: int | None = None) -> None:
-    if point not in POINTS:
+    if point not in POINTS and point not in STARTUP_POINTS:
         raise ValueError(f"unknown fault point {point!r}")
     if os.environ.get(ENV_FAULT_POINTS) and _armed(point, epoch):
         if os.environ.get(ENV_FAULT_PAUSE_UNTIL):

@@ -2,7 +2,8 @@
 
 Every pipeline of a job has a folder of its own, ``pipelines/<pipeline>/``, holding:
 
-    STATUS                                lifecycle record (RUNNING / COMPLETED / FAILED + reason)
+    STATUS                                lifecycle record (SCHEDULING / RUNNING / … + reason, lease)
+    RECOVERY                              what the recovery DAG did: relaunch claims, budget, backoff
     HEAD                                  head pointer (moved by compare-and-swap = the commit)
     attempts/<n>                          one object per run attempt, created exclusively
     plans/<epoch>.json                    the epoch's offset ranges, written before it runs
@@ -15,6 +16,7 @@ from __future__ import annotations
 PIPELINES_PREFIX = "pipelines/"
 HEAD_KEY = "HEAD"
 STATUS_KEY = "STATUS"
+RECOVERY_KEY = "RECOVERY"
 ATTEMPTS_PREFIX = "attempts/"
 PLANS_PREFIX = "plans/"
 MANIFESTS_PREFIX = "manifests/"

@@ -152,11 +152,56 @@ class Head(Frozen):
         return self.history[0] if self.history else None
 
 
-class PipelineStatus(Frozen):
-    """A pipeline's lifecycle, recorded next to its snapshots so that tools can see it."""
+LifecycleState = Literal["SCHEDULING", "RUNNING", "STOPPED", "COMPLETED", "FAILED", "LOST"]
+LIVE_STATES = ("SCHEDULING", "RUNNING")  # states that promise a heartbeat
 
-    state: Literal["RUNNING", "STOPPED", "COMPLETED", "FAILED"]  # STOPPED: caught up, resumable
+
+class LaunchInfo(Frozen):
+    """How an attempt was launched, so that a recovery can relaunch it the same way."""
+
+    mode: Literal["until-caught-up", "forever"]
+    parallelism: int
+    launched_by: str = "cli"  # e.g. "airflow:pipeline__spend/manual__2026-11-21T…"
+
+
+class PipelineStatus(Frozen):
+    """A pipeline's lifecycle, recorded next to its snapshots so that tools can see it.
+
+    SCHEDULING → RUNNING only once every subtask has started (the Arroyo fix, seeds/003); any
+    failure on the way → FAILED with the reason. While SCHEDULING or RUNNING the runner renews
+    ``heartbeat_at``; a reader that finds the lease expired sees LOST (``observed``).
+    STOPPED: caught up and resumable; COMPLETED: a bounded source reached its stop offsets.
+    """
+
+    state: LifecycleState
     attempt: int
     epoch: int
     reason: str | None = None
     updated_at: dt.datetime
+    heartbeat_at: dt.datetime | None = None
+    lease_seconds: float | None = None
+    startup_deadline: dt.datetime | None = None  # SCHEDULING must reach RUNNING before this
+    subtasks_total: int = 0
+    subtasks_started: int = 0
+    launch: LaunchInfo | None = None
+    host: str | None = None  # where the attempt's driver runs, for an operator looking for it
+    pid: int | None = None
+
+    def lease_expires_at(self) -> dt.datetime | None:
+        if self.heartbeat_at is None or self.lease_seconds is None:
+            return None
+        return self.heartbeat_at + dt.timedelta(seconds=self.lease_seconds)
+
+    def observed(self, now: dt.datetime) -> tuple[LifecycleState, str | None]:
+        """The state a watcher should believe at ``now``, and why it differs from ``state``."""
+        if self.state not in LIVE_STATES:
+            return self.state, self.reason
+        expires = self.lease_expires_at()
+        if expires is not None and now > expires:
+            return "LOST", (f"attempt {self.attempt}: no heartbeat since {self.heartbeat_at:%Y-%m-%dT%H:%M:%SZ} "
+                            f"(lease {self.lease_seconds:g}s)")
+        if self.state == "SCHEDULING" and self.startup_deadline is not None and now > self.startup_deadline:
+            return "FAILED", (f"attempt {self.attempt}: start-up did not finish by "
+                              f"{self.startup_deadline:%Y-%m-%dT%H:%M:%SZ} "
+                              f"({self.subtasks_started}/{self.subtasks_total} subtasks started)")
+        return self.state, self.reason

@@ -39,13 +39,25 @@ class SnapshotStore:
 
     # -- lifecycle status -------------------------------------------------------------------
     def read_status(self) -> PipelineStatus | None:
-        try:
-            return PipelineStatus.model_validate_json(self.store.get(layout.STATUS_KEY))
-        except (NotFound, ValidationError):
-            return None
+        return self.read_status_versioned()[0]
 
-    def write_status(self, status: PipelineStatus) -> None:
-        self.store.put(layout.STATUS_KEY, status.model_dump_json(indent=1).encode())
+    def read_status_versioned(self) -> tuple[PipelineStatus | None, str | None]:
+        """The status and its version token, for a compare-and-swap; an unreadable record is
+        (None, version) so that the next write replaces it."""
+        found = self.store.get_versioned(layout.STATUS_KEY)
+        if found is None:
+            return None, None
+        data, version = found
+        try:
+            return PipelineStatus.model_validate_json(data), version
+        except ValidationError:
+            log.warning("status record of pipeline %s is unreadable; it will be replaced", self.pipeline)
+            return None, version
+
+    def swap_status(self, status: PipelineStatus, expected_version: str | None) -> str | None:
+        """Write the status only if it is still at ``expected_version`` (None: only if absent).
+        Returns the new version, or None when another writer came first."""
+        return self.store.put_if(layout.STATUS_KEY, status.model_dump_json(indent=1).encode(), expected_version)
 
     # -- head -------------------------------------------------------------------------------
     def read_head(self) -> tuple[Head | None, str | None]:

@@ -46,6 +46,14 @@ class JobSummary:
     def failed(self) -> list[PipelineOutcome]:
         return [p for p in self.pipelines if p.status == "FAILED"]
 
+    def to_dict(self) -> dict:
+        """Counts and ids only (what an Airflow XCom may hold): no settings, no record data."""
+        return {"job": self.job, "pipelines": [
+            {"name": p.name, "status": p.status, "attempt": p.attempt, "restored_from": p.restored_from,
+             "epochs": len(p.epochs), "records": p.records, "reason": p.reason,
+             "last_snapshot": p.epochs[-1].snapshot_id if p.epochs else p.restored_from}
+            for p in self.pipelines]}
+
 
 class JobRunner:
     def __init__(self, spec: JobSpec, settings: ConnectionSettings, options: RunOptions,
@@ -82,8 +90,17 @@ class JobRunner:
             to_deploy.append(runner)
         if to_deploy:
             remember_runner_group()
-            spark = start_spark(f"pipeline-lib:{self.spec.name}", self.settings.spark_master,
-                                max(r.parallelism for r in to_deploy))
+            for runner in to_deploy:  # SCHEDULING, with a lease, before anything can hang
+                runner.schedule()
+            try:
+                spark = start_spark(f"pipeline-lib:{self.spec.name}", self.settings.spark_master,
+                                    max(r.parallelism for r in to_deploy))
+            except Exception as exc:
+                first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+                for runner in to_deploy:
+                    assert runner.lifecycle is not None
+                    runner.lifecycle.fail(f"start-up failed: Spark did not start: {first}")
+                raise
             try:
                 with ThreadPoolExecutor(max_workers=len(to_deploy), thread_name_prefix="pipeline") as pool:
                     futures = {r.pipeline.name: (r, pool.submit(r.run, spark)) for r in to_deploy}

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from pipeline_lib.checkpoint.layout import state_file_key
 from pipeline_lib.checkpoint.manifest import (
-    FlowCommit, Head, HistoryEntry, Lineage, Manifest, PipelineStatus, StateFileRef, StateSnapshot,
+    FlowCommit, Head, HistoryEntry, LaunchInfo, Lineage, Manifest, StateFileRef, StateSnapshot,
     completed_splits, sha256_hex, snapshot_id_for,
 )
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, Restored, restore_snapshot
@@ -32,6 +32,8 @@ from pipeline_lib.errors import FencedError, PipelineError, SnapshotError
 from pipeline_lib.execution.aggregate import epoch_partials, table_rows
 from pipeline_lib.execution.epoch_reader import read_epoch, source_schema
 from pipeline_lib.execution.keyed_state import KeyedAggregateState
+from pipeline_lib.execution.lifecycle import DEFAULT_LEASE_SECONDS, DEFAULT_STARTUP_TIMEOUT_SECONDS, Lifecycle
+from pipeline_lib.execution.startup import start_pipeline
 from pipeline_lib.execution.spark_errors import clear_spark_errors
 from pipeline_lib.execution.transforms import apply_transforms
 from pipeline_lib.faults import fault_point
@@ -57,6 +59,9 @@ class RunOptions:
     poll_interval_s: float = 2.0
     max_epochs: int | None = None  # stop after this many epochs (tests, smoke runs)
     skip_completed: bool = True  # False = restore and deploy completed pipelines too (a whole-job restart)
+    lease_seconds: float = DEFAULT_LEASE_SECONDS  # heartbeat lease on the STATUS record
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_SECONDS  # SCHEDULING → RUNNING within this
+    launched_by: str = "cli"
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,8 @@ class PipelineRunner:
         self.fingerprint = spec_fingerprint(job)
         self.restored: Restored | None = None
         self.attempt = 0
+        self.lifecycle: Lifecycle | None = None
+        self._head_version: str | None = None
         self.epochs: list[EpochReport] = []
 
     # -- restore ----------------------------------------------------------------------------
@@ -357,31 +364,40 @@ class PipelineRunner:
         return manifest, head, version
 
     def _status(self, state: str, epoch: int, reason: str | None = None) -> None:
-        self.snapshots.write_status(PipelineStatus(state=state, attempt=self.attempt, epoch=epoch, reason=reason,
-                                                   updated_at=_now()))
+        assert self.lifecycle is not None
+        self.lifecycle.transition(state, reason, epoch=epoch)
 
     # -- the loop ---------------------------------------------------------------------------
-    def run(self, spark) -> None:
-        """Process epochs until caught up (or forever, or until a bounded source completes)."""
-        restored = self.restored
-        _, head_version = self.snapshots.read_head()
+    def schedule(self) -> None:
+        """Claim an attempt and record SCHEDULING with a heartbeat lease, before Spark starts."""
+        _, self._head_version = self.snapshots.read_head()
         self.attempt = self.snapshots.claim_attempt()
+        opts = self.options
+        launch = LaunchInfo(mode=opts.mode, parallelism=self.parallelism, launched_by=opts.launched_by)
+        self.lifecycle = Lifecycle(self.snapshots, self.attempt, launch, opts.lease_seconds)
+        epoch = self.restored.manifest.epoch if self.restored else 0
+        subtasks = sum(v.parallelism for v in self.pipeline.vertices)
+        self.lifecycle.schedule(epoch, subtasks, opts.startup_timeout_s)
+
+    def run(self, spark) -> None:
+        """Start every subtask, then process epochs until caught up (or forever, or until a
+        bounded source completes)."""
+        if self.lifecycle is None:
+            self.schedule()
+        assert self.lifecycle is not None
+        restored = self.restored
         history = restored.history if restored else []
         base_id = restored.manifest.snapshot_id if restored else None
         epoch = restored.manifest.epoch if restored else 0
         log.info("pipeline %s of job %s attempt %d: %s", self.pipeline.name, self.job.name, self.attempt,
                  f"restored snapshot {base_id} (epoch {epoch})" if base_id else "starting without a snapshot")
-        self._status("RUNNING", epoch)
         try:
-            epoch = self._loop(spark, epoch, base_id, history, head_version)
+            epoch = self._loop(spark, epoch, base_id, history, self._head_version)
         except FencedError:
+            self.lifecycle.stop_heartbeat()
             raise  # a newer attempt owns the pipeline, and its status record
         except BaseException as exc:
-            reason = str(exc).splitlines()[0][:1000] if str(exc) else type(exc).__name__
-            try:
-                self._status("FAILED", epoch, reason)
-            except Exception as status_exc:  # e.g. the store is down: keep the original error
-                log.warning("pipeline %s: could not record FAILED status: %s", self.pipeline.name, status_exc)
+            self.lifecycle.fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             raise
 
     def _loop(self, spark, epoch, base_id, history, head_version) -> int:
@@ -391,6 +407,9 @@ class PipelineRunner:
             targets = self._targets(latest, stops)
             with clear_spark_errors(f"parsing the schema of source {self.pipeline.source}"):
                 schema = source_schema(spark, self.source, tolerant=self.job.on_error != "fail")
+                started = start_pipeline(self, spark, schema, self.options.startup_timeout_s)
+            assert self.lifecycle is not None
+            self.lifecycle.started(started)
             while self.options.max_epochs is None or len(self.epochs) < self.options.max_epochs:
                 if self._is_completed(positions, stops) and base_id is not None:
                     self._status("COMPLETED", epoch)
@@ -419,6 +438,7 @@ class PipelineRunner:
                     bad_records=manifest.bad_records,
                 )
                 self.epochs.append(report)
+                self.lifecycle.progress(epoch)
                 self.on_epoch(report)
             if self._is_completed(positions, stops) and base_id is not None:
                 self._status("COMPLETED", epoch)

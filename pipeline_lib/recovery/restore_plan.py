@@ -7,6 +7,8 @@ cheap to show before anything starts. Source subtasks own Kafka partitions (spli
 
 from __future__ import annotations
 
+import datetime as dt
+
 from dataclasses import asdict, dataclass, field
 
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
@@ -39,7 +41,10 @@ def _splits_of(reader: int, parallelism: int, partitions: list[int]) -> list[int
 
 def plan_pipeline(spec: JobSpec, pipeline: Pipeline, snapshots: SnapshotStore, which: str, parallelism: int) -> PipelinePlan:
     status = snapshots.read_status()
-    status_text = f"{status.state}" + (f": {status.reason}" if status and status.reason else "") if status else None
+    status_text = None
+    if status is not None:
+        state, reason = status.observed(dt.datetime.now(dt.timezone.utc))
+        status_text = state + (f": {reason}" if reason else "")
     manifest = None
     if which != "none":
         head, _ = snapshots.read_head()

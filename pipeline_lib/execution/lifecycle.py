@@ -1,0 +1,142 @@
+"""One attempt's lifecycle record: state transitions and a heartbeat lease.
+
+Every write is a compare-and-swap on the pipeline's STATUS object, so two writers can never
+interleave half-updates: the runner's own transitions and heartbeats (serialised by a lock), a
+newer attempt (which fences this one: its record is never overwritten), and the recovery DAG
+marking an expired lease LOST (a live runner's next heartbeat takes the record back; the
+relaunch that recovery starts then fences this attempt through the head pointer anyway).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+from typing import Any
+
+from pipeline_lib.checkpoint.manifest import LIVE_STATES, LaunchInfo, LifecycleState, PipelineStatus
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE_SECONDS = 30.0
+DEFAULT_STARTUP_TIMEOUT_SECONDS = 300.0
+_CAS_ROUNDS = 8
+
+
+def now_utc() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class Lifecycle:
+    def __init__(self, snapshots: SnapshotStore, attempt: int, launch: LaunchInfo,
+                 lease_seconds: float = DEFAULT_LEASE_SECONDS):
+        self.snapshots, self.attempt, self.launch = snapshots, attempt, launch
+        self.lease_seconds = lease_seconds
+        self.fenced = False  # a newer attempt owns the record
+        self._current: PipelineStatus | None = None
+        self._epoch: int | None = None  # the latest committed epoch, carried by the next heartbeat
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def current(self) -> PipelineStatus | None:
+        return self._current
+
+    # -- transitions ------------------------------------------------------------------------
+    def schedule(self, epoch: int, subtasks_total: int, startup_timeout_s: float) -> None:
+        now = now_utc()
+        self._write(PipelineStatus(
+            state="SCHEDULING", attempt=self.attempt, epoch=epoch, updated_at=now, heartbeat_at=now,
+            lease_seconds=self.lease_seconds, startup_deadline=now + dt.timedelta(seconds=startup_timeout_s),
+            subtasks_total=subtasks_total, launch=self.launch, host=socket.gethostname(), pid=os.getpid(),
+        ))
+        self._start_heartbeat()
+
+    def started(self, subtasks_started: int) -> None:
+        """Every subtask's on_start is done: the pipeline is truly RUNNING."""
+        self.transition("RUNNING", subtasks_started=subtasks_started, startup_deadline=None)
+
+    def transition(self, state: LifecycleState, reason: str | None = None, **fields: Any) -> None:
+        base = self._current
+        if base is None:
+            raise RuntimeError("transition before schedule()")
+        now = now_utc()
+        live = state in LIVE_STATES
+        self._write(base.model_copy(update={
+            "state": state, "reason": reason, "updated_at": now,
+            "heartbeat_at": now if live else base.heartbeat_at, **fields,
+        }))
+        if not live:
+            self.stop_heartbeat()
+
+    def fail(self, reason: str) -> None:
+        """Record FAILED; a store that is down must not hide the original error."""
+        try:
+            self.transition("FAILED", reason[:1000])
+        except Exception as exc:
+            log.warning("pipeline %s: could not record FAILED status: %s", self.snapshots.pipeline, exc)
+
+    # -- heartbeat --------------------------------------------------------------------------
+    def progress(self, epoch: int) -> None:
+        """Note a committed epoch; the next heartbeat records it (no extra write per epoch)."""
+        self._epoch = epoch
+
+    def beat(self) -> None:
+        with self._lock:
+            base = self._current
+        if base is None or base.state not in LIVE_STATES or self.fenced:
+            return
+        update: dict[str, Any] = {"heartbeat_at": now_utc()}
+        if self._epoch is not None:
+            update["epoch"] = self._epoch
+        self._write(base.model_copy(update=update), only_if_live=True)
+
+    def _start_heartbeat(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._heartbeat_loop, name=f"heartbeat-{self.snapshots.pipeline}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _heartbeat_loop(self) -> None:
+        interval = max(0.2, self.lease_seconds / 3)
+        while not self._stop.wait(interval):
+            try:
+                self.beat()
+            except Exception as exc:  # e.g. S3 briefly away: the lease has slack for two misses
+                log.warning("pipeline %s: heartbeat failed: %s", self.snapshots.pipeline, exc)
+            if self.fenced:
+                return
+
+    def stop_heartbeat(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
+    # -- the compare-and-swap ---------------------------------------------------------------
+    def _write(self, status: PipelineStatus, only_if_live: bool = False) -> None:
+        with self._lock:
+            if self.fenced:
+                return
+            if only_if_live and (self._current is None or self._current.state not in LIVE_STATES):
+                return  # a transition to a final state won the lock first
+            for _ in range(_CAS_ROUNDS):
+                found, version = self.snapshots.read_status_versioned()
+                if found is not None and found.attempt > self.attempt:
+                    self.fenced = True
+                    log.warning("pipeline %s: attempt %d now owns the status record; attempt %d stops writing it",
+                                self.snapshots.pipeline, found.attempt, self.attempt)
+                    return
+                if found is not None and found.attempt == self.attempt and found.state == "LOST":
+                    log.warning("pipeline %s: the record said LOST while attempt %d was alive (a late heartbeat)",
+                                self.snapshots.pipeline, self.attempt)
+                if self.snapshots.swap_status(status, version) is not None:
+                    self._current = status
+                    return
+            raise RuntimeError(f"pipeline {self.snapshots.pipeline}: status record kept changing under attempt "
+                               f"{self.attempt}")

@@ -1,0 +1,121 @@
+"""Start every subtask of a pipeline before calling it RUNNING (the Arroyo fix, seeds/003).
+
+A subtask has started when its ``on_start`` is done:
+
+* source subtask *i*: a Spark task on an executor imported this library, reached the brokers
+  and found the topic's partitions that subtask *i* will read (Kafka splits are assigned by
+  ``partition mod parallelism``). This proves the executors' Python side works, not only
+  the driver's;
+* transform subtasks: the flow's SQL and Python hooks were analysed against the source schema;
+* state subtask *i*: its key-group range is known and the restored state is loaded;
+* sink subtasks: the sink's store answers.
+
+Anything that fails, or does not finish within the start-up timeout, fails the whole start-up
+with a reason that names the subtask; the pipeline never looks RUNNING while a part is stuck.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+
+from pipeline_lib.errors import PipelineError
+from pipeline_lib.execution.transforms import apply_transforms
+from pipeline_lib.plan.keygroups import key_group_range
+
+log = logging.getLogger(__name__)
+
+
+class StartupError(PipelineError):
+    """A subtask did not start; the message names it."""
+
+
+@dataclass(frozen=True)
+class SubtaskCheck:
+    subtask: str
+    ok: bool
+    detail: str
+
+
+def _source_on_start(index: int, bootstrap: str, topic: str, parallelism: int, timeout_ms: int):
+    """Runs on an executor: connect to Kafka and find this subtask's partitions."""
+    try:
+        from kafka import KafkaConsumer
+
+        from pipeline_lib.faults import fault_point  # the executors must have the library
+
+        fault_point("during_startup")
+
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                 client_id=f"pipeline-lib-start-{index}", request_timeout_ms=timeout_ms)
+        try:
+            partitions = sorted(consumer.partitions_for_topic(topic) or [])
+        finally:
+            consumer.close()
+        if not partitions:
+            return [(index, False, f"topic {topic!r} has no partitions")]
+        mine = [p for p in partitions if p % parallelism == index]
+        return [(index, True, f"partitions {mine}" if mine else "no partitions at this parallelism (idle)")]
+    except Exception as exc:  # reported to the driver with the subtask's name
+        text = str(exc) or type(exc).__name__
+        return [(index, False, text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}")]
+
+
+def start_source_subtasks(spark, bootstrap: str, source_vertex: str, topic: str, parallelism: int,
+                          timeout_s: float) -> list[SubtaskCheck]:
+    """One Spark task per source subtask; cancelled (and reported) when the deadline passes."""
+    sc = spark.sparkContext
+    group = f"pipeline-lib-start-{uuid.uuid4().hex[:8]}"
+    timeout_ms = max(1000, int(timeout_s * 1000 / 2))
+    timer = threading.Timer(timeout_s, sc.cancelJobGroup, args=(group,))
+    sc.setJobGroup(group, f"on_start of {source_vertex}", interruptOnCancel=True)
+    timer.start()
+    try:
+        rows = (sc.parallelize(range(parallelism), parallelism)
+                .mapPartitionsWithIndex(lambda i, _: _source_on_start(i, bootstrap, topic, parallelism, timeout_ms))
+                .collect())
+    except Exception as exc:
+        if not timer.is_alive():
+            raise StartupError(f"start-up did not finish within {timeout_s:g}s: subtasks of {source_vertex} "
+                               "did not start on the executors") from None
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise StartupError(f"subtasks of {source_vertex} could not start on Spark: {first}") from None
+    finally:
+        timer.cancel()
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return [SubtaskCheck(f"{source_vertex}#{i}", ok, detail) for i, ok, detail in sorted(rows)]
+
+
+def start_pipeline(runner, spark, schema, timeout_s: float) -> int:
+    """Run every subtask's on_start; return how many started, or raise StartupError."""
+    pipeline, p = runner.pipeline, runner.parallelism
+    source_vertex = next(v for v in pipeline.vertices if v.kind == "source")
+    checks = start_source_subtasks(spark, runner.settings.require_kafka(), source_vertex.id, runner.topic, p,
+                                   timeout_s)
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        raise StartupError("; ".join(f"subtask {c.subtask} failed on_start: {c.detail}" for c in failed))
+    started = len(checks)
+    empty = spark.createDataFrame([], schema)
+    for flow in runner.flows:
+        name = flow.spec.name
+        vertices = [v for v in pipeline.vertices if v.id.startswith(f"flow:{name}/")]
+        current = vertices[0].id if vertices else f"flow:{name}"
+        try:
+            if flow.spec.transforms:
+                current = f"flow:{name}/transform0"
+                apply_transforms(empty, flow.spec.transforms, where=f"flow {name}: ")
+            if flow.state is not None:
+                current = f"flow:{name}/state"
+                ranges = [key_group_range(i, p, runner.maxp) for i in range(p)]
+                if any(len(r) == 0 for r in ranges):
+                    raise StartupError(f"parallelism {p} leaves a subtask without key groups")
+            current = f"flow:{name}/sink"
+            flow.sink.store.exists("_SUCCESS")  # the sink's store answers (and accepts our credentials)
+        except Exception as exc:
+            raise StartupError(f"subtask {current}#0 failed on_start: {exc}") from None
+        started += sum(v.parallelism for v in vertices)
+    log.info("pipeline %s: %d subtasks started", pipeline.name, started)
+    return started
