@@ -9,7 +9,7 @@ N ?= 200
 $(BIN)/pipeline-lib: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[local,test]'
+	$(BIN)/pip install -q -e '.[local,airflow,test]'
 	touch $@
 
 install: $(BIN)/pipeline-lib

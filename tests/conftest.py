@@ -11,6 +11,15 @@ import os
 # Before anything imports pyspark: Spark must bind to loopback only (STACK.md).
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+# Before anything imports airflow (STACK.md): a throwaway home, this repository's DAGs, no examples.
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="pipeline-airflow-home-")
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+
 from collections.abc import Iterator  # noqa: E402
 
 import pytest  # noqa: E402

@@ -1,0 +1,106 @@
+"""Connection settings from Airflow Connections, with the ``PIPELINE_*`` variables as fallback.
+
+Three connection ids, one per service, so that an operator can rotate the object-store key
+without touching the broker address:
+
+* ``pipeline_kafka``: ``host``/``port`` of one broker, or ``extra.bootstrap_servers`` for a list;
+* ``pipeline_s3``: ``host`` = endpoint URL (``http://minio:9000``), ``login`` = access key,
+  ``password`` = secret key, ``extra.region_name``;
+* ``pipeline_spark``: ``host``/``port`` of a standalone master (``spark://spark-master:7077``).
+
+A value missing from a connection falls back to its environment variable, field by field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Mapping, Protocol
+
+from pydantic import SecretStr
+
+from pipeline_lib.settings import ConnectionSettings
+
+CONN_KAFKA = "pipeline_kafka"
+CONN_S3 = "pipeline_s3"
+CONN_SPARK = "pipeline_spark"
+CONNECTION_IDS = (CONN_KAFKA, CONN_S3, CONN_SPARK)
+
+
+class ConnectionLike(Protocol):
+    """The fields of an Airflow ``Connection`` this module reads."""
+
+    host: str | None
+    port: int | None
+    login: str | None
+    password: str | None
+    extra: Any
+
+
+def _extra(conn: ConnectionLike) -> dict[str, Any]:
+    extra = conn.extra
+    if not extra:
+        return {}
+    if isinstance(extra, dict):
+        return extra
+    try:
+        parsed = json.loads(extra)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _with_scheme(host: str, scheme: str) -> str:
+    return host if "://" in host else f"{scheme}://{host}"
+
+
+def _host_port(conn: ConnectionLike, scheme: str | None) -> str | None:
+    host = (conn.host or "").strip()
+    if not host:
+        return None
+    if scheme:
+        host = _with_scheme(host, scheme)
+    if conn.port and not host.rstrip("/").rsplit(":", 1)[-1].isdigit():
+        host = f"{host.rstrip('/')}:{conn.port}"
+    return host
+
+
+def kafka_bootstrap(conn: ConnectionLike) -> str | None:
+    servers = _extra(conn).get("bootstrap_servers")
+    if servers:
+        return ",".join(servers) if isinstance(servers, list) else str(servers)
+    return _host_port(conn, None)
+
+
+def settings_from_connections(
+    lookup: Callable[[str], ConnectionLike | None],
+    env: Mapping[str, str] | None = None,
+) -> ConnectionSettings:
+    """Merge the three connections over the environment's settings (connections win)."""
+    base = ConnectionSettings.from_env(os.environ if env is None else env)
+    values = base.model_dump()
+
+    kafka = lookup(CONN_KAFKA)
+    if kafka is not None and (bootstrap := kafka_bootstrap(kafka)):
+        values["kafka_bootstrap"] = bootstrap
+
+    s3 = lookup(CONN_S3)
+    if s3 is not None:
+        extra = _extra(s3)
+        endpoint = extra.get("endpoint_url") or _host_port(s3, "http")
+        if endpoint:
+            values["s3_endpoint"] = endpoint
+        if s3.login:
+            values["s3_access_key"] = SecretStr(s3.login)
+        if s3.password:
+            values["s3_secret_key"] = SecretStr(s3.password)
+        if extra.get("region_name"):
+            values["s3_region"] = str(extra["region_name"])
+
+    spark = lookup(CONN_SPARK)
+    if spark is not None:
+        host = (spark.host or "").strip()
+        if host:
+            values["spark_master"] = host if host.startswith("local") else _host_port(spark, "spark")
+
+    return ConnectionSettings(**values)

@@ -1,0 +1,157 @@
+"""Airflow DAGs built from the job specs of a folder (kept thin: the work is in pipeline_lib).
+
+* ``pipeline__<job>``, one per spec: ``check_params`` (rejects a bad form before Spark starts)
+  → ``run_job`` (launches the job as its own process, local Spark or ``spark-submit``).
+* ``pipeline_recovery``, every few minutes and by hand: ``assess`` (judges every pipeline,
+  claims relaunches by compare-and-swap) → ``relaunch`` (one ``pipeline__<job>`` run per
+  claimed pipeline, restricted to that pipeline, restoring its latest valid snapshot).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+from airflow.sdk import DAG, Param, get_current_context, task
+
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.errors import SpecError
+from pipeline_lib.orchestration.job_specs import RECOVERY_DAG_ID, job_dag_id, load_spec_folder
+from pipeline_lib.orchestration.launch_request import LaunchRequest, param_schemas
+from pipeline_lib.spec import load_spec
+from pipeline_lib.spec.models import JobSpec
+
+log = logging.getLogger(__name__)
+
+START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+RECOVERY_EVERY = dt.timedelta(minutes=5)
+
+
+def build_dags(specs_dir: Path) -> dict[str, DAG]:
+    """Every valid spec's DAG plus the recovery DAG, keyed by DAG id (for ``globals()``)."""
+    folder = load_spec_folder(specs_dir)
+    for path, error in folder.errors.items():
+        log.error("job spec %s is not loaded: %s", path, error)
+    dags = {job_dag_id(spec.name): job_dag(path, spec) for path, spec in folder.specs.items()}
+    dags[RECOVERY_DAG_ID] = recovery_dag(specs_dir)
+    return dags
+
+
+def _params(schemas: dict[str, dict[str, Any]]) -> dict[str, Param]:
+    return {name: Param(s["default"], description=s["description"], **s["schema"]) for name, s in schemas.items()}
+
+
+def check_restore_target(spec: JobSpec, request: LaunchRequest, settings) -> None:
+    """A snapshot id must be one the pipeline still retains, before anything starts."""
+    if request.restore in ("latest", "none"):
+        return
+    pipeline = request.pipelines[0]
+    head, _ = SnapshotStore.open(spec.checkpoint.store, spec.name, pipeline, settings).read_head()
+    retained = [e.snapshot_id for e in head.history] if head else []
+    if request.restore not in retained:
+        raise SpecError(f"job {spec.name}: param restore: {request.restore} is not a retained snapshot of "
+                        f"pipeline {pipeline} (retained: {', '.join(retained) or 'none'})")
+
+
+def job_dag(spec_path: Path, spec: JobSpec) -> DAG:
+    dag_id = job_dag_id(spec.name)
+    reason = {"default": None, "description": "Why this run was launched (pipeline_recovery fills it in).",
+              "schema": {"type": ["null", "string"], "maxLength": 500, "title": "Reason"}}
+    with DAG(
+        dag_id=dag_id, schedule=None, start_date=START, catchup=False, max_active_runs=4, is_paused_upon_creation=False,
+        params=_params({**param_schemas(spec), "reason": reason}),
+        tags=["pipeline-lib", f"job:{spec.name}"],
+        doc_md=f"Job **{spec.name}** from `{spec_path.name}`: reads Kafka topic(s) "
+               f"{', '.join(sorted({s.kafka.topic for s in spec.all_sources().values()}))}, snapshots to "
+               f"`{spec.checkpoint.store}`. Trigger with the form to run, resume or rewind it.",
+    ) as dag:
+
+        @task(task_id="check_params")
+        def check_params() -> dict[str, Any]:
+            from pipeline_lib.orchestration.airflow_connections import airflow_settings
+
+            params = dict(get_current_context()["params"])
+            current = load_spec(spec_path)  # the spec as it is now, not as it was parsed
+            request = LaunchRequest.from_conf(params, current)
+            check_restore_target(current, request, airflow_settings())
+            log.info("launch request: %s", request.model_dump_json())
+            return request.model_dump()
+
+        @task(task_id="run_job", retries=0)
+        def run_job(request: dict[str, Any]) -> dict[str, Any]:
+            from airflow.exceptions import AirflowException
+
+            from pipeline_lib.orchestration.airflow_connections import airflow_settings
+            from pipeline_lib.orchestration.launcher import run_job as launch
+
+            context = get_current_context()
+            launched_by = f"airflow:{dag_id}/{context['run_id']}"
+            result = launch(spec_path, LaunchRequest(**request), airflow_settings(), launched_by, emit=log.info)
+            if result.returncode != 0:
+                raise AirflowException(f"job {spec.name} failed (exit {result.returncode}): {result.last_error}")
+            return result.summary or {}
+
+        run_job(check_params())
+    return dag
+
+
+def recovery_dag(specs_dir: Path) -> DAG:
+    with DAG(
+        dag_id=RECOVERY_DAG_ID, schedule=RECOVERY_EVERY, start_date=START, catchup=False, max_active_runs=2,
+        is_paused_upon_creation=False,
+        tags=["pipeline-lib", "recovery"],
+        params={
+            "jobs": Param([], type="array", items={"type": "string"}, uniqueItems=True,
+                          description="Only these jobs (empty: every job in dags/pipelines)."),
+            "dry_run": Param(False, type="boolean", description="Report what would be relaunched; change nothing."),
+            "max_relaunches": Param(5, type="integer", minimum=0, maximum=100,
+                                    description="Relaunches in a row per pipeline before giving up."),
+            "backoff_base_seconds": Param(60, type="number", minimum=0, maximum=86400,
+                                          description="Wait base × 2^n between relaunches of one pipeline."),
+        },
+        doc_md="Finds pipelines that are FAILED or whose heartbeat lease expired (LOST), and relaunches "
+               "only those, each from its latest valid snapshot, skipping completed subtasks. Relaunches "
+               "are claimed by compare-and-swap in the pipeline's RECOVERY record, so overlapping runs "
+               "never launch one pipeline twice.",
+    ) as dag:
+
+        @task(task_id="assess")
+        def assess() -> list[dict[str, Any]]:
+            from pipeline_lib.orchestration.airflow_connections import airflow_settings
+            from pipeline_lib.recovery.recover import recover_job
+            from pipeline_lib.recovery.recovery_record import RecoveryPolicy
+
+            context = get_current_context()
+            params = context["params"]
+            policy = RecoveryPolicy(max_relaunches=params["max_relaunches"],
+                                    backoff_base_s=params["backoff_base_seconds"])
+            folder = load_spec_folder(specs_dir)
+            wanted = set(params["jobs"])
+            unknown = wanted - {s.name for s in folder.specs.values()}
+            if unknown:
+                raise SpecError(f"param jobs: no job spec named {sorted(unknown)} in {specs_dir}")
+            settings, by = airflow_settings(), f"airflow:{RECOVERY_DAG_ID}/{context['run_id']}"
+            decisions = []
+            for spec in folder.specs.values():
+                if wanted and spec.name not in wanted:
+                    continue
+                for d in recover_job(spec, settings, policy, by, dry_run=params["dry_run"]):
+                    log.info("%s/%s: %s (%s)%s", d.job, d.pipeline, d.verdict, d.reason,
+                             f"; from {d.restore_from}, subtasks {d.subtasks}" if d.verdict == "relaunch" else "")
+                    decisions.append(d.to_dict())
+            return decisions
+
+        @task(task_id="relaunch_requests")
+        def relaunch_requests(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            if get_current_context()["params"]["dry_run"]:
+                return []
+            return [{"trigger_dag_id": job_dag_id(d["job"]), "trigger_run_id": d["trigger_run_id"], "conf": d["conf"]}
+                    for d in decisions if d["verdict"] == "relaunch"]
+
+        TriggerDagRunOperator.partial(
+            task_id="relaunch", logical_date=None, skip_when_already_exists=True, fail_when_dag_is_paused=True,
+        ).expand_kwargs(relaunch_requests(assess()))
+    return dag

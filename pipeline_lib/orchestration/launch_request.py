@@ -1,0 +1,111 @@
+"""What a user may ask of a job's DAG run: the trigger form's fields and their validation.
+
+The same rules exist twice on purpose: as JSON schemas (Airflow renders them as the trigger
+form and rejects a bad ``conf`` at trigger time) and as a pydantic model that the DAG's first
+task applies again, so nothing reaches Spark that a schema-less trigger path let through.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from pipeline_lib.checkpoint.manifest import SNAPSHOT_ID
+from pipeline_lib.errors import SpecError
+from pipeline_lib.execution.lifecycle import DEFAULT_LEASE_SECONDS
+from pipeline_lib.graph import build_graph
+from pipeline_lib.spec.models import JobSpec
+
+MODES = {"until_caught_up": "until-caught-up", "continuous": "forever"}
+RESTORE_PATTERN = rf"^(latest|none|{SNAPSHOT_ID.pattern[1:-1]})$"
+
+
+def pipeline_names(spec: JobSpec) -> list[str]:
+    return [p.name for p in build_graph(spec).pipelines()]
+
+
+def param_schemas(spec: JobSpec) -> dict[str, dict[str, Any]]:
+    """name -> {default, description, schema}: the trigger form of ``pipeline__<job>``."""
+    names = pipeline_names(spec)
+    maxp = spec.checkpoint.max_parallelism
+    return {
+        "mode": {
+            "default": "until_caught_up",
+            "description": "until_caught_up: process what the topic holds at start, commit, and finish. "
+                           "continuous: keep polling for new records until stopped.",
+            "schema": {"type": "string", "enum": list(MODES), "title": "Mode"},
+        },
+        "restore": {
+            "default": "latest",
+            "description": "latest: resume from each pipeline's latest valid snapshot (completed pipelines are "
+                           "skipped). none: start over. A snapshot id such as 0000000012-a3 rewinds one "
+                           "pipeline to that snapshot (choose the pipeline below).",
+            "schema": {"type": "string", "pattern": RESTORE_PATTERN, "title": "Restore from"},
+        },
+        "parallelism": {
+            "default": spec.parallelism,
+            "description": f"Subtasks per operator (1–{maxp}); a change rescales keyed state by key-group ranges.",
+            "schema": {"type": "integer", "minimum": 1, "maximum": maxp, "title": "Parallelism"},
+        },
+        "pipelines": {
+            "default": [],
+            "description": f"Run only these pipelines (empty: all). This job has: {', '.join(names)}.",
+            "schema": {"type": "array", "items": {"type": "string", "enum": names}, "uniqueItems": True,
+                       "title": "Pipelines"},
+        },
+        "lease_seconds": {
+            "default": DEFAULT_LEASE_SECONDS,
+            "description": "Heartbeat lease: a RUNNING pipeline whose runner is silent this long is LOST and "
+                           "may be relaunched by pipeline_recovery.",
+            "schema": {"type": "number", "minimum": 1, "maximum": 3600, "title": "Heartbeat lease (s)"},
+        },
+    }
+
+
+class LaunchRequest(BaseModel):
+    """A validated ``conf`` of a ``pipeline__<job>`` run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["until_caught_up", "continuous"] = "until_caught_up"
+    restore: str = "latest"
+    parallelism: int | None = Field(default=None, ge=1)
+    pipelines: list[str] = []
+    lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, ge=1, le=3600)
+    reason: str | None = Field(default=None, max_length=500)  # why it was launched (recovery sets it)
+
+    @field_validator("restore")
+    @classmethod
+    def _restore(cls, value: str) -> str:
+        if value not in ("latest", "none") and not SNAPSHOT_ID.match(value):
+            raise ValueError(f"{value!r} is not latest, none or a snapshot id like 0000000012-a3")
+        return value
+
+    @model_validator(mode="after")
+    def _one_pipeline_for_a_snapshot(self) -> "LaunchRequest":
+        if self.restore not in ("latest", "none") and len(self.pipelines) != 1:
+            raise ValueError("restore from a snapshot id needs exactly one pipeline in 'pipelines'")
+        return self
+
+    @property
+    def run_mode(self) -> str:
+        return MODES[self.mode]
+
+    @classmethod
+    def from_conf(cls, conf: dict[str, Any] | None, spec: JobSpec) -> "LaunchRequest":
+        """Validate against the job: SpecError names the param that is wrong."""
+        try:
+            request = cls.model_validate({k: v for k, v in (conf or {}).items() if v is not None})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "conf"
+            raise SpecError(f"job {spec.name}: param {where}: {first['msg']}") from None
+        names = pipeline_names(spec)
+        unknown = sorted(set(request.pipelines) - set(names))
+        if unknown:
+            raise SpecError(f"job {spec.name}: param pipelines: no pipeline {unknown} (it has {names})")
+        maxp = spec.checkpoint.max_parallelism
+        if request.parallelism is not None and request.parallelism > maxp:
+            raise SpecError(f"job {spec.name}: param parallelism: {request.parallelism} exceeds max_parallelism {maxp}")
+        return request

@@ -1,0 +1,154 @@
+"""Automatic recovery: find broken pipelines and decide, safely, which to relaunch.
+
+For each pipeline of a job: read its STATUS and judge it at ``now`` (an expired heartbeat lease
+is LOST, a start-up past its deadline is FAILED). A FAILED or LOST pipeline gets a restore plan
+from its latest valid snapshot and, within its relaunch budget and backoff, a relaunch claimed
+by compare-and-swap on its RECOVERY record. Only pipelines are touched, never whole jobs:
+healthy and completed pipelines of the same job are left alone.
+
+Nothing here talks to Airflow: the caller (the ``pipeline_recovery`` DAG, or a test) launches
+what the decisions say, with the ``conf`` and ``trigger_run_id`` they carry. The run id is
+derived from the failed attempt and the relaunch count, so even a launcher that ran twice could
+not create two runs for one decision.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pipeline_lib.checkpoint.manifest import PipelineStatus
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.graph import build_graph
+from pipeline_lib.orchestration.launch_request import MODES
+from pipeline_lib.recovery.recovery_record import (
+    RecoveryEvent, RecoveryPolicy, RecoveryRecord, read_record, swap_record,
+)
+from pipeline_lib.recovery.restore_plan import plan_pipeline
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.spec.models import JobSpec
+
+log = logging.getLogger(__name__)
+
+Verdict = Literal["relaunch", "waiting", "gave_up", "healthy", "never_ran", "busy"]
+MODE_PARAM = {run_mode: param for param, run_mode in MODES.items()}
+
+
+@dataclass
+class Decision:
+    job: str
+    pipeline: str
+    verdict: Verdict
+    reason: str
+    observed: str | None = None  # the state the pipeline was judged to be in
+    restore_from: str | None = None
+    subtasks: dict[str, int] = field(default_factory=dict)  # restore/skip/new -> count
+    conf: dict[str, Any] | None = None  # for the job's DAG run (verdict relaunch)
+    trigger_run_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def recover_job(spec: JobSpec, settings: ConnectionSettings, policy: RecoveryPolicy, by: str,
+                now: dt.datetime | None = None, dry_run: bool = False) -> list[Decision]:
+    now = now or _now()
+    decisions = []
+    for pipeline in build_graph(spec).pipelines():
+        snapshots = SnapshotStore.open(spec.checkpoint.store, spec.name, pipeline.name, settings)
+        try:
+            decisions.append(_recover_pipeline(spec, pipeline, snapshots, policy, by, now, dry_run))
+        except Exception as exc:  # one unreadable pipeline must not stop the others' recovery
+            log.error("recovery of %s/%s failed: %s", spec.name, pipeline.name, exc)
+            decisions.append(Decision(spec.name, pipeline.name, "busy", f"could not assess: {exc}"))
+    return decisions
+
+
+def _recover_pipeline(spec, pipeline, snapshots: SnapshotStore, policy: RecoveryPolicy, by: str,
+                      now: dt.datetime, dry_run: bool) -> Decision:
+    job, name = spec.name, pipeline.name
+    status, status_version = snapshots.read_status_versioned()
+    if status is None:
+        return Decision(job, name, "never_ran", "no status record: the pipeline was never launched")
+    observed, why = status.observed(now)
+    record, record_version = read_record(snapshots)
+
+    if observed not in ("FAILED", "LOST"):
+        if record.relaunches and status.attempt > (record.pending_attempt or 0) and not dry_run:
+            event = RecoveryEvent(at=now, action="healthy_again", reason=f"attempt {status.attempt} is {observed}",
+                                  by=by, status_attempt=status.attempt)
+            swap_record(snapshots, record.with_event(event, relaunches=0, pending_attempt=None, pending_since=None,
+                                                     next_allowed_at=None, gave_up=False), record_version)
+        return Decision(job, name, "healthy", f"attempt {status.attempt} is {observed}", observed)
+
+    why = why or f"attempt {status.attempt} is {observed}"
+    if observed == "LOST" and status.state != "LOST" and not dry_run:
+        lost = status.model_copy(update={"state": "LOST", "reason": why, "updated_at": now})
+        if snapshots.swap_status(lost, status_version) is None:
+            return Decision(job, name, "busy", "the status changed while it was assessed (a heartbeat?)", observed)
+        status = lost
+
+    plan = plan_pipeline(spec, pipeline, snapshots, "latest", _parallelism(spec, status))
+    counts: dict[str, int] = {}
+    for st in plan.subtasks:
+        counts[st.action] = counts.get(st.action, 0) + 1
+    decision = Decision(job, name, "waiting", why, observed, plan.snapshot, counts)
+
+    if plan.action == "skip":  # the latest snapshot already completed the pipeline: nothing to rerun
+        if not dry_run:
+            done = status.model_copy(update={"state": "COMPLETED", "updated_at": now,
+                                             "reason": f"latest snapshot {plan.snapshot} is complete"})
+            snapshots.swap_status(done, snapshots.read_status_versioned()[1])
+        decision.verdict, decision.reason = "healthy", f"latest snapshot {plan.snapshot} is complete"
+        return decision
+
+    if record.pending_attempt == status.attempt and record.pending_since is not None:
+        if now < record.pending_since + dt.timedelta(seconds=policy.launch_timeout_s):
+            decision.reason = f"a relaunch is pending since {record.pending_since:%H:%M:%SZ} ({why})"
+            return decision
+    if record.relaunches >= policy.max_relaunches:
+        decision.verdict = "gave_up"
+        decision.reason = f"relaunch budget of {policy.max_relaunches} exhausted ({why}); restore it by hand"
+        if not record.gave_up and not dry_run:
+            event = RecoveryEvent(at=now, action="gave_up", reason=decision.reason, by=by,
+                                  status_attempt=status.attempt)
+            swap_record(snapshots, record.with_event(event, gave_up=True), record_version)
+        return decision
+    if record.next_allowed_at is not None and now < record.next_allowed_at:
+        decision.reason = f"backing off until {record.next_allowed_at:%H:%M:%SZ} ({why})"
+        return decision
+
+    decision.verdict = "relaunch"
+    decision.trigger_run_id = f"recovery__{name}__a{status.attempt}__r{record.relaunches + 1}"
+    decision.conf = _relaunch_conf(spec, status, name, why)
+    if dry_run:
+        return decision
+    event = RecoveryEvent(at=now, action="relaunch", reason=why, by=by, status_attempt=status.attempt,
+                          restore_from=plan.snapshot, trigger_run_id=decision.trigger_run_id)
+    claimed = record.with_event(event, relaunches=record.relaunches + 1, pending_attempt=status.attempt,
+                                pending_since=now, next_allowed_at=now + policy.backoff(record.relaunches))
+    if not swap_record(snapshots, claimed, record_version):
+        decision.verdict, decision.conf, decision.trigger_run_id = "busy", None, None
+        decision.reason = "another recovery run claimed this pipeline first"
+        return decision
+    log.info("recovery: relaunching %s/%s from %s (%s)", job, name, plan.snapshot or "the beginning", why)
+    return decision
+
+
+def _parallelism(spec: JobSpec, status: PipelineStatus) -> int:
+    return status.launch.parallelism if status.launch else spec.parallelism
+
+
+def _relaunch_conf(spec: JobSpec, status: PipelineStatus, pipeline: str, why: str) -> dict[str, Any]:
+    mode = MODE_PARAM[status.launch.mode] if status.launch else "until_caught_up"
+    conf: dict[str, Any] = {"mode": mode, "restore": "latest", "parallelism": _parallelism(spec, status),
+                            "pipelines": [pipeline], "reason": f"pipeline_recovery: {why}"[:500]}
+    if status.lease_seconds:
+        conf["lease_seconds"] = status.lease_seconds
+    return conf

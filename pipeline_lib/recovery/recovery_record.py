@@ -1,0 +1,85 @@
+"""The RECOVERY record beside a pipeline's snapshots: what automatic recovery did, and may do.
+
+It carries the relaunch budget and backoff, and the claim that makes overlapping recovery runs
+safe: a relaunch is decided by a compare-and-swap on this record, so of two runs that both saw
+the pipeline LOST exactly one wins and launches; the other reads the fresh claim and waits.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from pipeline_lib.checkpoint import layout
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+HISTORY_LIMIT = 30
+Action = Literal["relaunch", "gave_up", "healthy_again", "marked_lost"]
+
+
+class RecoveryPolicy(BaseModel):
+    """Per pipeline: at most ``max_relaunches`` in a row without the pipeline getting healthy
+    again, spaced by ``backoff_base_s * 2**n`` (capped); a relaunch that has not started a new
+    attempt within ``launch_timeout_s`` is considered lost and may be retried."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_relaunches: int = 5
+    backoff_base_s: float = 60.0
+    backoff_max_s: float = 3600.0
+    launch_timeout_s: float = 900.0
+
+    def backoff(self, relaunches_so_far: int) -> dt.timedelta:
+        return dt.timedelta(seconds=min(self.backoff_max_s, self.backoff_base_s * 2 ** relaunches_so_far))
+
+
+class RecoveryEvent(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    at: dt.datetime
+    action: Action
+    reason: str
+    by: str  # the recovery run that acted
+    status_attempt: int  # the attempt whose failure (or health) was seen
+    restore_from: str | None = None
+    trigger_run_id: str | None = None
+
+
+class RecoveryRecord(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    job: str
+    pipeline: str
+    relaunches: int = 0  # in a row, since the pipeline was last seen healthy
+    pending_attempt: int | None = None  # a relaunch was claimed when this attempt had failed
+    pending_since: dt.datetime | None = None
+    next_allowed_at: dt.datetime | None = None
+    gave_up: bool = False
+    history: list[RecoveryEvent] = []
+
+    def with_event(self, event: RecoveryEvent, **changes) -> "RecoveryRecord":
+        return self.model_copy(update={**changes, "history": [event, *self.history][:HISTORY_LIMIT]})
+
+
+def read_record(snapshots: SnapshotStore) -> tuple[RecoveryRecord, str | None]:
+    found = snapshots.store.get_versioned(layout.RECOVERY_KEY)
+    fresh = RecoveryRecord(job=snapshots.job, pipeline=snapshots.pipeline)
+    if found is None:
+        return fresh, None
+    data, version = found
+    try:
+        return RecoveryRecord.model_validate_json(data), version
+    except ValidationError:
+        log.warning("recovery record of pipeline %s is unreadable; starting a fresh one", snapshots.pipeline)
+        return fresh, version
+
+
+def swap_record(snapshots: SnapshotStore, record: RecoveryRecord, expected_version: str | None) -> bool:
+    """Compare-and-swap; False when another recovery run wrote the record first."""
+    data = record.model_dump_json(indent=1).encode()
+    return snapshots.store.put_if(layout.RECOVERY_KEY, data, expected_version) is not None

@@ -1,0 +1,160 @@
+"""The pipeline lifecycle (seeds/003, the Arroyo fix) on real Spark, broker and S3 server:
+SCHEDULING → RUNNING only after every subtask's on_start; a stuck or broken start-up → FAILED
+with the reason; a heartbeat lease that turns a SIGKILLed run into LOST; and recovery that
+relaunches only that pipeline, once, from its latest snapshot, to an exact result."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from pipeline_lib.checkpoint.manifest import PipelineStatus
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.orchestration.launch_request import LaunchRequest
+from pipeline_lib.orchestration.launcher import run_job
+from pipeline_lib.recovery.recover import recover_job
+from pipeline_lib.recovery.recovery_record import RecoveryPolicy, read_record
+from pipeline_lib.samples import spend_per_user
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.spec import load_spec
+from tests.support import result_table, run_cli, spend_spec, write_spec
+
+
+def status_of(env, store_uri, job, pipeline="main") -> PipelineStatus | None:
+    return SnapshotStore.open(store_uri, job, pipeline, ConnectionSettings.from_env(env)).read_status()
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def start_cli(args, env) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "pipeline_lib", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def test_running_only_after_every_subtask_started_with_a_live_heartbeat(stack_env, tmp_path, payments):
+    topic, events = payments
+    name = "lifecycle-start"
+    store = f"s3://checkpoints/{name}"
+    spec = write_spec(tmp_path, spend_spec(name, topic, f"s3://results/{name}", store, per_epoch=12_000))
+    release = tmp_path / "release"
+    env = {**stack_env, "PIPELINE_FAULT_POINTS": "during_startup", "PIPELINE_FAULT_PAUSE_UNTIL": str(release)}
+    proc = start_cli(["run", str(spec), "--lease-seconds", "3", "--startup-timeout", "120"], env)
+    try:
+        first = wait_for(lambda: status_of(stack_env, store, name), 90, "a SCHEDULING status")
+        assert first.state == "SCHEDULING" and first.subtasks_started == 0
+        assert first.subtasks_total == 6  # source, state, sink x parallelism 2
+        assert first.pid == proc.pid and first.launch and first.launch.mode == "until-caught-up"
+        # held in on_start: the heartbeat goes on, but the pipeline never claims to be RUNNING
+        later = wait_for(lambda: (s := status_of(stack_env, store, name)) and s.heartbeat_at > first.heartbeat_at
+                         and s, 15, "a heartbeat")
+        assert later.state == "SCHEDULING"
+        assert later.observed(dt.datetime.now(dt.timezone.utc))[0] == "SCHEDULING"
+    finally:
+        release.touch()
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-2000:]
+    final = status_of(stack_env, store, name)
+    assert final.state == "STOPPED" and final.subtasks_started == final.subtasks_total == 6
+    assert final.epoch == 2
+    assert result_table(stack_env, f"s3://results/{name}") == spend_per_user(events)
+
+
+def test_a_stuck_start_up_fails_with_the_reason_instead_of_hanging(stack_env, tmp_path, payments):
+    topic, _ = payments
+    name = "lifecycle-stuck"
+    store = f"s3://checkpoints/{name}"
+    spec = write_spec(tmp_path, spend_spec(name, topic, f"s3://results/{name}", store))
+    env = {**stack_env, "PIPELINE_FAULT_POINTS": "during_startup",
+           "PIPELINE_FAULT_PAUSE_UNTIL": str(tmp_path / "never")}
+    started = time.monotonic()
+    result = run_cli(["run", str(spec), "--startup-timeout", "8"], env, timeout=180)
+    assert result.returncode != 0
+    status = status_of(stack_env, store, name)
+    assert status.state == "FAILED", status
+    assert "start-up did not finish within 8s" in status.reason and "source:main" in status.reason
+    assert status.subtasks_started == 0
+    assert "start-up did not finish within 8s" in result.stderr
+    assert time.monotonic() - started < 150
+
+
+def test_a_subtask_that_cannot_start_fails_the_start_up_and_names_itself(stack_env, tmp_path, payments):
+    topic, _ = payments
+    name = "lifecycle-broken"
+    store = f"s3://checkpoints/{name}"
+    spec = write_spec(tmp_path, spend_spec(name, topic, f"s3://results/{name}", store,
+                                           extra={"transforms": [{"python": "tests.no_such_module:f"}]}))
+    result = run_cli(["run", str(spec)], stack_env, timeout=180)
+    assert result.returncode != 0
+    status = status_of(stack_env, store, name)
+    assert status.state == "FAILED"
+    assert status.reason.startswith("subtask flow:")
+    assert "transform0#0 failed on_start" in status.reason and "no_such_module" in status.reason
+    assert SnapshotStore.open(store, name, "main", ConnectionSettings.from_env(stack_env)).read_head()[0] is None
+
+
+def test_a_killed_run_is_lost_and_recovered_once_to_an_exact_result(stack_env, tmp_path, payments):
+    topic, events = payments
+    name = "lifecycle-lost"
+    store, sink = f"s3://checkpoints/{name}", f"s3://results/{name}"
+    spec_path = write_spec(tmp_path, spend_spec(name, topic, sink, store, per_epoch=3_000))
+    proc = start_cli(["run", str(spec_path), "--lease-seconds", "3", "--launched-by", "test"], stack_env)
+    try:
+        wait_for(lambda: (s := status_of(stack_env, store, name)) and s.state == "RUNNING" and s.epoch >= 2,
+                 120, "RUNNING at epoch 2")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    spec, settings = load_spec(spec_path), ConnectionSettings.from_env(stack_env)
+    policy = RecoveryPolicy(max_relaunches=2, backoff_base_s=0)
+
+    status = status_of(stack_env, store, name)
+    assert status.state == "RUNNING"  # what the dead runner left behind...
+    lost = wait_for(lambda: status_of(stack_env, store, name).observed(dt.datetime.now(dt.timezone.utc))[0] == "LOST",
+                    10, "the lease to expire")
+    assert lost
+
+    # two recovery runs at once: exactly one relaunch is claimed
+    results: list = []
+    runs = [threading.Thread(target=lambda by=by: results.append(recover_job(spec, settings, policy, by)))
+            for by in ("recovery-1", "recovery-2")]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join()
+    verdicts = sorted(d.verdict for ds in results for d in ds)
+    assert verdicts in (["busy", "relaunch"], ["relaunch", "waiting"]), verdicts
+    decision = next(d for ds in results for d in ds if d.verdict == "relaunch")
+    assert decision.restore_from and decision.subtasks.get("restore") == 6
+    assert decision.conf["pipelines"] == ["main"] and decision.conf["restore"] == "latest"
+    assert status_of(stack_env, store, name).state == "LOST"  # recorded durably
+    again = recover_job(spec, settings, policy, "recovery-3")
+    assert [d.verdict for d in again] == ["waiting"] and "pending" in again[0].reason
+
+    lines: list[str] = []
+    launched = run_job(spec_path, LaunchRequest(**decision.conf), settings, "test-relaunch", lines.append)
+    assert launched.returncode == 0, "\n".join(lines[-30:])
+    assert launched.summary["pipelines"][0]["restored_from"] == decision.restore_from
+    assert result_table(stack_env, sink) == spend_per_user(events)
+    assert status_of(stack_env, store, name).state == "STOPPED"
+
+    healthy = recover_job(spec, settings, policy, "recovery-4")
+    assert [d.verdict for d in healthy] == ["healthy"]
+    record, _ = read_record(SnapshotStore.open(store, name, "main", settings))
+    assert record.relaunches == 0
+    assert [e.action for e in record.history] == ["healthy_again", "relaunch"]
+    assert not any(secret in "\n".join(lines) for secret in settings.secrets())

@@ -1,0 +1,118 @@
+"""The trigger form's validation, Airflow Connections over environment fallbacks, and the
+command a DAG task launches (local Spark vs spark-submit). Pure logic, no services."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import jsonschema
+import pytest
+
+from pipeline_lib.errors import SpecError
+from pipeline_lib.orchestration.connections import CONN_KAFKA, CONN_S3, CONN_SPARK, settings_from_connections
+from pipeline_lib.orchestration.launch_request import LaunchRequest, param_schemas
+from pipeline_lib.orchestration.launcher import launch_command, launch_env
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.spec import load_spec
+
+SHOP = load_spec(Path(__file__).parents[2] / "dags" / "pipelines" / "shop.yaml")
+
+
+def conn(**fields):
+    return SimpleNamespace(**{"host": None, "port": None, "login": None, "password": None, "extra": None, **fields})
+
+
+# -- params -------------------------------------------------------------------------------
+@pytest.mark.parametrize("conf", [
+    {}, {"mode": "continuous"}, {"restore": "none", "parallelism": 3},
+    {"restore": "0000000012-a3", "pipelines": ["refunds"]}, {"pipelines": ["payments", "refunds"]},
+])
+def test_valid_conf_passes_both_the_form_schema_and_the_model(conf):
+    for name, value in conf.items():
+        jsonschema.validate(value, param_schemas(SHOP)[name]["schema"])
+    request = LaunchRequest.from_conf(conf, SHOP)
+    assert request.mode == conf.get("mode", "until_caught_up")
+
+
+@pytest.mark.parametrize("conf, field, message", [
+    ({"mode": "sometimes"}, "mode", "until_caught_up"),
+    ({"restore": "yesterday"}, "restore", "not latest, none or a snapshot id"),
+    ({"parallelism": 0}, "parallelism", "greater than or equal to 1"),
+    ({"parallelism": 500}, "parallelism", "exceeds max_parallelism 128"),
+    ({"pipelines": ["nope"]}, "pipelines", "no pipeline ['nope']"),
+    ({"restore": "0000000012-a3"}, "conf", "exactly one pipeline"),
+    ({"lease_seconds": 0.1}, "lease_seconds", "greater than or equal to 1"),
+    ({"surprise": 1}, "surprise", "Extra inputs"),
+])
+def test_invalid_conf_is_rejected_naming_the_param(conf, field, message):
+    with pytest.raises(SpecError) as err:
+        LaunchRequest.from_conf(conf, SHOP)
+    assert f"param {field}" in str(err.value) and message in str(err.value)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("mode", "sometimes"), ("restore", "yesterday"), ("parallelism", 0), ("parallelism", 129),
+    ("pipelines", ["nope"]), ("parallelism", "2"),
+])
+def test_the_form_schema_rejects_what_the_model_rejects(name, value):
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(value, param_schemas(SHOP)[name]["schema"])
+
+
+# -- connections --------------------------------------------------------------------------
+ENV = {"PIPELINE_KAFKA_BOOTSTRAP": "env-kafka:9092", "PIPELINE_S3_ENDPOINT": "http://env-s3:9000",
+       "PIPELINE_S3_ACCESS_KEY": "env-ak", "PIPELINE_S3_SECRET_KEY": "env-sk"}
+
+
+def test_connections_win_over_the_environment_field_by_field():
+    conns = {
+        CONN_KAFKA: conn(extra=json.dumps({"bootstrap_servers": ["k1:9092", "k2:9092"]})),
+        CONN_S3: conn(host="minio", port=9000, password="conn-secret", extra={"region_name": "eu-west-1"}),
+        CONN_SPARK: conn(host="spark-master", port=7077),
+    }
+    s = settings_from_connections(conns.get, ENV)
+    assert s.kafka_bootstrap == "k1:9092,k2:9092"
+    assert s.s3_endpoint == "http://minio:9000" and s.s3_region == "eu-west-1"
+    assert s.s3_access_key.get_secret_value() == "env-ak"  # not in the connection: env fallback
+    assert s.s3_secret_key.get_secret_value() == "conn-secret"
+    assert s.spark_master == "spark://spark-master:7077"
+    assert "conn-secret" not in repr(s) and "conn-secret" not in s.model_dump_json()
+
+
+def test_no_connections_means_the_environment():
+    s = settings_from_connections(lambda _: None, ENV)
+    assert s == ConnectionSettings.from_env(ENV)
+    assert s.spark_master is None
+
+
+def test_a_local_master_and_an_endpoint_with_its_port_are_kept_as_given():
+    conns = {CONN_SPARK: conn(host="local[2]"), CONN_S3: conn(host="https://s3.example:8443", port=9000),
+             CONN_KAFKA: conn(host="broker", port=19092)}
+    s = settings_from_connections(conns.get, {})
+    assert s.spark_master == "local[2]"
+    assert s.s3_endpoint == "https://s3.example:8443"
+    assert s.kafka_bootstrap == "broker:19092"
+
+
+# -- launch -------------------------------------------------------------------------------
+def test_local_mode_runs_the_cli_and_a_master_means_spark_submit(tmp_path):
+    request = LaunchRequest.from_conf({"mode": "continuous", "pipelines": ["payments"], "parallelism": 3}, SHOP)
+    local = launch_command(Path("shop.yaml"), request, ConnectionSettings.from_env(ENV), "airflow:x", tmp_path / "s.json")
+    assert local[1:4] == ["-m", "pipeline_lib.cli", "run"]
+    assert "--forever" in local and local[local.index("--pipeline") + 1] == "payments"
+    assert local[local.index("--parallelism") + 1] == "3"
+    cluster = ConnectionSettings.from_env({**ENV, "PIPELINE_SPARK_MASTER": "spark://spark-master:7077"})
+    submit = launch_command(Path("shop.yaml"), request, cluster, "airflow:x", tmp_path / "s.json")
+    assert Path(submit[0]).name == "spark-submit"
+    assert submit[submit.index("--master") + 1] == "spark://spark-master:7077"
+    assert submit[submit.index("run") - 1].endswith("pipeline_lib/cli.py")
+
+
+def test_secrets_travel_in_the_environment_never_on_the_command_line(tmp_path):
+    settings = ConnectionSettings.from_env(ENV)
+    command = launch_command(Path("shop.yaml"), LaunchRequest(), settings, "airflow:x", tmp_path / "s.json")
+    assert not any(secret in " ".join(command) for secret in settings.secrets())
+    env = launch_env(settings, base={"PATH": "/bin", "PIPELINE_SPARK_MASTER": "stale"})
+    assert env["PIPELINE_S3_SECRET_KEY"] == "env-sk" and "PIPELINE_SPARK_MASTER" not in env

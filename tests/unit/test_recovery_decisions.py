@@ -1,0 +1,122 @@
+"""Recovery decisions on a real (local-directory) checkpoint store: which pipelines are judged
+FAILED or LOST, the relaunch budget and backoff, and that overlapping recovery runs claim a
+relaunch exactly once. No Spark or broker needed: the status records are written directly."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+
+from pipeline_lib.checkpoint.manifest import LaunchInfo, PipelineStatus
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.recovery.recover import recover_job
+from pipeline_lib.recovery.recovery_record import RecoveryPolicy, read_record
+from pipeline_lib.samples import spend_job_spec
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.spec import parse_spec
+
+T0 = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.timezone.utc)
+SETTINGS = ConnectionSettings()
+
+
+@pytest.fixture
+def job(tmp_path):
+    spec = parse_spec(spend_job_spec("rec", "payments", f"file://{tmp_path}/out", f"file://{tmp_path}/ckpt"))
+    return spec, SnapshotStore.open(spec.checkpoint.store, spec.name, "main", SETTINGS)
+
+
+def put_status(snapshots, state, attempt=1, heartbeat=T0, lease=30.0, **extra):
+    status = PipelineStatus(state=state, attempt=attempt, epoch=3, updated_at=heartbeat, heartbeat_at=heartbeat,
+                            lease_seconds=lease, launch=LaunchInfo(mode="forever", parallelism=3), **extra)
+    _, version = snapshots.read_status_versioned()
+    assert snapshots.swap_status(status, version)
+
+
+def verdicts(spec, now, policy=RecoveryPolicy(), by="r"):
+    return [(d.verdict, d.reason) for d in recover_job(spec, SETTINGS, policy, by, now=now)]
+
+
+def test_never_run_and_healthy_pipelines_are_left_alone(job):
+    spec, snapshots = job
+    assert verdicts(spec, T0)[0][0] == "never_ran"
+    put_status(snapshots, "RUNNING")
+    assert verdicts(spec, T0 + dt.timedelta(seconds=29))[0][0] == "healthy"
+    put_status(snapshots, "STOPPED")
+    assert verdicts(spec, T0 + dt.timedelta(days=1))[0][0] == "healthy"
+    assert read_record(snapshots)[1] is None  # nothing written for healthy pipelines
+
+
+def test_an_expired_lease_is_recorded_as_lost_and_relaunched_the_same_way(job):
+    spec, snapshots = job
+    put_status(snapshots, "RUNNING", attempt=4)
+    [decision] = recover_job(spec, SETTINGS, RecoveryPolicy(), "r1", now=T0 + dt.timedelta(seconds=31))
+    assert decision.verdict == "relaunch" and decision.observed == "LOST"
+    assert "no heartbeat since" in decision.reason
+    assert decision.conf == {"mode": "continuous", "restore": "latest", "parallelism": 3, "pipelines": ["main"],
+                             "reason": f"pipeline_recovery: {decision.reason}", "lease_seconds": 30.0}
+    assert decision.trigger_run_id == "recovery__main__a4__r1"
+    assert snapshots.read_status().state == "LOST"
+    record, _ = read_record(snapshots)
+    assert record.relaunches == 1 and record.pending_attempt == 4 and record.history[0].by == "r1"
+
+
+def test_a_start_up_past_its_deadline_is_failed():
+    status = PipelineStatus(state="SCHEDULING", attempt=2, epoch=0, updated_at=T0, heartbeat_at=T0 + dt.timedelta(hours=1),
+                            lease_seconds=30, startup_deadline=T0 + dt.timedelta(minutes=5), subtasks_total=6,
+                            subtasks_started=2)
+    state, reason = status.observed(T0 + dt.timedelta(minutes=6))
+    assert state == "FAILED" and "2/6 subtasks started" in reason
+
+
+def test_pending_relaunch_backoff_and_budget(job):
+    spec, snapshots = job
+    policy = RecoveryPolicy(max_relaunches=2, backoff_base_s=60, launch_timeout_s=600)
+    put_status(snapshots, "FAILED", attempt=1, reason="boom")
+    assert verdicts(spec, T0, policy)[0][0] == "relaunch"
+    # the relaunch has not started a new attempt yet: wait for it, do not launch again
+    verdict, reason = verdicts(spec, T0 + dt.timedelta(seconds=120), policy)[0]
+    assert verdict == "waiting" and "pending" in reason
+    # the relaunched attempt 2 failed as well: back off 2 x 60 s before the second relaunch
+    put_status(snapshots, "FAILED", attempt=2, reason="boom again")
+    verdict, reason = verdicts(spec, T0 + dt.timedelta(seconds=30), policy)[0]
+    assert verdict == "waiting" and "backing off until 12:01:00Z" in reason
+    assert verdicts(spec, T0 + dt.timedelta(seconds=61), policy)[0][0] == "relaunch"
+    put_status(snapshots, "FAILED", attempt=3, reason="still broken")
+    verdict, reason = verdicts(spec, T0 + dt.timedelta(hours=1), policy)[0]
+    assert verdict == "gave_up" and "budget of 2 exhausted" in reason
+    assert read_record(snapshots)[0].gave_up
+    # a person restores it (attempt 4) and it runs: the budget is given back
+    put_status(snapshots, "RUNNING", attempt=4, heartbeat=T0 + dt.timedelta(hours=2))
+    assert verdicts(spec, T0 + dt.timedelta(hours=2), policy)[0][0] == "healthy"
+    record = read_record(snapshots)[0]
+    assert record.relaunches == 0 and not record.gave_up
+    assert [e.action for e in record.history] == ["healthy_again", "gave_up", "relaunch", "relaunch"]
+
+
+def test_overlapping_recovery_runs_claim_one_relaunch(job):
+    spec, snapshots = job
+    put_status(snapshots, "FAILED", attempt=7, reason="boom")
+    barrier, results = threading.Barrier(6), []
+
+    def run(i):
+        barrier.wait()
+        results.extend(d.verdict for d in recover_job(spec, SETTINGS, RecoveryPolicy(), f"r{i}", now=T0))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count("relaunch") == 1, results
+    assert set(results) <= {"relaunch", "busy", "waiting"}
+    assert read_record(snapshots)[0].relaunches == 1
+
+
+def test_dry_run_changes_nothing(job):
+    spec, snapshots = job
+    put_status(snapshots, "RUNNING", attempt=1)
+    [decision] = recover_job(spec, SETTINGS, RecoveryPolicy(), "r", now=T0 + dt.timedelta(minutes=5), dry_run=True)
+    assert decision.verdict == "relaunch"
+    assert snapshots.read_status().state == "RUNNING" and read_record(snapshots)[1] is None
