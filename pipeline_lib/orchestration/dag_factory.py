@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,13 @@ from pipeline_lib.spec.models import JobSpec
 log = logging.getLogger(__name__)
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-RECOVERY_EVERY = dt.timedelta(minutes=5)
+ENV_RECOVERY_SCHEDULE = "PIPELINE_RECOVERY_SCHEDULE"  # a cron expression, or "none" (manual only)
+DEFAULT_RECOVERY_SCHEDULE = "*/5 * * * *"
+
+
+def recovery_schedule() -> str | None:
+    value = os.environ.get(ENV_RECOVERY_SCHEDULE, "").strip() or DEFAULT_RECOVERY_SCHEDULE
+    return None if value.lower() == "none" else value
 
 
 def build_dags(specs_dir: Path) -> dict[str, DAG]:
@@ -100,7 +107,7 @@ def job_dag(spec_path: Path, spec: JobSpec) -> DAG:
 
 def recovery_dag(specs_dir: Path) -> DAG:
     with DAG(
-        dag_id=RECOVERY_DAG_ID, schedule=RECOVERY_EVERY, start_date=START, catchup=False, max_active_runs=2,
+        dag_id=RECOVERY_DAG_ID, schedule=recovery_schedule(), start_date=START, catchup=False, max_active_runs=2,
         is_paused_upon_creation=False,
         tags=["pipeline-lib", "recovery"],
         params={

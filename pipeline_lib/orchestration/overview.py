@@ -1,0 +1,157 @@
+"""What the Airflow UI page shows: every job of the specs folder, its pipelines, their observed
+status, lag, latest snapshot, snapshot history and what recovery did. Read-only.
+
+Lag is the records between each pipeline's committed positions and the topic's end offsets,
+asked of the broker with a short timeout; a broker that does not answer leaves the page working
+and says so in the lag column instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pipeline_lib.checkpoint.inspect import list_snapshots
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.graph import build_graph
+from pipeline_lib.orchestration.job_specs import job_dag_id, load_spec_folder
+from pipeline_lib.recovery.recovery_record import read_record
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.spec.models import JobSpec
+
+log = logging.getLogger(__name__)
+HISTORY_ROWS = 8
+
+
+@dataclass
+class PipelineView:
+    name: str
+    flows: list[str]
+    topic: str
+    status: str  # observed: SCHEDULING | RUNNING | STOPPED | COMPLETED | FAILED | LOST | NEW | UNKNOWN
+    reason: str | None = None
+    attempt: int | None = None
+    epoch: int | None = None
+    heartbeat_age_s: float | None = None
+    launched_by: str | None = None
+    subtasks: str | None = None  # "6/6 started"
+    lag: int | None = None
+    lag_note: str | None = None
+    latest_snapshot: str | None = None
+    latest_at: str | None = None
+    keys: int | None = None
+    positions: dict[str, int] = field(default_factory=dict)  # committed: partition -> next offset
+    history: list[dict] = field(default_factory=list)
+    recovery: str | None = None
+
+
+@dataclass
+class JobView:
+    name: str
+    spec_file: str
+    dag_id: str
+    store: str
+    pipelines: list[PipelineView]
+
+
+@dataclass
+class Overview:
+    jobs: list[JobView]
+    spec_errors: dict[str, str]
+    generated_at: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def build_overview(specs_dir: Path, settings: ConnectionSettings, lag: bool = True,
+                   now: dt.datetime | None = None) -> Overview:
+    now = now or dt.datetime.now(dt.timezone.utc)
+    folder = load_spec_folder(specs_dir)
+    jobs = [_job_view(path, spec, settings, now, lag) for path, spec in folder.specs.items()]
+    errors = {path.name: error for path, error in folder.errors.items()}
+    return Overview(jobs, errors, now.strftime("%Y-%m-%d %H:%M:%S UTC"))
+
+
+def _job_view(path: Path, spec: JobSpec, settings: ConnectionSettings, now: dt.datetime, lag: bool) -> JobView:
+    sources = spec.all_sources()
+    views = []
+    for pipeline in build_graph(spec).pipelines():
+        view = PipelineView(pipeline.name, list(pipeline.flows), sources[pipeline.source].kafka.topic, "UNKNOWN")
+        try:
+            _fill(view, SnapshotStore.open(spec.checkpoint.store, spec.name, pipeline.name, settings), now)
+        except Exception as exc:  # one unreachable store must not blank the page
+            view.reason = f"cannot read the checkpoint store: {exc}"
+        views.append(view)
+    if lag:
+        _fill_lag(views, settings)
+    return JobView(spec.name, path.name, job_dag_id(spec.name), spec.checkpoint.store, views)
+
+
+def _fill(view: PipelineView, snapshots: SnapshotStore, now: dt.datetime) -> None:
+    status = snapshots.read_status()
+    if status is None:
+        view.status = "NEW"
+    else:
+        view.status, view.reason = status.observed(now)
+        view.attempt, view.epoch = status.attempt, status.epoch
+        view.launched_by = status.launch.launched_by if status.launch else None
+        if status.heartbeat_at is not None:
+            view.heartbeat_age_s = round((now - status.heartbeat_at).total_seconds(), 1)
+        if status.subtasks_total:
+            view.subtasks = f"{status.subtasks_started}/{status.subtasks_total} started"
+    rows = list_snapshots(snapshots)
+    view.history = [{k: r.get(k) for k in ("snapshot_id", "epoch", "created_at", "records_read", "keys", "status",
+                                            "completed")} for r in rows[:HISTORY_ROWS]]
+    head = next((r for r in rows if r.get("head")), None)
+    if head is not None:
+        view.latest_snapshot, view.latest_at, view.keys = head["snapshot_id"], head.get("created_at"), head.get("keys")
+        view.positions = head.get("positions") or {}
+    record, version = read_record(snapshots)
+    if version is not None and record.history:
+        view.recovery = _recovery_text(record)
+
+
+def _recovery_text(record) -> str:
+    """The latest event, and the latest relaunch if that is older (what an operator asks first)."""
+    def text(e) -> str:
+        return f"{e.action.replace('_', ' ')} at {e.at:%Y-%m-%d %H:%M:%S}: {e.reason}"
+
+    last = record.history[0]
+    parts = [text(last)]
+    relaunch = next((e for e in record.history if e.action == "relaunch"), None)
+    if relaunch is not None and relaunch is not last:
+        parts.append(f"last {text(relaunch)} ({relaunch.trigger_run_id})")
+    if record.relaunches:
+        parts.append(f"relaunches in a row: {record.relaunches}")
+    if record.gave_up:
+        parts.append("gave up: restore it by hand")
+    return "; ".join(parts)
+
+
+def _fill_lag(views: list[PipelineView], settings: ConnectionSettings) -> None:
+    if not settings.kafka_bootstrap:
+        for v in views:
+            v.lag_note = "no Kafka connection configured"
+        return
+    try:
+        from pipeline_lib.plan import kafka_offsets
+
+        with kafka_offsets.offsets_consumer(settings.kafka_bootstrap) as consumer:
+            for v in views:
+                try:
+                    partitions = sorted(consumer.partitions_for_topic(v.topic) or [])
+                    if not partitions:
+                        v.lag_note = f"topic {v.topic} not found"
+                        continue
+                    # the fetch high watermark: Tansu's ListOffsets under-reports (STACK.md)
+                    ends = kafka_offsets.confirmed_end_offsets(consumer, v.topic, partitions, timeout_s=5)
+                    done = {int(p): o for p, o in v.positions.items()}
+                    v.lag = sum(max(0, end - done.get(p, 0)) for p, end in ends.items())
+                except Exception as exc:
+                    v.lag_note = f"lag unknown: {str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}"
+    except Exception as exc:
+        for v in views:
+            v.lag_note = v.lag_note or f"broker unreachable: {type(exc).__name__}"

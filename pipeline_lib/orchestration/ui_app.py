@@ -1,0 +1,73 @@
+"""The "Pipelines" page of the Airflow UI: a small FastAPI app the plugin mounts in the api-server.
+
+Read-only except through Airflow itself: the page's restore buttons call Airflow's own REST API
+(``POST /api/v2/dags/{dag_id}/dagRuns``) with the signed-in user's session, so Airflow's
+permissions decide who may restore, not this plugin.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from pipeline_lib.orchestration.overview import build_overview
+
+TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")),
+                        autoescape=select_autoescape(["html"]))
+STATUS_COLOURS = {"RUNNING": "#1a7f37", "SCHEDULING": "#9a6700", "STOPPED": "#0969da", "COMPLETED": "#6e7781",
+                  "FAILED": "#cf222e", "LOST": "#bc4c00", "NEW": "#8c959f", "UNKNOWN": "#8c959f"}
+
+
+def default_specs_dir() -> Path:
+    """``dags/pipelines`` under Airflow's DAGs folder."""
+    from airflow.configuration import conf
+
+    return Path(os.path.expanduser(conf.get("core", "dags_folder"))) / "pipelines"
+
+
+def _settings():
+    """Airflow Connections (read through the api-server's own secrets backends), env fallback."""
+    from airflow.models.connection import Connection
+
+    from pipeline_lib.orchestration.connections import settings_from_connections
+
+    def lookup(conn_id: str):
+        try:
+            return Connection.get_connection_from_secrets(conn_id)
+        except Exception:  # not defined: the PIPELINE_* variables apply
+            return None
+
+    return settings_from_connections(lookup)
+
+
+def _auth_dependency():
+    try:
+        from airflow.api_fastapi.core_api.security import requires_authenticated
+
+        return [Depends(requires_authenticated())]
+    except ImportError:  # outside an api-server (tests of the page itself)
+        return []
+
+
+def create_app(specs_dir: Path | None = None, settings_factory=_settings, authenticated: bool = True) -> FastAPI:
+    app = FastAPI(title="pipeline-lib", dependencies=_auth_dependency() if authenticated else [])
+
+    def overview(lag: bool = True):
+        return build_overview(specs_dir or default_specs_dir(), settings_factory(), lag=lag)
+
+    @app.get("/", response_class=HTMLResponse)
+    def page(request: Request, lag: bool = True) -> HTMLResponse:
+        html = TEMPLATES.get_template("pipelines.html").render(
+            overview=overview(lag), colours=STATUS_COLOURS, airflow_root=request.scope.get("root_path", "")
+            .rsplit("/pipeline-lib", 1)[0])
+        return HTMLResponse(html)
+
+    @app.get("/api/overview")
+    def overview_json(lag: bool = True) -> JSONResponse:
+        return JSONResponse(overview(lag).to_dict())
+
+    return app

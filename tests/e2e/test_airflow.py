@@ -1,0 +1,172 @@
+"""Airflow end to end, with real processes (api-server, scheduler, dag-processor on 127.0.0.1),
+the real broker, S3 server and Spark (through spark-submit, as with a configured master):
+
+trigger ``pipeline__<job>`` through the REST API with conf → SIGKILL the Spark run mid-way →
+the lease expires (LOST) → trigger ``pipeline_recovery`` → it relaunches only that pipeline from
+its latest snapshot → the output is exactly the failure-free answer. Then the UI page, rendered
+by headless Chromium inside the Airflow UI, and checked as HTML.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.recovery.recovery_record import read_record
+from pipeline_lib.samples import spend_per_user
+from pipeline_lib.settings import ConnectionSettings
+from tests.airflow_harness import AirflowApiError, start_airflow
+from tests.support import result_table, spend_spec, write_spec
+
+pytestmark = pytest.mark.timeout(900)
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = "af-spend"
+DAG = f"pipeline__{JOB}"
+SINK, STORE = f"s3://results/{JOB}", f"s3://checkpoints/{JOB}"
+SCREENSHOT = REPO / "results" / "pipelines-page.png"  # the README's picture is a copy of it
+
+
+def airflow_connections(stack) -> dict[str, str]:
+    """The job's settings as Airflow Connections only (no PIPELINE_* variables in Airflow)."""
+    host, port = stack.kafka_bootstrap.rsplit(":", 1)
+    return {
+        "AIRFLOW_CONN_PIPELINE_KAFKA": json.dumps({"conn_type": "generic", "host": host, "port": int(port)}),
+        "AIRFLOW_CONN_PIPELINE_S3": json.dumps({"conn_type": "generic", "host": stack.s3_endpoint,
+                                                "login": stack.access_key, "password": stack.secret_key}),
+        "AIRFLOW_CONN_PIPELINE_SPARK": json.dumps({"conn_type": "generic", "host": "local[2]"}),
+    }
+
+
+@pytest.fixture(scope="module")
+def airflow(local_stack, payments, tmp_path_factory):
+    root = tmp_path_factory.mktemp("airflow")
+    dags = root / "dags"
+    (dags / "pipelines").mkdir(parents=True)
+    shutil.copy(REPO / "dags" / "pipeline_dags.py", dags)
+    topic, _ = payments
+    write_spec(dags / "pipelines", spend_spec(JOB, topic, SINK, STORE, per_epoch=2_000))
+    env = {k: "" for k in os.environ if k.startswith("PIPELINE_")}  # connections only
+    env.update(airflow_connections(local_stack))
+    env["PIPELINE_RECOVERY_SCHEDULE"] = "none"  # this test decides when recovery runs
+    server = start_airflow(root / "home", dags, REPO / "plugins", env, all_admins=True, timeout=180)
+    try:
+        for dag_id in (DAG, "pipeline_recovery"):
+            server.wait_for_dag(dag_id, timeout=120)
+            server.unpause(dag_id)
+        yield server
+    finally:
+        server.stop()
+
+
+def status(stack_env):
+    return SnapshotStore.open(STORE, JOB, "main", ConnectionSettings.from_env(stack_env)).read_status()
+
+
+def wait_for(predicate, timeout, what, interval=0.3):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_invalid_params_are_rejected_before_anything_runs(airflow):
+    for conf, name in (({"parallelism": 0}, "parallelism"), ({"mode": "sometimes"}, "mode"),
+                       ({"restore": "yesterday"}, "restore")):
+        with pytest.raises(AirflowApiError) as err:
+            airflow.trigger(DAG, conf)
+        assert err.value.response.status_code == 400 and name in err.value.response.text
+    assert airflow.dag_runs(DAG) == []
+
+
+def test_killed_run_is_recovered_by_pipeline_recovery_to_an_exact_result(airflow, stack_env, local_stack, payments):
+    _, events = payments
+    secrets = [local_stack.secret_key, local_stack.access_key]
+    run_id = airflow.trigger(DAG, {"mode": "until_caught_up", "lease_seconds": 4})
+
+    # SIGKILL the Spark run (driver, JVM, workers: its process group) once it has committed epoch 3
+    running = wait_for(lambda: (s := status(stack_env)) and s.state == "RUNNING" and s.epoch >= 3 and s, 240,
+                       "the run to commit epoch 3")
+    assert running.launch.launched_by == f"airflow:{DAG}/{run_id}"
+    os.killpg(os.getpgid(running.pid), signal.SIGKILL)
+    assert airflow.wait_for_run(DAG, run_id, timeout=120) == "failed"
+    log = airflow.task_log(DAG, run_id, "run_job")
+    assert "spark-submit" in log and "--master local[2]" in log
+    assert not any(s in log for s in secrets)
+
+    # the dead run left RUNNING behind; once its lease expires it is LOST
+    wait_for(lambda: status(stack_env).observed(dt.datetime.now(dt.timezone.utc))[0] == "LOST", 30, "LOST")
+
+    recovery_run = airflow.trigger("pipeline_recovery", {})
+    assert airflow.wait_for_run("pipeline_recovery", recovery_run, timeout=180) == "success"
+    [decision] = airflow.xcom("pipeline_recovery", recovery_run, "assess")
+    assert decision["verdict"] == "relaunch" and decision["observed"] == "LOST", decision
+    assert decision["restore_from"] and decision["subtasks"] == {"restore": 6}
+    relaunch_id = decision["trigger_run_id"]
+    assert relaunch_id == f"recovery__main__a{running.attempt}__r1"
+
+    assert airflow.wait_for_run(DAG, relaunch_id, timeout=300) == "success"
+    summary = airflow.xcom(DAG, relaunch_id, "run_job")
+    assert summary["pipelines"][0]["restored_from"] == decision["restore_from"]
+    assert summary["pipelines"][0]["status"] == "RAN"
+    assert result_table(stack_env, SINK) == spend_per_user(events)  # exactly once, across the kill
+    final = status(stack_env)
+    assert final.state == "STOPPED" and final.attempt == running.attempt + 1
+    assert final.launch.launched_by == f"airflow:{DAG}/{relaunch_id}"
+
+    # recovery again: healthy, nothing relaunched, the budget given back
+    again = airflow.trigger("pipeline_recovery", {})
+    assert airflow.wait_for_run("pipeline_recovery", again, timeout=180) == "success"
+    assert [d["verdict"] for d in airflow.xcom("pipeline_recovery", again, "assess")] == ["healthy"]
+    record, _ = read_record(SnapshotStore.open(STORE, JOB, "main", ConnectionSettings.from_env(stack_env)))
+    assert [e.action for e in record.history] == ["healthy_again", "relaunch"]
+    assert record.history[1].by == f"airflow:pipeline_recovery/{recovery_run}"
+    assert len(airflow.dag_runs(DAG)) == 2  # the first run and exactly one relaunch
+
+    # nothing secret in any XCom of either DAG
+    for dag_id, rid, task in ((DAG, relaunch_id, "check_params"), (DAG, relaunch_id, "run_job"),
+                              ("pipeline_recovery", recovery_run, "assess"),
+                              ("pipeline_recovery", recovery_run, "relaunch_requests")):
+        text = json.dumps(airflow.xcom(dag_id, rid, task))
+        assert not any(s in text for s in secrets), (dag_id, task)
+
+
+def test_the_pipelines_page_in_the_airflow_ui(airflow):
+    html = airflow.request("GET", "/pipeline-lib/").text
+    assert JOB in html and "STOPPED" in html and "Trigger restore" in html
+    assert "relaunch at" in html  # the recovery record
+    overview = airflow.get("/pipeline-lib/api/overview")
+    [pipeline] = overview["jobs"][0]["pipelines"]
+    assert pipeline["status"] == "STOPPED" and pipeline["lag"] == 0 and pipeline["history"]
+    assert [v["url_route"] for p in airflow.get("/api/v2/plugins")["plugins"] for v in p["external_views"]] == ["pipelines"]
+
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    shot = Path(tempfile.mkdtemp()) / "page.png"
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run(
+            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--window-size=1500,900", "--virtual-time-budget=20000",
+             f"--screenshot={shot}", f"{airflow.base_url}/plugin/pipelines"],
+            check=True, capture_output=True, timeout=120)
+        dom = subprocess.run(
+            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={profile}",
+             "--virtual-time-budget=10000", "--dump-dom", f"{airflow.base_url}/pipeline-lib/"],
+            check=True, capture_output=True, text=True, timeout=120).stdout
+    assert JOB in dom and "STOPPED" in dom  # what the browser rendered, not only what the server sent
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 30_000  # a rendered page, not a blank one
+    shutil.copy(shot, SCREENSHOT)
