@@ -1,0 +1,1047 @@
+"""The docker compose stack, checked against the code without a Docker engine.
+
+docker-compose.yml, docker/*.Dockerfile and .env.example are read as files and compared with what
+the library really reads: the ``PIPELINE_*`` names of ``pipeline_lib.settings``, the connection
+ids of ``pipeline_lib.orchestration.connections`` (whose ``settings_from_connections`` turns the
+compose file's ``AIRFLOW_CONN_*`` values into settings), the versions pinned in pyproject.toml,
+and the ports each service really listens on. If a ``docker compose`` (v2) command is present it
+also validates the file with ``docker compose config``; the file checks are the test either way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+import types
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from pipeline_lib import settings as settings_module
+from pipeline_lib.orchestration.connections import CONNECTION_IDS, settings_from_connections
+from pipeline_lib.settings import ConnectionSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+ENV_EXAMPLE = ROOT / ".env.example"
+PYPROJECT = ROOT / "pyproject.toml"
+DOCKERIGNORE = ROOT / ".dockerignore"
+
+EXPECTED_SERVICES = {
+    "kafka",
+    "minio",
+    "minio-init",
+    "postgres",
+    "airflow-init",
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+    "spark-master",
+    "spark-worker",
+}
+ONE_SHOT = {"minio-init", "airflow-init"}
+AIRFLOW_SERVICES = {s for s in EXPECTED_SERVICES if s.startswith("airflow-")}
+AIRFLOW_LONG_RUNNING = AIRFLOW_SERVICES - ONE_SHOT
+AIRFLOW_DOCKERFILE = "docker/airflow.Dockerfile"
+SPARK_DOCKERFILE = "docker/spark.Dockerfile"
+# The Airflow version the stack must run when pyproject.toml does not pin apache-airflow itself.
+DEFAULT_AIRFLOW_VERSION = "3.3.2"
+
+# What an exact version looks like for the images we use; other images need a tag with a digit.
+EXACT_TAG = {
+    "python": r"\d+\.\d+\.\d+(-.+)?",
+    "postgres": r"\d+\.\d+(-.+)?",
+    "apache/kafka": r"\d+\.\d+\.\d+",
+    "apache/airflow": r"(slim-)?\d+\.\d+\.\d+(-python\d+\.\d+)?",
+    "minio/minio": r"RELEASE\.\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ(-cpuv1)?",
+    "minio/mc": r"RELEASE\.\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ(-cpuv1)?",
+}
+FLOATING_TAGS = {"latest", "stable", "edge", "main", "master", "nightly", "dev", "current", "lts"}
+
+SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|FERNET|_KEY$|PRIVATE", re.IGNORECASE)
+NOT_A_SECRET_NAME = re.compile(r"_(FILE|PATH|DIR|USERS?|USERNAME)$|ACCESS_KEY$", re.IGNORECASE)
+PLACEHOLDER = "change-me"
+TRUTHY = {"true", "1", "yes", "y", "on", "t"}
+
+
+# --------------------------------------------------------------------------- compose helpers
+
+# $$ (a literal $), ${NAME...} or $NAME, as docker compose interpolates them.
+_VAR_RE = re.compile(r"\$(?:(\$)|\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+_BRACED_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])(.*))?", re.DOTALL)
+
+
+def referenced_vars(text: str) -> set[str]:
+    """Every variable that docker compose would substitute in ``text`` ($$ escapes excluded)."""
+    names = set()
+    for m in _VAR_RE.finditer(text):
+        if m.group(1):
+            continue
+        if m.group(3):
+            names.add(m.group(3))
+            continue
+        braced = _BRACED_RE.fullmatch(m.group(2))
+        assert braced, f"docker-compose.yml: cannot parse the substitution ${{{m.group(2)}}}"
+        names.add(braced.group(1))
+    return names
+
+
+def interpolate(text: str, env: dict[str, str], where: str = "") -> str:
+    """Compose's substitution: ``$$``, ``${V}``, ``${V:-d}``, ``${V-d}``, ``${V:?e}``, ``${V:+r}``..."""
+
+    def replace(m: re.Match[str]) -> str:
+        if m.group(1):
+            return "$"
+        if m.group(3):
+            name, op, arg = m.group(3), None, ""
+        else:
+            braced = _BRACED_RE.fullmatch(m.group(2))
+            assert braced, f"{where}: cannot parse ${{{m.group(2)}}}"
+            name, op, arg = braced.group(1), braced.group(2), braced.group(3) or ""
+        value = env.get(name)
+        if op in (":-", "-"):
+            return arg if value is None or (op == ":-" and value == "") else value
+        if op in (":+", "+"):
+            return arg if value is not None and (op == "+" or value != "") else ""
+        if op in (":?", "?") and (value is None or (op == ":?" and value == "")):
+            pytest.fail(f"{where}: ${{{name}}} is required ({arg}) but not set in .env.example")
+        # Like docker compose: an undefined variable becomes "" (and
+        # test_every_variable_is_defined_in_env_example names it).
+        return value or ""
+
+    return _VAR_RE.sub(replace, text)
+
+
+def deep_interpolate(node: Any, env: dict[str, str], where: str = "docker-compose.yml") -> Any:
+    if isinstance(node, str):
+        return interpolate(node, env, where)
+    if isinstance(node, list):
+        return [deep_interpolate(v, env, where) for v in node]
+    if isinstance(node, dict):
+        return {k: deep_interpolate(v, env, f"{where}: {k}") for k, v in node.items()}
+    return node
+
+
+def env_of(service: dict[str, Any]) -> dict[str, str]:
+    """A service's environment as a dict of strings, whichever syntax it uses."""
+    raw = service.get("environment") or {}
+    if isinstance(raw, list):
+        pairs = (item.split("=", 1) if "=" in item else (item, "") for item in raw)
+        return {k: v for k, v in pairs}
+    return {str(k): "" if v is None else _scalar(v) for k, v in raw.items()}
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def command_of(service: dict[str, Any], key: str = "command") -> list[str]:
+    raw = service.get(key)
+    if raw is None:
+        return []
+    return shlex.split(raw) if isinstance(raw, str) else [str(part) for part in raw]
+
+
+def flag_value(args: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def healthcheck_text(service: dict[str, Any]) -> str:
+    test = (service.get("healthcheck") or {}).get("test")
+    if isinstance(test, list):
+        return " ".join(str(part) for part in test)
+    return test or ""
+
+
+def published_ports(service: dict[str, Any]) -> list[tuple[int | None, int]]:
+    """(host port or None, container port) for each ``ports`` entry, short or long syntax."""
+    result = []
+    for entry in service.get("ports") or []:
+        if isinstance(entry, dict):
+            published = entry.get("published")
+            result.append((int(published) if published else None, int(entry["target"])))
+            continue
+        spec = str(entry).split("/", 1)[0]
+        parts = spec.rsplit(":", 2)
+        if len(parts) == 1:
+            result.append((None, int(parts[0])))
+        else:
+            result.append((int(parts[-2]) if parts[-2] else None, int(parts[-1])))
+    return result
+
+
+def mounts(service: dict[str, Any]) -> list[tuple[str, str]]:
+    """(source, target) of each volume, short or long syntax."""
+    result = []
+    for entry in service.get("volumes") or []:
+        if isinstance(entry, dict):
+            result.append((str(entry.get("source", "")), str(entry["target"])))
+        else:
+            parts = str(entry).split(":")
+            result.append((parts[0], parts[1]) if len(parts) > 1 else ("", parts[0]))
+    return result
+
+
+def depends_on(service: dict[str, Any]) -> dict[str, str]:
+    """Dependency -> condition (the list syntax means service_started)."""
+    raw = service.get("depends_on") or {}
+    if isinstance(raw, list):
+        return {name: "service_started" for name in raw}
+    return {name: (spec or {}).get("condition", "service_started") for name, spec in raw.items()}
+
+
+def port_of_url(url: str, where: str) -> int:
+    parts = urlsplit(url if "://" in url else f"tcp://{url}")
+    assert parts.port, f"{where}: {url!r} names no port"
+    return parts.port
+
+
+# --------------------------------------------------------------------------- Dockerfile helpers
+
+
+def dockerfile_lines(path: Path) -> list[str]:
+    """Instructions, with line continuations joined and comments dropped."""
+    lines, current = [], ""
+    for raw in path.read_text().splitlines():
+        stripped = raw.strip()
+        if stripped.startswith("#") or (not stripped and not current):
+            continue
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        lines.append((current + stripped).strip())
+        current = ""
+    if current.strip():
+        lines.append(current.strip())
+    return lines
+
+
+def dockerfile_resolved(path: Path) -> tuple[list[str], list[str]]:
+    """(FROM images, every instruction) with ARG defaults substituted."""
+    args: dict[str, str] = {}
+    images, resolved, stages = [], [], set()
+
+    def substitute(text: str) -> str:
+        return re.sub(
+            r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)",
+            lambda m: args.get(m.group(1) or m.group(2), m.group(0)),
+            text,
+        )
+
+    for line in dockerfile_lines(path):
+        keyword, _, rest = line.partition(" ")
+        if keyword.upper() == "ARG":
+            name, eq, default = rest.strip().partition("=")
+            if eq:
+                args[name] = substitute(default.strip().strip('"'))
+        line = substitute(line)
+        resolved.append(line)
+        if keyword.upper() == "FROM":
+            tokens = [t for t in line.split()[1:] if not t.startswith("--")]
+            image = tokens[0]
+            if len(tokens) >= 3 and tokens[1].lower() == "as":
+                stages.add(tokens[2])
+            if image not in stages and image != "scratch":
+                images.append(image)
+    return images, resolved
+
+
+def split_image(ref: str) -> tuple[str, str | None, str | None]:
+    """(repository, tag, digest) of an image reference."""
+    digest = None
+    if "@" in ref:
+        ref, digest = ref.split("@", 1)
+    last = ref.rsplit("/", 1)[-1]
+    if ":" in last:
+        repo, tag = ref.rsplit(":", 1)
+        return repo, tag, digest
+    return ref, None, digest
+
+
+def pin_problem(ref: str) -> str | None:
+    """Why an image reference is not pinned to an exact version, or None."""
+    repo, tag, digest = split_image(ref)
+    if "$" in ref:
+        return f"{ref!r} still contains an unresolved variable"
+    if digest and re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        return None
+    if not tag:
+        return f"{ref!r} has no tag (that means :latest)"
+    if tag.lower() in FLOATING_TAGS:
+        return f"{ref!r} uses the floating tag {tag!r}"
+    name = repo.removeprefix("docker.io/").removeprefix("library/")
+    pattern = EXACT_TAG.get(name)
+    if pattern and not re.fullmatch(pattern, tag):
+        return f"{ref!r}: tag {tag!r} is not an exact version for {name} (expected /{pattern}/)"
+    if not re.search(r"\d", tag):
+        return f"{ref!r}: tag {tag!r} names no version"
+    return None
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+def parse_env_file(path: Path) -> dict[str, str]:
+    values = {}
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        assert "=" in line, f"{path.name}:{number}: expected NAME=value, got {raw!r}"
+        name, value = line.split("=", 1)
+        name, value = name.strip().removeprefix("export ").strip(), value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name), f"{path.name}:{number}: bad name {name!r}"
+        assert name not in values, f"{path.name}:{number}: {name} is defined twice"
+        values[name] = value
+    return values
+
+
+@pytest.fixture(scope="module")
+def compose_text() -> str:
+    assert COMPOSE_FILE.is_file(), f"{COMPOSE_FILE} is missing"
+    return COMPOSE_FILE.read_text()
+
+
+@pytest.fixture(scope="module")
+def raw_compose(compose_text: str) -> dict[str, Any]:
+    data = yaml.safe_load(compose_text)
+    assert isinstance(data, dict) and isinstance(data.get("services"), dict), (
+        "docker-compose.yml: no 'services' mapping"
+    )
+    return data
+
+
+@pytest.fixture(scope="module")
+def env_example() -> dict[str, str]:
+    assert ENV_EXAMPLE.is_file(), f"{ENV_EXAMPLE} is missing"
+    return parse_env_file(ENV_EXAMPLE)
+
+
+@pytest.fixture(scope="module")
+def services(raw_compose: dict[str, Any], env_example: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The services with every ${VAR} substituted from .env.example, as docker compose would."""
+    return deep_interpolate(raw_compose["services"], env_example)
+
+
+@pytest.fixture(scope="module")
+def raw_services(raw_compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return raw_compose["services"]
+
+
+def pinned_versions() -> tuple[str, str]:
+    """(pyspark, apache-airflow) versions the project pins in pyproject.toml."""
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    requirements = list(project.get("dependencies", []))
+    for extra in project.get("optional-dependencies", {}).values():
+        requirements += extra
+
+    def pin(name: str) -> str | None:
+        for requirement in requirements:
+            m = re.fullmatch(rf"\s*{re.escape(name)}\s*==\s*([0-9][^\s;,]*)\s*(;.*)?", requirement)
+            if m:
+                return m.group(1)
+        return None
+
+    pyspark = pin("pyspark")
+    assert pyspark, "pyproject.toml: no exact pyspark==X pin in the dependencies"
+    return pyspark, pin("apache-airflow") or DEFAULT_AIRFLOW_VERSION
+
+
+def build_dockerfile(service: dict[str, Any]) -> Path | None:
+    build = service.get("build")
+    if build is None:
+        return None
+    if isinstance(build, str):
+        return ROOT / build / "Dockerfile"
+    return ROOT / build.get("context", ".") / build.get("dockerfile", "Dockerfile")
+
+
+# --------------------------------------------------------------------------- services and images
+
+
+def test_expected_services_exist(raw_services: dict[str, Any]) -> None:
+    missing = EXPECTED_SERVICES - set(raw_services)
+    assert not missing, f"docker-compose.yml: services missing: {sorted(missing)}"
+
+
+def test_every_image_is_pinned(services: dict[str, Any]) -> None:
+    problems = []
+    for name, service in services.items():
+        dockerfile = build_dockerfile(service)
+        image = service.get("image")
+        if dockerfile is None:
+            if not image:
+                problems.append(f"service {name}: neither image nor build")
+            elif problem := pin_problem(image):
+                problems.append(f"service {name}: image {problem}")
+            continue
+        if not dockerfile.is_file():
+            problems.append(f"service {name}: build Dockerfile {dockerfile} does not exist")
+            continue
+        if image:
+            _, tag, _ = split_image(image)
+            if not tag or tag == "latest":
+                problems.append(f"service {name}: the built image is named {image!r}; give it a version tag")
+        froms, _ = dockerfile_resolved(dockerfile)
+        if not froms:
+            problems.append(f"{dockerfile.relative_to(ROOT)}: no FROM line")
+        for ref in froms:
+            if problem := pin_problem(ref):
+                problems.append(f"{dockerfile.relative_to(ROOT)} (service {name}): FROM {problem}")
+    assert not problems, "images not pinned to exact versions:\n  " + "\n  ".join(problems)
+
+
+def test_airflow_services_share_one_image(services: dict[str, Any]) -> None:
+    for name in sorted(AIRFLOW_SERVICES):
+        dockerfile = build_dockerfile(services[name])
+        assert dockerfile == ROOT / AIRFLOW_DOCKERFILE, (
+            f"service {name}: must be built from {AIRFLOW_DOCKERFILE}, is {dockerfile}"
+        )
+    images = {services[name].get("image") for name in AIRFLOW_SERVICES}
+    assert len(images) == 1, f"the Airflow services name different images: {images}"
+    for name in ("spark-master", "spark-worker"):
+        assert build_dockerfile(services[name]) == ROOT / SPARK_DOCKERFILE, (
+            f"service {name}: must be built from {SPARK_DOCKERFILE}"
+        )
+
+
+def test_dockerfile_versions_match_pyproject() -> None:
+    pyspark, airflow = pinned_versions()
+    problems = []
+    for path in sorted((ROOT / "docker").glob("*.Dockerfile")):
+        _, lines = dockerfile_resolved(path)
+        text = "\n".join(lines)
+        for found in re.findall(r"pyspark==([^\s\"']+)", text):
+            if found != pyspark:
+                problems.append(f"{path.relative_to(ROOT)}: pyspark=={found}, pyproject.toml pins {pyspark}")
+    spark_lines = "\n".join(dockerfile_resolved(ROOT / SPARK_DOCKERFILE)[1])
+    if f"pyspark=={pyspark}" not in spark_lines:
+        problems.append(f"{SPARK_DOCKERFILE}: does not pip-install pyspark=={pyspark}")
+
+    froms, lines = dockerfile_resolved(ROOT / AIRFLOW_DOCKERFILE)
+    airflow_text = "\n".join(lines)
+    base = [ref for ref in froms if split_image(ref)[0].endswith("apache/airflow")]
+    if len(base) != 1:
+        problems.append(f"{AIRFLOW_DOCKERFILE}: expected one FROM apache/airflow:..., found {froms}")
+    else:
+        tag = split_image(base[0])[1] or ""
+        m = re.fullmatch(r"(?:slim-)?(\d+\.\d+\.\d+)(?:-python(\d+\.\d+))?", tag)
+        if not m or m.group(1) != airflow:
+            problems.append(f"{AIRFLOW_DOCKERFILE}: FROM {base[0]} is not Airflow {airflow} (pyproject.toml)")
+    installs = re.findall(r"apache-airflow==([^\s\"']+)", airflow_text)
+    if installs != [airflow]:
+        problems.append(
+            f"{AIRFLOW_DOCKERFILE}: pip must pin apache-airflow=={airflow} (so pip cannot change the "
+            f"image's Airflow), found {installs}"
+        )
+    assert not problems, "\n".join(problems)
+
+
+def test_driver_and_executors_match() -> None:
+    """PySpark refuses a driver and executors on different Python minor versions; Java too should match."""
+    airflow_from = dockerfile_resolved(ROOT / AIRFLOW_DOCKERFILE)[0][-1]
+    spark_from = dockerfile_resolved(ROOT / SPARK_DOCKERFILE)[0][-1]
+    airflow_python = re.search(r"-python(\d+\.\d+)", airflow_from)
+    spark_python = re.match(r"(\d+\.\d+)", split_image(spark_from)[1] or "")
+    assert airflow_python and spark_python, (
+        f"cannot read the Python version of {airflow_from} ({AIRFLOW_DOCKERFILE}) "
+        f"or {spark_from} ({SPARK_DOCKERFILE})"
+    )
+    assert airflow_python.group(1) == spark_python.group(1), (
+        f"Python {airflow_python.group(1)} in {AIRFLOW_DOCKERFILE} (the Spark driver) but "
+        f"{spark_python.group(1)} in {SPARK_DOCKERFILE} (the executors)"
+    )
+    for path in (ROOT / AIRFLOW_DOCKERFILE, ROOT / SPARK_DOCKERFILE):
+        text = "\n".join(dockerfile_resolved(path)[1])
+        rel = path.relative_to(ROOT)
+        assert "openjdk-17-jre-headless" in text, f"{rel}: does not install openjdk-17-jre-headless"
+        assert re.search(r"^ENV .*JAVA_HOME=", text, re.MULTILINE), f"{rel}: does not set JAVA_HOME"
+        for needed in ("pyproject.toml", "README.md", "pipeline_lib"):
+            assert re.search(rf"^COPY .*\b{re.escape(needed)}\b", text, re.MULTILINE), (
+                f"{rel}: does not COPY {needed}, so this project is not installed in the image"
+            )
+
+
+def test_dockerignore_keeps_secrets_and_local_state_out() -> None:
+    assert DOCKERIGNORE.is_file(), ".dockerignore is missing"
+    entries = {line.strip().rstrip("/") for line in DOCKERIGNORE.read_text().splitlines()}
+    entries.discard("")
+    for needed in (".env", ".venv", ".git"):
+        assert needed in entries, f".dockerignore: {needed} is not excluded"
+    for kept in ("pipeline_lib", "pyproject.toml", "README.md", "*", "docker"):
+        assert kept not in entries, f".dockerignore: excludes {kept}, which the images need"
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def test_long_running_services_have_healthchecks(services: dict[str, Any]) -> None:
+    problems = []
+    for name, service in sorted(services.items()):
+        if name in ONE_SHOT:
+            continue
+        check = service.get("healthcheck") or {}
+        test = check.get("test")
+        if not test or check.get("disable") or test in (["NONE"], "NONE"):
+            problems.append(f"service {name}: no healthcheck")
+        if str(service.get("restart", "no")) not in ("unless-stopped", "always", "on-failure"):
+            problems.append(f"service {name}: long-running but restart is {service.get('restart', 'no')!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_one_shot_services_run_once_and_are_awaited(services: dict[str, Any]) -> None:
+    problems = []
+    for name in sorted(ONE_SHOT):
+        restart = services[name].get("restart", "no")
+        if str(restart) not in ("no", "False", "false"):
+            problems.append(f'service {name}: a one-shot service must have restart: "no", has {restart!r}')
+        waiters = [s for s, svc in services.items() if name in depends_on(svc)]
+        if not waiters:
+            problems.append(f"service {name}: nothing depends on it")
+    for waiter, service in sorted(services.items()):
+        for dependency, condition in depends_on(service).items():
+            if dependency not in services:
+                problems.append(f"service {waiter}: depends on unknown service {dependency}")
+            elif dependency in ONE_SHOT and condition != "service_completed_successfully":
+                problems.append(
+                    f"service {waiter}: depends on one-shot {dependency} with {condition}; "
+                    "use service_completed_successfully"
+                )
+            elif dependency not in ONE_SHOT and condition != "service_healthy":
+                problems.append(
+                    f"service {waiter}: depends on {dependency} with {condition}; use service_healthy"
+                )
+    assert not problems, "\n".join(problems)
+
+
+def test_dependencies_order_the_stack(services: dict[str, Any]) -> None:
+    required = {
+        "minio-init": {"minio": "service_healthy"},
+        "airflow-init": {"postgres": "service_healthy"},
+        "spark-worker": {"spark-master": "service_healthy"},
+        **{
+            name: {"postgres": "service_healthy", "airflow-init": "service_completed_successfully"}
+            for name in AIRFLOW_LONG_RUNNING
+        },
+    }
+    # The scheduler runs the tasks (LocalExecutor): the buckets must exist and Kafka must be up.
+    required["airflow-scheduler"] |= {
+        "kafka": "service_healthy",
+        "minio-init": "service_completed_successfully",
+    }
+    problems = []
+    for name, needs in sorted(required.items()):
+        actual = depends_on(services[name])
+        for dependency, condition in needs.items():
+            if actual.get(dependency) != condition:
+                problems.append(
+                    f"service {name}: must depend on {dependency} ({condition}), has {actual.get(dependency)}"
+                )
+    assert not problems, "\n".join(problems)
+
+
+def test_data_lives_in_named_volumes(raw_compose: dict[str, Any], services: dict[str, Any]) -> None:
+    declared = set(raw_compose.get("volumes") or {})
+    problems = []
+    for name, service in sorted(services.items()):
+        for source, _target in mounts(service):
+            if source and not source.startswith((".", "/", "~")) and source not in declared:
+                problems.append(f"service {name}: volume {source!r} is not declared under top-level volumes")
+    data_dirs = {
+        "kafka": env_of(services["kafka"]).get("KAFKA_LOG_DIRS", "/var/lib/kafka/data"),
+        "minio": next((a for a in command_of(services["minio"])[1:] if a.startswith("/")), "/data"),
+        "postgres": env_of(services["postgres"]).get("PGDATA", "/var/lib/postgresql/data"),
+    }
+    for name, data_dir in data_dirs.items():
+        named = {target for source, target in mounts(services[name]) if source in declared}
+        if data_dir not in named:
+            problems.append(
+                f"service {name}: its data dir {data_dir} is not on a named volume "
+                f"(mounts: {mounts(services[name])})"
+            )
+    assert not problems, "\n".join(problems)
+
+
+# --------------------------------------------------------------------------- ports and connections
+
+
+def connection_objects(env: dict[str, str], where: str) -> dict[str, types.SimpleNamespace]:
+    """conn id -> an object with the fields of an Airflow Connection, from AIRFLOW_CONN_* JSON."""
+    result = {}
+    for conn_id in CONNECTION_IDS:
+        name = f"AIRFLOW_CONN_{conn_id.upper()}"
+        assert name in env, f"{where}: {name} is not set"
+        try:
+            data = json.loads(env[name])
+        except ValueError as err:
+            pytest.fail(f"{where}: {name} is not valid JSON after substitution from .env.example: {err}")
+        assert isinstance(data, dict) and data.get("conn_type"), f"{where}: {name} has no conn_type"
+        port = data.get("port")
+        result[conn_id] = types.SimpleNamespace(
+            conn_id=conn_id,
+            conn_type=data["conn_type"],
+            host=data.get("host"),
+            port=int(port) if port not in (None, "") else None,
+            login=data.get("login"),
+            password=data.get("password"),
+            extra=data.get("extra"),
+        )
+    return result
+
+
+def test_airflow_services_get_every_setting_the_code_reads(services: dict[str, Any]) -> None:
+    env_names = sorted(
+        v for k, v in vars(settings_module).items() if k.startswith("ENV_") and isinstance(v, str)
+    )
+    assert env_names, "pipeline_lib.settings defines no ENV_* names"
+    wanted_conns = {f"AIRFLOW_CONN_{conn_id.upper()}" for conn_id in CONNECTION_IDS}
+    problems = []
+    for name in sorted(AIRFLOW_SERVICES):
+        env = env_of(services[name])
+        for var in env_names:
+            if not env.get(var):
+                problems.append(f"service {name}: {var} (pipeline_lib.settings) is not set")
+        conns = {k for k in env if k.startswith("AIRFLOW_CONN_")}
+        if conns != wanted_conns:
+            problems.append(
+                f"service {name}: AIRFLOW_CONN_* are {sorted(conns)}, "
+                f"the code's CONNECTION_IDS give {sorted(wanted_conns)}"
+            )
+    assert not problems, "\n".join(problems)
+
+
+def test_connections_and_fallback_variables_agree(services: dict[str, Any]) -> None:
+    for name in sorted(AIRFLOW_SERVICES):
+        env = env_of(services[name])
+        where = f"docker-compose.yml service {name}"
+        conns = connection_objects(env, where)
+        from_conns = settings_from_connections(conns.get, env={})
+        from_env = ConnectionSettings.from_env(env)
+        for field in ("kafka_bootstrap", "s3_endpoint", "spark_master", "s3_region"):
+            a, b = getattr(from_conns, field), getattr(from_env, field)
+            assert a and a == b, (
+                f"{where}: {field} is {a!r} from the AIRFLOW_CONN_* connections "
+                f"but {b!r} from the PIPELINE_* variables"
+            )
+        assert from_conns.secrets() == from_env.secrets() and len(from_env.secrets()) == 2, (
+            f"{where}: the pipeline_s3 connection's login/password differ from "
+            "PIPELINE_S3_ACCESS_KEY/SECRET_KEY"
+        )
+
+
+def _listeners(value: str) -> dict[str, tuple[str, int]]:
+    result = {}
+    for item in value.split(","):
+        listener, _, address = item.strip().partition("://")
+        host, _, port = address.rpartition(":")
+        result[listener] = (host, int(port))
+    return result
+
+
+def test_kafka_ports_match_the_connection(services: dict[str, Any]) -> None:
+    kafka = env_of(services["kafka"])
+    where = "docker-compose.yml service kafka"
+    bound = _listeners(kafka["KAFKA_LISTENERS"])
+    advertised = _listeners(kafka["KAFKA_ADVERTISED_LISTENERS"])
+    internal = [n for n, (host, _) in advertised.items() if host == "kafka"]
+    external = [n for n, (host, _) in advertised.items() if host in ("localhost", "127.0.0.1")]
+    assert len(internal) == 1, f"{where}: expected one listener advertised as kafka:PORT, got {advertised}"
+    assert len(external) == 1, (
+        f"{where}: expected one listener advertised as localhost:PORT for the host, got {advertised}"
+    )
+    internal_port = advertised[internal[0]][1]
+    assert bound.get(internal[0], ("", None))[1] == internal_port, (
+        f"{where}: listener {internal[0]} is advertised on {internal_port} "
+        f"but bound to {bound.get(internal[0])}"
+    )
+    assert kafka.get("KAFKA_INTER_BROKER_LISTENER_NAME", internal[0]) == internal[0], (
+        f"{where}: brokers talk over {kafka.get('KAFKA_INTER_BROKER_LISTENER_NAME')}, "
+        "not the internal listener"
+    )
+    for name in sorted(AIRFLOW_SERVICES):
+        env = env_of(services[name])
+        conn = connection_objects(env, f"service {name}")["pipeline_kafka"]
+        bootstrap = settings_from_connections({"pipeline_kafka": conn}.get, env={}).kafka_bootstrap
+        expected = f"kafka:{internal_port}"
+        assert bootstrap == expected, (
+            f"service {name}: AIRFLOW_CONN_PIPELINE_KAFKA gives {bootstrap!r}, Kafka listens on {expected}"
+        )
+        assert env[settings_module.ENV_KAFKA_BOOTSTRAP] == expected, (
+            f"service {name}: {settings_module.ENV_KAFKA_BOOTSTRAP}="
+            f"{env[settings_module.ENV_KAFKA_BOOTSTRAP]!r}, Kafka listens on {expected}"
+        )
+    ext_port = advertised[external[0]][1]
+    ext_bound = bound.get(external[0], ("", None))[1]
+    assert (ext_port, ext_bound) in published_ports(services["kafka"]), (
+        f"{where}: the host listener is advertised as localhost:{ext_port} and bound to {ext_bound}, "
+        f"but ports publish {published_ports(services['kafka'])}"
+    )
+    assert f"localhost:{internal_port}" in healthcheck_text(services["kafka"]), (
+        f"{where}: the healthcheck does not probe the internal listener's port {internal_port}"
+    )
+
+
+def test_minio_port_matches_the_s3_settings(services: dict[str, Any]) -> None:
+    args = command_of(services["minio"])
+    address = flag_value(args, "--address") or ":9000"
+    port = int(address.rsplit(":", 1)[1])
+    expected = f"http://minio:{port}"
+    for name in sorted(AIRFLOW_SERVICES):
+        env = env_of(services[name])
+        conn = connection_objects(env, f"service {name}")["pipeline_s3"]
+        endpoint = settings_from_connections({"pipeline_s3": conn}.get, env={}).s3_endpoint
+        assert endpoint == expected, (
+            f"service {name}: AIRFLOW_CONN_PIPELINE_S3 gives {endpoint!r}, MinIO listens on {expected}"
+        )
+        assert env[settings_module.ENV_S3_ENDPOINT] == expected, (
+            f"service {name}: {settings_module.ENV_S3_ENDPOINT}="
+            f"{env[settings_module.ENV_S3_ENDPOINT]!r}, MinIO listens on {expected}"
+        )
+    init_script = " ".join(
+        command_of(services["minio-init"], "entrypoint") + command_of(services["minio-init"])
+    )
+    assert expected in init_script, f"service minio-init: does not talk to MinIO at {expected}"
+    assert any(target == port for _, target in published_ports(services["minio"])), (
+        f"service minio: the S3 port {port} is not published for the host CLI"
+    )
+
+
+def test_minio_init_creates_the_buckets_the_examples_use(services: dict[str, Any]) -> None:
+    script = " ".join(command_of(services["minio-init"]))
+    created = set()
+    for m in re.finditer(r"mc mb ((?:--[\w-]+ )*)((?:[\w.-]+/[\w.-]+ ?)+)", script):
+        assert "--ignore-existing" in m.group(1), (
+            f"service minio-init: `mc mb` without --ignore-existing: {m.group(0)!r}"
+        )
+        created |= {target.split("/", 1)[1] for target in m.group(2).split()}
+    assert {"checkpoints", "results"} <= created, f"service minio-init: creates buckets {created}"
+    used: dict[str, set[str]] = {}
+    for folder in ("dags", "examples"):  # the job specs the DAGs run (dags/pipelines/) and samples
+        for spec in sorted((ROOT / folder).rglob("*.y*ml")):
+            for bucket in re.findall(r"s3://([a-z0-9.-]+)", spec.read_text()):
+                used.setdefault(bucket, set()).add(str(spec.relative_to(ROOT)))
+    missing = {bucket: sorted(specs) for bucket, specs in used.items() if bucket not in created}
+    assert not missing, f"job specs use buckets that minio-init does not create: {missing}"
+
+
+def test_spark_master_port_matches_the_connection(services: dict[str, Any]) -> None:
+    master_args = command_of(services["spark-master"])
+    assert "org.apache.spark.deploy.master.Master" in master_args, (
+        "service spark-master: does not run the Master"
+    )
+    host = flag_value(master_args, "--host")
+    port = int(flag_value(master_args, "--port") or 7077)
+    assert host == "spark-master", f"service spark-master: --host is {host!r}, must be its service name"
+    expected = f"spark://{host}:{port}"
+    for name in sorted(AIRFLOW_SERVICES):
+        env = env_of(services[name])
+        conn = connection_objects(env, f"service {name}")["pipeline_spark"]
+        master = settings_from_connections({"pipeline_spark": conn}.get, env={}).spark_master
+        assert master == expected, (
+            f"service {name}: AIRFLOW_CONN_PIPELINE_SPARK gives {master!r}, the master listens on {expected}"
+        )
+        assert env[settings_module.ENV_SPARK_MASTER] == expected, (
+            f"service {name}: {settings_module.ENV_SPARK_MASTER}="
+            f"{env[settings_module.ENV_SPARK_MASTER]!r}, the master is {expected}"
+        )
+    worker_args = command_of(services["spark-worker"])
+    assert "org.apache.spark.deploy.worker.Worker" in worker_args and expected in worker_args, (
+        f"service spark-worker: must run the Worker against {expected}, runs {worker_args}"
+    )
+    for name, args, default_ui in (("spark-master", master_args, 8080), ("spark-worker", worker_args, 8081)):
+        ui = int(flag_value(args, "--webui-port") or default_ui)
+        assert f"localhost:{ui}" in healthcheck_text(services[name]), (
+            f"service {name}: the web UI listens on {ui} "
+            f"but the healthcheck probes {healthcheck_text(services[name])!r}"
+        )
+
+
+def test_apiserver_port_matches_healthcheck_and_execution_api(services: dict[str, Any]) -> None:
+    api = services["airflow-apiserver"]
+    args = command_of(api)
+    assert "api-server" in args, f"service airflow-apiserver: command {args} does not run api-server"
+    port = int(
+        flag_value(args, "--port") or flag_value(args, "-p") or env_of(api).get("AIRFLOW__API__PORT") or 8080
+    )
+    health = f"http://localhost:{port}/api/v2/monitor/health"
+    assert health in healthcheck_text(api), (
+        f"service airflow-apiserver: healthcheck should probe {health}, is {healthcheck_text(api)!r}"
+    )
+    assert any(target == port for _, target in published_ports(api)), (
+        f"service airflow-apiserver: port {port} is not published (ports: {api.get('ports')})"
+    )
+    expected = f"http://airflow-apiserver:{port}/execution/"
+    for name in sorted(AIRFLOW_SERVICES):
+        url = env_of(services[name]).get("AIRFLOW__CORE__EXECUTION_API_SERVER_URL")
+        assert url == expected, (
+            f"service {name}: AIRFLOW__CORE__EXECUTION_API_SERVER_URL is {url!r}, expected {expected}"
+        )
+    scheduler = services["airflow-scheduler"]
+    scheduler_env = env_of(scheduler)
+    assert scheduler_env.get("AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK", "").lower() in TRUTHY, (
+        "service airflow-scheduler: AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK must be true for its healthcheck"
+    )
+    health_port = int(scheduler_env.get("AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT") or 8974)
+    assert f"localhost:{health_port}/health" in healthcheck_text(scheduler), (
+        f"service airflow-scheduler: the health server listens on {health_port}, "
+        f"healthcheck is {healthcheck_text(scheduler)!r}"
+    )
+
+
+def test_executors_find_their_python(services: dict[str, Any]) -> None:
+    """The launcher defaults PYSPARK_PYTHON to the Airflow container's own interpreter path, which
+    the Spark image does not have: the stack must name a Python found on the worker's PATH."""
+    spark_lines = "\n".join(dockerfile_resolved(ROOT / SPARK_DOCKERFILE)[1])
+    for name in sorted(AIRFLOW_LONG_RUNNING):
+        value = env_of(services[name]).get("PYSPARK_PYTHON", "")
+        assert value and "/" not in value, (
+            f"service {name}: PYSPARK_PYTHON must be a command name such as python3 (the executors run "
+            f"it on spark-worker), is {value!r}"
+        )
+        assert re.search(rf"PYSPARK_PYTHON={re.escape(value)}\b", spark_lines), (
+            f"service {name}: PYSPARK_PYTHON={value} but {SPARK_DOCKERFILE} sets another PYSPARK_PYTHON"
+        )
+
+
+def test_airflow_runs_on_postgres_with_the_postgres_credentials(
+    raw_services: dict[str, Any], services: dict[str, Any]
+) -> None:
+    pg = env_of(raw_services["postgres"])
+    expected = f"postgresql+psycopg2://{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}@postgres:5432/{pg['POSTGRES_DB']}"
+    for name in sorted(AIRFLOW_SERVICES):
+        env = env_of(raw_services[name])
+        assert env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN") == expected, (
+            f"service {name}: AIRFLOW__DATABASE__SQL_ALCHEMY_CONN is "
+            f"{env.get('AIRFLOW__DATABASE__SQL_ALCHEMY_CONN')!r}, "
+            f"expected {expected} (the postgres service's own variables)"
+        )
+        assert env_of(services[name]).get("AIRFLOW__CORE__EXECUTOR") == "LocalExecutor", (
+            f"service {name}: AIRFLOW__CORE__EXECUTOR must be LocalExecutor"
+        )
+    text = "\n".join(dockerfile_resolved(ROOT / AIRFLOW_DOCKERFILE)[1])
+    assert re.search(r"(apache-airflow-providers-postgres|psycopg2-binary)==\d", text), (
+        f"{AIRFLOW_DOCKERFILE}: postgresql+psycopg2 needs psycopg2; "
+        "pin apache-airflow-providers-postgres or psycopg2-binary"
+    )
+
+
+def test_dags_and_plugins_are_mounted_where_airflow_looks(services: dict[str, Any]) -> None:
+    problems = []
+    for folder, setting in (
+        ("dags", "AIRFLOW__CORE__DAGS_FOLDER"),
+        ("plugins", "AIRFLOW__CORE__PLUGINS_FOLDER"),
+    ):
+        if not (ROOT / folder).is_dir():
+            problems.append(f"{folder}/ does not exist in the repository (compose mounts ./{folder})")
+        for name in sorted(AIRFLOW_LONG_RUNNING):
+            env = env_of(services[name])
+            targets = [t for s, t in mounts(services[name]) if s.rstrip("/") in (f"./{folder}", folder)]
+            if not env.get(setting):
+                problems.append(f"service {name}: {setting} is not set")
+            elif targets != [env[setting]]:
+                problems.append(
+                    f"service {name}: ./{folder} is mounted at {targets}, {setting}={env[setting]!r}"
+                )
+    for name in sorted(AIRFLOW_SERVICES):
+        # Airflow's default is True: it must be switched off explicitly.
+        load_examples = env_of(services[name]).get("AIRFLOW__CORE__LOAD_EXAMPLES", "")
+        if load_examples.strip().lower() not in ("false", "0", "no", "off"):
+            problems.append(
+                f"service {name}: AIRFLOW__CORE__LOAD_EXAMPLES must be False, is {load_examples!r}"
+            )
+    assert not problems, "\n".join(problems)
+
+
+# --------------------------------------------------------------------------- secrets and auth
+
+
+def _strings(node: Any) -> Iterator[str]:
+    """Every string value of the parsed YAML (comments are not interpolated by compose)."""
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, list):
+        for value in node:
+            yield from _strings(value)
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _strings(value)
+
+
+def test_every_variable_is_defined_in_env_example(
+    raw_compose: dict[str, Any], env_example: dict[str, str]
+) -> None:
+    used = set().union(*(referenced_vars(text) for text in _strings(raw_compose)))
+    missing = sorted(used - set(env_example))
+    assert not missing, f"docker-compose.yml uses ${{...}} not defined in .env.example: {missing}"
+
+
+def _entropy(value: str) -> float:
+    counts = Counter(value)
+    return -sum(c / len(value) * math.log2(c / len(value)) for c in counts.values())
+
+
+def test_env_example_holds_placeholders_only(env_example: dict[str, str]) -> None:
+    problems = []
+    for name, value in sorted(env_example.items()):
+        secret_name = bool(SECRET_NAME.search(name)) and not NOT_A_SECRET_NAME.search(name)
+        if secret_name and value and PLACEHOLDER not in value.lower():
+            problems.append(
+                f".env.example: {name} looks like a real secret; use a '{PLACEHOLDER}...' placeholder"
+            )
+        if PLACEHOLDER in value.lower():
+            continue
+        if re.search(r"AKIA[0-9A-Z]{16}|-----BEGIN|ghp_[A-Za-z0-9]{20,}|xox[bp]-", value):
+            problems.append(f".env.example: {name} holds something shaped like a real credential")
+        elif (
+            len(value) >= 20
+            and _entropy(value) > 3.5
+            and re.search(r"\d", value)
+            and re.search(r"[A-Z]", value)
+        ):
+            problems.append(
+                f".env.example: {name}={value[:6]}... looks random (a real key?); use a placeholder"
+            )
+        elif not secret_name and not re.fullmatch(r"[A-Za-z0-9_.:/@+-]{0,64}", value):
+            problems.append(f".env.example: {name} has an unexpected value {value!r}")
+    assert not problems, "\n".join(problems)
+
+
+def _walk_env(node: Any, path: str = "") -> Iterator[tuple[str, str, str]]:
+    """(where, name, raw value) of every environment entry anywhere in the compose file."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key == "environment":
+                for name, env_value in env_of(node).items():
+                    yield where, name, env_value
+            else:
+                yield from _walk_env(value, where)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _walk_env(value, f"{path}[{i}]")
+
+
+_PURE_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::?\?[^}]*)?\}")
+
+
+def test_compose_holds_no_literal_secret(
+    raw_compose: dict[str, Any], compose_text: str, env_example: dict[str, str]
+) -> None:
+    problems = []
+    for where, name, value in _walk_env(raw_compose):
+        if SECRET_NAME.search(name) and not NOT_A_SECRET_NAME.search(name) and not _PURE_REF.fullmatch(value):
+            problems.append(
+                f"docker-compose.yml {where}: {name} must be exactly ${{VAR}} from .env, is {value!r}"
+            )
+        for m in re.finditer(r"://([^:/@\s]+):([^@\s]+)@", value):
+            if not _PURE_REF.fullmatch(m.group(1)) or not _PURE_REF.fullmatch(m.group(2)):
+                problems.append(
+                    f"docker-compose.yml {where}: {name} has credentials in its URL that are not ${{VAR}}"
+                )
+        if name.startswith("AIRFLOW_CONN_") and value.lstrip().startswith("{"):
+            data = json.loads(value)
+            for field in ("login", "password"):
+                if data.get(field) and not _PURE_REF.fullmatch(str(data[field])):
+                    problems.append(
+                        f"docker-compose.yml {where}: {name} {field} must be ${{VAR}}, is {data[field]!r}"
+                    )
+    for name, value in env_example.items():
+        if (
+            SECRET_NAME.search(name)
+            and not NOT_A_SECRET_NAME.search(name)
+            and value
+            and value in compose_text
+        ):
+            problems.append(
+                f"docker-compose.yml: the value of {name} from .env.example is written literally in it"
+            )
+    assert not problems, "\n".join(problems)
+
+
+def test_no_login_free_admin_mode(services: dict[str, Any]) -> None:
+    texts = {
+        "docker-compose.yml": COMPOSE_FILE.read_text(),
+        ".env.example": ENV_EXAMPLE.read_text(),
+        **{str(p.relative_to(ROOT)): p.read_text() for p in (ROOT / "docker").glob("*Dockerfile")},
+    }
+    pattern = re.compile(r"SIMPLE_AUTH_MANAGER_ALL_ADMINS\W{0,4}(true|1|yes|on)\b", re.IGNORECASE)
+    for where, text in texts.items():
+        assert not pattern.search(text), (
+            f"{where}: sets SIMPLE_AUTH_MANAGER_ALL_ADMINS to true (login-free admin)"
+        )
+    for name, service in services.items():
+        for key, value in env_of(service).items():
+            if key.endswith("SIMPLE_AUTH_MANAGER_ALL_ADMINS"):
+                assert value.strip().lower() not in TRUTHY, (
+                    f"service {name}: {key}={value} turns off the login"
+                )
+    for name in sorted(AIRFLOW_SERVICES):
+        env = env_of(services[name])
+        for needed in (
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS",
+            "AIRFLOW__CORE__FERNET_KEY",
+            "AIRFLOW__API__SECRET_KEY",
+            "AIRFLOW__API_AUTH__JWT_SECRET",
+        ):
+            assert env.get(needed), f"service {name}: {needed} is not set"
+
+
+# --------------------------------------------------------------------------- docker compose itself
+
+
+def _compose_command() -> list[str] | None:
+    """``docker compose`` if the plugin works, else a standalone Compose v2, else None."""
+    candidates = []
+    if shutil.which("docker"):
+        candidates.append(["docker", "compose"])
+    if shutil.which("docker-compose"):
+        candidates.append(["docker-compose"])
+    for command in candidates:
+        try:
+            out = subprocess.run([*command, "version"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0 and re.search(r"v?2\.\d+", out.stdout):
+            return command
+    return None
+
+
+def test_docker_compose_config_accepts_the_file_when_available() -> None:
+    """Runs only where a Compose v2 CLI exists (it parses without an engine); the checks above
+    are the test otherwise, so this passes without running anything then."""
+    command = _compose_command()
+    if command is None:
+        return
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp")}
+    out = subprocess.run(
+        [*command, "-f", str(COMPOSE_FILE), "--env-file", str(ENV_EXAMPLE), "config", "-q"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert out.returncode == 0, (
+        f"{' '.join(command)} config rejects docker-compose.yml:\n{out.stderr}{out.stdout}"
+    )
