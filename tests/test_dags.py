@@ -27,6 +27,7 @@ def test_every_dag_loads_without_import_errors(dagbag):
         assert [t.task_id for t in dag.tasks] == ["check_params", "run_job"]
     recovery = dagbag.dags["pipeline_recovery"]
     assert {t.task_id for t in recovery.tasks} == {"assess", "relaunch_requests", "relaunch"}
+    assert recovery.schedule == "*/5 * * * *"  # every few minutes (PIPELINE_RECOVERY_SCHEDULE overrides)
 
 
 def test_the_trigger_form_has_typed_params_with_defaults_and_descriptions(dagbag):

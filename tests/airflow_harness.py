@@ -1,0 +1,648 @@
+"""Run a REAL Airflow 3.3 deployment (api-server, scheduler, dag-processor) for end-to-end tests.
+
+Everything runs as separate OS processes on a free 127.0.0.1 port, with a fresh AIRFLOW_HOME and
+an SQLite metadata DB under a directory the caller owns (usually a pytest temporary directory).
+Tasks really run: the LocalExecutor forks workers from the scheduler, and each task runs in a
+supervised child process that talks to the api-server's Execution API.
+
+    server = start_airflow(tmp_path / "airflow", dags_folder=dags, plugins_folder=None, extra_env={})
+    try:
+        server.wait_for_dag("my_dag")
+        server.unpause("my_dag")
+        run_id = server.trigger("my_dag", {"n": 3})
+        assert server.wait_for_run("my_dag", run_id) == "success"
+    finally:
+        server.stop()
+
+Process hygiene: each server process gets its own session and process group; everything they
+start (executor workers, task processes, JVMs...) stays in that session unless it calls setsid,
+and inherits a unique marker variable in its environment. ``stop()`` collects them by descendant
+tree, by session id and by marker (task processes call ``setpgid`` and may be re-parented to
+init), SIGTERMs, then SIGKILLs leftovers, always by PID. No log servers are started (``--skip-serve-logs``): task logs are read
+from ``$AIRFLOW_HOME/logs`` by the api-server itself.
+
+This module holds no project-specific logic.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import quote
+
+import psutil
+import requests
+
+MARKER_VAR = "AIRFLOW_TEST_HARNESS_ID"
+"""Environment variable carrying a per-server id; every process started by the harness inherits it."""
+
+HEALTH_COMPONENTS = ("metadatabase", "scheduler", "dag_processor")
+FINAL_RUN_STATES = frozenset({"success", "failed"})
+_LOOPBACK = {"127.0.0.1", "::1"}
+
+
+class AirflowHarnessError(RuntimeError):
+    """The Airflow processes did not start, died, or did not reach an expected state in time."""
+
+
+class AirflowApiError(RuntimeError):
+    """A REST call answered with an unexpected HTTP status. Carries the response."""
+
+    def __init__(self, message: str, response: requests.Response):
+        super().__init__(message)
+        self.response = response
+        self.status_code = response.status_code
+        self.body = response.text
+
+    def json(self) -> Any:
+        return self.response.json()
+
+
+def free_port() -> int:
+    """A TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _seg(value: str) -> str:
+    """URL-encode one path segment (run ids contain ':' and '+')."""
+    return quote(str(value), safe="")
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        return f"<cannot read {path}: {e}>"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class AirflowServer:
+    """A running Airflow deployment. Create it with :func:`start_airflow`."""
+
+    home: Path
+    dags_folder: Path
+    port: int
+    env: dict[str, str]
+    all_admins: bool = False
+    request_timeout: float = 30.0
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    _log_files: list[IO[bytes]] = field(default_factory=list, repr=False)
+    _session: requests.Session = field(default_factory=requests.Session, repr=False)
+    _token: str | None = field(default=None, repr=False)
+    _stopped: bool = field(default=False, repr=False)
+    _started_at: float = field(default_factory=time.time, repr=False)
+    _created_at: float = field(default_factory=time.time, repr=False)
+
+    def __post_init__(self) -> None:
+        self._session.trust_env = False  # never route 127.0.0.1 through a proxy from the environment
+
+    # ---------------------------------------------------------------- addresses and files
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def marker(self) -> str:
+        return self.env[MARKER_VAR]
+
+    def log_path(self, component: str) -> Path:
+        return self.home / f"{component}.log"
+
+    @property
+    def task_logs_folder(self) -> Path:
+        """Task logs: ``dag_id=D/run_id=R/task_id=T/attempt=N.log`` below this folder."""
+        return self.home / "logs"
+
+    def logs_tail(self, lines: int = 40, first: str | None = None) -> str:
+        """The last lines of every component's log (``first``'s log first), for failure messages."""
+        parts = []
+        names = [*self.processes, "db-migrate"]
+        if first in names:
+            names.remove(first)
+            names.insert(0, first)
+        for name in names:
+            path = self.log_path(name)
+            if path.exists():
+                parts.append(f"----- {path} (last {lines} lines) -----\n{_tail(path, lines)}")
+        return "\n".join(parts)
+
+    # ---------------------------------------------------------------- lifecycle
+    def _spawn(self, name: str, args: list[str]) -> None:
+        log = open(self.log_path(name), "ab")
+        self._log_files.append(log)
+        self.processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "airflow", *args],
+            env=self.env, cwd=self.home, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def _check_alive(self) -> None:
+        for name, proc in self.processes.items():
+            if proc.poll() is not None:
+                raise AirflowHarnessError(
+                    f"airflow {name} exited early with code {proc.returncode}\n"
+                    f"{self.logs_tail(first=name)}")
+
+    def health(self) -> dict[str, Any] | None:
+        """``GET /api/v2/monitor/health`` (no auth needed), or None when the server is not answering."""
+        try:
+            r = self._session.get(f"{self.base_url}/api/v2/monitor/health", timeout=5)
+        except requests.RequestException:
+            return None
+        return r.json() if r.status_code == 200 else None
+
+    def _healthy(self, health: Mapping[str, Any] | None, components: Iterable[str]) -> bool:
+        if not health:
+            return False
+        for comp in components:
+            info = health.get(comp) or {}
+            if info.get("status") != "healthy":
+                return False
+            # On a reused home, the latest job row may be a dead predecessor's, still "alive" by
+            # heartbeat age: insist on a heartbeat from after this start.
+            beat = next((v for k, v in info.items() if k.startswith("latest_") and v), None)
+            if comp != "metadatabase" and beat is not None:
+                if datetime.fromisoformat(beat).timestamp() < self._started_at - 1:
+                    return False
+        return True
+
+    def wait_healthy(self, timeout: float = 90.0) -> dict[str, Any]:
+        components = [*HEALTH_COMPONENTS, *(["triggerer"] if "triggerer" in self.processes else [])]
+        deadline = time.monotonic() + timeout
+        health = None
+        while time.monotonic() < deadline:
+            self._check_alive()
+            health = self.health()
+            if self._healthy(health, components):
+                return health  # type: ignore[return-value]
+            time.sleep(0.5)
+        raise AirflowHarnessError(
+            f"Airflow not healthy after {timeout:.0f}s; last health: {health}\n{self.logs_tail()}")
+
+    def harness_processes(self) -> list[psutil.Process]:
+        """Every live process started by this server, found three ways: the started processes and
+        their descendants; any process in one of their sessions (each was started with
+        ``setsid``; task processes only ``setpgid``, so they stay in the scheduler's session even
+        when re-parented to init); any process whose environment carries this server's marker
+        (catches children that did ``setsid`` themselves). The marker alone is not enough:
+        Airflow's ``setproctitle`` overwrites ``/proc/PID/environ`` of its workers."""
+        found: dict[int, psutil.Process] = {}
+        sessions = {proc.pid for proc in self.processes.values()}
+        for proc in self.processes.values():
+            try:
+                p = psutil.Process(proc.pid)
+                if proc.poll() is None:
+                    found[p.pid] = p
+                for c in p.children(recursive=True):
+                    found[c.pid] = c
+            except psutil.Error:
+                pass
+        me = os.getpid()
+        for p in psutil.process_iter():
+            if p.pid in found or p.pid == me:
+                continue
+            try:
+                # Members only (pid != sid): a session id stays ours while it has members; created
+                # after our start, as a guard against an unrelated process with a recycled id.
+                ours = (os.getsid(p.pid) in sessions and p.pid not in sessions
+                        and p.create_time() >= self._created_at - 1)
+                if not ours:
+                    ours = p.environ().get(MARKER_VAR) == self.marker
+                if ours:
+                    found[p.pid] = p
+                    for c in p.children(recursive=True):
+                        found.setdefault(c.pid, c)
+            except (psutil.Error, OSError):
+                continue
+        alive = []
+        for p in found.values():
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.Error:
+                pass
+        return alive
+
+    def listening_sockets(self) -> list[tuple[int, str, str, int]]:
+        """(pid, process name, ip, port) of every listening TCP socket and bound UDP socket of the
+        harness's processes."""
+        result = []
+        for p in self.harness_processes():
+            try:
+                conns = p.net_connections(kind="inet")
+                name = p.name()
+            except psutil.Error:
+                continue
+            for c in conns:
+                if c.type == socket.SOCK_STREAM and c.status != psutil.CONN_LISTEN:
+                    continue
+                if c.type == socket.SOCK_DGRAM and c.raddr:
+                    continue
+                if c.laddr:
+                    result.append((p.pid, name, c.laddr.ip, c.laddr.port))
+        return sorted(set(result))
+
+    def non_loopback_sockets(self) -> list[tuple[int, str, str, int]]:
+        return [s for s in self.listening_sockets() if s[2] not in _LOOPBACK]
+
+    def _signal_groups(self, sig: int, names: Iterable[str]) -> None:
+        """Signal the process groups of the started processes (pgid == pid: own session). Only
+        while the leader is unreaped, so its PID - and the group id - cannot have been reused."""
+        for name in names:
+            proc = self.processes.get(name)
+            if proc is not None and proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    @staticmethod
+    def _signal(procs: Iterable[psutil.Process], sig: int) -> None:
+        for p in procs:
+            try:
+                p.send_signal(sig)  # psutil checks the process identity: no PID-reuse accidents
+            except psutil.Error:
+                pass
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Stop every process this server started, including executor workers, task processes and
+        whatever tasks started. Idempotent.
+
+        The api-server goes last, so task supervisors can still report to the Execution API while
+        they shut down (without it they retry for a long time). SIGTERM, ``grace`` seconds, then
+        SIGKILL for anything left, found again by descendant tree, session id and marker.
+        Note: on SIGTERM an Airflow 3 task process only calls ``on_kill()`` and keeps running, so
+        a task still running at stop() is SIGKILLed after ``grace``."""
+        if self._stopped:
+            return
+        api = self.processes.get("api-server")
+        api_tree: set[int] = set()
+        if api is not None and api.poll() is None:
+            try:
+                kids = psutil.Process(api.pid).children(recursive=True)
+                api_tree = {api.pid, *(c.pid for c in kids)}
+            except psutil.Error:
+                pass
+        others = [n for n in self.processes if n != "api-server"]
+        known: dict[int, psutil.Process] = {}  # everything ever seen: orphans must not get lost
+
+        def live() -> list[psutil.Process]:
+            known.update((p.pid, p) for p in self.harness_processes())
+            out = []
+            for p in known.values():
+                try:
+                    if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                        out.append(p)
+                except psutil.Error:
+                    pass
+            return out
+
+        first = [p for p in live() if p.pid not in api_tree]
+        self._signal_groups(signal.SIGTERM, others)
+        self._signal(first, signal.SIGTERM)
+        psutil.wait_procs(first, timeout=grace)
+        self._session.close()  # no keep-alive connection for the api-server to wait for
+        rest = live()
+        self._signal_groups(signal.SIGTERM, self.processes)
+        self._signal(rest, signal.SIGTERM)
+        # uvicorn logs "Finished server process" at once, but the interpreter then lingers for
+        # seconds; it holds no state worth waiting for (SQLite commits are per request).
+        psutil.wait_procs(rest, timeout=min(grace, 2.0))
+        alive = live()
+        for _ in range(5):  # SIGKILL leftovers, and anything forked meanwhile
+            if not alive:
+                break
+            self._signal_groups(signal.SIGKILL, self.processes)
+            self._signal(alive, signal.SIGKILL)
+            psutil.wait_procs(alive, timeout=5)
+            alive = live()
+        for proc in self.processes.values():
+            try:
+                proc.wait(timeout=5)  # reap our direct children
+            except subprocess.TimeoutExpired:
+                pass
+        for f in self._log_files:
+            f.close()
+        if alive:
+            raise AirflowHarnessError(f"processes survived stop(): {alive}")
+        self._stopped = True
+        self._session.close()
+
+    def __enter__(self) -> AirflowServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- auth and raw REST
+    def token(self, refresh: bool = False) -> str:
+        """A bearer token. With the simple auth manager: POST /auth/token with the generated
+        password; in all-admins mode GET /auth/token (no credentials, anonymous admin)."""
+        if self._token and not refresh:
+            return self._token
+        if self.all_admins:
+            r = self._session.get(f"{self.base_url}/auth/token", timeout=self.request_timeout)
+        else:
+            r = self._session.post(f"{self.base_url}/auth/token", json=self.credentials(),
+                                   timeout=self.request_timeout)
+        if r.status_code not in (200, 201):
+            raise AirflowApiError(f"/auth/token answered {r.status_code}: {r.text}", r)
+        self._token = r.json()["access_token"]
+        return self._token
+
+    def credentials(self, username: str = "admin", timeout: float = 30.0) -> dict[str, str]:
+        """The simple auth manager's generated password of ``username``."""
+        path = self.home / "simple_auth_manager_passwords.json.generated"
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                passwords = json.loads(path.read_text())
+                return {"username": username, "password": passwords[username]}
+            except (OSError, ValueError, KeyError):
+                if time.monotonic() > deadline:
+                    raise AirflowHarnessError(
+                        f"no password for {username!r} in {path}\n{self.logs_tail()}")
+                time.sleep(0.3)
+
+    def request(self, method: str, path: str, *, expect: Iterable[int] | None = (200,),
+                **kwargs: Any) -> requests.Response:
+        """An authenticated request to ``base_url + path``; raises AirflowApiError on a status not
+        in ``expect`` (``expect=None``: return any response)."""
+        kwargs.setdefault("timeout", self.request_timeout)
+        url = f"{self.base_url}{path}"
+        extra_headers = kwargs.pop("headers", None) or {}
+        for attempt in (1, 2):  # one retry with a fresh token after a 401
+            token = self.token(refresh=attempt == 2)
+            headers = {**extra_headers, "Authorization": f"Bearer {token}"}
+            r = self._session.request(method, url, headers=headers, **kwargs)
+            if r.status_code != 401:
+                break
+        if expect is not None and r.status_code not in set(expect):
+            raise AirflowApiError(f"{method} {path} answered {r.status_code}: {r.text[:2000]}", r)
+        return r
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self.request("GET", path, **kwargs).json()
+
+    # ---------------------------------------------------------------- DAGs and runs
+    def import_errors(self) -> list[dict[str, Any]]:
+        return self.get("/api/v2/importErrors", params={"limit": 100})["import_errors"]
+
+    def dag(self, dag_id: str) -> dict[str, Any] | None:
+        r = self.request("GET", f"/api/v2/dags/{_seg(dag_id)}", expect=(200, 404))
+        return r.json() if r.status_code == 200 else None
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 90.0) -> dict[str, Any]:
+        """Wait until the dag-processor has parsed ``dag_id`` and the API knows it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive()
+            dag = self.dag(dag_id)
+            if dag is not None:
+                return dag
+            time.sleep(0.5)
+        try:
+            errors = json.dumps(self.import_errors(), indent=1)
+        except Exception as e:  # noqa: BLE001 - diagnostics only
+            errors = f"<cannot list import errors: {e}>"
+        raise AirflowHarnessError(
+            f"DAG {dag_id!r} not visible after {timeout:.0f}s. Import errors: {errors}\n"
+            f"{self.logs_tail()}")
+
+    def set_paused(self, dag_id: str, paused: bool) -> dict[str, Any]:
+        return self.request("PATCH", f"/api/v2/dags/{_seg(dag_id)}",
+                            json={"is_paused": paused}).json()
+
+    def unpause(self, dag_id: str) -> dict[str, Any]:
+        return self.set_paused(dag_id, False)
+
+    def pause(self, dag_id: str) -> dict[str, Any]:
+        return self.set_paused(dag_id, True)
+
+    def trigger_response(self, dag_id: str, conf: Mapping[str, Any] | None = None,
+                         **body: Any) -> requests.Response:
+        """``POST /api/v2/dags/{dag_id}/dagRuns``; the raw response, whatever its status."""
+        payload = {"logical_date": None, "conf": dict(conf or {}), **body}
+        return self.request("POST", f"/api/v2/dags/{_seg(dag_id)}/dagRuns", json=payload, expect=None)
+
+    def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None, **body: Any) -> str:
+        """Trigger a run and return its run_id; AirflowApiError (``.status_code``, ``.body``,
+        ``.response``) when the API does not answer 200, e.g. 400 for conf that fails the Params."""
+        r = self.trigger_response(dag_id, conf, **body)
+        if r.status_code != 200:
+            raise AirflowApiError(f"trigger {dag_id} answered {r.status_code}: {r.text[:2000]}", r)
+        return r.json()["dag_run_id"]
+
+    def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        return self.get(f"/api/v2/dags/{_seg(dag_id)}/dagRuns/{_seg(run_id)}")
+
+    def dag_runs(self, dag_id: str) -> list[dict[str, Any]]:
+        """All runs of ``dag_id``, oldest first."""
+        runs: list[dict[str, Any]] = []
+        while True:
+            page = self.get(f"/api/v2/dags/{_seg(dag_id)}/dagRuns",
+                            params={"limit": 100, "offset": len(runs), "order_by": "id"})
+            runs.extend(page["dag_runs"])
+            if not page["dag_runs"] or len(runs) >= page["total_entries"]:
+                return runs
+
+    def wait_for_run(self, dag_id: str, run_id: str, states: Iterable[str] = FINAL_RUN_STATES,
+                     timeout: float = 180.0) -> str:
+        """Wait until the run is in one of ``states``; returns that state."""
+        wanted = set(states)
+        deadline = time.monotonic() + timeout
+        state = None
+        while time.monotonic() < deadline:
+            self._check_alive()
+            state = self.dag_run(dag_id, run_id)["state"]
+            if state in wanted:
+                return state
+            time.sleep(0.5)
+        try:
+            tis = [(t["task_id"], t["map_index"], t["state"])
+                   for t in self.task_instances(dag_id, run_id)]
+        except Exception as e:  # noqa: BLE001 - diagnostics only
+            tis = [f"<cannot list task instances: {e}>"]
+        raise AirflowHarnessError(
+            f"run {run_id} of {dag_id} is {state!r}, not in {sorted(wanted)}, after {timeout:.0f}s; "
+            f"tasks: {tis}\n{self.logs_tail()}")
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        while True:
+            page = self.get(f"/api/v2/dags/{_seg(dag_id)}/dagRuns/{_seg(run_id)}/taskInstances",
+                            params={"limit": 100, "offset": len(out)})
+            out.extend(page["task_instances"])
+            if not page["task_instances"] or len(out) >= page["total_entries"]:
+                return out
+
+    def task_log_events(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1,
+                        map_index: int = -1) -> list[Any]:
+        """The structured log records of one task try (dicts with ``event``, ``timestamp``,
+        ``level``... or plain strings for unparsable lines)."""
+        path = (f"/api/v2/dags/{_seg(dag_id)}/dagRuns/{_seg(run_id)}/taskInstances/{_seg(task_id)}"
+                f"/logs/{int(try_number)}")
+        body = self.get(path, params={"full_content": "true", "map_index": map_index},
+                        headers={"Accept": "application/json"})
+        return body["content"]
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1,
+                 map_index: int = -1) -> str:
+        """The task log as text, one line per record: ``timestamp [level] event key=value...``."""
+        lines = []
+        for rec in self.task_log_events(dag_id, run_id, task_id, try_number, map_index):
+            if not isinstance(rec, dict):
+                lines.append(str(rec))
+                continue
+            rec = dict(rec)
+            head = " ".join(str(x) for x in (rec.pop("timestamp", None),
+                                             f"[{rec.pop('level')}]" if rec.get("level") else None)
+                            if x)
+            event = rec.pop("event", "")
+            rec.pop("level", None)
+            extra = " ".join(f"{k}={v}" for k, v in rec.items())
+            lines.append(" ".join(x for x in (head, str(event), extra) if x))
+        return "\n".join(lines)
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value",
+             map_index: int = -1) -> Any:
+        """The XCom value as the task pushed it (JSON-decoded)."""
+        path = (f"/api/v2/dags/{_seg(dag_id)}/dagRuns/{_seg(run_id)}/taskInstances/{_seg(task_id)}"
+                f"/xcomEntries/{_seg(key)}")
+        value = self.get(path, params={"map_index": map_index, "deserialize": "true"})["value"]
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError:
+                return value
+        return value
+
+
+def _base_env() -> dict[str, str]:
+    # Hermetic: nothing from an outer Airflow configuration leaks in (conftest may set AIRFLOW_HOME).
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith("AIRFLOW__") or k in ("AIRFLOW_HOME", "AIRFLOW_CONFIG", MARKER_VAR))}
+    no_proxy = ",".join(
+        x for x in (env.get("NO_PROXY") or env.get("no_proxy"), "127.0.0.1,localhost") if x)
+    env["NO_PROXY"] = env["no_proxy"] = no_proxy
+    return env
+
+
+def airflow_env(home: Path, dags_folder: Path, plugins_folder: Path | None, port: int,
+                all_admins: bool = False) -> dict[str, str]:
+    """The AIRFLOW__* settings of a test deployment (see start_airflow)."""
+    base_url = f"http://127.0.0.1:{port}"
+    # Stable per home: a restart on the same home can still decrypt its connections/variables.
+    fernet_file = home / ".fernet_key"
+    if not fernet_file.exists():
+        fernet_file.write_text(base64.urlsafe_b64encode(os.urandom(32)).decode())
+    plugins = plugins_folder if plugins_folder is not None else home / "plugins"
+    plugins.mkdir(parents=True, exist_ok=True)
+    return {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "2",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins),
+        "AIRFLOW__CORE__FERNET_KEY": fernet_file.read_text().strip(),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url}/execution/",
+        "AIRFLOW__CORE__AUTH_MANAGER":
+            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True" if all_admins else "False",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": base_url,
+        "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(64),
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
+        # New DAG files are found on each refresh; files are re-parsed at most this often.
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
+        "AIRFLOW__DAG_PROCESSOR__BUNDLE_REFRESH_CHECK_INTERVAL": "2",
+        "AIRFLOW__DAG_PROCESSOR__PRINT_STATS_INTERVAL": "300",
+        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "2",
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",  # its server binds 0.0.0.0:8974
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST": "127.0.0.1",
+        "AIRFLOW__SCHEDULER__CATCHUP_BY_DEFAULT": "False",
+        "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+        # The task supervisor notices its task's exit only when its select() times out, which is
+        # this interval: the default 5 s keeps an executor slot busy for ~5 s after every task.
+        "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
+        # Log servers are never started (--skip-serve-logs); off the well-known ports regardless.
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW__LOGGING__COLORED_CONSOLE_LOG": "False",
+    }
+
+
+def start_airflow(home: Path, dags_folder: Path, plugins_folder: Path | None = None,
+                  extra_env: Mapping[str, str] | None = None, *, all_admins: bool = False,
+                  triggerer: bool = False, timeout: float = 90.0) -> AirflowServer:
+    """Migrate an SQLite DB in ``home`` (used as AIRFLOW_HOME, created if missing), start the
+    api-server, scheduler and dag-processor (plus a triggerer if asked) and wait until
+    ``/api/v2/monitor/health`` reports them healthy. ``extra_env`` overrides/extends the
+    environment of every Airflow process (and so of the tasks). ``all_admins=True``: no login,
+    every request is an admin (for UI screenshots). On failure, everything started is stopped and
+    AirflowHarnessError carries the logs' tails."""
+    home = Path(home).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    dags_folder = Path(dags_folder).resolve()
+    plugins = Path(plugins_folder).resolve() if plugins_folder is not None else None
+    marker = uuid.uuid4().hex
+
+    def make_env(port: int) -> dict[str, str]:
+        env = {**_base_env(), **airflow_env(home, dags_folder, plugins, port, all_admins)}
+        env[MARKER_VAR] = marker
+        env.update(extra_env or {})  # must not change AIRFLOW__API__PORT/BASE_URL: use server.port
+        return env
+
+    # The API port is chosen after the migration (seconds), to keep the window for a clash short.
+    server = AirflowServer(home=home, dags_folder=dags_folder, port=0, env=make_env(free_port()),
+                           all_admins=all_admins)
+    try:
+        with open(server.log_path("db-migrate"), "ab") as log:
+            migrate = subprocess.run(
+                [sys.executable, "-m", "airflow", "db", "migrate"], env=server.env, cwd=home,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                timeout=max(timeout, 180), start_new_session=True)
+        if migrate.returncode != 0:
+            raise AirflowHarnessError(
+                f"airflow db migrate failed ({migrate.returncode})\n{server.logs_tail()}")
+        server.port = free_port()
+        server.env = make_env(server.port)
+        server._started_at = time.time()
+        server._spawn("api-server", ["api-server", "--host", "127.0.0.1", "--port", str(server.port)])
+        server._spawn("scheduler", ["scheduler", "--skip-serve-logs"])
+        server._spawn("dag-processor", ["dag-processor"])
+        if triggerer:
+            server._spawn("triggerer", ["triggerer", "--skip-serve-logs"])
+        server.wait_healthy(timeout)
+        server.token()
+    except BaseException:
+        try:
+            server.stop()
+        except AirflowHarnessError:
+            pass
+        raise
+    return server
