@@ -71,8 +71,10 @@ def run(
     startup_timeout: Annotated[float, typer.Option(min=1.0, help="Seconds for every subtask to start before the pipeline is FAILED.")] = DEFAULT_STARTUP_TIMEOUT_SECONDS,
     launched_by: Annotated[str, typer.Option(help="Who launched this run, recorded in the status (e.g. an Airflow run id).")] = "cli",
     summary_json: Annotated[Optional[Path], typer.Option(help="Also write the run's summary (no secrets) to this JSON file.")] = None,
+    stop_file: Annotated[Optional[Path], typer.Option(help="Stop gracefully (like SIGTERM) once this file exists.")] = None,
 ) -> None:
     """Run a job: restore each pipeline, then process epochs, committing a snapshot after each."""
+    from pipeline_lib.execution.graceful_stop import stop_on_request
     from pipeline_lib.execution.job_runner import JobRunner
     from pipeline_lib.execution.pipeline_runner import RunOptions
     from pipeline_lib.spec import load_spec
@@ -85,7 +87,9 @@ def run(
         options = RunOptions(mode="forever" if forever else "until-caught-up", restore=restore,
                              parallelism=parallelism, max_epochs=max_epochs, skip_completed=not redeploy_completed,
                              lease_seconds=lease_seconds, startup_timeout_s=startup_timeout, launched_by=launched_by)
-        summary = JobRunner(job, settings, options, on_epoch=_print_epoch, only=pipeline).run()
+        runner = JobRunner(job, settings, options, on_epoch=_print_epoch, only=pipeline)
+        with stop_on_request(runner.request_stop, stop_file):
+            summary = runner.run()
     except PipelineError as exc:
         _fail(exc, settings)
     except KeyboardInterrupt:

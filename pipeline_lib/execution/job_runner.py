@@ -70,6 +70,14 @@ class JobRunner:
         self.runners = [PipelineRunner(spec, p, settings, options, on_epoch) for p in pipelines
                         if not only or p.name in only]
 
+    def request_stop(self, reason: str) -> None:
+        """Stop gracefully: every pipeline finishes the epoch in flight, commits it and records
+        STOPPED with ``reason`` — resumable, and not something recovery relaunches."""
+        log.warning("stop requested (%s): finishing the epochs in flight", reason)
+        for runner in self.runners:
+            runner.stop_reason = reason
+            runner.stop_requested.set()
+
     def run(self) -> JobSummary:
         outcomes: dict[str, PipelineOutcome] = {}
         to_deploy: list[PipelineRunner] = []

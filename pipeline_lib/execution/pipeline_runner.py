@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -128,6 +129,8 @@ class PipelineRunner:
         self.attempt = 0
         self.lifecycle: Lifecycle | None = None
         self._head_version: str | None = None
+        self.stop_requested = threading.Event()  # set: finish the epoch in flight, then STOPPED
+        self.stop_reason = "stopped on request"
         self.epochs: list[EpochReport] = []
 
     # -- restore ----------------------------------------------------------------------------
@@ -411,6 +414,8 @@ class PipelineRunner:
             assert self.lifecycle is not None
             self.lifecycle.started(started)
             while self.options.max_epochs is None or len(self.epochs) < self.options.max_epochs:
+                if self.stop_requested.is_set():
+                    break
                 if self._is_completed(positions, stops) and base_id is not None:
                     self._status("COMPLETED", epoch)
                     log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, base_id)
@@ -419,7 +424,8 @@ class PipelineRunner:
                 if plan.records == 0:
                     if self.options.mode == "until-caught-up" or self._is_completed(positions, stops):
                         break
-                    time.sleep(self.options.poll_interval_s)
+                    if self.stop_requested.wait(self.options.poll_interval_s):
+                        break
                     partitions = kafka_offsets.topic_partitions(consumer, self.topic)
                     earliest = kafka_offsets.earliest_offsets(consumer, self.topic, partitions)
                     positions = {p: positions.get(p, earliest[p]) for p in partitions}
@@ -444,5 +450,5 @@ class PipelineRunner:
                 self._status("COMPLETED", epoch)
                 log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, base_id)
             else:
-                self._status("STOPPED", epoch)
+                self._status("STOPPED", epoch, self.stop_reason if self.stop_requested.is_set() else None)
         return epoch

@@ -1,7 +1,8 @@
 """Airflow DAGs built from the job specs of a folder (kept thin: the work is in pipeline_lib).
 
 * ``pipeline__<job>``, one per spec: ``check_params`` (rejects a bad form before Spark starts)
-  → ``run_job`` (launches the job as its own process, local Spark or ``spark-submit``).
+  → ``run_job`` (``RunJobOperator``: the job as its own process, local Spark or ``spark-submit``;
+  stopping the task stops the run gracefully).
 * ``pipeline_recovery``, every few minutes and by hand: ``assess`` (judges every pipeline,
   claims relaunches by compare-and-swap) → ``relaunch`` (one ``pipeline__<job>`` run per
   claimed pipeline, restricted to that pipeline, restoring its latest valid snapshot).
@@ -22,6 +23,7 @@ from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import SpecError
 from pipeline_lib.orchestration.job_specs import RECOVERY_DAG_ID, job_dag_id, load_spec_folder
 from pipeline_lib.orchestration.launch_request import LaunchRequest, param_schemas
+from pipeline_lib.orchestration.operators import RunJobOperator
 from pipeline_lib.spec import load_spec
 from pipeline_lib.spec.models import JobSpec
 
@@ -87,21 +89,7 @@ def job_dag(spec_path: Path, spec: JobSpec) -> DAG:
             log.info("launch request: %s", request.model_dump_json())
             return request.model_dump()
 
-        @task(task_id="run_job", retries=0)
-        def run_job(request: dict[str, Any]) -> dict[str, Any]:
-            from airflow.exceptions import AirflowException
-
-            from pipeline_lib.orchestration.airflow_connections import airflow_settings
-            from pipeline_lib.orchestration.launcher import run_job as launch
-
-            context = get_current_context()
-            launched_by = f"airflow:{dag_id}/{context['run_id']}"
-            result = launch(spec_path, LaunchRequest(**request), airflow_settings(), launched_by, emit=log.info)
-            if result.returncode != 0:
-                raise AirflowException(f"job {spec.name} failed (exit {result.returncode}): {result.last_error}")
-            return result.summary or {}
-
-        run_job(check_params())
+        check_params() >> RunJobOperator(task_id="run_job", spec_path=str(spec_path), job_name=spec.name, retries=0)
     return dag
 
 

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,10 +39,13 @@ class LaunchResult:
     last_error: str | None
 
 
-def cli_arguments(spec_path: Path, request: LaunchRequest, launched_by: str, summary_path: Path) -> list[str]:
+def cli_arguments(spec_path: Path, request: LaunchRequest, launched_by: str, summary_path: Path,
+                  stop_file: Path | None = None) -> list[str]:
     args = ["run", str(spec_path), f"--{request.run_mode}", "--restore", request.restore,
             "--lease-seconds", f"{request.lease_seconds:g}", "--launched-by", launched_by,
             "--summary-json", str(summary_path)]
+    if stop_file is not None:
+        args += ["--stop-file", str(stop_file)]
     if request.parallelism is not None:
         args += ["--parallelism", str(request.parallelism)]
     for name in request.pipelines:
@@ -50,9 +54,9 @@ def cli_arguments(spec_path: Path, request: LaunchRequest, launched_by: str, sum
 
 
 def launch_command(spec_path: Path, request: LaunchRequest, settings: ConnectionSettings, launched_by: str,
-                   summary_path: Path, python: str = sys.executable) -> list[str]:
+                   summary_path: Path, stop_file: Path | None = None, python: str = sys.executable) -> list[str]:
     """``python -m pipeline_lib.cli run …`` (local mode), or ``spark-submit --master M …``."""
-    args = cli_arguments(spec_path, request, launched_by, summary_path)
+    args = cli_arguments(spec_path, request, launched_by, summary_path, stop_file)
     if not settings.spark_master:
         return [python, "-m", "pipeline_lib.cli", *args]
     submit = shutil.which("spark-submit", path=str(Path(python).parent)) or shutil.which("spark-submit")
@@ -87,44 +91,68 @@ def launch_env(settings: ConnectionSettings, base: dict[str, str] | None = None,
     return env
 
 
-def run_job(spec_path: Path, request: LaunchRequest, settings: ConnectionSettings, launched_by: str,
-            emit: Callable[[str], None], on_start: Callable[[int], None] | None = None) -> LaunchResult:
-    """Run the job to its end, passing each output line (scrubbed) to ``emit``."""
-    secrets = settings.secrets()
-    with tempfile.TemporaryDirectory(prefix="pipeline-run-") as tmp:
-        summary_path = Path(tmp) / "summary.json"
-        command = launch_command(spec_path, request, settings, launched_by, summary_path)
-        emit(scrub("launching: " + " ".join(command), secrets))
-        proc = subprocess.Popen(command, env=launch_env(settings), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
-        if on_start is not None:
-            on_start(proc.pid)
-        last_error = None
-        assert proc.stdout is not None
+class LaunchedRun:
+    """One job run as a child process: start it, stream its output, or stop it gracefully."""
+
+    def __init__(self, spec_path: Path, request: LaunchRequest, settings: ConnectionSettings, launched_by: str):
+        self.settings = settings
+        self._tmp = tempfile.TemporaryDirectory(prefix="pipeline-run-")
+        self.summary_path = Path(self._tmp.name) / "summary.json"
+        self.stop_file = Path(self._tmp.name) / "stop"
+        self.command = launch_command(spec_path, request, settings, launched_by, self.summary_path, self.stop_file)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, emit: Callable[[str], None]) -> int:
+        emit(scrub("launching: " + " ".join(self.command), self.settings.secrets()))
+        self.proc = subprocess.Popen(self.command, env=launch_env(self.settings), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
+        return self.proc.pid
+
+    def wait(self, emit: Callable[[str], None]) -> LaunchResult:
+        """Pass each output line (scrubbed) to ``emit`` until the run ends."""
+        assert self.proc is not None and self.proc.stdout is not None
+        secrets, last_error = self.settings.secrets(), None
         try:
-            for line in proc.stdout:
+            for line in self.proc.stdout:
                 line = scrub(line.rstrip("\n"), secrets)
                 if line.startswith("error:"):
                     last_error = line[len("error:"):].strip()
                 emit(line)
-            returncode = proc.wait()
-        except BaseException:  # the task is being stopped: stop the run too (its group)
-            _kill_group(proc)
+            returncode = self.proc.wait()
+            summary = json.loads(self.summary_path.read_text()) if self.summary_path.exists() else None
+        except BaseException:  # our caller is going away: do not leave the run behind
+            self.stop()
             raise
-        summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
-    if returncode < 0 and last_error is None:
-        last_error = f"the run was killed by signal {-returncode}"
-    return LaunchResult(returncode, summary, last_error)
+        finally:
+            self._tmp.cleanup()
+        if returncode < 0 and last_error is None:
+            last_error = f"the run was killed by signal {-returncode}"
+        return LaunchResult(returncode, summary, last_error)
 
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    import signal
-
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
+    def stop(self, grace_s: float = 45.0) -> None:
+        """Ask for a graceful stop (the epoch in flight commits, status STOPPED), then, after
+        ``grace_s``, SIGKILL the run's whole process group (driver, JVM, workers)."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            self.stop_file.touch()
+        except OSError:
             pass
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            log.warning("run %d did not stop within %gs; killing its process group", proc.pid, grace_s)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=30)
+
+
+def run_job(spec_path: Path, request: LaunchRequest, settings: ConnectionSettings, launched_by: str,
+            emit: Callable[[str], None]) -> LaunchResult:
+    """Run the job to its end (start + wait)."""
+    run = LaunchedRun(spec_path, request, settings, launched_by)
+    run.start(emit)
+    return run.wait(emit)

@@ -144,10 +144,33 @@ def test_killed_run_is_recovered_by_pipeline_recovery_to_an_exact_result(airflow
         assert not any(s in text for s in secrets), (dag_id, task)
 
 
+def test_stopping_a_continuous_run_in_airflow_stops_spark_and_is_not_recovered(airflow, stack_env):
+    run_id = airflow.trigger(DAG, {"mode": "continuous", "lease_seconds": 4})
+    running = wait_for(lambda: (s := status(stack_env)) and s.state == "RUNNING"
+                       and s.launch.launched_by == f"airflow:{DAG}/{run_id}" and s, 240, "the continuous run")
+    assert running.launch.mode == "forever"
+    airflow.request("PATCH", f"/api/v2/dags/{DAG}/dagRuns/{run_id}", json={"state": "failed"})
+    # Airflow stops the task → RunJobOperator.on_kill → the run stops gracefully: STOPPED, not LOST
+    stopped = wait_for(lambda: (s := status(stack_env)) and s.state != "RUNNING" and s, 120, "the run to stop")
+    assert stopped.state == "STOPPED" and stopped.reason == "stopped on request (stop file)", stopped
+    wait_for(lambda: not _alive(running.pid), 60, "the Spark run's process to exit")
+    check = airflow.trigger("pipeline_recovery", {})
+    assert airflow.wait_for_run("pipeline_recovery", check, timeout=180) == "success"
+    assert [d["verdict"] for d in airflow.xcom("pipeline_recovery", check, "assess")] == ["healthy"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_the_pipelines_page_in_the_airflow_ui(airflow):
     html = airflow.request("GET", "/pipeline-lib/").text
     assert JOB in html and "STOPPED" in html and "Trigger restore" in html
-    assert "relaunch at" in html  # the recovery record
+    assert "last relaunch at" in html  # the recovery record
     overview = airflow.get("/pipeline-lib/api/overview")
     [pipeline] = overview["jobs"][0]["pipelines"]
     assert pipeline["status"] == "STOPPED" and pipeline["lag"] == 0 and pipeline["history"]

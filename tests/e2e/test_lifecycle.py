@@ -158,3 +158,26 @@ def test_a_killed_run_is_lost_and_recovered_once_to_an_exact_result(stack_env, t
     assert record.relaunches == 0
     assert [e.action for e in record.history] == ["healthy_again", "relaunch"]
     assert not any(secret in "\n".join(lines) for secret in settings.secrets())
+
+
+def test_a_stop_request_commits_the_epoch_in_flight_and_is_not_recovered(stack_env, tmp_path, payments):
+    topic, events = payments
+    name = "lifecycle-stop"
+    store, sink = f"s3://checkpoints/{name}", f"s3://results/{name}"
+    spec_path = write_spec(tmp_path, spend_spec(name, topic, sink, store, per_epoch=3_000))
+    spec, settings = load_spec(spec_path), ConnectionSettings.from_env(stack_env)
+    stop_file = tmp_path / "stop"
+    for how, stop in (("SIGTERM", lambda proc: os.kill(proc.pid, signal.SIGTERM)),
+                      ("stop file", lambda proc: stop_file.touch())):
+        proc = start_cli(["run", str(spec_path), "--forever", "--stop-file", str(stop_file)], stack_env)
+        wait_for(lambda: (s := status_of(stack_env, store, name)) and s.state == "RUNNING" and s.pid == proc.pid,
+                 120, f"RUNNING before the {how}")
+        stop(proc)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+        stopped = status_of(stack_env, store, name)
+        assert stopped.state == "STOPPED" and stopped.reason == f"stopped on request ({how})", stopped
+        assert [d.verdict for d in recover_job(spec, settings, RecoveryPolicy(), "r")] == ["healthy"]
+    finish = run_cli(["run", str(spec_path)], stack_env)  # resume after the two stops, to the end
+    assert finish.returncode == 0, finish.stderr[-2000:]
+    assert result_table(stack_env, sink) == spend_per_user(events)  # the stops lost and repeated nothing

@@ -1,0 +1,50 @@
+"""The operator that runs a job: one action, owning its child process.
+
+A TaskFlow function cannot react to being stopped; an operator's ``on_kill`` can. When a user
+marks the task failed or stops its DAG run, Airflow calls ``on_kill``: the run is asked to stop
+gracefully (the epoch in flight commits, the pipelines record STOPPED, so ``pipeline_recovery``
+does not relaunch what a person stopped) and is killed as a group only if it does not stop.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from pipeline_lib.orchestration.launch_request import LaunchRequest
+from pipeline_lib.orchestration.launcher import LaunchedRun
+
+log = logging.getLogger(__name__)
+
+
+class RunJobOperator(BaseOperator):
+    """Launch the job of ``spec_path`` with the request validated by ``request_task_id``."""
+
+    def __init__(self, *, spec_path: str, job_name: str, request_task_id: str = "check_params",
+                 stop_grace_s: float = 45.0, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.spec_path, self.job_name = spec_path, job_name
+        self.request_task_id, self.stop_grace_s = request_task_id, stop_grace_s
+        self._run: LaunchedRun | None = None
+
+    def execute(self, context) -> dict[str, Any]:
+        from airflow.exceptions import AirflowException
+
+        from pipeline_lib.orchestration.airflow_connections import airflow_settings
+
+        request = LaunchRequest(**context["ti"].xcom_pull(task_ids=self.request_task_id))
+        launched_by = f"airflow:{self.dag_id}/{context['run_id']}"
+        self._run = LaunchedRun(Path(self.spec_path), request, airflow_settings(), launched_by)
+        self._run.start(log.info)
+        result = self._run.wait(log.info)
+        if result.returncode != 0:
+            raise AirflowException(f"job {self.job_name} failed (exit {result.returncode}): {result.last_error}")
+        return result.summary or {}
+
+    def on_kill(self) -> None:
+        if self._run is not None:
+            log.warning("task stopped: asking job %s to stop after the epoch in flight", self.job_name)
+            self._run.stop(self.stop_grace_s)
