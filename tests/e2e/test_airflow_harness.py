@@ -99,6 +99,14 @@ def test_airflow_harness_runs_a_dag_end_to_end(tmp_path, record_property):
         anonymous = requests.get(f"{server.base_url}/pipeline-lib/api/overview", timeout=30)
         assert anonymous.status_code in (401, 403), anonymous.status_code
         assert server.get("/pipeline-lib/api/overview")["jobs"] == []
+        # Its restore buttons trigger runs with the browser's session cookie, as the UI's own
+        # requests do: the REST API accepts that (and nothing without it).
+        url = f"{server.base_url}/api/v2/dags/{DAG_ID}/dagRuns"
+        body = {"logical_date": None, "conf": {"n": 4}}
+        assert requests.post(url, json=body, timeout=30).status_code in (401, 403)
+        by_cookie = requests.post(url, json=body, cookies={"_token": server.token()}, timeout=30)
+        assert by_cookie.status_code == 200, by_cookie.text
+        assert server.wait_for_run(DAG_ID, by_cookie.json()["dag_run_id"], timeout=180) == "success"
 
         # Every listening socket of every process the harness started is on loopback.
         procs = server.harness_processes()
