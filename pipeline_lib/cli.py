@@ -71,6 +71,7 @@ def run(
     startup_timeout: Annotated[float, typer.Option(min=1.0, help="Seconds for every subtask to start before the pipeline is FAILED.")] = DEFAULT_STARTUP_TIMEOUT_SECONDS,
     launched_by: Annotated[str, typer.Option(help="Who launched this run, recorded in the status (e.g. an Airflow run id).")] = "cli",
     summary_json: Annotated[Optional[Path], typer.Option(help="Also write the run's summary (no secrets) to this JSON file.")] = None,
+    timings: Annotated[bool, typer.Option("--timings", help="Add each epoch's phase times (spark, merge, sink, state, commit, cleanup) to its progress line.")] = False,
 ) -> None:
     """Run a job: restore each pipeline, then process epochs, committing a snapshot after each."""
     from pipeline_lib.execution.job_runner import JobRunner
@@ -85,7 +86,7 @@ def run(
         options = RunOptions(mode="forever" if forever else "until-caught-up", restore=restore,
                              parallelism=parallelism, max_epochs=max_epochs, skip_completed=not redeploy_completed,
                              lease_seconds=lease_seconds, startup_timeout_s=startup_timeout, launched_by=launched_by)
-        summary = JobRunner(job, settings, options, on_epoch=_print_epoch, only=pipeline).run()
+        summary = JobRunner(job, settings, options, on_epoch=lambda r: _print_epoch(r, timings), only=pipeline).run()
     except PipelineError as exc:
         _fail(exc, settings)
     except KeyboardInterrupt:
@@ -113,13 +114,15 @@ def run(
                             + "; ".join(f"{p.name}: {p.reason}" for p in summary.failed)), settings)
 
 
-def _print_epoch(report) -> None:
+def _print_epoch(report, timings: bool = False) -> None:
+    phases = (" [" + ", ".join(f"{name} {s:.3f}s" for name, s in report.phases.items()) + "]"
+              if timings and report.phases else "")
     err.print(
         f"epoch {report.epoch} committed: {report.records} records, {report.rows_written} rows out, "
         f"{report.keys} keys, lag {report.lag}, {report.seconds:.2f}s"
         + (f", {report.bad_records} bad records" if report.bad_records else "") + " "
-        f"(pipeline {report.pipeline}, snapshot {report.snapshot_id})",
-        highlight=False,
+        f"(pipeline {report.pipeline}, snapshot {report.snapshot_id})" + phases,
+        highlight=False, markup=False,
     )
 
 
