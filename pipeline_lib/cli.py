@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -173,6 +174,31 @@ def plan(
         for st in rp.subtasks:
             table.add_row(st.subtask, st.action, st.detail)
         out.print(table)
+
+
+@app.command()
+def bench(
+    events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 1_000_000,
+    keys: Annotated[int, typer.Option(min=1, help="Distinct users (keys).")] = 100_000,
+    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (ours) and per micro-batch (Structured Streaming).")] = 100_000,
+    restore_keys: Annotated[str, typer.Option(help="State sizes for the restore measurement, comma-separated.")] = "10000,100000,1000000",
+    partitions: Annotated[int, typer.Option(min=1, help="Kafka partitions of the benchmark topic.")] = 4,
+    parallelism: Annotated[int, typer.Option(min=1, help="local[N] for both engines.")] = 2,
+    incremental: Annotated[str, typer.Option(help="Small incremental runs: key_groups,users (or none).")] = "key_groups,users",
+    no_recovery: Annotated[bool, typer.Option("--no-recovery", help="Skip the SIGKILL/restart measurement.")] = False,
+    out: Annotated[Path, typer.Option(help="Folder for report.md, report.json, plots and logs.")] = Path("results/bench"),
+) -> None:
+    """Benchmark this project's job against Spark Structured Streaming and raw kafka-python on one
+    embedded stack; write a report with plots (see pipeline_lib/benchmarks/throughput.py)."""
+    from pipeline_lib.benchmarks.throughput import BenchConfig, parse_keys, parse_kinds, report_and_exit, run_bench
+
+    try:
+        cfg = BenchConfig(events=events, keys=keys, per_epoch=per_epoch, restore_keys=parse_keys(restore_keys),
+                          partitions=partitions, parallelism=parallelism, incremental=parse_kinds(incremental),
+                          recovery=not no_recovery, out=out)
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        _fail(PipelineError(f"bench: {exc}"))
+    raise typer.Exit(report_and_exit(run_bench(cfg), cfg))
 
 
 # -- snapshots ----------------------------------------------------------------------------
