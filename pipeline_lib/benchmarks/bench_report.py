@@ -164,9 +164,23 @@ def markdown(r: dict) -> str:
     wall = ours["wall_s"]
     before, after = ours["before_first_epoch_s"], ours["after_last_epoch_s"]
     epochs_total = sum(e["seconds"] for e in ours["epochs"])
-    add(f"Whole process {wall:.2f} s = before epoch 1 (imports, Spark start, restore, lifecycle) {before} s + "
+    add(f"Whole process {wall:.2f} s = before epoch 1 {before} s + "
         f"{len(ours['epochs'])} epochs {epochs_total:.2f} s (epoch 1: {ours['epochs'][0]['seconds'] if ours['epochs'] else 'n/a'} s) "
         f"+ between epochs/after the last {wall - (before or 0) - epochs_total:.2f} s.\n")
+    st = ours["startup"]
+    add("Start-up milestones (seconds after the process was spawned, from its log lines):\n")
+    add("| milestone | at s |")
+    add("|---|---:|")
+    add(f"| imports, restore, attempt claim, Spark session started (\"pipeline main of job ...\" line) | "
+        f"{_num(st['restored_and_spark_started_s'], '.2f')} |")
+    add(f"| Kafka positions + end offsets, every subtask's on_start (\"N subtasks started\") | "
+        f"{_num(st['subtasks_started_s'], '.2f')} |")
+    add(f"| epoch 1 planned and begun | {_num(st['first_epoch_began_s'], '.2f')} |")
+    first, mean = st["first_epoch_s"], st["steady_epoch_mean_s"]
+    add(f"| epoch 1 committed ({_num(first, '.2f')} s long; a steady epoch takes {_num(mean, '.2f')} s, so "
+        f"~{_num((first - mean) if first is not None and mean else None, '.1f')} s of it is warm-up) | "
+        f"{_num(ours['epochs'][0]['at_s'] if ours['epochs'] else None, '.2f')} |")
+    add("")
     means = ours["steady_phase_means_s"]
     epoch_mean = ours["steady_epoch_mean_s"] or 0
     if means:
@@ -256,7 +270,8 @@ def markdown(r: dict) -> str:
         add(f"{rec['events']:,} more events were produced and the job run again; its process group was SIGKILLed "
             f"{rec['kill_delay_after_epoch_s']} s after its first epoch committed (during the next one). The restart "
             f"was spawned {rec['restart_began_after_kill_s']} s after the kill, had restored the snapshot and started "
-            f"Spark {rec['pipeline_started_at_s']} s after its spawn, and committed its first epoch (the replayed one, {rec['first_epoch_seconds']} s "
+            f"Spark {rec['pipeline_started_at_s']} s after its spawn, all subtasks {rec['subtasks_started_at_s']} s after "
+            f"it, and committed its first epoch (the replayed one, {rec['first_epoch_seconds']} s "
             f"long) at {rec['first_epoch_at_s']} s.\n")
         add(f"**Recovery time: {rec['recovery_s']:.2f} s** from the SIGKILL to the first new epoch committed.\n")
     else:

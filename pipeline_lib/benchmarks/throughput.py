@@ -132,7 +132,8 @@ class CliRun:
     epochs: list[dict]
     started_mono: float
     killed_mono: float | None = None
-    pipeline_started_at_s: float | None = None  # the runner's "restored snapshot" line: after restore and Spark start
+    pipeline_started_at_s: float | None = None  # "pipeline main of job ...: starting/restored": after restore + Spark start
+    subtasks_started_at_s: float | None = None  # "N subtasks started": after every subtask's on_start
 
 
 def run_cli(args: list[str], env: dict, log_path: Path, kill_after_epochs: int | None = None,
@@ -168,8 +169,10 @@ def run_cli(args: list[str], env: dict, log_path: Path, kill_after_epochs: int |
                     if kill_after_epochs is not None and len(run.epochs) == kill_after_epochs and timer is None:
                         timer = threading.Timer(kill_delay_s, kill)
                         timer.start()
-                elif "restored snapshot" in line and run.pipeline_started_at_s is None:
+                elif " of job " in line and " attempt " in line and run.pipeline_started_at_s is None:
                     run.pipeline_started_at_s = round(at, 3)
+                elif "subtasks started" in line and run.subtasks_started_at_s is None:
+                    run.subtasks_started_at_s = round(at, 3)
             run.returncode = proc.wait()
             run.wall_s = time.monotonic() - started
             if run.killed_mono is not None:
@@ -314,6 +317,12 @@ def epoch_summary(run: CliRun, events: int) -> dict:
         "wall_s": round(run.wall_s, 3), "returncode": run.returncode, "events": events,
         "events_per_s": _rate(events, run.wall_s), "epochs": epochs, "steady": steady(epochs),
         "before_first_epoch_s": round(first_start, 3) if first_start is not None else None,
+        # the start-up's milestones, seconds after the process was spawned (from its log lines)
+        "startup": {"restored_and_spark_started_s": run.pipeline_started_at_s,
+                    "subtasks_started_s": run.subtasks_started_at_s,
+                    "first_epoch_began_s": round(first_start, 3) if first_start is not None else None,
+                    "first_epoch_s": epochs[0]["seconds"] if epochs else None,
+                    "steady_epoch_mean_s": round(epoch_mean, 4) if epoch_mean else None},
         "after_last_epoch_s": round(run.wall_s - epochs[-1]["at_s"], 3) if epochs else None,
         "steady_phase_means_s": {p: round(v, 4) for p, v in phase_means.items()},
         "steady_epoch_mean_s": round(epoch_mean, 4) if epoch_mean else None,
@@ -525,6 +534,7 @@ def _bench(cfg: BenchConfig, info: StackInfo, work: Path, out: Path) -> dict:
             recovery.update({
                 "restart_began_after_kill_s": round(restart.started_mono - crashed.killed_mono, 3),
                 "pipeline_started_at_s": restart.pipeline_started_at_s,
+                "subtasks_started_at_s": restart.subtasks_started_at_s,
                 "first_epoch_at_s": first["at_s"],
                 "first_epoch_seconds": first["seconds"],
                 "recovery_s": round(restart.started_mono + first["at_s"] - crashed.killed_mono, 3),

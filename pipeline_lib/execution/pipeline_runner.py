@@ -322,8 +322,9 @@ class PipelineRunner:
         """One epoch, in commit order: sink files, state files, manifest, head."""
         epoch = plan.epoch
         with clear_spark_errors(f"epoch {epoch} of pipeline {self.pipeline.name}"):
-            df = read_epoch(spark, self.settings.require_kafka(), self.source, schema, plan, self.parallelism,
-                            self.job.on_error, self.job.max_record_bytes)
+            with self._timed("spark"):
+                df = read_epoch(spark, self.settings.require_kafka(), self.source, schema, plan, self.parallelism,
+                                self.job.on_error, self.job.max_record_bytes)
             tolerant = self.job.on_error != "fail"
             shared = len(self.flows) > 1 or tolerant
             if shared:  # read Kafka once for all flows of the pipeline (and its bad records)
