@@ -277,9 +277,15 @@ def run_structured_streaming(info: StackInfo, env: dict, topic: str, cfg: BenchC
     batches = [{"epoch": b["batch"], "records": b["records"], "seconds": b["seconds"], "duration_ms": b["duration_ms"],
                 "state": b["state"]} for b in data["batches"]]
     commit_ms = [sum(op.get("commitTimeMs") or 0 for op in b["state"]) for b in batches]
+    # checkpoint work of a batch: offset log (walCommit), commit log (commitOffsets) and the state
+    # store commit (commitTimeMs, summed over the state partitions, which commit in parallel tasks)
+    checkpoint = [(b["duration_ms"].get("walCommit", 0) + b["duration_ms"].get("commitOffsets", 0) + c) / 1000
+                  for b, c in zip(batches, commit_ms)]
     return {"wall_s": round(wall, 3), "events_per_s": _rate(data["records"], wall), "records": data["records"],
             "spark_start_s": data["spark_start_s"], "batches": batches, "steady": steady(batches),
             "state_commit_ms_per_batch": commit_ms,
+            "checkpoint_s_per_batch": [round(c, 4) for c in checkpoint],
+            "steady_checkpoint_mean_s": round(statistics.fmean(checkpoint[1:] or checkpoint), 4) if checkpoint else None,
             "checkpoint_dir_bytes": sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file()),
             "check": compare(table, expected)}
 
@@ -621,6 +627,10 @@ def summarize(r: dict, cfg: BenchConfig) -> dict:
             {"what": "raw kafka-python, 1 thread, json.loads", "events_per_s": raw["json_decode"]["records_per_s"],
              "seconds": raw["json_decode"]["seconds"]},
         ],
+        "checkpoint_per_steady_epoch_s": {
+            "ours (state files + manifest/head + GC, to the S3 server)": ours["steady_checkpoint_mean_s"],
+            "Structured Streaming (offset log + commit log + state store commit, local disk)": sss["steady_checkpoint_mean_s"],
+        },
         "ratios": {
             "ours_vs_sss_end_to_end": e2e_ratio,
             "ours_vs_sss_steady": ours_steady / sss_steady if ours_steady and sss_steady else None,
@@ -631,6 +641,10 @@ def summarize(r: dict, cfg: BenchConfig) -> dict:
         "targets": targets,
         "correct": correct,
     }
+
+
+def _s(v) -> str:
+    return "n/a" if v is None else f"{v:.3f} s"
 
 
 def format_summary(report: dict) -> str:
@@ -651,6 +665,8 @@ def format_summary(report: dict) -> str:
               f"ours per core ({ratios['cores']} cores) / raw kafka-python: steady "
               f"{fmt(ratios['ours_per_core_vs_raw_steady'], '%')}, end to end "
               f"{fmt(ratios['ours_per_core_vs_raw_end_to_end'], '%')}",
+              "checkpoint per steady epoch: " + "; ".join(
+                  f"{who} {_s(v)}" for who, v in s["checkpoint_per_steady_epoch_s"].items()),
               "", "| target | goal | measured | verdict |", "|---|---|---|---|"]
     for t in s["targets"]:
         note = f" ({t['note']})" if t.get("note") else ""
