@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test bench-restore soak clean
+.PHONY: install demo test bench bench-restore soak clean
 N ?= 200
+BENCH_ARGS ?=
 
 $(BIN)/pipeline-lib: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +20,11 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest tests
+
+# Ours vs Spark Structured Streaming vs raw kafka-python, snapshot bytes, restore and recovery
+# times; report + plots in results/bench (e.g. make bench BENCH_ARGS="--events 200000 --keys 10000").
+bench: install
+	$(BIN)/python -m pipeline_lib.benchmarks.throughput $(BENCH_ARGS)
 
 # Restore time with many completed pipelines vs restoring everything (prints the ratio).
 bench-restore: install

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -72,6 +73,7 @@ def run(
     launched_by: Annotated[str, typer.Option(help="Who launched this run, recorded in the status (e.g. an Airflow run id).")] = "cli",
     summary_json: Annotated[Optional[Path], typer.Option(help="Also write the run's summary (no secrets) to this JSON file.")] = None,
     stop_file: Annotated[Optional[Path], typer.Option(help="Stop gracefully (like SIGTERM) once this file exists.")] = None,
+    timings: Annotated[bool, typer.Option("--timings", help="Add each epoch's phase times (spark, merge, sink, state, commit, cleanup) to its progress line.")] = False,
 ) -> None:
     """Run a job: restore each pipeline, then process epochs, committing a snapshot after each."""
     from pipeline_lib.execution.graceful_stop import stop_on_request
@@ -87,7 +89,7 @@ def run(
         options = RunOptions(mode="forever" if forever else "until-caught-up", restore=restore,
                              parallelism=parallelism, max_epochs=max_epochs, skip_completed=not redeploy_completed,
                              lease_seconds=lease_seconds, startup_timeout_s=startup_timeout, launched_by=launched_by)
-        runner = JobRunner(job, settings, options, on_epoch=_print_epoch, only=pipeline)
+        runner = JobRunner(job, settings, options, on_epoch=lambda r: _print_epoch(r, timings), only=pipeline)
         with stop_on_request(runner.request_stop, stop_file):
             summary = runner.run()
     except PipelineError as exc:
@@ -117,13 +119,15 @@ def run(
                             + "; ".join(f"{p.name}: {p.reason}" for p in summary.failed)), settings)
 
 
-def _print_epoch(report) -> None:
+def _print_epoch(report, timings: bool = False) -> None:
+    phases = (" [" + ", ".join(f"{name} {s:.3f}s" for name, s in report.phases.items()) + "]"
+              if timings and report.phases else "")
     err.print(
         f"epoch {report.epoch} committed: {report.records} records, {report.rows_written} rows out, "
         f"{report.keys} keys, lag {report.lag}, {report.seconds:.2f}s"
         + (f", {report.bad_records} bad records" if report.bad_records else "") + " "
-        f"(pipeline {report.pipeline}, snapshot {report.snapshot_id})",
-        highlight=False,
+        f"(pipeline {report.pipeline}, snapshot {report.snapshot_id})" + phases,
+        highlight=False, markup=False,
     )
 
 
@@ -174,6 +178,31 @@ def plan(
         for st in rp.subtasks:
             table.add_row(st.subtask, st.action, st.detail)
         out.print(table)
+
+
+@app.command()
+def bench(
+    events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 1_000_000,
+    keys: Annotated[int, typer.Option(min=1, help="Distinct users (keys).")] = 100_000,
+    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (ours) and per micro-batch (Structured Streaming).")] = 100_000,
+    restore_keys: Annotated[str, typer.Option(help="State sizes for the restore measurement, comma-separated.")] = "10000,100000,1000000",
+    partitions: Annotated[int, typer.Option(min=1, help="Kafka partitions of the benchmark topic.")] = 4,
+    parallelism: Annotated[int, typer.Option(min=1, help="local[N] for both engines.")] = 2,
+    incremental: Annotated[str, typer.Option(help="Small incremental runs: key_groups,users (or none).")] = "key_groups,users",
+    no_recovery: Annotated[bool, typer.Option("--no-recovery", help="Skip the SIGKILL/restart measurement.")] = False,
+    out: Annotated[Path, typer.Option(help="Folder for report.md, report.json, plots and logs.")] = Path("results/bench"),
+) -> None:
+    """Benchmark this project's job against Spark Structured Streaming and raw kafka-python on one
+    embedded stack; write a report with plots (see pipeline_lib/benchmarks/throughput.py)."""
+    from pipeline_lib.benchmarks.throughput import BenchConfig, parse_keys, parse_kinds, report_and_exit, run_bench
+
+    try:
+        cfg = BenchConfig(events=events, keys=keys, per_epoch=per_epoch, restore_keys=parse_keys(restore_keys),
+                          partitions=partitions, parallelism=parallelism, incremental=parse_kinds(incremental),
+                          recovery=not no_recovery, out=out)
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        _fail(PipelineError(f"bench: {exc}"))
+    raise typer.Exit(report_and_exit(run_bench(cfg), cfg))
 
 
 # -- snapshots ----------------------------------------------------------------------------

@@ -14,8 +14,9 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Callable, Iterator, Literal
 
 import pyarrow as pa
 from pyspark import StorageLevel
@@ -50,6 +51,7 @@ from pipeline_lib.storage import open_store, parse_location
 log = logging.getLogger(__name__)
 
 Mode = Literal["until-caught-up", "forever"]
+EPOCH_PHASES = ("spark", "merge", "sink", "state", "commit", "cleanup")  # see EpochReport.phases
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,11 @@ class EpochReport:
     seconds: float
     completed_splits: int
     bad_records: int = 0
+    # Wall seconds of the epoch's phases, in commit order (see PipelineRunner._run_epoch):
+    # spark (read Kafka, decode, transform, partial aggregate; the Spark jobs), merge (keyed state
+    # merge and sink rows on the driver), sink (part files + _SUCCESS), state (state files),
+    # commit (head check, manifest, head compare-and-swap), cleanup (garbage collection, stale parts).
+    phases: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass
@@ -132,6 +139,15 @@ class PipelineRunner:
         self.stop_requested = threading.Event()  # set: finish the epoch in flight, then STOPPED
         self.stop_reason = "stopped on request"
         self.epochs: list[EpochReport] = []
+        self._phases: dict[str, float] = {}  # the running epoch's phase timings
+
+    @contextmanager
+    def _timed(self, phase: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self._phases[phase] = self._phases.get(phase, 0.0) + time.monotonic() - started
 
     # -- restore ----------------------------------------------------------------------------
     def latest_is_completed(self) -> str | None:
@@ -248,24 +264,27 @@ class PipelineRunner:
         df = apply_transforms(df, flow.spec.transforms, where=f"flow {flow.spec.name}: " if len(self.flows) > 1 else "")
         p = self.parallelism
         if flow.state is None:
-            table = df.toArrow()
+            with self._timed("spark"):
+                table = df.toArrow()
             size = -(-table.num_rows // p) if table.num_rows else 0
             return [table.slice(i * size, size) for i in range(p)], set()
         assert flow.spec.state is not None
-        partials = epoch_partials(df, flow.spec.state.aggregate)
-        if flow.state_schema is None:
-            flow.state_schema = partials.schema
-        changed = flow.state.merge(table_rows(partials))
-        by_subtask: dict[int, list[tuple]] = defaultdict(list)
-        for key in changed:
-            by_subtask[subtask_of(flow.state.key_groups[key], p, self.maxp)].append(key)
-        columns = flow.state.columns
-        parts = [
-            pa.Table.from_pylist([dict(zip(columns, row)) for row in flow.state.rows(by_subtask[i])],
-                                 schema=flow.state_schema)
-            for i in range(p)
-        ]
-        return parts, {flow.state.key_groups[k] for k in changed}
+        with self._timed("spark"):
+            partials = epoch_partials(df, flow.spec.state.aggregate)
+        with self._timed("merge"):
+            if flow.state_schema is None:
+                flow.state_schema = partials.schema
+            changed = flow.state.merge(table_rows(partials))
+            by_subtask: dict[int, list[tuple]] = defaultdict(list)
+            for key in changed:
+                by_subtask[subtask_of(flow.state.key_groups[key], p, self.maxp)].append(key)
+            columns = flow.state.columns
+            parts = [
+                pa.Table.from_pylist([dict(zip(columns, row)) for row in flow.state.rows(by_subtask[i])],
+                                     schema=flow.state_schema)
+                for i in range(p)
+            ]
+            return parts, {flow.state.key_groups[k] for k in changed}
 
     def _write_state(self, flow: FlowRuntime, snapshot_id: str, epoch: int, dirty: set[int]) -> StateSnapshot | None:
         if flow.state is None:
@@ -306,8 +325,9 @@ class PipelineRunner:
         """One epoch, in commit order: sink files, state files, manifest, head."""
         epoch = plan.epoch
         with clear_spark_errors(f"epoch {epoch} of pipeline {self.pipeline.name}"):
-            df = read_epoch(spark, self.settings.require_kafka(), self.source, schema, plan, self.parallelism,
-                            self.job.on_error, self.job.max_record_bytes)
+            with self._timed("spark"):
+                df = read_epoch(spark, self.settings.require_kafka(), self.source, schema, plan, self.parallelism,
+                                self.job.on_error, self.job.max_record_bytes)
             tolerant = self.job.on_error != "fail"
             shared = len(self.flows) > 1 or tolerant
             if shared:  # read Kafka once for all flows of the pipeline (and its bad records)
@@ -315,11 +335,12 @@ class PipelineRunner:
             try:
                 bad = None
                 if tolerant:
-                    bad = (df.filter(F.col("_error").isNotNull())
-                           .select(F.col("_topic").alias("topic"), F.col("_partition").alias("partition"),
-                                   F.col("_offset").alias("offset"), F.col("_error").alias("error"),
-                                   F.base64("_raw").alias("raw_base64"))
-                           .orderBy("partition", "offset").toArrow())
+                    with self._timed("spark"):
+                        bad = (df.filter(F.col("_error").isNotNull())
+                               .select(F.col("_topic").alias("topic"), F.col("_partition").alias("partition"),
+                                       F.col("_offset").alias("offset"), F.col("_error").alias("error"),
+                                       F.base64("_raw").alias("raw_base64"))
+                               .orderBy("partition", "offset").toArrow())
                     df = df.filter(F.col("_error").isNull()).drop("_error", "_raw")
                 outputs = {flow.spec.name: self._flow_output(flow, df) for flow in self.flows}
             finally:
@@ -331,21 +352,24 @@ class PipelineRunner:
             log.warning("pipeline %s epoch %d: %d bad record(s) %s, first %s[%s]@%s: %s", self.pipeline.name, epoch,
                         bad_records, "dead-lettered" if self.dead_letters else "skipped",
                         *(bad.column(c)[0].as_py() for c in ("topic", "partition", "offset", "error")))
-        self.snapshots.ensure_head_unchanged(head_version)
+        with self._timed("commit"):
+            self.snapshots.ensure_head_unchanged(head_version)
         snapshot_id = snapshot_id_for(epoch, self.attempt)
         commits: dict[str, FlowCommit] = {}
-        for flow in self.flows:
-            parts, _ = outputs[flow.spec.name]
-            digest = hashlib.sha256(f"{plan.digest()}|{self.parallelism}|{flow.sink.format}".encode()).hexdigest()
-            sink_commit = flow.sink.write_epoch(epoch, digest, parts, self.attempt)
-            commits[flow.spec.name] = FlowCommit(state=None, sink=sink_commit, rows_written=sum(t.num_rows for t in parts))
-        dead_letters = None
-        if self.dead_letters is not None and bad is not None:
-            digest = hashlib.sha256(f"{plan.digest()}|dead-letters".encode()).hexdigest()
-            dead_letters = self.dead_letters.write_epoch(epoch, digest, [bad], self.attempt)
-        for flow in self.flows:
-            state = self._write_state(flow, snapshot_id, epoch, outputs[flow.spec.name][1])
-            commits[flow.spec.name] = commits[flow.spec.name].model_copy(update={"state": state})
+        with self._timed("sink"):
+            for flow in self.flows:
+                parts, _ = outputs[flow.spec.name]
+                digest = hashlib.sha256(f"{plan.digest()}|{self.parallelism}|{flow.sink.format}".encode()).hexdigest()
+                sink_commit = flow.sink.write_epoch(epoch, digest, parts, self.attempt)
+                commits[flow.spec.name] = FlowCommit(state=None, sink=sink_commit, rows_written=sum(t.num_rows for t in parts))
+            dead_letters = None
+            if self.dead_letters is not None and bad is not None:
+                digest = hashlib.sha256(f"{plan.digest()}|dead-letters".encode()).hexdigest()
+                dead_letters = self.dead_letters.write_epoch(epoch, digest, [bad], self.attempt)
+        with self._timed("state"):
+            for flow in self.flows:
+                state = self._write_state(flow, snapshot_id, epoch, outputs[flow.spec.name][1])
+                commits[flow.spec.name] = commits[flow.spec.name].model_copy(update={"state": state})
         positions = plan.end_positions()
         manifest = Manifest(
             job=self.job.name, pipeline=self.pipeline.name, snapshot_id=snapshot_id, epoch=epoch,
@@ -357,13 +381,16 @@ class PipelineRunner:
             lineage=Lineage(base_snapshot=plan.base_snapshot, plan_digest=plan.digest(), ranges=plan.ranges,
                             records_read=plan.records),
         ).sealed()
-        manifest_sha = self.snapshots.write_manifest(manifest)
-        fault_point("after_manifest", epoch)
-        head, version = self.snapshots.move_head(manifest, manifest_sha, history, head_version, self.job.checkpoint.retain)
+        with self._timed("commit"):
+            manifest_sha = self.snapshots.write_manifest(manifest)
+            fault_point("after_manifest", epoch)
+            head, version = self.snapshots.move_head(manifest, manifest_sha, history, head_version,
+                                                     self.job.checkpoint.retain)
         fault_point("after_head_move", epoch)
-        self.snapshots.collect_garbage(head)
-        for flow in self.flows:
-            flow.sink.remove_stale_parts(commits[flow.spec.name].sink, self.attempt)
+        with self._timed("cleanup"):
+            self.snapshots.collect_garbage(head)
+            for flow in self.flows:
+                flow.sink.remove_stale_parts(commits[flow.spec.name].sink, self.attempt)
         return manifest, head, version
 
     def _status(self, state: str, epoch: int, reason: str | None = None) -> None:
@@ -432,6 +459,7 @@ class PipelineRunner:
                     targets = self._targets(kafka_offsets.confirmed_end_offsets(consumer, self.topic, partitions), stops)
                     continue
                 epoch, started = plan.epoch, time.monotonic()
+                self._phases = dict.fromkeys(EPOCH_PHASES, 0.0)
                 fault_point("after_plan", epoch)
                 manifest, head, head_version = self._run_epoch(spark, schema, plan, history, head_version)
                 history, base_id, positions = head.history, manifest.snapshot_id, manifest.positions
@@ -441,7 +469,7 @@ class PipelineRunner:
                     keys=sum(len(f.state) for f in self.flows if f.state is not None),
                     lag=sum(max(0, targets.get(p, 0) - o) for p, o in positions.items()),
                     seconds=time.monotonic() - started, completed_splits=len(manifest.completed_splits),
-                    bad_records=manifest.bad_records,
+                    bad_records=manifest.bad_records, phases=dict(self._phases),
                 )
                 self.epochs.append(report)
                 self.lifecycle.progress(epoch)

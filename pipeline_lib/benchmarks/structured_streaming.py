@@ -1,0 +1,211 @@
+"""The alternative a user would pick: Spark Structured Streaming's own stateful aggregation.
+
+    python -m pipeline_lib.benchmarks.structured_streaming --bootstrap HOST:PORT --topic T \\
+        --checkpoint DIR --output DIR [--max-records-per-trigger N] [--parallelism 2] [--result FILE]
+
+Run by ``pipeline_lib.benchmarks.throughput`` as a subprocess (whole process timed, JVM start
+included). The query is what the Spark documentation recommends for a keyed running total:
+
+    readStream (a Python streaming data source over Kafka, below)
+      .groupBy("user").agg(sum("amount") as total, count(*) as n)
+      .writeStream.outputMode("update")                     # only the keys changed in the batch
+      .option("checkpointLocation", <local dir>)            # offsets + commits + native state store
+      .foreachBatch(write each batch's changed rows as parquet to <output>/batch=<id>)
+      .trigger(availableNow=True)                           # everything available at start, then stop
+
+The source is the streaming twin of the project's batch Kafka source: kafka-python inside the
+executors (the same ``read_range`` and the same type-checking JSON decoder), one input partition
+per Kafka partition range of the micro-batch, the Kafka offsets as the stream's offsets, and a
+per-batch record cap split over partitions the way the project's planner splits its epoch cap
+(``fair_shares``), i.e. ``maxRecordsPerTrigger``. End offsets are confirmed with a fetch's high
+watermark, as the project does, because the local broker under-reports ListOffsets (STACK.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+SOURCE_NAME = "bench_kafka_stream"
+SCHEMA = "user string, amount long"
+FIELDS = [("user", "string"), ("amount", "bigint")]
+
+
+class KafkaRange(InputPartition):
+    def __init__(self, topic: str, partition: int, start: int, end: int):
+        super().__init__((topic, partition, start, end))
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+class KafkaStreamDataSource(DataSource):
+    """Options: bootstrap, topic, max_records_per_trigger (0 = no cap)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema) -> "KafkaStreamReader":
+        return KafkaStreamReader(dict(self.options))
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict[str, str]):
+        self.bootstrap = options["bootstrap"]
+        self.topic = options["topic"]
+        self.max_records = int(options.get("max_records_per_trigger", "0"))
+        self.target: dict[str, int] | None = None  # Trigger.AvailableNow: the end offsets at start
+
+    # -- offsets (driver side) ----------------------------------------------------------------
+    def _offsets(self, which: str) -> dict[str, int]:
+        from pipeline_lib.plan import kafka_offsets
+
+        with kafka_offsets.offsets_consumer(self.bootstrap) as consumer:
+            partitions = kafka_offsets.topic_partitions(consumer, self.topic)
+            if which == "earliest":
+                found = kafka_offsets.earliest_offsets(consumer, self.topic, partitions)
+            else:
+                found = kafka_offsets.confirmed_end_offsets(consumer, self.topic, partitions)
+        return {str(p): int(o) for p, o in found.items()}
+
+    def initialOffset(self) -> dict:
+        return self._offsets("earliest")
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = self._offsets("latest")
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_records) if self.max_records > 0 else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        from pipeline_lib.plan.offsets import fair_shares
+
+        latest = self.target if self.target is not None else self._offsets("latest")
+        positions = {p: int(start.get(p, 0)) for p in latest}
+        lags = {p: max(0, latest[p] - positions[p]) for p in latest}
+        if isinstance(limit, ReadMaxRows):
+            shares = fair_shares({int(p): lag for p, lag in lags.items()}, limit.max_rows)
+            return {p: positions[p] + shares[int(p)] for p in latest}
+        return {p: positions[p] + lags[p] for p in latest}
+
+    def reportLatestOffset(self):
+        return self.target
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return [KafkaRange(self.topic, int(p), int(start.get(p, 0)), int(e))
+                for p, e in sorted(end.items(), key=lambda kv: int(kv[0])) if int(e) > int(start.get(p, 0))]
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    # -- records (executor side) --------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        from pipeline_lib.execution.kafka_source import read_range
+        from pipeline_lib.execution.record_decoding import JsonRecordDecoder
+
+        assert isinstance(partition, KafkaRange)
+        decoder = JsonRecordDecoder(FIELDS)
+        topic, part = partition.topic, partition.partition
+        for rec in read_range(self.bootstrap, topic, part, partition.start, partition.end):
+            yield decoder.decode(topic, part, rec.offset, rec.value)
+
+
+def run(args: argparse.Namespace) -> dict:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from pipeline_lib.execution.spark_session import LOG4J_CONFIG
+
+    started = time.monotonic()
+    spark = (
+        SparkSession.builder.appName("bench-structured-streaming")
+        .master(f"local[{args.parallelism}]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
+        .config("spark.default.parallelism", str(args.parallelism))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J_CONFIG}")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(KafkaStreamDataSource)
+    spark_ready = time.monotonic() - started
+    output = str(Path(args.output).resolve())
+
+    def write_batch(batch_df, batch_id: int) -> None:
+        # overwrite: a batch replayed after a crash rewrites the same rows (idempotent sink)
+        batch_df.write.mode("overwrite").parquet(f"{output}/batch={batch_id:08d}")
+
+    counts = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("bootstrap", args.bootstrap)
+        .option("topic", args.topic)
+        .option("max_records_per_trigger", str(args.max_records_per_trigger))
+        .load()
+        .groupBy("user")
+        .agg(F.sum("amount").alias("total"), F.count(F.lit(1)).alias("n"))
+    )
+    query = (
+        counts.writeStream.outputMode("update")
+        .option("checkpointLocation", str(Path(args.checkpoint).resolve()))
+        .foreachBatch(write_batch)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    progress = [json.loads(p.json) if hasattr(p, "json") else dict(p) for p in query.recentProgress]
+    spark.stop()
+    batches = [
+        {"batch": p["batchId"], "records": p.get("numInputRows", 0),
+         "seconds": p.get("durationMs", {}).get("triggerExecution", 0) / 1000.0,
+         "duration_ms": p.get("durationMs", {}),
+         "state": [{k: op.get(k) for k in ("numRowsTotal", "numRowsUpdated", "memoryUsedBytes", "commitTimeMs",
+                                           "allUpdatesTimeMs", "customMetrics")} for op in p.get("stateOperators", [])]}
+        for p in progress if p.get("numInputRows", 0) > 0
+    ]
+    return {"spark_start_s": round(spark_ready, 3), "batches": batches,
+            "records": sum(b["records"] for b in batches)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--checkpoint", required=True, help="local checkpointLocation directory")
+    parser.add_argument("--output", required=True, help="local directory for the batches' parquet files")
+    parser.add_argument("--max-records-per-trigger", type=int, default=0)
+    parser.add_argument("--parallelism", type=int, default=2, help="local[N]")
+    parser.add_argument("--shuffle-partitions", type=int, default=2,
+                        help="spark.sql.shuffle.partitions = number of state store partitions")
+    parser.add_argument("--result", help="write the run's figures (batches, state metrics) to this JSON file")
+    args = parser.parse_args(argv)
+    result = run(args)
+    text = json.dumps(result, indent=1)
+    if args.result:
+        Path(args.result).write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

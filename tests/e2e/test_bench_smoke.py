@@ -1,0 +1,52 @@
+"""The throughput benchmark (`pipeline-lib bench`) at a tiny size: both engines run, both result
+tables equal the plain-Python reference, and the report, its JSON and the plots are written.
+Measurements only: no timing is asserted. The SIGKILL/restart recovery measurement and the second
+incremental run are left out to keep this test short (they are exercised by `make bench`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline_lib.benchmarks.bench_report import PLOTS
+from pipeline_lib.benchmarks.throughput import BenchConfig, format_summary, run_bench
+from pipeline_lib.execution.pipeline_runner import EPOCH_PHASES
+
+
+@pytest.mark.timeout(400)
+def test_bench_smoke(local_stack, tmp_path):
+    out = tmp_path / "bench"
+    cfg = BenchConfig(events=5_000, keys=500, per_epoch=1_250, restore_keys=[1_000], partitions=2,
+                      incremental=("key_groups",), recovery=False, out=out, stack=local_stack)
+    report = run_bench(cfg)
+
+    # both engines computed exactly the reference table
+    assert report["ours"]["check"]["verified"], report["ours"]["check"]
+    assert report["structured_streaming"]["check"]["verified"], report["structured_streaming"]["check"]
+    assert report["structured_streaming"]["records"] == 5_000
+    assert report["summary"]["correct"]
+
+    # our run: every epoch line parsed, with its phase timings
+    epochs = report["ours"]["epochs"]
+    assert sum(e["records"] for e in epochs) == 5_000 and len(epochs) == 4
+    assert all(list(e["phases"]) == list(EPOCH_PHASES) for e in epochs)
+    assert report["raw_kafka"]["no_decode"]["records"] == 5_000 == report["raw_kafka"]["json_decode"]["records"]
+
+    # snapshot bytes from the manifests, and one incremental epoch over ~5% of the key groups
+    assert all(s["full_bytes"] > 0 for s in report["snapshots"]["main_run"])
+    inc = report["snapshots"]["incremental"]["key_groups"]
+    assert inc["epochs"] and 1 <= inc["key_groups_touched"] <= 7
+    assert report["restore"][0]["keys"] == 1_000 and report["restore"][0]["state_bytes"] > 0
+    assert [t["status"] for t in report["summary"]["targets"]][3] == "NOT MEASURED"  # no 1M-key restore here
+    assert all(t["status"] in ("PASS", "FAIL", "NOT MEASURED") for t in report["summary"]["targets"])
+
+    # the outputs
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["summary"]["correct"] is True
+    markdown = (out / "report.md").read_text()
+    assert format_summary(report).strip() in markdown
+    for name in PLOTS.values():
+        assert (out / name).stat().st_size > 1_000, name
+        assert name in markdown
+    assert (out / "logs" / "ours-main.log").exists() and (out / "logs" / "structured-streaming.log").exists()

@@ -1,0 +1,38 @@
+"""The benchmark reads the CLI's epoch progress lines: the printed format and the parser must agree."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from pipeline_lib import cli
+from pipeline_lib.benchmarks.throughput import parse_epoch_line, parse_keys, parse_kinds, steady
+from pipeline_lib.execution.pipeline_runner import EPOCH_PHASES, EpochReport
+
+
+def _printed(report: EpochReport, timings: bool, monkeypatch) -> str:
+    buffer = io.StringIO()
+    monkeypatch.setattr(cli, "err", Console(file=buffer, width=400, soft_wrap=True))
+    cli._print_epoch(report, timings)
+    return buffer.getvalue()
+
+
+def test_epoch_line_with_and_without_timings_parses(monkeypatch):
+    phases = {name: 0.001 * (i + 1) for i, name in enumerate(EPOCH_PHASES)}
+    report = EpochReport(pipeline="main", epoch=3, snapshot_id="0000000003-a2", records=20000, rows_written=4980,
+                         keys=5000, lag=60000, seconds=0.71, completed_splits=0, bad_records=2, phases=phases)
+    plain = parse_epoch_line(_printed(report, False, monkeypatch))
+    assert plain is not None and plain["phases"] == {}
+    timed = parse_epoch_line(_printed(report, True, monkeypatch))
+    assert timed == {"epoch": 3, "records": 20000, "rows_out": 4980, "keys": 5000, "lag": 60000, "seconds": 0.71,
+                     "snapshot": "0000000003-a2", "phases": phases}
+    assert parse_epoch_line("pipeline main: RAN, attempt 1, 4 epoch(s), 80000 records") is None
+
+
+def test_steady_skips_the_first_epoch_and_arguments_parse():
+    epochs = [{"records": 100, "seconds": 10.0}, {"records": 100, "seconds": 1.0}, {"records": 300, "seconds": 1.0}]
+    assert steady(epochs) == {"epochs": 2, "records": 400, "seconds": 2.0, "events_per_s": 200.0}
+    assert steady(epochs[:1])["events_per_s"] is None
+    assert parse_keys("10000,100_000, 1000000") == [10_000, 100_000, 1_000_000]
+    assert parse_kinds("none") == () and parse_kinds("users,key_groups") == ("users", "key_groups")
