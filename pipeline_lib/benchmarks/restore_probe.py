@@ -5,12 +5,12 @@
 What is timed is ``PipelineRunner.restore()`` for the job's (single) pipeline — exactly the call
 ``run`` makes before it starts Spark: read the head, load and verify the manifest, fetch every
 referenced state file from the checkpoint store and check its SHA-256, decode the Parquet files
-into rows, then load the rows into the in-memory keyed state (key group of every key). The
+into rows, then load the rows into the in-memory keyed state (with their stored key groups). The
 breakdown splits it into:
 
     fetch_s   getting the state files from the store plus their checksum (SnapshotStore.read_verified)
     decode_s  the rest of restore_snapshot: head, manifest, sink markers, Parquet → rows
-    load_s    KeyedAggregateState.load_rows (what the runner does with the rows)
+    load_s    KeyedAggregateState.load_rows (rows and their stored key groups into the keyed state)
 
 Python start-up and imports are not in ``restore_s``; the caller times the whole process too.
 """

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from pipeline_lib.checkpoint.manifest import HistoryEntry, Manifest, validate_snapshot_id
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-from pipeline_lib.checkpoint.state_files import decode_state_rows
+from pipeline_lib.checkpoint.state_files import decode_state_file
 from pipeline_lib.errors import NotFound, SnapshotError
 from pipeline_lib.storage import ObjectStore
 
@@ -26,6 +26,7 @@ DEAD_LETTERS = "__dead_letters__"  # key of the dead-letter store among the sink
 class FlowState:
     schema: pa.Schema | None = None
     rows: list[tuple] = field(default_factory=list)
+    key_groups: list[int] = field(default_factory=list)  # of each row, as stored beside it
 
 
 @dataclass
@@ -77,11 +78,16 @@ def _verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], en
         flow = loaded[name] = FlowState()
         if commit.state:
             for ref in commit.state.files:
-                file_schema, file_rows = decode_state_rows(snapshots.read_verified(ref.key, ref.sha256))
+                file_schema, file_rows, file_groups = decode_state_file(snapshots.read_verified(ref.key, ref.sha256))
                 if len(file_rows) != ref.rows:
                     raise SnapshotError(f"state file {ref.key} has {len(file_rows)} rows, manifest says {ref.rows}")
+                outside = next((g for g in file_groups if not ref.key_group_start <= g < ref.key_group_end), None)
+                if outside is not None:
+                    raise SnapshotError(f"state file {ref.key} holds key group {outside}, outside its range "
+                                        f"[{ref.key_group_start}, {ref.key_group_end})")
                 flow.schema = flow.schema or file_schema
                 flow.rows.extend(file_rows)
+                flow.key_groups.extend(file_groups)
             if len(flow.rows) != commit.state.keys:
                 raise SnapshotError(f"snapshot {entry.snapshot_id} flow {name} holds {len(flow.rows)} keys, "
                                     f"manifest says {commit.state.keys}")

@@ -24,9 +24,15 @@ def encode_state_rows(rows: list[tuple], key_groups: list[int], schema: pa.Schem
     return sink.getvalue()
 
 
-def decode_state_rows(data: bytes) -> tuple[pa.Schema, list[tuple]]:
-    """Return the state schema (without the key-group column) and the rows."""
+def decode_state_file(data: bytes) -> tuple[pa.Schema, list[tuple], list[int]]:
+    """The state schema (without the key-group column), the rows, and each row's key group."""
     table = pq.read_table(io.BytesIO(data))
+    key_groups = table.column(KEY_GROUP_COLUMN).to_pylist()
     table = table.drop_columns([KEY_GROUP_COLUMN])
     columns = [col.to_pylist() for col in table.columns]
-    return table.schema, list(zip(*columns))
+    return table.schema, list(zip(*columns)), key_groups
+
+
+def decode_state_rows(data: bytes) -> tuple[pa.Schema, list[tuple]]:
+    schema, rows, _ = decode_state_file(data)
+    return schema, rows

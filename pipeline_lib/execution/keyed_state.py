@@ -61,12 +61,20 @@ class KeyedAggregateState:
     def rows(self, keys: Iterable[tuple]) -> list[tuple]:
         return [key + tuple(self.values[key]) for key in keys]
 
-    def load_rows(self, rows: Iterable[tuple]) -> None:
-        """Add restored (keys..., values...) rows; each key must be new."""
+    def load_rows(self, rows: list[tuple], key_groups: list[int] | None = None) -> None:
+        """Add restored (keys..., values...) rows; each key must be new. ``key_groups`` are the
+        rows' key groups as stored beside them (computed again when not given)."""
         nkeys = len(self.key_columns)
-        for row in rows:
-            key = tuple(row[:nkeys])
-            if key in self.values:
-                raise ValueError(f"key {key!r} restored twice")
-            self.values[key] = list(row[nkeys:])
-            self.key_groups[key] = key_group_of(key, self.max_parallelism)
+        keys = [tuple(row[:nkeys]) for row in rows]
+        if key_groups is None:
+            key_groups = [key_group_of(key, self.max_parallelism) for key in keys]
+        loaded = dict(zip(keys, (list(row[nkeys:]) for row in rows)))
+        if len(loaded) != len(keys) or not self.values.keys().isdisjoint(loaded):
+            seen: set[tuple] = set(self.values)
+            twice = next(k for k in keys if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+            raise ValueError(f"key {twice!r} restored twice")
+        if self.values:
+            self.values.update(loaded)
+            self.key_groups.update(zip(keys, key_groups))
+        else:  # the usual restore into an empty state: no copy
+            self.values, self.key_groups = loaded, dict(zip(keys, key_groups))

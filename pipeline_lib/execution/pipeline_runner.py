@@ -181,7 +181,8 @@ class PipelineRunner:
                 continue
             commit = restored.manifest.flows[flow.spec.name]
             if flow.state is not None and commit.state is not None:
-                flow.state.load_rows(loaded.rows)
+                same_groups = commit.state.max_parallelism == self.maxp  # the stored key groups still apply
+                flow.state.load_rows(loaded.rows, loaded.key_groups if same_groups else None)
                 flow.state_schema = loaded.schema
                 if commit.state.parallelism == self.parallelism:
                     flow.state_files = {(f.key_group_start, f.key_group_end): f for f in commit.state.files}

@@ -6,10 +6,11 @@ import pyarrow as pa
 import pytest
 
 from pipeline_lib.checkpoint.manifest import FlowCommit, Lineage, Manifest, SinkCommit
-from pipeline_lib.checkpoint.state_files import decode_state_rows, encode_state_rows
+from pipeline_lib.checkpoint.state_files import decode_state_file, decode_state_rows, encode_state_rows
 from pipeline_lib.errors import RecordError
 from pipeline_lib.execution.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.record_decoding import JsonRecordDecoder
+from pipeline_lib.plan.keygroups import key_group_of
 from pipeline_lib.spec.aggregates import parse_aggregate
 
 
@@ -44,6 +45,24 @@ def test_state_file_round_trip_keeps_types_and_nulls():
     back_schema, back = decode_state_rows(encode_state_rows(rows, [1, 2, 3], schema))
     assert back == rows
     assert back_schema.field("total").type == pa.int64()
+
+
+def test_restore_loads_the_stored_key_groups_and_refuses_a_key_twice():
+    fns = {"total": parse_aggregate("sum(amount)"), "n": parse_aggregate("count(*)")}
+    written = KeyedAggregateState(["user"], fns, 128)
+    written.merge([(f"u{i}", i, 1) for i in range(500)])
+    keys = list(written.values)
+    schema = pa.schema([("user", pa.string()), ("total", pa.int64()), ("n", pa.int64())])
+    data = encode_state_rows(written.rows(keys), [written.key_groups[k] for k in keys], schema)
+    _, rows, groups = decode_state_file(data)
+    assert groups == [key_group_of(k, 128) for k in keys]
+    restored, recomputed = KeyedAggregateState(["user"], fns, 128), KeyedAggregateState(["user"], fns, 128)
+    restored.load_rows(rows, groups)
+    recomputed.load_rows(rows)  # e.g. after max_parallelism changed: computed again
+    assert restored.values == recomputed.values == written.values
+    assert restored.key_groups == recomputed.key_groups == written.key_groups
+    with pytest.raises(ValueError, match=r"key \('u7',\) restored twice"):
+        restored.load_rows([("u7", 1, 1)], [key_group_of(("u7",), 128)])
 
 
 def test_manifest_checksum_detects_tampering():
