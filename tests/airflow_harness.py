@@ -71,6 +71,18 @@ class AirflowApiError(RuntimeError):
         return self.response.json()
 
 
+def _running(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+    """Those still running (zombies and vanished processes left out)."""
+    alive = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.Error:
+            pass
+    return alive
+
+
 def free_port() -> int:
     """A TCP port that is free on 127.0.0.1 right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -230,14 +242,7 @@ class AirflowServer:
                         found.setdefault(c.pid, c)
             except (psutil.Error, OSError):
                 continue
-        alive = []
-        for p in found.values():
-            try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(p)
-            except psutil.Error:
-                pass
-        return alive
+        return _running(found.values())
 
     def listening_sockets(self) -> list[tuple[int, str, str, int]]:
         """(pid, process name, ip, port) of every listening TCP socket and bound UDP socket of the
@@ -304,14 +309,7 @@ class AirflowServer:
 
         def live() -> list[psutil.Process]:
             known.update((p.pid, p) for p in self.harness_processes())
-            out = []
-            for p in known.values():
-                try:
-                    if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                        out.append(p)
-                except psutil.Error:
-                    pass
-            return out
+            return _running(known.values())
 
         first = [p for p in live() if p.pid not in api_tree]
         self._signal_groups(signal.SIGTERM, others)

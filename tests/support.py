@@ -61,6 +61,17 @@ def _wait_group_gone(pgid: int, timeout: float = 30) -> None:
     raise AssertionError(f"process group {pgid} still alive after SIGKILL")
 
 
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
+    """Poll ``predicate`` until it returns something truthy (and return that), or fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
 spend_spec = spend_job_spec  # the tests' short name for the sample job's spec
 
 

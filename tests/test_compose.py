@@ -659,6 +659,17 @@ def _listeners(value: str) -> dict[str, tuple[str, int]]:
     return result
 
 
+def airflow_services_point_at(services: dict[str, Any], conn_id: str, field: str, env_name: str, expected: str,
+                              what: str) -> None:
+    """Every Airflow service's connection ``conn_id`` and its PIPELINE_* fallback give ``expected``."""
+    for name in sorted(AIRFLOW_SERVICES):
+        env = env_of(services[name])
+        conn = connection_objects(env, f"service {name}")[conn_id]
+        value = getattr(settings_from_connections({conn_id: conn}.get, env={}), field)
+        assert value == expected, f"service {name}: AIRFLOW_CONN_{conn_id.upper()} gives {value!r}, {what} {expected}"
+        assert env[env_name] == expected, f"service {name}: {env_name}={env[env_name]!r}, {what} {expected}"
+
+
 def test_kafka_ports_match_the_connection(services: dict[str, Any]) -> None:
     kafka = env_of(services["kafka"])
     where = "docker-compose.yml service kafka"
@@ -679,18 +690,8 @@ def test_kafka_ports_match_the_connection(services: dict[str, Any]) -> None:
         f"{where}: brokers talk over {kafka.get('KAFKA_INTER_BROKER_LISTENER_NAME')}, "
         "not the internal listener"
     )
-    for name in sorted(AIRFLOW_SERVICES):
-        env = env_of(services[name])
-        conn = connection_objects(env, f"service {name}")["pipeline_kafka"]
-        bootstrap = settings_from_connections({"pipeline_kafka": conn}.get, env={}).kafka_bootstrap
-        expected = f"kafka:{internal_port}"
-        assert bootstrap == expected, (
-            f"service {name}: AIRFLOW_CONN_PIPELINE_KAFKA gives {bootstrap!r}, Kafka listens on {expected}"
-        )
-        assert env[settings_module.ENV_KAFKA_BOOTSTRAP] == expected, (
-            f"service {name}: {settings_module.ENV_KAFKA_BOOTSTRAP}="
-            f"{env[settings_module.ENV_KAFKA_BOOTSTRAP]!r}, Kafka listens on {expected}"
-        )
+    airflow_services_point_at(services, "pipeline_kafka", "kafka_bootstrap", settings_module.ENV_KAFKA_BOOTSTRAP,
+                              f"kafka:{internal_port}", "Kafka listens on")
     ext_port = advertised[external[0]][1]
     ext_bound = bound.get(external[0], ("", None))[1]
     assert (ext_port, ext_bound) in published_ports(services["kafka"]), (
@@ -707,17 +708,8 @@ def test_minio_port_matches_the_s3_settings(services: dict[str, Any]) -> None:
     address = flag_value(args, "--address") or ":9000"
     port = int(address.rsplit(":", 1)[1])
     expected = f"http://minio:{port}"
-    for name in sorted(AIRFLOW_SERVICES):
-        env = env_of(services[name])
-        conn = connection_objects(env, f"service {name}")["pipeline_s3"]
-        endpoint = settings_from_connections({"pipeline_s3": conn}.get, env={}).s3_endpoint
-        assert endpoint == expected, (
-            f"service {name}: AIRFLOW_CONN_PIPELINE_S3 gives {endpoint!r}, MinIO listens on {expected}"
-        )
-        assert env[settings_module.ENV_S3_ENDPOINT] == expected, (
-            f"service {name}: {settings_module.ENV_S3_ENDPOINT}="
-            f"{env[settings_module.ENV_S3_ENDPOINT]!r}, MinIO listens on {expected}"
-        )
+    airflow_services_point_at(services, "pipeline_s3", "s3_endpoint", settings_module.ENV_S3_ENDPOINT, expected,
+                              "MinIO listens on")
     init_script = " ".join(
         command_of(services["minio-init"], "entrypoint") + command_of(services["minio-init"])
     )
@@ -754,17 +746,8 @@ def test_spark_master_port_matches_the_connection(services: dict[str, Any]) -> N
     port = int(flag_value(master_args, "--port") or 7077)
     assert host == "spark-master", f"service spark-master: --host is {host!r}, must be its service name"
     expected = f"spark://{host}:{port}"
-    for name in sorted(AIRFLOW_SERVICES):
-        env = env_of(services[name])
-        conn = connection_objects(env, f"service {name}")["pipeline_spark"]
-        master = settings_from_connections({"pipeline_spark": conn}.get, env={}).spark_master
-        assert master == expected, (
-            f"service {name}: AIRFLOW_CONN_PIPELINE_SPARK gives {master!r}, the master listens on {expected}"
-        )
-        assert env[settings_module.ENV_SPARK_MASTER] == expected, (
-            f"service {name}: {settings_module.ENV_SPARK_MASTER}="
-            f"{env[settings_module.ENV_SPARK_MASTER]!r}, the master is {expected}"
-        )
+    airflow_services_point_at(services, "pipeline_spark", "spark_master", settings_module.ENV_SPARK_MASTER, expected,
+                              "the master listens on")
     worker_args = command_of(services["spark-worker"])
     assert "org.apache.spark.deploy.worker.Worker" in worker_args and expected in worker_args, (
         f"service spark-worker: must run the Worker against {expected}, runs {worker_args}"

@@ -13,6 +13,14 @@ PLOTS = {
 }
 
 
+
+def _save(fig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
 def _num(v, fmt: str = ",.0f") -> str:
     return "n/a" if v is None else format(v, fmt)
 
@@ -48,9 +56,7 @@ def write_plots(report: dict, out: Path) -> None:
     ax.set_xlabel("events (records) per second")
     ax.set_title(f"{cfg['events']:,} JSON events, {cfg['keys']:,} keys, epochs/batches of {cfg['per_epoch']:,}, "
                  f"local[{cfg['parallelism']}]", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out / PLOTS["throughput"], dpi=110)
-    plt.close(fig)
+    _save(fig, out / PLOTS["throughput"])
 
     # our epochs, stacked by phase
     epochs = report["ours"]["epochs"]
@@ -69,9 +75,7 @@ def write_plots(report: dict, out: Path) -> None:
     ax.set_xlabel("epoch (main run)")
     ax.set_ylabel("seconds")
     ax.set_title("ours: where each epoch's time goes (epoch 1 includes Spark/Python worker warm-up)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out / PLOTS["phases"], dpi=110)
-    plt.close(fig)
+    _save(fig, out / PLOTS["phases"])
 
     # snapshot bytes vs keys
     snaps = report["snapshots"]
@@ -95,9 +99,7 @@ def write_plots(report: dict, out: Path) -> None:
     ax.set_ylabel("state bytes")
     ax.set_title("snapshot bytes vs key count", fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / PLOTS["snapshot_bytes"], dpi=110)
-    plt.close(fig)
+    _save(fig, out / PLOTS["snapshot_bytes"])
 
     # restore time vs keys
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -113,9 +115,7 @@ def write_plots(report: dict, out: Path) -> None:
     ax.set_xlabel("keys in state")
     ax.set_ylabel("seconds")
     ax.set_title("restore time vs state size", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out / PLOTS["restore"], dpi=110)
-    plt.close(fig)
+    _save(fig, out / PLOTS["restore"])
 
 
 # -- markdown ---------------------------------------------------------------------------------------
@@ -166,7 +166,7 @@ def markdown(r: dict) -> str:
 
     add("## Ours: where the time goes\n")
     wall = ours["wall_s"]
-    before, after = ours["before_first_epoch_s"], ours["after_last_epoch_s"]
+    before = ours["before_first_epoch_s"]
     epochs_total = sum(e["seconds"] for e in ours["epochs"])
     add(f"Whole process {wall:.2f} s = before epoch 1 {before} s + "
         f"{len(ours['epochs'])} epochs {epochs_total:.2f} s (epoch 1: {ours['epochs'][0]['seconds'] if ours['epochs'] else 'n/a'} s) "

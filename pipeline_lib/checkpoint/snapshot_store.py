@@ -9,8 +9,9 @@ compare-and-swap fails was overtaken by another attempt and is fenced.
 from __future__ import annotations
 
 import logging
+from typing import TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from pipeline_lib.checkpoint import layout
 from pipeline_lib.checkpoint.manifest import Head, HistoryEntry, Manifest, PipelineStatus, sha256_hex
@@ -19,6 +20,7 @@ from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.storage import ObjectStore
 
 log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
 
 
 class SnapshotStore:
@@ -44,14 +46,19 @@ class SnapshotStore:
     def read_status_versioned(self) -> tuple[PipelineStatus | None, str | None]:
         """The status and its version token, for a compare-and-swap; an unreadable record is
         (None, version) so that the next write replaces it."""
-        found = self.store.get_versioned(layout.STATUS_KEY)
+        return self.read_record(layout.STATUS_KEY, PipelineStatus)
+
+    def read_record(self, key: str, model: type[M]) -> tuple[M | None, str | None]:
+        """A small JSON record beside the snapshots (STATUS, RECOVERY) and its version token;
+        an unreadable one is (None, version) so that the next compare-and-swap replaces it."""
+        found = self.store.get_versioned(key)
         if found is None:
             return None, None
         data, version = found
         try:
-            return PipelineStatus.model_validate_json(data), version
+            return model.model_validate_json(data), version
         except ValidationError:
-            log.warning("status record of pipeline %s is unreadable; it will be replaced", self.pipeline)
+            log.warning("%s of pipeline %s is unreadable; it will be replaced", key, self.pipeline)
             return None, version
 
     def swap_status(self, status: PipelineStatus, expected_version: str | None) -> str | None:

@@ -85,9 +85,8 @@ def launch_env(settings: ConnectionSettings, base: dict[str, str] | None = None,
             env.pop(name, None)
     env.setdefault("PYSPARK_PYTHON", python)
     env.setdefault("PYSPARK_DRIVER_PYTHON", python)
-    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1" if not settings.spark_master else env.get("SPARK_LOCAL_IP", ""))
-    if not env["SPARK_LOCAL_IP"]:
-        env.pop("SPARK_LOCAL_IP")
+    if not settings.spark_master:  # local mode: the driver binds to loopback only
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     return env
 
 

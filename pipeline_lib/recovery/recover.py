@@ -24,7 +24,7 @@ from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.graph import build_graph
 from pipeline_lib.orchestration.launch_request import MODES
 from pipeline_lib.recovery.recovery_record import (
-    RecoveryEvent, RecoveryPolicy, RecoveryRecord, read_record, swap_record,
+    RecoveryEvent, RecoveryPolicy, read_record, swap_record,
 )
 from pipeline_lib.recovery.restore_plan import plan_pipeline
 from pipeline_lib.settings import ConnectionSettings

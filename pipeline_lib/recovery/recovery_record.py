@@ -8,15 +8,13 @@ the pipeline LOST exactly one wins and launches; the other reads the fresh claim
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from pipeline_lib.checkpoint import layout
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 
-log = logging.getLogger(__name__)
 
 HISTORY_LIMIT = 30
 Action = Literal["relaunch", "gave_up", "healthy_again", "marked_lost"]
@@ -67,16 +65,8 @@ class RecoveryRecord(BaseModel):
 
 
 def read_record(snapshots: SnapshotStore) -> tuple[RecoveryRecord, str | None]:
-    found = snapshots.store.get_versioned(layout.RECOVERY_KEY)
-    fresh = RecoveryRecord(job=snapshots.job, pipeline=snapshots.pipeline)
-    if found is None:
-        return fresh, None
-    data, version = found
-    try:
-        return RecoveryRecord.model_validate_json(data), version
-    except ValidationError:
-        log.warning("recovery record of pipeline %s is unreadable; starting a fresh one", snapshots.pipeline)
-        return fresh, version
+    record, version = snapshots.read_record(layout.RECOVERY_KEY, RecoveryRecord)
+    return record or RecoveryRecord(job=snapshots.job, pipeline=snapshots.pipeline), version
 
 
 def swap_record(snapshots: SnapshotStore, record: RecoveryRecord, expected_version: str | None) -> bool:

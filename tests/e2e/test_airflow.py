@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from pipeline_lib.recovery.recovery_record import read_record
 from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
 from tests.airflow_harness import AirflowApiError, start_airflow
-from tests.support import result_table, spend_spec, write_spec
+from tests.support import result_table, spend_spec, wait_for, write_spec
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -71,16 +70,6 @@ def airflow(local_stack, payments, tmp_path_factory):
 
 def status(stack_env):
     return SnapshotStore.open(STORE, JOB, "main", ConnectionSettings.from_env(stack_env)).read_status()
-
-
-def wait_for(predicate, timeout, what, interval=0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_invalid_params_are_rejected_before_anything_runs(airflow):

@@ -13,8 +13,6 @@ import sys
 import threading
 import time
 
-import pytest
-
 from pipeline_lib.checkpoint.manifest import PipelineStatus
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.orchestration.launch_request import LaunchRequest
@@ -24,21 +22,11 @@ from pipeline_lib.recovery.recovery_record import RecoveryPolicy, read_record
 from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import load_spec
-from tests.support import result_table, run_cli, spend_spec, write_spec
+from tests.support import result_table, run_cli, spend_spec, wait_for, write_spec
 
 
 def status_of(env, store_uri, job, pipeline="main") -> PipelineStatus | None:
     return SnapshotStore.open(store_uri, job, pipeline, ConnectionSettings.from_env(env)).read_status()
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def start_cli(args, env) -> subprocess.Popen:
