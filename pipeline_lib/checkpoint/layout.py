@@ -8,7 +8,8 @@ Every pipeline of a job has a folder of its own, ``pipelines/<pipeline>/``, hold
     attempts/<n>                          one object per run attempt, created exclusively
     plans/<epoch>.json                    the epoch's offset ranges, written before it runs
     manifests/<snapshot id>.json          immutable snapshot manifests
-    state/<snapshot id>/<flow>/kg-<a>-<b>.parquet  a flow's keyed state of key groups [a, b)
+    state/<snapshot id>/<flow>/kg-<a>-<b>.parquet  a flow's keyed state of key groups [a, b), written
+                                          by that snapshot; later ones reference it while unchanged
 """
 
 from __future__ import annotations

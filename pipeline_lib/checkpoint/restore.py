@@ -15,6 +15,7 @@ import pyarrow as pa
 from pipeline_lib.checkpoint.manifest import HistoryEntry, Manifest, validate_snapshot_id
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import decode_state_file
+from pipeline_lib.checkpoint.state_spans import in_parallel
 from pipeline_lib.errors import NotFound, SnapshotError
 from pipeline_lib.storage import ObjectStore
 
@@ -77,8 +78,9 @@ def _verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], en
             raise SnapshotError(f"sink commit marker {commit.sink.marker} of flow {name} epoch {manifest.epoch} is missing")
         flow = loaded[name] = FlowState()
         if commit.state:
-            for ref in commit.state.files:
-                file_schema, file_rows, file_groups = decode_state_file(snapshots.read_verified(ref.key, ref.sha256))
+            files = commit.state.files
+            read = lambda ref: decode_state_file(snapshots.read_verified(ref.key, ref.sha256))  # noqa: E731
+            for ref, (file_schema, file_rows, file_groups) in zip(files, in_parallel(read, files)):
                 if len(file_rows) != ref.rows:
                     raise SnapshotError(f"state file {ref.key} has {len(file_rows)} rows, manifest says {ref.rows}")
                 outside = next((g for g in file_groups if not ref.key_group_start <= g < ref.key_group_end), None)

@@ -1,4 +1,4 @@
-"""Keyed state ⇄ Parquet files, one file per key-group range.
+"""Keyed state ⇄ Parquet files, one file per key-group span (see state_spans).
 
 Each file carries a ``_key_group`` column, so a restore with another parallelism can take any
 file and hand each row to whichever subtask now owns its key group.
@@ -15,9 +15,8 @@ KEY_GROUP_COLUMN = "_key_group"
 
 
 def encode_state_rows(rows: list[tuple], key_groups: list[int], schema: pa.Schema) -> bytes:
-    columns = [pa.array(key_groups, type=pa.int32())]
-    for i, field in enumerate(schema):
-        columns.append(pa.array([row[i] for row in rows], type=field.type))
+    values = list(zip(*rows)) if rows else [()] * len(schema)
+    columns = [pa.array(key_groups, type=pa.int32())] + [pa.array(v, type=f.type) for v, f in zip(values, schema)]
     table = pa.Table.from_arrays(columns, schema=pa.schema([pa.field(KEY_GROUP_COLUMN, pa.int32()), *schema]))
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd")

@@ -8,6 +8,7 @@ snapshot can be cut by key-group ranges and restored with another parallelism.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any, Iterable
 
 from pipeline_lib.plan.keygroups import key_group_of
@@ -34,6 +35,8 @@ class KeyedAggregateState:
         self.max_parallelism = max_parallelism
         self.values: dict[tuple, list] = {}
         self.key_groups: dict[tuple, int] = {}
+        # key group -> its keys, so a snapshot can write a few key groups without a full scan
+        self.keys_by_group: dict[int, list[tuple]] = defaultdict(list)
 
     @property
     def columns(self) -> list[str]:
@@ -51,7 +54,8 @@ class KeyedAggregateState:
             current = self.values.get(key)
             if current is None:
                 self.values[key] = [0 if fn == "count" and v is None else v for fn, v in zip(self._fns, partial)]
-                self.key_groups[key] = key_group_of(key, self.max_parallelism)
+                kg = self.key_groups[key] = key_group_of(key, self.max_parallelism)
+                self.keys_by_group[kg].append(key)
             else:
                 for i, (fn, v) in enumerate(zip(self._fns, partial)):
                     current[i] = _merge_value(fn, current[i], v)
@@ -60,6 +64,9 @@ class KeyedAggregateState:
 
     def rows(self, keys: Iterable[tuple]) -> list[tuple]:
         return [key + tuple(self.values[key]) for key in keys]
+
+    def keys_in(self, key_groups: range) -> list[tuple]:
+        return [key for kg in key_groups for key in self.keys_by_group.get(kg, ())]
 
     def load_rows(self, rows: list[tuple], key_groups: list[int] | None = None) -> None:
         """Add restored (keys..., values...) rows; each key must be new. ``key_groups`` are the
@@ -78,3 +85,5 @@ class KeyedAggregateState:
             self.key_groups.update(zip(keys, key_groups))
         else:  # the usual restore into an empty state: no copy
             self.values, self.key_groups = loaded, dict(zip(keys, key_groups))
+        for key, kg in zip(keys, key_groups):
+            self.keys_by_group[kg].append(key)

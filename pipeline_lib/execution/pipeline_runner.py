@@ -30,8 +30,9 @@ from pipeline_lib.checkpoint.manifest import (
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, Restored, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import encode_state_rows
+from pipeline_lib.checkpoint.state_spans import in_parallel, reusable_files, spans_of
 from pipeline_lib.errors import FencedError, PipelineError, SnapshotError
-from pipeline_lib.execution.aggregate import epoch_partials, table_rows
+from pipeline_lib.execution.aggregate import epoch_partials, rows_table, table_rows
 from pipeline_lib.execution.epoch_reader import read_epoch, source_schema
 from pipeline_lib.execution.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.lifecycle import DEFAULT_LEASE_SECONDS, DEFAULT_STARTUP_TIMEOUT_SECONDS, Lifecycle
@@ -41,7 +42,7 @@ from pipeline_lib.execution.transforms import apply_transforms
 from pipeline_lib.faults import fault_point
 from pipeline_lib.graph import Pipeline
 from pipeline_lib.plan import kafka_offsets
-from pipeline_lib.plan.keygroups import key_group_range, subtask_of
+from pipeline_lib.plan.keygroups import subtask_of
 from pipeline_lib.plan.offsets import EpochPlan, plan_epoch
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import FilesSink
@@ -184,11 +185,12 @@ class PipelineRunner:
                 same_groups = commit.state.max_parallelism == self.maxp  # the stored key groups still apply
                 flow.state.load_rows(loaded.rows, loaded.key_groups if same_groups else None)
                 flow.state_schema = loaded.schema
-                if commit.state.parallelism == self.parallelism:
-                    flow.state_files = {(f.key_group_start, f.key_group_end): f for f in commit.state.files}
-                else:
+                if commit.state.parallelism != self.parallelism:
                     log.info("pipeline %s flow %s: rescaling keyed state from %d to %d subtasks",
                              self.pipeline.name, flow.spec.name, commit.state.parallelism, self.parallelism)
+                if same_groups:  # unchanged spans keep referencing these files
+                    flow.state_files = reusable_files(commit.state.files, self.job.checkpoint.state_file_key_groups(),
+                                                      self.maxp)
         self.restored = restored
         return restored
 
@@ -279,45 +281,37 @@ class PipelineRunner:
             by_subtask: dict[int, list[tuple]] = defaultdict(list)
             for key in changed:
                 by_subtask[subtask_of(flow.state.key_groups[key], p, self.maxp)].append(key)
-            columns = flow.state.columns
-            parts = [
-                pa.Table.from_pylist([dict(zip(columns, row)) for row in flow.state.rows(by_subtask[i])],
-                                     schema=flow.state_schema)
-                for i in range(p)
-            ]
+            parts = [rows_table(flow.state.rows(by_subtask[i]), flow.state_schema) for i in range(p)]
             return parts, {flow.state.key_groups[k] for k in changed}
 
     def _write_state(self, flow: FlowRuntime, snapshot_id: str, epoch: int, dirty: set[int]) -> StateSnapshot | None:
-        if flow.state is None:
+        """Rewrite the state files of the spans holding a key group changed this epoch; reference
+        the previous snapshot's files for the rest (see checkpoint.state_spans)."""
+        state = flow.state
+        if state is None:
             return None
-        assert flow.spec.state is not None
-        p, maxp = self.parallelism, self.maxp
-        keys_by_subtask: dict[int, list[tuple]] = defaultdict(list)
-        for key, kg in flow.state.key_groups.items():
-            keys_by_subtask[subtask_of(kg, p, maxp)].append(key)
-        files: dict[tuple[int, int], StateFileRef] = {}
-        for i in range(p):
-            r = key_group_range(i, p, maxp)
-            span = (r.start, r.stop)
-            previous = flow.state_files.get(span)
-            if previous is not None and not any(kg in r for kg in dirty):
-                files[span] = previous  # incremental: unchanged key groups keep their file
-                continue
-            keys = keys_by_subtask.get(i, [])
-            if not keys:
-                continue
-            assert flow.state_schema is not None
-            data = encode_state_rows(flow.state.rows(keys), [flow.state.key_groups[k] for k in keys], flow.state_schema)
-            key = state_file_key(snapshot_id, flow.spec.name, r.start, r.stop)
+        assert flow.spec.state is not None and flow.state_schema is not None
+        per_file, maxp, schema = self.job.checkpoint.state_file_key_groups(), self.maxp, flow.state_schema
+        spans = spans_of(state.keys_by_group, per_file, maxp)
+        changed = spans_of(dirty, per_file, maxp)
+        files = {s: ref for s, ref in flow.state_files.items() if s in spans and s not in changed}
+
+        def write(span: tuple[int, int]) -> StateFileRef:
+            keys = state.keys_in(range(*span))
+            data = encode_state_rows(state.rows(keys), [state.key_groups[k] for k in keys], schema)
+            key = state_file_key(snapshot_id, flow.spec.name, *span)
             self.snapshots.store.put(key, data)
-            files[span] = StateFileRef(key=key, rows=len(keys), bytes=len(data), sha256=sha256_hex(data),
-                                       key_group_start=r.start, key_group_end=r.stop)
+            return StateFileRef(key=key, rows=len(keys), bytes=len(data), sha256=sha256_hex(data),
+                                key_group_start=span[0], key_group_end=span[1])
+
+        for ref in in_parallel(write, sorted(spans - files.keys())):
+            files[(ref.key_group_start, ref.key_group_end)] = ref
             fault_point("mid_snapshot_write", epoch)
         flow.state_files = files
         agg = flow.spec.state.aggregate
         return StateSnapshot(
             key_columns=agg.key, value_columns={n: str(f) for n, f in agg.functions().items()},
-            max_parallelism=maxp, parallelism=p, keys=len(flow.state),
+            max_parallelism=maxp, parallelism=self.parallelism, keys=len(state),
             files=sorted(files.values(), key=lambda f: f.key_group_start),
         )
 

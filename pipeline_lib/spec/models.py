@@ -157,6 +157,22 @@ class CheckpointSpec(StrictModel):
     store: LocationUri
     retain: Annotated[int, Field(ge=1, le=10_000)] = 10
     max_parallelism: Annotated[int, Field(ge=1, le=32_768)] = 128
+    # Keyed state is stored as one file per this many key groups, and an epoch rewrites only the
+    # files whose key groups it touched (incremental snapshots). Unset: max_parallelism / 128,
+    # at least 1 (one file per key group with the default max_parallelism).
+    key_groups_per_state_file: Annotated[int, Field(ge=1, le=32_768)] | None = None
+
+    @model_validator(mode="after")
+    def _file_within_groups(self) -> "CheckpointSpec":
+        if self.key_groups_per_state_file is not None and self.key_groups_per_state_file > self.max_parallelism:
+            raise ValueError(f"key_groups_per_state_file {self.key_groups_per_state_file} exceeds max_parallelism "
+                             f"{self.max_parallelism}")
+        return self
+
+    def state_file_key_groups(self) -> int:
+        if self.key_groups_per_state_file is None:
+            return max(1, self.max_parallelism // 128)
+        return self.key_groups_per_state_file
 
 
 class TriggerSpec(StrictModel):

@@ -67,6 +67,8 @@ def test_documented_spec_loads(tmp_path):
         ("on_error", "retry", "on_error:"),
         ("dead_letter", {"path": "s3://results/dlq"}, "dead_letter is set but on_error is not dead_letter"),
         ("max_record_bytes", 0, "max_record_bytes:"),
+        ("checkpoint.key_groups_per_state_file", 0, "checkpoint.key_groups_per_state_file"),
+        ("checkpoint.key_groups_per_state_file", 129, "key_groups_per_state_file 129 exceeds max_parallelism 128"),
     ],
 )
 def test_bad_spec_names_field_and_reason(path, value, expected):

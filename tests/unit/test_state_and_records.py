@@ -101,3 +101,20 @@ def test_bad_records_are_named_by_topic_partition_offset(value, reason):
 def test_good_records_decode_in_schema_order_with_missing_as_null():
     decoder = JsonRecordDecoder([("user", "string"), ("amount", "bigint"), ("ok", "boolean")])
     assert decoder.decode("t", 0, 0, b'{"amount": 3, "user": "x", "extra": 1}') == ("x", 3, None)
+
+
+def test_keys_by_group_follows_merges_and_restores():
+    fns = {"total": parse_aggregate("sum(amount)"), "n": parse_aggregate("count(*)")}
+    state = KeyedAggregateState(["user"], fns, 16)
+    state.merge([(f"u{i}", i, 1) for i in range(200)])
+    state.merge([(f"u{i}", i, 1) for i in range(100, 300)])  # half known, half new keys
+    expected: dict[int, set] = {}
+    for key, kg in state.key_groups.items():
+        expected.setdefault(kg, set()).add(key)
+    assert {kg: set(keys) for kg, keys in state.keys_by_group.items()} == expected
+    assert sum(len(keys) for keys in state.keys_by_group.values()) == len(state) == 300
+    assert set(state.keys_in(range(0, 16))) == set(state.values)
+    restored = KeyedAggregateState(["user"], fns, 16)
+    keys = state.keys_in(range(4, 9))
+    restored.load_rows(state.rows(keys), [state.key_groups[k] for k in keys])
+    assert set(restored.keys_in(range(0, 16))) == set(keys) == {k for k, g in state.key_groups.items() if 4 <= g < 9}

@@ -1,0 +1,54 @@
+"""Keyed state cut into files of a few key groups each, so snapshots can be incremental.
+
+A state file holds the whole state of its key-group span, never a delta: an epoch rewrites only
+the spans whose key groups it changed and the manifest references the other spans' files from
+earlier snapshots, while a restore still reads exactly one file per span (no chain to replay).
+Spans are a fixed grid over the key groups, independent of the parallelism, so rescaling keeps
+every file valid. Files are written and read in parallel: they are many and small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from pipeline_lib.checkpoint.manifest import StateFileRef
+
+IO_THREADS = 8  # concurrent object-store requests for state files; S3 latency, not CPU, bounds them
+
+Span = tuple[int, int]  # key groups [start, end)
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def span_of(key_group: int, per_file: int, max_parallelism: int) -> Span:
+    start = key_group - key_group % per_file
+    return start, min(start + per_file, max_parallelism)
+
+
+def spans_of(key_groups: Iterable[int], per_file: int, max_parallelism: int) -> set[Span]:
+    return {span_of(kg, per_file, max_parallelism) for kg in key_groups}
+
+
+def reusable_files(refs: Iterable[StateFileRef], per_file: int, max_parallelism: int) -> dict[Span, StateFileRef]:
+    """A snapshot's state files by span, if they lie on this grid (else {}: rewrite them all once)."""
+    by_span = {(r.key_group_start, r.key_group_end): r for r in refs}
+    if all(span_of(start, per_file, max_parallelism) == (start, end) for start, end in by_span):
+        return by_span
+    return {}
+
+
+def in_parallel(fn: Callable[[T], R], items: Sequence[T], threads: int = IO_THREADS) -> Iterator[R]:
+    """``map(fn, items)`` on a few threads, results in order; the first error stops the rest."""
+    if len(items) <= 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="state-io") as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        try:
+            for future in futures:
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
