@@ -19,7 +19,8 @@ def encode_state_rows(rows: list[tuple], key_groups: list[int], schema: pa.Schem
     columns = [pa.array(key_groups, type=pa.int32())] + [pa.array(v, type=f.type) for v, f in zip(values, schema)]
     table = pa.Table.from_arrays(columns, schema=pa.schema([pa.field(KEY_GROUP_COLUMN, pa.int32()), *schema]))
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
+    # No dictionaries: a file holds one span of mostly distinct keys, where they cost more than they save.
+    pq.write_table(table, sink, compression="zstd", use_dictionary=False)
     return sink.getvalue()
 
 
