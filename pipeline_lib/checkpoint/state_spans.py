@@ -3,8 +3,9 @@
 A state file holds the whole state of its key-group span, never a delta: an epoch rewrites only
 the spans whose key groups it changed and the manifest references the other spans' files from
 earlier snapshots, while a restore still reads exactly one file per span (no chain to replay).
-Spans are a fixed grid over the key groups, independent of the parallelism, so rescaling keeps
-every file valid. Files are written and read in parallel: they are many and small.
+Spans are a grid over the key groups, independent of the parallelism, so rescaling keeps every
+file valid; its step (key groups per file) follows the state's size, and when it changes the next
+epoch writes every span once. Files are written and read in parallel: they are many and small.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
-
-from pipeline_lib.checkpoint.manifest import StateFileRef
 
 IO_THREADS = 8  # concurrent object-store requests for state files; S3 latency, not CPU, bounds them
 
@@ -29,14 +28,6 @@ def span_of(key_group: int, per_file: int, max_parallelism: int) -> Span:
 
 def spans_of(key_groups: Iterable[int], per_file: int, max_parallelism: int) -> set[Span]:
     return {span_of(kg, per_file, max_parallelism) for kg in key_groups}
-
-
-def reusable_files(refs: Iterable[StateFileRef], per_file: int, max_parallelism: int) -> dict[Span, StateFileRef]:
-    """A snapshot's state files by span, if they lie on this grid (else {}: rewrite them all once)."""
-    by_span = {(r.key_group_start, r.key_group_end): r for r in refs}
-    if all(span_of(start, per_file, max_parallelism) == (start, end) for start, end in by_span):
-        return by_span
-    return {}
 
 
 def in_parallel(fn: Callable[[T], R], items: Sequence[T], threads: int = IO_THREADS) -> Iterator[R]:

@@ -30,7 +30,7 @@ from pipeline_lib.checkpoint.manifest import (
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, Restored, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import encode_state_rows
-from pipeline_lib.checkpoint.state_spans import in_parallel, reusable_files, spans_of
+from pipeline_lib.checkpoint.state_spans import in_parallel, spans_of
 from pipeline_lib.errors import FencedError, PipelineError, SnapshotError
 from pipeline_lib.execution.aggregate import epoch_partials, rows_table, table_rows
 from pipeline_lib.execution.epoch_reader import read_epoch, source_schema
@@ -188,9 +188,8 @@ class PipelineRunner:
                 if commit.state.parallelism != self.parallelism:
                     log.info("pipeline %s flow %s: rescaling keyed state from %d to %d subtasks",
                              self.pipeline.name, flow.spec.name, commit.state.parallelism, self.parallelism)
-                if same_groups:  # unchanged spans keep referencing these files
-                    flow.state_files = reusable_files(commit.state.files, self.job.checkpoint.state_file_key_groups(),
-                                                      self.maxp)
+                if same_groups:  # spans still on the grid and unchanged keep referencing these files
+                    flow.state_files = {(f.key_group_start, f.key_group_end): f for f in commit.state.files}
         self.restored = restored
         return restored
 
@@ -291,7 +290,8 @@ class PipelineRunner:
         if state is None:
             return None
         assert flow.spec.state is not None and flow.state_schema is not None
-        per_file, maxp, schema = self.job.checkpoint.state_file_key_groups(), self.maxp, flow.state_schema
+        maxp, schema = self.maxp, flow.state_schema
+        per_file = self.job.checkpoint.state_file_key_groups(len(state))
         spans = spans_of(state.keys_by_group, per_file, maxp)
         changed = spans_of(dirty, per_file, maxp)
         files = {s: ref for s, ref in flow.state_files.items() if s in spans and s not in changed}

@@ -153,13 +153,16 @@ class SinkSpec(StrictModel):
     files: FilesSinkSpec
 
 
+STATE_FILE_TARGET_KEYS = 1_024
+
+
 class CheckpointSpec(StrictModel):
     store: LocationUri
     retain: Annotated[int, Field(ge=1, le=10_000)] = 10
     max_parallelism: Annotated[int, Field(ge=1, le=32_768)] = 128
     # Keyed state is stored as one file per this many key groups, and an epoch rewrites only the
-    # files whose key groups it touched (incremental snapshots). Unset: max_parallelism / 128,
-    # at least 1 (one file per key group with the default max_parallelism).
+    # files whose key groups it touched (incremental snapshots). Unset: sized to the state (see
+    # state_file_key_groups).
     key_groups_per_state_file: Annotated[int, Field(ge=1, le=32_768)] | None = None
 
     @model_validator(mode="after")
@@ -169,10 +172,16 @@ class CheckpointSpec(StrictModel):
                              f"{self.max_parallelism}")
         return self
 
-    def state_file_key_groups(self) -> int:
-        if self.key_groups_per_state_file is None:
-            return max(1, self.max_parallelism // 128)
-        return self.key_groups_per_state_file
+    def state_file_key_groups(self, keys: int) -> int:
+        """Key groups per state file for a state of ``keys`` keys: the spec's value, or the largest
+        power of two giving files of at most ~1,024 keys, with at most 128 files. Small files keep
+        incremental snapshots small; a few files keep a small state cheap to write every epoch."""
+        if self.key_groups_per_state_file is not None:
+            return self.key_groups_per_state_file
+        maxp, per = self.max_parallelism, 1
+        while per * 2 <= maxp and keys * per * 2 <= STATE_FILE_TARGET_KEYS * maxp:
+            per *= 2
+        return max(per, maxp // 128)
 
 
 class TriggerSpec(StrictModel):

@@ -45,6 +45,7 @@ def test_an_epoch_rewrites_only_the_state_files_of_the_key_groups_it_touched(sta
     users = sorted({e["user"] for e in events})
     produce_json(local_stack.kafka_bootstrap, topic, events)
     spec_dict = spend_spec(name, topic, sink, store_uri, per_epoch=100_000, retain=2)
+    spec_dict["checkpoint"]["key_groups_per_state_file"] = 1  # else sized to the state: 2 files for 2,000 keys
     spec = write_spec(tmp_path, spec_dict)
     settings = ConnectionSettings.from_env(stack_env)
     snapshots = SnapshotStore.open(store_uri, name, "main", settings)
@@ -53,7 +54,7 @@ def test_an_epoch_rewrites_only_the_state_files_of_the_key_groups_it_touched(sta
         done = run_cli(["run", str(spec), *args], stack_env)
         assert done.returncode == 0, done.stderr[-3000:]
 
-    # 1. a full snapshot: one file per key group that holds keys (1 key group per file by default)
+    # 1. a full snapshot: one file per key group that holds keys
     run()
     full = _latest(snapshots)
     groups_with_keys = {key_group_of((u,), MAXP) for u in users}

@@ -1,18 +1,12 @@
-"""State files per key-group span: the grid, which files a snapshot can reuse, parallel I/O."""
+"""State files per key-group span: the grid, the file size, parallel I/O."""
 
 import threading
 import time
 
 import pytest
 
-from pipeline_lib.checkpoint.manifest import StateFileRef
-from pipeline_lib.checkpoint.state_spans import in_parallel, reusable_files, span_of, spans_of
+from pipeline_lib.checkpoint.state_spans import in_parallel, span_of, spans_of
 from pipeline_lib.spec.models import CheckpointSpec
-
-
-def _ref(start: int, end: int) -> StateFileRef:
-    return StateFileRef(key=f"state/s/f/kg-{start}-{end}.parquet", rows=1, bytes=1, sha256="0" * 64,
-                        key_group_start=start, key_group_end=end)
 
 
 def test_spans_tile_the_key_groups_and_the_last_one_is_cut_at_max_parallelism():
@@ -25,18 +19,15 @@ def test_spans_tile_the_key_groups_and_the_last_one_is_cut_at_max_parallelism():
         assert covered == list(range(maxp)), (per_file, maxp)
 
 
-def test_default_file_size_keeps_at_most_128_files_per_flow():
-    assert CheckpointSpec(store="s3://ckpt/x").state_file_key_groups() == 1
-    assert CheckpointSpec(store="s3://ckpt/x", max_parallelism=4096).state_file_key_groups() == 32
-    assert CheckpointSpec(store="s3://ckpt/x", max_parallelism=8).state_file_key_groups() == 1
-    assert CheckpointSpec(store="s3://ckpt/x", key_groups_per_state_file=4).state_file_key_groups() == 4
-
-
-def test_only_files_on_the_current_grid_are_reused():
-    on_grid = [_ref(0, 4), _ref(4, 8), _ref(12, 16)]
-    assert set(reusable_files(on_grid, 4, 16)) == {(0, 4), (4, 8), (12, 16)}
-    assert reusable_files(on_grid, 2, 16) == {}  # the file size changed: everything is written once more
-    assert reusable_files([_ref(0, 64), _ref(64, 128)], 1, 128) == {}  # files per subtask range (older layout)
+def test_file_size_follows_the_state_size_unless_the_spec_sets_it():
+    spec = CheckpointSpec(store="s3://ckpt/x")  # max_parallelism 128
+    sizes = {keys: spec.state_file_key_groups(keys) for keys in (0, 1_000, 10_000, 100_000, 1_000_000)}
+    assert sizes == {0: 128, 1_000: 128, 10_000: 8, 100_000: 1, 1_000_000: 1}
+    for keys, per_file in sizes.items():  # files of at most ~1,024 keys, unless that needs more than 128 files
+        assert keys * per_file / 128 <= 1_024 or per_file == 1
+    assert CheckpointSpec(store="s3://ckpt/x", max_parallelism=4096).state_file_key_groups(10**7) == 32  # ≤ 128 files
+    assert CheckpointSpec(store="s3://ckpt/x", max_parallelism=8).state_file_key_groups(10**6) == 1
+    assert CheckpointSpec(store="s3://ckpt/x", key_groups_per_state_file=4).state_file_key_groups(10**6) == 4
 
 
 def test_in_parallel_keeps_order_overlaps_calls_and_stops_at_the_first_error():
