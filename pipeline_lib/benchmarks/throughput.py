@@ -404,13 +404,17 @@ def seed_state_snapshot(spec_path: Path, settings: ConnectionSettings, keys: int
             "write_state_s": round(write_s, 4)}
 
 
-def probe_restore(spec_path: Path, env: dict) -> dict:
+def probe_restore(spec_path: Path, env: dict, log_path: Path) -> dict:
+    """Time a restore in a fresh process; its stderr goes to ``log_path`` (named in any error)."""
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "pipeline_lib.benchmarks.restore_probe", str(spec_path)],
                             env=env, capture_output=True, text=True)
     wall = time.monotonic() - started
+    log_path.write_text(result.stderr)
     if result.returncode != 0:
-        raise RuntimeError(f"restore probe failed: {result.stderr[-2000:]}")
+        errors = [line for line in result.stderr.splitlines() if "Error" in line or "error" in line]
+        raise RuntimeError(f"restore probe of {spec_path.name} exited with {result.returncode}: "
+                           f"{(errors or result.stderr.splitlines() or ['no output'])[-1]} (full log: {log_path})")
     return {**json.loads(result.stdout.strip().splitlines()[-1]), "process_s": round(wall, 3)}
 
 
@@ -566,7 +570,7 @@ def _bench(cfg: BenchConfig, info: StackInfo, work: Path, out: Path) -> dict:
         rspec, _, _ = _spec(work / f"{rname}.yaml", rname, topic, cfg)
         seeded = seed_state_snapshot(rspec, settings, keys, state_schema, {p: e for p, (_, e) in ranges.items()},
                                      cfg.seed + keys)
-        probe = probe_restore(rspec, env)
+        probe = probe_restore(rspec, env, logs / f"restore-probe-{keys}.log")
         if probe.get("keys") != keys:
             raise RuntimeError(f"restore of {keys} keys came back with {probe.get('keys')} keys")
         restore_rows.append({**seeded, **probe})
