@@ -41,6 +41,11 @@ def _float(v: Any) -> Any:
 def _string(v: Any) -> Any:
     if not isinstance(v, str):
         raise ValueError(f"expected a string, got {type(v).__name__} {v!r:.40}")
+    if not v.isascii():
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:  # "\ud800" is valid JSON but no Spark (UTF-8) string
+            raise ValueError(f"string with a lone surrogate {v!r:.40}") from None
     return v
 
 
@@ -93,7 +98,7 @@ class JsonRecordDecoder:
             raise RecordError(topic, partition, offset, "value is null (tombstone)")
         try:
             obj = json.loads(value)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # also integers over 4300 digits, nesting too deep
             raise RecordError(topic, partition, offset, f"malformed JSON: {exc}") from None
         if not isinstance(obj, dict):
             raise RecordError(topic, partition, offset, f"expected a JSON object, got {type(obj).__name__}")
