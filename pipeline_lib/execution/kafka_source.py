@@ -89,7 +89,7 @@ class RecordBatcher:
         from pyspark.sql.conversion import LocalDataToArrowConversion
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from pipeline_lib.execution.record_decoding import JsonRecordDecoder, StringRecordDecoder
+        from pipeline_lib.execution.record_decoding import FastJsonDecoder, StringRecordDecoder
 
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         # A string column only ever holds str or None here, for which PySpark's converter is the identity.
@@ -101,7 +101,7 @@ class RecordBatcher:
         self.topic, self.partition = topic, partition
         self.tolerant, self.max_record_bytes = tolerant, max_record_bytes
         if fmt == "json":
-            json_decoder = JsonRecordDecoder(fields)
+            json_decoder = FastJsonDecoder(fields)
             self.decode = lambda rec: json_decoder.decode(topic, partition, rec.offset, rec.value)
             self.width = len(fields)
         else:

@@ -1,16 +1,21 @@
-"""The Kafka source's Arrow read path gives exactly what the row-by-row path gave: pure logic.
+"""The Kafka source's fast read path gives exactly what the row-by-row path gave: pure logic.
 
-``RecordBatcher`` (Arrow batches) == the rows the reader used to yield, converted by PySpark's own
-``records_to_arrow_batches`` (what the Python worker did with them): the same Arrow schema and
-values, the same dead-letter rows, the same first error when the policy is ``fail``; over a corpus
-of tricky records (valid, missing fields, nulls, wrong types, 3.0 for an integer, bools for numbers,
-huge integers, unicode, extra fields, non-objects, invalid UTF-8, byte-order marks, duplicate keys,
-deep nesting, oversize records).
+Two differential checks over corpora of tricky records (valid, missing fields, nulls, wrong types,
+3.0 for an integer, bools for numbers, huge integers, unicode, extra fields, non-objects, invalid
+UTF-8, byte-order marks, duplicate keys, deep nesting, oversize records) and random mutations:
+
+* ``FastJsonDecoder`` (msgspec, falling back to the reference) == ``JsonRecordDecoder``: the same
+  Python values of the same types, or the same exception with the same message;
+* ``RecordBatcher`` (Arrow batches) == the rows the reader used to yield, converted by PySpark's own
+  ``records_to_arrow_batches`` (what the Python worker did with them): the same Arrow schema and
+  values, the same dead-letter rows, the same first error when the policy is ``fail``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import random
 import time
 
 import pyarrow as pa
@@ -21,7 +26,12 @@ from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
 
 from pipeline_lib.errors import RecordError
 from pipeline_lib.execution.kafka_source import RecordBatcher
-from pipeline_lib.execution.record_decoding import JsonRecordDecoder
+from pipeline_lib.execution.record_decoding import (
+    BRACKET_FREE_BYTES,
+    FAST_MAX_OPENINGS,
+    FastJsonDecoder,
+    JsonRecordDecoder,
+)
 
 SCHEMA_FIELDS = [("user", "string"), ("amount", "bigint"), ("n", "int"), ("s", "smallint"), ("b", "tinyint"),
                  ("x", "double"), ("y", "float"), ("ok", "boolean"), ("name", "varchar(10)")]
@@ -90,6 +100,113 @@ def outcome(decoder, value: bytes | None, offset: int = 42):
         return "ok", [(type(v).__name__, repr(v)) for v in decoder.decode("topic", 3, offset, value)]
     except Exception as exc:  # noqa: BLE001 - comparing whatever the reference does, crashes included
         return "error", type(exc).__name__, str(exc)
+
+
+def assert_same(fields, values):
+    reference, fast = JsonRecordDecoder(fields), FastJsonDecoder(fields)
+    assert fast._fast is not None, "the fast path is not in use for this schema"
+    took_fast = 0
+    for i, value in enumerate(values):
+        expected = outcome(reference, value, i)
+        assert outcome(fast, value, i) == expected, f"value {value[:200]!r}"
+        if value is not None and expected[0] == "ok":
+            try:
+                fast._fast(value)
+                took_fast += 1
+            except Exception:  # noqa: BLE001
+                pass
+    return took_fast
+
+
+def test_fast_decoder_equals_the_reference_on_the_corpus():
+    took_fast = assert_same(SCHEMA_FIELDS, CORPUS)
+    assert took_fast >= 25  # the comparison is not vacuous: msgspec decided many of them itself
+
+
+@pytest.mark.parametrize("dtype", ["string", "bigint", "int", "smallint", "tinyint", "double", "float", "boolean"])
+def test_fast_decoder_equals_the_reference_per_type(dtype):
+    """Every corpus value also with each field's value put under a single column ``v`` of each type."""
+    values: list[bytes | None] = []
+    for value in CORPUS:
+        values.append(value)
+        if value and value.startswith(b"{") and b":" in value:
+            key = value[1:].split(b":", 1)[0]
+            values.append(value.replace(key, b'"v"', 1))
+    assert_same([("v", dtype), ("user", "string")], values)
+
+
+def test_deep_nesting_is_left_to_the_reference():
+    """Near the recursion limit json.loads (called a few frames deeper) fails where msgspec still
+    succeeds, so a value that might nest deeper than FAST_MAX_OPENINGS goes to the reference."""
+    class Reference:
+        def decode(self, topic, partition, offset, value):
+            return ("reference",)
+
+    fast = FastJsonDecoder([("user", "string")])
+    fast.reference = Reference()
+
+    def nested(depth):
+        return b'{"user":"a","e":' + b"[" * depth + b"]" * depth + b"}"
+
+    assert len(nested(100)) <= BRACKET_FREE_BYTES and fast.decode("t", 0, 1, nested(100)) == ("a",)
+    assert fast.decode("t", 0, 2, b'{"user":"a","e":"' + b"x" * 1000 + b'","f":[[1]]}') == ("a",)  # long, few brackets
+    assert fast.decode("t", 0, 3, nested(FAST_MAX_OPENINGS)) == ("reference",)
+    assert fast.decode("t", 0, 4, b'{"user":"a","e":"' + b"[" * 500 + b'"}') == ("reference",)  # counted in strings too
+
+
+def _mutations(rng: random.Random, seeds: list[bytes], count: int) -> list[bytes]:
+    palette = [b"{", b"}", b"[", b"]", b'"', b",", b":", b"0", b"9", b".", b"e", b"-", b"+", b" ", b"\\", b"u",
+               b"\xff", b"\xc3", b"\xa9", b"true", b"null", b"1e400", b"3.0", b"\\ud800", b"\xed\xa0\x80", b"\x00"]
+    out = []
+    for _ in range(count):
+        value = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 3)):
+            pos = rng.randint(0, len(value))
+            op = rng.random()
+            if op < 0.4:
+                value[pos:pos] = rng.choice(palette)
+            elif op < 0.7:
+                del value[pos:pos + rng.randint(1, 3)]
+            else:
+                value[pos:pos + 1] = rng.choice(palette)
+        out.append(bytes(value))
+    return out
+
+
+def test_fast_decoder_equals_the_reference_on_random_records():
+    rng = random.Random(2026)
+    names = [name for name, _ in SCHEMA_FIELDS] + ["extra"]
+
+    def number() -> str:
+        kind = rng.random()
+        if kind < 0.3:
+            return str(rng.choice([1, -1]) * rng.randint(0, 2 ** rng.choice([7, 8, 15, 16, 31, 32, 63, 64, 80])))
+        mantissa = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 25)))
+        frac = "".join(rng.choice("0123456789") for _ in range(rng.randint(0, 20)))
+        text = rng.choice(["", "-"]) + mantissa.lstrip("0") or "0"
+        if frac:
+            text += "." + frac
+        if kind < 0.8:
+            text += rng.choice("eE") + rng.choice(["", "-", "+"]) + str(rng.randint(0, 330))
+        return text
+
+    def value() -> str:
+        return rng.choice([number, lambda: json.dumps(rng.choice(["x", "é", "ü😀", "\u2028", ""])),
+                           lambda: rng.choice(["true", "false", "null", "[]", "{}", '{"a":[1]}'])])()
+
+    seeds = []
+    for _ in range(3000):
+        parts = [f'"{rng.choice(names)}":{value()}' for _ in range(rng.randint(0, 5))]
+        seeds.append(("{" + ",".join(parts) + "}").encode())
+    assert_same(SCHEMA_FIELDS, seeds + _mutations(rng, seeds + [v for v in CORPUS if v], 6000))
+
+
+def test_fast_decoder_is_off_for_types_it_cannot_match():
+    """Timestamps, dates, decimals and nested types keep the reference decoder for every record."""
+    for dtype in ("timestamp", "date", "decimal(10,2)", "array<int>", "struct<a:int>"):
+        fast = FastJsonDecoder([("user", "string"), ("v", dtype)])
+        assert fast._fast is None
+        assert outcome(fast, b'{"user":"a"}') == outcome(JsonRecordDecoder([("user", "string"), ("v", dtype)]), b'{"user":"a"}')
 
 
 # -- whole batches: RecordBatcher vs the rows the reader used to yield, converted by PySpark -----------
