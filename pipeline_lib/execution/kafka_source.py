@@ -8,6 +8,7 @@ kafka-python (assign + seek, no consumer group) inside the executor's Python wor
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Iterator, Sequence
 
@@ -151,21 +152,14 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int)
 def read_range_chunks(bootstrap: str, topic: str, partition: int, start: int, end: int) -> Iterator[list]:
     """Yield the records of ``[start, end)`` as one list per poll (never empty), in offset order;
     offsets may have gaps (compaction, markers)."""
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import TopicPartition
     from kafka.errors import KafkaError
 
     if start >= end:
         return
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="none",  # never jump silently: a missing offset is an error
-        client_id=f"pipeline-lib-reader-{topic}-{partition}",
-        max_partition_fetch_bytes=4 * 1024 * 1024,
-        fetch_max_bytes=16 * 1024 * 1024,
-    )
+    consumer = _take_consumer(bootstrap, topic)
     tp = TopicPartition(topic, partition)
+    finished = False
     try:
         consumer.assign([tp])
         consumer.seek(tp, start)
@@ -196,5 +190,60 @@ def read_range_chunks(bootstrap: str, topic: str, partition: int, start: int, en
                     f"reading {topic}[{partition}] stalled at offset {position} (planned end {end}) "
                     f"for {STALL_TIMEOUT_S:.0f}s"
                 )
+        finished = True
     finally:
+        if finished:
+            _give_back(bootstrap, topic, consumer)
+        else:  # an error, a stall, or a reader that stopped early: never reuse this connection
+            _close_quietly(consumer)
+
+
+# Consumers kept between tasks of a Python worker (Spark reuses workers): a new KafkaConsumer
+# per range costs a connection, an API version probe and a metadata request. One per
+# (bootstrap, topic), reassigned and seeked for each range; taken out of the cache while in use.
+CONSUMER_IDLE_S = 60.0  # older ones are closed rather than trusted (brokers drop idle connections)
+CONSUMER_CACHE_SIZE = 4
+_consumers: dict[tuple[str, str], tuple[object, float]] = {}
+_consumers_pid = os.getpid()
+
+
+def _take_consumer(bootstrap: str, topic: str):
+    from kafka import KafkaConsumer
+
+    global _consumers_pid
+    if _consumers_pid != os.getpid():  # a forked child must not share its parent's sockets
+        _consumers.clear()
+        _consumers_pid = os.getpid()
+    now = time.monotonic()
+    for key, (consumer, used) in list(_consumers.items()):
+        if now - used > CONSUMER_IDLE_S:
+            del _consumers[key]
+            _close_quietly(consumer)
+    cached = _consumers.pop((bootstrap, topic), None)
+    if cached is not None:
+        return cached[0]
+    return KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="none",  # never jump silently: a missing offset is an error
+        client_id=f"pipeline-lib-reader-{topic}",
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+        fetch_max_bytes=16 * 1024 * 1024,
+    )
+
+
+def _give_back(bootstrap: str, topic: str, consumer) -> None:
+    previous = _consumers.pop((bootstrap, topic), None)
+    if previous is not None:  # another reader of the same topic finished first
+        _close_quietly(previous[0])
+    _consumers[(bootstrap, topic)] = (consumer, time.monotonic())
+    while len(_consumers) > CONSUMER_CACHE_SIZE:
+        _close_quietly(_consumers.pop(next(iter(_consumers)))[0])
+
+
+def _close_quietly(consumer) -> None:
+    try:
         consumer.close()
+    except Exception:  # noqa: BLE001 - closing a broken consumer must not hide the real error
+        pass
