@@ -24,6 +24,7 @@ METADATA_DDL = "_topic string, _partition int, _offset long, _timestamp_ms long"
 ERROR_DDL = "_error string, _raw binary"  # only with on_error: dead_letter | skip
 STALL_TIMEOUT_S = 60.0
 POLL_MAX_RECORDS = 10_000  # records per poll, and so at most per Arrow batch handed to Spark
+FETCH_MAX_WAIT_MS = 100  # planned ranges are in the log already: the broker only waits at its end
 
 
 class RangePartition(InputPartition):
@@ -157,7 +158,7 @@ def read_range_chunks(bootstrap: str, topic: str, partition: int, start: int, en
 
     if start >= end:
         return
-    consumer = _take_consumer(bootstrap, topic)
+    consumer = _take_consumer(bootstrap, topic, partition)
     tp = TopicPartition(topic, partition)
     finished = False
     try:
@@ -193,21 +194,26 @@ def read_range_chunks(bootstrap: str, topic: str, partition: int, start: int, en
         finished = True
     finally:
         if finished:
-            _give_back(bootstrap, topic, consumer)
+            _give_back(bootstrap, topic, partition, consumer)
         else:  # an error, a stall, or a reader that stopped early: never reuse this connection
             _close_quietly(consumer)
 
 
 # Consumers kept between tasks of a Python worker (Spark reuses workers): a new KafkaConsumer
 # per range costs a connection, an API version probe and a metadata request. One per
-# (bootstrap, topic), reassigned and seeked for each range; taken out of the cache while in use.
+# (bootstrap, topic, partition), taken out of the cache while in use. When a poll drains its
+# buffer kafka-python sends the next fetch at once; at the log's end the broker holds that fetch
+# up to fetch_max_wait_ms, and any other fetch on the connection waits behind it (measured: a
+# consumer reassigned to another partition waited 500 ms, the default). A partition's next range
+# usually comes an epoch later, after that fetch was answered (and its records are used when the
+# range starts where the last one ended); FETCH_MAX_WAIT_MS bounds the wait when it comes sooner.
 CONSUMER_IDLE_S = 60.0  # older ones are closed rather than trusted (brokers drop idle connections)
-CONSUMER_CACHE_SIZE = 4
-_consumers: dict[tuple[str, str], tuple[object, float]] = {}
+CONSUMER_CACHE_SIZE = 8
+_consumers: dict[tuple[str, str, int], tuple[object, float]] = {}
 _consumers_pid = os.getpid()
 
 
-def _take_consumer(bootstrap: str, topic: str):
+def _take_consumer(bootstrap: str, topic: str, partition: int):
     from kafka import KafkaConsumer
 
     global _consumers_pid
@@ -219,7 +225,7 @@ def _take_consumer(bootstrap: str, topic: str):
         if now - used > CONSUMER_IDLE_S:
             del _consumers[key]
             _close_quietly(consumer)
-    cached = _consumers.pop((bootstrap, topic), None)
+    cached = _consumers.pop((bootstrap, topic, partition), None)
     if cached is not None:
         return cached[0]
     return KafkaConsumer(
@@ -227,17 +233,18 @@ def _take_consumer(bootstrap: str, topic: str):
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="none",  # never jump silently: a missing offset is an error
-        client_id=f"pipeline-lib-reader-{topic}",
+        client_id=f"pipeline-lib-reader-{topic}-{partition}",
         max_partition_fetch_bytes=4 * 1024 * 1024,
         fetch_max_bytes=16 * 1024 * 1024,
+        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
     )
 
 
-def _give_back(bootstrap: str, topic: str, consumer) -> None:
-    previous = _consumers.pop((bootstrap, topic), None)
-    if previous is not None:  # another reader of the same topic finished first
+def _give_back(bootstrap: str, topic: str, partition: int, consumer) -> None:
+    previous = _consumers.pop((bootstrap, topic, partition), None)
+    if previous is not None:  # another reader of the same partition finished first
         _close_quietly(previous[0])
-    _consumers[(bootstrap, topic)] = (consumer, time.monotonic())
+    _consumers[(bootstrap, topic, partition)] = (consumer, time.monotonic())
     while len(_consumers) > CONSUMER_CACHE_SIZE:
         _close_quietly(_consumers.pop(next(iter(_consumers)))[0])
 
