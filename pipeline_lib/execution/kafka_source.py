@@ -66,7 +66,7 @@ class KafkaRangeReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """One Arrow batch per poll: Spark takes the batches as they are, instead of converting
-        every row from a Python tuple (which cost more than decoding the JSON)."""
+        every row, value by value, from a Python tuple."""
         assert isinstance(partition, RangePartition)
         fault_point("during_read", self.epoch)
         batches = RecordBatcher(self.schema, self.format, self.fields, self.tolerant, self.max_record_bytes,
