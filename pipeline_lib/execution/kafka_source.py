@@ -27,14 +27,16 @@ POLL_MAX_RECORDS = 10_000  # records per poll, and so at most per Arrow batch ha
 FETCH_MAX_WAIT_MS = 100  # planned ranges are in the log already: the broker only waits at its end
 
 
-class RangePartition(InputPartition):
-    def __init__(self, topic: str, partition: int, start: int, end: int):
-        super().__init__((topic, partition, start, end))
-        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+class RangesPartition(InputPartition):
+    """One Spark task: ``[start, end)`` ranges of Kafka partitions, read one after the other."""
+
+    def __init__(self, ranges: list[tuple[str, int, int, int]]):
+        super().__init__(ranges)
+        self.ranges = ranges
 
 
 class KafkaRangeDataSource(DataSource):
-    """Options: bootstrap, ranges (JSON list of [topic, partition, start, end]), format
+    """Options: bootstrap, ranges (JSON list of tasks, each a list of [topic, partition, start, end]), format
     (json|string), fields (JSON list of [name, simple type]), schema (StructType JSON), epoch,
     on_error (fail: raise; otherwise a bad record becomes a row with _error and _raw set),
     max_record_bytes."""
@@ -53,7 +55,7 @@ class KafkaRangeDataSource(DataSource):
 class KafkaRangeReader(DataSourceReader):
     def __init__(self, options: dict[str, str], schema: StructType | None = None):
         self.bootstrap = options["bootstrap"]
-        self.ranges = [tuple(r) for r in json.loads(options["ranges"])]
+        self.tasks = [[tuple(r) for r in task] for task in json.loads(options["ranges"])]
         self.format = options.get("format", "json")
         self.fields = [tuple(f) for f in json.loads(options.get("fields", "[]"))]
         self.epoch = int(options.get("epoch", "0"))
@@ -62,18 +64,18 @@ class KafkaRangeReader(DataSourceReader):
         self.schema = schema if schema is not None else StructType.fromJson(json.loads(options["schema"]))
 
     def partitions(self) -> list[InputPartition]:
-        return [RangePartition(*r) for r in self.ranges]
+        return [RangesPartition(task) for task in self.tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """One Arrow batch per poll: Spark takes the batches as they are, instead of converting
         every row, value by value, from a Python tuple."""
-        assert isinstance(partition, RangePartition)
+        assert isinstance(partition, RangesPartition)
         fault_point("during_read", self.epoch)
-        batches = RecordBatcher(self.schema, self.format, self.fields, self.tolerant, self.max_record_bytes,
-                                partition.topic, partition.partition)
-        for records in read_range_chunks(self.bootstrap, partition.topic, partition.partition,
-                                         partition.start, partition.end):
-            yield batches.build(records)
+        for topic, kafka_partition, start, end in partition.ranges:
+            batches = RecordBatcher(self.schema, self.format, self.fields, self.tolerant, self.max_record_bytes,
+                                    topic, kafka_partition)
+            for records in read_range_chunks(self.bootstrap, topic, kafka_partition, start, end):
+                yield batches.build(records)
 
 
 class RecordBatcher:
