@@ -8,7 +8,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from pipeline_lib.execution.kafka_source import ERROR_DDL, METADATA_DDL, SOURCE_NAME
-from pipeline_lib.plan.offsets import EpochPlan, split_for_parallelism
+from pipeline_lib.plan.offsets import EpochPlan, group_into_tasks, split_for_parallelism
 from pipeline_lib.spec.models import KafkaSourceSpec
 
 
@@ -22,12 +22,12 @@ def source_schema(spark: SparkSession, source: KafkaSourceSpec, tolerant: bool =
 
 def read_epoch(spark: SparkSession, bootstrap: str, source: KafkaSourceSpec, schema: StructType,
                plan: EpochPlan, parallelism: int, on_error: str = "fail", max_record_bytes: int = 1 << 20) -> DataFrame:
-    ranges = split_for_parallelism(plan.ranges, parallelism)
+    tasks = group_into_tasks(split_for_parallelism(plan.ranges, parallelism), parallelism)
     user_fields = [f for f in schema.fields if not f.name.startswith("_")]
     return (
         spark.read.format(SOURCE_NAME)
         .option("bootstrap", bootstrap)
-        .option("ranges", json.dumps([[r.topic, r.partition, r.start, r.end] for r in ranges]))
+        .option("ranges", json.dumps([[[r.topic, r.partition, r.start, r.end] for r in task] for task in tasks]))
         .option("format", source.format)
         .option("fields", json.dumps([[f.name, f.dataType.simpleString()] for f in user_fields]))
         .option("schema", schema.json())

@@ -118,3 +118,18 @@ def split_for_parallelism(ranges: list[OffsetRange], parallelism: int, min_size:
             out.append(r.model_copy(update={"start": start, "end": end}))
             start = end
     return out
+
+
+def group_into_tasks(ranges: list[OffsetRange], tasks: int) -> list[list[OffsetRange]]:
+    """At most ``tasks`` groups of ranges, one Spark task each, of about equal sizes (the largest
+    range goes to the smallest group first); each group in (topic, partition, start) order.
+
+    Every Python data source task costs ~50 ms of fixed Spark work, so one wave of ``tasks``
+    tasks (the parallelism) is cheaper than one task per Kafka partition."""
+    groups: list[list[OffsetRange]] = [[] for _ in range(max(1, min(tasks, len(ranges))))]
+    sizes = [0] * len(groups)
+    for r in sorted(ranges, key=lambda r: (-r.size, r.topic, r.partition, r.start)):
+        i = sizes.index(min(sizes))
+        groups[i].append(r)
+        sizes[i] += r.size
+    return [sorted(g, key=lambda r: (r.topic, r.partition, r.start)) for g in groups if g]

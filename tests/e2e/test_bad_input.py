@@ -90,3 +90,53 @@ def test_skip_policy_counts_bad_records_and_writes_no_dead_letters(stack_env, tm
     assert result_table(stack_env, f"s3://results/{name}") == spend_per_user(good)
     assert sum(m["bad_records"] for m in _manifests(stack_env, name)) == len(BAD)
     assert all(m["dead_letters"] is None for m in _manifests(stack_env, name))
+
+
+TRICKY_GOOD = [  # what msgspec refuses or could misread but the reference decoder accepts
+    b'{"user":"t-\xc3\xa9","amount":3.0}', b'{"user":"t-\\ud83d\\ude00","amount":1E2}',
+    b'{"amount":7,"user":"t-dup","user":"t-dup2"}', b'\xef\xbb\xbf{"user":"t-bom","amount":2}',
+    b'{"user":"t-x","amount":5,"extra":NaN,"deep":[[[1]]]}', b' {"user" : "t-ws" , "amount" : -5 } ',
+    '{"user":"t-utf16","amount":4}'.encode("utf-16"), b'{"user":"t-max","amount":9223372036854775807}',
+]
+TRICKY_BAD = [
+    b'{"user":"t-b1","amount":true}', b'{"user":"t-b2","amount":9223372036854775808}',
+    b'{"user":"\\ud800","amount":1}', b'{"user":"t-b3","amount":1,"x":"\xff"}', b'{"user":"t-b4","amount":2}x',
+    b'{"user":"t-b5","amount":[1]}', b'"just a string"', b'{"user":"t-b6","amount":1.5}',
+]
+
+
+def test_tricky_records_are_read_as_the_reference_decoder_reads_them(stack_env, local_stack, tmp_path):
+    """The fast read path (msgspec, Arrow batches) in real Spark workers: every row and every
+    dead letter (offset, reason, raw bytes) is what the per-record reference decoder gives."""
+    from pipeline_lib.errors import RecordError
+    from pipeline_lib.execution.record_decoding import JsonRecordDecoder
+
+    topic = "tricky-e2e"
+    create_topic(local_stack.kafka_bootstrap, topic, 1)
+    good = payment_events(400, 30, seed=8)
+    tricky = TRICKY_GOOD + TRICKY_BAD
+    values = []
+    for i, event in enumerate(good):
+        values.append(json.dumps(event).encode())
+        if i % 25 == 3 and tricky:
+            values.append(tricky.pop(0))
+    produce_raw(local_stack.kafka_bootstrap, topic, values, partition=0)
+
+    reference = JsonRecordDecoder([("user", "string"), ("amount", "bigint")])
+    rows, reasons = [], {}
+    for offset, value in enumerate(values):
+        try:
+            user, amount = reference.decode(topic, 0, offset, value)
+            rows.append({"user": user, "amount": amount})
+        except RecordError as exc:
+            reasons[offset] = exc.reason
+    assert len(reasons) == len(TRICKY_BAD) and len(rows) == len(good) + len(TRICKY_GOOD)
+
+    name = "tricky"
+    result = run_cli(["run", str(_spec(tmp_path, name, topic, "dead_letter"))], stack_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result_table(stack_env, f"s3://results/{name}") == spend_per_user(rows)
+    letters = read_append_rows(open_store(f"s3://results/{name}-dead/main", ConnectionSettings.from_env(stack_env)))
+    assert {row["offset"]: row["error"] for row in letters} == reasons
+    assert all(base64.b64decode(row["raw_base64"]) == values[row["offset"]] for row in letters)
+    assert any("lone surrogate" in r for r in reasons.values()) and any("malformed JSON" in r for r in reasons.values())

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from pipeline_lib.plan.keygroups import key_group_of, key_group_range, subtask_of
-from pipeline_lib.plan.offsets import fair_shares, plan_epoch, split_for_parallelism
+from pipeline_lib.plan.offsets import OffsetRange, fair_shares, group_into_tasks, plan_epoch, split_for_parallelism
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -33,6 +33,30 @@ def test_split_for_parallelism_covers_ranges_exactly():
     pieces = split_for_parallelism(plan.ranges, 3)
     assert len(pieces) == 3
     assert [(p.start, p.end) for p in pieces] == [(0, 3000), (3000, 6000), (6000, 9000)]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_tasks_hold_every_range_once_in_at_most_parallelism_balanced_groups(seed):
+    rng = random.Random(seed)
+    p = rng.randint(1, 6)
+    lags = {k: rng.choice([0, 1, 700, 5_000, 40_000]) for k in range(rng.randint(1, 12))}
+    plan = plan_epoch(1, None, "t", dict.fromkeys(lags, 0), lags, max_records=rng.randint(1, 100_000))
+    ranges = split_for_parallelism(plan.ranges, p)
+    tasks = group_into_tasks(ranges, p)
+    assert len(tasks) == min(p, len(ranges)) and all(tasks)
+    key = lambda r: (r.partition, r.start)  # noqa: E731
+    assert sorted((r for task in tasks for r in task), key=key) == sorted(ranges, key=key)
+    assert all(task == sorted(task, key=key) for task in tasks)
+    sizes = [sum(r.size for r in task) for task in tasks]
+    assert max(sizes) - min(sizes) <= max((r.size for r in ranges), default=0)  # greedy: within one range
+    assert group_into_tasks(list(reversed(ranges)), p) == tasks  # deterministic, whatever the order
+
+
+def test_four_partitions_two_tasks():
+    ranges = [OffsetRange(topic="t", partition=k, start=0, end=25_000 + k) for k in range(4)]
+    tasks = group_into_tasks(ranges, 2)
+    assert [[r.partition for r in task] for task in tasks] == [[0, 3], [1, 2]]
+    assert group_into_tasks([], 2) == [] and group_into_tasks(ranges[:1], 2) == [ranges[:1]]
 
 
 @pytest.mark.parametrize("maxp,p", [(128, 1), (128, 2), (128, 3), (128, 7), (10, 10), (7, 3)])
