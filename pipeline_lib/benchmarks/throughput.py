@@ -383,10 +383,12 @@ def seed_state_snapshot(spec_path: Path, settings: ConnectionSettings, keys: int
     state_schema = pa.schema([f for f in schema if not f.name.startswith("_")])
     rng = random.Random(seed)
     flow.state_schema = state_schema
-    changed = flow.state.merge((f"user-{i:07d}", rng.randint(1, 10**7), rng.randint(1, 10**4)) for i in range(keys))
+    changed = flow.state.merge(pa.Table.from_arrays(
+        [pa.array([f"user-{i:07d}" for i in range(keys)]), pa.array([rng.randint(1, 10**7) for _ in range(keys)]),
+         pa.array([rng.randint(1, 10**4) for _ in range(keys)])], schema=state_schema))
     snapshot_id = snapshot_id_for(1, runner.attempt)
     started = time.monotonic()
-    state = runner._write_state(flow, snapshot_id, 1, {flow.state.key_groups[k] for k in changed})
+    state = runner._write_state(flow, snapshot_id, 1, set(flow.state.key_groups(changed).tolist()))
     write_s = time.monotonic() - started
     plan = EpochPlan(epoch=1, base_snapshot=None, positions=positions, ranges=[])
     digest = hashlib.sha256(f"{plan.digest()}|{runner.parallelism}|{flow.sink.format}".encode()).hexdigest()
@@ -558,11 +560,11 @@ def _bench(cfg: BenchConfig, info: StackInfo, work: Path, out: Path) -> dict:
 
     # -- 5. restore time vs state size ----------------------------------------------------------------
     from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-    from pipeline_lib.checkpoint.state_files import decode_state_rows
+    from pipeline_lib.checkpoint.state_files import decode_state_file
 
     latest = main_manifests[-1]
     ref = next(r for c in latest.flows.values() if c.state for r in c.state.files)
-    state_schema = decode_state_rows(SnapshotStore.open(store, name, "main", settings).read_verified(ref.key, ref.sha256))[0]
+    state_schema = decode_state_file(SnapshotStore.open(store, name, "main", settings).read_verified(ref.key, ref.sha256))[0].schema
     restore_rows = []
     for keys in cfg.restore_keys:
         _say(f"restore: a snapshot of {keys:,} keys, written through the runner, then restored in a fresh process ...")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
 from pipeline_lib.checkpoint.manifest import HistoryEntry, Manifest, validate_snapshot_id
@@ -25,9 +26,22 @@ DEAD_LETTERS = "__dead_letters__"  # key of the dead-letter store among the sink
 
 @dataclass
 class FlowState:
+    """A flow's restored keyed state: its rows, one table per state file, and their key groups."""
+
     schema: pa.Schema | None = None
-    rows: list[tuple] = field(default_factory=list)
-    key_groups: list[int] = field(default_factory=list)  # of each row, as stored beside it
+    tables: list[pa.Table] = field(default_factory=list)
+    key_group_arrays: list[np.ndarray] = field(default_factory=list)  # of each row, as stored beside it
+
+    @property
+    def rows(self) -> int:
+        return sum(t.num_rows for t in self.tables)
+
+    def table(self) -> pa.Table:
+        assert self.schema is not None
+        return pa.concat_tables(self.tables).combine_chunks() if self.tables else self.schema.empty_table()
+
+    def key_groups(self) -> np.ndarray:
+        return np.concatenate(self.key_group_arrays) if self.key_group_arrays else np.zeros(0, dtype=np.int32)
 
 
 @dataclass
@@ -80,18 +94,21 @@ def _verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], en
         if commit.state:
             files = commit.state.files
             read = lambda ref: decode_state_file(snapshots.read_verified(ref.key, ref.sha256))  # noqa: E731
-            for ref, (file_schema, file_rows, file_groups) in zip(files, in_parallel(read, files)):
-                if len(file_rows) != ref.rows:
-                    raise SnapshotError(f"state file {ref.key} has {len(file_rows)} rows, manifest says {ref.rows}")
-                outside = next((g for g in file_groups if not ref.key_group_start <= g < ref.key_group_end), None)
-                if outside is not None:
-                    raise SnapshotError(f"state file {ref.key} holds key group {outside}, outside its range "
+            for ref, (file_table, file_groups) in zip(files, in_parallel(read, files)):
+                if file_table.num_rows != ref.rows:
+                    raise SnapshotError(f"state file {ref.key} has {file_table.num_rows} rows, manifest says {ref.rows}")
+                outside = file_groups[(file_groups < ref.key_group_start) | (file_groups >= ref.key_group_end)]
+                if len(outside):
+                    raise SnapshotError(f"state file {ref.key} holds key group {outside[0]}, outside its range "
                                         f"[{ref.key_group_start}, {ref.key_group_end})")
-                flow.schema = flow.schema or file_schema
-                flow.rows.extend(file_rows)
-                flow.key_groups.extend(file_groups)
-            if len(flow.rows) != commit.state.keys:
-                raise SnapshotError(f"snapshot {entry.snapshot_id} flow {name} holds {len(flow.rows)} keys, "
+                if flow.schema is not None and file_table.schema != flow.schema:
+                    raise SnapshotError(f"state file {ref.key} has columns {file_table.schema}, "
+                                        f"the flow's other state files have {flow.schema}")
+                flow.schema = flow.schema or file_table.schema
+                flow.tables.append(file_table)
+                flow.key_group_arrays.append(file_groups)
+            if flow.rows != commit.state.keys:
+                raise SnapshotError(f"snapshot {entry.snapshot_id} flow {name} holds {flow.rows} keys, "
                                     f"manifest says {commit.state.keys}")
     return manifest, loaded
 

@@ -8,31 +8,24 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 KEY_GROUP_COLUMN = "_key_group"
 
 
-def encode_state_rows(rows: list[tuple], key_groups: list[int], schema: pa.Schema) -> bytes:
-    values = list(zip(*rows)) if rows else [()] * len(schema)
-    columns = [pa.array(key_groups, type=pa.int32())] + [pa.array(v, type=f.type) for v, f in zip(values, schema)]
-    table = pa.Table.from_arrays(columns, schema=pa.schema([pa.field(KEY_GROUP_COLUMN, pa.int32()), *schema]))
+def encode_state_table(table: pa.Table, key_groups: np.ndarray) -> bytes:
+    """Parquet bytes of the state rows in ``table`` with each row's key group beside it."""
+    table = table.add_column(0, pa.field(KEY_GROUP_COLUMN, pa.int32()), [pa.array(key_groups, type=pa.int32())])
     sink = io.BytesIO()
     # No dictionaries: a file holds one span of mostly distinct keys, where they cost more than they save.
     pq.write_table(table, sink, compression="zstd", use_dictionary=False)
     return sink.getvalue()
 
 
-def decode_state_file(data: bytes) -> tuple[pa.Schema, list[tuple], list[int]]:
-    """The state schema (without the key-group column), the rows, and each row's key group."""
+def decode_state_file(data: bytes) -> tuple[pa.Table, np.ndarray]:
+    """The state rows (without the key-group column) and each row's key group."""
     table = pq.read_table(io.BytesIO(data))
-    key_groups = table.column(KEY_GROUP_COLUMN).to_pylist()
-    table = table.drop_columns([KEY_GROUP_COLUMN])
-    columns = [col.to_pylist() for col in table.columns]
-    return table.schema, list(zip(*columns)), key_groups
-
-
-def decode_state_rows(data: bytes) -> tuple[pa.Schema, list[tuple]]:
-    schema, rows, _ = decode_state_file(data)
-    return schema, rows
+    key_groups = table.column(KEY_GROUP_COLUMN).to_numpy()
+    return table.drop_columns([KEY_GROUP_COLUMN]), key_groups

@@ -14,6 +14,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+import numpy as np
+import pyarrow as pa
+
+from pipeline_lib.checkpoint.layout import state_file_key
+from pipeline_lib.checkpoint.manifest import StateFileRef, sha256_hex
+from pipeline_lib.checkpoint.state_files import encode_state_table
+from pipeline_lib.storage import ObjectStore
+
 IO_THREADS = 8  # concurrent object-store requests for state files; S3 latency, not CPU, bounds them
 
 Span = tuple[int, int]  # key groups [start, end)
@@ -43,3 +51,18 @@ def in_parallel(fn: Callable[[T], R], items: Sequence[T], threads: int = IO_THRE
         finally:
             for future in futures:
                 future.cancel()
+
+
+def write_state_files(store: ObjectStore, snapshot_id: str, flow: str, spans: Sequence[Span],
+                      span_rows: Callable[[Span], tuple[pa.Table, np.ndarray]]) -> Iterator[StateFileRef]:
+    """Write one state file per span (its rows and their key groups from ``span_rows``) into
+    ``snapshot_id``'s folder, in parallel; yield each file's manifest entry in span order."""
+    def write(span: Span) -> StateFileRef:
+        table, key_groups = span_rows(span)
+        data = encode_state_table(table, key_groups)
+        key = state_file_key(snapshot_id, flow, *span)
+        store.put(key, data)
+        return StateFileRef(key=key, rows=table.num_rows, bytes=len(data), sha256=sha256_hex(data),
+                            key_group_start=span[0], key_group_end=span[1])
+
+    return in_parallel(write, spans)

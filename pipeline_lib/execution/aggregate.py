@@ -18,13 +18,3 @@ def epoch_partials(df: DataFrame, spec: AggregateSpec) -> pa.Table:
         arg = F.lit(1) if fn.column is None else F.col(fn.column)
         exprs.append(_SPARK_FUNCTIONS[fn.name](arg).alias(name))
     return df.groupBy(*spec.key).agg(*exprs).toArrow()
-
-
-def table_rows(table: pa.Table) -> list[tuple]:
-    return list(zip(*(col.to_pylist() for col in table.columns)))
-
-
-def rows_table(rows: list[tuple], schema: pa.Schema) -> pa.Table:
-    """The inverse of ``table_rows``, built column by column (much cheaper than from_pylist)."""
-    columns = list(zip(*rows)) if rows else [()] * len(schema)
-    return pa.Table.from_arrays([pa.array(col, type=f.type) for col, f in zip(columns, schema)], schema=schema)

@@ -4,27 +4,90 @@ Spark computes each epoch's partial aggregate per key; this class merges those p
 the running values. sum/count/min/max are all mergeable, so merge(state, partial) equals the
 aggregate over all records so far. Keys are bucketed into key groups (see plan.keygroups) so a
 snapshot can be cut by key-group ranges and restored with another parallelism.
+
+The state is columnar: every key gets a slot, and each column (keys, then values) is one NumPy
+array indexed by slot, with a validity mask. A merge looks each partial key up once in a dict
+and then combines whole columns at once; sink rows and state files are Arrow tables taken by
+slot. Per-row Python work is left to the dict lookup and to the key groups of new keys.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline_lib.errors import PipelineError
 from pipeline_lib.plan.keygroups import key_group_of
 from pipeline_lib.spec.aggregates import AggregateFunction
 
+_INITIAL_SLOTS = 1024
 
-def _merge_value(fn: str, old: Any, new: Any) -> Any:
-    if old is None:
-        return new
-    if new is None:
-        return old
+
+def _is_numeric(type_: pa.DataType) -> bool:
+    return pa.types.is_integer(type_) or pa.types.is_floating(type_)
+
+
+def _to_numpy(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Values and validity of an Arrow column: native NumPy for numbers, Python objects otherwise."""
+    valid = array.is_valid().to_numpy(zero_copy_only=False)
+    if _is_numeric(array.type):
+        values = pc.fill_null(array, 0).to_numpy(zero_copy_only=False) if array.null_count else \
+            array.to_numpy(zero_copy_only=False)
+    else:  # strings, decimals, timestamps, booleans: exactly the Python values Arrow gives back
+        values = np.empty(len(array), dtype=object)
+        values[:] = array.to_pylist()
+    return values, valid
+
+
+@dataclass
+class _Column:
+    """One state column by slot: values, validity, and the Arrow type to give them back as."""
+
+    name: str
+    type: pa.DataType
+    values: np.ndarray
+    valid: np.ndarray
+
+    @classmethod
+    def empty(cls, name: str, type_: pa.DataType, capacity: int) -> _Column:
+        dtype = type_.to_pandas_dtype() if _is_numeric(type_) else object
+        return cls(name, type_, np.zeros(capacity, dtype=dtype), np.zeros(capacity, dtype=bool))
+
+    def grow(self, capacity: int) -> None:
+        self.values = np.resize(self.values, capacity)
+        self.valid = np.resize(self.valid, capacity)
+
+    def put(self, slots: np.ndarray, values: np.ndarray, valid: np.ndarray) -> None:
+        self.values[slots] = values
+        self.valid[slots] = valid
+
+    def arrow(self, slots: np.ndarray) -> pa.Array:
+        valid = self.valid[slots]
+        return pa.array(self.values[slots], type=self.type, mask=None if valid.all() else ~valid)
+
+
+def _combine(fn: str, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """fn applied to two arrays of values that are both present (no nulls here)."""
+    if old.dtype != object:
+        if fn in ("sum", "count"):
+            return old + new
+        # Spark orders NaN above every number: max(x, NaN) is NaN, min(x, NaN) is x
+        return np.fmin(old, new) if fn == "min" else np.maximum(old, new)
     if fn in ("sum", "count"):
-        return old + new
-    if fn == "min":
-        return new if new < old else old
-    return new if new > old else old
+        return np.array([a + b for a, b in zip(old, new)] or [], dtype=object)
+    pick = min if fn == "min" else max
+    out = np.empty(len(old), dtype=object)
+    out[:] = [pick(a, b) for a, b in zip(old, new)]
+    return out
+
+
+def _overflowed(old: np.ndarray, new: np.ndarray, result: np.ndarray) -> np.ndarray:
+    """Where a signed integer sum wrapped around: both operands' signs differ from the result's."""
+    return ((old ^ result) & (new ^ result)) < 0
 
 
 class KeyedAggregateState:
@@ -33,57 +96,142 @@ class KeyedAggregateState:
         self.value_columns = list(functions)
         self._fns = [functions[name].name for name in self.value_columns]
         self.max_parallelism = max_parallelism
-        self.values: dict[tuple, list] = {}
-        self.key_groups: dict[tuple, int] = {}
-        # key group -> its keys, so a snapshot can write a few key groups without a full scan
-        self.keys_by_group: dict[int, list[tuple]] = defaultdict(list)
+        self._slots: dict[tuple, int] = {}  # key -> slot
+        self._keys: list[tuple] = []  # slot -> key
+        self._key_groups = np.zeros(_INITIAL_SLOTS, dtype=np.int32)  # slot -> key group
+        self._columns: list[_Column] | None = None  # keys then values; typed by the first table seen
 
     @property
     def columns(self) -> list[str]:
         return self.key_columns + self.value_columns
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self._keys)
 
-    def merge(self, partial_rows: Iterable[tuple]) -> list[tuple]:
-        """Merge rows of (keys..., partial values...); return the keys that changed."""
-        nkeys = len(self.key_columns)
-        changed = []
-        for row in partial_rows:
-            key, partial = tuple(row[:nkeys]), row[nkeys:]
-            current = self.values.get(key)
-            if current is None:
-                self.values[key] = [0 if fn == "count" and v is None else v for fn, v in zip(self._fns, partial)]
-                kg = self.key_groups[key] = key_group_of(key, self.max_parallelism)
-                self.keys_by_group[kg].append(key)
-            else:
-                for i, (fn, v) in enumerate(zip(self._fns, partial)):
-                    current[i] = _merge_value(fn, current[i], v)
-            changed.append(key)
-        return changed
+    # -- reading --------------------------------------------------------------------------
+    def key_groups(self, slots: np.ndarray | None = None) -> np.ndarray:
+        """The key group of each slot (of every key when ``slots`` is None)."""
+        return self._key_groups[: len(self)] if slots is None else self._key_groups[slots]
 
-    def rows(self, keys: Iterable[tuple]) -> list[tuple]:
-        return [key + tuple(self.values[key]) for key in keys]
+    def slots_by_key_group(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every slot ordered by key group (keys in order of arrival within one), and the key
+        group of each: ``slots_in`` cuts spans out of it with two binary searches."""
+        order = np.argsort(self.key_groups(), kind="stable")
+        return order, self._key_groups[order]
 
-    def keys_in(self, key_groups: range) -> list[tuple]:
-        return [key for kg in key_groups for key in self.keys_by_group.get(kg, ())]
+    @staticmethod
+    def slots_in(by_group: tuple[np.ndarray, np.ndarray], key_groups: range) -> np.ndarray:
+        order, sorted_groups = by_group
+        lo, hi = np.searchsorted(sorted_groups, [key_groups.start, key_groups.stop])
+        return order[lo:hi]
 
-    def load_rows(self, rows: list[tuple], key_groups: list[int] | None = None) -> None:
-        """Add restored (keys..., values...) rows; each key must be new. ``key_groups`` are the
-        rows' key groups as stored beside them (computed again when not given)."""
-        nkeys = len(self.key_columns)
-        keys = [tuple(row[:nkeys]) for row in rows]
-        if key_groups is None:
-            key_groups = [key_group_of(key, self.max_parallelism) for key in keys]
-        loaded = dict(zip(keys, (list(row[nkeys:]) for row in rows)))
-        if len(loaded) != len(keys) or not self.values.keys().isdisjoint(loaded):
-            seen: set[tuple] = set(self.values)
+    def table(self, slots: np.ndarray, schema: pa.Schema) -> pa.Table:
+        """The keys and values at ``slots`` as rows of ``schema`` (the state's column types)."""
+        if self._columns is None:
+            return schema.empty_table()
+        return pa.Table.from_arrays([c.arrow(slots) for c in self._columns], schema=schema)
+
+    def value(self, key: tuple) -> list[Any]:
+        """The current values of one key (tests, diagnostics)."""
+        assert self._columns is not None
+        slot = np.array([self._slots[key]])
+        return [c.arrow(slot)[0].as_py() for c in self._columns[len(self.key_columns):]]
+
+    def keys(self) -> list[tuple]:
+        return list(self._keys)
+
+    # -- writing --------------------------------------------------------------------------
+    def merge(self, partials: pa.Table) -> np.ndarray:
+        """Merge an epoch's partial aggregate (key columns, then one partial value per function,
+        at most one row per key); return the slots of the keys it changed."""
+        keys = self._key_tuples(partials)
+        slots = np.fromiter((self._slots.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        new = slots < 0
+        known = np.flatnonzero(~new)
+        # every merged column first: an error (an overflow) leaves the state as it was
+        merged = self._merged_values(partials, known, slots[known]) if len(known) else []
+        if new.any():
+            positions = np.flatnonzero(new)
+            slots[positions] = self._add_keys([keys[i] for i in positions], None)
+            self._put(partials, positions, slots[positions], count_nulls_as_zero=True)
+        for column, (values, valid) in zip(self._columns[len(self.key_columns):] if merged else (), merged):
+            column.put(slots[known], values, valid)
+        return slots
+
+    def load(self, table: pa.Table, key_groups: np.ndarray | None = None) -> None:
+        """Add restored rows (keys, values); each key must be new. ``key_groups`` are the rows'
+        key groups as stored beside them (computed again when not given)."""
+        keys = self._key_tuples(table)
+        if len(set(keys)) != len(keys) or any(k in self._slots for k in keys):
+            seen: set[tuple] = set(self._slots)
             twice = next(k for k in keys if k in seen or seen.add(k))  # type: ignore[func-returns-value]
             raise ValueError(f"key {twice!r} restored twice")
-        if self.values:
-            self.values.update(loaded)
-            self.key_groups.update(zip(keys, key_groups))
-        else:  # the usual restore into an empty state: no copy
-            self.values, self.key_groups = loaded, dict(zip(keys, key_groups))
-        for key, kg in zip(keys, key_groups):
-            self.keys_by_group[kg].append(key)
+        slots = self._add_keys(keys, key_groups)
+        self._put(table, np.arange(len(keys)), slots, count_nulls_as_zero=False)
+
+    # -- internals ------------------------------------------------------------------------
+    def _key_tuples(self, table: pa.Table) -> list[tuple]:
+        if table.num_columns != len(self.columns):
+            raise PipelineError(f"keyed state of {self.columns} got a table of columns {table.column_names}")
+        return list(zip(*(table.column(i).to_pylist() for i in range(len(self.key_columns)))))
+
+    def _add_keys(self, keys: list[tuple], key_groups: np.ndarray | None) -> np.ndarray:
+        first = len(self._keys)
+        slots = np.arange(first, first + len(keys))
+        self._ensure_capacity(first + len(keys))
+        self._slots.update(zip(keys, slots.tolist()))
+        self._keys.extend(keys)
+        if key_groups is None:
+            maxp = self.max_parallelism
+            key_groups = np.fromiter((key_group_of(k, maxp) for k in keys), dtype=np.int32, count=len(keys))
+        self._key_groups[slots] = key_groups
+        return slots
+
+    def _ensure_capacity(self, size: int) -> None:
+        capacity = len(self._key_groups)
+        if size <= capacity:
+            return
+        while capacity < size:
+            capacity *= 2
+        self._key_groups = np.resize(self._key_groups, capacity)
+        for column in self._columns or ():
+            column.grow(capacity)
+
+    def _typed_columns(self, table: pa.Table) -> list[_Column]:
+        if self._columns is None:
+            self._columns = [_Column.empty(name, table.schema.field(i).type, len(self._key_groups))
+                             for i, name in enumerate(self.columns)]
+        return self._columns
+
+    def _put(self, table: pa.Table, rows: np.ndarray, slots: np.ndarray, count_nulls_as_zero: bool) -> None:
+        """Set the columns of ``slots`` to ``table``'s ``rows``."""
+        selected = table if len(rows) == table.num_rows else table.take(pa.array(rows))
+        nkeys = len(self.key_columns)
+        for i, column in enumerate(self._typed_columns(table)):
+            values, valid = _to_numpy(selected.column(i))
+            if count_nulls_as_zero and i >= nkeys and self._fns[i - nkeys] == "count" and not valid.all():
+                values, valid = np.where(valid, values, 0), np.ones_like(valid)
+            column.put(slots, values, valid)
+
+    def _merged_values(self, table: pa.Table, rows: np.ndarray, slots: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each value column's values and validity at ``slots`` after merging ``table``'s ``rows``."""
+        selected = table.take(pa.array(rows))
+        nkeys = len(self.key_columns)
+        assert self._columns is not None
+        out = []
+        for fn, column, partial in zip(self._fns, self._columns[nkeys:], selected.columns[nkeys:]):
+            new, new_valid = _to_numpy(partial)
+            old, old_valid = column.values[slots], column.valid[slots]
+            both = old_valid & new_valid
+            merged = np.where(new_valid, new, old)  # one side missing: keep the other (possibly none)
+            if both.any():
+                a, b = old[both], new[both]
+                result = _combine(fn, a, b)
+                if fn in ("sum", "count") and result.dtype.kind == "i":
+                    wrapped = _overflowed(a, b, result)
+                    if wrapped.any():
+                        key = self._keys[slots[np.flatnonzero(both)[np.argmax(wrapped)]]]
+                        raise PipelineError(f"{fn} of column {column.name!r} overflows {column.type} for key {key!r}")
+                merged[both] = result
+            out.append((merged, old_valid | new_valid))
+        return out

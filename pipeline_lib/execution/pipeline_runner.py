@@ -13,26 +13,24 @@ import hashlib
 import logging
 import threading
 import time
-from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Literal
 
+import numpy as np
 import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
-from pipeline_lib.checkpoint.layout import state_file_key
 from pipeline_lib.checkpoint.manifest import (
     FlowCommit, Head, HistoryEntry, LaunchInfo, Lineage, Manifest, StateFileRef, StateSnapshot,
-    completed_splits, sha256_hex, snapshot_id_for,
+    completed_splits, snapshot_id_for,
 )
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, Restored, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-from pipeline_lib.checkpoint.state_files import encode_state_rows
-from pipeline_lib.checkpoint.state_spans import in_parallel, spans_of
+from pipeline_lib.checkpoint.state_spans import Span, spans_of, write_state_files
 from pipeline_lib.errors import FencedError, PipelineError, SnapshotError
-from pipeline_lib.execution.aggregate import epoch_partials, rows_table, table_rows
+from pipeline_lib.execution.aggregate import epoch_partials
 from pipeline_lib.execution.epoch_reader import read_epoch, source_schema
 from pipeline_lib.execution.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.lifecycle import DEFAULT_LEASE_SECONDS, DEFAULT_STARTUP_TIMEOUT_SECONDS, Lifecycle
@@ -183,8 +181,9 @@ class PipelineRunner:
             commit = restored.manifest.flows[flow.spec.name]
             if flow.state is not None and commit.state is not None:
                 same_groups = commit.state.max_parallelism == self.maxp  # the stored key groups still apply
-                flow.state.load_rows(loaded.rows, loaded.key_groups if same_groups else None)
-                flow.state_schema = loaded.schema
+                if loaded.tables:
+                    flow.state.load(loaded.table(), loaded.key_groups() if same_groups else None)
+                    flow.state_schema = loaded.schema
                 if commit.state.parallelism != self.parallelism:
                     log.info("pipeline %s flow %s: rescaling keyed state from %d to %d subtasks",
                              self.pipeline.name, flow.spec.name, commit.state.parallelism, self.parallelism)
@@ -276,12 +275,11 @@ class PipelineRunner:
         with self._timed("merge"):
             if flow.state_schema is None:
                 flow.state_schema = partials.schema
-            changed = flow.state.merge(table_rows(partials))
-            by_subtask: dict[int, list[tuple]] = defaultdict(list)
-            for key in changed:
-                by_subtask[subtask_of(flow.state.key_groups[key], p, self.maxp)].append(key)
-            parts = [rows_table(flow.state.rows(by_subtask[i]), flow.state_schema) for i in range(p)]
-            return parts, {flow.state.key_groups[k] for k in changed}
+            changed = flow.state.merge(partials)
+            key_groups = flow.state.key_groups(changed)
+            subtasks = subtask_of(key_groups, p, self.maxp)  # element-wise on arrays
+            parts = [flow.state.table(changed[subtasks == i], flow.state_schema) for i in range(p)]
+            return parts, set(np.unique(key_groups).tolist())
 
     def _write_state(self, flow: FlowRuntime, snapshot_id: str, epoch: int, dirty: set[int]) -> StateSnapshot | None:
         """Rewrite the state files of the spans holding a key group changed this epoch; reference
@@ -292,19 +290,17 @@ class PipelineRunner:
         assert flow.spec.state is not None and flow.state_schema is not None
         maxp, schema = self.maxp, flow.state_schema
         per_file = self.job.checkpoint.state_file_key_groups(len(state))
-        spans = spans_of(state.keys_by_group, per_file, maxp)
+        by_group = state.slots_by_key_group()
+        spans = spans_of(np.unique(by_group[1]).tolist(), per_file, maxp)
         changed = spans_of(dirty, per_file, maxp)
         files = {s: ref for s, ref in flow.state_files.items() if s in spans and s not in changed}
 
-        def write(span: tuple[int, int]) -> StateFileRef:
-            keys = state.keys_in(range(*span))
-            data = encode_state_rows(state.rows(keys), [state.key_groups[k] for k in keys], schema)
-            key = state_file_key(snapshot_id, flow.spec.name, *span)
-            self.snapshots.store.put(key, data)
-            return StateFileRef(key=key, rows=len(keys), bytes=len(data), sha256=sha256_hex(data),
-                                key_group_start=span[0], key_group_end=span[1])
+        def span_rows(span: Span) -> tuple[pa.Table, np.ndarray]:
+            slots = state.slots_in(by_group, range(*span))
+            return state.table(slots, schema), state.key_groups(slots)
 
-        for ref in in_parallel(write, sorted(spans - files.keys())):
+        for ref in write_state_files(self.snapshots.store, snapshot_id, flow.spec.name, sorted(spans - files.keys()),
+                                     span_rows):
             files[(ref.key_group_start, ref.key_group_end)] = ref
             fault_point("mid_snapshot_write", epoch)
         flow.state_files = files

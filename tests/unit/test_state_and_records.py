@@ -1,17 +1,30 @@
 """Keyed state merging, state files, manifests and record decoding: pure logic."""
 
+import math
 import random
+from decimal import Decimal
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from pipeline_lib.checkpoint.manifest import FlowCommit, Lineage, Manifest, SinkCommit
-from pipeline_lib.checkpoint.state_files import decode_state_file, decode_state_rows, encode_state_rows
-from pipeline_lib.errors import RecordError
+from pipeline_lib.checkpoint.state_files import decode_state_file, encode_state_table
+from pipeline_lib.errors import PipelineError, RecordError
 from pipeline_lib.execution.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.record_decoding import JsonRecordDecoder
 from pipeline_lib.plan.keygroups import key_group_of
 from pipeline_lib.spec.aggregates import parse_aggregate
+
+
+def _partials(columns: dict[str, pa.DataType], rows: list[tuple]) -> pa.Table:
+    """An epoch's partial aggregate as Spark's toArrow gives it: one row per key."""
+    values = list(zip(*rows)) if rows else [()] * len(columns)
+    return pa.Table.from_arrays([pa.array(v, type=t) for v, t in zip(values, columns.values())], names=list(columns))
+
+
+SPEND = {"user": pa.string(), "total": pa.int64(), "n": pa.int64()}
+SPEND_FNS = {"total": parse_aggregate("sum(amount)"), "n": parse_aggregate("count(*)")}
 
 
 def test_merging_epoch_partials_equals_one_big_aggregate():
@@ -20,6 +33,7 @@ def test_merging_epoch_partials_equals_one_big_aggregate():
     fns = {"total": parse_aggregate("sum(amount)"), "n": parse_aggregate("count(*)"),
            "lo": parse_aggregate("min(amount)"), "hi": parse_aggregate("max(amount)"),
            "nn": parse_aggregate("count(amount)")}
+    columns = {"user": pa.string(), **{name: pa.int64() for name in fns}}
     state = KeyedAggregateState(["user"], fns, 16)
     for start in range(0, len(events), 700):  # epochs of 700 events, partials like Spark's groupBy
         partial: dict = {}
@@ -31,38 +45,64 @@ def test_merging_epoch_partials_equals_one_big_aggregate():
                 hi = amount if hi is None else max(hi, amount)
                 nn += 1
             partial[user] = (t, n + 1, lo, hi, nn)
-        state.merge([(u, *v) for u, v in partial.items()])
+        changed = state.merge(_partials(columns, [(u, *v) for u, v in partial.items()]))
+        assert sorted(state.keys()[s] for s in changed) == sorted((u,) for u in partial)
     for user in {u for u, _ in events}:
         amounts = [a for u, a in events if u == user]
         real = [a for a in amounts if a is not None]
         expected = [sum(real) if real else None, len(amounts), min(real, default=None), max(real, default=None), len(real)]
-        assert state.values[(user,)] == expected
+        assert state.value((user,)) == expected
+
+
+def test_merging_non_numeric_columns_and_nan_like_spark():
+    fns = {"total": parse_aggregate("sum(amount)"), "first": parse_aggregate("min(name)"),
+           "last": parse_aggregate("max(name)"), "lo": parse_aggregate("min(x)"), "hi": parse_aggregate("max(x)")}
+    columns = {"k": pa.int32(), "total": pa.decimal128(10, 2), "first": pa.string(), "last": pa.string(),
+               "lo": pa.float64(), "hi": pa.float64()}
+    nan = float("nan")
+    state = KeyedAggregateState(["k"], fns, 8)
+    state.merge(_partials(columns, [(1, Decimal("1.10"), "m", "m", 1.0, 1.0), (2, None, None, None, nan, nan)]))
+    state.merge(_partials(columns, [(1, Decimal("2.05"), "a", "z", nan, nan), (2, Decimal("0.01"), "b", "b", 3.0, 3.0)]))
+    one, two = state.value((1,)), state.value((2,))
+    assert one[:4] == [Decimal("3.15"), "a", "z", 1.0] and math.isnan(one[4])  # max(1, NaN) is NaN, min is 1
+    assert two[:4] == [Decimal("0.01"), "b", "b", 3.0] and math.isnan(two[4])
+    back = state.table(np.arange(2), pa.schema(list(columns.items())))
+    assert back.column("k").to_pylist() == [1, 2] and back.column("total").type == pa.decimal128(10, 2)
+
+
+def test_an_overflowing_sum_names_the_key_and_changes_nothing_silently():
+    state = KeyedAggregateState(["user"], SPEND_FNS, 16)
+    state.merge(_partials(SPEND, [("a", 2**62, 1), ("b", 2**62, 1)]))
+    with pytest.raises(PipelineError, match=r"sum of column 'total' overflows int64 for key \('b',\)"):
+        state.merge(_partials(SPEND, [("a", 1, 1), ("c", 5, 1), ("b", 2**62, 1)]))
+    assert len(state) == 2 and state.value(("a",)) == [2**62, 1] and state.value(("b",)) == [2**62, 1]
 
 
 def test_state_file_round_trip_keeps_types_and_nulls():
     schema = pa.schema([("user", pa.string()), ("total", pa.int64()), ("avg", pa.float64())])
     rows = [("a", 2**62, 1.5), (None, None, None), ("c", -1, float("inf"))]
-    back_schema, back = decode_state_rows(encode_state_rows(rows, [1, 2, 3], schema))
-    assert back == rows
-    assert back_schema.field("total").type == pa.int64()
+    table = pa.Table.from_pylist([dict(zip(schema.names, r)) for r in rows], schema=schema)
+    back, groups = decode_state_file(encode_state_table(table, np.array([1, 2, 3])))
+    assert back.equals(table) and groups.tolist() == [1, 2, 3]
+    assert back.schema.field("total").type == pa.int64()
 
 
 def test_restore_loads_the_stored_key_groups_and_refuses_a_key_twice():
-    fns = {"total": parse_aggregate("sum(amount)"), "n": parse_aggregate("count(*)")}
-    written = KeyedAggregateState(["user"], fns, 128)
-    written.merge([(f"u{i}", i, 1) for i in range(500)])
-    keys = list(written.values)
-    schema = pa.schema([("user", pa.string()), ("total", pa.int64()), ("n", pa.int64())])
-    data = encode_state_rows(written.rows(keys), [written.key_groups[k] for k in keys], schema)
-    _, rows, groups = decode_state_file(data)
-    assert groups == [key_group_of(k, 128) for k in keys]
-    restored, recomputed = KeyedAggregateState(["user"], fns, 128), KeyedAggregateState(["user"], fns, 128)
-    restored.load_rows(rows, groups)
-    recomputed.load_rows(rows)  # e.g. after max_parallelism changed: computed again
-    assert restored.values == recomputed.values == written.values
-    assert restored.key_groups == recomputed.key_groups == written.key_groups
+    written = KeyedAggregateState(["user"], SPEND_FNS, 128)
+    slots = written.merge(_partials(SPEND, [(f"u{i}", i, 1) for i in range(500)]))
+    schema = pa.schema(list(SPEND.items()))
+    table, groups = decode_state_file(encode_state_table(written.table(slots, schema), written.key_groups(slots)))
+    assert groups.tolist() == [key_group_of((f"u{i}",), 128) for i in range(500)]
+    restored, recomputed = KeyedAggregateState(["user"], SPEND_FNS, 128), KeyedAggregateState(["user"], SPEND_FNS, 128)
+    restored.load(table, groups)
+    recomputed.load(table)  # e.g. after max_parallelism changed: computed again
+    for state in (restored, recomputed):
+        assert state.keys() == written.keys()
+        assert state.key_groups().tolist() == written.key_groups().tolist()
+        assert state.table(np.arange(500), schema).equals(written.table(slots, schema))
     with pytest.raises(ValueError, match=r"key \('u7',\) restored twice"):
-        restored.load_rows([("u7", 1, 1)], [key_group_of(("u7",), 128)])
+        restored.load(_partials(SPEND, [("u7", 1, 1)]), np.array([key_group_of(("u7",), 128)]))
+    assert len(restored) == 500
 
 
 def test_manifest_checksum_detects_tampering():
@@ -103,18 +143,21 @@ def test_good_records_decode_in_schema_order_with_missing_as_null():
     assert decoder.decode("t", 0, 0, b'{"amount": 3, "user": "x", "extra": 1}') == ("x", 3, None)
 
 
-def test_keys_by_group_follows_merges_and_restores():
-    fns = {"total": parse_aggregate("sum(amount)"), "n": parse_aggregate("count(*)")}
-    state = KeyedAggregateState(["user"], fns, 16)
-    state.merge([(f"u{i}", i, 1) for i in range(200)])
-    state.merge([(f"u{i}", i, 1) for i in range(100, 300)])  # half known, half new keys
-    expected: dict[int, set] = {}
-    for key, kg in state.key_groups.items():
-        expected.setdefault(kg, set()).add(key)
-    assert {kg: set(keys) for kg, keys in state.keys_by_group.items()} == expected
-    assert sum(len(keys) for keys in state.keys_by_group.values()) == len(state) == 300
-    assert set(state.keys_in(range(0, 16))) == set(state.values)
-    restored = KeyedAggregateState(["user"], fns, 16)
-    keys = state.keys_in(range(4, 9))
-    restored.load_rows(state.rows(keys), [state.key_groups[k] for k in keys])
-    assert set(restored.keys_in(range(0, 16))) == set(keys) == {k for k, g in state.key_groups.items() if 4 <= g < 9}
+def test_slots_by_key_group_follow_merges_and_restores():
+    state = KeyedAggregateState(["user"], SPEND_FNS, 16)
+    state.merge(_partials(SPEND, [(f"u{i}", i, 1) for i in range(200)]))
+    state.merge(_partials(SPEND, [(f"u{i}", i, 1) for i in range(100, 300)]))  # half known, half new keys
+    assert len(state) == 300 and state.value(("u150",)) == [300, 2]
+    by_group = state.slots_by_key_group()
+    keys = state.keys()
+    for kg in range(16):
+        assert {keys[s] for s in state.slots_in(by_group, range(kg, kg + 1))} == \
+            {k for k in keys if key_group_of(k, 16) == kg}
+    assert sorted(state.slots_in(by_group, range(0, 16)).tolist()) == list(range(300))
+    schema = pa.schema(list(SPEND.items()))
+    span = state.slots_in(by_group, range(4, 9))
+    restored = KeyedAggregateState(["user"], SPEND_FNS, 16)
+    restored.load(state.table(span, schema), state.key_groups(span))
+    again = restored.slots_by_key_group()
+    assert {restored.keys()[s] for s in restored.slots_in(again, range(0, 16))} == \
+        {k for k in keys if 4 <= key_group_of(k, 16) < 9} == {keys[s] for s in span}
