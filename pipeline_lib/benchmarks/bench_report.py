@@ -200,7 +200,8 @@ def markdown(r: dict) -> str:
         add("*spark* = the Spark jobs of the epoch (Kafka read in Python workers, JSON decode, partial aggregate, "
             "`toArrow` to the driver); *merge* = keyed-state merge and sink rows in driver Python; *sink* = part "
             "files + `_SUCCESS`; *state* = state files; *commit* = head check, manifest, head compare-and-swap; "
-            "*cleanup* = garbage collection and stale parts. Checkpoint cost per epoch = state + commit + cleanup: "
+            "*cleanup* = waiting for the previous epoch's garbage collection and stale-part removal, which run "
+            "beside the next epoch. Checkpoint cost per epoch = state + commit + cleanup: "
             f"steady mean {ours['steady_checkpoint_mean_s']} s.\n")
     add(f"![phases]({PLOTS['phases']})\n")
 

@@ -31,6 +31,7 @@ from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_spans import Span, spans_of, write_state_files
 from pipeline_lib.errors import FencedError, PipelineError, SnapshotError
 from pipeline_lib.execution.aggregate import epoch_partials
+from pipeline_lib.execution.background_cleanup import BackgroundCleanup
 from pipeline_lib.execution.epoch_reader import read_epoch, source_schema
 from pipeline_lib.execution.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.lifecycle import DEFAULT_LEASE_SECONDS, DEFAULT_STARTUP_TIMEOUT_SECONDS, Lifecycle
@@ -81,7 +82,8 @@ class EpochReport:
     # Wall seconds of the epoch's phases, in commit order (see PipelineRunner._run_epoch):
     # spark (read Kafka, decode, transform, partial aggregate; the Spark jobs), merge (keyed state
     # merge and sink rows on the driver), sink (part files + _SUCCESS), state (state files),
-    # commit (head check, manifest, head compare-and-swap), cleanup (garbage collection, stale parts).
+    # commit (head check, manifest, head compare-and-swap), cleanup (waiting for the previous epoch's
+    # garbage collection and stale-part removal, which run beside this epoch: see BackgroundCleanup).
     phases: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
 
 
@@ -139,6 +141,7 @@ class PipelineRunner:
         self.stop_reason = "stopped on request"
         self.epochs: list[EpochReport] = []
         self._phases: dict[str, float] = {}  # the running epoch's phase timings
+        self._cleanup: BackgroundCleanup  # each epoch's clean-up, beside the next epoch (set by run)
 
     @contextmanager
     def _timed(self, phase: str) -> Iterator[None]:
@@ -378,14 +381,18 @@ class PipelineRunner:
             head, version = self.snapshots.move_head(manifest, manifest_sha, history, head_version,
                                                      self.job.checkpoint.retain)
         fault_point("after_head_move", epoch)
-        with self._timed("cleanup"):
+        def clean_up() -> None:
             self.snapshots.collect_garbage(head)
             for flow in self.flows:
                 flow.sink.remove_stale_parts(commits[flow.spec.name].sink, self.attempt)
+
+        with self._timed("cleanup"):  # only the wait for the previous epoch's clean-up
+            self._cleanup.submit(clean_up)
         return manifest, head, version
 
     def _status(self, state: str, epoch: int, reason: str | None = None) -> None:
         assert self.lifecycle is not None
+        self._cleanup.wait()  # a final status means the last epoch's clean-up is done too
         self.lifecycle.transition(state, reason, epoch=epoch)
 
     # -- the loop ---------------------------------------------------------------------------
@@ -412,12 +419,16 @@ class PipelineRunner:
         epoch = restored.manifest.epoch if restored else 0
         log.info("pipeline %s of job %s attempt %d: %s", self.pipeline.name, self.job.name, self.attempt,
                  f"restored snapshot {base_id} (epoch {epoch})" if base_id else "starting without a snapshot")
+        self._cleanup = BackgroundCleanup(f"pipeline {self.pipeline.name}")
         try:
             epoch = self._loop(spark, epoch, base_id, history, self._head_version)
+            self._cleanup.close()
         except FencedError:
+            self._cleanup.close(quiet=True)
             self.lifecycle.stop_heartbeat()
             raise  # a newer attempt owns the pipeline, and its status record
         except BaseException as exc:
+            self._cleanup.close(quiet=True)
             self.lifecycle.fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             raise
 
