@@ -381,6 +381,7 @@ class PipelineRunner:
             head, version = self.snapshots.move_head(manifest, manifest_sha, history, head_version,
                                                      self.job.checkpoint.retain)
         fault_point("after_head_move", epoch)
+
         def clean_up() -> None:
             self.snapshots.collect_garbage(head)
             for flow in self.flows:
