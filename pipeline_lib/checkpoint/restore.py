@@ -38,7 +38,7 @@ class FlowState:
 
     def table(self) -> pa.Table:
         assert self.schema is not None
-        return pa.concat_tables(self.tables).combine_chunks() if self.tables else self.schema.empty_table()
+        return pa.concat_tables(self.tables) if self.tables else self.schema.empty_table()
 
     def key_groups(self) -> np.ndarray:
         return np.concatenate(self.key_group_arrays) if self.key_group_arrays else np.zeros(0, dtype=np.int32)

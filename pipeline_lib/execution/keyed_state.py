@@ -38,9 +38,15 @@ def _to_numpy(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray
         values = pc.fill_null(array, 0).to_numpy(zero_copy_only=False) if array.null_count else \
             array.to_numpy(zero_copy_only=False)
     else:  # strings, decimals, timestamps, booleans: exactly the Python values Arrow gives back
-        values = np.empty(len(array), dtype=object)
-        values[:] = array.to_pylist()
+        values = _objects(array.to_pylist())
     return values, valid
+
+
+def _objects(values: list) -> np.ndarray:
+    """A 1-d object array of ``values`` (np.array would nest sequences into more dimensions)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 @dataclass
@@ -78,11 +84,9 @@ def _combine(fn: str, old: np.ndarray, new: np.ndarray) -> np.ndarray:
         # Spark orders NaN above every number: max(x, NaN) is NaN, min(x, NaN) is x
         return np.fmin(old, new) if fn == "min" else np.maximum(old, new)
     if fn in ("sum", "count"):
-        return np.array([a + b for a, b in zip(old, new)] or [], dtype=object)
+        return _objects([a + b for a, b in zip(old, new)])
     pick = min if fn == "min" else max
-    out = np.empty(len(old), dtype=object)
-    out[:] = [pick(a, b) for a, b in zip(old, new)]
-    return out
+    return _objects([pick(a, b) for a, b in zip(old, new)])
 
 
 def _overflowed(old: np.ndarray, new: np.ndarray, result: np.ndarray) -> np.ndarray:
@@ -162,11 +166,13 @@ class KeyedAggregateState:
         """Add restored rows (keys, values); each key must be new. ``key_groups`` are the rows'
         key groups as stored beside them (computed again when not given)."""
         keys = self._key_tuples(table)
-        if len(set(keys)) != len(keys) or any(k in self._slots for k in keys):
+        first = len(self._keys)
+        added = dict(zip(keys, range(first, first + len(keys))))  # also what _add_keys stores
+        if len(added) != len(keys) or not self._slots.keys().isdisjoint(added):
             seen: set[tuple] = set(self._slots)
             twice = next(k for k in keys if k in seen or seen.add(k))  # type: ignore[func-returns-value]
             raise ValueError(f"key {twice!r} restored twice")
-        slots = self._add_keys(keys, key_groups)
+        slots = self._add_keys(keys, key_groups, added)
         self._put(table, np.arange(len(keys)), slots, count_nulls_as_zero=False)
 
     # -- internals ------------------------------------------------------------------------
@@ -175,11 +181,19 @@ class KeyedAggregateState:
             raise PipelineError(f"keyed state of {self.columns} got a table of columns {table.column_names}")
         return list(zip(*(table.column(i).to_pylist() for i in range(len(self.key_columns)))))
 
-    def _add_keys(self, keys: list[tuple], key_groups: np.ndarray | None) -> np.ndarray:
+    def _add_keys(self, keys: list[tuple], key_groups: np.ndarray | None,
+                  added: dict[tuple, int] | None = None) -> np.ndarray:
+        """Give ``keys`` (all new) the next slots; ``added`` is that key → slot mapping if the
+        caller built it already."""
         first = len(self._keys)
         slots = np.arange(first, first + len(keys))
         self._ensure_capacity(first + len(keys))
-        self._slots.update(zip(keys, slots.tolist()))
+        if added is None:
+            added = dict(zip(keys, slots.tolist()))
+        if self._slots:
+            self._slots.update(added)
+        else:  # the usual restore into an empty state: no copy
+            self._slots = added
         self._keys.extend(keys)
         if key_groups is None:
             maxp = self.max_parallelism
