@@ -2,7 +2,9 @@
 
 Spark has no Kafka connector here (STACK.md), and a planned, replayable epoch needs exact ranges
 anyway: every input partition is one ``[start, end)`` range of one Kafka partition, read with
-kafka-python (assign + seek, no consumer group) inside the executor's Python worker.
+kafka-python (assign + seek, no consumer group) inside the executor's Python worker. kafka-python
+fetches; its record batches are decoded straight into columns (batch_consumer, kafka_batches)
+and handed to Spark as Arrow batches, with no Python object per record on the way.
 """
 
 from __future__ import annotations
@@ -10,20 +12,24 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StringType, StructType
 
 from pipeline_lib.errors import PipelineError, RecordError
+from pipeline_lib.execution.batch_consumer import POLL_MAX_BATCHES, bound_fetches
+from pipeline_lib.execution.kafka_batches import ColumnBatch
 from pipeline_lib.faults import fault_point
 
 SOURCE_NAME = "pipeline_kafka"
 METADATA_DDL = "_topic string, _partition int, _offset long, _timestamp_ms long"
 ERROR_DDL = "_error string, _raw binary"  # only with on_error: dead_letter | skip
 STALL_TIMEOUT_S = 60.0
-POLL_MAX_RECORDS = 10_000  # records per poll, and so at most per Arrow batch handed to Spark
+POLL_MAX_RECORDS = 10_000  # records per poll of kafka-python's records (the columnar read counts batches)
 FETCH_MAX_WAIT_MS = 100  # planned ranges are in the log already: the broker only waits at its end
 
 
@@ -74,18 +80,20 @@ class KafkaRangeReader(DataSourceReader):
         for topic, kafka_partition, start, end in partition.ranges:
             batches = RecordBatcher(self.schema, self.format, self.fields, self.tolerant, self.max_record_bytes,
                                     topic, kafka_partition)
-            for records in read_range_chunks(self.bootstrap, topic, kafka_partition, start, end):
-                yield batches.build(records)
+            for columns in read_range_batches(self.bootstrap, topic, kafka_partition, start, end):
+                yield batches.build(columns)
 
 
 class RecordBatcher:
-    """Records of one Kafka partition → Arrow record batches of the reader's schema.
+    """Records of one Kafka partition (ColumnBatch es) → Arrow record batches of the reader's schema.
 
     Gives what PySpark itself made of the rows this reader used to yield (user fields, then
     _topic, _partition, _offset, _timestamp_ms, then _error/_raw when tolerant): the same Arrow
     schema (the one the worker checks a batch against), PySpark's own per-type value converters
     for the types that need one, and ``RecordBatch.from_arrays`` over the same Python values.
-    Only the row-by-row detour is gone.
+    Only the row-by-row detour is gone. When no record needs a closer look (all values present,
+    short, valid for msgspec), a poll's values are decoded in one pass; otherwise record by record,
+    where the first bad one raises or becomes an error row.
     """
 
     def __init__(self, schema: StructType, fmt: str, fields: list[tuple[str, str]], tolerant: bool,
@@ -104,88 +112,153 @@ class RecordBatcher:
         ]
         self.topic, self.partition = topic, partition
         self.tolerant, self.max_record_bytes = tolerant, max_record_bytes
+        self.decode_all = None
         if fmt == "json":
             json_decoder = FastJsonDecoder(fields)
-            self.decode = lambda rec: json_decoder.decode(topic, partition, rec.offset, rec.value)
-            self.width = len(fields)
+            self.decode_all = json_decoder.decode_all
+            self.decode = lambda offset, key, value: json_decoder.decode(topic, partition, offset, value)
+            self.width, self.needs_keys = len(fields), False
         else:
             string_decoder = StringRecordDecoder()
-            self.decode = lambda rec: string_decoder.decode_kv(topic, partition, rec.offset, rec.key, rec.value)
-            self.width = 2
+            self.decode = lambda offset, key, value: string_decoder.decode_kv(topic, partition, offset, key, value)
+            self.width, self.needs_keys = 2, True
 
-    def build(self, records: Sequence) -> pa.RecordBatch:
+    def build(self, chunks: Sequence[ColumnBatch]) -> pa.RecordBatch:
         """Raises the first bad record's RecordError unless tolerant, like the row-by-row read did."""
+        topic, partition, limit = self.topic, self.partition, self.max_record_bytes
+        chunks = list(chunks) or [ColumnBatch.empty()]
+        offsets = np.concatenate([c.offsets for c in chunks])
+        stamps = np.concatenate([c.timestamps for c in chunks])
+        values = [v for c in chunks for v in c.values()]
+        keys = [k for c in chunks for k in c.keys()] if self.needs_keys else [None] * len(values)
+        sizes = np.concatenate([c.sizes() for c in chunks])
+        rows = self._all_rows(chunks, values) if not (sizes > limit).any() else None
+        errors: list = [None] * len(values)
+        raws: list = [None] * len(values)
+        if rows is None:  # record by record: the first bad one raises, or becomes an error row
+            rows = self._rows_one_by_one(offsets, keys, values, sizes, errors, raws)
+        n = len(offsets)
+        columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in range(self.width)]
+        columns += [pa.repeat(topic, n), pa.repeat(pa.scalar(partition, pa.int32()), n), offsets, stamps]
+        if self.tolerant:
+            columns += [errors, raws]
+        for i, convert in enumerate(self.converters):
+            if convert is not None and isinstance(columns[i], list):  # metadata columns are arrays already
+                columns[i] = [convert(v) for v in columns[i]]
+        return pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
+
+    def _all_rows(self, chunks: Sequence[ColumnBatch], values: list) -> list[tuple] | None:
+        """Every row in one go when no record needs a closer look, else None."""
+        from pipeline_lib.execution.record_decoding import BRACKET_FREE_BYTES
+
+        if self.decode_all is None or not all(
+                len(c) == 0 or (c.value_lengths.min() >= 0 and c.value_lengths.max() <= BRACKET_FREE_BYTES)
+                for c in chunks):
+            return None
+        return self.decode_all(values, all(c.data.isascii() for c in chunks))
+
+    def _rows_one_by_one(self, offsets: np.ndarray, keys: list, values: list, sizes: np.ndarray,
+                         errors: list, raws: list) -> list[tuple]:
         topic, partition, limit, decode = self.topic, self.partition, self.max_record_bytes, self.decode
         tolerant, empty = self.tolerant, (None,) * self.width
-        rows, offsets, stamps, errors, raws = [], [], [], [], []
-        for rec in records:
+        rows = []
+        for i, (offset, key, value, size) in enumerate(zip(offsets.tolist(), keys, values, sizes.tolist())):
             try:
-                size = len(rec.value or b"") + len(rec.key or b"")
                 if size > limit:
-                    raise RecordError(topic, partition, rec.offset, f"record of {size} bytes exceeds max_record_bytes {limit}")
-                rows.append(decode(rec))
-                if tolerant:
-                    errors.append(None)
-                    raws.append(None)
+                    raise RecordError(topic, partition, offset, f"record of {size} bytes exceeds max_record_bytes {limit}")
+                rows.append(decode(offset, key, value))
             except RecordError as exc:
                 if not tolerant:
                     raise
                 rows.append(empty)
-                errors.append(exc.reason)
-                raws.append(rec.value)
-            offsets.append(rec.offset)
-            stamps.append(rec.timestamp)
-        n = len(offsets)
-        columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in range(self.width)]
-        columns += [[topic] * n, [partition] * n, offsets, stamps]
-        if tolerant:
-            columns += [errors, raws]
-        for i, convert in enumerate(self.converters):
-            if convert is not None:
-                columns[i] = [convert(v) for v in columns[i]]
-        return pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
+                errors[i], raws[i] = exc.reason, value
+        return rows
 
 
 def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int) -> Iterator:
-    """Yield the records of ``[start, end)``; offsets may have gaps (compaction, markers)."""
+    """Yield kafka-python's records of ``[start, end)``; offsets may have gaps (compaction, markers)."""
     for records in read_range_chunks(bootstrap, topic, partition, start, end):
         yield from records
 
 
 def read_range_chunks(bootstrap: str, topic: str, partition: int, start: int, end: int) -> Iterator[list]:
-    """Yield the records of ``[start, end)`` as one list per poll (never empty), in offset order;
-    offsets may have gaps (compaction, markers)."""
+    """kafka-python's records of ``[start, end)``, one list per poll (never empty), in offset order."""
+    return _read_polls(bootstrap, topic, partition, start, end, _RECORDS)
+
+
+def read_range_batches(bootstrap: str, topic: str, partition: int, start: int, end: int) -> Iterator[list[ColumnBatch]]:
+    """The records of ``[start, end)`` as columns (see batch_consumer), one list per poll (never
+    empty), in offset order: what the source reads, without an object per record."""
+    return _read_polls(bootstrap, topic, partition, start, end, _COLUMNS)
+
+
+@dataclass(frozen=True)
+class _PollShape:
+    """What a poll returns for a partition, and how to cut it to a range."""
+
+    columnar: bool
+    max_records: int  # per poll
+    first_offset: Callable[[list], int]
+    last_offset: Callable[[list], int]
+    between: Callable[[list, int, int], list]
+    bytes_and_records: Callable[[list], tuple[int, int]] | None = None  # to size fetches to a range
+
+
+_RECORDS = _PollShape(False, POLL_MAX_RECORDS, lambda rs: rs[0].offset, lambda rs: rs[-1].offset,
+                      lambda rs, lo, hi: [r for r in rs if lo <= r.offset < hi])
+_COLUMNS = _PollShape(True, POLL_MAX_BATCHES, lambda bs: int(bs[0].offsets[0]), lambda bs: int(bs[-1].offsets[-1]),
+                      lambda bs, lo, hi: [c for c in (b.between(lo, hi) for b in bs) if len(c)],
+                      lambda bs: (sum(len(b.data) for b in bs), sum(len(b) for b in bs)))
+FETCH_MAX_BYTES = 4 * 1024 * 1024  # per partition and fetch
+FETCH_MIN_BYTES = 64 * 1024  # the smallest fetch sized to what a range still needs
+GUESSED_RECORD_BYTES = 1024  # before a consumer has seen any
+
+
+def _fetch_bytes(records: int, bytes_per_record: float) -> int:
+    return int(min(FETCH_MAX_BYTES, max(FETCH_MIN_BYTES, records * bytes_per_record * 1.1)))
+
+
+def _read_polls(bootstrap: str, topic: str, partition: int, start: int, end: int, shape: _PollShape) -> Iterator[list]:
     from kafka import TopicPartition
     from kafka.errors import KafkaError
 
     if start >= end:
         return
-    consumer = _take_consumer(bootstrap, topic, partition)
-    tp = TopicPartition(topic, partition)
+    cached = _take_consumer(bootstrap, topic, partition, shape.columnar)
+    consumer, tp = cached.consumer, TopicPartition(topic, partition)
     finished = False
     try:
-        consumer.assign([tp])
-        consumer.seek(tp, start)
-        position, last_progress = start, time.monotonic()
+        if cached.continues_at(start):  # [start, resume_at) is in the tail; the rest is on its way
+            head, tail = shape.between(cached.tail, start, end), shape.between(cached.tail, end, _NO_END)
+            position = end if tail or cached.resume_at >= end else cached.resume_at
+        else:
+            consumer.assign([tp])
+            consumer.seek(tp, start)
+            head, tail, position = [], [], start
+        if head:
+            yield head
+        last_progress = time.monotonic()
         while position < end:
+            if shape.bytes_and_records is not None:
+                bound_fetches(consumer, tp, end, _fetch_bytes(end - position, cached.bytes_per_record))
             try:
-                batch = consumer.poll(timeout_ms=500, max_records=POLL_MAX_RECORDS)
+                polled = consumer.poll(timeout_ms=500, max_records=shape.max_records)
             except KafkaError as exc:
                 raise PipelineError(
                     f"reading {topic}[{partition}] offsets [{start}, {end}) failed at {position}: {exc}"
                 ) from exc
-            records = batch.get(tp)
-            if records:
-                if records[0].offset < position or records[-1].offset >= end:
-                    chunk = [rec for rec in records if position <= rec.offset < end]
-                else:
-                    chunk = records
+            got = polled.get(tp)
+            if got:
+                if shape.bytes_and_records is not None:
+                    cached.learn_sizes(*shape.bytes_and_records(got))
+                last = shape.last_offset(got)
+                chunk = shape.between(got, position, end) if shape.first_offset(got) < position or last >= end else got
                 if chunk:
-                    position = chunk[-1].offset + 1
+                    position = shape.last_offset(chunk) + 1
                     last_progress = time.monotonic()
                     yield chunk
-                if records[-1].offset >= end:
-                    position = end
+                if last >= end:  # fetched past the range: kept for a next range starting at ``end``
+                    tail, position = shape.between(got, end, _NO_END), end
                     continue
             position = max(position, consumer.position(tp) or position)
             if time.monotonic() - last_progress > STALL_TIMEOUT_S:
@@ -193,62 +266,93 @@ def read_range_chunks(bootstrap: str, topic: str, partition: int, start: int, en
                     f"reading {topic}[{partition}] stalled at offset {position} (planned end {end}) "
                     f"for {STALL_TIMEOUT_S:.0f}s"
                 )
+        resume_at = consumer.position(tp)
         finished = True
     finally:
         if finished:
-            _give_back(bootstrap, topic, partition, consumer)
+            cached.tail_from, cached.tail, cached.resume_at, cached.used = end, tail, resume_at, time.monotonic()
+            _give_back(bootstrap, topic, partition, shape.columnar, cached)
         else:  # an error, a stall, or a reader that stopped early: never reuse this connection
             _close_quietly(consumer)
+
+
+_NO_END = 2**63
+
+
+@dataclass
+class _CachedConsumer:
+    """A partition's consumer between ranges. After a range ``[.., tail_from)`` its position is
+    ``resume_at``, and ``tail`` holds the records ``[tail_from, resume_at)`` its last fetch
+    brought past the range: a range starting in there continues without a seek, from the tail."""
+
+    consumer: object
+    tail_from: int | None = None
+    tail: list = field(default_factory=list)
+    resume_at: int | None = None
+    used: float = field(default_factory=time.monotonic)
+    bytes_per_record: float = GUESSED_RECORD_BYTES
+
+    def learn_sizes(self, size: int, records: int) -> None:
+        if records:
+            self.bytes_per_record = size / records
+
+    def continues_at(self, start: int) -> bool:
+        return self.tail_from is not None and self.resume_at is not None and self.tail_from <= start <= self.resume_at
 
 
 # Consumers kept between tasks of a Python worker (Spark reuses workers): a new KafkaConsumer
 # per range costs a connection, an API version probe and a metadata request. One per
 # (bootstrap, topic, partition), taken out of the cache while in use. When a poll drains its
-# buffer kafka-python sends the next fetch at once; at the log's end the broker holds that fetch
+# buffer kafka-python sends the next fetch at once (the columnar read drains every fetch, so the
+# next one is on its way while a batch is decoded, but never one past the range: bound_fetches,
+# which also sizes fetches to what the range still needs); at the log's end the broker holds that fetch
 # up to fetch_max_wait_ms, and any other fetch on the connection waits behind it (measured: a
 # consumer reassigned to another partition waited 500 ms, the default). A partition's next range
-# usually comes an epoch later, after that fetch was answered (and its records are used when the
-# range starts where the last one ended); FETCH_MAX_WAIT_MS bounds the wait when it comes sooner.
+# usually comes an epoch later, after that fetch was answered, and continues from the consumer's
+# tail; FETCH_MAX_WAIT_MS bounds the wait when it comes sooner.
 CONSUMER_IDLE_S = 60.0  # older ones are closed rather than trusted (brokers drop idle connections)
 CONSUMER_CACHE_SIZE = 8
-_consumers: dict[tuple[str, str, int], tuple[object, float]] = {}
+_consumers: dict[tuple[str, str, int, bool], _CachedConsumer] = {}  # (..., columnar)
 _consumers_pid = os.getpid()
 
 
-def _take_consumer(bootstrap: str, topic: str, partition: int):
+def _take_consumer(bootstrap: str, topic: str, partition: int, columnar: bool) -> _CachedConsumer:
     from kafka import KafkaConsumer
+
+    from pipeline_lib.execution.batch_consumer import columnar_consumer
 
     global _consumers_pid
     if _consumers_pid != os.getpid():  # a forked child must not share its parent's sockets
         _consumers.clear()
         _consumers_pid = os.getpid()
     now = time.monotonic()
-    for key, (consumer, used) in list(_consumers.items()):
-        if now - used > CONSUMER_IDLE_S:
+    for key, cached in list(_consumers.items()):
+        if now - cached.used > CONSUMER_IDLE_S:
             del _consumers[key]
-            _close_quietly(consumer)
-    cached = _consumers.pop((bootstrap, topic, partition), None)
+            _close_quietly(cached.consumer)
+    cached = _consumers.pop((bootstrap, topic, partition, columnar), None)
     if cached is not None:
-        return cached[0]
-    return KafkaConsumer(
+        return cached
+    return _CachedConsumer((columnar_consumer if columnar else KafkaConsumer)(
         bootstrap_servers=bootstrap,
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="none",  # never jump silently: a missing offset is an error
         client_id=f"pipeline-lib-reader-{topic}-{partition}",
-        max_partition_fetch_bytes=4 * 1024 * 1024,
+        max_partition_fetch_bytes=FETCH_MAX_BYTES,
         fetch_max_bytes=16 * 1024 * 1024,
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
-    )
+    ))
 
 
-def _give_back(bootstrap: str, topic: str, partition: int, consumer) -> None:
-    previous = _consumers.pop((bootstrap, topic, partition), None)
+def _give_back(bootstrap: str, topic: str, partition: int, columnar: bool, cached: _CachedConsumer) -> None:
+    key = (bootstrap, topic, partition, columnar)
+    previous = _consumers.pop(key, None)
     if previous is not None:  # another reader of the same partition finished first
-        _close_quietly(previous[0])
-    _consumers[(bootstrap, topic, partition)] = (consumer, time.monotonic())
+        _close_quietly(previous.consumer)
+    _consumers[key] = cached
     while len(_consumers) > CONSUMER_CACHE_SIZE:
-        _close_quietly(_consumers.pop(next(iter(_consumers)))[0])
+        _close_quietly(_consumers.pop(next(iter(_consumers))).consumer)
 
 
 def _close_quietly(consumer) -> None:

@@ -163,6 +163,21 @@ class FastJsonDecoder:
                                        rename=names, gc=False)
             self._fast = msgspec.json.Decoder(struct).decode
 
+    def decode_all(self, values: list[bytes], all_ascii: bool) -> list[tuple] | None:
+        """The rows of many values at once, or None when any of them needs ``decode`` (which
+        then gives each row or the error). The caller has checked that every value is there and
+        at most BRACKET_FREE_BYTES long; ``all_ascii`` says the values hold only ASCII bytes."""
+        fast = self._fast
+        if fast is None:
+            return None
+        try:
+            rows = [astuple(fast(v)) for v in values]
+        except Exception:  # noqa: BLE001 - a value for the reference decoder
+            return None
+        if not all_ascii and not all(v.isascii() or _utf8(v) for v in values):
+            return None
+        return rows
+
     def decode(self, topic: str, partition: int, offset: int, value: bytes | None) -> tuple:
         fast = self._fast
         if fast is not None and value is not None and len(value) <= FAST_MAX_BYTES and (

@@ -24,22 +24,22 @@ def test_a_partition_s_consumer_reads_range_after_range(two_partitions):
     bootstrap, topic, values = two_partitions
     assert [r.value for r in kafka_source.read_range(bootstrap, topic, 0, 0, 1000)] == values[0][:1000]
     assert [r.value for r in kafka_source.read_range(bootstrap, topic, 1, 0, 10)] == values[1][:10]
-    consumers = {p: kafka_source._consumers[(bootstrap, topic, p)][0] for p in (0, 1)}
+    consumers = {p: kafka_source._consumers[(bootstrap, topic, p, False)].consumer for p in (0, 1)}
     assert consumers[0] is not consumers[1]
     for partition, start, end in [(0, 1000, 1500), (1, 10, 700), (1, 1499, 1500), (0, 3, 4), (0, 0, 1500)]:
         records = list(kafka_source.read_range(bootstrap, topic, partition, start, end))
         assert [r.offset for r in records] == list(range(start, end))
         assert [r.value for r in records] == values[partition][start:end]
-        assert kafka_source._consumers[(bootstrap, topic, partition)][0] is consumers[partition]  # seeked, not reopened
+        assert kafka_source._consumers[(bootstrap, topic, partition, False)].consumer is consumers[partition]  # seeked, not reopened
     chunks = list(kafka_source.read_range_chunks(bootstrap, topic, 1, 0, 1500))
     assert all(chunks) and [r.offset for c in chunks for r in c] == list(range(1500))
 
 
 def test_a_consumer_that_failed_is_closed_not_reused(two_partitions, monkeypatch):
     bootstrap, topic, values = two_partitions
-    key = (bootstrap, topic, 0)
+    key = (bootstrap, topic, 0, False)
     list(kafka_source.read_range(bootstrap, topic, 0, 0, 10))
-    consumer = kafka_source._consumers[key][0]
+    consumer = kafka_source._consumers[key].consumer
     # Offsets past the log's end: real Kafka answers OFFSET_OUT_OF_RANGE (no silent reset), this
     # broker answers nothing; either way the read fails naming the partition and the offsets.
     monkeypatch.setattr(kafka_source, "STALL_TIMEOUT_S", 2.0)
@@ -48,14 +48,61 @@ def test_a_consumer_that_failed_is_closed_not_reused(two_partitions, monkeypatch
     assert key not in kafka_source._consumers
     assert consumer._closed
     assert [r.value for r in kafka_source.read_range(bootstrap, topic, 0, 5, 8)] == values[0][5:8]  # a new one
-    assert kafka_source._consumers[key][0] is not consumer
+    assert kafka_source._consumers[key].consumer is not consumer
 
 
 def test_a_reader_that_stops_early_does_not_give_its_consumer_back(two_partitions):
     bootstrap, topic, values = two_partitions
-    kafka_source._consumers.pop((bootstrap, topic, 0), None)
+    kafka_source._consumers.pop((bootstrap, topic, 0, False), None)
     chunks = kafka_source.read_range_chunks(bootstrap, topic, 0, 0, 1500)
     first = next(chunks)
     assert first[0].value == values[0][0]
     chunks.close()  # e.g. a failed task: the consumer's position is mid-range
-    assert (bootstrap, topic, 0) not in kafka_source._consumers
+    assert (bootstrap, topic, 0, False) not in kafka_source._consumers
+
+
+@pytest.fixture(scope="module")
+def gzip_topic(local_stack):
+    """Compressed batches from a real producer, with keys, headers, null values and big values."""
+    from kafka import KafkaProducer
+
+    topic = "reader-columnar"
+    bootstrap = local_stack.kafka_bootstrap
+    create_topic(bootstrap, topic, 1)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=32 * 1024, acks="all",
+                             compression_type="gzip")
+    try:
+        for i in range(3000):
+            value = None if i % 97 == 0 else (b"v%d-" % i) * (1 + i % 50)
+            key = None if i % 3 == 0 and value is not None else b"key-%d" % i
+            headers = [("h", b"%d" % i)] if i % 11 == 0 else []
+            producer.send(topic, key=key, value=value, headers=headers, partition=0)
+        producer.flush(timeout=120)
+    finally:
+        producer.close()
+    return bootstrap, topic
+
+
+def _as_tuples(polls):
+    return [t for poll in polls for c in poll for t in zip(c.offsets.tolist(), c.timestamps.tolist(), c.keys(), c.values())]
+
+
+def test_columnar_reads_equal_kafka_python_records_and_continue_without_a_seek(gzip_topic):
+    bootstrap, topic = gzip_topic
+    expected = [(r.offset, r.timestamp, r.key, r.value) for r in kafka_source.read_range(bootstrap, topic, 0, 0, 3000)]
+    assert len(expected) == 3000
+    key = (bootstrap, topic, 0, True)
+    kafka_source._consumers.pop(key, None)
+    got = []
+    for start, end in [(0, 1), (1, 700), (700, 701), (701, 2999), (2999, 3000)]:  # each range where the last ended
+        polls = list(kafka_source.read_range_batches(bootstrap, topic, 0, start, end))
+        assert all(poll and all(len(c) for c in poll) for poll in polls)
+        got += _as_tuples(polls)
+        cached = kafka_source._consumers[key]
+        assert cached.tail_from == end and cached.resume_at >= end
+        assert sum(len(c) for c in cached.tail) == min(cached.resume_at, 3000) - end  # every fetched record kept
+    assert got == expected
+    consumer = kafka_source._consumers[key].consumer
+    for start, end in [(10, 20), (2500, 2600), (5, 2999)]:  # backwards and forwards: seeks, same consumer
+        assert _as_tuples(kafka_source.read_range_batches(bootstrap, topic, 0, start, end)) == expected[start:end]
+        assert kafka_source._consumers[key].consumer is consumer

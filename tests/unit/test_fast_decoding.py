@@ -18,13 +18,17 @@ import json
 import random
 import time
 
+import struct
+
 import pyarrow as pa
 import pytest
 from kafka.consumer.fetcher import ConsumerRecord
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from pyspark.sql import types as T
 from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
 
 from pipeline_lib.errors import RecordError
+from pipeline_lib.execution.kafka_batches import ColumnBatch, decode_batch
 from pipeline_lib.execution.kafka_source import RecordBatcher
 from pipeline_lib.execution.record_decoding import (
     BRACKET_FREE_BYTES,
@@ -263,6 +267,21 @@ def records_of(values, start=100, key=b"k"):
             for i, v in enumerate(values)]
 
 
+def as_kafka_batch(records) -> ColumnBatch:
+    """The records written as one Kafka v2 batch by kafka-python's builder, then decoded as the
+    source decodes what it fetches."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 26)
+    base = records[0].offset if records else 0
+    for r in records:
+        builder.append(r.offset - base, timestamp=r.timestamp, key=r.key, value=r.value, headers=[])
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, base)
+    columns = decode_batch(DefaultRecordBatch(bytes(data)))
+    assert columns.offsets.tolist() == [r.offset for r in records]
+    return columns
+
+
 def before_and_after(values, fields, fmt="json", tolerant=True, limit=6000, chunks=(7, 50, 1000), key=b"k"):
     schema = schema_for(fields if fmt == "json" else [("key", "string"), ("value", "string")], tolerant)
     records = records_of(values, key=key)
@@ -279,10 +298,12 @@ def before_and_after(values, fields, fmt="json", tolerant=True, limit=6000, chun
 
     def after():
         batcher = RecordBatcher(schema, fmt, fields, tolerant, limit, "topic", 3)
+        columns = as_kafka_batch(records)
         batches, i, sizes = [], 0, list(chunks)
-        while i < len(records):  # uneven chunks, as polls return them
+        while i < len(records):  # uneven chunks, as polls return them, each of two Kafka batches
             size = sizes[len(batches) % len(sizes)]
-            batches.append(batcher.build(records[i:i + size]))
+            middle = i + size // 2
+            batches.append(batcher.build([columns.take(i, middle), columns.take(middle, i + size)]))
             i += size
         return pa.Table.from_batches(batches, schema=batcher.arrow_schema)
 

@@ -1,0 +1,117 @@
+"""A kafka-python consumer whose ``poll`` returns :class:`ColumnBatch` es instead of records.
+
+Only the last step of kafka-python's fetch path changes: the per-partition object that turns a
+fetched ``MemoryRecords`` into records. Everything before it (connections, fetch sessions,
+leaders, retries, offset-out-of-range errors) and its bookkeeping after it (the partition's
+next fetch offset, metrics) stay kafka-python's. The batch loop keeps kafka-python's rules: a
+batch CRC that does not match is refused, control batches are skipped, records before the
+fetch offset (the head of a batch the broker sent whole) are dropped.
+
+This relies on ``Fetcher.PartitionRecords`` of kafka-python 3.0.12, which pyproject.toml pins
+exactly; tests/e2e/test_kafka_source.py compares the two paths record by record.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from kafka import KafkaConsumer
+from kafka.consumer.fetcher import Fetcher
+from kafka.errors import CorruptRecordError
+from kafka.protocol.consumer import IsolationLevel
+
+from pipeline_lib.execution.kafka_batches import ColumnBatch, decode_batch
+
+# Kafka record batches per poll: enough to take a whole fetch response (max_partition_fetch_bytes),
+# so that kafka-python sends the next fetch before the poll returns and it travels while the
+# records are decoded (it fetches a partition again only once its buffer is empty).
+POLL_MAX_BATCHES = 100_000
+
+
+class _ColumnPartitionRecords(Fetcher.PartitionRecords):
+    """Yields one ColumnBatch per Kafka record batch (v2); legacy v0/v1 batches, which no
+    current broker writes, are turned into columns record by record."""
+
+    def _maybe_skip_record(self, record) -> bool:
+        return False  # done per batch in _unpack_records
+
+    def _unpack_records(self, tp, records, key_deserializer, value_deserializer) -> Iterator[ColumnBatch]:
+        if self.isolation_level == IsolationLevel.READ_COMMITTED:  # aborted-transaction filtering is not here
+            raise ValueError("columnar fetches read uncommitted records only")
+        batch = records.next_batch()
+        last_batch = None
+        while batch is not None:
+            last_batch = batch
+            if self.check_crcs and not batch.validate_crc():
+                raise CorruptRecordError(f"Record batch for partition {tp} at offset {batch.base_offset} "
+                                         "failed crc check")
+            if batch.magic == 2:
+                self.leader_epoch = batch.leader_epoch
+                if batch.is_control_batch:  # transaction markers are not records
+                    self.next_fetch_offset = batch.next_offset
+                    batch = records.next_batch()
+                    continue
+                try:
+                    columns = decode_batch(batch)
+                except CorruptRecordError as exc:
+                    raise CorruptRecordError(f"partition {tp}: {exc}") from None
+            else:
+                columns = _legacy_columns(batch)
+            if len(columns):
+                self.next_fetch_offset = int(columns.offsets[-1]) + 1
+                columns = columns.between(self.fetch_offset, self.next_fetch_offset)
+            if len(columns):
+                self.records_read += len(columns)
+                self.bytes_read += len(columns.data)
+                yield columns
+            batch = records.next_batch()
+        if last_batch is not None and last_batch.magic == 2:
+            self.next_fetch_offset = last_batch.next_offset  # past records removed by compaction
+        self.drain()
+
+
+def _legacy_columns(batch) -> ColumnBatch:
+    import numpy as np
+
+    data = bytearray()
+    offsets, stamps, key_starts, key_lengths, value_starts, value_lengths = [], [], [], [], [], []
+    for record in batch:
+        offsets.append(record.offset)
+        stamps.append(record.timestamp)
+        for blob, starts, lengths in ((record.key, key_starts, key_lengths),
+                                      (record.value, value_starts, value_lengths)):
+            starts.append(len(data))
+            lengths.append(-1 if blob is None else len(blob))
+            data += blob or b""
+    arrays = [np.array(a, np.int64) for a in (offsets, stamps, key_starts, key_lengths, value_starts, value_lengths)]
+    return ColumnBatch(bytes(data), *arrays)
+
+
+def columnar_consumer(**config) -> KafkaConsumer:
+    """A KafkaConsumer (same configuration keys) whose polls map each partition to a list of
+    ColumnBatch. Pass ``max_records=POLL_MAX_BATCHES``: it counts Kafka batches here."""
+    consumer = KafkaConsumer(**config)
+    fetcher = consumer._fetcher
+    fetcher.PartitionRecords = _ColumnPartitionRecords
+    fetcher.fetch_below = {}
+    every_fetchable = fetcher._fetchable_partitions
+
+    def fetchable() -> list:
+        limits, assignment = fetcher.fetch_below, fetcher._subscriptions.assignment
+        return [tp for tp in every_fetchable()
+                if tp not in limits or assignment[tp].position is None or assignment[tp].position.offset < limits[tp]]
+
+    fetcher._fetchable_partitions = fetchable
+    return consumer
+
+
+def bound_fetches(consumer: KafkaConsumer, tp, below: int, max_bytes: int) -> None:
+    """Fetch ``tp`` only from positions below offset ``below``, at most ``max_bytes`` a fetch
+    (the broker still sends a whole first batch if it is larger).
+
+    kafka-python fetches a partition again as soon as its buffer is empty; past the end of a
+    planned range that is data no one may read (the partition's next range often goes to
+    another Python worker), and on a 2-core machine the broker serving it competes with the
+    Spark tasks that are reading."""
+    consumer._fetcher.fetch_below[tp] = below
+    consumer._fetcher.config["max_partition_fetch_bytes"] = max_bytes
