@@ -13,8 +13,10 @@ included). The query is what the Spark documentation recommends for a keyed runn
       .foreachBatch(write each batch's changed rows as parquet to <output>/batch=<id>)
       .trigger(availableNow=True)                           # everything available at start, then stop
 
-The source is the streaming twin of the project's batch Kafka source: kafka-python inside the
-executors (the same ``read_range`` and the same type-checking JSON decoder), one input partition
+The source is what a user would write with kafka-python: its consumer inside the executors (the
+project's ``read_range``, which yields kafka-python's records) and the project's type-checking
+JSON decoder, row by row (the project's own source decodes record batches into Arrow columns
+instead; that difference is part of what the benchmark measures), one input partition
 per Kafka partition range of the micro-batch, the Kafka offsets as the stream's offsets, and a
 per-batch record cap split over partitions the way the project's planner splits its epoch cap
 (``fair_shares``), i.e. ``maxRecordsPerTrigger``. End offsets are confirmed with a fetch's high
