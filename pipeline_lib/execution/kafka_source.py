@@ -1,15 +1,14 @@
-"""A PySpark Python data source that reads planned Kafka offset ranges.
+"""Read planned Kafka offset ranges in Spark's Python workers.
 
 Spark has no Kafka connector here (STACK.md), and a planned, replayable epoch needs exact ranges
-anyway: every input partition is one ``[start, end)`` range of one Kafka partition, read with
-kafka-python (assign + seek, no consumer group) inside the executor's Python worker. kafka-python
+anyway: every Spark task reads ``[start, end)`` ranges of Kafka partitions with kafka-python
+(assign + seek, no consumer group) inside the executor's Python worker. kafka-python
 fetches; its record batches are decoded straight into columns (batch_consumer, kafka_batches)
 and handed to Spark as Arrow batches, with no Python object per record on the way.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -17,7 +16,6 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StringType, StructType
 
 from pipeline_lib.errors import PipelineError, RecordError
@@ -25,7 +23,6 @@ from pipeline_lib.execution.batch_consumer import POLL_MAX_BATCHES, bound_fetche
 from pipeline_lib.execution.kafka_batches import ColumnBatch
 from pipeline_lib.faults import fault_point
 
-SOURCE_NAME = "pipeline_kafka"
 METADATA_DDL = "_topic string, _partition int, _offset long, _timestamp_ms long"
 ERROR_DDL = "_error string, _raw binary"  # only with on_error: dead_letter | skip
 STALL_TIMEOUT_S = 60.0
@@ -33,51 +30,40 @@ POLL_MAX_RECORDS = 10_000  # records per poll of kafka-python's records (the col
 FETCH_MAX_WAIT_MS = 100  # planned ranges are in the log already: the broker only waits at its end
 
 
-class RangesPartition(InputPartition):
-    """One Spark task: ``[start, end)`` ranges of Kafka partitions, read one after the other."""
+@dataclass(frozen=True)
+class KafkaRangeReader:
+    """One epoch's read, pickled into its query as the function of a ``mapInArrow`` over one row
+    per Spark task (the task's index into ``tasks``; see epoch_reader.read_tasks).
 
-    def __init__(self, ranges: list[tuple[str, int, int, int]]):
-        super().__init__(ranges)
-        self.ranges = ranges
+    Each task reads its ``[start, end)`` ranges of Kafka partitions one after the other. A
+    ``mapInArrow`` rather than a Python data source (``pyspark.sql.datasource``): Spark plans it
+    without starting Python processes on the driver, and nothing has to be registered when the
+    session starts (measured together: ~2 s less start-up, ~1-2 s less on the first query).
+    ``tolerant`` (on_error dead_letter | skip): a bad record becomes a row with ``_error`` and
+    ``_raw`` set instead of failing the task."""
 
+    bootstrap: str
+    tasks: list[list[tuple[str, int, int, int]]]
+    schema: StructType
+    format: str
+    fields: list[tuple[str, str]]
+    epoch: int
+    tolerant: bool
+    max_record_bytes: int
 
-class KafkaRangeDataSource(DataSource):
-    """Options: bootstrap, ranges (JSON list of tasks, each a list of [topic, partition, start, end]), format
-    (json|string), fields (JSON list of [name, simple type]), schema (StructType JSON), epoch,
-    on_error (fail: raise; otherwise a bad record becomes a row with _error and _raw set),
-    max_record_bytes."""
+    def __call__(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in task_indexes:
+            for i in batch.column(0).to_pylist():
+                yield from self.read_task(self.tasks[i])
 
-    @classmethod
-    def name(cls) -> str:
-        return SOURCE_NAME
-
-    def schema(self) -> StructType:
-        return StructType.fromJson(json.loads(self.options["schema"]))
-
-    def reader(self, schema: StructType) -> "KafkaRangeReader":
-        return KafkaRangeReader(dict(self.options), schema)
-
-
-class KafkaRangeReader(DataSourceReader):
-    def __init__(self, options: dict[str, str], schema: StructType | None = None):
-        self.bootstrap = options["bootstrap"]
-        self.tasks = [[tuple(r) for r in task] for task in json.loads(options["ranges"])]
-        self.format = options.get("format", "json")
-        self.fields = [tuple(f) for f in json.loads(options.get("fields", "[]"))]
-        self.epoch = int(options.get("epoch", "0"))
-        self.tolerant = options.get("on_error", "fail") != "fail"
-        self.max_record_bytes = int(options.get("max_record_bytes", str(1 << 20)))
-        self.schema = schema if schema is not None else StructType.fromJson(json.loads(options["schema"]))
-
-    def partitions(self) -> list[InputPartition]:
-        return [RangesPartition(task) for task in self.tasks]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    def read_task(self, ranges: Sequence[tuple[str, int, int, int]]) -> Iterator[pa.RecordBatch]:
         """One Arrow batch per poll: Spark takes the batches as they are, instead of converting
-        every row, value by value, from a Python tuple."""
-        assert isinstance(partition, RangesPartition)
+        every row, value by value, from a Python tuple. A task of no ranges (the warm-up's)
+        reads nothing."""
+        if not ranges:
+            return
         fault_point("during_read", self.epoch)
-        for topic, kafka_partition, start, end in partition.ranges:
+        for topic, kafka_partition, start, end in ranges:
             batches = RecordBatcher(self.schema, self.format, self.fields, self.tolerant, self.max_record_bytes,
                                     topic, kafka_partition)
             for columns in read_range_batches(self.bootstrap, topic, kafka_partition, start, end):

@@ -38,6 +38,7 @@ from pipeline_lib.execution.lifecycle import DEFAULT_LEASE_SECONDS, DEFAULT_STAR
 from pipeline_lib.execution.startup import start_pipeline
 from pipeline_lib.execution.spark_errors import clear_spark_errors
 from pipeline_lib.execution.transforms import apply_transforms
+from pipeline_lib.execution.warm_up import WarmUp
 from pipeline_lib.faults import fault_point
 from pipeline_lib.graph import Pipeline
 from pipeline_lib.plan import kafka_offsets
@@ -440,46 +441,59 @@ class PipelineRunner:
             targets = self._targets(latest, stops)
             with clear_spark_errors(f"parsing the schema of source {self.pipeline.source}"):
                 schema = source_schema(spark, self.source, tolerant=self.job.on_error != "fail")
-                started = start_pipeline(self, spark, schema, self.options.startup_timeout_s)
-            assert self.lifecycle is not None
-            self.lifecycle.started(started)
-            while self.options.max_epochs is None or len(self.epochs) < self.options.max_epochs:
-                if self.stop_requested.is_set():
-                    break
-                if self._is_completed(positions, stops) and base_id is not None:
-                    self._status("COMPLETED", epoch)
-                    log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, base_id)
-                    return epoch
-                plan = self._plan(epoch + 1, base_id, positions, targets, stops)
-                if plan.records == 0:
-                    if self.options.mode == "until-caught-up" or self._is_completed(positions, stops):
-                        break
-                    if self.stop_requested.wait(self.options.poll_interval_s):
-                        break
-                    partitions = kafka_offsets.topic_partitions(consumer, self.topic)
-                    earliest = kafka_offsets.earliest_offsets(consumer, self.topic, partitions)
-                    positions = {p: positions.get(p, earliest[p]) for p in partitions}
-                    targets = self._targets(kafka_offsets.confirmed_end_offsets(consumer, self.topic, partitions), stops)
-                    continue
-                epoch, started = plan.epoch, time.monotonic()
-                self._phases = dict.fromkeys(EPOCH_PHASES, 0.0)
-                fault_point("after_plan", epoch)
-                manifest, head, head_version = self._run_epoch(spark, schema, plan, history, head_version)
-                history, base_id, positions = head.history, manifest.snapshot_id, manifest.positions
-                report = EpochReport(
-                    pipeline=self.pipeline.name, epoch=epoch, snapshot_id=base_id, records=plan.records,
-                    rows_written=sum(c.rows_written for c in manifest.flows.values()),
-                    keys=sum(len(f.state) for f in self.flows if f.state is not None),
-                    lag=sum(max(0, targets.get(p, 0) - o) for p, o in positions.items()),
-                    seconds=time.monotonic() - started, completed_splits=len(manifest.completed_splits),
-                    bad_records=manifest.bad_records, phases=dict(self._phases),
-                )
-                self.epochs.append(report)
-                self.lifecycle.progress(epoch)
-                self.on_epoch(report)
+            warm_up = WarmUp.start(spark, self, schema)
+            try:
+                with clear_spark_errors(f"starting the subtasks of pipeline {self.pipeline.name}"):
+                    started = start_pipeline(self, spark, schema, self.options.startup_timeout_s)
+                assert self.lifecycle is not None
+                self.lifecycle.started(started)
+                return self._epochs(spark, schema, consumer, warm_up, epoch, base_id, history, head_version,
+                                    positions, stops, targets)
+            finally:
+                warm_up.cancel()
+
+    def _epochs(self, spark, schema, consumer, warm_up: WarmUp, epoch, base_id, history, head_version,
+                positions, stops, targets) -> int:
+        """Plan, run and commit epochs until caught up, stopped, completed or ``max_epochs``."""
+        assert self.lifecycle is not None
+        while self.options.max_epochs is None or len(self.epochs) < self.options.max_epochs:
+            if self.stop_requested.is_set():
+                break
             if self._is_completed(positions, stops) and base_id is not None:
                 self._status("COMPLETED", epoch)
                 log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, base_id)
-            else:
-                self._status("STOPPED", epoch, self.stop_reason if self.stop_requested.is_set() else None)
+                return epoch
+            plan = self._plan(epoch + 1, base_id, positions, targets, stops)
+            if plan.records == 0:
+                if self.options.mode == "until-caught-up" or self._is_completed(positions, stops):
+                    break
+                if self.stop_requested.wait(self.options.poll_interval_s):
+                    break
+                partitions = kafka_offsets.topic_partitions(consumer, self.topic)
+                earliest = kafka_offsets.earliest_offsets(consumer, self.topic, partitions)
+                positions = {p: positions.get(p, earliest[p]) for p in partitions}
+                targets = self._targets(kafka_offsets.confirmed_end_offsets(consumer, self.topic, partitions), stops)
+                continue
+            warm_up.wait(self.options.startup_timeout_s)
+            epoch, started = plan.epoch, time.monotonic()
+            self._phases = dict.fromkeys(EPOCH_PHASES, 0.0)
+            fault_point("after_plan", epoch)
+            manifest, head, head_version = self._run_epoch(spark, schema, plan, history, head_version)
+            history, base_id, positions = head.history, manifest.snapshot_id, manifest.positions
+            report = EpochReport(
+                pipeline=self.pipeline.name, epoch=epoch, snapshot_id=base_id, records=plan.records,
+                rows_written=sum(c.rows_written for c in manifest.flows.values()),
+                keys=sum(len(f.state) for f in self.flows if f.state is not None),
+                lag=sum(max(0, targets.get(p, 0) - o) for p, o in positions.items()),
+                seconds=time.monotonic() - started, completed_splits=len(manifest.completed_splits),
+                bad_records=manifest.bad_records, phases=dict(self._phases),
+            )
+            self.epochs.append(report)
+            self.lifecycle.progress(epoch)
+            self.on_epoch(report)
+        if self._is_completed(positions, stops) and base_id is not None:
+            self._status("COMPLETED", epoch)
+            log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, base_id)
+        else:
+            self._status("STOPPED", epoch, self.stop_reason if self.stop_requested.is_set() else None)
         return epoch

@@ -8,8 +8,6 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from pipeline_lib.execution.kafka_source import KafkaRangeDataSource
-
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
@@ -37,5 +35,4 @@ def start_spark(app_name: str, master: str | None, parallelism: int) -> SparkSes
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(KafkaRangeDataSource)
     return spark

@@ -124,7 +124,7 @@ def group_into_tasks(ranges: list[OffsetRange], tasks: int) -> list[list[OffsetR
     """At most ``tasks`` groups of ranges, one Spark task each, of about equal sizes (the largest
     range goes to the smallest group first); each group in (topic, partition, start) order.
 
-    Every Python data source task costs ~50 ms of fixed Spark work, so one wave of ``tasks``
+    Every Spark task of a read costs ~50 ms of fixed Spark work, so one wave of ``tasks``
     tasks (the parallelism) is cheaper than one task per Kafka partition."""
     groups: list[list[OffsetRange]] = [[] for _ in range(max(1, min(tasks, len(ranges))))]
     sizes = [0] * len(groups)
