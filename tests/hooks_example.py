@@ -13,3 +13,12 @@ def not_a_dataframe(df: DataFrame):
 
 def explode(df: DataFrame) -> DataFrame:
     raise ValueError("refund rules are broken")
+
+
+def counted(df: DataFrame) -> DataFrame:
+    """add_cents, and one line in the file $HOOK_CALLS per call (on the driver, when a plan is built)."""
+    import os
+
+    with open(os.environ["HOOK_CALLS"], "a") as calls:
+        calls.write("called\n")
+    return add_cents(df)

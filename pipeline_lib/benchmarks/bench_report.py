@@ -178,7 +178,7 @@ def markdown(r: dict) -> str:
     add("|---|---:|")
     add(f"| imports, restore, attempt claim, Spark session started (\"pipeline main of job ...\" line) | "
         f"{_num(st['restored_and_spark_started_s'], '.2f')} |")
-    add(f"| Kafka positions + end offsets, every subtask's on_start (\"N subtasks started\") | "
+    add(f"| Kafka positions + end offsets, every subtask's on_start, beside a warm-up query (\"N subtasks started\") | "
         f"{_num(st['subtasks_started_s'], '.2f')} |")
     add(f"| epoch 1 planned and begun | {_num(st['first_epoch_began_s'], '.2f')} |")
     first, mean = st["first_epoch_s"], st["steady_epoch_mean_s"]
@@ -199,8 +199,9 @@ def markdown(r: dict) -> str:
             f"{(other / epoch_mean if epoch_mean else 0):.0%} |")
         add(f"| **epoch** | **{epoch_mean:.3f}** | |")
         add("")
-        add("*spark* = the Spark jobs of the epoch (Kafka read in Python workers, JSON decode, partial aggregate, "
-            "`toArrow` to the driver); *merge* = keyed-state merge and sink rows in driver Python; *sink* = part "
+        add("*spark* = the time the epoch waited for its Spark jobs (Kafka read in Python workers, JSON decode, "
+            "partial aggregate, `toArrow` to the driver); from epoch 2 on they start while the epoch before "
+            "commits (read-ahead), so this is what is left of them after that overlap; *merge* = keyed-state merge and sink rows in driver Python; *sink* = part "
             "files + `_SUCCESS`; *state* = state files; *commit* = head check, manifest, head compare-and-swap; "
             "*cleanup* = waiting for the previous epoch's garbage collection and stale-part removal, which run "
             "beside the next epoch. Checkpoint cost per epoch = state + commit + cleanup: "

@@ -35,6 +35,7 @@ from pipeline_lib.execution.background_cleanup import BackgroundCleanup
 from pipeline_lib.execution.epoch_reader import read_epoch, source_schema
 from pipeline_lib.execution.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.lifecycle import DEFAULT_LEASE_SECONDS, DEFAULT_STARTUP_TIMEOUT_SECONDS, Lifecycle
+from pipeline_lib.execution.read_ahead import ReadAhead
 from pipeline_lib.execution.startup import start_pipeline
 from pipeline_lib.execution.spark_errors import clear_spark_errors
 from pipeline_lib.execution.transforms import apply_transforms
@@ -81,7 +82,8 @@ class EpochReport:
     completed_splits: int
     bad_records: int = 0
     # Wall seconds of the epoch's phases, in commit order (see PipelineRunner._run_epoch):
-    # spark (read Kafka, decode, transform, partial aggregate; the Spark jobs), merge (keyed state
+    # spark (waiting for the Spark jobs: read Kafka, decode, transform, partial aggregate; they
+    # start while the epoch before commits, see ReadAhead), merge (keyed state
     # merge and sink rows on the driver), sink (part files + _SUCCESS), state (state files),
     # commit (head check, manifest, head compare-and-swap), cleanup (waiting for the previous epoch's
     # garbage collection and stale-part removal, which run beside this epoch: see BackgroundCleanup).
@@ -97,6 +99,16 @@ class FlowRuntime:
     state: KeyedAggregateState | None
     state_schema: pa.Schema | None = None
     state_files: dict[tuple[int, int], StateFileRef] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EpochRead:
+    """What the Spark jobs of one epoch brought to the driver: its bad records (when they are
+    tolerated) and each flow's rows (a stateless flow's output, a stateful flow's partials)."""
+
+    plan: EpochPlan
+    bad: pa.Table | None
+    flows: dict[str, pa.Table]
 
 
 def spec_fingerprint(spec: JobSpec) -> str:
@@ -264,26 +276,27 @@ class PipelineRunner:
         return stops is not None and len(completed_splits(positions, stops)) == len(stops)
 
     # -- one epoch --------------------------------------------------------------------------
-    def _flow_output(self, flow: FlowRuntime, df) -> tuple[list[pa.Table], set[int]]:
-        """A flow's sink parts (one per subtask) and the key groups it changed."""
+    def _flow_rows(self, flow: FlowRuntime, df) -> pa.Table:
+        """Spark's part of a flow: its output rows (stateless) or its partial aggregates per key."""
         df = apply_transforms(df, flow.spec.transforms, where=f"flow {flow.spec.name}: " if len(self.flows) > 1 else "")
+        if flow.state is None:
+            return df.toArrow()
+        assert flow.spec.state is not None
+        return epoch_partials(df, flow.spec.state.aggregate)
+
+    def _flow_merge(self, flow: FlowRuntime, rows: pa.Table) -> tuple[list[pa.Table], set[int]]:
+        """A flow's sink parts (one per subtask) and the key groups it changed."""
         p = self.parallelism
         if flow.state is None:
-            with self._timed("spark"):
-                table = df.toArrow()
-            size = -(-table.num_rows // p) if table.num_rows else 0
-            return [table.slice(i * size, size) for i in range(p)], set()
-        assert flow.spec.state is not None
-        with self._timed("spark"):
-            partials = epoch_partials(df, flow.spec.state.aggregate)
-        with self._timed("merge"):
-            if flow.state_schema is None:
-                flow.state_schema = partials.schema
-            changed = flow.state.merge(partials)
-            key_groups = flow.state.key_groups(changed)
-            subtasks = subtask_of(key_groups, p, self.maxp)  # element-wise on arrays
-            parts = [flow.state.table(changed[subtasks == i], flow.state_schema) for i in range(p)]
-            return parts, set(np.unique(key_groups).tolist())
+            size = -(-rows.num_rows // p) if rows.num_rows else 0
+            return [rows.slice(i * size, size) for i in range(p)], set()
+        if flow.state_schema is None:
+            flow.state_schema = rows.schema
+        changed = flow.state.merge(rows)
+        key_groups = flow.state.key_groups(changed)
+        subtasks = subtask_of(key_groups, p, self.maxp)  # element-wise on arrays
+        parts = [flow.state.table(changed[subtasks == i], flow.state_schema) for i in range(p)]
+        return parts, set(np.unique(key_groups).tolist())
 
     def _write_state(self, flow: FlowRuntime, snapshot_id: str, epoch: int, dirty: set[int]) -> StateSnapshot | None:
         """Rewrite the state files of the spans holding a key group changed this epoch; reference
@@ -315,14 +328,13 @@ class PipelineRunner:
             files=sorted(files.values(), key=lambda f: f.key_group_start),
         )
 
-    def _run_epoch(self, spark, schema, plan: EpochPlan, history: list[HistoryEntry],
-                   head_version: str | None) -> tuple[Manifest, Head, str]:
-        """One epoch, in commit order: sink files, state files, manifest, head."""
-        epoch = plan.epoch
-        with clear_spark_errors(f"epoch {epoch} of pipeline {self.pipeline.name}"):
-            with self._timed("spark"):
-                df = read_epoch(spark, self.settings.require_kafka(), self.source, schema, plan, self.parallelism,
-                                self.job.on_error, self.job.max_record_bytes)
+    def _read(self, spark, schema, plan: EpochPlan) -> EpochRead:
+        """The Spark jobs of an epoch: read its ranges, decode, transform, aggregate per flow, and
+        bring the results to the driver. A function of the plan alone (it changes no state), so
+        it may run while the epoch before commits (see ReadAhead)."""
+        with clear_spark_errors(f"epoch {plan.epoch} of pipeline {self.pipeline.name}"):
+            df = read_epoch(spark, self.settings.require_kafka(), self.source, schema, plan, self.parallelism,
+                            self.job.on_error, self.job.max_record_bytes)
             tolerant = self.job.on_error != "fail"
             shared = len(self.flows) > 1 or tolerant
             if shared:  # read Kafka once for all flows of the pipeline (and its bad records)
@@ -330,23 +342,31 @@ class PipelineRunner:
             try:
                 bad = None
                 if tolerant:
-                    with self._timed("spark"):
-                        bad = (df.filter(F.col("_error").isNotNull())
-                               .select(F.col("_topic").alias("topic"), F.col("_partition").alias("partition"),
-                                       F.col("_offset").alias("offset"), F.col("_error").alias("error"),
-                                       F.base64("_raw").alias("raw_base64"))
-                               .orderBy("partition", "offset").toArrow())
+                    bad = (df.filter(F.col("_error").isNotNull())
+                           .select(F.col("_topic").alias("topic"), F.col("_partition").alias("partition"),
+                                   F.col("_offset").alias("offset"), F.col("_error").alias("error"),
+                                   F.base64("_raw").alias("raw_base64"))
+                           .orderBy("partition", "offset").toArrow())
                     df = df.filter(F.col("_error").isNull()).drop("_error", "_raw")
-                outputs = {flow.spec.name: self._flow_output(flow, df) for flow in self.flows}
+                return EpochRead(plan, bad, {flow.spec.name: self._flow_rows(flow, df) for flow in self.flows})
             finally:
                 if shared:
                     df.unpersist()
+
+    def _run_epoch(self, read: EpochRead, history: list[HistoryEntry],
+                   head_version: str | None) -> tuple[Manifest, Head, str]:
+        """One epoch after its read, in commit order: keyed state merge, sink files, state files,
+        manifest, head."""
+        plan, bad = read.plan, read.bad
+        epoch = plan.epoch
         fault_point("after_read", epoch)
         bad_records = bad.num_rows if bad is not None else 0
         if bad_records:
             log.warning("pipeline %s epoch %d: %d bad record(s) %s, first %s[%s]@%s: %s", self.pipeline.name, epoch,
                         bad_records, "dead-lettered" if self.dead_letters else "skipped",
                         *(bad.column(c)[0].as_py() for c in ("topic", "partition", "offset", "error")))
+        with self._timed("merge"):
+            outputs = {flow.spec.name: self._flow_merge(flow, read.flows[flow.spec.name]) for flow in self.flows}
         with self._timed("commit"):
             self.snapshots.ensure_head_unchanged(head_version)
         snapshot_id = snapshot_id_for(epoch, self.attempt)
@@ -391,6 +411,22 @@ class PipelineRunner:
         with self._timed("cleanup"):  # only the wait for the previous epoch's clean-up
             self._cleanup.submit(clean_up)
         return manifest, head, version
+
+    def _read_next(self, spark, schema, ahead: "ReadAhead[EpochRead]", plan: EpochPlan, targets: dict[int, int],
+                   stops: dict[int, int] | None) -> EpochPlan | None:
+        """Plan the epoch after ``plan`` (it starts where ``plan`` ends, on the snapshot ``plan``
+        is about to commit) and start its read, unless the run ends with ``plan``."""
+        if self.stop_requested.is_set():
+            return None
+        if self.options.max_epochs is not None and len(self.epochs) + 1 >= self.options.max_epochs:
+            return None
+        following = self._plan(plan.epoch + 1, snapshot_id_for(plan.epoch, self.attempt), plan.end_positions(),
+                               targets, stops)
+        if following.records == 0:
+            return None
+        fault_point("after_plan", following.epoch)
+        ahead.submit(following.epoch, lambda: self._read(spark, schema, following))
+        return following
 
     def _status(self, state: str, epoch: int, reason: str | None = None) -> None:
         assert self.lifecycle is not None
@@ -454,8 +490,19 @@ class PipelineRunner:
 
     def _epochs(self, spark, schema, consumer, warm_up: WarmUp, epoch, base_id, history, head_version,
                 positions, stops, targets) -> int:
-        """Plan, run and commit epochs until caught up, stopped, completed or ``max_epochs``."""
+        """Plan, read and commit epochs until caught up, stopped, completed or ``max_epochs``; each
+        epoch's successor is read while it commits (see ReadAhead)."""
+        ahead: ReadAhead[EpochRead] = ReadAhead(spark, self.pipeline.name)
+        try:
+            return self._epoch_loop(spark, schema, consumer, warm_up, ahead, epoch, base_id, history,
+                                    head_version, positions, stops, targets)
+        finally:
+            ahead.close()
+
+    def _epoch_loop(self, spark, schema, consumer, warm_up: WarmUp, ahead: "ReadAhead[EpochRead]", epoch, base_id,
+                    history, head_version, positions, stops, targets) -> int:
         assert self.lifecycle is not None
+        planned: EpochPlan | None = None  # the next epoch's plan, when its read is in flight
         while self.options.max_epochs is None or len(self.epochs) < self.options.max_epochs:
             if self.stop_requested.is_set():
                 break
@@ -463,7 +510,7 @@ class PipelineRunner:
                 self._status("COMPLETED", epoch)
                 log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, base_id)
                 return epoch
-            plan = self._plan(epoch + 1, base_id, positions, targets, stops)
+            plan = planned if planned is not None else self._plan(epoch + 1, base_id, positions, targets, stops)
             if plan.records == 0:
                 if self.options.mode == "until-caught-up" or self._is_completed(positions, stops):
                     break
@@ -474,11 +521,17 @@ class PipelineRunner:
                 positions = {p: positions.get(p, earliest[p]) for p in partitions}
                 targets = self._targets(kafka_offsets.confirmed_end_offsets(consumer, self.topic, partitions), stops)
                 continue
+            if planned is None:
+                fault_point("after_plan", plan.epoch)
             warm_up.wait(self.options.startup_timeout_s)
             epoch, started = plan.epoch, time.monotonic()
             self._phases = dict.fromkeys(EPOCH_PHASES, 0.0)
-            fault_point("after_plan", epoch)
-            manifest, head, head_version = self._run_epoch(spark, schema, plan, history, head_version)
+            with self._timed("spark"):  # the read's own time, or only the wait for it when read ahead
+                read = ahead.take(epoch) if planned is not None else None
+                if read is None:
+                    read = self._read(spark, schema, plan)
+            planned = self._read_next(spark, schema, ahead, plan, targets, stops)
+            manifest, head, head_version = self._run_epoch(read, history, head_version)
             history, base_id, positions = head.history, manifest.snapshot_id, manifest.positions
             report = EpochReport(
                 pipeline=self.pipeline.name, epoch=epoch, snapshot_id=base_id, records=plan.records,
@@ -491,6 +544,7 @@ class PipelineRunner:
             self.epochs.append(report)
             self.lifecycle.progress(epoch)
             self.on_epoch(report)
+        ahead.cancel()  # stopped or at max_epochs with the next read in flight: it is not needed
         if self._is_completed(positions, stops) and base_id is not None:
             self._status("COMPLETED", epoch)
             log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, base_id)

@@ -13,6 +13,7 @@ only logged (the real epoch reports real errors); a Python transform hook is nev
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 
 from pyspark import InheritableThread
@@ -39,7 +40,7 @@ class WarmUp:
         return warm_up
 
     def _run(self) -> None:
-        runner = self._runner
+        runner, started = self._runner, time.monotonic()
         try:
             sc = self._spark.sparkContext
             sc.setJobGroup(self._group, f"warm-up of pipeline {runner.pipeline.name}", interruptOnCancel=True)
@@ -60,6 +61,7 @@ class WarmUp:
                     epoch_partials(out, flow.spec.state.aggregate)
                 else:
                     out.toArrow()
+            log.debug("pipeline %s: warm-up query ran in %.1fs", runner.pipeline.name, time.monotonic() - started)
         except Exception as exc:  # noqa: BLE001 - a warm-up that fails only means a slower epoch 1
             log.debug("pipeline %s: warm-up query failed (epoch 1 will pay Spark's first-query costs): %s",
                       runner.pipeline.name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)

@@ -1,0 +1,73 @@
+"""Read the next epoch while this one commits.
+
+An epoch's Spark jobs (read Kafka, decode, transform, partial aggregate: PipelineRunner._read)
+depend on its plan alone, and its plan on where the epoch before ends, which is known as soon as
+that epoch is planned. So epoch N+1 is read while epoch N merges, writes its sink and state files
+and commits (driver Python and S3 requests, while Spark works in the JVM and its Python workers).
+
+Nothing of N+1 is merged, written or committed before N has committed. When N fails, or the run
+stops after N, N+1's read is cancelled and dropped; its plan stays saved, and a later attempt
+replays it exactly as it replays any planned, uncommitted epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class ReadAhead(Generic[T]):
+    """At most one read in flight, in its own Spark job group (so it can be cancelled)."""
+
+    def __init__(self, spark, pipeline: str):
+        self._spark, self._pipeline = spark, pipeline
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"read-ahead-{pipeline}")
+        self._pending: tuple[int, Future, str] | None = None
+
+    def submit(self, epoch: int, read: Callable[[], T]) -> None:
+        self.cancel()
+        group = f"pipeline-lib-read-{self._pipeline}-{epoch}-{uuid.uuid4().hex[:6]}"
+
+        def run() -> T:
+            sc = self._spark.sparkContext
+            sc.setJobGroup(group, f"read of epoch {epoch} of pipeline {self._pipeline}", interruptOnCancel=True)
+            try:
+                return read()
+            finally:
+                sc.setLocalProperty("spark.jobGroup.id", None)
+
+        self._pending = (epoch, self._pool.submit(run), group)
+
+    def take(self, epoch: int) -> T | None:
+        """The read of ``epoch`` if it is the one in flight (waiting for it; its error, if it
+        failed, is raised here, where the epoch would have read); otherwise None."""
+        if self._pending is None or self._pending[0] != epoch:
+            self.cancel()
+            return None
+        _, future, _ = self._pending
+        self._pending = None
+        return future.result()
+
+    def cancel(self) -> None:
+        """Drop the read in flight, if any: cancel its Spark jobs and wait for its thread."""
+        if self._pending is None:
+            return
+        epoch, future, group = self._pending
+        self._pending = None
+        if not future.done():
+            self._spark.sparkContext.cancelJobGroup(group)
+        try:
+            future.result()
+        except BaseException as exc:  # noqa: BLE001 - a dropped read's outcome does not matter
+            log.debug("pipeline %s: the read ahead of epoch %d was dropped: %s", self._pipeline, epoch,
+                      str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+    def close(self) -> None:
+        self.cancel()
+        self._pool.shutdown(wait=True)

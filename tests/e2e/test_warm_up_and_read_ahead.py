@@ -1,0 +1,62 @@
+"""Start-up warm-up and read-ahead on the real CLI, broker, S3 server and Spark: the next epoch
+is read while this one commits, a stop drops that read and a later run replays its plan exactly,
+and the warm-up query never calls a user's Python hook."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from pipeline_lib.samples import spend_per_user
+from tests.e2e.test_lifecycle import start_cli, status_of
+from tests.support import result_table, run_cli, spend_spec, wait_for, write_spec
+
+
+@pytest.mark.parametrize("locations", ["s3"], indirect=True)
+def test_the_next_epoch_is_read_while_this_one_commits_and_a_stop_drops_that_read(stack_env, tmp_path, payments,
+                                                                                   locations):
+    topic, events = payments
+    name, sink, store = locations
+    spec = write_spec(tmp_path, spend_spec(name, topic, sink, store))  # 24k events at 4k per epoch: 6 epochs
+    resume, stop_file, fault_log = tmp_path / "resume", tmp_path / "stop", tmp_path / "faults.log"
+    env = {**stack_env, "PIPELINE_FAULT_POINTS": "after_sink_files@2,during_read@3",
+           "PIPELINE_FAULT_PAUSE_UNTIL": str(resume), "PIPELINE_FAULT_LOG": str(fault_log)}
+    proc = start_cli(["run", str(spec), "--stop-file", str(stop_file)], env)
+    try:
+        # epoch 2 is held in the middle of its commit while a Python worker reads epoch 3
+        wait_for(lambda: fault_log.exists() and "FAULT PAUSED: after_sink_files epoch=2" in fault_log.read_text()
+                 and "FAULT PAUSED: during_read epoch=3" in fault_log.read_text(), 180,
+                 "epoch 3 read while epoch 2 commits")
+        stop_file.touch()  # a stop now: epoch 2 finishes its commit, epoch 3's read is dropped
+        time.sleep(2.0)  # the run looks for its stop file every 0.5 s
+    finally:
+        resume.touch()
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-3000:]
+    assert "2 epoch(s)" in err and "epoch 3 committed" not in err, err[-3000:]
+    assert status_of(stack_env, store, name).state == "STOPPED"
+
+    again = run_cli(["run", str(spec)], stack_env)  # replays epoch 3's saved plan, then on to the end
+    assert again.returncode == 0, again.stderr[-3000:]
+    committed = [int(n) for n in re.findall(r"^epoch (\d+) committed", again.stderr, re.M)]
+    assert committed == [3, 4, 5, 6], again.stderr[-3000:]
+    assert result_table(stack_env, sink) == spend_per_user(events)
+
+
+@pytest.mark.parametrize("locations", ["s3"], indirect=True)
+def test_the_warm_up_runs_a_query_but_never_calls_a_python_hook(stack_env, tmp_path, payments, locations):
+    topic, events = payments
+    name, sink, store = locations
+    spec = spend_spec(name, topic, sink, store, per_epoch=12_000)
+    spec["transforms"] = [{"python": "tests.hooks_example:counted"}]
+    calls = tmp_path / "hook-calls"
+    run = run_cli(["-v", "run", str(write_spec(tmp_path, spec))], {**stack_env, "HOOK_CALLS": str(calls)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    epochs = len(re.findall(r"^epoch \d+ committed", run.stderr, re.M))
+    assert epochs == 2
+    assert "pipeline main: warm-up query ran in" in run.stderr
+    # once when its subtasks start (its plan analysed against the source schema), once per epoch
+    assert calls.read_text().count("called") == 1 + epochs
+    assert result_table(stack_env, sink) == spend_per_user(events)
