@@ -475,12 +475,16 @@ class PipelineRunner:
             positions, stops = self._positions_and_stops(consumer)
             latest = kafka_offsets.confirmed_end_offsets(consumer, self.topic, sorted(positions))
             targets = self._targets(latest, stops)
-            with clear_spark_errors(f"parsing the schema of source {self.pipeline.source}"):
-                schema = source_schema(spark, self.source, tolerant=self.job.on_error != "fail")
-            warm_up = WarmUp.start(spark, self, schema)
+            warm_up = WarmUp(spark, self)
+
+            def parse_schema():
+                with clear_spark_errors(f"parsing the schema of source {self.pipeline.source}"):
+                    return source_schema(spark, self.source, tolerant=self.job.on_error != "fail")
+
             try:
                 with clear_spark_errors(f"starting the subtasks of pipeline {self.pipeline.name}"):
-                    started = start_pipeline(self, spark, schema, self.options.startup_timeout_s)
+                    started, schema = start_pipeline(self, spark, self.options.startup_timeout_s, parse_schema,
+                                                     beside=warm_up.start)
                 assert self.lifecycle is not None
                 self.lifecycle.started(started)
                 return self._epochs(spark, schema, consumer, warm_up, epoch, base_id, history, head_version,

@@ -19,7 +19,11 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
+
+from pyspark.sql.types import StructType
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.transforms import apply_transforms
@@ -88,12 +92,19 @@ def start_source_subtasks(spark, bootstrap: str, source_vertex: str, topic: str,
     return [SubtaskCheck(f"{source_vertex}#{i}", ok, detail) for i, ok, detail in sorted(rows)]
 
 
-def start_pipeline(runner, spark, schema, timeout_s: float) -> int:
-    """Run every subtask's on_start; return how many started, or raise StartupError."""
+def start_pipeline(runner, spark, timeout_s: float, parse_schema: Callable[[], StructType],
+                   beside: Callable[[StructType], None] = lambda schema: None) -> tuple[int, StructType]:
+    """Run every subtask's on_start; return how many started and the source schema, or raise
+    StartupError. The source subtasks' Spark job runs while the driver parses the source schema
+    (``parse_schema``) and then calls ``beside(schema)`` (the warm-up): they overlap."""
     pipeline, p = runner.pipeline, runner.parallelism
     source_vertex = next(v for v in pipeline.vertices if v.kind == "source")
-    checks = start_source_subtasks(spark, runner.settings.require_kafka(), source_vertex.id, runner.topic, p,
-                                   timeout_s)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"on-start-{pipeline.name}") as pool:
+        source_checks = pool.submit(start_source_subtasks, spark, runner.settings.require_kafka(), source_vertex.id,
+                                    runner.topic, p, timeout_s)
+        schema = parse_schema()  # an error here waits for the source subtasks' job (bounded by timeout_s)
+        beside(schema)
+        checks = source_checks.result()
     failed = [c for c in checks if not c.ok]
     if failed:
         raise StartupError("; ".join(f"subtask {c.subtask} failed on_start: {c.detail}" for c in failed))
@@ -117,4 +128,4 @@ def start_pipeline(runner, spark, schema, timeout_s: float) -> int:
             raise StartupError(f"subtask {current}#0 failed on_start: {exc}") from None
         started += sum(v.parallelism for v in vertices)
     log.info("pipeline %s: %d subtasks started", pipeline.name, started)
-    return started
+    return started, schema

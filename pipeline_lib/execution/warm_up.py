@@ -28,16 +28,15 @@ log = logging.getLogger(__name__)
 class WarmUp:
     """The query runs in a thread, in its own Spark job group, until ``wait`` or ``cancel``."""
 
-    def __init__(self, spark, runner, schema):
-        self._spark, self._runner, self._schema = spark, runner, schema
+    def __init__(self, spark, runner):
+        self._spark, self._runner, self._schema = spark, runner, None
         self._group = f"pipeline-lib-warm-up-{uuid.uuid4().hex[:8]}"
         self._thread = InheritableThread(target=self._run, name=f"warm-up-{runner.pipeline.name}", daemon=True)
 
-    @classmethod
-    def start(cls, spark, runner, schema) -> "WarmUp":
-        warm_up = cls(spark, runner, schema)
-        warm_up._thread.start()
-        return warm_up
+    def start(self, schema) -> None:
+        """Start the query for the source schema ``schema``."""
+        self._schema = schema
+        self._thread.start()
 
     def _run(self) -> None:
         runner, started = self._runner, time.monotonic()
@@ -69,10 +68,11 @@ class WarmUp:
     def wait(self, timeout_s: float) -> None:
         """Before epoch 1: let the warm-up finish rather than compete with it; give up after
         ``timeout_s`` (the epoch then runs beside what is left of it)."""
-        self._thread.join(timeout_s)
+        if self._thread.ident is not None:
+            self._thread.join(timeout_s)
 
     def cancel(self) -> None:
         """Start-up failed or the pipeline is done: stop the warm-up's Spark jobs, if any."""
-        if self._thread.is_alive():
+        if self._thread.ident is not None and self._thread.is_alive():
             self._spark.sparkContext.cancelJobGroup(self._group)
             self._thread.join(10)

@@ -34,5 +34,7 @@ def test_steady_skips_the_first_epoch_and_arguments_parse():
     epochs = [{"records": 100, "seconds": 10.0}, {"records": 100, "seconds": 1.0}, {"records": 300, "seconds": 1.0}]
     assert steady(epochs) == {"epochs": 2, "records": 400, "seconds": 2.0, "events_per_s": 200.0}
     assert steady(epochs[:1])["events_per_s"] is None
+    timed = [{**e, "at_s": at} for e, at in zip(epochs, (12.0, 13.5, 14.5))]  # commit to commit: 2.5 s
+    assert steady(timed) == {"epochs": 2, "records": 400, "seconds": 2.5, "events_per_s": 160.0}
     assert parse_keys("10000,100_000, 1000000") == [10_000, 100_000, 1_000_000]
     assert parse_kinds("none") == () and parse_kinds("users,key_groups") == ("users", "key_groups")
