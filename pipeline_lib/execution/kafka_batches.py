@@ -72,7 +72,7 @@ def _slices(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> list[bytes 
 def decode_batch(batch: DefaultRecordBatch) -> ColumnBatch:
     """Every record of a v2 batch whose CRC was checked (decompressed here if need be)."""
     batch._maybe_uncompress()  # kafka-python's own codecs, as its iteration would use them
-    data = bytes(batch._buffer[batch._pos:])
+    data = bytes(memoryview(batch._buffer)[batch._pos:])  # one copy, whether the buffer is bytes or bytearray
     base_offset, first_ts, max_ts = batch.base_offset, batch.first_timestamp, batch.max_timestamp
     count = batch.records_count
     try:

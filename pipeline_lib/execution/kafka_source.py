@@ -19,8 +19,9 @@ import pyarrow as pa
 from pyspark.sql.types import StringType, StructType
 
 from pipeline_lib.errors import PipelineError, RecordError
-from pipeline_lib.execution.batch_consumer import POLL_MAX_BATCHES, bound_fetches
+from pipeline_lib.execution.batch_consumer import POLL_MAX_BATCHES, bound_fetches, columnar_consumer
 from pipeline_lib.execution.kafka_batches import ColumnBatch
+from pipeline_lib.execution.record_decoding import BRACKET_FREE_BYTES, FastJsonDecoder, StringRecordDecoder
 from pipeline_lib.faults import fault_point
 
 METADATA_DDL = "_topic string, _partition int, _offset long, _timestamp_ms long"
@@ -87,8 +88,6 @@ class RecordBatcher:
         from pyspark.sql.conversion import LocalDataToArrowConversion
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from pipeline_lib.execution.record_decoding import FastJsonDecoder, StringRecordDecoder
-
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         # A string column only ever holds str or None here, for which PySpark's converter is the identity.
         self.converters = [
@@ -135,8 +134,6 @@ class RecordBatcher:
 
     def _all_rows(self, chunks: Sequence[ColumnBatch], values: list) -> list[tuple] | None:
         """Every row in one go when no record needs a closer look, else None."""
-        from pipeline_lib.execution.record_decoding import BRACKET_FREE_BYTES
-
         if self.decode_all is None or not all(
                 len(c) == 0 or (c.value_lengths.min() >= 0 and c.value_lengths.max() <= BRACKET_FREE_BYTES)
                 for c in chunks):
@@ -304,8 +301,6 @@ _consumers_pid = os.getpid()
 
 def _take_consumer(bootstrap: str, topic: str, partition: int, columnar: bool) -> _CachedConsumer:
     from kafka import KafkaConsumer
-
-    from pipeline_lib.execution.batch_consumer import columnar_consumer
 
     global _consumers_pid
     if _consumers_pid != os.getpid():  # a forked child must not share its parent's sockets
