@@ -475,7 +475,7 @@ class PipelineRunner:
             positions, stops = self._positions_and_stops(consumer)
             latest = kafka_offsets.confirmed_end_offsets(consumer, self.topic, sorted(positions))
             targets = self._targets(latest, stops)
-            warm_up = WarmUp(spark, self)
+            warm_up, ahead = WarmUp(spark, self), ReadAhead[EpochRead](spark, self.pipeline.name)
 
             def parse_schema():
                 with clear_spark_errors(f"parsing the schema of source {self.pipeline.source}"):
@@ -487,24 +487,16 @@ class PipelineRunner:
                                                      beside=warm_up.start)
                 assert self.lifecycle is not None
                 self.lifecycle.started(started)
-                return self._epochs(spark, schema, consumer, warm_up, epoch, base_id, history, head_version,
-                                    positions, stops, targets)
+                return self._epochs(spark, schema, consumer, warm_up, ahead, epoch, base_id, history,
+                                    head_version, positions, stops, targets)
             finally:
+                ahead.close()
                 warm_up.cancel()
 
-    def _epochs(self, spark, schema, consumer, warm_up: WarmUp, epoch, base_id, history, head_version,
-                positions, stops, targets) -> int:
+    def _epochs(self, spark, schema, consumer, warm_up: WarmUp, ahead: "ReadAhead[EpochRead]", epoch, base_id,
+                history, head_version, positions, stops, targets) -> int:
         """Plan, read and commit epochs until caught up, stopped, completed or ``max_epochs``; each
         epoch's successor is read while it commits (see ReadAhead)."""
-        ahead: ReadAhead[EpochRead] = ReadAhead(spark, self.pipeline.name)
-        try:
-            return self._epoch_loop(spark, schema, consumer, warm_up, ahead, epoch, base_id, history,
-                                    head_version, positions, stops, targets)
-        finally:
-            ahead.close()
-
-    def _epoch_loop(self, spark, schema, consumer, warm_up: WarmUp, ahead: "ReadAhead[EpochRead]", epoch, base_id,
-                    history, head_version, positions, stops, targets) -> int:
         assert self.lifecycle is not None
         planned: EpochPlan | None = None  # the next epoch's plan, when its read is in flight
         while self.options.max_epochs is None or len(self.epochs) < self.options.max_epochs:

@@ -5,7 +5,7 @@ and the warm-up query never calls a user's Python hook."""
 from __future__ import annotations
 
 import re
-import time
+import threading
 
 import pytest
 
@@ -24,16 +24,26 @@ def test_the_next_epoch_is_read_while_this_one_commits_and_a_stop_drops_that_rea
     env = {**stack_env, "PIPELINE_FAULT_POINTS": "after_sink_files@2,during_read@3",
            "PIPELINE_FAULT_PAUSE_UNTIL": str(resume), "PIPELINE_FAULT_LOG": str(fault_log)}
     proc = start_cli(["run", str(spec), "--stop-file", str(stop_file)], env)
+    lines: list[str] = []
+
+    def collect() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+
+    reader = threading.Thread(target=collect, daemon=True)
+    reader.start()
     try:
         # epoch 2 is held in the middle of its commit while a Python worker reads epoch 3
         wait_for(lambda: fault_log.exists() and "FAULT PAUSED: after_sink_files epoch=2" in fault_log.read_text()
                  and "FAULT PAUSED: during_read epoch=3" in fault_log.read_text(), 180,
                  "epoch 3 read while epoch 2 commits")
         stop_file.touch()  # a stop now: epoch 2 finishes its commit, epoch 3's read is dropped
-        time.sleep(2.0)  # the run looks for its stop file every 0.5 s
+        wait_for(lambda: any("stop requested" in line for line in lines), 30, "the run to take the stop request")
     finally:
         resume.touch()
-    _, err = proc.communicate(timeout=180)
+    proc.wait(timeout=180)
+    reader.join(30)
+    err = "".join(lines)
     assert proc.returncode == 0, err[-3000:]
     assert "2 epoch(s)" in err and "epoch 3 committed" not in err, err[-3000:]
     assert status_of(stack_env, store, name).state == "STOPPED"
