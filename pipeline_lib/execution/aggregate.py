@@ -11,10 +11,14 @@ from pipeline_lib.spec.models import AggregateSpec
 _SPARK_FUNCTIONS = {"sum": F.sum, "min": F.min, "max": F.max, "count": F.count}
 
 
-def epoch_partials(df: DataFrame, spec: AggregateSpec) -> pa.Table:
+def partials_frame(df: DataFrame, spec: AggregateSpec) -> DataFrame:
     """Columns: key columns, then one partial value per output name, in spec order."""
     exprs = []
     for name, fn in spec.functions().items():
         arg = F.lit(1) if fn.column is None else F.col(fn.column)
         exprs.append(_SPARK_FUNCTIONS[fn.name](arg).alias(name))
-    return df.groupBy(*spec.key).agg(*exprs).toArrow()
+    return df.groupBy(*spec.key).agg(*exprs)
+
+
+def epoch_partials(df: DataFrame, spec: AggregateSpec) -> pa.Table:
+    return partials_frame(df, spec).toArrow()

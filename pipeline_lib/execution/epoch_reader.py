@@ -3,7 +3,10 @@ the Kafka range reader in a Python worker."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from pipeline_lib.execution.kafka_source import ERROR_DDL, METADATA_DDL, KafkaRangeReader
@@ -27,15 +30,29 @@ def range_reader(bootstrap: str, source: KafkaSourceSpec, schema: StructType, ta
                             tolerant=on_error != "fail", max_record_bytes=max_record_bytes)
 
 
+def map_tasks(spark: SparkSession, tasks: int, fn: Callable, schema: StructType | str) -> DataFrame:
+    """``fn`` as a ``mapInArrow`` over one Spark partition, and so one task, per task index
+    (at least one partition, so a read of nothing is still a valid query)."""
+    return spark.range(0, tasks, 1, max(tasks, 1)).mapInArrow(fn, schema)
+
+
 def read_tasks(spark: SparkSession, reader: KafkaRangeReader) -> DataFrame:
-    """One Spark partition, and so one task, per entry of ``reader.tasks`` (at least one partition,
-    so a read of nothing is still a valid query)."""
-    n = len(reader.tasks)
-    return spark.range(0, n, 1, max(n, 1)).mapInArrow(reader, reader.schema)
+    """The records of every entry of ``reader.tasks``, one Spark task each, as rows."""
+    return map_tasks(spark, len(reader.tasks), reader, reader.schema)
 
 
-def read_epoch(spark: SparkSession, bootstrap: str, source: KafkaSourceSpec, schema: StructType,
-               plan: EpochPlan, parallelism: int, on_error: str = "fail", max_record_bytes: int = 1 << 20) -> DataFrame:
+def epoch_range_reader(bootstrap: str, source: KafkaSourceSpec, schema: StructType, plan: EpochPlan,
+                       parallelism: int, on_error: str = "fail", max_record_bytes: int = 1 << 20) -> KafkaRangeReader:
+    """The reader of ``plan``'s ranges, cut into ``parallelism`` tasks of about equal sizes."""
     tasks = group_into_tasks(split_for_parallelism(plan.ranges, parallelism), parallelism)
     ranges = [[(r.topic, r.partition, r.start, r.end) for r in task] for task in tasks]
-    return read_tasks(spark, range_reader(bootstrap, source, schema, ranges, plan.epoch, on_error, max_record_bytes))
+    return range_reader(bootstrap, source, schema, ranges, plan.epoch, on_error, max_record_bytes)
+
+
+def bad_records_frame(df: DataFrame) -> DataFrame:
+    """A tolerant read's error rows, ordered by offset, as dead letters hold them."""
+    return (df.filter(F.col("_error").isNotNull())
+            .select(F.col("_topic").alias("topic"), F.col("_partition").alias("partition"),
+                    F.col("_offset").alias("offset"), F.col("_error").alias("error"),
+                    F.base64("_raw").alias("raw_base64"))
+            .orderBy("partition", "offset"))

@@ -32,7 +32,7 @@ from pipeline_lib.checkpoint.state_spans import Span, spans_of, write_state_file
 from pipeline_lib.errors import FencedError, PipelineError, SnapshotError
 from pipeline_lib.execution.aggregate import epoch_partials
 from pipeline_lib.execution.background_cleanup import BackgroundCleanup
-from pipeline_lib.execution.epoch_reader import read_epoch, source_schema
+from pipeline_lib.execution.epoch_reader import bad_records_frame, epoch_range_reader, read_tasks, source_schema
 from pipeline_lib.execution.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.lifecycle import DEFAULT_LEASE_SECONDS, DEFAULT_STARTUP_TIMEOUT_SECONDS, Lifecycle
 from pipeline_lib.execution.read_ahead import ReadAhead
@@ -40,6 +40,7 @@ from pipeline_lib.execution.startup import start_pipeline
 from pipeline_lib.execution.spark_errors import clear_spark_errors
 from pipeline_lib.execution.transforms import apply_transforms
 from pipeline_lib.execution.warm_up import WarmUp
+from pipeline_lib.execution.worker_aggregation import ArrowEpochs
 from pipeline_lib.faults import fault_point
 from pipeline_lib.graph import Pipeline
 from pipeline_lib.plan import kafka_offsets
@@ -147,6 +148,7 @@ class PipelineRunner:
         )
         self.fingerprint = spec_fingerprint(job)
         self.restored: Restored | None = None
+        self.arrow_epochs: ArrowEpochs | None = None  # the Arrow path, when every flow can take it (set by run)
         self.attempt = 0
         self.lifecycle: Lifecycle | None = None
         self._head_version: str | None = None
@@ -330,11 +332,16 @@ class PipelineRunner:
 
     def _read(self, spark, schema, plan: EpochPlan) -> EpochRead:
         """The Spark jobs of an epoch: read its ranges, decode, transform, aggregate per flow, and
-        bring the results to the driver. A function of the plan alone (it changes no state), so
-        it may run while the epoch before commits (see ReadAhead)."""
+        bring the results to the driver; on the Arrow path (``arrow_epochs``) the workers aggregate.
+        A function of the plan alone (it changes no state), so it may run while the epoch before
+        commits (see ReadAhead)."""
         with clear_spark_errors(f"epoch {plan.epoch} of pipeline {self.pipeline.name}"):
-            df = read_epoch(spark, self.settings.require_kafka(), self.source, schema, plan, self.parallelism,
-                            self.job.on_error, self.job.max_record_bytes)
+            reader = epoch_range_reader(self.settings.require_kafka(), self.source, schema, plan, self.parallelism,
+                                        self.job.on_error, self.job.max_record_bytes)
+            if self.arrow_epochs is not None:
+                bad, tables = self.arrow_epochs.read(spark, reader)
+                return EpochRead(plan, bad, {flow.spec.name: t for flow, t in zip(self.flows, tables)})
+            df = read_tasks(spark, reader)
             tolerant = self.job.on_error != "fail"
             shared = len(self.flows) > 1 or tolerant
             if shared:  # read Kafka once for all flows of the pipeline (and its bad records)
@@ -342,11 +349,7 @@ class PipelineRunner:
             try:
                 bad = None
                 if tolerant:
-                    bad = (df.filter(F.col("_error").isNotNull())
-                           .select(F.col("_topic").alias("topic"), F.col("_partition").alias("partition"),
-                                   F.col("_offset").alias("offset"), F.col("_error").alias("error"),
-                                   F.base64("_raw").alias("raw_base64"))
-                           .orderBy("partition", "offset").toArrow())
+                    bad = bad_records_frame(df).toArrow()
                     df = df.filter(F.col("_error").isNull()).drop("_error", "_raw")
                 return EpochRead(plan, bad, {flow.spec.name: self._flow_rows(flow, df) for flow in self.flows})
             finally:
@@ -478,8 +481,13 @@ class PipelineRunner:
             warm_up, ahead = WarmUp(spark, self), ReadAhead[EpochRead](spark, self.pipeline.name)
 
             def parse_schema():
+                tolerant = self.job.on_error != "fail"
                 with clear_spark_errors(f"parsing the schema of source {self.pipeline.source}"):
-                    return source_schema(spark, self.source, tolerant=self.job.on_error != "fail")
+                    schema = source_schema(spark, self.source, tolerant=tolerant)
+                self.arrow_epochs, why = ArrowEpochs.for_flows(spark, schema, [f.spec for f in self.flows], tolerant)
+                log.info("pipeline %s: epochs aggregate %s (%s)", self.pipeline.name,
+                         "in the Python workers" if self.arrow_epochs else "in Spark SQL", why)
+                return schema
 
             try:
                 with clear_spark_errors(f"starting the subtasks of pipeline {self.pipeline.name}"):

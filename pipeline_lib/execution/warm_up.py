@@ -49,6 +49,10 @@ class WarmUp:
             reader = range_reader(runner.settings.require_kafka(), runner.source, self._schema,
                                   [[] for _ in range(runner.parallelism)], 0,
                                   runner.job.on_error, runner.job.max_record_bytes)
+            if runner.arrow_epochs is not None:
+                runner.arrow_epochs.read(self._spark, reader)
+                log.debug("pipeline %s: warm-up query ran in %.1fs", runner.pipeline.name, time.monotonic() - started)
+                return
             df = read_tasks(self._spark, reader)
             if runner.job.on_error != "fail":
                 df = df.drop("_error", "_raw")

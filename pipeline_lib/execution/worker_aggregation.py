@@ -1,0 +1,251 @@
+"""The Arrow path of an epoch: each flow's result is made in the Python workers that read Kafka.
+
+A flow without transforms needs nothing of Spark's SQL engine. Its partial aggregate (or, for a
+stateless flow, its rows) can be made from the Arrow batches the Kafka reader decodes, with
+pyarrow's hash aggregation, in the worker that read them. Each task then hands Spark a few rows of
+Arrow IPC bytes instead of every record as a Spark row. The JVM no longer turns every record from
+Arrow into a row, aggregates, shuffles and turns the result back into Arrow (measured on 2 cores,
+100k records in 2 tasks: 0.28-0.54 s of JVM CPU per epoch that way, 0.10-0.14 s this way).
+
+The result is the one the Spark path gives: the driver casts it to the Arrow schema Spark gives
+that query (taken once from Spark's own analysis of it), and a flow whose types the two could
+treat differently takes the Spark path: floating-point or decimal keys (Spark folds -0.0 into 0.0
+and every NaN into one key), min/max over floating point (Spark orders NaN above every number) or
+decimals. Sums of floating point are added in another order than Spark's, as Spark's own order
+depends on its partitioning.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from pipeline_lib.errors import PipelineError
+from pipeline_lib.execution.aggregate import partials_frame
+from pipeline_lib.execution.epoch_reader import bad_records_frame, map_tasks
+from pipeline_lib.execution.kafka_source import KafkaRangeReader
+from pipeline_lib.spec.models import FlowSpec
+
+log = logging.getLogger(__name__)
+
+OUTPUT_DDL = "output int, ipc binary"  # one row: an Arrow IPC stream for output ``output``
+_OUTPUT_SCHEMA = pa.schema([("output", pa.int32()), ("ipc", pa.binary())])
+BAD_RECORDS = -1  # the output index of bad records; flows are 0..n-1
+MAX_ROWS_PER_BLOB = 250_000  # keeps each IPC value far below Spark's 2 GB per value
+COMBINE_AT_ROWS = 1_000_000  # a task folds its partials into one table when they grow past this
+_SKIP_NULLS = pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)  # all-null group → null, as in Spark
+_INT64_MAX = 2**63 - 1
+
+_KEY_TYPES = (T.StringType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType, T.DateType,
+              T.TimestampType, T.TimestampNTZType)
+_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+_SUMMABLE = _INTEGRAL + (T.FloatType, T.DoubleType)
+_ORDERED = _INTEGRAL + (T.StringType, T.BooleanType, T.DateType, T.TimestampType, T.TimestampNTZType)
+
+
+@dataclass(frozen=True)
+class FlowInWorker:
+    """What a worker makes of one flow: its rows as read (no ``keys``) or its partial aggregate."""
+
+    keys: tuple[str, ...] = ()
+    aggregates: tuple[tuple[str, str, str | None], ...] = ()  # (output name, function, column; None: count(*))
+
+    @property
+    def stateful(self) -> bool:
+        return bool(self.keys)
+
+    def partials(self, table: pa.Table) -> pa.Table:
+        """At most one row per key of ``table``: the key columns, then one partial per aggregate."""
+        specs = []
+        for _, fn, column in self.aggregates:
+            if fn == "count":
+                specs.append((column or self.keys[0], "count", pc.CountOptions("only_valid" if column else "all")))
+            else:
+                specs.append((column, fn, _SKIP_NULLS))
+        self._check_sums(table, [(column, fn) for _, fn, column in self.aggregates])
+        return self._grouped(table, specs)
+
+    def combined(self, partials: Sequence[pa.Table]) -> pa.Table:
+        """Partials of the same keys (from several batches or tasks) folded into one row per key."""
+        if len(partials) == 1:
+            return partials[0]
+        table = pa.concat_tables(partials)
+        self._check_sums(table, [(name, "sum" if fn == "count" else fn) for name, fn, _ in self.aggregates])
+        return self._grouped(table, [(name, "sum" if fn == "count" else fn, _SKIP_NULLS)
+                                     for name, fn, _ in self.aggregates])
+
+    def _grouped(self, table: pa.Table, specs: list) -> pa.Table:
+        # use_threads=False: groups come out in order of first appearance, the same in every attempt
+        grouped = table.group_by(list(self.keys), use_threads=False).aggregate(specs)
+        nkeys = len(self.keys)
+        if grouped.column_names[:nkeys] != list(self.keys):  # older pyarrow puts the keys last
+            grouped = grouped.select(list(range(len(specs), len(specs) + nkeys)) + list(range(len(specs))))
+        return grouped.rename_columns(list(self.keys) + [name for name, _, _ in self.aggregates])
+
+    def _check_sums(self, table: pa.Table, sums: list[tuple[str | None, str]]) -> None:
+        """Refuse an integer sum that leaves int64 (pyarrow's wraps around; Spark's raises).
+
+        Wrapped intermediate sums are harmless (addition modulo 2**64 gives the exact total when
+        the total fits), so only a group whose exact total does not fit is an error; it is looked
+        for, in decimals, only when the column's largest magnitude times its rows could reach it."""
+        for column, fn in sums:
+            if fn != "sum" or column is None or not pa.types.is_integer(table.schema.field(column).type):
+                continue
+            bounds = pc.min_max(table.column(column))
+            low, high = bounds["min"].as_py() or 0, bounds["max"].as_py() or 0
+            if max(abs(low), abs(high)) * table.num_rows <= _INT64_MAX:
+                continue
+            exact = table.select(list(self.keys)).append_column(
+                "exact", pc.cast(table.column(column), pa.decimal128(38, 0)))
+            totals = exact.group_by(list(self.keys), use_threads=False).aggregate([("exact", "sum")])
+            over = pc.or_(pc.greater(totals["exact_sum"], _INT64_MAX), pc.less(totals["exact_sum"], -_INT64_MAX - 1))
+            if pc.any(over).as_py():
+                row = totals.filter(pc.fill_null(over, False)).slice(0, 1).to_pylist()[0]
+                key = tuple(row[k] for k in self.keys)
+                raise PipelineError(f"sum of column {column!r} overflows bigint for key {key!r}")
+
+
+@dataclass(frozen=True)
+class EpochInWorker:
+    """The function of the epoch's ``mapInArrow``: read a task's ranges, then yield rows of
+    ``OUTPUT_DDL``, each an Arrow IPC stream of one flow's rows or partials (or of bad records)."""
+
+    reader: KafkaRangeReader
+    flows: tuple[FlowInWorker, ...]
+
+    def __call__(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in task_indexes:
+            for i in batch.column(0).to_pylist():
+                yield from self.run_task(self.reader.tasks[i])
+
+    def run_task(self, ranges: Sequence[tuple[str, int, int, int]]) -> Iterator[pa.RecordBatch]:
+        partials: dict[int, list[pa.Table]] = defaultdict(list)  # a stateful flow's partials so far
+        for batch in self.reader.read_task(ranges):
+            if self.reader.tolerant:
+                errors = batch.column("_error")
+                if errors.null_count < batch.num_rows:
+                    yield from _blobs(BAD_RECORDS, bad_records(batch))
+                    batch = batch.filter(errors.is_null())
+                batch = batch.drop_columns(["_error", "_raw"])
+            table = pa.Table.from_batches([batch])
+            for index, flow in enumerate(self.flows):
+                if not flow.stateful:
+                    yield from _blobs(index, table)
+                    continue
+                kept = partials[index]
+                kept.append(flow.partials(table))
+                if len(kept) > 1 and sum(t.num_rows for t in kept) > COMBINE_AT_ROWS:
+                    kept[:] = [flow.combined(kept)]
+        for index, kept in partials.items():
+            yield from _blobs(index, self.flows[index].combined(kept))
+
+
+def bad_records(batch: pa.RecordBatch) -> pa.Table:
+    """The error rows of a tolerant read, as the Spark path's ``bad_records_frame`` has them."""
+    bad = batch.filter(batch.column("_error").is_valid())
+    raw = [None if r is None else base64.b64encode(r).decode("ascii") for r in bad.column("_raw").to_pylist()]
+    return pa.table([bad.column("_topic"), bad.column("_partition"), bad.column("_offset"), bad.column("_error"),
+                     pa.array(raw, pa.string())], names=["topic", "partition", "offset", "error", "raw_base64"])
+
+
+def _blobs(output: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
+    for start in range(0, max(table.num_rows, 1), MAX_ROWS_PER_BLOB):
+        sink = pa.BufferOutputStream()
+        part = table.slice(start, MAX_ROWS_PER_BLOB)
+        with pa.ipc.new_stream(sink, part.schema) as writer:
+            writer.write_table(part)
+        yield pa.record_batch([pa.array([output], pa.int32()), pa.array([sink.getvalue().to_pybytes()], pa.binary())],
+                              schema=_OUTPUT_SCHEMA)
+
+
+class ArrowEpochs:
+    """The driver's side: run an epoch's ``EpochInWorker`` and give each flow's table exactly as
+    the Spark path would (its schema, one row per key), and the bad records ordered by offset."""
+
+    def __init__(self, flows: tuple[FlowInWorker, ...], schemas: list[pa.Schema], bad_schema: pa.Schema | None):
+        self.flows, self.schemas, self.bad_schema = flows, schemas, bad_schema
+
+    @classmethod
+    def for_flows(cls, spark: SparkSession, schema: T.StructType, flows: Sequence[FlowSpec],
+                  tolerant: bool) -> tuple[ArrowEpochs | None, str]:
+        """The Arrow path for these flows reading a source of ``schema``, or None and why not."""
+        fields = {f.name: f.dataType for f in schema.fields}
+        in_worker = []
+        for flow in flows:
+            why = _needs_spark(flow, fields)
+            if why:
+                return None, f"flow {flow.name} {why}"
+            agg = flow.state.aggregate if flow.state else None
+            in_worker.append(FlowInWorker() if agg is None else FlowInWorker(
+                tuple(agg.key), tuple((name, f.name, f.column) for name, f in agg.functions().items())))
+        large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
+
+        def arrow(frame: DataFrame) -> pa.Schema:
+            return to_arrow_schema(frame.schema, timezone="UTC", prefers_large_types=large)
+
+        # What Spark's path would give, from Spark's analysis of the same query (no job runs).
+        try:
+            df = spark.createDataFrame([], schema)
+            good = df.drop("_error", "_raw") if tolerant else df
+            schemas = [arrow(partials_frame(good, f.state.aggregate) if f.state else good) for f in flows]
+            bad_schema = arrow(bad_records_frame(df)) if tolerant else None
+        except PySparkException as exc:  # the Spark path reports it where the epoch fails
+            return None, f"Spark rejects the query: {str(exc).splitlines()[0]}"
+        return cls(tuple(in_worker), schemas, bad_schema), "no flow has transforms"
+
+    def read(self, spark: SparkSession, reader: KafkaRangeReader) -> tuple[pa.Table | None, list[pa.Table]]:
+        """(bad records or None when the read is not tolerant, each flow's table in flow order)."""
+        rows = map_tasks(spark, len(reader.tasks), EpochInWorker(reader, self.flows), OUTPUT_DDL).toArrow()
+        parts: dict[int, list[pa.Table]] = defaultdict(list)
+        for output, ipc in zip(rows.column("output").to_pylist(), rows.column("ipc").to_pylist()):
+            parts[output].append(pa.ipc.open_stream(ipc).read_all())
+        tables = []
+        for index, (flow, schema) in enumerate(zip(self.flows, self.schemas)):
+            got = parts.get(index)
+            if not got:
+                tables.append(schema.empty_table())
+            else:
+                tables.append((flow.combined(got) if flow.stateful else pa.concat_tables(got)).cast(schema))
+        bad = None
+        if self.bad_schema is not None:
+            got = parts.get(BAD_RECORDS)
+            bad = self.bad_schema.empty_table() if not got else \
+                pa.concat_tables(got).sort_by([("partition", "ascending"), ("offset", "ascending")]).cast(self.bad_schema)
+        return bad, tables
+
+
+def _needs_spark(flow: FlowSpec, fields: dict[str, T.DataType]) -> str | None:
+    """Why ``flow`` must take the Spark path (None: the Arrow path gives the same result)."""
+    if flow.transforms:
+        return "has transforms"
+    if flow.state is None:
+        return None
+    agg = flow.state.aggregate
+    for key in agg.key:
+        if not isinstance(fields.get(key), _KEY_TYPES):
+            return f"groups by {key} of type {_type_name(fields.get(key))}"
+    for name, fn in agg.functions().items():
+        if fn.column is None:
+            continue
+        if fn.column not in fields:
+            return f"computes {fn} of an unknown column"
+        if fn.name == "count":
+            continue
+        allowed = _SUMMABLE if fn.name == "sum" else _ORDERED
+        if not isinstance(fields.get(fn.column), allowed):
+            return f"computes {fn} over type {_type_name(fields.get(fn.column))}"
+    return None
+
+
+def _type_name(data_type: T.DataType | None) -> str:
+    return "unknown (no such column)" if data_type is None else data_type.simpleString()

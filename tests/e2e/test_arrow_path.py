@@ -1,0 +1,157 @@
+"""The Arrow path (aggregation in the Python workers) against the Spark SQL path, in one real Spark
+session reading one real topic: for every flow shape, with and without bad records, both give the
+same table (Arrow schema and rows; row order aside, floating-point sums to rounding)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+
+from pipeline_lib.execution.aggregate import partials_frame
+from pipeline_lib.execution.epoch_reader import bad_records_frame, epoch_range_reader, range_reader, read_tasks, source_schema
+from pipeline_lib.execution.worker_aggregation import ArrowEpochs
+from pipeline_lib.plan import kafka_offsets
+from pipeline_lib.plan.offsets import plan_epoch
+from pipeline_lib.samples import create_topic, produce_raw
+from pipeline_lib.spec.models import FlowSpec, KafkaSourceSpec
+
+DDL = "user string, n int, amount bigint, price double, day date, ts timestamp, flag boolean, note string"
+SINK = {"files": {"path": "file:///unused", "format": "parquet"}}
+FLOWS = [
+    {"name": "per_user", "state": {"aggregate": {"key": ["user"], "values": {
+        "total": "sum(amount)", "events": "count(*)", "seen": "count(amount)", "low": "min(amount)",
+        "high": "max(note)", "spent": "sum(price)", "ints": "sum(n)", "latest": "max(ts)"}}}},
+    {"name": "per_day_flag", "state": {"aggregate": {"key": ["day", "flag"], "values": {
+        "first": "min(ts)", "notes": "count(note)", "yes": "max(flag)", "small": "min(n)"}}}},
+    {"name": "per_n", "state": {"aggregate": {"key": ["n"], "values": {"events": "count(*)"}}}},
+    {"name": "rows"},
+]
+
+
+def _event(rng: random.Random) -> dict:
+    maybe = lambda value: None if rng.random() < 0.1 else value  # noqa: E731
+    return {"user": maybe(f"u{rng.randrange(60)}"), "n": maybe(rng.randint(-2**31, 2**31 - 1)),
+            "amount": maybe(rng.randint(-10**12, 10**12)), "price": maybe(rng.uniform(-100, 100)),
+            "day": maybe(f"2026-11-{rng.randint(1, 3):02d}"), "ts": maybe(f"2026-11-22T10:{rng.randrange(60):02d}:07Z"),
+            "flag": maybe(rng.random() < 0.5), "note": maybe(rng.choice(["a", "zz", "é", ""]))}
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pipeline_lib.execution.spark_session import start_spark
+
+    session = start_spark("arrow-path-e2e", None, 2)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def topics(local_stack):
+    """{"clean": topic, "dirty": topic with some records that are not JSON of the schema}."""
+    rng = random.Random(11)
+    made = {}
+    for kind in ("clean", "dirty"):
+        topic = f"arrow-path-{kind}"
+        create_topic(local_stack.kafka_bootstrap, topic, 3)
+        values = []
+        for i in range(4_000):
+            values.append(json.dumps(_event(rng)).encode())
+            if kind == "dirty" and i % 400 == 5:
+                values.append(rng.choice([b"not json", b'{"user": "x", "amount": "ten"}', b"\xff\xfe"]))
+        for p in range(3):
+            produce_raw(local_stack.kafka_bootstrap, topic, values[p::3], partition=p)
+        made[kind] = topic
+    return made
+
+
+def _source(topic: str) -> KafkaSourceSpec:
+    return KafkaSourceSpec.model_validate({"topic": topic, "format": "json", "schema": DDL})
+
+
+def _whole_topic_plan(bootstrap: str, topic: str):
+    with kafka_offsets.offsets_consumer(bootstrap) as consumer:
+        partitions = kafka_offsets.topic_partitions(consumer, topic)
+        start = kafka_offsets.earliest_offsets(consumer, topic, partitions)
+        end = kafka_offsets.confirmed_end_offsets(consumer, topic, partitions)
+    return plan_epoch(1, None, topic, start, end, 1_000_000, None)
+
+
+def _spark_path(spark, reader, flows: list[FlowSpec], tolerant: bool):
+    df = read_tasks(spark, reader)
+    bad = bad_records_frame(df).toArrow() if tolerant else None
+    good = df.filter(F.col("_error").isNull()).drop("_error", "_raw") if tolerant else df
+    return bad, [partials_frame(good, f.state.aggregate).toArrow() if f.state else good.toArrow() for f in flows]
+
+
+def _rows(table: pa.Table, order: list[str]) -> list[dict]:
+    """Rows in a fixed order (nulls first), floats rounded to what any order of additions agrees on."""
+    def rounded(value):
+        return float(f"{value:.9g}") if isinstance(value, float) and math.isfinite(value) else value
+    rows = [{k: rounded(v) for k, v in row.items()} for row in table.to_pylist()]
+    return sorted(rows, key=lambda row: [(row[c] is not None, row[c] if row[c] is not None else 0) for c in order])
+
+
+def _order(flow: FlowSpec) -> list[str]:
+    return list(flow.state.aggregate.key) if flow.state else ["_partition", "_offset"]
+
+
+@pytest.mark.parametrize("kind, on_error", [("clean", "fail"), ("dirty", "dead_letter")])
+def test_both_paths_give_equal_tables_for_every_flow_shape(spark, local_stack, topics, kind, on_error):
+    tolerant = on_error != "fail"
+    topic = topics[kind]
+    source = _source(topic)
+    schema = source_schema(spark, source, tolerant=tolerant)
+    flows = [FlowSpec.model_validate({"source": "main", "sink": SINK, **f}) for f in FLOWS]
+    arrow, why = ArrowEpochs.for_flows(spark, schema, flows, tolerant)
+    assert arrow is not None, why
+    plan = _whole_topic_plan(local_stack.kafka_bootstrap, topic)
+    reader = epoch_range_reader(local_stack.kafka_bootstrap, source, schema, plan, 2, on_error)
+    assert len(reader.tasks) == 2
+
+    spark_bad, spark_tables = _spark_path(spark, reader, flows, tolerant)
+    arrow_bad, arrow_tables = arrow.read(spark, reader)
+
+    for flow, want, got in zip(flows, spark_tables, arrow_tables):
+        assert got.schema == want.schema, flow.name
+        assert got.num_rows == want.num_rows > 0, flow.name
+        assert _rows(got, _order(flow)) == _rows(want, _order(flow)), flow.name
+    if tolerant:
+        assert arrow_bad.schema == spark_bad.schema
+        assert arrow_bad.num_rows == spark_bad.num_rows == 10
+        assert arrow_bad.to_pylist() == spark_bad.to_pylist()  # both ordered by partition, offset
+    else:
+        assert arrow_bad is None
+
+
+def test_a_read_of_nothing_gives_empty_tables_of_the_same_schemas(spark, local_stack, topics):
+    source = _source(topics["dirty"])
+    schema = source_schema(spark, source, tolerant=True)
+    flows = [FlowSpec.model_validate({"source": "main", "sink": SINK, **f}) for f in FLOWS]
+    arrow, _ = ArrowEpochs.for_flows(spark, schema, flows, True)
+    reader = range_reader(local_stack.kafka_bootstrap, source, schema, [[], []], 0, "dead_letter")
+    spark_bad, spark_tables = _spark_path(spark, reader, flows, True)
+    arrow_bad, arrow_tables = arrow.read(spark, reader)
+    assert [t.schema for t in arrow_tables] == [t.schema for t in spark_tables]
+    assert all(t.num_rows == 0 for t in arrow_tables + spark_tables)
+    assert arrow_bad.schema == spark_bad.schema and arrow_bad.num_rows == 0
+
+
+def test_a_record_the_strict_path_cannot_read_fails_the_epoch_naming_it(spark, local_stack, topics):
+    from pipeline_lib.errors import PipelineError
+    from pipeline_lib.execution.spark_errors import clear_spark_errors
+
+    topic = topics["dirty"]
+    source = _source(topic)
+    schema = source_schema(spark, source)
+    flows = [FlowSpec.model_validate({"source": "main", "sink": SINK, **FLOWS[0]})]
+    arrow, _ = ArrowEpochs.for_flows(spark, schema, flows, False)
+    reader = epoch_range_reader(local_stack.kafka_bootstrap, source, schema,
+                                _whole_topic_plan(local_stack.kafka_bootstrap, topic), 2)
+    with pytest.raises(PipelineError, match=rf"{topic}\[\d\]@\d+"):
+        with clear_spark_errors("epoch 1"):
+            arrow.read(spark, reader)
