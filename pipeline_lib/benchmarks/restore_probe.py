@@ -4,7 +4,7 @@
 
 What is timed is ``PipelineRunner.restore()`` for the job's (single) pipeline — exactly the call
 ``run`` makes before it starts Spark: read the head, load and verify the manifest, fetch every
-referenced state file from the checkpoint store and check its SHA-256, decode the Parquet files
+referenced state object (a pack of state files) from the checkpoint store, check each file's SHA-256, decode the Parquet files
 into Arrow tables, then load them into the in-memory keyed state (with their stored key groups).
 The breakdown, in wall-clock seconds, splits it into two phases that follow each other:
 
@@ -12,7 +12,7 @@ The breakdown, in wall-clock seconds, splits it into two phases that follow each
               SHA-256-checked and decoded (on IO_THREADS threads, so these overlap)
     load_s    the rest: the files' tables and key groups loaded into the keyed state
 
-plus ``fetch_thread_s``, the time spent inside SnapshotStore.read_verified summed over the reading
+plus ``fetch_thread_s``, the time spent inside SnapshotStore.read_state_object summed over the reading
 threads: thread-seconds, not a phase (with 8 threads it can exceed ``read_s``).
 
 Python start-up and imports are not in ``restore_s``; the caller times the whole process too.
@@ -42,13 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     runner = PipelineRunner(job, pipeline, ConnectionSettings.from_env(), RunOptions(restore="latest"))
     timings = {"fetch_thread_s": 0.0, "read_s": 0.0}
 
-    read_verified = SnapshotStore.read_verified
+    read_state_object = SnapshotStore.read_state_object
     restore_snapshot = pipeline_runner.restore_snapshot
 
-    def timed_read(self, key, sha):
+    def timed_read(self, key):
         started = time.monotonic()
         try:
-            return read_verified(self, key, sha)
+            return read_state_object(self, key)
         finally:
             timings["fetch_thread_s"] += time.monotonic() - started
 
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             timings["read_s"] += time.monotonic() - started
 
-    SnapshotStore.read_verified = timed_read  # type: ignore[method-assign]
+    SnapshotStore.read_state_object = timed_read  # type: ignore[method-assign]
     pipeline_runner.restore_snapshot = timed_restore  # type: ignore[assignment]
     started = time.monotonic()
     restored = runner.restore()

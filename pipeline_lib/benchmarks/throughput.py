@@ -565,12 +565,14 @@ def _bench(cfg: BenchConfig, info: StackInfo, work: Path, out: Path) -> dict:
         report["recovery"] = {"note": "skipped (--no-recovery)"}
 
     # -- 5. restore time vs state size ----------------------------------------------------------------
+    from pipeline_lib.checkpoint.restore import read_state_files
     from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
     from pipeline_lib.checkpoint.state_files import decode_state_file
 
     latest = main_manifests[-1]
     ref = next(r for c in latest.flows.values() if c.state for r in c.state.files)
-    state_schema = decode_state_file(SnapshotStore.open(store, name, "main", settings).read_verified(ref.key, ref.sha256))[0].schema
+    state_file = read_state_files(SnapshotStore.open(store, name, "main", settings), [ref])[0]
+    state_schema = decode_state_file(state_file)[0].schema
     restore_rows = []
     for keys in cfg.restore_keys:
         _say(f"restore: a snapshot of {keys:,} keys, written through the runner, then restored in a fresh process ...")

@@ -8,8 +8,10 @@ Every pipeline of a job has a folder of its own, ``pipelines/<pipeline>/``, hold
     attempts/<n>                          one object per run attempt, created exclusively
     plans/<epoch>.json                    the epoch's offset ranges, written before it runs
     manifests/<snapshot id>.json          immutable snapshot manifests
-    state/<snapshot id>/<flow>/kg-<a>-<b>.parquet  a flow's keyed state of key groups [a, b), written
-                                          by that snapshot; later ones reference it while unchanged
+    state/<snapshot id>/<flow>/kg-<a>-<b>.pack  the state files (one Parquet file per key-group span)
+                                          that snapshot rewrote, back to back, spans within [a, b);
+                                          later snapshots reference a span's bytes while unchanged
+    state/<snapshot id>/<flow>/kg-<a>-<b>.parquet  one span's state file (snapshots before packs)
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ def pipeline_root(pipeline: str) -> str:
     return f"{PIPELINES_PREFIX}{pipeline}"
 
 
-def state_file_key(snapshot_id: str, flow: str, start: int, end: int) -> str:
-    return f"{STATE_PREFIX}{snapshot_id}/{flow}/kg-{start:05d}-{end:05d}.parquet"
+def state_pack_key(snapshot_id: str, flow: str, start: int, end: int) -> str:
+    return f"{STATE_PREFIX}{snapshot_id}/{flow}/kg-{start:05d}-{end:05d}.pack"
 
 
 def snapshot_of_state_key(key: str) -> str:

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from pipeline_lib.plan.offsets import OffsetRange
 
@@ -49,8 +49,26 @@ class FileRef(Frozen):
 
 
 class StateFileRef(FileRef):
+    """A state file: the Parquet bytes of one key-group span, the whole object ``key`` or, in a
+    pack of several spans written by one snapshot, its ``bytes`` from ``offset`` on."""
+
     key_group_start: int = Field(ge=0)
     key_group_end: int  # exclusive
+    offset: int | None = Field(default=None, ge=0)  # None: the whole object (manifests before packs)
+
+    @model_serializer(mode="wrap")
+    def _without_absent_offset(self, handler):
+        """Leave ``offset`` out when absent, so a manifest sealed before it existed still verifies."""
+        data = handler(self)
+        if self.offset is None:
+            data.pop("offset", None)
+        return data
+
+    def describe(self) -> str:
+        """The key, and the byte range inside it for a span of a pack (for error messages)."""
+        if self.offset is None:
+            return self.key
+        return f"{self.key} (key groups [{self.key_group_start}, {self.key_group_end}), bytes {self.offset}+{self.bytes})"
 
 
 class StateSnapshot(Frozen):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from pipeline_lib.checkpoint.manifest import HistoryEntry, Manifest, validate_snapshot_id
+from pipeline_lib.checkpoint.manifest import HistoryEntry, Manifest, StateFileRef, sha256_hex, validate_snapshot_id
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import decode_state_file
 from pipeline_lib.checkpoint.state_spans import in_parallel
@@ -93,16 +93,16 @@ def _verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], en
         flow = loaded[name] = FlowState()
         if commit.state:
             files = commit.state.files
-            read = lambda ref: decode_state_file(snapshots.read_verified(ref.key, ref.sha256))  # noqa: E731
-            for ref, (file_table, file_groups) in zip(files, in_parallel(read, files)):
+            for ref, (file_table, file_groups) in zip(files, in_parallel(decode_state_file,
+                                                                         read_state_files(snapshots, files))):
                 if file_table.num_rows != ref.rows:
-                    raise SnapshotError(f"state file {ref.key} has {file_table.num_rows} rows, manifest says {ref.rows}")
+                    raise SnapshotError(f"state file {ref.describe()} has {file_table.num_rows} rows, manifest says {ref.rows}")
                 outside = file_groups[(file_groups < ref.key_group_start) | (file_groups >= ref.key_group_end)]
                 if len(outside):
-                    raise SnapshotError(f"state file {ref.key} holds key group {outside[0]}, outside its range "
+                    raise SnapshotError(f"state file {ref.describe()} holds key group {outside[0]}, outside its range "
                                         f"[{ref.key_group_start}, {ref.key_group_end})")
                 if flow.schema is not None and file_table.schema != flow.schema:
-                    raise SnapshotError(f"state file {ref.key} has columns {file_table.schema}, "
+                    raise SnapshotError(f"state file {ref.describe()} has columns {file_table.schema}, "
                                         f"the flow's other state files have {flow.schema}")
                 flow.schema = flow.schema or file_table.schema
                 flow.tables.append(file_table)
@@ -111,6 +111,24 @@ def _verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], en
                 raise SnapshotError(f"snapshot {entry.snapshot_id} flow {name} holds {flow.rows} keys, "
                                     f"manifest says {commit.state.keys}")
     return manifest, loaded
+
+
+def read_state_files(snapshots: SnapshotStore, refs: list[StateFileRef]) -> list[memoryview]:
+    """Each state file's bytes, checked against its SHA-256; every object is read once, in
+    parallel (a pack holds the files of several spans)."""
+    keys = list(dict.fromkeys(ref.key for ref in refs))
+    objects = dict(zip(keys, in_parallel(snapshots.read_state_object, keys)))
+    files = []
+    for ref in refs:
+        data = memoryview(objects[ref.key])
+        if ref.offset is not None:
+            data = data[ref.offset:ref.offset + ref.bytes]
+        if sha256_hex(data) != ref.sha256:
+            where = "" if ref.offset is None else \
+                f" of key groups [{ref.key_group_start}, {ref.key_group_end}) at bytes {ref.offset}+{ref.bytes}"
+            raise SnapshotError(f"state file {ref.key} is corrupt (checksum mismatch{where})")
+        files.append(data)
+    return files
 
 
 def restore_snapshot(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], which: str) -> Restored | None:

@@ -24,8 +24,8 @@ def encode_state_table(table: pa.Table, key_groups: np.ndarray) -> bytes:
     return sink.getvalue()
 
 
-def decode_state_file(data: bytes) -> tuple[pa.Table, np.ndarray]:
+def decode_state_file(data: bytes | memoryview) -> tuple[pa.Table, np.ndarray]:
     """The state rows (without the key-group column) and each row's key group."""
-    table = pq.read_table(io.BytesIO(data))
+    table = pq.read_table(pa.BufferReader(data))
     key_groups = table.column(KEY_GROUP_COLUMN).to_numpy()
     return table.drop_columns([KEY_GROUP_COLUMN]), key_groups

@@ -28,7 +28,7 @@ from pipeline_lib.checkpoint.manifest import (
 )
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, Restored, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-from pipeline_lib.checkpoint.state_spans import Span, spans_of, write_state_files
+from pipeline_lib.checkpoint.state_spans import Span, spans_of, spans_to_fold, write_state_files
 from pipeline_lib.errors import FencedError, PipelineError, SnapshotError
 from pipeline_lib.execution.aggregate import epoch_partials
 from pipeline_lib.execution.background_cleanup import BackgroundCleanup
@@ -313,6 +313,8 @@ class PipelineRunner:
         spans = spans_of(np.unique(by_group[1]).tolist(), per_file, maxp)
         changed = spans_of(dirty, per_file, maxp)
         files = {s: ref for s, ref in flow.state_files.items() if s in spans and s not in changed}
+        for span in spans_to_fold(files):  # bounds the older packs this snapshot keeps alive
+            del files[span]
 
         def span_rows(span: Span) -> tuple[pa.Table, np.ndarray]:
             slots = state.slots_in(by_group, range(*span))

@@ -119,7 +119,8 @@ def test_an_epoch_rewrites_only_the_state_files_of_the_key_groups_it_touched(sta
     run()
     fifth = _latest(snapshots)
     shared = next(f for f in _written_and_reused(fifth)[1])
-    snapshots.store.put(shared.key, snapshots.store.get(shared.key)[:-5] + b"xxxxx")
+    data, end = snapshots.store.get(shared.key), (shared.offset or 0) + shared.bytes  # damage its own span's bytes
+    snapshots.store.put(shared.key, data[:end - 5] + b"xxxxx" + data[end:])
     refused = run_cli(["run", str(spec)], stack_env)
     assert refused.returncode != 0
     assert refused.stderr.count(f"state file {shared.key} is corrupt") == 2, refused.stderr[-3000:]

@@ -41,8 +41,9 @@ def test_damaged_latest_snapshot_falls_back_to_previous(stack_env, tmp_path, pay
     store = _pipeline_store(stack_env, store_uri)
     manifest = json.loads(store.get(layout.manifest_key(head["snapshot_id"])))
     if damage == "corrupt_state_file":
-        key = manifest["flows"][name]["state"]["files"][0]["key"]
-        store.put(key, store.get(key)[:-7] + b"garbage")
+        ref = manifest["flows"][name]["state"]["files"][0]  # a span's bytes, inside a pack or alone
+        data, end = store.get(ref["key"]), (ref.get("offset") or 0) + ref["bytes"]
+        store.put(ref["key"], data[:end - 7] + b"garbage" + data[end:])
     elif damage == "missing_manifest":
         store.delete(layout.manifest_key(head["snapshot_id"]))
     else:

@@ -53,3 +53,92 @@ def test_in_parallel_keeps_order_overlaps_calls_and_stops_at_the_first_error():
 
     with pytest.raises(OSError, match="store unreachable"):
         list(in_parallel(fail_on_three, list(range(10))))
+
+
+# -- packs: a snapshot's state files in one object --------------------------------------------
+
+def _span_rows(span):
+    import numpy as np
+    import pyarrow as pa
+
+    users = [f"u{kg}-{i}" for kg in range(*span) for i in range(3)]
+    return pa.table({"user": users, "n": list(range(len(users)))}), np.repeat(np.arange(*span, dtype=np.int32), 3)
+
+
+def _local_snapshots(tmp_path):
+    from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+    from pipeline_lib.settings import ConnectionSettings
+
+    return SnapshotStore.open(f"file://{tmp_path}", "job", "main", ConnectionSettings.from_env({}))
+
+
+def test_a_snapshot_writes_its_state_files_into_packs_and_a_restore_reads_each_back(tmp_path, monkeypatch):
+    from pipeline_lib.checkpoint import state_spans
+    from pipeline_lib.checkpoint.restore import read_state_files
+    from pipeline_lib.checkpoint.state_files import decode_state_file
+
+    snapshots = _local_snapshots(tmp_path)
+    spans = [(kg, kg + 2) for kg in range(0, 20, 2)]
+    monkeypatch.setattr(state_spans, "PACK_BYTES", 3_000)  # a few spans per pack
+    refs = list(state_spans.write_state_files(snapshots.store, "0000000001-a1", "f", spans, _span_rows))
+    assert [(r.key_group_start, r.key_group_end) for r in refs] == spans
+    packs = sorted({r.key for r in refs})
+    assert 1 < len(packs) < len(spans) and sorted(snapshots.store.list("state/")) == packs
+    for key in packs:  # spans back to back, each pack named by the key groups it covers
+        inside = [r for r in refs if r.key == key]
+        assert [r.offset for r in inside] == [sum(r.bytes for r in inside[:i]) for i in range(len(inside))]
+        assert key.endswith(f"/f/kg-{inside[0].key_group_start:05d}-{inside[-1].key_group_end:05d}.pack")
+        assert len(snapshots.store.get(key)) == sum(r.bytes for r in inside)
+    files = read_state_files(snapshots, refs)
+    for ref, data in zip(refs, files):
+        table, groups = decode_state_file(data)
+        want, want_groups = _span_rows((ref.key_group_start, ref.key_group_end))
+        assert table.equals(want) and groups.tolist() == want_groups.tolist() and ref.rows == want.num_rows
+
+
+def test_a_damaged_span_of_a_pack_is_named_and_the_others_still_read(tmp_path):
+    from pipeline_lib.checkpoint.restore import read_state_files
+    from pipeline_lib.checkpoint.state_spans import write_state_files
+    from pipeline_lib.errors import SnapshotError
+
+    snapshots = _local_snapshots(tmp_path)
+    refs = list(write_state_files(snapshots.store, "0000000001-a1", "f", [(0, 4), (4, 8), (8, 12)], _span_rows))
+    assert len({r.key for r in refs}) == 1
+    middle = refs[1]
+    data = bytearray(snapshots.store.get(middle.key))
+    data[middle.offset + 10] ^= 0xFF
+    snapshots.store.put(middle.key, bytes(data))
+    assert len(read_state_files(snapshots, [refs[0], refs[2]])) == 2
+    with pytest.raises(SnapshotError, match=rf"state file {middle.key} is corrupt \(checksum mismatch of key groups "
+                                            rf"\[4, 8\) at bytes {middle.offset}\+{middle.bytes}\)"):
+        read_state_files(snapshots, refs)
+    snapshots.store.delete(middle.key)
+    with pytest.raises(SnapshotError, match=rf"state file {middle.key} is missing"):
+        read_state_files(snapshots, refs[:1])
+
+
+def test_a_state_file_ref_without_offset_is_the_whole_object_and_serialises_as_before():
+    from pipeline_lib.checkpoint.manifest import StateFileRef
+
+    whole = StateFileRef(key="state/x/f/kg-00000-00001.parquet", rows=1, bytes=5, sha256="ab",
+                         key_group_start=0, key_group_end=1)
+    assert "offset" not in whole.model_dump(mode="json")  # so a manifest sealed before packs still verifies
+    assert StateFileRef.model_validate(whole.model_dump(mode="json")) == whole
+    packed = whole.model_copy(update={"offset": 7})
+    assert packed.model_dump(mode="json")["offset"] == 7
+
+
+def test_spans_of_sparsely_referenced_older_packs_are_folded_into_the_new_one():
+    from pipeline_lib.checkpoint.manifest import StateFileRef
+    from pipeline_lib.checkpoint.state_spans import spans_to_fold
+
+    def ref(key: str, span):
+        return StateFileRef(key=key, rows=1, bytes=1, sha256="x", key_group_start=span[0], key_group_end=span[1], offset=0)
+
+    kept = {(i, i + 1): ref("a", (i, i + 1)) for i in range(10)}  # 10 spans still in pack a
+    kept.update({(10, 11): ref("b", (10, 11)), (11, 12): ref("b", (11, 12))})  # 2 in b
+    kept.update({(12, 13): ref("c", (12, 13))})  # 1 in c
+    assert spans_to_fold(kept, limit=3) == set()
+    assert spans_to_fold(kept, limit=2) == {(12, 13)}
+    assert spans_to_fold(kept, limit=1) == {(10, 11), (11, 12), (12, 13)}
+    assert spans_to_fold({}, limit=0) == set()
