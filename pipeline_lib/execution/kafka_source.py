@@ -22,6 +22,7 @@ from pipeline_lib.errors import PipelineError, RecordError
 from pipeline_lib.execution.batch_consumer import POLL_MAX_BATCHES, bound_fetches, columnar_consumer
 from pipeline_lib.execution.kafka_batches import ColumnBatch
 from pipeline_lib.execution.record_decoding import BRACKET_FREE_BYTES, FastJsonDecoder, StringRecordDecoder
+from pipeline_lib.execution.worker_heap import freeze_imported_heap
 from pipeline_lib.faults import fault_point
 
 METADATA_DDL = "_topic string, _partition int, _offset long, _timestamp_ms long"
@@ -53,6 +54,7 @@ class KafkaRangeReader:
     max_record_bytes: int
 
     def __call__(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_imported_heap()
         for batch in task_indexes:
             for i in batch.column(0).to_pylist():
                 yield from self.read_task(self.tasks[i])

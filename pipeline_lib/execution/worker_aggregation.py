@@ -34,6 +34,7 @@ from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.aggregate import partials_frame
 from pipeline_lib.execution.epoch_reader import bad_records_frame, map_tasks
 from pipeline_lib.execution.kafka_source import KafkaRangeReader
+from pipeline_lib.execution.worker_heap import freeze_imported_heap
 from pipeline_lib.spec.models import FlowSpec
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ class EpochInWorker:
     flows: tuple[FlowInWorker, ...]
 
     def __call__(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_imported_heap()
         for batch in task_indexes:
             for i in batch.column(0).to_pylist():
                 yield from self.run_task(self.reader.tasks[i])
