@@ -161,3 +161,26 @@ def test_slots_by_key_group_follow_merges_and_restores():
     again = restored.slots_by_key_group()
     assert {restored.keys()[s] for s in restored.slots_in(again, range(0, 16))} == \
         {k for k in keys if 4 <= key_group_of(k, 16) < 9} == {keys[s] for s in span}
+
+
+@pytest.mark.parametrize("key_types", [[pa.string()], [pa.int64()], [pa.float64()], [pa.string(), pa.int32()],
+                                       [pa.large_string()]])
+def test_keys_are_found_again_whichever_lookup_their_type_takes(key_types):
+    """One string/integer key column is looked up in Arrow, others in the dict: the same keys,
+    None among them, are found again across epochs either way."""
+    rng = random.Random(3)
+    pick = {pa.string(): lambda: rng.choice([None, "a", "b", "é", ""]), pa.large_string(): lambda: rng.choice(["x", None]),
+            pa.int64(): lambda: rng.choice([None, -1, 0, 7]), pa.float64(): lambda: rng.choice([None, -0.5, 0.0, 2.5]),
+            pa.int32(): lambda: rng.choice([1, 2])}
+    names = [f"k{i}" for i in range(len(key_types))]
+    state = KeyedAggregateState(names, SPEND_FNS, 16)
+    expected: dict = {}
+    for _ in range(6):
+        partial = {tuple(pick[t]() for t in key_types): (rng.randint(1, 9), 1) for _ in range(8)}
+        columns = {**dict(zip(names, key_types)), "total": pa.int64(), "n": pa.int64()}
+        state.merge(_partials(columns, [(*k, *v) for k, v in partial.items()]))
+        for k, (total, n) in partial.items():
+            old = expected.get(k, [0, 0])
+            expected[k] = [old[0] + total, old[1] + n]
+    assert len(state) == len(expected)
+    assert {k: state.value(k) for k in expected} == expected
