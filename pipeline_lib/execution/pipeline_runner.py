@@ -487,8 +487,8 @@ class PipelineRunner:
                 with clear_spark_errors(f"parsing the schema of source {self.pipeline.source}"):
                     schema = source_schema(spark, self.source, tolerant=tolerant)
                 self.arrow_epochs, why = ArrowEpochs.for_flows(spark, schema, [f.spec for f in self.flows], tolerant)
-                log.info("pipeline %s: epochs aggregate %s (%s)", self.pipeline.name,
-                         "in the Python workers" if self.arrow_epochs else "in Spark SQL", why)
+                log.info("pipeline %s: epochs take the %s (%s)", self.pipeline.name,
+                         "Arrow path" if self.arrow_epochs else "Spark SQL path", why)
                 return schema
 
             try:

@@ -49,26 +49,27 @@ class WarmUp:
             reader = range_reader(runner.settings.require_kafka(), runner.source, self._schema,
                                   [[] for _ in range(runner.parallelism)], 0,
                                   runner.job.on_error, runner.job.max_record_bytes)
-            if runner.arrow_epochs is not None:
+            if runner.arrow_epochs is not None:  # the Arrow path: the same query whatever the flows
                 runner.arrow_epochs.read(self._spark, reader)
-                log.debug("pipeline %s: warm-up query ran in %.1fs", runner.pipeline.name, time.monotonic() - started)
-                return
-            df = read_tasks(self._spark, reader)
-            if runner.job.on_error != "fail":
-                df = df.drop("_error", "_raw")
-            for flow in runner.flows:
-                if any(t.python is not None for t in flow.spec.transforms):
-                    df.toArrow()  # only the read: user hooks run for real epochs only
-                    continue
-                out = apply_transforms(df, flow.spec.transforms)
-                if flow.spec.state is not None:
-                    epoch_partials(out, flow.spec.state.aggregate)
-                else:
-                    out.toArrow()
+            else:
+                self._spark_sql_path(read_tasks(self._spark, reader))
             log.debug("pipeline %s: warm-up query ran in %.1fs", runner.pipeline.name, time.monotonic() - started)
         except Exception as exc:  # noqa: BLE001 - a warm-up that fails only means a slower epoch 1
             log.debug("pipeline %s: warm-up query failed (epoch 1 will pay Spark's first-query costs): %s",
                       runner.pipeline.name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+    def _spark_sql_path(self, df) -> None:
+        if self._runner.job.on_error != "fail":
+            df = df.drop("_error", "_raw")
+        for flow in self._runner.flows:
+            if any(t.python is not None for t in flow.spec.transforms):
+                df.toArrow()  # only the read: user hooks run for real epochs only
+                continue
+            out = apply_transforms(df, flow.spec.transforms)
+            if flow.spec.state is not None:
+                epoch_partials(out, flow.spec.state.aggregate)
+            else:
+                out.toArrow()
 
     def wait(self, timeout_s: float) -> None:
         """Before epoch 1: let the warm-up finish rather than compete with it; give up after

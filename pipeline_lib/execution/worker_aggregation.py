@@ -203,7 +203,7 @@ class ArrowEpochs:
             bad_schema = arrow(bad_records_frame(df)) if tolerant else None
         except PySparkException as exc:  # the Spark path reports it where the epoch fails
             return None, f"Spark rejects the query: {str(exc).splitlines()[0]}"
-        return cls(tuple(in_worker), schemas, bad_schema), "no flow has transforms"
+        return cls(tuple(in_worker), schemas, bad_schema), "no flow needs Spark SQL"
 
     def read(self, spark: SparkSession, reader: KafkaRangeReader) -> tuple[pa.Table | None, list[pa.Table]]:
         """(bad records or None when the read is not tolerant, each flow's table in flow order)."""
