@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 OUTPUT_DDL = "output int, ipc binary"  # one row: an Arrow IPC stream for output ``output``
 _OUTPUT_SCHEMA = pa.schema([("output", pa.int32()), ("ipc", pa.binary())])
 BAD_RECORDS = -1  # the output index of bad records; flows are 0..n-1
-MAX_ROWS_PER_BLOB = 250_000  # keeps each IPC value far below Spark's 2 GB per value
+MAX_ROWS_PER_BLOB = 250_000  # rows per IPC value (a few MB of partials)
+MAX_BLOB_BYTES = 64 << 20  # and bytes per IPC value: far below Spark's 2 GB per value
 COMBINE_AT_ROWS = 1_000_000  # a task folds its partials into one table when they grow past this
 _SKIP_NULLS = pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)  # all-null group → null, as in Spark
 _INT64_MAX = 2**63 - 1
@@ -161,9 +162,13 @@ def bad_records(batch: pa.RecordBatch) -> pa.Table:
 
 
 def _blobs(output: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
-    for start in range(0, max(table.num_rows, 1), MAX_ROWS_PER_BLOB):
+    """``table`` as rows of ``OUTPUT_DDL``, cut so that no IPC value grows past MAX_BLOB_BYTES."""
+    step = MAX_ROWS_PER_BLOB
+    if table.nbytes > MAX_BLOB_BYTES:
+        step = max(1, min(step, MAX_BLOB_BYTES * table.num_rows // table.nbytes))
+    for start in range(0, max(table.num_rows, 1), step):
         sink = pa.BufferOutputStream()
-        part = table.slice(start, MAX_ROWS_PER_BLOB)
+        part = table.slice(start, step)
         with pa.ipc.new_stream(sink, part.schema) as writer:
             writer.write_table(part)
         yield pa.record_batch([pa.array([output], pa.int32()), pa.array([sink.getvalue().to_pybytes()], pa.binary())],

@@ -161,3 +161,12 @@ def test_flows_the_two_paths_could_treat_differently_take_spark_s(over, why):
 ])
 def test_flows_without_transforms_over_exact_types_take_the_arrow_path(over):
     assert wa._needs_spark(_flow(**over), FIELDS) is None
+
+
+def test_wide_rows_are_cut_into_blobs_by_bytes_too(monkeypatch):
+    monkeypatch.setattr(wa, "MAX_BLOB_BYTES", 10_000)
+    table = pa.table({"payload": ["x" * 1_000] * 95})
+    blobs = _outputs(list(wa._blobs(3, table)))
+    assert all(i == 3 for i, _ in blobs) and len(blobs) >= 10
+    assert all(t.nbytes <= 12_000 for _, t in blobs)
+    assert pa.concat_tables([t for _, t in blobs]).equals(table)
