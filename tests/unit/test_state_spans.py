@@ -142,3 +142,19 @@ def test_spans_of_sparsely_referenced_older_packs_are_folded_into_the_new_one():
     assert spans_to_fold(kept, limit=2) == {(12, 13)}
     assert spans_to_fold(kept, limit=1) == {(10, 11), (11, 12), (12, 13)}
     assert spans_to_fold({}, limit=0) == set()
+
+
+def test_a_state_file_of_a_snapshot_before_packs_is_read_whole(tmp_path):
+    from pipeline_lib.checkpoint.manifest import StateFileRef, sha256_hex
+    from pipeline_lib.checkpoint.restore import read_state_files
+    from pipeline_lib.checkpoint.state_files import decode_state_file, encode_state_table
+
+    snapshots = _local_snapshots(tmp_path)
+    table, groups = _span_rows((5, 6))
+    data = encode_state_table(table, groups)
+    key = "state/0000000001-a1/f/kg-00005-00006.parquet"
+    snapshots.store.put(key, data)
+    old = StateFileRef(key=key, rows=table.num_rows, bytes=len(data), sha256=sha256_hex(data),
+                       key_group_start=5, key_group_end=6)
+    (read,) = read_state_files(snapshots, [old])
+    assert decode_state_file(read)[0].equals(table)
