@@ -1,14 +1,15 @@
 """The keyed running aggregation kept between epochs and stored in snapshots.
 
-Spark computes each epoch's partial aggregate per key; this class merges those partials into
-the running values. sum/count/min/max are all mergeable, so merge(state, partial) equals the
+Spark (or, on the Arrow path, its Python workers) computes each epoch's partial aggregate per
+key; this class merges those partials into the running values. sum/count/min/max are all mergeable, so merge(state, partial) equals the
 aggregate over all records so far. Keys are bucketed into key groups (see plan.keygroups) so a
 snapshot can be cut by key-group ranges and restored with another parallelism.
 
-The state is columnar: every key gets a slot, and each column (keys, then values) is one NumPy
-array indexed by slot, with a validity mask. A merge looks each partial key up once in a dict
-and then combines whole columns at once; sink rows and state files are Arrow tables taken by
-slot. Per-row Python work is left to the dict lookup and to the key groups of new keys.
+The state is columnar: every key gets a slot; key columns are Arrow arrays by slot (keys are
+only appended) and value columns NumPy arrays by slot, with a validity mask. A merge finds each
+partial key's slot with one Arrow hash lookup (one string or integer key column; other keys are
+looked up in a dict) and then combines whole columns at once; sink rows and state files are Arrow
+tables taken by slot. Per-row Python work is left to new keys (their key groups, the dict).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class _KeyColumn:
         return self.whole().take(slots)
 
 
-def _arrow_equality_is_python_s(type_: pa.DataType) -> bool:
+def _hashes_like_python(type_: pa.DataType) -> bool:
     return (pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_integer(type_)
             or pa.types.is_boolean(type_) or pa.types.is_date(type_) or pa.types.is_timestamp(type_))
 
@@ -221,7 +222,7 @@ class KeyedAggregateState:
         if len(self.key_columns) != 1 or self._key_arrays is None or partials.num_columns != len(self.columns):
             return None
         column = self._key_arrays[0]
-        if not _arrow_equality_is_python_s(column.type):
+        if not _hashes_like_python(column.type):
             return None
         keys = partials.column(0)
         if keys.type != column.type:
