@@ -54,10 +54,16 @@ class KafkaRangeReader:
     max_record_bytes: int
 
     def __call__(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for ranges in self.ranges_of(task_indexes):
+            yield from self.read_task(ranges)
+
+    def ranges_of(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[Sequence[tuple[str, int, int, int]]]:
+        """The ranges of each task a ``mapInArrow`` partition holds (see epoch_reader.map_tasks),
+        in a worker whose long-lived heap is frozen first (see worker_heap)."""
         freeze_imported_heap()
         for batch in task_indexes:
             for i in batch.column(0).to_pylist():
-                yield from self.read_task(self.tasks[i])
+                yield self.tasks[i]
 
     def read_task(self, ranges: Sequence[tuple[str, int, int, int]]) -> Iterator[pa.RecordBatch]:
         """One Arrow batch per poll: Spark takes the batches as they are, instead of converting

@@ -18,7 +18,6 @@ depends on its partitioning.
 from __future__ import annotations
 
 import base64
-import logging
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -34,10 +33,7 @@ from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.aggregate import partials_frame
 from pipeline_lib.execution.epoch_reader import bad_records_frame, map_tasks
 from pipeline_lib.execution.kafka_source import KafkaRangeReader
-from pipeline_lib.execution.worker_heap import freeze_imported_heap
 from pipeline_lib.spec.models import FlowSpec
-
-log = logging.getLogger(__name__)
 
 OUTPUT_DDL = "output int, ipc binary"  # one row: an Arrow IPC stream for output ``output``
 _OUTPUT_SCHEMA = pa.schema([("output", pa.int32()), ("ipc", pa.binary())])
@@ -126,10 +122,8 @@ class EpochInWorker:
     flows: tuple[FlowInWorker, ...]
 
     def __call__(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        freeze_imported_heap()
-        for batch in task_indexes:
-            for i in batch.column(0).to_pylist():
-                yield from self.run_task(self.reader.tasks[i])
+        for ranges in self.reader.ranges_of(task_indexes):
+            yield from self.run_task(ranges)
 
     def run_task(self, ranges: Sequence[tuple[str, int, int, int]]) -> Iterator[pa.RecordBatch]:
         partials: dict[int, list[pa.Table]] = defaultdict(list)  # a stateful flow's partials so far

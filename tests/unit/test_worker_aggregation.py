@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pytest
@@ -95,7 +95,11 @@ class _Reader:
 
     tasks: list
     tolerant: bool = False
-    read: list = field(default_factory=list)
+
+    def ranges_of(self, task_indexes):
+        for batch in task_indexes:
+            for i in batch.column(0).to_pylist():
+                yield self.tasks[i]
 
     def read_task(self, ranges):
         yield from ranges
