@@ -20,11 +20,19 @@ os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="pipeline-airflow-home-")
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 
+import atexit  # noqa: E402
+import logging  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
 from pipeline_lib.localstack import StackInfo, start_stack, stop_stack  # noqa: E402
+
+# At interpreter exit, objects of this process still log from __del__ (py4j's connections) and
+# daemon threads (kafka-python's IO) still log while they are being frozen. A daemon thread frozen
+# while it holds a logging handler's lock made a later __del__ wait for that lock forever: the
+# suite had passed and the process never exited. From this point on nothing is logged.
+atexit.register(logging.disable, logging.CRITICAL)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ import random
 
 import pyarrow as pa
 import pytest
+from pyspark import SparkContext
 from pyspark.sql import functions as F
 
 from pipeline_lib.execution.aggregate import partials_frame
@@ -46,8 +47,15 @@ def spark():
     from pipeline_lib.execution.spark_session import start_spark
 
     session = start_spark("arrow-path-e2e", None, 2)
+    gateway = session.sparkContext._gateway
     yield session
     session.stop()
+    # The JVM of this test process: stop it by its PID now, with its py4j connections, instead
+    # of leaving both to interpreter exit.
+    SparkContext._gateway = SparkContext._jvm = None
+    gateway.shutdown()
+    gateway.proc.kill()
+    gateway.proc.wait(timeout=60)
 
 
 @pytest.fixture(scope="module")
