@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 
-# Before anything imports pyspark: Spark must bind to loopback only (STACK.md).
+# Before anything imports pyspark: Spark must bind to loopback only.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-# Before anything imports airflow (STACK.md): a throwaway home, this repository's DAGs, no examples.
+# Before anything imports airflow: a throwaway home, this repository's DAGs, no examples.
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 

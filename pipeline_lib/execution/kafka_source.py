@@ -1,10 +1,10 @@
 """Read planned Kafka offset ranges in Spark's Python workers.
 
-Spark has no Kafka connector here (STACK.md), and a planned, replayable epoch needs exact ranges
-anyway: every Spark task reads ``[start, end)`` ranges of Kafka partitions with kafka-python
-(assign + seek, no consumer group) inside the executor's Python worker. kafka-python
-fetches; its record batches are decoded straight into columns (batch_consumer, kafka_batches)
-and handed to Spark as Arrow batches, with no Python object per record on the way.
+A planned, replayable epoch needs exact ranges, so the project reads Kafka itself: every Spark
+task reads ``[start, end)`` ranges of Kafka partitions with kafka-python (assign + seek, no
+consumer group) inside the executor's Python worker. kafka-python fetches; its record batches
+are decoded straight into columns (batch_consumer, kafka_batches) and handed to Spark as Arrow
+batches, with no Python object per record on the way.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The execution graph of a job and its pipelines (SeaTunnel's checkpoint proposal, seeds/001).
+"""The execution graph of a job and its pipelines (after SeaTunnel's checkpoint proposal).
 
 Vertices are the job's operators — a source, and per flow its transforms, state and sink — each
 run as ``parallelism`` subtasks. Pipelines are the connected parts of the graph, each listed in

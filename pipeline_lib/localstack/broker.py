@@ -2,7 +2,7 @@
 
 Storage ``memory`` loses everything when the broker stops; ``s3`` keeps the log in the bucket
 ``tansu`` of our S3 server, so a restarted broker (same port) serves the same records — what
-outage tests need. See docs in STACK.md for Tansu's known protocol defects.
+outage tests need.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Ask the broker where a topic's partitions begin and end.
 
 ListOffsets(LATEST) is not trusted on its own: the Tansu broker under-reports it when producer
-batches hold several records (STACK.md). The high watermark carried by FETCH responses is
+batches hold several records. The high watermark carried by FETCH responses is
 correct, so the end of every partition is confirmed with a fetch; on real Kafka both agree and
 the extra fetch costs one round trip.
 """
