@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test bench bench-restore soak clean
+.PHONY: install demo test bench bench-restore bench-cluster soak mutation clean
 N ?= 200
 BENCH_ARGS ?=
+MUTATION_ARGS ?=
 
 $(BIN)/pipeline-lib: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,9 +31,18 @@ bench: install
 bench-restore: install
 	$(BIN)/python -m pipeline_lib.benchmarks.restore_completed
 
+# Start-up to the first committed epoch and steady-epoch time, local mode vs a standalone cluster.
+bench-cluster: install
+	$(BIN)/python -m pipeline_lib.benchmarks.cluster_vs_local $(BENCH_ARGS)
+
 # N random crash/restore cycles with a report in results/soak.md (records lost and duplicated must be 0).
 soak: install
 	$(BIN)/python -m pipeline_lib.soak --cycles $(N) --report results/soak.md
+
+# Remove each safety line of the commit protocol (tools/mutants.py) in turn: the unit tests must
+# catch every one (e.g. make mutation MUTATION_ARGS="--only head-cas-plain-put -j 1").
+mutation: install
+	$(BIN)/python tools/mutation.py $(MUTATION_ARGS)
 
 clean:
 	rm -rf $(VENV) demo-output .stack

@@ -170,7 +170,7 @@ class Head(Frozen):
         return self.history[0] if self.history else None
 
 
-LifecycleState = Literal["SCHEDULING", "RUNNING", "STOPPED", "COMPLETED", "FAILED", "LOST"]
+LifecycleState = Literal["SCHEDULING", "RUNNING", "STOPPED", "COMPLETED", "FAILED", "LOST", "STALLED"]
 LIVE_STATES = ("SCHEDULING", "RUNNING")  # states that promise a heartbeat
 
 
@@ -185,9 +185,11 @@ class LaunchInfo(Frozen):
 class PipelineStatus(Frozen):
     """A pipeline's lifecycle, recorded next to its snapshots so that tools can see it.
 
-    SCHEDULING → RUNNING only once every subtask has started (the Arroyo fix, seeds/003); any
+    SCHEDULING → RUNNING only once every subtask has started (Arroyo's lesson); any
     failure on the way → FAILED with the reason. While SCHEDULING or RUNNING the runner renews
-    ``heartbeat_at``; a reader that finds the lease expired sees LOST (``observed``).
+    ``heartbeat_at``; a reader that finds the lease expired sees LOST (``observed``). A live
+    heartbeat is not progress: RUNNING with records waiting (``lag``) and no epoch committed for
+    ``stall_seconds`` since ``progress_at`` is seen as STALLED (a hung Spark job, no executors).
     STOPPED: caught up and resumable; COMPLETED: a bounded source reached its stop offsets.
     """
 
@@ -204,6 +206,9 @@ class PipelineStatus(Frozen):
     launch: LaunchInfo | None = None
     host: str | None = None  # where the attempt's driver runs, for an operator looking for it
     pid: int | None = None
+    progress_at: dt.datetime | None = None  # the last epoch commit, or when the attempt became RUNNING
+    lag: int | None = None  # records known to be waiting (the epoch in flight, the last epoch's lag)
+    stall_seconds: float | None = None  # RUNNING without progress this long, with lag > 0, is STALLED
 
     def lease_expires_at(self) -> dt.datetime | None:
         if self.heartbeat_at is None or self.lease_seconds is None:
@@ -222,4 +227,8 @@ class PipelineStatus(Frozen):
             return "FAILED", (f"attempt {self.attempt}: start-up did not finish by "
                               f"{self.startup_deadline:%Y-%m-%dT%H:%M:%SZ} "
                               f"({self.subtasks_started}/{self.subtasks_total} subtasks started)")
+        if (self.state == "RUNNING" and self.progress_at is not None and self.stall_seconds is not None
+                and self.lag and now > self.progress_at + dt.timedelta(seconds=self.stall_seconds)):
+            return "STALLED", (f"attempt {self.attempt}: no epoch committed since "
+                               f"{self.progress_at:%Y-%m-%dT%H:%M:%SZ} with {self.lag} records waiting (stall {self.stall_seconds:g}s)")
         return self.state, self.reason

@@ -1,8 +1,9 @@
 """Choose the snapshot to restore a pipeline from, verify it completely, and load its state.
 
-Verification covers the manifest checksum, every state file's checksum and every flow's sink
-commit marker. A snapshot that fails is skipped with a log line naming why, and the previous one
-is tried: never a silent restore from damaged files.
+Verification covers the manifest checksum, every state file's checksum, and every flow's sink
+commit: its marker and each part file it lists, with its size. A snapshot that fails is skipped
+with a log line naming why, and the previous one is tried: never a silent restore from damaged
+files.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from pipeline_lib.checkpoint.manifest import HistoryEntry, Manifest, StateFileRef, sha256_hex, validate_snapshot_id
+from pipeline_lib.checkpoint.manifest import (
+    HistoryEntry, Manifest, SinkCommit, StateFileRef, sha256_hex, validate_snapshot_id,
+)
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import decode_state_file
 from pipeline_lib.checkpoint.state_spans import in_parallel
@@ -83,6 +86,7 @@ def _verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], en
         dlq = sinks.get(DEAD_LETTERS)
         if dlq is None or not dlq.exists(manifest.dead_letters.marker):
             raise SnapshotError(f"dead-letter commit marker {manifest.dead_letters.marker} of epoch {manifest.epoch} is missing")
+        check_part_files(dlq, manifest.dead_letters, "dead letters")
     loaded: dict[str, FlowState] = {}
     for name, commit in manifest.flows.items():
         sink = sinks.get(name)
@@ -90,6 +94,7 @@ def _verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], en
             raise SnapshotError(f"snapshot {entry.snapshot_id} has flow {name!r}, which the spec no longer has")
         if not sink.exists(commit.sink.marker):
             raise SnapshotError(f"sink commit marker {commit.sink.marker} of flow {name} epoch {manifest.epoch} is missing")
+        check_part_files(sink, commit.sink, f"flow {name}")
         flow = loaded[name] = FlowState()
         if commit.state:
             files = commit.state.files
@@ -111,6 +116,26 @@ def _verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], en
                 raise SnapshotError(f"snapshot {entry.snapshot_id} flow {name} holds {flow.rows} keys, "
                                     f"manifest says {commit.state.keys}")
     return manifest, loaded
+
+
+def _size_or_none(sink: ObjectStore, key: str) -> int | None:
+    try:
+        return sink.size(key)
+    except NotFound:
+        return None
+
+
+def check_part_files(sink: ObjectStore, commit: SinkCommit, what: str) -> None:
+    """Every part file the sink commit lists is there with its recorded size: a marker alone
+    does not prove the epoch's output survived (a part deleted or cut short by hand or by a
+    faulty clean-up). One size request per part, in parallel (S3 latency)."""
+    sizes = in_parallel(lambda ref: _size_or_none(sink, ref.key), commit.files)
+    for ref, size in zip(commit.files, sizes):
+        if size is None:
+            raise SnapshotError(f"part file {ref.key} of {what} epoch {commit.epoch} is missing")
+        if size != ref.bytes:
+            raise SnapshotError(f"part file {ref.key} of {what} epoch {commit.epoch} has {size} bytes, "
+                                f"its commit says {ref.bytes}")
 
 
 def read_state_files(snapshots: SnapshotStore, refs: list[StateFileRef]) -> list[memoryview]:

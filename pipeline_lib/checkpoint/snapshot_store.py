@@ -1,6 +1,6 @@
 """The commit protocol of a job's snapshots inside its checkpoint store.
 
-Order of a commit (see DESIGN.md): state files and sink files first (invisible until
+Order of a commit (docs/reliability.md): state files and sink files first (invisible until
 referenced), then the immutable manifest, then the head pointer moved by compare-and-swap.
 A crash before the head moves leaves only garbage; after it, the epoch is done. A runner whose
 compare-and-swap fails was overtaken by another attempt and is fenced.
@@ -78,8 +78,10 @@ class SnapshotStore:
         data, version = found
         try:
             head = Head.model_validate_json(data)
-        except ValidationError:
-            log.error("head pointer of job %s is corrupt; falling back to the manifest listing", self.job)
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            log.error("head pointer of job %s is corrupt (%d bytes, version %s: %s at %s); falling back to the "
+                      "manifest listing", self.job, len(data), version, problem["msg"], problem["loc"])
             return None, version
         if head.job != self.job:
             raise SnapshotError(f"store {self.store.describe()} holds job {head.job!r}, not {self.job!r}")
@@ -97,6 +99,21 @@ class SnapshotStore:
                 "could commit; this runner is fenced and stops"
             )
         return head, version
+
+    def reset_head(self, expected_version: str | None) -> tuple[str, int]:
+        """Start the pipeline over (a run without a snapshot): compare-and-swap the head to no
+        snapshot, which fences every older attempt at its next head check or head move, then
+        delete every manifest and state object (none is referenced any more). Returns the head's
+        new version and the last epoch it had committed (0 if none, or if it was unreadable)."""
+        found, version = self.read_head()
+        committed_through = found.latest.epoch if found is not None and found.latest is not None else 0
+        empty = Head(job=self.job, history=[]).model_dump_json(indent=1).encode()
+        if version != expected_version or (version := self.store.put_if(layout.HEAD_KEY, empty, version)) is None:
+            raise FencedError(f"job {self.job} pipeline {self.pipeline}: another attempt moved the head before "
+                              "this one could start over; this runner is fenced and stops")
+        self.store.delete_many([*self.store.list(layout.MANIFESTS_PREFIX), *self.store.list(layout.STATE_PREFIX)])
+        self._state_refs.clear()
+        return version, committed_through
 
     def ensure_head_unchanged(self, expected_version: str | None) -> None:
         """Fail fast, before writing anything visible, if another attempt moved the head."""

@@ -28,6 +28,11 @@ from pipeline_lib.spec.aggregates import AggregateFunction
 _INITIAL_SLOTS = 1024
 
 
+# Every NaN key is this one object: tuples compare items by identity first, so all NaN keys are
+# one key, as Spark groups them (distinct NaN objects never compare equal).
+_NAN = float("nan")
+
+
 def _is_numeric(type_: pa.DataType) -> bool:
     return pa.types.is_integer(type_) or pa.types.is_floating(type_)
 
@@ -175,7 +180,7 @@ class KeyedAggregateState:
     def value(self, key: tuple) -> list[Any]:
         """The current values of one key (tests, diagnostics)."""
         assert self._columns is not None
-        slot = np.array([self._slots[key]])
+        slot = np.array([self._slots[tuple(_NAN if v != v else v for v in key)]])
         return [c.arrow(slot)[0].as_py() for c in self._columns]
 
     def keys(self) -> list[tuple]:
@@ -233,7 +238,13 @@ class KeyedAggregateState:
     def _key_tuples(self, table: pa.Table) -> list[tuple]:
         if table.num_columns != len(self.columns):
             raise PipelineError(f"keyed state of {self.columns} got a table of columns {table.column_names}")
-        return list(zip(*(table.column(i).to_pylist() for i in range(len(self.key_columns)))))
+        columns = []
+        for i in range(len(self.key_columns)):
+            values = table.column(i).to_pylist()
+            if pa.types.is_floating(table.column(i).type):
+                values = [_NAN if v != v else v for v in values]
+            columns.append(values)
+        return list(zip(*columns))
 
     def _add_keys(self, keys: list[tuple], key_groups: np.ndarray | None,
                   added: dict[tuple, int] | None = None) -> np.ndarray:

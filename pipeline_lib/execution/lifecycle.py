@@ -5,6 +5,10 @@ interleave half-updates: the runner's own transitions and heartbeats (serialised
 newer attempt (which fences this one: its record is never overwritten), and the recovery DAG
 marking an expired lease LOST (a live runner's next heartbeat takes the record back; the
 relaunch that recovery starts then fences this attempt through the head pointer anyway).
+
+The heartbeat also carries progress (the last committed epoch, when, and the records waiting), so
+that a watcher can tell a live but stuck attempt (STALLED) from a working one. A fenced attempt
+calls ``on_fenced``, so that the runner stops instead of waiting on work a newer attempt redoes.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import logging
 import os
 import socket
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from pipeline_lib.checkpoint.manifest import LIVE_STATES, LaunchInfo, LifecycleState, PipelineStatus
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
@@ -23,6 +27,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 300.0
+DEFAULT_STALL_SECONDS = 600.0
 _CAS_ROUNDS = 8
 
 
@@ -32,12 +37,16 @@ def now_utc() -> dt.datetime:
 
 class Lifecycle:
     def __init__(self, snapshots: SnapshotStore, attempt: int, launch: LaunchInfo,
-                 lease_seconds: float = DEFAULT_LEASE_SECONDS):
+                 lease_seconds: float = DEFAULT_LEASE_SECONDS, stall_seconds: float = DEFAULT_STALL_SECONDS,
+                 on_fenced: Callable[[], None] | None = None):
         self.snapshots, self.attempt, self.launch = snapshots, attempt, launch
-        self.lease_seconds = lease_seconds
+        self.lease_seconds, self.stall_seconds = lease_seconds, stall_seconds
+        self.on_fenced = on_fenced
         self.fenced = False  # a newer attempt owns the record
         self._current: PipelineStatus | None = None
         self._epoch: int | None = None  # the latest committed epoch, carried by the next heartbeat
+        self._progress_at: dt.datetime | None = None  # when it committed (or the attempt became RUNNING)
+        self._lag: int | None = None  # records known to be waiting
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -52,13 +61,16 @@ class Lifecycle:
         self._write(PipelineStatus(
             state="SCHEDULING", attempt=self.attempt, epoch=epoch, updated_at=now, heartbeat_at=now,
             lease_seconds=self.lease_seconds, startup_deadline=now + dt.timedelta(seconds=startup_timeout_s),
+            stall_seconds=self.stall_seconds,
             subtasks_total=subtasks_total, launch=self.launch, host=socket.gethostname(), pid=os.getpid(),
         ))
         self._start_heartbeat()
 
     def started(self, subtasks_started: int) -> None:
-        """Every subtask's on_start is done: the pipeline is truly RUNNING."""
-        self.transition("RUNNING", subtasks_started=subtasks_started, startup_deadline=None)
+        """Every subtask's on_start is done: the pipeline is truly RUNNING (and the stall clock starts)."""
+        self._progress_at = now_utc()
+        self.transition("RUNNING", subtasks_started=subtasks_started, startup_deadline=None,
+                        progress_at=self._progress_at, lag=self._lag)
 
     def transition(self, state: LifecycleState, reason: str | None = None, **fields: Any) -> None:
         base = self._current
@@ -81,9 +93,14 @@ class Lifecycle:
             log.warning("pipeline %s: could not record FAILED status: %s", self.snapshots.pipeline, exc)
 
     # -- heartbeat --------------------------------------------------------------------------
-    def progress(self, epoch: int) -> None:
-        """Note a committed epoch; the next heartbeat records it (no extra write per epoch)."""
-        self._epoch = epoch
+    def progress(self, epoch: int, lag: int | None = None) -> None:
+        """Note a committed epoch and the records still waiting; the next heartbeat records them
+        (no extra write per epoch)."""
+        self._epoch, self._progress_at, self._lag = epoch, now_utc(), lag
+
+    def waiting(self, records: int) -> None:
+        """Note records an epoch in flight must commit (so an idle pipeline never looks stalled)."""
+        self._lag = max(self._lag or 0, records)
 
     def beat(self) -> None:
         with self._lock:
@@ -93,6 +110,8 @@ class Lifecycle:
         update: dict[str, Any] = {"heartbeat_at": now_utc()}
         if self._epoch is not None:
             update["epoch"] = self._epoch
+        if self._progress_at is not None:
+            update["progress_at"], update["lag"] = self._progress_at, self._lag
         self._write(base.model_copy(update=update), only_if_live=True)
 
     def _start_heartbeat(self) -> None:
@@ -110,7 +129,17 @@ class Lifecycle:
             except Exception as exc:  # e.g. S3 briefly away: the lease has slack for two misses
                 log.warning("pipeline %s: heartbeat failed: %s", self.snapshots.pipeline, exc)
             if self.fenced:
+                self._fenced_callback()
                 return
+
+    def _fenced_callback(self) -> None:
+        if self.on_fenced is None:
+            return
+        try:
+            self.on_fenced()
+        except Exception as exc:  # e.g. Spark already stopping: the head compare-and-swap fences it anyway
+            log.warning("pipeline %s: stopping the fenced attempt %d failed: %s", self.snapshots.pipeline,
+                        self.attempt, exc)
 
     def stop_heartbeat(self) -> None:
         self._stop.set()

@@ -34,7 +34,9 @@ from pipeline_lib.execution.aggregate import epoch_partials
 from pipeline_lib.execution.background_cleanup import BackgroundCleanup
 from pipeline_lib.execution.epoch_reader import bad_records_frame, epoch_range_reader, read_tasks, source_schema
 from pipeline_lib.execution.keyed_state import KeyedAggregateState
-from pipeline_lib.execution.lifecycle import DEFAULT_LEASE_SECONDS, DEFAULT_STARTUP_TIMEOUT_SECONDS, Lifecycle
+from pipeline_lib.execution.lifecycle import (
+    DEFAULT_LEASE_SECONDS, DEFAULT_STALL_SECONDS, DEFAULT_STARTUP_TIMEOUT_SECONDS, Lifecycle,
+)
 from pipeline_lib.execution.read_ahead import ReadAhead
 from pipeline_lib.execution.startup import start_pipeline
 from pipeline_lib.execution.spark_errors import clear_spark_errors
@@ -67,6 +69,7 @@ class RunOptions:
     skip_completed: bool = True  # False = restore and deploy completed pipelines too (a whole-job restart)
     lease_seconds: float = DEFAULT_LEASE_SECONDS  # heartbeat lease on the STATUS record
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_SECONDS  # SCHEDULING → RUNNING within this
+    stall_seconds: float = DEFAULT_STALL_SECONDS  # RUNNING with records waiting and no commit this long: STALLED
     launched_by: str = "cli"
 
 
@@ -157,6 +160,24 @@ class PipelineRunner:
         self.epochs: list[EpochReport] = []
         self._phases: dict[str, float] = {}  # the running epoch's phase timings
         self._cleanup: BackgroundCleanup  # each epoch's clean-up, beside the next epoch (set by run)
+        self._spark = None  # set by run, so that a fenced attempt can cancel its own Spark jobs
+
+    @property
+    def job_tag(self) -> str:
+        """The Spark job tag of this attempt's epoch reads: cancelling it touches no other pipeline."""
+        return f"pipeline-lib-{self.job.name}-{self.pipeline.name}-a{self.attempt}"
+
+    def _on_fenced(self) -> None:
+        """A newer attempt owns the pipeline: stop, and cancel the reads it would redo anyway."""
+        self.stop_reason = "fenced: a newer attempt owns the pipeline"
+        self.stop_requested.set()
+        if self._spark is not None:
+            self._spark.sparkContext.cancelJobsWithTag(self.job_tag)
+
+    def _check_not_fenced(self, epoch: int) -> None:
+        if self.lifecycle is not None and self.lifecycle.fenced:
+            raise FencedError(f"job {self.job.name} pipeline {self.pipeline.name}: attempt {self.attempt} is fenced "
+                              f"at epoch {epoch}: a newer attempt owns the status record")
 
     @contextmanager
     def _timed(self, phase: str) -> Iterator[None]:
@@ -210,6 +231,20 @@ class PipelineRunner:
         self.restored = restored
         return restored
 
+    def _start_over(self) -> None:
+        """A run without a snapshot starts the output over. First the head is reset by
+        compare-and-swap: the durable decision (a crash after it starts over again), and it fences
+        every older attempt, which could otherwise still commit an epoch of the abandoned run.
+        Then every epoch the sinks hold is retracted, so an abandoned run's epochs past this
+        run's last one can never be read beside it (an upsert reader would take their stale rows)."""
+        self._head_version, committed_through = self.snapshots.reset_head(self._head_version)
+        sinks = [f.sink for f in self.flows] + ([self.dead_letters] if self.dead_letters is not None else [])
+        for sink in sinks:
+            retracted = sink.retract_all(self.attempt, committed_through)
+            if retracted:
+                log.warning("pipeline %s: starting over without a snapshot; retracted %d epoch(s) of %s",
+                            self.pipeline.name, retracted, sink.location)
+
     def _check_compatible(self, m: Manifest) -> None:
         """A snapshot's state only means something for the same topic, keys and aggregates."""
         if m.topic != self.topic:
@@ -261,11 +296,20 @@ class PipelineRunner:
               stops: dict[int, int] | None) -> EpochPlan:
         planned = self.snapshots.load_plan(epoch)
         if planned is not None and planned.positions == positions:
-            return planned  # replay exactly what an earlier attempt planned
+            # replay exactly what an earlier attempt planned, from the snapshot this attempt builds on
+            # (the earlier attempt may have planned it on a snapshot of its own that never committed)
+            return planned.model_copy(update={"base_snapshot": base})
         plan = plan_epoch(epoch, base, self.topic, positions, targets, self.job.trigger.max_records_per_epoch, stops)
         if plan.records:
             self.snapshots.save_plan(plan)
         return plan
+
+    def sink_digest(self, plan: EpochPlan, kind: str) -> str:
+        """What an epoch's sink output is a function of: its planned input, the job's spec (a
+        changed transform or aggregate gives other rows from the same input), the parallelism
+        (how rows are cut into parts) and the sink's format, or ``dead-letters``. A marker is
+        reused only for an equal digest."""
+        return hashlib.sha256(f"{plan.digest()}|{self.fingerprint}|{self.parallelism}|{kind}".encode()).hexdigest()
 
     @staticmethod
     def _targets(latest: dict[int, int], stops: dict[int, int] | None) -> dict[int, int]:
@@ -338,6 +382,7 @@ class PipelineRunner:
         A function of the plan alone (it changes no state), so it may run while the epoch before
         commits (see ReadAhead)."""
         with clear_spark_errors(f"epoch {plan.epoch} of pipeline {self.pipeline.name}"):
+            spark.sparkContext.addJobTag(self.job_tag)  # on the calling thread: this one or a read-ahead's
             reader = epoch_range_reader(self.settings.require_kafka(), self.source, schema, plan, self.parallelism,
                                         self.job.on_error, self.job.max_record_bytes)
             if self.arrow_epochs is not None:
@@ -365,6 +410,7 @@ class PipelineRunner:
         plan, bad = read.plan, read.bad
         epoch = plan.epoch
         fault_point("after_read", epoch)
+        self._check_not_fenced(epoch)
         bad_records = bad.num_rows if bad is not None else 0
         if bad_records:
             log.warning("pipeline %s epoch %d: %d bad record(s) %s, first %s[%s]@%s: %s", self.pipeline.name, epoch,
@@ -374,18 +420,18 @@ class PipelineRunner:
             outputs = {flow.spec.name: self._flow_merge(flow, read.flows[flow.spec.name]) for flow in self.flows}
         with self._timed("commit"):
             self.snapshots.ensure_head_unchanged(head_version)
+        fault_point("after_head_check", epoch)
         snapshot_id = snapshot_id_for(epoch, self.attempt)
         commits: dict[str, FlowCommit] = {}
         with self._timed("sink"):
             for flow in self.flows:
                 parts, _ = outputs[flow.spec.name]
-                digest = hashlib.sha256(f"{plan.digest()}|{self.parallelism}|{flow.sink.format}".encode()).hexdigest()
-                sink_commit = flow.sink.write_epoch(epoch, digest, parts, self.attempt)
+                sink_commit = flow.sink.write_epoch(epoch, self.sink_digest(plan, flow.sink.format), parts, self.attempt)
                 commits[flow.spec.name] = FlowCommit(state=None, sink=sink_commit, rows_written=sum(t.num_rows for t in parts))
             dead_letters = None
             if self.dead_letters is not None and bad is not None:
-                digest = hashlib.sha256(f"{plan.digest()}|dead-letters".encode()).hexdigest()
-                dead_letters = self.dead_letters.write_epoch(epoch, digest, [bad], self.attempt)
+                dead_letters = self.dead_letters.write_epoch(epoch, self.sink_digest(plan, "dead-letters"), [bad],
+                                                             self.attempt)
         with self._timed("state"):
             for flow in self.flows:
                 state = self._write_state(flow, snapshot_id, epoch, outputs[flow.spec.name][1])
@@ -412,6 +458,8 @@ class PipelineRunner:
             self.snapshots.collect_garbage(head)
             for flow in self.flows:
                 flow.sink.remove_stale_parts(commits[flow.spec.name].sink, self.attempt)
+            if self.dead_letters is not None and dead_letters is not None:
+                self.dead_letters.remove_stale_parts(dead_letters, self.attempt)
 
         with self._timed("cleanup"):  # only the wait for the previous epoch's clean-up
             self._cleanup.submit(clean_up)
@@ -445,7 +493,8 @@ class PipelineRunner:
         self.attempt = self.snapshots.claim_attempt()
         opts = self.options
         launch = LaunchInfo(mode=opts.mode, parallelism=self.parallelism, launched_by=opts.launched_by)
-        self.lifecycle = Lifecycle(self.snapshots, self.attempt, launch, opts.lease_seconds)
+        self.lifecycle = Lifecycle(self.snapshots, self.attempt, launch, opts.lease_seconds, opts.stall_seconds,
+                                   on_fenced=self._on_fenced)
         epoch = self.restored.manifest.epoch if self.restored else 0
         subtasks = sum(v.parallelism for v in self.pipeline.vertices)
         self.lifecycle.schedule(epoch, subtasks, opts.startup_timeout_s)
@@ -463,7 +512,11 @@ class PipelineRunner:
         log.info("pipeline %s of job %s attempt %d: %s", self.pipeline.name, self.job.name, self.attempt,
                  f"restored snapshot {base_id} (epoch {epoch})" if base_id else "starting without a snapshot")
         self._cleanup = BackgroundCleanup(f"pipeline {self.pipeline.name}")
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", self.pipeline.name)  # FAIR: a pool per pipeline
+        self._spark = spark
         try:
+            if restored is None:
+                self._start_over()
             epoch = self._loop(spark, epoch, base_id, history, self._head_version)
             self._cleanup.close()
         except FencedError:
@@ -472,6 +525,11 @@ class PipelineRunner:
             raise  # a newer attempt owns the pipeline, and its status record
         except BaseException as exc:
             self._cleanup.close(quiet=True)
+            if self.lifecycle.fenced:  # e.g. its Spark jobs were cancelled because a newer attempt took over
+                self.lifecycle.stop_heartbeat()
+                raise FencedError(f"job {self.job.name} pipeline {self.pipeline.name}: attempt {self.attempt} "
+                                  f"was fenced by a newer attempt ({str(exc).splitlines()[0] if str(exc) else exc!r})"
+                                  ) from exc
             self.lifecycle.fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             raise
 
@@ -529,6 +587,7 @@ class PipelineRunner:
                 continue
             if planned is None:
                 fault_point("after_plan", plan.epoch)
+            self.lifecycle.waiting(plan.records)
             warm_up.wait(self.options.startup_timeout_s)
             epoch, started = plan.epoch, time.monotonic()
             self._phases = dict.fromkeys(EPOCH_PHASES, 0.0)
@@ -548,9 +607,10 @@ class PipelineRunner:
                 bad_records=manifest.bad_records, phases=dict(self._phases),
             )
             self.epochs.append(report)
-            self.lifecycle.progress(epoch)
+            self.lifecycle.progress(epoch, report.lag)
             self.on_epoch(report)
         ahead.cancel()  # stopped or at max_epochs with the next read in flight: it is not needed
+        self._check_not_fenced(epoch)  # stopped because fenced: report it, record nothing
         if self._is_completed(positions, stops) and base_id is not None:
             self._status("COMPLETED", epoch)
             log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, base_id)

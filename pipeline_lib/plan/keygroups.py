@@ -8,6 +8,7 @@ rehashed and snapshots stay valid.
 
 from __future__ import annotations
 
+import decimal
 import json
 import zlib
 from typing import Any
@@ -20,6 +21,8 @@ def _canonical(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, (bytes, bytearray)):
         return value.hex()
+    if isinstance(value, decimal.Decimal):
+        return str(value)  # a column has one scale, so one text per value
     return value
 
 

@@ -1,8 +1,10 @@
 """The restore plan: per pipeline and subtask, restored / skipped as completed / new.
 
 Read from the pipelines' heads and latest manifests only (no state files, no broker), so it is
-cheap to show before anything starts. Source subtasks own Kafka partitions (splits) by
-``partition mod parallelism``; state and sink subtasks own key-group ranges.
+cheap to show before anything starts. It shows what a run really does: no source subtask owns a
+Kafka partition (split); each epoch's planned ranges of the open splits are cut by size and
+spread over the source subtasks, and completed splits are never read again. State and sink
+subtasks own key-group ranges.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import datetime as dt
 
 from dataclasses import asdict, dataclass, field
 
+from pipeline_lib.checkpoint.restore import candidates
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import SnapshotError
 from pipeline_lib.graph import ExecutionGraph, Pipeline
@@ -35,10 +38,6 @@ class PipelinePlan:
     subtasks: list[SubtaskPlan] = field(default_factory=list)
 
 
-def _splits_of(reader: int, parallelism: int, partitions: list[int]) -> list[int]:
-    return [p for p in partitions if p % parallelism == reader]
-
-
 def plan_pipeline(spec: JobSpec, pipeline: Pipeline, snapshots: SnapshotStore, which: str, parallelism: int) -> PipelinePlan:
     status = snapshots.read_status()
     status_text = None
@@ -47,13 +46,15 @@ def plan_pipeline(spec: JobSpec, pipeline: Pipeline, snapshots: SnapshotStore, w
         status_text = state + (f": {reason}" if reason else "")
     manifest = None
     if which != "none":
-        head, _ = snapshots.read_head()
-        entries = head.history if head else []
+        try:  # the restore's own candidates: the head's history, or the listing when it is damaged
+            entries = candidates(snapshots, which)
+        except SnapshotError:
+            entries = []
         if which != "latest":
-            entries = [e for e in entries if e.snapshot_id == which]
+            entries = entries[:1]
         for entry in entries:
             try:
-                manifest = snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256)
+                manifest = snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256 or None)
                 break
             except SnapshotError:
                 continue
@@ -65,17 +66,18 @@ def plan_pipeline(spec: JobSpec, pipeline: Pipeline, snapshots: SnapshotStore, w
     plan.action = "skip" if manifest.completed else "restore"
     done = set(manifest.completed_splits)
     partitions = sorted(manifest.positions)
+    open_splits = [p for p in partitions if p not in done]
+    reads = ", ".join(f"[{p}]@{manifest.positions[p]}" for p in open_splits) or "none"
+    closed = ", ".join(f"[{p}]@{manifest.positions[p]}" for p in partitions if p in done)
+    source_detail = f"a share of each epoch's ranges of the open splits {reads}" + (
+        f"; completed, never read again: {closed}" if closed else "")
     maxp = spec.checkpoint.max_parallelism
     for vertex in pipeline.vertices:
         for i, subtask in enumerate(vertex.subtasks()):
             if manifest.completed:
                 plan.subtasks.append(SubtaskPlan(subtask, "skip", "pipeline completed"))
             elif vertex.kind == "source":
-                splits = _splits_of(i, parallelism, partitions)
-                open_splits = [p for p in splits if p not in done]
-                detail = ", ".join(f"[{p}]@{manifest.positions[p]}" + (" completed" if p in done else "") for p in splits)
-                action = "skip" if splits and not open_splits else "restore"
-                plan.subtasks.append(SubtaskPlan(subtask, action, detail or "no splits"))
+                plan.subtasks.append(SubtaskPlan(subtask, "restore" if open_splits else "skip", source_detail))
             elif vertex.kind == "state":
                 r = key_group_range(i, parallelism, maxp)
                 plan.subtasks.append(SubtaskPlan(subtask, "restore", f"key groups [{r.start}, {r.stop})"))

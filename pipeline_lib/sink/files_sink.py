@@ -7,9 +7,11 @@ replayed epoch reads the same planned input from the same base snapshot, so its 
 same: if the marker already records this plan's digest, the epoch is not written again.
 
 Part files carry the writing attempt in their name and are never overwritten or deleted while
-an epoch is open, and the marker is written by compare-and-swap. So two attempts alive at once
-(a zombie and its successor) cannot damage each other's output: the second marker write fails
-and that attempt is fenced. Parts of older attempts are removed once a newer attempt committed.
+an epoch is open. The marker records the attempt that wrote it and is written by compare-and-swap
+from the version read before the parts: an attempt that finds a newer attempt's marker is fenced
+at once, and one whose marker changed while it wrote parts loses the swap and is fenced. So a
+zombie can never replace the marker of the attempt that fenced it. Clean-up deletes only parts
+of older attempts that the marker in place does not list.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pyarrow.parquet as pq
 from pydantic import ValidationError
 
 from pipeline_lib.checkpoint.manifest import FileRef, Frozen, SinkCommit, sha256_hex
-from pipeline_lib.errors import FencedError
+from pipeline_lib.errors import FencedError, NotFound
 from pipeline_lib.faults import fault_point
 from pipeline_lib.storage import ObjectStore
 
@@ -37,6 +39,23 @@ class SuccessMarker(Frozen):
     epoch: int
     digest: str
     files: list[FileRef]
+    attempt: int | None = None  # the attempt that wrote it (None: a marker that predates the field)
+
+    def writer(self) -> int:
+        """The attempt that wrote this marker; for markers without the field, the newest attempt
+        named by its part files (0 when it lists none)."""
+        if self.attempt is not None:
+            return self.attempt
+        return max((_writer_of(f.key) or 0 for f in self.files), default=0)
+
+
+def _writer_of(key: str) -> int | None:
+    """The attempt in a part file's name (``part-00003-a7.jsonl`` -> 7), None if it has none."""
+    name = key.rsplit("/", 1)[-1]
+    if not name.startswith("part-"):
+        return None
+    writer = name.rsplit("-a", 1)[-1].split(".", 1)[0]
+    return int(writer) if writer.isdigit() else None
 
 
 def _json_default(value):
@@ -82,14 +101,33 @@ class FilesSink:
             log.warning("unreadable %s in epoch %d of %s; rewriting the epoch", MARKER, epoch, self.location)
             return None, found[1]
 
+    def _parts_intact(self, marker: SuccessMarker) -> bool:
+        """Every part the marker lists is there with its recorded size (a reused marker whose
+        part was lost would commit a snapshot that restore refuses)."""
+        for ref in marker.files:
+            try:
+                if self.store.size(ref.key) != ref.bytes:
+                    return False
+            except NotFound:
+                return False
+        return True
+
     def _commit(self, epoch: int, files: list[FileRef]) -> SinkCommit:
         return SinkCommit(location=self.location, epoch=epoch, marker=self.marker_key(epoch), files=files)
 
     def write_epoch(self, epoch: int, digest: str, parts: list[pa.Table], attempt: int) -> SinkCommit:
         existing, version = self._existing(epoch)
+        if existing is not None and existing.writer() > attempt:
+            raise FencedError(
+                f"epoch {epoch} of {self.location} was committed by attempt {existing.writer()}, newer than "
+                f"attempt {attempt}; this runner is fenced and stops"
+            )
         if existing is not None and existing.digest == digest:
-            log.info("epoch %d output already committed by an earlier attempt; reusing it", epoch)
-            return self._commit(epoch, existing.files)
+            if self._parts_intact(existing):
+                log.info("epoch %d output already committed by an earlier attempt; reusing it", epoch)
+                return self._commit(epoch, existing.files)
+            log.warning("epoch %d of %s: a part its %s lists is missing or cut short; writing the epoch again",
+                        epoch, self.location, MARKER)
         prefix = self.epoch_dir(epoch)
         files: list[FileRef] = []
         for i, table in enumerate(parts):
@@ -101,7 +139,7 @@ class FilesSink:
             files.append(FileRef(key=key, rows=table.num_rows, bytes=len(data), sha256=sha256_hex(data)))
             fault_point("mid_sink_write", epoch)
         fault_point("after_sink_files", epoch)
-        marker = SuccessMarker(epoch=epoch, digest=digest, files=files)
+        marker = SuccessMarker(epoch=epoch, digest=digest, files=files, attempt=attempt)
         if self.store.put_if(self.marker_key(epoch), marker.model_dump_json(indent=1).encode(), version) is None:
             raise FencedError(
                 f"epoch {epoch} of {self.location} was committed by another attempt while attempt {attempt} "
@@ -110,16 +148,51 @@ class FilesSink:
         fault_point("after_sink_success", epoch)
         return self._commit(epoch, files)
 
+    def committed_epochs(self) -> list[int]:
+        """Epochs whose ``_SUCCESS`` marker exists, ascending."""
+        found = []
+        for key in self.store.list("epoch="):
+            head, _, name = key.partition("/")
+            if name == MARKER and head[len("epoch="):].isdigit():
+                found.append(int(head[len("epoch="):]))
+        return sorted(found)
+
+    def retract_all(self, attempt: int, committed_through: int = 0) -> int:
+        """Start the output over: every epoch's marker becomes an empty marker of ``attempt``,
+        so readers see nothing of an abandoned run, and its parts are deleted. An empty marker
+        rather than none, so a zombie of that run still finds a newer attempt's marker and is
+        fenced; a marker of a newer attempt fences this one. The epoch after the last one known
+        (``committed_through`` or the last marker) gets an empty marker too: a zombie past its
+        head check writes at most that epoch, and must find it taken. Returns the epochs
+        retracted."""
+        existing_epochs = self.committed_epochs()
+        epochs = sorted({*existing_epochs, max([committed_through, *existing_epochs]) + 1})
+        for epoch in epochs:
+            existing, version = self._existing(epoch)
+            if existing is not None and existing.writer() > attempt:
+                raise FencedError(f"epoch {epoch} of {self.location} was committed by attempt {existing.writer()}, "
+                                  f"newer than attempt {attempt}; this runner is fenced and stops")
+            empty = SuccessMarker(epoch=epoch, digest="", files=[], attempt=attempt)
+            if self.store.put_if(self.marker_key(epoch), empty.model_dump_json(indent=1).encode(), version) is None:
+                raise FencedError(f"epoch {epoch} of {self.location} changed while attempt {attempt} retracted it; "
+                                  "this runner is fenced and stops")
+            self.remove_stale_parts(self._commit(epoch, []), attempt)
+        return len(existing_epochs)
+
     def remove_stale_parts(self, commit: SinkCommit, attempt: int) -> None:
         """After ``attempt`` committed ``commit``: delete the epoch's parts that older attempts
-        left behind. Parts of newer attempts are never touched (this runner may be the old one)."""
-        listed = {f.key for f in commit.files}
+        left behind. Parts of newer attempts, and every part that the marker in place lists, are
+        never touched (this runner may be the old one); a marker no longer this attempt's or the
+        one it reused means a newer attempt owns the epoch, and nothing is deleted."""
+        current, _ = self._existing(commit.epoch)
+        if current is None or current.writer() > attempt:
+            return
+        listed = {f.key for f in commit.files} | {f.key for f in current.files}
         stale = []
         for key in self.store.list(self.epoch_dir(commit.epoch)):
-            name = key.rsplit("/", 1)[-1]
-            if key in listed or not name.startswith("part-"):
+            if key in listed or not key.rsplit("/", 1)[-1].startswith("part-"):
                 continue
-            writer = name.rsplit("-a", 1)[-1].split(".", 1)[0]
-            if not writer.isdigit() or int(writer) < attempt:
+            writer = _writer_of(key)
+            if writer is None or writer < attempt:
                 stale.append(key)
         self.store.delete_many(stale)

@@ -26,12 +26,11 @@ BAD = {
 }
 
 
-@pytest.fixture(scope="module")
-def dirty_topic(local_stack):
-    """Partition 0: good records with the bad ones at known offsets; partition 1: good only."""
-    topic = "dirty-e2e"
-    create_topic(local_stack.kafka_bootstrap, topic, 2)
-    good0, good1 = payment_events(300, 40, seed=5), payment_events(200, 40, seed=6)
+def produce_dirty_topic(bootstrap: str, topic: str, seed: int) -> tuple[str, list[dict], dict[int, bytes | None]]:
+    """Partition 0: good records with the bad ones at known offsets (10, 61, 112, …); partition 1:
+    good only. Returns (topic, good events, offset of each bad record in partition 0 -> its bytes)."""
+    create_topic(bootstrap, topic, 2)
+    good0, good1 = payment_events(300, 40, seed=seed), payment_events(200, 40, seed=seed + 1)
     values: list = []
     bad_offsets: dict[int, bytes | None] = {}
     bad = list(BAD)
@@ -41,9 +40,14 @@ def dirty_topic(local_stack):
             value = bad.pop(0)
             values.append((b"tombstone", None) if value is None else value)
         values.append(json.dumps(event).encode())
-    produce_raw(local_stack.kafka_bootstrap, topic, values, partition=0)
-    produce_raw(local_stack.kafka_bootstrap, topic, [json.dumps(e).encode() for e in good1], partition=1)
+    produce_raw(bootstrap, topic, values, partition=0)
+    produce_raw(bootstrap, topic, [json.dumps(e).encode() for e in good1], partition=1)
     return topic, good0 + good1, bad_offsets
+
+
+@pytest.fixture(scope="module")
+def dirty_topic(local_stack):
+    return produce_dirty_topic(local_stack.kafka_bootstrap, "dirty-e2e", seed=5)
 
 
 def _spec(tmp_path, name, topic, policy):

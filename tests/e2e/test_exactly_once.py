@@ -1,7 +1,9 @@
 """Exactly-once under SIGKILL: the real `pipeline-lib run`, real broker, S3 server and Spark.
 
 Each test kills the run's whole process group at one point of an epoch, runs it again, and
-checks the final table against a plain-Python computation over the produced events.
+checks the final table against a plain-Python computation over the produced events, then every
+epoch's committed output against the records read back from Kafka (tests/changelog.py): nearly
+every key is rewritten every epoch, so the final table alone would hide a wrong crashed epoch.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline_lib.samples import spend_per_user
+from tests.changelog import assert_every_epoch_exact
 from tests.support import result_table, run_cli, spend_spec, write_spec
 
 # 24k events at 4k per epoch = 6 epochs; kill during epoch 3
@@ -24,7 +27,12 @@ KILL_POINTS = [
 ]
 
 
-def _kill_and_restore(stack_env, tmp_path, payments, locations, fault: str):
+def _every_epoch_exact(stack_env, local_stack, locations) -> int:
+    name, sink, store = locations
+    return len(assert_every_epoch_exact(stack_env, name, sink, store, local_stack.kafka_bootstrap))
+
+
+def _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fault: str):
     topic, events = payments
     name, sink, store = locations
     spec = write_spec(tmp_path, spend_spec(name, topic, sink, store))
@@ -37,23 +45,24 @@ def _kill_and_restore(stack_env, tmp_path, payments, locations, fault: str):
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert "restored from" in restored.stderr
     assert result_table(stack_env, sink) == spend_per_user(events)
+    assert _every_epoch_exact(stack_env, local_stack, locations) == 6
     return restored
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 @pytest.mark.parametrize("fault", KILL_POINTS)
-def test_sigkill_at_each_point_then_restore_is_exact(stack_env, tmp_path, payments, locations, fault):
-    _kill_and_restore(stack_env, tmp_path, payments, locations, fault)
+def test_sigkill_at_each_point_then_restore_is_exact(stack_env, local_stack, tmp_path, payments, locations, fault):
+    _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fault)
 
 
 @pytest.mark.parametrize("locations", ["file"], indirect=True)
 @pytest.mark.parametrize("fault", ["after_sink_success@3", "after_manifest@3"])
-def test_local_directory_store_has_the_same_semantics(stack_env, tmp_path, payments, locations, fault):
-    _kill_and_restore(stack_env, tmp_path, payments, locations, fault)
+def test_local_directory_store_has_the_same_semantics(stack_env, local_stack, tmp_path, payments, locations, fault):
+    _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fault)
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-def test_external_sigkill_mid_run_then_restore_is_exact(stack_env, tmp_path, payments, locations):
+def test_external_sigkill_mid_run_then_restore_is_exact(stack_env, local_stack, tmp_path, payments, locations):
     """A kill from outside, at whatever moment the next epoch has reached."""
     topic, events = payments
     name, sink, store = locations
@@ -63,10 +72,11 @@ def test_external_sigkill_mid_run_then_restore_is_exact(stack_env, tmp_path, pay
     restored = run_cli(["run", str(spec)], stack_env)
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert result_table(stack_env, sink) == spend_per_user(events)
+    assert _every_epoch_exact(stack_env, local_stack, locations) == 8
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-def test_two_crashes_in_a_row_and_a_rerun_with_nothing_new(stack_env, tmp_path, payments, locations):
+def test_two_crashes_in_a_row_and_a_rerun_with_nothing_new(stack_env, local_stack, tmp_path, payments, locations):
     topic, events = payments
     name, sink, store = locations
     spec = write_spec(tmp_path, spend_spec(name, topic, sink, store))
@@ -76,3 +86,4 @@ def test_two_crashes_in_a_row_and_a_rerun_with_nothing_new(stack_env, tmp_path, 
     again = run_cli(["run", str(spec)], stack_env)
     assert again.returncode == 0 and "0 epoch(s)" in again.stderr
     assert result_table(stack_env, sink) == spend_per_user(events)
+    assert _every_epoch_exact(stack_env, local_stack, locations) == 6

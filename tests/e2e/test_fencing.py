@@ -1,12 +1,20 @@
 """Zombie fencing: an old attempt still alive while a newer one commits must stop ("fenced")
-without changing anything the newer attempt committed.
+without changing anything the newer attempt committed: HEAD, STATUS, any epoch's marker or parts.
 
 The old attempt is held at a named point (it waits for a file, no sleeps) while the successor
-runs the job to the end with another parallelism; then it is released."""
+runs the job to the end; then it is released. Each hold point meets a different guard:
+
+- ``after_read``: the head check before anything visible is written;
+- ``after_head_check``: past that check, the sink finds a newer attempt's ``_SUCCESS`` marker
+  (the zombie would otherwise replace it, and the successor's parts would be unlisted);
+- ``after_sink_files``: the zombie's parts are written; its marker compare-and-swap fails;
+- ``after_manifest`` / ``mid_snapshot_write`` at the same parallelism: the successor reuses the
+  zombie's marker (same plan, same digest); the zombie's HEAD compare-and-swap is the only guard
+  left, and fails.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -15,10 +23,15 @@ import time
 
 import pytest
 
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.files_sink import SuccessMarker
 from pipeline_lib.storage import open_store
+from tests.changelog import assert_every_epoch_exact
 from tests.support import result_table, run_cli, spend_spec, write_spec
+
+EPOCHS = 6  # 24k events at 4k per epoch
 
 
 def _wait_for(path, text: str, proc: subprocess.Popen, timeout: float = 240) -> None:
@@ -32,20 +45,52 @@ def _wait_for(path, text: str, proc: subprocess.Popen, timeout: float = 240) -> 
     raise AssertionError(f"{text!r} never appeared in {path}")
 
 
+def _assert_committed_output_intact(settings: ConnectionSettings, name: str, sink: str, store: str,
+                                    status_attempt: int) -> None:
+    """HEAD holds the successor's snapshots from the held epoch on, STATUS is the last attempt's,
+    and every epoch's marker lists exactly the parts its committed manifest lists, all present."""
+    snapshots = SnapshotStore.open(store, name, "main", settings)
+    head, _ = snapshots.read_head()
+    assert head is not None and head.latest is not None and head.latest.epoch == EPOCHS
+    assert [e.epoch for e in head.history] == list(range(EPOCHS, 0, -1))
+    assert all(e.snapshot_id.endswith("-a2") for e in head.history if e.epoch >= 3), head.history
+    status = snapshots.read_status()
+    assert status is not None and (status.attempt, status.state) == (status_attempt, "STOPPED"), status
+    out = open_store(sink, settings)
+    for entry in head.history:
+        committed = snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256).flows[name].sink
+        marker = SuccessMarker.model_validate_json(out.get(committed.marker))
+        assert marker.files == committed.files, f"epoch {entry.epoch}: the marker no longer lists the committed parts"
+        for ref in marker.files:
+            assert out.size(ref.key) == ref.bytes, f"epoch {entry.epoch}: listed part {ref.key} damaged"
+        present = out.list(f"epoch={entry.epoch}/")
+        assert sorted(present) == sorted([f.key for f in marker.files] + [committed.marker]), present
+
+
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-@pytest.mark.parametrize("hold_at", ["after_read@3", "after_sink_files@3"])
-def test_old_attempt_is_fenced_and_cannot_damage_committed_output(stack_env, tmp_path, payments, locations, hold_at):
+@pytest.mark.parametrize("hold_at, successor_parallelism", [
+    ("after_read@3", 3),
+    ("after_head_check@3", 3),
+    ("after_sink_files@3", 3),
+    ("after_manifest@3", 2),
+    ("mid_snapshot_write@3", 2),
+])
+def test_old_attempt_is_fenced_and_cannot_damage_committed_output(stack_env, local_stack, tmp_path, payments,
+                                                                   locations, hold_at, successor_parallelism):
     topic, events = payments
     name, sink, store = locations
     spec = write_spec(tmp_path, spend_spec(name, topic, sink, store, parallelism=2))
+    settings = ConnectionSettings.from_env(stack_env)
     resume, fault_log = tmp_path / "resume", tmp_path / "faults.log"
     env_old = {**stack_env, "PIPELINE_FAULT_POINTS": hold_at, "PIPELINE_FAULT_PAUSE_UNTIL": str(resume),
                "PIPELINE_FAULT_LOG": str(fault_log)}
-    old = subprocess.Popen([sys.executable, "-m", "pipeline_lib", "run", str(spec)], env=env_old, text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    # A short lease: the held zombie's heartbeat thread keeps trying to write STATUS all along.
+    old = subprocess.Popen([sys.executable, "-m", "pipeline_lib", "run", str(spec), "--lease-seconds", "1"],
+                           env=env_old, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           start_new_session=True)
     try:
         _wait_for(fault_log, "FAULT PAUSED", old)
-        successor = run_cli(["run", str(spec), "--parallelism", "3"], stack_env)
+        successor = run_cli(["run", str(spec), "--parallelism", str(successor_parallelism)], stack_env)
         assert successor.returncode == 0, successor.stderr[-3000:]
         assert result_table(stack_env, sink) == spend_per_user(events)
         resume.touch()
@@ -57,9 +102,8 @@ def test_old_attempt_is_fenced_and_cannot_damage_committed_output(stack_env, tmp
     assert old.returncode == 2, err[-3000:]
     assert "fenced" in err
     assert result_table(stack_env, sink) == spend_per_user(events), "the fenced attempt changed committed output"
-    marker = json.loads(open_store(sink, ConnectionSettings.from_env(stack_env)).get("epoch=3/_SUCCESS"))
-    assert marker["files"] and all(f["key"].endswith("-a2.jsonl") for f in marker["files"])
-    parts = open_store(sink, ConnectionSettings.from_env(stack_env)).list("epoch=3/")
-    assert sorted(parts) == sorted([f["key"] for f in marker["files"]] + ["epoch=3/_SUCCESS"])
+    _assert_committed_output_intact(settings, name, sink, store, status_attempt=2)
+    assert len(assert_every_epoch_exact(stack_env, name, sink, store, local_stack.kafka_bootstrap)) == EPOCHS
     again = run_cli(["run", str(spec)], stack_env)
     assert again.returncode == 0 and "0 epoch(s)" in again.stderr
+    _assert_committed_output_intact(settings, name, sink, store, status_attempt=3)

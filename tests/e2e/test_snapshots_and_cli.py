@@ -100,8 +100,11 @@ def test_bad_record_fails_the_run_naming_it_and_commits_nothing_for_its_epoch(st
     assert failed.returncode != 0
     assert f"bad record at {topic}[0]@5: field 'amount': expected an integer" in failed.stderr
     assert "Traceback" not in failed.stderr
-    assert _store(stack_env, sink).list() == []
-    assert not _pipeline_store(stack_env, store_uri).exists(layout.HEAD_KEY)
+    # the start-over took epoch 1 with an empty marker (it fences an older attempt) and reset the
+    # head to no snapshot; no part file was written and no snapshot committed
+    out = _store(stack_env, sink)
+    assert out.list() == ["epoch=1/_SUCCESS"] and json.loads(out.get("epoch=1/_SUCCESS"))["files"] == []
+    assert json.loads(_pipeline_store(stack_env, store_uri).get(layout.HEAD_KEY))["history"] == []
 
 
 def test_cli_rejects_a_bad_spec_before_starting_anything(tmp_path, stack_env):

@@ -184,3 +184,20 @@ def test_keys_are_found_again_whichever_lookup_their_type_takes(key_types):
             expected[k] = [old[0] + total, old[1] + n]
     assert len(state) == len(expected)
     assert {k: state.value(k) for k in expected} == expected
+
+
+def test_nan_and_decimal_keys_are_one_key_each_across_epochs_like_spark():
+    """Spark groups every NaN into one key; distinct NaN objects never compare equal in Python,
+    so the state must fold them. A decimal key has a stable key group."""
+    nan = float("nan")
+    floats = KeyedAggregateState(["k"], SPEND_FNS, 8)
+    columns = {"k": pa.float64(), "total": pa.int64(), "n": pa.int64()}
+    floats.merge(_partials(columns, [(nan, 1, 1), (1.0, 2, 1), (-0.0, 5, 1)]))
+    floats.merge(_partials(columns, [(float("nan"), 3, 2), (0.0, 1, 1)]))
+    assert len(floats) == 3
+    assert floats.value((nan,)) == [4, 3] and floats.value((0.0,)) == [6, 2]
+    decimals = KeyedAggregateState(["k"], SPEND_FNS, 8)
+    columns = {"k": pa.decimal128(10, 2), "total": pa.int64(), "n": pa.int64()}
+    decimals.merge(_partials(columns, [(Decimal("1.50"), 1, 1)]))
+    decimals.merge(_partials(columns, [(Decimal("1.50"), 2, 1), (Decimal("2.00"), 1, 1)]))
+    assert len(decimals) == 2 and decimals.value((Decimal("1.50"),)) == [3, 2]

@@ -1,0 +1,264 @@
+"""The commit protocol's fast safety net, part 3: a restore verifies everything it uses.
+
+Two snapshots are committed by the real PipelineRunner (no Spark: each epoch's partial
+aggregates are handed in as its read would bring them) on local directories, with a dead-letter
+sink and state packs shared between snapshots. Then the newest is damaged in one way: a restore
+of ``latest`` must fall back to the older one with a log line naming the problem, and a restore
+of the damaged snapshot by id must refuse with SnapshotError naming it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pytest
+
+from pipeline_lib.checkpoint import layout
+from pipeline_lib.checkpoint.manifest import Head, Manifest
+from pipeline_lib.checkpoint.restore import DEAD_LETTERS, restore_snapshot
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.errors import SnapshotError
+from pipeline_lib.execution.background_cleanup import BackgroundCleanup
+from pipeline_lib.execution.pipeline_runner import EpochRead, PipelineRunner, RunOptions
+from pipeline_lib.graph import build_graph
+from pipeline_lib.recovery.restore_plan import plan_pipeline
+from pipeline_lib.samples import spend_job_spec
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.spec import parse_spec
+from pipeline_lib.storage import ObjectStore, open_store
+
+SETTINGS = ConnectionSettings()
+OLDER, NEWER = "0000000001-a1", "0000000002-a1"
+USERS = {f"user-{i}": i for i in range(300)}
+
+
+def partials(amounts: dict[str, int]) -> pa.Table:
+    return pa.table({"user": list(amounts), "total": pa.array(list(amounts.values()), pa.int64()),
+                     "n": pa.array([1] * len(amounts), pa.int64())})
+
+
+def bad_records(count: int) -> pa.Table:
+    return pa.table({"topic": ["payments"] * count, "partition": [0] * count, "offset": list(range(count)),
+                     "error": ["not JSON"] * count, "raw_base64": ["eA=="] * count})
+
+
+@dataclass
+class Job:
+    snapshots: SnapshotStore
+    sinks: dict[str, ObjectStore]
+
+    @property
+    def sink(self) -> ObjectStore:
+        return self.sinks["job"]
+
+    @property
+    def dlq(self) -> ObjectStore:
+        return self.sinks[DEAD_LETTERS]
+
+    def manifest(self, snapshot_id: str = NEWER) -> Manifest:
+        return self.snapshots.load_manifest(snapshot_id)
+
+    def own_state(self, snapshot_id: str = NEWER):
+        """State file refs of the spans ``snapshot_id`` wrote itself (in its own pack)."""
+        return [f for f in self.manifest(snapshot_id).flows["job"].state.files
+                if layout.snapshot_of_state_key(f.key) == snapshot_id]
+
+    def restore(self, which: str = "latest"):
+        return restore_snapshot(self.snapshots, self.sinks, which)
+
+
+def job_spec(root: Path):
+    spec = spend_job_spec("job", "payments", f"file://{root}/out", f"file://{root}/ckpt",
+                          extra={"on_error": "dead_letter", "dead_letter": {"path": f"file://{root}/dlq"}})
+    spec["checkpoint"]["key_groups_per_state_file"] = 8
+    return parse_spec(spec)
+
+
+def _commit_two_snapshots(root) -> None:
+    """Snapshots 1 (every user) and 2 (a few users changed, the rest of its state in pack 1),
+    each with dead letters."""
+    spec = job_spec(root)
+    [pipeline] = build_graph(spec).pipelines()
+    runner = PipelineRunner(spec, pipeline, SETTINGS, RunOptions())
+    runner.attempt = runner.snapshots.claim_attempt()
+    runner._cleanup = BackgroundCleanup("test")
+    history, version = [], None
+    for epoch, (amounts, bad) in enumerate([(USERS, 1), ({"user-1": 5, "user-7": 2}, 2)], start=1):
+        base = history[0].snapshot_id if history else None
+        plan = runner._plan(epoch, base, {0: epoch * 10 - 10}, {0: epoch * 10}, None)
+        read = EpochRead(plan, bad_records(bad), {"job": partials(amounts)})
+        _, head, version = runner._run_epoch(read, history, version)
+        history = head.history
+    runner._cleanup.close()
+    assert [e.snapshot_id for e in history] == [NEWER, OLDER]
+
+
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("committed")
+    _commit_two_snapshots(root)
+    return root
+
+
+@pytest.fixture
+def job(committed, tmp_path) -> Job:
+    """A copy of the two committed snapshots and their sinks, for one test to damage."""
+    root = tmp_path / "job"
+    shutil.copytree(committed, root)
+    sinks = {"job": open_store(f"file://{root}/out", SETTINGS), DEAD_LETTERS: open_store(f"file://{root}/dlq/main",
+                                                                                             SETTINGS)}
+    built = Job(SnapshotStore.open(f"file://{root}/ckpt", "job", "main", SETTINGS), sinks)
+    assert built.own_state()
+    assert {f.key for f in built.manifest().flows["job"].state.files} - {f.key for f in built.own_state()}
+    return built
+
+
+def rewrite_manifest(job: Job, change: Callable[[dict], None], seal: bool = True) -> None:
+    """Store the newest manifest changed by ``change`` (sealed again unless ``seal`` is False) and
+    point HEAD at its new bytes: a manifest consistent in every other check."""
+    data = job.manifest().model_dump(mode="json")
+    change(data)
+    manifest = Manifest.model_validate(data)
+    sha = job.snapshots.write_manifest(manifest.sealed() if seal else manifest)
+    set_head_sha(job, sha)
+
+
+def set_head_sha(job: Job, sha: str) -> None:
+    head, _ = job.snapshots.read_head()
+    entries = [e.model_copy(update={"manifest_sha256": sha}) if e.snapshot_id == NEWER else e for e in head.history]
+    job.snapshots.store.put(layout.HEAD_KEY, Head(job="job", history=entries).model_dump_json().encode())
+
+
+def _state_file(data: dict, own: dict) -> dict:
+    return next(f for f in data["flows"]["job"]["state"]["files"] if f["key"] == own["key"]
+                and f["key_group_start"] == own["key_group_start"])
+
+
+def _own(job: Job) -> dict:
+    return next(f for f in job.own_state() if f.rows).model_dump(mode="json")
+
+
+def _move_range(job: Job, data: dict) -> None:
+    ref = _state_file(data, _own(job))
+    width = ref["key_group_end"] - ref["key_group_start"]
+    ref["key_group_start"], ref["key_group_end"] = (ref["key_group_end"] % 128, ref["key_group_end"] % 128 + width)
+
+
+def _flip_a_byte(job: Job) -> None:
+    ref = _own(job)
+    data = bytearray(job.snapshots.store.get(ref["key"]))
+    data[ref["offset"] + ref["bytes"] // 2] ^= 0xFF
+    job.snapshots.store.put(ref["key"], bytes(data))
+
+
+def _first_part(job: Job, store: str) -> str:
+    commit = job.manifest().flows["job"].sink if store == "job" else job.manifest().dead_letters
+    return commit.files[0].key
+
+
+def _cut_part(job: Job) -> None:
+    key = _first_part(job, "job")
+    job.sink.put(key, job.sink.get(key)[:-1])
+
+
+DAMAGE: dict[str, tuple[Callable[[Job], None], str]] = {
+    "wrong manifest sha in HEAD": (lambda j: set_head_sha(j, "0" * 64), "does not match its checksum in HEAD"),
+    "manifest self-checksum": (
+        lambda j: rewrite_manifest(j, lambda d: d["lineage"].update(records_read=7), seal=False),
+        "fails its self-checksum"),
+    "manifest missing": (lambda j: j.snapshots.store.delete(layout.manifest_key(NEWER)), "manifest of .* is missing"),
+    "sink marker missing": (lambda j: j.sink.delete("epoch=2/_SUCCESS"),
+                            r"sink commit marker epoch=2/_SUCCESS of flow job epoch 2 is missing"),
+    "sink part missing": (lambda j: j.sink.delete(_first_part(j, "job")),
+                          r"part file epoch=2/part-\d+-a1.jsonl of flow job epoch 2 is missing"),
+    "sink part cut short": (_cut_part, r"part file epoch=2/part-\d+-a1.jsonl of flow job epoch 2 has \d+ bytes, "
+                                       r"its commit says \d+"),
+    "dead-letter marker missing": (lambda j: j.dlq.delete("epoch=2/_SUCCESS"),
+                                   "dead-letter commit marker epoch=2/_SUCCESS of epoch 2 is missing"),
+    "dead-letter part missing": (lambda j: j.dlq.delete(_first_part(j, DEAD_LETTERS)),
+                                 r"part file epoch=2/part-\d+-a1.jsonl of dead letters epoch 2 is missing"),
+    "state rows": (lambda j: rewrite_manifest(j, lambda d: _state_file(d, _own(j)).update(rows=_own(j)["rows"] + 1)),
+                   r"state file .* has \d+ rows, manifest says \d+"),
+    "state sha in manifest": (lambda j: rewrite_manifest(j, lambda d: _state_file(d, _own(j)).update(sha256="0" * 64)),
+                              r"is corrupt \(checksum mismatch"),
+    "state bytes": (_flip_a_byte, r"is corrupt \(checksum mismatch"),
+    "state missing": (lambda j: j.snapshots.store.delete(_own(j)["key"]), r"state file state/.* is missing"),
+    "key count": (lambda j: rewrite_manifest(j, lambda d: d["flows"]["job"]["state"].update(keys=301)),
+                  "flow job holds 300 keys, manifest says 301"),
+    "key group outside its span": (lambda j: rewrite_manifest(j, lambda d: _move_range(j, d)),
+                                   r"holds key group \d+, outside its range"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_snapshot_is_skipped_for_the_previous_one_and_refused_by_id(job, caplog, damage):
+    spoil, problem = DAMAGE[damage]
+    assert job.restore(NEWER).manifest.snapshot_id == NEWER
+    spoil(job)
+    with caplog.at_level(logging.ERROR, logger="pipeline_lib.checkpoint.restore"):
+        restored = job.restore()
+    assert restored.manifest.snapshot_id == OLDER and restored.fell_back_from == [NEWER]
+    assert restored.flows["job"].rows == len(USERS) and [e.snapshot_id for e in restored.history] == [OLDER]
+    [line] = [r.getMessage() for r in caplog.records if "is unusable" in r.getMessage()]
+    assert line.startswith(f"pipeline main: snapshot {NEWER} is unusable (")
+    assert line.endswith(f"falling back to {OLDER}")
+    assert re.search(problem, line)
+    with pytest.raises(SnapshotError, match=f"snapshot {NEWER} cannot be restored: .*{problem}"):
+        job.restore(NEWER)
+    assert job.restore(OLDER).manifest.snapshot_id == OLDER
+
+
+def test_an_unparseable_head_falls_back_to_the_manifest_listing(job, caplog):
+    job.head_bytes = job.snapshots.store.get(layout.HEAD_KEY)
+    job.snapshots.store.put(layout.HEAD_KEY, b'{"job": "job", "history": [')
+    with caplog.at_level(logging.ERROR):
+        restored = job.restore()
+    assert restored.manifest.snapshot_id == NEWER and restored.flows["job"].rows == len(USERS)
+    assert any("head pointer of job job is corrupt" in r.getMessage() for r in caplog.records)
+    job.snapshots.store.put(layout.HEAD_KEY, job.head_bytes)
+    rewrite_manifest(job, lambda d: d["lineage"].update(records_read=7), seal=False)
+    job.snapshots.store.put(layout.HEAD_KEY, b"not json")
+    assert job.restore().manifest.snapshot_id == OLDER  # the listing skips a manifest that fails its checks
+
+
+def test_the_recovery_plan_of_an_unparseable_head_is_the_restore_s_own_choice(job, tmp_path):
+    """A recovery decides what a relaunch restores; with a damaged head it must look where the
+    restore will look (the listing), not conclude that nothing was ever committed."""
+    spec = job_spec(tmp_path / "job")
+    [pipeline] = build_graph(spec).pipelines()
+    job.snapshots.store.put(layout.HEAD_KEY, b'{"job": "job", "history": [')
+    plan = plan_pipeline(spec, pipeline, job.snapshots, "latest", 2)
+    assert (plan.action, plan.snapshot) == ("restore", NEWER) == ("restore", job.restore().manifest.snapshot_id)
+    assert plan_pipeline(spec, pipeline, job.snapshots, OLDER, 2).snapshot == OLDER
+    assert plan_pipeline(spec, pipeline, job.snapshots, "0000000009-a1", 2).action == "new"
+
+
+def test_a_missing_head_with_manifests_present_restores_from_the_listing(job):
+    job.snapshots.store.delete(layout.HEAD_KEY)
+    restored = job.restore()
+    assert restored.manifest.snapshot_id == NEWER and [e.snapshot_id for e in restored.history] == [NEWER, OLDER]
+    assert job.restore(OLDER).manifest.snapshot_id == OLDER
+
+
+def test_when_every_retained_snapshot_is_damaged_restore_refuses(job):
+    for epoch in (1, 2):
+        job.sink.delete(f"epoch={epoch}/_SUCCESS")
+    with pytest.raises(SnapshotError, match=rf"none of the 2 retained snapshots .* \({NEWER}, {OLDER}\)"):
+        job.restore()
+    with pytest.raises(SnapshotError, match=f"snapshot {OLDER} cannot be restored: sink commit marker"):
+        job.restore(OLDER)
+
+
+def test_a_damaged_pack_shared_by_both_snapshots_leaves_nothing_to_restore(job):
+    shared = next(f for f in job.manifest().flows["job"].state.files if layout.snapshot_of_state_key(f.key) == OLDER)
+    data = bytearray(job.snapshots.store.get(shared.key))
+    data[shared.offset + shared.bytes // 2] ^= 0xFF
+    job.snapshots.store.put(shared.key, bytes(data))
+    with pytest.raises(SnapshotError, match="could be restored"):
+        job.restore()
