@@ -15,7 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline_lib.errors import PipelineError
-from pipeline_lib.execution.lifecycle import DEFAULT_LEASE_SECONDS, DEFAULT_STARTUP_TIMEOUT_SECONDS
+from pipeline_lib.execution.lifecycle import (
+    DEFAULT_LEASE_SECONDS, DEFAULT_STALL_SECONDS, DEFAULT_STARTUP_TIMEOUT_SECONDS,
+)
 from pipeline_lib.logs import scrub, setup_logging
 from pipeline_lib.settings import ConnectionSettings
 
@@ -70,26 +72,39 @@ def run(
     redeploy_completed: Annotated[bool, typer.Option("--redeploy-completed", help="Restore and deploy COMPLETED pipelines too, as a whole-job restart would (for comparison).")] = False,
     lease_seconds: Annotated[float, typer.Option(min=1.0, help="Heartbeat lease: a RUNNING pipeline silent this long is LOST.")] = DEFAULT_LEASE_SECONDS,
     startup_timeout: Annotated[float, typer.Option(min=1.0, help="Seconds for every subtask to start before the pipeline is FAILED.")] = DEFAULT_STARTUP_TIMEOUT_SECONDS,
+    stall_seconds: Annotated[float, typer.Option(
+        min=2.0, help="A RUNNING pipeline that commits no epoch this long while records wait is STALLED "
+                      "(more than --lease-seconds).")] = DEFAULT_STALL_SECONDS,
     launched_by: Annotated[str, typer.Option(help="Who launched this run, recorded in the status (e.g. an Airflow run id).")] = "cli",
     summary_json: Annotated[Optional[Path], typer.Option(help="Also write the run's summary (no secrets) to this JSON file.")] = None,
     stop_file: Annotated[Optional[Path], typer.Option(help="Stop gracefully (like SIGTERM) once this file exists.")] = None,
     timings: Annotated[bool, typer.Option("--timings", help="Add each epoch's phase times (spark, merge, sink, state, commit, cleanup) to its progress line.")] = False,
+    conf: Annotated[Optional[list[str]], typer.Option("--conf", help="A Spark setting KEY=VALUE over the spec's spark section (repeatable; no credentials).")] = None,
 ) -> None:
     """Run a job: restore each pipeline, then process epochs, committing a snapshot after each."""
     from pipeline_lib.execution.graceful_stop import stop_on_request
     from pipeline_lib.execution.job_runner import JobRunner
     from pipeline_lib.execution.pipeline_runner import RunOptions
     from pipeline_lib.spec import load_spec
+    from pipeline_lib.spec.spark_settings import parse_conf_overrides
 
     if until_caught_up and forever:
         _fail(PipelineError("choose one of --until-caught-up and --forever"))
+    if stall_seconds <= lease_seconds:
+        _fail(PipelineError(f"--stall-seconds {stall_seconds:g} must be more than --lease-seconds {lease_seconds:g}"))
     settings = ConnectionSettings.from_env()
+    try:
+        overrides = parse_conf_overrides(conf or [])
+    except ValueError as exc:
+        _fail(PipelineError(str(exc)))
     try:
         job = load_spec(spec)
         options = RunOptions(mode="forever" if forever else "until-caught-up", restore=restore,
                              parallelism=parallelism, max_epochs=max_epochs, skip_completed=not redeploy_completed,
-                             lease_seconds=lease_seconds, startup_timeout_s=startup_timeout, launched_by=launched_by)
-        runner = JobRunner(job, settings, options, on_epoch=lambda r: _print_epoch(r, timings), only=pipeline)
+                             lease_seconds=lease_seconds, startup_timeout_s=startup_timeout, launched_by=launched_by,
+                             stall_seconds=stall_seconds)
+        runner = JobRunner(job, settings, options, on_epoch=lambda r: _print_epoch(r, timings), only=pipeline,
+                           spark_conf=overrides)
         with stop_on_request(runner.request_stop, stop_file):
             summary = runner.run()
     except PipelineError as exc:

@@ -22,3 +22,12 @@ def counted(df: DataFrame) -> DataFrame:
     with open(os.environ["HOOK_CALLS"], "a") as calls:
         calls.write("called\n")
     return add_cents(df)
+
+
+def broken_until_fixed(df: DataFrame) -> DataFrame:
+    """Raises until the file $HOOK_FIXED exists (a bug that someone then fixes); then passes."""
+    import os
+
+    if not os.path.exists(os.environ["HOOK_FIXED"]):
+        raise ValueError("refund rules are broken")
+    return df

@@ -32,7 +32,8 @@ def test_every_dag_loads_without_import_errors(dagbag):
 
 def test_the_trigger_form_has_typed_params_with_defaults_and_descriptions(dagbag):
     params = dagbag.dags["pipeline__shop"].params
-    assert set(params.keys()) == {"mode", "restore", "parallelism", "pipelines", "lease_seconds", "reason"}
+    assert set(params.keys()) == {"mode", "restore", "parallelism", "pipelines", "lease_seconds", "stall_seconds",
+                                   "spark_conf", "reason"}
     for name in params.keys():
         param = params.get_param(name)
         assert param.description, name
@@ -54,7 +55,8 @@ def test_good_params_validate(dagbag):
 
 @pytest.mark.parametrize("conf", [
     {"mode": "sometimes"}, {"parallelism": 0}, {"parallelism": "two"}, {"restore": "yesterday"},
-    {"pipelines": ["nope"]}, {"lease_seconds": 0},
+    {"pipelines": ["nope"]}, {"lease_seconds": 0}, {"stall_seconds": 1},
+    {"spark_conf": {"spark.hadoop.fs.s3a.secret.key": "x"}},
 ])
 def test_bad_params_are_rejected_by_airflow(dagbag, conf):
     with pytest.raises(ParamValidationError) as err:

@@ -20,7 +20,7 @@ instead; that difference is part of what the benchmark measures), one input part
 per Kafka partition range of the micro-batch, the Kafka offsets as the stream's offsets, and a
 per-batch record cap split over partitions the way the project's planner splits its epoch cap
 (``fair_shares``), i.e. ``maxRecordsPerTrigger``. End offsets are confirmed with a fetch's high
-watermark, as the project does, because the local broker under-reports ListOffsets (STACK.md).
+watermark, as the project does, because the local broker under-reports ListOffsets.
 """
 
 from __future__ import annotations

@@ -373,7 +373,6 @@ def seed_state_snapshot(spec_path: Path, settings: ConnectionSettings, keys: int
     state merge, ``_write_state`` (state files per key-group range), an (empty) sink commit, a
     sealed manifest, the head moved by compare-and-swap."""
     import datetime as dt
-    import hashlib
 
     from pipeline_lib.checkpoint.manifest import FlowCommit, Lineage, Manifest, snapshot_id_for
     from pipeline_lib.execution.pipeline_runner import PipelineRunner, RunOptions, spec_fingerprint
@@ -397,8 +396,8 @@ def seed_state_snapshot(spec_path: Path, settings: ConnectionSettings, keys: int
     state = runner._write_state(flow, snapshot_id, 1, set(flow.state.key_groups(changed).tolist()))
     write_s = time.monotonic() - started
     plan = EpochPlan(epoch=1, base_snapshot=None, positions=positions, ranges=[])
-    digest = hashlib.sha256(f"{plan.digest()}|{runner.parallelism}|{flow.sink.format}".encode()).hexdigest()
-    sink = flow.sink.write_epoch(1, digest, [state_schema.empty_table()], runner.attempt)
+    sink = flow.sink.write_epoch(1, runner.sink_digest(plan, flow.sink.format), [state_schema.empty_table()],
+                                 runner.attempt)
     manifest = Manifest(
         job=job.name, pipeline=runner.pipeline.name, snapshot_id=snapshot_id, epoch=1, attempt=runner.attempt,
         created_at=dt.datetime.now(dt.timezone.utc), spec_fingerprint=spec_fingerprint(job), topic=runner.topic,

@@ -57,8 +57,10 @@ class JobSummary:
 
 class JobRunner:
     def __init__(self, spec: JobSpec, settings: ConnectionSettings, options: RunOptions,
-                 on_epoch: Callable[[EpochReport], None] | None = None, only: list[str] | None = None):
+                 on_epoch: Callable[[EpochReport], None] | None = None, only: list[str] | None = None,
+                 spark_conf: dict[str, str] | None = None):
         self.spec, self.settings, self.options = spec, settings, options
+        self.spark_conf = spark_conf or {}  # --conf: over the spec's spark section
         settings.require_kafka()
         pipelines = build_graph(spec, options.parallelism).pipelines()
         names = [p.name for p in pipelines]
@@ -102,7 +104,7 @@ class JobRunner:
                 runner.schedule()
             try:
                 spark = start_spark(f"pipeline-lib:{self.spec.name}", self.settings.spark_master,
-                                    max(r.parallelism for r in to_deploy))
+                                    max(r.parallelism for r in to_deploy), self.spec.spark, self.spark_conf)
             except Exception as exc:
                 first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
                 for runner in to_deploy:

@@ -36,6 +36,7 @@ class ReadAhead(Generic[T]):
 
         def run() -> T:
             sc = self._spark.sparkContext
+            sc.setLocalProperty("spark.scheduler.pool", self._pipeline)  # a pool thread inherits no properties
             sc.setJobGroup(group, f"read of epoch {epoch} of pipeline {self._pipeline}", interruptOnCancel=True)
             try:
                 return read()

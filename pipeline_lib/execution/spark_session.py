@@ -4,18 +4,32 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from pipeline_lib.faults import ENV_FAULT_LOG, ENV_FAULT_PAUSE_UNTIL, ENV_FAULT_POINTS
+from pipeline_lib.spec.models import SparkSpec
+from pipeline_lib.spec.spark_settings import spark_conf
+
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+# What an executor's Python workers need to reach the crash points the driver's are armed with.
+FAULT_ENV = (ENV_FAULT_POINTS, ENV_FAULT_PAUSE_UNTIL, ENV_FAULT_LOG)
 
 
-def start_spark(app_name: str, master: str | None, parallelism: int) -> SparkSession:
+def start_spark(app_name: str, master: str | None, parallelism: int, settings: SparkSpec | None = None,
+                overrides: Mapping[str, str] | None = None) -> SparkSession:
     """Local mode inside this process by default (``local[parallelism]``), a cluster when
-    ``PIPELINE_SPARK_MASTER`` names one."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    ``PIPELINE_SPARK_MASTER`` names one. Local mode binds to loopback; on a cluster the driver
+    must be reachable from the executors, so its address is Spark's choice unless the spec's
+    ``spark.conf`` or ``overrides`` (``--conf``) set it. On a cluster, armed crash points
+    (``PIPELINE_FAULT_POINTS``, with its pause file and log) are passed to the executors, whose
+    environment is not the driver's; nothing else of the environment is."""
+    local = not master or master.startswith("local")
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
@@ -31,8 +45,14 @@ def start_spark(app_name: str, master: str | None, parallelism: int) -> SparkSes
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J_CONFIG}")
     )
-    if not master or master.startswith("local"):
+    if local:
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    elif os.environ.get(ENV_FAULT_POINTS):  # executors do not inherit the driver's environment
+        for name in FAULT_ENV:
+            if os.environ.get(name):
+                builder = builder.config(f"spark.executorEnv.{name}", os.environ[name])
+    for key, value in spark_conf(settings, parallelism, not local, overrides).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

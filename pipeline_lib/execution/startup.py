@@ -1,11 +1,13 @@
-"""Start every subtask of a pipeline before calling it RUNNING (the Arroyo fix, seeds/003).
+"""Start every subtask of a pipeline before calling it RUNNING (Arroyo's lesson: a pipeline
+must never look healthy while a part of it is stuck).
 
 A subtask has started when its ``on_start`` is done:
 
-* source subtask *i*: a Spark task on an executor imported this library, reached the brokers
-  and found the topic's partitions that subtask *i* will read (Kafka splits are assigned by
-  ``partition mod parallelism``). This proves the executors' Python side works, not only
-  the driver's;
+* source subtask *i*: a Spark task on an executor imported this library, at the driver's
+  ``pipeline_lib.__version__`` and pyarrow major.minor (the executors unpickle the driver's
+  functions and exchange Arrow batches with it), reached the brokers and found the topic's
+  partitions that subtask *i* will read (Kafka splits are assigned by ``partition mod
+  parallelism``). This proves the executors' Python side works, not only the driver's;
 * transform subtasks: the flow's SQL and Python hooks were analysed against the source schema;
 * state subtask *i*: its key-group range is known and the restored state is loaded;
 * sink subtasks: the sink's store answers.
@@ -17,6 +19,8 @@ with a reason that names the subtask; the pipeline never looks RUNNING while a p
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -43,13 +47,63 @@ class SubtaskCheck:
     detail: str
 
 
-def _source_on_start(index: int, bootstrap: str, topic: str, parallelism: int, timeout_ms: int):
-    """Runs on an executor: connect to Kafka and find this subtask's partitions."""
+Versions = tuple[str, str]  # (pipeline_lib.__version__, pyarrow.__version__)
+
+
+def library_versions() -> Versions:
+    """This process's library and pyarrow versions: what a driver and its executors must share."""
+    import pyarrow
+
+    import pipeline_lib
+
+    return pipeline_lib.__version__, pyarrow.__version__
+
+
+def _major_minor(version: str) -> tuple[str, ...]:
+    return tuple(version.split(".")[:2])
+
+
+def version_mismatch(driver: Versions, executor: Versions, where: str) -> str | None:
+    """Why the executor ``where`` cannot run the driver's tasks, or None: the library must be the
+    same version, pyarrow the same major.minor (a patch release keeps the Arrow format)."""
+    problems = []
+    if executor[0] != driver[0]:
+        problems.append(f"pipeline_lib {executor[0]} (the driver has {driver[0]})")
+    if _major_minor(executor[1]) != _major_minor(driver[1]):
+        problems.append(f"pyarrow {executor[1]} (the driver has {driver[1]}; major.minor must match)")
+    return f"{where} has {' and '.join(problems)}" if problems else None
+
+
+def executor_name() -> str:
+    """``executor <id> (host H, pid P)`` for an error message, P this Python worker's; the id is
+    read from the executor JVM's command line (Python workers cannot ask Spark), so it is missing
+    in local mode."""
+    from pipeline_lib.faults import executor_jvm_pid
+
+    where = f"host {socket.gethostname()}, pid {os.getpid()}"
+    jvm = executor_jvm_pid()
+    if jvm is None:
+        return f"executor ({where})"
+    try:
+        with open(f"/proc/{jvm}/cmdline", "rb") as cmdline:
+            args = cmdline.read().decode("utf-8", "replace").split("\0")
+        return f"executor {args[args.index('--executor-id') + 1]} ({where})"
+    except (OSError, ValueError, IndexError):  # gone, or no id in its arguments
+        return f"executor ({where})"
+
+
+def _source_on_start(index: int, bootstrap: str, topic: str, parallelism: int, timeout_ms: int,
+                     driver_versions: Versions):
+    """Runs on an executor: check it has the driver's versions, connect to Kafka and find this
+    subtask's partitions."""
     try:
         from kafka import KafkaConsumer
 
         from pipeline_lib.faults import fault_point  # the executors must have the library
 
+        mismatch = version_mismatch(driver_versions, library_versions(), executor_name())
+        if mismatch:
+            return [(index, False, mismatch)]
         fault_point("during_startup")
 
         consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
@@ -68,17 +122,21 @@ def _source_on_start(index: int, bootstrap: str, topic: str, parallelism: int, t
 
 
 def start_source_subtasks(spark, bootstrap: str, source_vertex: str, topic: str, parallelism: int,
-                          timeout_s: float) -> list[SubtaskCheck]:
-    """One Spark task per source subtask; cancelled (and reported) when the deadline passes."""
+                          timeout_s: float, pool: str | None = None) -> list[SubtaskCheck]:
+    """One Spark task per source subtask, in the FAIR scheduler ``pool`` of its pipeline;
+    cancelled (and reported) when the deadline passes."""
     sc = spark.sparkContext
+    sc.setLocalProperty("spark.scheduler.pool", pool)
     group = f"pipeline-lib-start-{uuid.uuid4().hex[:8]}"
     timeout_ms = max(1000, int(timeout_s * 1000 / 2))
+    versions = library_versions()
     timer = threading.Timer(timeout_s, sc.cancelJobGroup, args=(group,))
     sc.setJobGroup(group, f"on_start of {source_vertex}", interruptOnCancel=True)
     timer.start()
     try:
         rows = (sc.parallelize(range(parallelism), parallelism)
-                .mapPartitionsWithIndex(lambda i, _: _source_on_start(i, bootstrap, topic, parallelism, timeout_ms))
+                .mapPartitionsWithIndex(lambda i, _: _source_on_start(i, bootstrap, topic, parallelism, timeout_ms,
+                                                                      versions))
                 .collect())
     except Exception as exc:
         if not timer.is_alive():
@@ -101,7 +159,7 @@ def start_pipeline(runner, spark, timeout_s: float, parse_schema: Callable[[], S
     source_vertex = next(v for v in pipeline.vertices if v.kind == "source")
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"on-start-{pipeline.name}") as pool:
         source_checks = pool.submit(start_source_subtasks, spark, runner.settings.require_kafka(), source_vertex.id,
-                                    runner.topic, p, timeout_s)
+                                    runner.topic, p, timeout_s, pipeline.name)
         schema = parse_schema()  # an error here waits for the source subtasks' job (bounded by timeout_s)
         beside(schema)
         checks = source_checks.result()

@@ -13,12 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pipeline_lib.checkpoint.manifest import SNAPSHOT_ID
 from pipeline_lib.errors import SpecError
-from pipeline_lib.execution.lifecycle import DEFAULT_LEASE_SECONDS
+from pipeline_lib.execution.lifecycle import DEFAULT_LEASE_SECONDS, DEFAULT_STALL_SECONDS
 from pipeline_lib.graph import build_graph
 from pipeline_lib.spec.models import JobSpec
+from pipeline_lib.spec.spark_settings import CONF_KEY, CREDENTIAL_PATTERN, check_conf_key
 
 MODES = {"until_caught_up": "until-caught-up", "continuous": "forever"}
 RESTORE_PATTERN = rf"^(latest|none|{SNAPSHOT_ID.pattern[1:-1]})$"
+STALL_BOUNDS = (2, 86_400)  # seconds; the form and the model take the same bounds
 
 
 def pipeline_names(spec: JobSpec) -> list[str]:
@@ -54,11 +56,26 @@ def param_schemas(spec: JobSpec) -> dict[str, dict[str, Any]]:
             "schema": {"type": "array", "items": {"type": "string", "enum": names}, "uniqueItems": True,
                        "title": "Pipelines"},
         },
+        "spark_conf": {
+            "default": {},
+            "description": "Spark settings of this run over the spec's spark section, e.g. "
+                           '{"spark.cores.max": "4", "spark.executor.memory": "2g"}. spark.* keys only; '
+                           "no credentials (they come from the Connections).",
+            "schema": {"type": "object", "title": "Spark settings", "additionalProperties": {"type": "string"},
+                       "propertyNames": {"pattern": CONF_KEY.pattern, "not": {"pattern": CREDENTIAL_PATTERN}}},
+        },
         "lease_seconds": {
             "default": DEFAULT_LEASE_SECONDS,
             "description": "Heartbeat lease: a RUNNING pipeline whose runner is silent this long is LOST and "
                            "may be relaunched by pipeline_recovery.",
             "schema": {"type": "number", "minimum": 1, "maximum": 3600, "title": "Heartbeat lease (s)"},
+        },
+        "stall_seconds": {
+            "default": DEFAULT_STALL_SECONDS,
+            "description": "Stall time (more than the lease): a RUNNING pipeline that commits no epoch this long "
+                           "while records wait is STALLED, and pipeline_recovery relaunches it.",
+            "schema": {"type": "number", "minimum": STALL_BOUNDS[0], "maximum": STALL_BOUNDS[1],
+                       "title": "Stall time (s)"},
         },
     }
 
@@ -73,6 +90,8 @@ class LaunchRequest(BaseModel):
     parallelism: int | None = Field(default=None, ge=1)
     pipelines: list[str] = []
     lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, ge=1, le=3600)
+    stall_seconds: float = Field(default=DEFAULT_STALL_SECONDS, ge=STALL_BOUNDS[0], le=STALL_BOUNDS[1])
+    spark_conf: dict[str, str] = {}
     reason: str | None = Field(default=None, max_length=500)  # why it was launched (recovery sets it)
 
     @field_validator("restore")
@@ -82,10 +101,25 @@ class LaunchRequest(BaseModel):
             raise ValueError(f"{value!r} is not latest, none or a snapshot id like 0000000012-a3")
         return value
 
+    @field_validator("spark_conf")
+    @classmethod
+    def _spark_conf(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            check_conf_key(key)
+        return value
+
     @model_validator(mode="after")
     def _one_pipeline_for_a_snapshot(self) -> "LaunchRequest":
         if self.restore not in ("latest", "none") and len(self.pipelines) != 1:
             raise ValueError("restore from a snapshot id needs exactly one pipeline in 'pipelines'")
+        return self
+
+    @model_validator(mode="after")
+    def _stall_longer_than_lease(self) -> "LaunchRequest":
+        """A stall shorter than the lease would call a pipeline stuck before a missed heartbeat could."""
+        if self.stall_seconds <= self.lease_seconds:
+            raise ValueError(f"stall_seconds {self.stall_seconds:g} must be more than lease_seconds "
+                             f"{self.lease_seconds:g}")
         return self
 
     @property

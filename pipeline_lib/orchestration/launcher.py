@@ -42,7 +42,8 @@ class LaunchResult:
 def cli_arguments(spec_path: Path, request: LaunchRequest, launched_by: str, summary_path: Path,
                   stop_file: Path | None = None) -> list[str]:
     args = ["run", str(spec_path), f"--{request.run_mode}", "--restore", request.restore,
-            "--lease-seconds", f"{request.lease_seconds:g}", "--launched-by", launched_by,
+            "--lease-seconds", f"{request.lease_seconds:g}", "--stall-seconds", f"{request.stall_seconds:g}",
+            "--launched-by", launched_by,
             "--summary-json", str(summary_path)]
     if stop_file is not None:
         args += ["--stop-file", str(stop_file)]
@@ -50,6 +51,8 @@ def cli_arguments(spec_path: Path, request: LaunchRequest, launched_by: str, sum
         args += ["--parallelism", str(request.parallelism)]
     for name in request.pipelines:
         args += ["--pipeline", name]
+    for key, value in request.spark_conf.items():
+        args += ["--conf", f"{key}={value}"]
     return args
 
 

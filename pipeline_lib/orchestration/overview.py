@@ -30,7 +30,7 @@ class PipelineView:
     name: str
     flows: list[str]
     topic: str
-    status: str  # observed: SCHEDULING | RUNNING | STOPPED | COMPLETED | FAILED | LOST | NEW | UNKNOWN
+    status: str  # observed: SCHEDULING | RUNNING | STOPPED | COMPLETED | FAILED | LOST | STALLED | NEW | UNKNOWN
     reason: str | None = None
     attempt: int | None = None
     epoch: int | None = None
@@ -146,7 +146,7 @@ def _fill_lag(views: list[PipelineView], settings: ConnectionSettings) -> None:
                     if not partitions:
                         v.lag_note = f"topic {v.topic} not found"
                         continue
-                    # the fetch high watermark: Tansu's ListOffsets under-reports (STACK.md)
+                    # the fetch high watermark: Tansu's ListOffsets under-reports
                     ends = kafka_offsets.confirmed_end_offsets(consumer, v.topic, partitions, timeout_s=5)
                     done = {int(p): o for p, o in v.positions.items()}
                     v.lag = sum(max(0, end - done.get(p, 0)) for p, end in ends.items())

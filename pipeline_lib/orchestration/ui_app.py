@@ -19,7 +19,8 @@ from pipeline_lib.orchestration.overview import build_overview
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")),
                         autoescape=select_autoescape(["html"]))
 STATUS_COLOURS = {"RUNNING": "#1a7f37", "SCHEDULING": "#9a6700", "STOPPED": "#0969da", "COMPLETED": "#6e7781",
-                  "FAILED": "#cf222e", "LOST": "#bc4c00", "NEW": "#8c959f", "UNKNOWN": "#8c959f"}
+                  "FAILED": "#cf222e", "LOST": "#bc4c00",
+                  "STALLED": "#bc4c00", "NEW": "#8c959f", "UNKNOWN": "#8c959f"}
 
 
 def default_specs_dir() -> Path:

@@ -1,7 +1,8 @@
 """Automatic recovery: find broken pipelines and decide, safely, which to relaunch.
 
 For each pipeline of a job: read its STATUS and judge it at ``now`` (an expired heartbeat lease
-is LOST, a start-up past its deadline is FAILED). A FAILED or LOST pipeline gets a restore plan
+is LOST, a start-up past its deadline is FAILED, RUNNING without a commit for its stall time while
+records wait is STALLED). A FAILED, LOST or STALLED pipeline gets a restore plan
 from its latest valid snapshot and, within its relaunch budget and backoff, a relaunch claimed
 by compare-and-swap on its RECOVERY record. Only pipelines are touched, never whole jobs:
 healthy and completed pipelines of the same job are left alone.
@@ -9,7 +10,8 @@ healthy and completed pipelines of the same job are left alone.
 Nothing here talks to Airflow: the caller (the ``pipeline_recovery`` DAG, or a test) launches
 what the decisions say, with the ``conf`` and ``trigger_run_id`` they carry. The run id is
 derived from the failed attempt and the relaunch count, so even a launcher that ran twice could
-not create two runs for one decision.
+not create two runs for one decision. A STALLED attempt is alive: the relaunch's newer attempt
+fences it (its heartbeat sees the newer STATUS and stops it), so recovery does not write its STATUS.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 
 Verdict = Literal["relaunch", "waiting", "gave_up", "healthy", "never_ran", "busy"]
 MODE_PARAM = {run_mode: param for param, run_mode in MODES.items()}
+RELAUNCHED = ("FAILED", "LOST", "STALLED")  # observed states that recovery relaunches
 
 
 @dataclass
@@ -79,7 +82,7 @@ def _recover_pipeline(spec, pipeline, snapshots: SnapshotStore, policy: Recovery
     observed, why = status.observed(now)
     record, record_version = read_record(snapshots)
 
-    if observed not in ("FAILED", "LOST"):
+    if observed not in RELAUNCHED:
         if record.relaunches and status.attempt > (record.pending_attempt or 0) and not dry_run:
             event = RecoveryEvent(at=now, action="healthy_again", reason=f"attempt {status.attempt} is {observed}",
                                   by=by, status_attempt=status.attempt)
@@ -151,4 +154,6 @@ def _relaunch_conf(spec: JobSpec, status: PipelineStatus, pipeline: str, why: st
                             "pipelines": [pipeline], "reason": f"pipeline_recovery: {why}"[:500]}
     if status.lease_seconds:
         conf["lease_seconds"] = status.lease_seconds
+    if status.stall_seconds:
+        conf["stall_seconds"] = status.stall_seconds
     return conf

@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from pipeline_lib.spec.aggregates import AggregateFunction, parse_aggregate
 from pipeline_lib.spec.schema_ddl import parse_schema_ddl
+from pipeline_lib.spec.spark_settings import MEMORY, check_conf_key
 from pipeline_lib.storage.uri import parse_location
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -188,6 +189,36 @@ class TriggerSpec(StrictModel):
     max_records_per_epoch: Annotated[int, Field(ge=1, le=100_000_000)] = 20_000
 
 
+def _memory(value: str | None) -> str | None:
+    if value is not None and not MEMORY.match(value):
+        raise ValueError(f"{value!r} is not a size such as 512m or 2g")
+    return value
+
+
+MemorySize = Annotated[str | None, AfterValidator(_memory)]
+
+
+class SparkSpec(StrictModel):
+    """Scheduling settings, so that one job does not take a whole shared cluster."""
+
+    cores_max: Annotated[int, Field(ge=1)] | None = None  # on a cluster; unset: the job's parallelism
+    driver_memory: MemorySize = None
+    executor_memory: MemorySize = None
+    executor_cores: Annotated[int, Field(ge=1)] | None = None
+    driver_max_result_size: MemorySize = None
+    conf: dict[str, str | bool | int | float] = {}  # any other spark.* setting, except credentials
+
+    @field_validator("conf")
+    @classmethod
+    def _conf_keys(cls, conf: dict[str, str | bool | int | float]) -> dict[str, str | bool | int | float]:
+        for key in conf:
+            check_conf_key(key)
+        return conf
+
+    def conf_strings(self) -> dict[str, str]:
+        return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in self.conf.items()}
+
+
 class FlowSpec(StrictModel):
     """One branch of a job: a named source → transforms → optional state → one sink."""
 
@@ -224,6 +255,7 @@ class JobSpec(StrictModel):
     on_error: Literal["fail", "dead_letter", "skip"] = "fail"
     dead_letter: DeadLetterSpec | None = None
     max_record_bytes: Annotated[int, Field(ge=1, le=1_073_741_824)] = 1_048_576
+    spark: SparkSpec | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "JobSpec":

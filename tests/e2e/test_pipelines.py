@@ -98,15 +98,22 @@ def test_bounded_job_restores_only_unfinished_splits_then_is_skipped(stack_env, 
     plan = json.loads(run_cli(["plan", str(spec), "--restore", "latest", "--json"], stack_env).stdout)
     (restore,) = plan["restore"]
     assert restore["action"] == "restore"
-    reader0 = next(s for s in restore["subtasks"] if s["subtask"] == "source:main#0")
-    assert "[0]@300 completed" in reader0["detail"]
+    readers = [s for s in restore["subtasks"] if s["subtask"].startswith("source:")]
+    assert readers and all(s["action"] == "restore" for s in readers)
+    (m2,) = [m for m in manifests(stack_env, store_uri, "main") if m["epoch"] == 2]
+    open_splits = f"[1]@{m2['positions']['1']}, [2]@{m2['positions']['2']}"
+    assert {s["detail"] for s in readers} == {f"a share of each epoch's ranges of the open splits {open_splits}; "
+                                              "completed, never read again: [0]@300"}
 
     restored = run_cli(["run", str(spec)], stack_env)
     assert restored.returncode == 0, restored.stderr[-3000:]
     after_restore = [m for m in manifests(stack_env, store_uri, "main") if m["attempt"] > 1]
     assert after_restore, "the restore committed new epochs"
     read_partitions = {r["partition"] for m in after_restore for r in m["lineage"]["ranges"]}
-    assert read_partitions == {1, 2}, "the completed split was not read again"
+    assert read_partitions == {1, 2}, "the completed split was not read again, the plan's open splits were"
+    first = min(after_restore, key=lambda m: m["epoch"])
+    assert {r["partition"]: r["start"] for r in first["lineage"]["ranges"]} == {1: m2["positions"]["1"],
+                                                                               2: m2["positions"]["2"]}
     assert after_restore[-1]["completed"] is True
     assert result_table(stack_env, sink) == spend_per_user(everything)
 

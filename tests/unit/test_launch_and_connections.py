@@ -28,6 +28,8 @@ def conn(**fields):
 @pytest.mark.parametrize("conf", [
     {}, {"mode": "continuous"}, {"restore": "none", "parallelism": 3},
     {"restore": "0000000012-a3", "pipelines": ["refunds"]}, {"pipelines": ["payments", "refunds"]},
+    {"spark_conf": {"spark.cores.max": "4", "spark.executor.memory": "2g"}},
+    {"stall_seconds": 120, "lease_seconds": 10}, {"stall_seconds": 86_400},
 ])
 def test_valid_conf_passes_both_the_form_schema_and_the_model(conf):
     for name, value in conf.items():
@@ -44,7 +46,13 @@ def test_valid_conf_passes_both_the_form_schema_and_the_model(conf):
     ({"pipelines": ["nope"]}, "pipelines", "no pipeline ['nope']"),
     ({"restore": "0000000012-a3"}, "conf", "exactly one pipeline"),
     ({"lease_seconds": 0.1}, "lease_seconds", "greater than or equal to 1"),
+    ({"stall_seconds": 1}, "stall_seconds", "greater than or equal to 2"),
+    ({"stall_seconds": 86_401}, "stall_seconds", "less than or equal to 86400"),
+    ({"stall_seconds": 30, "lease_seconds": 30}, "conf", "must be more than lease_seconds 30"),
     ({"surprise": 1}, "surprise", "Extra inputs"),
+    ({"spark_conf": {"spark.hadoop.fs.s3a.secret.key": "x"}}, "spark_conf", "would carry a credential"),
+    ({"spark_conf": {"spark.ssl.keyStorePassword": "x"}}, "spark_conf", "would carry a credential"),
+    ({"spark_conf": {"hadoop.x": "1"}}, "spark_conf", "not a spark.* key"),
 ])
 def test_invalid_conf_is_rejected_naming_the_param(conf, field, message):
     with pytest.raises(SpecError) as err:
@@ -55,6 +63,10 @@ def test_invalid_conf_is_rejected_naming_the_param(conf, field, message):
 @pytest.mark.parametrize("name, value", [
     ("mode", "sometimes"), ("restore", "yesterday"), ("parallelism", 0), ("parallelism", 129),
     ("pipelines", ["nope"]), ("parallelism", "2"),
+    ("spark_conf", {"spark.hadoop.fs.s3a.secret.key": "x"}), ("spark_conf", {"spark.ssl.keyStorePassword": "x"}),
+    ("spark_conf", {"spark.authenticate.secret": "x"}), ("spark_conf", {"hadoop.x": "1"}),
+    ("spark_conf", {"spark.cores.max": 4}), ("stall_seconds", 1), ("stall_seconds", 86_401),
+    ("stall_seconds", "600"),
 ])
 def test_the_form_schema_rejects_what_the_model_rejects(name, value):
     with pytest.raises(jsonschema.ValidationError):
@@ -98,9 +110,11 @@ def test_a_local_master_and_an_endpoint_with_its_port_are_kept_as_given():
 
 # -- launch -------------------------------------------------------------------------------
 def test_local_mode_runs_the_cli_and_a_master_means_spark_submit(tmp_path):
-    request = LaunchRequest.from_conf({"mode": "continuous", "pipelines": ["payments"], "parallelism": 3}, SHOP)
+    request = LaunchRequest.from_conf({"mode": "continuous", "pipelines": ["payments"], "parallelism": 3,
+                                       "spark_conf": {"spark.cores.max": "2"}}, SHOP)
     local = launch_command(Path("shop.yaml"), request, ConnectionSettings.from_env(ENV), "airflow:x", tmp_path / "s.json")
     assert local[1:4] == ["-m", "pipeline_lib.cli", "run"]
+    assert local[local.index("--conf") + 1] == "spark.cores.max=2"
     assert "--forever" in local and local[local.index("--pipeline") + 1] == "payments"
     assert local[local.index("--parallelism") + 1] == "3"
     cluster = ConnectionSettings.from_env({**ENV, "PIPELINE_SPARK_MASTER": "spark://spark-master:7077"})

@@ -120,3 +120,49 @@ def test_dry_run_changes_nothing(job):
     [decision] = recover_job(spec, SETTINGS, RecoveryPolicy(), "r", now=T0 + dt.timedelta(minutes=5), dry_run=True)
     assert decision.verdict == "relaunch"
     assert snapshots.read_status().state == "RUNNING" and read_record(snapshots)[1] is None
+
+
+def running(progress_at=T0, lag=500, stall=120.0, heartbeat=None, **extra) -> PipelineStatus:
+    heartbeat = heartbeat or progress_at + dt.timedelta(minutes=10)
+    return PipelineStatus(state="RUNNING", attempt=3, epoch=4, updated_at=heartbeat, heartbeat_at=heartbeat,
+                          lease_seconds=30, progress_at=progress_at, lag=lag, stall_seconds=stall, **extra)
+
+
+def test_a_live_heartbeat_without_progress_while_records_wait_is_stalled():
+    now = T0 + dt.timedelta(minutes=10)  # the heartbeat is fresh: not LOST
+    state, reason = running().observed(now)
+    assert state == "STALLED"
+    assert reason == ("attempt 3: no epoch committed since 2026-11-21T12:00:00Z with 500 records waiting "
+                      "(stall 120s)")
+
+
+def test_not_stalled_when_nothing_waits_progress_is_recent_or_the_record_predates_progress():
+    now = T0 + dt.timedelta(minutes=10)
+    assert running(lag=0).observed(now)[0] == "RUNNING"  # idle and caught up: nothing to commit
+    assert running(progress_at=now - dt.timedelta(seconds=119)).observed(now)[0] == "RUNNING"
+    old = PipelineStatus.model_validate_json(
+        '{"state": "RUNNING", "attempt": 1, "epoch": 2, "updated_at": "2026-11-21T12:00:00Z",'
+        ' "heartbeat_at": "2026-11-21T12:00:00Z", "lease_seconds": 30}')
+    assert old.progress_at is None and old.observed(T0 + dt.timedelta(seconds=29))[0] == "RUNNING"
+    # an expired lease is LOST first, whatever the progress says
+    stale = running(heartbeat=T0)
+    assert stale.observed(T0 + dt.timedelta(minutes=10))[0] == "LOST"
+
+
+def test_a_stalled_pipeline_is_relaunched_and_its_live_status_is_left_to_be_fenced(job):
+    spec, snapshots = job
+    put_status(snapshots, "RUNNING", attempt=5, heartbeat=T0 + dt.timedelta(minutes=10), progress_at=T0,
+               lag=42, stall_seconds=300.0)
+    now = T0 + dt.timedelta(minutes=10, seconds=5)
+    [decision] = recover_job(spec, SETTINGS, RecoveryPolicy(), "r1", now=now)
+    assert decision.verdict == "relaunch" and decision.observed == "STALLED"
+    assert "no epoch committed since 2026-11-21T12:00:00Z with 42 records waiting" in decision.reason
+    assert decision.conf["stall_seconds"] == 300.0 and decision.conf["lease_seconds"] == 30.0
+    assert decision.trigger_run_id == "recovery__main__a5__r1"
+    assert snapshots.read_status().state == "RUNNING"  # the stuck attempt is alive: the relaunch fences it
+    record, _ = read_record(snapshots)
+    assert record.relaunches == 1 and record.pending_attempt == 5
+    assert record.history[0].action == "relaunch" and "42 records waiting" in record.history[0].reason
+    # the next recovery run waits for that relaunch instead of launching a second one
+    verdict, reason = verdicts(spec, now + dt.timedelta(seconds=60))[0]
+    assert verdict == "waiting" and "pending" in reason

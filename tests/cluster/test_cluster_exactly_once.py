@@ -1,0 +1,218 @@
+"""Exactly-once on a Spark standalone cluster: the real `pipeline-lib run` with its executors on
+two one-core workers (separate JVMs), real broker and S3 server.
+
+Each test checks the final table against plain Python over the produced events and every
+committed epoch against the records read back from Kafka (tests/changelog.py). The moments of
+loss are held deterministically with the fault points' pause file, never with sleeps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline_lib.samples import spend_per_user
+from tests.changelog import assert_every_epoch_exact
+from tests.support import result_table, run_cli, spend_spec, wait_for, write_spec
+
+pytestmark = pytest.mark.cluster
+
+PER_EPOCH = 3_000  # 12k events: 4 epochs
+EPOCHS = 4
+LOOPBACK = {"spark.driver.host": "127.0.0.1"}  # every process of the tier is on loopback
+_names = itertools.count(1)
+
+
+def _job(tmp_path: Path, payments, *, parallelism: int = 2, spark: dict | None = None) -> tuple[str, str, str, Path]:
+    topic, _ = payments
+    name = f"cluster-{next(_names)}"
+    sink, store = f"s3://results/{name}", f"s3://checkpoints/{name}"
+    section = {**(spark or {}), "conf": {**LOOPBACK, **(spark or {}).get("conf", {})}}
+    spec = spend_spec(name, topic, sink, store, per_epoch=PER_EPOCH, parallelism=parallelism,
+                      extra={"spark": section})
+    return name, sink, store, write_spec(tmp_path, spec)
+
+
+def _assert_exact(env, local_stack, payments, name, sink, store) -> None:
+    assert result_table(env, sink) == spend_per_user(payments[1])
+    epochs = assert_every_epoch_exact(env, name, sink, store, local_stack.kafka_bootstrap)
+    assert len(epochs) == EPOCHS
+
+
+def _app(cluster, name: str) -> dict | None:
+    return next((a for a in cluster.state()["activeapps"] if a["name"] == f"pipeline-lib:{name}"), None)
+
+
+class Run:
+    """`pipeline-lib run` in its own process group, its stderr in a file (no pipe to fill)."""
+
+    def __init__(self, args: list[str], env: dict, log: Path):
+        self.log = log
+        with log.open("w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "pipeline_lib", *args], env=env, text=True,
+                                         stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+
+    def stderr(self) -> str:
+        return self.log.read_text()
+
+    def until(self, predicate, timeout: float, what: str):
+        """``wait_for`` while this run lives: an exited run or a timeout fails at once with the
+        run's exit code and the tail of its stderr, the evidence a bare timeout would hide."""
+        def ready():
+            value = predicate()
+            if not value and self.proc.poll() is not None:
+                raise AssertionError(f"the run exited ({self.proc.returncode}) before {what}; "
+                                     f"stderr:\n{self.stderr()[-3000:]}")
+            return value
+        try:
+            return wait_for(ready, timeout, what)
+        except AssertionError as timed_out:
+            if "timed out" not in str(timed_out):
+                raise
+            raise AssertionError(f"{timed_out}; run stderr:\n{self.stderr()[-3000:]}") from None
+
+    def wait(self, timeout: float = 240) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"run timed out; stderr:\n{self.stderr()[-3000:]}") from None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=60)
+
+
+def _paused_pids(fault_log: Path) -> list[int]:
+    if not fault_log.exists():
+        return []
+    return [int(line.rpartition("pid=")[2]) for line in fault_log.read_text().splitlines()
+            if line.startswith("FAULT PAUSED:")]
+
+
+def test_a_lost_worker_mid_epoch_is_survived_exactly(cluster, cluster_env, local_stack, tmp_path, cluster_payments):
+    """Epoch 2's read tasks are held inside the executors' Python workers, one on each worker;
+    worker 0 is SIGKILLed with its executor while its task runs, then the tasks are released:
+    Spark reruns the lost task on the other worker and the run finishes exactly."""
+    name, sink, store, spec = _job(tmp_path, cluster_payments)
+    fault_log, release = tmp_path / "faults.log", tmp_path / "release"
+    held_in_executors = ["spark.executorEnv.PIPELINE_FAULT_POINTS=during_read@2",
+                         f"spark.executorEnv.PIPELINE_FAULT_PAUSE_UNTIL={release}",
+                         f"spark.executorEnv.PIPELINE_FAULT_LOG={fault_log}"]
+    run = Run(["run", str(spec), *itertools.chain.from_iterable(("--conf", c) for c in held_in_executors)],
+              cluster_env, tmp_path / "run.log")
+    try:
+        paused = run.until(lambda: len({cluster.worker_of(p) for p in _paused_pids(fault_log)} - {None}) == 2
+                           and _paused_pids(fault_log), 180, "epoch 2's read tasks held on both workers")
+        assert {cluster.worker_of(p) for p in paused} == {0, 1}
+        assert cluster.executor_pids(0) and cluster.executor_pids(1)
+        assert _app(cluster, name)["cores"] == 2
+        killed = cluster.kill_worker(0)
+        assert set(paused) & set(killed)  # a running task of epoch 2 is lost with the worker
+        wait_for(lambda: cluster.workers[0].port not in cluster.alive_worker_ports(), 60, "the master to lose worker 0")
+        release.touch()
+        assert run.wait() == 0, run.stderr()[-3000:]
+    finally:
+        release.touch()
+        run.kill()
+    assert "epoch 4 committed" in run.stderr()
+    _assert_exact(cluster_env, local_stack, cluster_payments, name, sink, store)
+
+
+def test_a_sigkilled_driver_frees_its_executors_and_a_restore_on_the_cluster_is_exact(
+        cluster, cluster_env, local_stack, tmp_path, cluster_payments):
+    name, sink, store, spec = _job(tmp_path, cluster_payments)
+    crashed = run_cli(["run", str(spec)], cluster_env, kill_when="epoch 2 committed", kill_delay=0.5)
+    assert crashed.returncode == -9
+    # The master notices the lost driver, ends its application and kills its executors.
+    wait_for(lambda: _app(cluster, name) is None and not cluster.executor_pids(0) and not cluster.executor_pids(1),
+             60, "the killed application's executors to go away")
+    state = cluster.state()
+    assert all(w["coresused"] == 0 for w in state["workers"] if w["state"] == "ALIVE")
+    assert [a["state"] for a in state["completedapps"] if a["name"] == f"pipeline-lib:{name}"] == ["FINISHED"]
+    restored = run_cli(["run", str(spec)], cluster_env)
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    assert "restored from" in restored.stderr
+    _assert_exact(cluster_env, local_stack, cluster_payments, name, sink, store)
+
+
+def test_a_restore_on_the_cluster_rescales_from_2_to_3(cluster, cluster_env, local_stack, tmp_path, cluster_payments):
+    name, sink, store, spec = _job(tmp_path, cluster_payments, parallelism=2)
+    crashed = run_cli(["run", str(spec)], {**cluster_env, "PIPELINE_FAULT_POINTS": "after_manifest@2"})
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    restored = run_cli(["run", str(spec), "--parallelism", "3"], cluster_env)
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    assert "restored from" in restored.stderr
+    _assert_exact(cluster_env, local_stack, cluster_payments, name, sink, store)
+
+
+def test_the_spec_s_cores_max_bounds_the_application(cluster, cluster_env, local_stack, tmp_path, cluster_payments):
+    name, sink, store, spec = _job(tmp_path, cluster_payments, spark={"cores_max": 1})
+    fault_log, release = tmp_path / "faults.log", tmp_path / "release"
+    run = Run(["run", str(spec)], {**cluster_env, "PIPELINE_FAULT_POINTS": "after_plan@2",
+                                   "PIPELINE_FAULT_PAUSE_UNTIL": str(release), "PIPELINE_FAULT_LOG": str(fault_log)},
+              tmp_path / "run.log")
+    try:
+        run.until(lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text(), 180, "the run at epoch 2")
+        assert _app(cluster, name)["cores"] == 1
+        assert sum(w["coresused"] for w in cluster.state()["workers"] if w["state"] == "ALIVE") == 1
+        release.touch()
+        assert run.wait() == 0, run.stderr()[-3000:]
+    finally:
+        release.touch()
+        run.kill()
+    _assert_exact(cluster_env, local_stack, cluster_payments, name, sink, store)
+
+
+def _executors(cluster, app_id: str) -> dict[int, tuple[int, str]]:
+    """PID -> (worker index, Spark executor id) of every executor JVM the application had that got
+    as far as logging its start (``Started daemon with process name: <pid>@<host>``)."""
+    found = {}
+    for worker in cluster.workers:
+        for stderr in (worker.work_dir / app_id).glob("*/stderr"):
+            for line in stderr.read_text(errors="replace").splitlines():
+                if "Started daemon with process name: " in line:
+                    found[int(line.rpartition(": ")[2].partition("@")[0])] = (worker.index, stderr.parent.name)
+    return found
+
+
+def test_a_crash_point_in_an_executor_loses_that_executor_and_not_the_driver(
+        cluster, cluster_env, local_stack, tmp_path, cluster_payments):
+    """`during_read@2!` armed in the driver's environment reaches the executors; the first read
+    task of epoch 2 to hit it SIGKILLs its executor JVM and Python worker, once (the shared
+    fault log): Spark reruns the lost task on a live executor and the driver, untouched,
+    finishes exactly."""
+    name, sink, store, spec = _job(tmp_path, cluster_payments)
+    fault_log = tmp_path / "faults.log"
+    run = Run(["run", str(spec)], {**cluster_env, "PIPELINE_FAULT_POINTS": "during_read@2!",
+                                   "PIPELINE_FAULT_LOG": str(fault_log)}, tmp_path / "run.log")
+    try:
+        app = run.until(lambda: _app(cluster, name), 180, "the application on the cluster")
+        assert run.wait() == 0, run.stderr()[-3000:]
+    finally:
+        run.kill()
+    injected = [line for line in fault_log.read_text().splitlines() if line.startswith("FAULT INJECTED")]
+    assert len(injected) == 1 and injected[0].startswith("FAULT INJECTED: during_read epoch=2 hit=1 ")
+    killed = int(injected[0].rpartition(" executor=")[2])
+    executors = _executors(cluster, app["id"])
+    assert killed in executors and killed != run.proc.pid  # one of the application's executors, not the driver
+    assert len({worker for worker, _ in executors.values()}) == 2  # it had one on each worker
+    lost_on, lost_id = executors[killed]
+    worker_log = cluster.workers[lost_on].log
+    wait_for(lambda: f"Executor {app['id']}/{lost_id} finished with state EXITED message Command exited with code 137"
+             in worker_log.read_text(errors="replace"), 60, "the worker to report its executor SIGKILLed")
+    exits = [line for w in cluster.workers for line in w.log.read_text(errors="replace").splitlines()
+             if f"Executor {app['id']}/" in line and "exited with code 137" in line]
+    assert len(exits) == 1  # no other executor of the application was lost
+    finished = wait_for(lambda: [a["state"] for a in cluster.state()["completedapps"] if a["id"] == app["id"]],
+                        60, "the master to end the application")
+    assert finished == ["FINISHED"]
+    assert "epoch 4 committed" in run.stderr()
+    _assert_exact(cluster_env, local_stack, cluster_payments, name, sink, store)
