@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import sys
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from pipeline_lib.benchmarks.commands import bench_app
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.lifecycle import (
-    DEFAULT_LEASE_SECONDS, DEFAULT_STALL_SECONDS, DEFAULT_STARTUP_TIMEOUT_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_STALL_SECONDS,
+    DEFAULT_STARTUP_TIMEOUT_SECONDS,
 )
 from pipeline_lib.logs import scrub, setup_logging
 from pipeline_lib.settings import ConnectionSettings
@@ -25,25 +30,51 @@ app = typer.Typer(help="Stream and batch pipelines on Spark that survive failure
                   pretty_exceptions_enable=False)
 stack_app = typer.Typer(help="The embedded local stack: Kafka-protocol broker + S3 server.", no_args_is_help=True)
 snapshots_app = typer.Typer(help="Inspect a job's snapshots.", no_args_is_help=True)
+spec_app = typer.Typer(help="The job spec's format.", no_args_is_help=True)
 app.add_typer(stack_app, name="stack")
 app.add_typer(snapshots_app, name="snapshots")
+app.add_typer(spec_app, name="spec")
 
-err = Console(stderr=True, soft_wrap=True)
-out = Console(soft_wrap=True)
+# markup=False: what the CLI prints holds names, paths, patterns and record data, which must
+# print literally ("[a-z0-9]" is not a style, "[/b]" not a closing tag); styles go in Text parts.
+err = Console(stderr=True, soft_wrap=True, markup=False)
+out = Console(soft_wrap=True, markup=False)
 if not out.is_terminal:
     out.width = 140
 log = logging.getLogger("pipeline_lib.cli")
 DEFAULT_STACK_DIR = Path(os.environ.get("PIPELINE_STACK_DIR", ".stack"))
 
 
-def _fail(exc: Exception, settings: ConnectionSettings | None = None) -> None:
+def _fail(exc: Exception, settings: ConnectionSettings | None = None) -> NoReturn:
     message = scrub(str(exc), settings.secrets() if settings else ConnectionSettings.from_env().secrets())
-    err.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
     raise typer.Exit(code=2 if isinstance(exc, PipelineError) else 1)
 
 
+def _bold(prefix: str, rest: str) -> Text:
+    """``prefix`` in bold, then ``rest``: both literal text, never markup."""
+    return Text.assemble((prefix, "bold"), rest)
+
+
+def _show_version(value: bool) -> None:
+    """``--version``: the installed distribution's version, which is what a bug report needs."""
+    if not value:
+        return
+    try:
+        installed = package_version("pipeline-lib")
+    except PackageNotFoundError:
+        installed = "unknown (not installed; pip install -e . records it)"
+    out.print(f"pipeline-lib {installed}", highlight=False)
+    raise typer.Exit()
+
+
 @app.callback()
-def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False) -> None:
+def main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                          help="Print the installed version and exit.")] = False,
+) -> None:
+    """Stream and batch pipelines on Spark that survive failure."""
     setup_logging(err, ConnectionSettings.from_env().secrets(), verbose)
 
 
@@ -63,23 +94,42 @@ def validate(spec: Annotated[Path, typer.Argument(help="Job spec YAML.")]) -> No
 @app.command()
 def run(
     spec: Annotated[Path, typer.Argument(help="Job spec YAML.")],
-    until_caught_up: Annotated[bool, typer.Option("--until-caught-up", help="Process what is available at start, then exit 0 (default).")] = False,
-    forever: Annotated[bool, typer.Option("--forever", help="Keep polling for new records.")] = False,
+    until_caught_up: Annotated[bool, typer.Option(
+        "--until-caught-up", help="Process what is available at start, then exit 0 (default).")] = False,
+    continuous: Annotated[bool, typer.Option(
+        "--continuous", help="Keep polling for new records until stopped.")] = False,
+    forever: Annotated[bool, typer.Option("--forever", hidden=True, help="Alias of --continuous.")] = False,
     restore: Annotated[str, typer.Option(help="latest | SNAPSHOT_ID | none")] = "latest",
-    parallelism: Annotated[Optional[int], typer.Option(help="Override the spec's parallelism (rescales keyed state on restore).")] = None,
-    pipeline: Annotated[Optional[list[str]], typer.Option("--pipeline", help="Run only this pipeline (repeatable).")] = None,
-    max_epochs: Annotated[Optional[int], typer.Option(help="Stop each pipeline after this many epochs.")] = None,
-    redeploy_completed: Annotated[bool, typer.Option("--redeploy-completed", help="Restore and deploy COMPLETED pipelines too, as a whole-job restart would (for comparison).")] = False,
-    lease_seconds: Annotated[float, typer.Option(min=1.0, help="Heartbeat lease: a RUNNING pipeline silent this long is LOST.")] = DEFAULT_LEASE_SECONDS,
-    startup_timeout: Annotated[float, typer.Option(min=1.0, help="Seconds for every subtask to start before the pipeline is FAILED.")] = DEFAULT_STARTUP_TIMEOUT_SECONDS,
+    parallelism: Annotated[int | None, typer.Option(
+        help="Override the spec's parallelism (rescales keyed state on restore).")] = None,
+    pipeline: Annotated[list[str] | None, typer.Option(
+        "--pipeline", help="Run only this pipeline (repeatable).")] = None,
+    max_epochs: Annotated[int | None, typer.Option(help="Stop each pipeline after this many epochs.")] = None,
+    redeploy_completed: Annotated[bool, typer.Option(
+        "--redeploy-completed",
+        help="Restore and deploy COMPLETED pipelines too, as a whole-job restart would (for comparison).")] = False,
+    lease_seconds: Annotated[float, typer.Option(
+        min=1.0, help="Heartbeat lease: a RUNNING pipeline silent this long is LOST.")] = DEFAULT_LEASE_SECONDS,
+    startup_timeout: Annotated[float, typer.Option(
+        min=1.0, help="Seconds for every subtask to start before the pipeline is FAILED.",
+    )] = DEFAULT_STARTUP_TIMEOUT_SECONDS,
     stall_seconds: Annotated[float, typer.Option(
         min=2.0, help="A RUNNING pipeline that commits no epoch this long while records wait is STALLED "
                       "(more than --lease-seconds).")] = DEFAULT_STALL_SECONDS,
-    launched_by: Annotated[str, typer.Option(help="Who launched this run, recorded in the status (e.g. an Airflow run id).")] = "cli",
-    summary_json: Annotated[Optional[Path], typer.Option(help="Also write the run's summary (no secrets) to this JSON file.")] = None,
-    stop_file: Annotated[Optional[Path], typer.Option(help="Stop gracefully (like SIGTERM) once this file exists.")] = None,
-    timings: Annotated[bool, typer.Option("--timings", help="Add each epoch's phase times (spark, merge, sink, state, commit, cleanup) to its progress line.")] = False,
-    conf: Annotated[Optional[list[str]], typer.Option("--conf", help="A Spark setting KEY=VALUE over the spec's spark section (repeatable; no credentials).")] = None,
+    # Hidden: passed by the Airflow launcher (orchestration/launcher.py) and tests, not by people.
+    launched_by: Annotated[str, typer.Option(
+        hidden=True, help="Who launched this run, recorded in the status (e.g. an Airflow run id).")] = "cli",
+    summary_json: Annotated[Path | None, typer.Option(
+        hidden=True, help="Also write the run's summary (no secrets) to this JSON file.")] = None,
+    stop_file: Annotated[Path | None, typer.Option(
+        hidden=True, help="Stop gracefully (like SIGTERM) once this file exists.")] = None,
+    timings: Annotated[bool, typer.Option(
+        "--timings",
+        help="Add each epoch's phase times (spark, merge, sink, state, commit, cleanup) to its progress line.",
+    )] = False,
+    conf: Annotated[list[str] | None, typer.Option(
+        "--conf", help="A Spark setting KEY=VALUE over the spec's spark section (repeatable; no credentials).",
+    )] = None,
 ) -> None:
     """Run a job: restore each pipeline, then process epochs, committing a snapshot after each."""
     from pipeline_lib.execution.graceful_stop import stop_on_request
@@ -88,8 +138,9 @@ def run(
     from pipeline_lib.spec import load_spec
     from pipeline_lib.spec.spark_settings import parse_conf_overrides
 
-    if until_caught_up and forever:
-        _fail(PipelineError("choose one of --until-caught-up and --forever"))
+    continuous = continuous or forever
+    if until_caught_up and continuous:
+        _fail(PipelineError("choose one of --until-caught-up and --continuous"))
     if stall_seconds <= lease_seconds:
         _fail(PipelineError(f"--stall-seconds {stall_seconds:g} must be more than --lease-seconds {lease_seconds:g}"))
     settings = ConnectionSettings.from_env()
@@ -99,7 +150,9 @@ def run(
         _fail(PipelineError(str(exc)))
     try:
         job = load_spec(spec)
-        options = RunOptions(mode="forever" if forever else "until-caught-up", restore=restore,
+        job.effective_parallelism(parallelism)
+        # "forever": the stored name of continuous mode in STATUS records (LaunchInfo), kept as is.
+        options = RunOptions(mode="forever" if continuous else "until-caught-up", restore=restore,
                              parallelism=parallelism, max_epochs=max_epochs, skip_completed=not redeploy_completed,
                              lease_seconds=lease_seconds, startup_timeout_s=startup_timeout, launched_by=launched_by,
                              stall_seconds=stall_seconds)
@@ -111,7 +164,7 @@ def run(
         _fail(exc, settings)
     except KeyboardInterrupt:
         err.print("interrupted; the last committed snapshots are intact")
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     except Exception as exc:  # Spark/py4j errors: show the first line, not a JVM stack trace
         first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         _fail(RuntimeError(f"job {spec} failed: {first}"), settings)
@@ -149,11 +202,17 @@ def _print_epoch(report, timings: bool = False) -> None:
 @app.command()
 def plan(
     spec: Annotated[Path, typer.Argument(help="Job spec YAML.")],
-    restore: Annotated[Optional[str], typer.Option(help="Also show the restore plan: latest | SNAPSHOT_ID | none")] = None,
-    parallelism: Annotated[Optional[int], typer.Option(help="Parallelism to plan for.")] = None,
+    restore: Annotated[str | None, typer.Option(help="Also show the restore plan: latest | SNAPSHOT_ID | none")] = None,
+    parallelism: Annotated[int | None, typer.Option(
+        help="Parallelism to plan for (checked as run checks it).")] = None,
+    pipeline: Annotated[list[str] | None, typer.Option(
+        "--pipeline", help="Plan the restore of only this pipeline (repeatable; needed with --restore SNAPSHOT_ID "
+                           "when the job has several).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Show the execution graph, its pipelines and (with --restore) what a restore would do."""
+    """Show the execution graph, its pipelines and (with --restore) what a restore would do.
+
+    A --restore or --parallelism that run would refuse is refused here too, with the same message."""
     from pipeline_lib.graph import build_graph
     from pipeline_lib.recovery.restore_plan import as_dicts, restore_plan
     from pipeline_lib.spec import load_spec
@@ -161,10 +220,10 @@ def plan(
     settings = ConnectionSettings.from_env()
     try:
         job = load_spec(spec)
-        p = parallelism or job.parallelism
+        p = job.effective_parallelism(parallelism)
         graph = build_graph(job, p)
         pipelines = graph.pipelines()
-        plans = restore_plan(job, graph, settings, restore, p) if restore else None
+        plans = restore_plan(job, graph, settings, restore, p, only=pipeline) if restore else None
     except PipelineError as exc:
         _fail(exc, settings)
     data = {
@@ -180,13 +239,15 @@ def plan(
     if as_json:
         out.print_json(json.dumps(data))
         return
-    out.print(f"[bold]job {job.name}[/]: {len(graph.vertices)} vertices x parallelism {p} = "
-              f"{sum(v.parallelism for v in graph.vertices.values())} subtasks, {len(pipelines)} pipeline(s)")
+    out.print(_bold(f"job {job.name}", f": {len(graph.vertices)} vertices x parallelism {p} = "
+                    f"{sum(v.parallelism for v in graph.vertices.values())} subtasks, {len(pipelines)} pipeline(s)"))
     for pl in pipelines:
-        out.print(f"pipeline [bold]{pl.name}[/] (flows: {', '.join(pl.flows)}): " + " -> ".join(v.id for v in pl.vertices))
+        out.print(Text.assemble("pipeline ", (pl.name, "bold"), f" (flows: {', '.join(pl.flows)}): ",
+                                " -> ".join(v.id for v in pl.vertices)))
     for rp in plans or []:
         table = Table(title=f"restore plan of pipeline {rp.pipeline}: {rp.action}"
-                      + (f" from {rp.snapshot}" if rp.snapshot else "") + (f" (status {rp.status})" if rp.status else ""))
+                      + (f" from {rp.snapshot}" if rp.snapshot else "")
+                      + (f" (status {rp.status})" if rp.status else ""))
         table.add_column("subtask", no_wrap=True)
         table.add_column("action")
         table.add_column("detail")
@@ -195,29 +256,18 @@ def plan(
         out.print(table)
 
 
-@app.command()
-def bench(
-    events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 1_000_000,
-    keys: Annotated[int, typer.Option(min=1, help="Distinct users (keys).")] = 100_000,
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (ours) and per micro-batch (Structured Streaming).")] = 100_000,
-    restore_keys: Annotated[str, typer.Option(help="State sizes for the restore measurement, comma-separated.")] = "10000,100000,1000000",
-    partitions: Annotated[int, typer.Option(min=1, help="Kafka partitions of the benchmark topic.")] = 4,
-    parallelism: Annotated[int, typer.Option(min=1, help="local[N] for both engines.")] = 2,
-    incremental: Annotated[str, typer.Option(help="Small incremental runs: key_groups,users (or none).")] = "key_groups,users",
-    no_recovery: Annotated[bool, typer.Option("--no-recovery", help="Skip the SIGKILL/restart measurement.")] = False,
-    out: Annotated[Path, typer.Option(help="Folder for report.md, report.json, plots and logs.")] = Path("results/bench"),
-) -> None:
-    """Benchmark this project's job against Spark Structured Streaming and raw kafka-python on one
-    embedded stack; write a report with plots (see pipeline_lib/benchmarks/throughput.py)."""
-    from pipeline_lib.benchmarks.throughput import BenchConfig, parse_keys, parse_kinds, report_and_exit, run_bench
+# `pipeline-lib bench`, with its sub-commands: pipeline_lib/benchmarks/commands.py
+app.add_typer(bench_app, name="bench")
 
-    try:
-        cfg = BenchConfig(events=events, keys=keys, per_epoch=per_epoch, restore_keys=parse_keys(restore_keys),
-                          partitions=partitions, parallelism=parallelism, incremental=parse_kinds(incremental),
-                          recovery=not no_recovery, out=out)
-    except (ValueError, argparse.ArgumentTypeError) as exc:
-        _fail(PipelineError(f"bench: {exc}"))
-    raise typer.Exit(report_and_exit(run_bench(cfg), cfg))
+
+# -- spec --------------------------------------------------------------------------------
+@spec_app.command("schema")
+def spec_schema() -> None:
+    """Print the JSON Schema of a job spec, for editors (e.g. yaml-language-server's
+    "# yaml-language-server: $schema=FILE" line); the fields are described in docs/spec.md."""
+    from pipeline_lib.spec.models import job_spec_json_schema
+
+    print(json.dumps(job_spec_json_schema(), indent=2))  # plain print: exact JSON, never wrapped
 
 
 # -- snapshots ----------------------------------------------------------------------------
@@ -246,8 +296,8 @@ def _open_snapshots(job: str, store: str | None, pipeline: str | None):
 @snapshots_app.command("list")
 def snapshots_list(
     job: Annotated[str, typer.Argument(help="Job spec YAML, or a job name with --store.")],
-    store: Annotated[Optional[str], typer.Option(help="Checkpoint store URI.")] = None,
-    pipeline: Annotated[Optional[str], typer.Option(help="Pipeline of a multi-pipeline job.")] = None,
+    store: Annotated[str | None, typer.Option(help="Checkpoint store URI.")] = None,
+    pipeline: Annotated[str | None, typer.Option(help="Pipeline of a multi-pipeline job.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """List the retained snapshots of a job's pipeline, newest first."""
@@ -272,8 +322,8 @@ def snapshots_list(
 def snapshots_show(
     job: Annotated[str, typer.Argument(help="Job spec YAML, or a job name with --store.")],
     snapshot: Annotated[str, typer.Argument(help="Snapshot id, or 'latest'.")] = "latest",
-    store: Annotated[Optional[str], typer.Option(help="Checkpoint store URI.")] = None,
-    pipeline: Annotated[Optional[str], typer.Option(help="Pipeline of a multi-pipeline job.")] = None,
+    store: Annotated[str | None, typer.Option(help="Checkpoint store URI.")] = None,
+    pipeline: Annotated[str | None, typer.Option(help="Pipeline of a multi-pipeline job.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
 ) -> None:
     """Show one snapshot's manifest."""
@@ -286,9 +336,10 @@ def snapshots_show(
     if as_json:
         out.print_json(manifest.model_dump_json())
         return
-    out.print(f"[bold]snapshot {manifest.snapshot_id}[/] of job {manifest.job} pipeline {manifest.pipeline}: "
-              f"epoch {manifest.epoch}, attempt {manifest.attempt}, created {manifest.created_at:%Y-%m-%d %H:%M:%S}Z"
-              + (", COMPLETED" if manifest.completed else ""))
+    out.print(_bold(f"snapshot {manifest.snapshot_id}",
+                    f" of job {manifest.job} pipeline {manifest.pipeline}: epoch {manifest.epoch}, attempt "
+                    f"{manifest.attempt}, created {manifest.created_at:%Y-%m-%d %H:%M:%S}Z"
+                    + (", COMPLETED" if manifest.completed else "")))
     out.print(f"source {manifest.topic}: next offsets {manifest.positions}"
               + (f", stop offsets {manifest.stop_offsets}, completed splits {manifest.completed_splits}"
                  if manifest.stop_offsets is not None else ""))
@@ -297,7 +348,8 @@ def snapshots_show(
             out.print(f"flow {name} state: {flow.state.keys} keys in {len(flow.state.files)} file(s), "
                       f"{flow.state.parallelism} subtasks of {flow.state.max_parallelism} key groups")
             for f in flow.state.files:
-                out.print(f"  key groups [{f.key_group_start}, {f.key_group_end}): {f.key} ({f.rows} rows, {f.bytes} B)")
+                out.print(f"  key groups [{f.key_group_start}, {f.key_group_end}): "
+                          f"{f.key} ({f.rows} rows, {f.bytes} B)")
         out.print(f"flow {name} sink {flow.sink.location} epoch {flow.sink.epoch}: {len(flow.sink.files)} file(s), "
                   f"{flow.rows_written} rows, marker {flow.sink.marker}")
     ranges = ", ".join(f"[{r.partition}] {r.start}..{r.end}" for r in manifest.lineage.ranges)

@@ -7,6 +7,15 @@ import logging
 from rich.console import Console
 from rich.logging import RichHandler
 
+# A value shorter than this is not a credential worth hiding, and masking it corrupts ordinary text.
+MIN_SECRET_LENGTH = 8
+
+
+def scrubbable(secrets: list[str]) -> list[str]:
+    """The values worth masking: at least MIN_SECRET_LENGTH characters. An access key ``main``
+    would otherwise turn every "pipeline main" of a message into "pipeline ***"."""
+    return [s for s in secrets if s and len(s) >= MIN_SECRET_LENGTH]
+
 
 class ScrubSecrets(logging.Filter):
     """Replace known secret values in a record's final message: a last line of defence for
@@ -14,21 +23,19 @@ class ScrubSecrets(logging.Filter):
 
     def __init__(self, secrets: list[str]):
         super().__init__()
-        self.secrets = [s for s in secrets if s]
+        self.secrets = scrubbable(secrets)
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Scrub secrets from the formatted message; never drops a record (always True)."""
         if self.secrets:
-            message = record.getMessage()
-            for secret in self.secrets:
-                message = message.replace(secret, "***")
-            record.msg, record.args = message, None
+            record.msg, record.args = scrub(record.getMessage(), self.secrets), None
         return True
 
 
 def scrub(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
+    """``text`` with each scrubbable secret value replaced by ``***``."""
+    for secret in scrubbable(secrets):
+        text = text.replace(secret, "***")
     return text
 
 

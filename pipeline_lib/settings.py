@@ -6,11 +6,12 @@ Secrets are ``SecretStr`` so that a repr, a log line or a pydantic dump cannot l
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from pydantic import BaseModel, SecretStr
 
 from pipeline_lib.errors import ConfigError
+from pipeline_lib.logs import scrubbable
 
 ENV_KAFKA_BOOTSTRAP = "PIPELINE_KAFKA_BOOTSTRAP"
 ENV_S3_ENDPOINT = "PIPELINE_S3_ENDPOINT"
@@ -31,7 +32,8 @@ class ConnectionSettings(BaseModel, frozen=True):
     spark_master: str | None = None
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "ConnectionSettings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ConnectionSettings:
+        """Read the PIPELINE_* variables (``env`` for tests); blank values count as unset."""
         env = os.environ if env is None else env
 
         def get(name: str) -> str | None:
@@ -49,6 +51,7 @@ class ConnectionSettings(BaseModel, frozen=True):
         )
 
     def require_kafka(self) -> str:
+        """The bootstrap servers, or a ConfigError that says which variable to set."""
         if not self.kafka_bootstrap:
             raise ConfigError(f"{ENV_KAFKA_BOOTSTRAP} is not set (e.g. 127.0.0.1:9092)")
         return self.kafka_bootstrap
@@ -74,5 +77,6 @@ class ConnectionSettings(BaseModel, frozen=True):
         )
 
     def secrets(self) -> list[str]:
-        """Secret values, for scrubbing text before it is logged or stored."""
-        return [s.get_secret_value() for s in (self.s3_access_key, self.s3_secret_key) if s]
+        """Secret values to scrub from text before it is logged or stored: only those long enough
+        to be worth hiding (see logs.MIN_SECRET_LENGTH), so every scrubber masks the same values."""
+        return scrubbable([s.get_secret_value() for s in (self.s3_access_key, self.s3_secret_key) if s])

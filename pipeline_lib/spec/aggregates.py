@@ -16,6 +16,7 @@ _EXPR = re.compile(r"^\s*(sum|count|min|max)\s*\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)\
 
 @dataclass(frozen=True)
 class AggregateFunction:
+    """One parsed aggregate of a spec's ``values``, checked once at load time rather than per epoch."""
     name: FunctionName
     column: str | None  # None for count(*)
 
@@ -24,6 +25,7 @@ class AggregateFunction:
 
 
 def parse_aggregate(expr: str) -> AggregateFunction:
+    """Parse ``sum(col)`` and the like; ValueError names the forms that are accepted."""
     match = _EXPR.match(expr)
     if not match:
         raise ValueError(

@@ -7,10 +7,11 @@ from the environment, so a spec can be committed and shared without secrets.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from pipeline_lib.errors import SpecError
 from pipeline_lib.spec.aggregates import AggregateFunction, parse_aggregate
 from pipeline_lib.spec.schema_ddl import parse_schema_ddl
 from pipeline_lib.spec.spark_settings import MEMORY, check_conf_key
@@ -22,11 +23,23 @@ TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 METADATA_COLUMNS = ("_topic", "_partition", "_offset", "_timestamp_ms")
 
 
+class FieldsError(ValueError):
+    """A check across fields failed. It carries the fields involved (dotted paths, relative to the
+    model that checks them, most telling first): the loader shows the line of the first, and for a
+    check of the job itself, whose location is empty, names them all instead of "(top level)"."""
+
+    def __init__(self, message: str, *fields: str):
+        super().__init__(message)
+        self.fields = fields
+
+
 class StrictModel(BaseModel):
+    """Unknown fields are errors (a typo must not be ignored) and a loaded spec cannot change."""
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class KafkaSourceSpec(StrictModel):
+    """Which topic to read and how to decode its records."""
     topic: Annotated[str, Field(pattern=TOPIC_PATTERN)]
     format: Literal["json", "string"] = "json"
     schema_: Annotated[str | None, Field(alias="schema")] = None
@@ -45,11 +58,12 @@ class KafkaSourceSpec(StrictModel):
         return value
 
     @model_validator(mode="after")
-    def _json_needs_schema(self) -> "KafkaSourceSpec":
+    def _json_needs_schema(self) -> KafkaSourceSpec:
         if self.format == "json" and not self.schema_:
-            raise ValueError("format json needs a schema, e.g. schema: \"user string, amount long\"")
+            raise FieldsError("format json needs a schema, e.g. schema: \"user string, amount long\"",
+                              "schema", "format")
         if self.format == "string" and self.schema_:
-            raise ValueError("format string yields columns key and value; remove schema")
+            raise FieldsError("format string yields columns key and value; remove schema", "schema", "format")
         return self
 
     def columns(self) -> list[str]:
@@ -61,6 +75,7 @@ class KafkaSourceSpec(StrictModel):
 
 
 class SourceSpec(StrictModel):
+    """A flow's input; a mapping so that other kinds of source can be added beside ``kafka``."""
     kafka: KafkaSourceSpec
 
 
@@ -72,26 +87,28 @@ class TransformSpec(StrictModel):
     python: str | None = None
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> "TransformSpec":
+    def _exactly_one(self) -> TransformSpec:
         given = [k for k in ("filter", "select", "python") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError("a transform has exactly one of filter, select, python")
+            raise FieldsError("a transform has exactly one of filter, select, python", *given)
         if self.filter is not None and not self.filter.strip():
-            raise ValueError("filter is empty")
+            raise FieldsError("filter is empty", "filter")
         if self.select is not None and (not self.select or any(not s.strip() for s in self.select)):
-            raise ValueError("select needs a non-empty list of expressions")
+            raise FieldsError("select needs a non-empty list of expressions", "select")
         if self.python is not None and not re.fullmatch(
             r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", self.python
         ):
-            raise ValueError("python must be 'package.module:function'")
+            raise FieldsError("python must be 'package.module:function'", "python")
         return self
 
     @property
     def changes_columns(self) -> bool:
+        """False for a filter, which keeps the columns as they are (the schema need not be re-derived)."""
         return self.filter is None
 
 
 class AggregateSpec(StrictModel):
+    """A keyed running aggregate: the state a flow keeps across epochs and restores after failure."""
     key: Annotated[list[str], Field(min_length=1)]
     values: Annotated[dict[str, str], Field(min_length=1)]
 
@@ -118,22 +135,25 @@ class AggregateSpec(StrictModel):
         return values
 
     @model_validator(mode="after")
-    def _no_clash(self) -> "AggregateSpec":
+    def _no_clash(self) -> AggregateSpec:
         clash = set(self.key) & set(self.values)
         if clash:
-            raise ValueError(f"output names clash with key columns: {sorted(clash)}")
+            raise FieldsError(f"output names clash with key columns: {sorted(clash)}", "values", "key")
         return self
 
     def functions(self) -> dict[str, AggregateFunction]:
+        """The parsed aggregates by output column."""
         return {name: parse_aggregate(expr) for name, expr in self.values.items()}
 
     def input_columns(self) -> set[str]:
+        """The columns the aggregate reads, checked against the source's schema at load time."""
         cols = set(self.key)
         cols |= {f.column for f in self.functions().values() if f.column is not None}
         return cols
 
 
 class StateSpec(StrictModel):
+    """A flow's keyed state; a section of its own so that other kinds of state can be added."""
     aggregate: AggregateSpec
 
 
@@ -146,11 +166,13 @@ LocationUri = Annotated[str, AfterValidator(_valid_location)]
 
 
 class FilesSinkSpec(StrictModel):
+    """Where and in which format a flow writes its output files."""
     path: LocationUri
     format: Literal["jsonl", "parquet"] = "jsonl"
 
 
 class SinkSpec(StrictModel):
+    """A flow's output; a mapping so that other kinds of sink can be added beside ``files``."""
     files: FilesSinkSpec
 
 
@@ -158,6 +180,7 @@ STATE_FILE_TARGET_KEYS = 1_024
 
 
 class CheckpointSpec(StrictModel):
+    """Where snapshots go and how many to keep; ``max_parallelism`` bounds rescaling for the job's lifetime."""
     store: LocationUri
     retain: Annotated[int, Field(ge=1, le=10_000)] = 10
     max_parallelism: Annotated[int, Field(ge=1, le=32_768)] = 128
@@ -167,10 +190,10 @@ class CheckpointSpec(StrictModel):
     key_groups_per_state_file: Annotated[int, Field(ge=1, le=32_768)] | None = None
 
     @model_validator(mode="after")
-    def _file_within_groups(self) -> "CheckpointSpec":
+    def _file_within_groups(self) -> CheckpointSpec:
         if self.key_groups_per_state_file is not None and self.key_groups_per_state_file > self.max_parallelism:
-            raise ValueError(f"key_groups_per_state_file {self.key_groups_per_state_file} exceeds max_parallelism "
-                             f"{self.max_parallelism}")
+            raise FieldsError(f"key_groups_per_state_file {self.key_groups_per_state_file} exceeds max_parallelism "
+                              f"{self.max_parallelism}", "key_groups_per_state_file", "max_parallelism")
         return self
 
     def state_file_key_groups(self, keys: int) -> int:
@@ -186,6 +209,7 @@ class CheckpointSpec(StrictModel):
 
 
 class TriggerSpec(StrictModel):
+    """How much one epoch reads: the trade-off between latency and per-epoch overhead."""
     max_records_per_epoch: Annotated[int, Field(ge=1, le=100_000_000)] = 20_000
 
 
@@ -216,6 +240,7 @@ class SparkSpec(StrictModel):
         return conf
 
     def conf_strings(self) -> dict[str, str]:
+        """The Spark settings as strings (booleans lower-case), the form SparkConf takes."""
         return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in self.conf.items()}
 
 
@@ -233,6 +258,7 @@ SINGLE_SOURCE = "main"
 
 
 class DeadLetterSpec(StrictModel):
+    """Where records that fail to decode go instead of failing the epoch."""
     path: LocationUri  # dead letters of pipeline P go to PATH/P/epoch=<n>/
 
 
@@ -258,62 +284,114 @@ class JobSpec(StrictModel):
     spark: SparkSpec | None = None
 
     @model_validator(mode="after")
-    def _consistent(self) -> "JobSpec":
-        if self.on_error == "dead_letter" and self.dead_letter is None:
-            raise ValueError("on_error: dead_letter needs dead_letter.path")
-        if self.dead_letter is not None and self.on_error != "dead_letter":
-            raise ValueError("dead_letter is set but on_error is not dead_letter")
-        single = self.source is not None or self.sink is not None or self.state is not None or self.transforms
-        multi = self.sources is not None or self.flows is not None
-        if single and multi:
-            raise ValueError("use either source/transforms/state/sink or sources/flows, not both")
-        if not multi and (self.source is None or self.sink is None):
-            raise ValueError("a job needs a source and a sink (or sources and flows)")
-        if multi and (not self.sources or not self.flows):
-            raise ValueError("the multi-flow form needs both sources and flows")
+    def _consistent(self) -> JobSpec:
+        """Checks across sections; each error names the fields involved (FieldsError)."""
+        self._check_error_policy()
+        self._check_form()
         if self.parallelism > self.checkpoint.max_parallelism:
-            raise ValueError(
-                f"parallelism {self.parallelism} exceeds checkpoint.max_parallelism "
-                f"{self.checkpoint.max_parallelism}"
-            )
-        sources, flows = self.all_sources(), self.all_flows()
-        names = [f.name for f in flows]
-        if len(set(names)) != len(names):
-            raise ValueError(f"flow names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
-        undefined = sorted({f.source for f in flows} - set(sources))
-        if undefined:
-            raise ValueError(f"source {undefined[0]!r} is not defined (have {sorted(sources)})")
-        unused = sorted(set(sources) - {f.source for f in flows})
-        if unused:
-            raise ValueError(f"sources {unused} feed no flow")
-        locations = {str(parse_location(self.checkpoint.store)): "checkpoint.store"}
-        if self.dead_letter is not None:
-            locations[str(parse_location(self.dead_letter.path))] = "dead_letter.path"
-        for flow in flows:
-            where = "" if not multi else f"flow {flow.name}: "
-            if flow.state and not any(t.changes_columns for t in flow.transforms):
-                known = set(sources[flow.source].kafka.columns())
-                missing = sorted(flow.state.aggregate.input_columns() - known)
-                if missing:
-                    raise ValueError(
-                        f"{where}state.aggregate uses columns {missing} that source.kafka does not have "
-                        f"(it has {sorted(known)})"
-                    )
-            sink = str(parse_location(flow.sink.files.path))
-            if sink in locations:
-                raise ValueError(f"{where}sink.files.path is also used by {locations[sink]}; they must differ")
-            locations[sink] = f"flow {flow.name}"
+            raise FieldsError(f"parallelism {self.parallelism} exceeds checkpoint.max_parallelism "
+                              f"{self.checkpoint.max_parallelism}", "parallelism", "checkpoint.max_parallelism")
+        self._check_flow_sources()
+        self._check_flow_columns()
+        self._check_locations()
         return self
 
+    def _check_error_policy(self) -> None:
+        if self.on_error == "dead_letter" and self.dead_letter is None:
+            raise FieldsError("on_error: dead_letter needs dead_letter.path", "on_error", "dead_letter")
+        if self.dead_letter is not None and self.on_error != "dead_letter":
+            raise FieldsError("dead_letter is set but on_error is not dead_letter", "dead_letter", "on_error")
+
+    def _check_form(self) -> None:
+        """Exactly one of the single-flow form and the multi-flow form, complete."""
+        single = [k for k in ("source", "transforms", "state", "sink") if getattr(self, k)]
+        multi = [k for k in ("sources", "flows") if getattr(self, k) is not None]
+        if single and multi:
+            raise FieldsError("use either source/transforms/state/sink or sources/flows, not both", *single, *multi)
+        if not multi and (self.source is None or self.sink is None):
+            raise FieldsError("a job needs a source and a sink (or sources and flows)",
+                              *[k for k in ("source", "sink") if getattr(self, k) is None])
+        if multi and (not self.sources or not self.flows):
+            raise FieldsError("the multi-flow form needs both sources and flows", "sources", "flows")
+
+    def _flow_prefix(self, index: int) -> str:
+        """Where a flow's fields are in the spec: ``flows.<i>.`` or, in the single-flow form, the top."""
+        return f"flows.{index}." if self.flows is not None else ""
+
+    def _check_flow_sources(self) -> None:
+        sources, flows = self.all_sources(), self.all_flows()
+        names = [f.name for f in flows]
+        repeated = sorted(n for n in set(names) if names.count(n) > 1)
+        if repeated:
+            raise FieldsError(f"flow names repeat: {repeated}",
+                              *[f"flows.{i}.name" for i, n in enumerate(names) if n in repeated])
+        for i, flow in enumerate(flows):
+            if flow.source not in sources:
+                raise FieldsError(f"source {flow.source!r} is not defined (have {sorted(sources)})",
+                                  f"flows.{i}.source")
+        unused = sorted(set(sources) - {f.source for f in flows})
+        if unused:
+            raise FieldsError(f"sources {unused} feed no flow", *[f"sources.{name}" for name in unused])
+
+    def _check_flow_columns(self) -> None:
+        """An aggregate over the source's own columns (no transform changed them) uses only those."""
+        sources = self.all_sources()
+        for i, flow in enumerate(self.all_flows()):
+            if not flow.state or any(t.changes_columns for t in flow.transforms):
+                continue
+            known = set(sources[flow.source].kafka.columns())
+            missing = sorted(flow.state.aggregate.input_columns() - known)
+            if missing:
+                where = f"flow {flow.name}: " if self.flows is not None else ""
+                raise FieldsError(f"{where}state.aggregate uses columns {missing} that source.kafka does not have "
+                                  f"(it has {sorted(known)})", f"{self._flow_prefix(i)}state.aggregate")
+
+    def _check_locations(self) -> None:
+        """The checkpoint store, the dead-letter path and every sink are distinct locations."""
+        locations = {str(parse_location(self.checkpoint.store)): ("checkpoint.store", "checkpoint.store")}
+        if self.dead_letter is not None:
+            locations[str(parse_location(self.dead_letter.path))] = ("dead_letter.path", "dead_letter.path")
+        for i, flow in enumerate(self.all_flows()):
+            field = f"{self._flow_prefix(i)}sink.files.path"
+            sink = str(parse_location(flow.sink.files.path))
+            if sink in locations:
+                where = f"flow {flow.name}: " if self.flows is not None else ""
+                label, other = locations[sink]
+                raise FieldsError(f"{where}sink.files.path is also used by {label}; they must differ", field, other)
+            locations[sink] = (f"flow {flow.name}", field)
+
+    def effective_parallelism(self, override: int | None = None) -> int:
+        """The parallelism of a run: ``override`` (``--parallelism``) or the spec's. The one check
+        that ``run`` and ``plan`` share, so that a plan shows only what a run would accept."""
+        if override is None:
+            return self.parallelism
+        maxp = self.checkpoint.max_parallelism
+        if not 1 <= override <= maxp:
+            raise SpecError(f"--parallelism {override} must be between 1 and checkpoint.max_parallelism {maxp} "
+                            f"of job {self.name}")
+        return override
+
     def all_sources(self) -> dict[str, SourceSpec]:
+        """The sources by name, the single-source form included, so callers handle one shape."""
         if self.sources is not None:
             return dict(self.sources)
         return {SINGLE_SOURCE: self.source} if self.source else {}
 
     def all_flows(self) -> list[FlowSpec]:
+        """The flows, the single-flow form included, so callers handle one shape."""
         if self.flows is not None:
             return list(self.flows)
         if self.sink is None:
             return []
         return [FlowSpec(name=self.name, source=SINGLE_SOURCE, transforms=self.transforms,
                          state=self.state, sink=self.sink)]
+
+
+def job_spec_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a job spec (draft 2020-12), for editors that check YAML as it is typed.
+
+    It holds each field's type, bounds and pattern; checks across fields (a sink that is also the
+    checkpoint store, an aggregate over a missing column) are only made by ``pipeline-lib validate``."""
+    schema = JobSpec.model_json_schema(by_alias=True)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "pipeline-lib job spec", **{
+        k: v for k, v in schema.items() if k != "title"}}

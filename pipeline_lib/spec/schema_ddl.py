@@ -1,59 +1,255 @@
-"""A light check of Spark DDL schema strings ("user string, amount long"), done without a JVM.
+"""A check of Spark DDL schema strings ("user string, amount long"), done without a JVM.
 
-Spark parses the schema for real when the job starts; this only catches the mistakes a user
-makes most (typos in type names, missing types, duplicate columns) while the spec is loaded.
+Spark parses the schema for real when the job starts; this parser follows Spark's grammar for a
+schema (``name type``, ``name: type``, backquoted names, ``NOT NULL``, ``COMMENT '...'``, nested
+``array``/``map``/``struct``, every type name Spark knows) so that a spec is refused at load time
+only for what Spark refuses too: a misspelt type, a missing type, unbalanced brackets. It is a
+little stricter in four places: a column name appears twice or is empty (neither names one JSON
+field), a type is ``char``/``varchar`` (Spark parses them, but a DataFrame's schema cannot hold
+them), or the schema holds a SQL comment (``--`` would also comment out the metadata columns
+appended to it). A collation's name and a time's precision are left to Spark.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
+# Type names without parameters, lowercase (Spark matches them case-insensitively).
 PRIMITIVE_TYPES = {
-    "string", "varchar", "char", "long", "bigint", "int", "integer", "short", "smallint",
-    "byte", "tinyint", "double", "float", "real", "boolean", "bool", "binary", "date",
-    "timestamp", "timestamp_ntz", "decimal",
+    "boolean", "tinyint", "byte", "smallint", "short", "int", "integer", "bigint", "long", "float", "real",
+    "double", "date", "timestamp_ntz", "timestamp_ltz", "binary", "void", "variant",
 }
-_NAME = re.compile(r"^(`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)$")
+DECIMAL_TYPES = {"decimal", "dec", "numeric"}
+CHAR_TYPES = {"char", "character", "varchar"}
+MAX_DECIMAL_PRECISION = 38
+YEAR_MONTH = ("year", "month")
+DAY_TIME = ("day", "hour", "minute", "second")
+_TOKEN = re.compile(r"""
+    (?P<space>\s+)
+  | (?P<quoted>`(?:[^`]|``)*`)
+  | (?P<string>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")
+  | (?P<word>[A-Za-z0-9_]+)
+  | (?P<punct>[<>(),:])
+""", re.VERBOSE | re.DOTALL)
 
 
-def _split_top_level(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
-    for ch in text:
-        if ch in "<(":
-            depth += 1
-        elif ch in ">)":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced brackets in schema {text!r}")
-        if ch == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
+@dataclass(frozen=True)
+class _Token:
+    kind: str  # quoted | string | word | punct | end
+    text: str
+    pos: int
+
+
+def _tokenize(ddl: str) -> list[_Token]:
+    tokens, pos = [], 0
+    while pos < len(ddl):
+        match = _TOKEN.match(ddl, pos)
+        if match is None:
+            raise ValueError(f"unexpected {ddl[pos]!r} at position {pos} of schema {ddl!r} (a column name with "
+                             "characters other than letters, digits and _ is backquoted: `my-col`)")
+        if match.lastgroup != "space":
+            tokens.append(_Token(match.lastgroup or "", match.group(), pos))
+        pos = match.end()
+    tokens.append(_Token("end", "", len(ddl)))
+    return tokens
+
+
+class _Parser:
+    """Recursive descent over the tokens of one schema string; ValueError names what is wrong."""
+
+    def __init__(self, ddl: str):
+        self.ddl, self.tokens, self.i = ddl, _tokenize(ddl), 0
+
+    # -- tokens -----------------------------------------------------------------------------
+    def peek(self) -> _Token:
+        return self.tokens[self.i]
+
+    def take(self) -> _Token:
+        token = self.tokens[self.i]
+        self.i = min(self.i + 1, len(self.tokens) - 1)
+        return token
+
+    def at_word(self, *words: str) -> bool:
+        token = self.peek()
+        return token.kind == "word" and token.text.lower() in words
+
+    def at(self, punct: str) -> bool:
+        token = self.peek()
+        return token.kind == "punct" and token.text == punct
+
+    def expect(self, punct: str, what: str) -> None:
+        if not self.at(punct):
+            raise self.error(f"expected {punct!r} {what}")
+        self.take()
+
+    def expect_word(self, *words: str) -> str:
+        if not self.at_word(*words):
+            raise self.error(f"expected {' or '.join(w.upper() for w in words)}")
+        return self.take().text.lower()
+
+    def error(self, problem: str) -> ValueError:
+        token = self.peek()
+        found = "the end" if token.kind == "end" else repr(token.text)
+        return ValueError(f"{problem} at {found} (position {token.pos}) of schema {self.ddl!r}")
+
+    # -- grammar ----------------------------------------------------------------------------
+    def columns(self) -> list[tuple[str, str]]:
+        fields = [self.column()]
+        while self.at(","):
+            self.take()
+            fields.append(self.column())
+        if self.peek().kind != "end":
+            raise self.error("expected ',' or the end of the schema")
+        return fields
+
+    def column(self) -> tuple[str, str]:
+        """``name [:] type [NOT NULL] [COMMENT 'text']``, in a schema or a struct's fields."""
+        token = self.peek()
+        if token.kind == "end" or self.at(","):
+            raise self.error("expected a column name")
+        name = self.name()
+        if self.at(":"):
+            self.take()
+        if self.peek().kind == "end" or self.at(",") or self.at(">"):
+            raise ValueError(f"column {name!r} needs a type, e.g. '{name} string'")
+        start = self.peek().pos
+        self.data_type(name)
+        dtype = self.ddl[start:self.peek().pos].strip()
+        if self.at_word("not"):
+            self.take()
+            self.expect_word("null")
+        if self.at_word("comment"):
+            self.take()
+            if self.peek().kind != "string":
+                raise self.error("expected a quoted comment after COMMENT")
+            while self.peek().kind == "string":
+                self.take()
+        return name, dtype
+
+    def name(self) -> str:
+        token = self.peek()
+        if token.kind == "quoted":
+            name = token.text[1:-1].replace("``", "`")
+        elif token.kind == "word" and not token.text.isdigit():
+            name = token.text
         else:
-            current.append(ch)
-    if depth != 0:
-        raise ValueError(f"unbalanced brackets in schema {text!r}")
-    parts.append("".join(current))
-    return parts
+            raise self.error("expected a column name (backquote a name with other characters: `my col`)")
+        self.take()
+        if not name:
+            raise ValueError(f"a column name is empty in schema {self.ddl!r}")
+        return name
+
+    def data_type(self, column: str) -> None:
+        token = self.peek()
+        if token.kind != "word":
+            raise self.error(f"expected the type of column {column!r}")
+        word = self.take().text.lower()
+        if word in PRIMITIVE_TYPES:
+            return
+        nested = {"array": self.array_type, "map": self.map_type, "struct": self.struct_type,
+                  "decimal": self.decimal_type, "dec": self.decimal_type, "numeric": self.decimal_type,
+                  "string": self.string_type, "timestamp": self.timestamp_type, "interval": self.interval_type,
+                  "time": self.time_type}
+        if word in nested:
+            nested[word](column)
+            return
+        if word in CHAR_TYPES:
+            raise ValueError(f"column {column!r} has type {token.text!r}: Spark accepts char and varchar only in "
+                             "table schemas, not in a DataFrame's; use string")
+        raise ValueError(f"column {column!r} has unknown type {token.text!r} in schema {self.ddl!r}")
+
+    def array_type(self, column: str) -> None:
+        self.expect("<", "after ARRAY")
+        self.data_type(column)
+        self.expect(">", "to close ARRAY<")
+
+    def map_type(self, column: str) -> None:
+        self.expect("<", "after MAP")
+        self.data_type(column)
+        self.expect(",", "between a MAP's key and value types")
+        self.data_type(column)
+        self.expect(">", "to close MAP<")
+
+    def struct_type(self, column: str) -> None:
+        self.expect("<", "after STRUCT")
+        if not self.at(">"):
+            self.column()
+            while self.at(","):
+                self.take()
+                self.column()
+        self.expect(">", "to close STRUCT<")
+
+    def integers(self, most: int) -> list[int]:
+        """``(n[, m])``, if present: at most ``most`` integers."""
+        if not self.at("("):
+            return []
+        self.take()
+        values = []
+        while True:
+            token = self.peek()
+            if token.kind != "word" or not token.text.isdigit():
+                raise self.error("expected a number")
+            values.append(int(self.take().text))
+            if not self.at(",") or len(values) == most:
+                break
+            self.take()
+        self.expect(")", "to close the type's parameters")
+        return values
+
+    def decimal_type(self, column: str) -> None:
+        values = self.integers(2)
+        precision = values[0] if values else 10
+        scale = values[1] if len(values) > 1 else 0
+        if precision > MAX_DECIMAL_PRECISION:
+            raise ValueError(f"column {column!r}: decimal precision {precision} exceeds {MAX_DECIMAL_PRECISION}")
+        if scale > precision:
+            raise ValueError(f"column {column!r}: decimal scale {scale} exceeds its precision {precision}")
+
+    def time_type(self, column: str) -> None:
+        self.integers(1)
+
+    def string_type(self, column: str) -> None:
+        if self.at_word("collate"):  # the collation's name is Spark's to check
+            self.take()
+            if self.peek().kind not in ("word", "quoted"):
+                raise self.error("expected a collation name after COLLATE")
+            self.take()
+
+    def timestamp_type(self, column: str) -> None:
+        """``timestamp``, ``timestamp without time zone`` or ``timestamp with local time zone``."""
+        if self.at_word("without"):
+            self.take()
+        elif self.at_word("with"):
+            self.take()
+            self.expect_word("local")
+        else:
+            return
+        self.expect_word("time")
+        self.expect_word("zone")
+
+    def interval_type(self, column: str) -> None:
+        """``interval``, ``interval UNIT`` or ``interval UNIT to LATER_UNIT`` within year-month or
+        day-time units."""
+        if not self.at_word(*YEAR_MONTH, *DAY_TIME):
+            return
+        start = self.take().text.lower()
+        if not self.at_word("to"):
+            return
+        self.take()
+        units = YEAR_MONTH if start in YEAR_MONTH else DAY_TIME
+        later = units[units.index(start) + 1:]
+        if not later:
+            raise self.error(f"an INTERVAL {start.upper()} has no TO")
+        self.expect_word(*later)
 
 
 def parse_schema_ddl(ddl: str) -> list[tuple[str, str]]:
-    """Return [(column, type)] or raise ValueError naming the bad column."""
-    fields: list[tuple[str, str]] = []
-    for raw in _split_top_level(ddl):
-        item = raw.strip()
-        if not item:
-            raise ValueError(f"empty column in schema {ddl!r}")
-        pieces = item.split(None, 1)
-        if len(pieces) != 2:
-            raise ValueError(f"column {item!r} needs a type, e.g. '{item} string'")
-        name, dtype = pieces[0], pieces[1].strip()
-        if not _NAME.match(name):
-            raise ValueError(f"column name {name!r} is not valid")
-        name = name.strip("`")
-        base = re.split(r"[<(\s]", dtype, maxsplit=1)[0].lower()
-        if base not in PRIMITIVE_TYPES | {"array", "map", "struct"}:
-            raise ValueError(f"column {name!r} has unknown type {dtype!r}")
-        if any(name == existing for existing, _ in fields):
+    """Return [(column, type)] or raise ValueError naming the bad column or position."""
+    fields = _Parser(ddl).columns()
+    seen: set[str] = set()
+    for name, _ in fields:
+        if name in seen:
             raise ValueError(f"column {name!r} appears twice")
-        fields.append((name, dtype))
+        seen.add(name)
     return fields

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 import pytest
@@ -236,7 +236,9 @@ def test_the_recovery_plan_of_an_unparseable_head_is_the_restore_s_own_choice(jo
     plan = plan_pipeline(spec, pipeline, job.snapshots, "latest", 2)
     assert (plan.action, plan.snapshot) == ("restore", NEWER) == ("restore", job.restore().manifest.snapshot_id)
     assert plan_pipeline(spec, pipeline, job.snapshots, OLDER, 2).snapshot == OLDER
-    assert plan_pipeline(spec, pipeline, job.snapshots, "0000000009-a1", 2).action == "new"
+    for refused in (plan_pipeline, lambda *args: job.restore("0000000009-a1")):  # a plan refuses what a run does
+        with pytest.raises(SnapshotError, match="snapshot 0000000009-a1 is not among the retained snapshots"):
+            refused(spec, pipeline, job.snapshots, "0000000009-a1", 2)
 
 
 def test_a_missing_head_with_manifests_present_restores_from_the_listing(job):

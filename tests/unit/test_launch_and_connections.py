@@ -75,7 +75,7 @@ def test_the_form_schema_rejects_what_the_model_rejects(name, value):
 
 # -- connections --------------------------------------------------------------------------
 ENV = {"PIPELINE_KAFKA_BOOTSTRAP": "env-kafka:9092", "PIPELINE_S3_ENDPOINT": "http://env-s3:9000",
-       "PIPELINE_S3_ACCESS_KEY": "env-ak", "PIPELINE_S3_SECRET_KEY": "env-sk"}
+       "PIPELINE_S3_ACCESS_KEY": "env-access-key", "PIPELINE_S3_SECRET_KEY": "env-secret-key"}
 
 
 def test_connections_win_over_the_environment_field_by_field():
@@ -87,7 +87,7 @@ def test_connections_win_over_the_environment_field_by_field():
     s = settings_from_connections(conns.get, ENV)
     assert s.kafka_bootstrap == "k1:9092,k2:9092"
     assert s.s3_endpoint == "http://minio:9000" and s.s3_region == "eu-west-1"
-    assert s.s3_access_key.get_secret_value() == "env-ak"  # not in the connection: env fallback
+    assert s.s3_access_key.get_secret_value() == "env-access-key"  # not in the connection: env fallback
     assert s.s3_secret_key.get_secret_value() == "conn-secret"
     assert s.spark_master == "spark://spark-master:7077"
     assert "conn-secret" not in repr(s) and "conn-secret" not in s.model_dump_json()
@@ -112,7 +112,8 @@ def test_a_local_master_and_an_endpoint_with_its_port_are_kept_as_given():
 def test_local_mode_runs_the_cli_and_a_master_means_spark_submit(tmp_path):
     request = LaunchRequest.from_conf({"mode": "continuous", "pipelines": ["payments"], "parallelism": 3,
                                        "spark_conf": {"spark.cores.max": "2"}}, SHOP)
-    local = launch_command(Path("shop.yaml"), request, ConnectionSettings.from_env(ENV), "airflow:x", tmp_path / "s.json")
+    local = launch_command(Path("shop.yaml"), request, ConnectionSettings.from_env(ENV), "airflow:x",
+                           tmp_path / "s.json")
     assert local[1:4] == ["-m", "pipeline_lib.cli", "run"]
     assert local[local.index("--conf") + 1] == "spark.cores.max=2"
     assert "--forever" in local and local[local.index("--pipeline") + 1] == "payments"
@@ -129,4 +130,4 @@ def test_secrets_travel_in_the_environment_never_on_the_command_line(tmp_path):
     command = launch_command(Path("shop.yaml"), LaunchRequest(), settings, "airflow:x", tmp_path / "s.json")
     assert not any(secret in " ".join(command) for secret in settings.secrets())
     env = launch_env(settings, base={"PATH": "/bin", "PIPELINE_SPARK_MASTER": "stale"})
-    assert env["PIPELINE_S3_SECRET_KEY"] == "env-sk" and "PIPELINE_SPARK_MASTER" not in env
+    assert env["PIPELINE_S3_SECRET_KEY"] == "env-secret-key" and "PIPELINE_SPARK_MASTER" not in env
