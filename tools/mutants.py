@@ -26,6 +26,7 @@ MANIFEST = "pipeline_lib/checkpoint/manifest.py"
 SINK = "pipeline_lib/sink/files_sink.py"
 LIFECYCLE = "pipeline_lib/execution/lifecycle.py"
 RUNNER = "pipeline_lib/execution/pipeline_runner.py"
+EPOCH_COMMIT = "pipeline_lib/checkpoint/epoch_commit.py"
 LOCAL = "pipeline_lib/storage/local.py"
 OFFSETS = "pipeline_lib/plan/offsets.py"
 KEYGROUPS = "pipeline_lib/plan/keygroups.py"
@@ -41,19 +42,17 @@ MUTANTS: list[Mutant] = [
            "if (found[1] if found else None) != expected_version:",
            "if False:",
            "ensure_head_unchanged: a fenced attempt would go on writing sink output"),
-    Mutant("runner-skips-head-check", RUNNER,
-           "self.snapshots.ensure_head_unchanged(head_version)",
+    Mutant("runner-skips-head-check", EPOCH_COMMIT,
+           "snapshots.ensure_head_unchanged(head_version)",
            "None",
            "the runner's head check before any visible write of an epoch"),
-    Mutant("runner-head-before-manifest", RUNNER,
-           "            manifest_sha = self.snapshots.write_manifest(manifest)\n"
-           "            fault_point(\"after_manifest\", epoch)\n"
-           "            head, version = self.snapshots.move_head(manifest, manifest_sha, history, head_version,\n"
-           "                                                     self.job.checkpoint.retain)\n",
-           "            manifest_sha = __import__(\"hashlib\").sha256(manifest.to_bytes()).hexdigest()\n"
-           "            head, version = self.snapshots.move_head(manifest, manifest_sha, history, head_version,\n"
-           "                                                     self.job.checkpoint.retain)\n"
-           "            self.snapshots.write_manifest(manifest)\n",
+    Mutant("runner-head-before-manifest", EPOCH_COMMIT,
+           "        manifest_sha = snapshots.write_manifest(manifest)\n"
+           "        fault_point(\"after_manifest\", epoch)\n"
+           "        head, version = snapshots.move_head(manifest, manifest_sha, history, head_version, owner.retain)\n",
+           "        manifest_sha = __import__(\"hashlib\").sha256(manifest.to_bytes()).hexdigest()\n"
+           "        head, version = snapshots.move_head(manifest, manifest_sha, history, head_version, owner.retain)\n"
+           "        snapshots.write_manifest(manifest)\n",
            "commit order: the manifest is durable before HEAD points at it"),
     Mutant("reset-head-ignores-read-version", SNAPSHOTS,
            "if version != expected_version or (version := self.store.put_if(layout.HEAD_KEY, empty, version)) is None:",
@@ -116,8 +115,8 @@ MUTANTS: list[Mutant] = [
            'return planned.model_copy(update={"base_snapshot": base})',
            "return planned",
            "a replayed plan's lineage names the snapshot it was really built on"),
-    Mutant("dead-letter-stale-parts-kept", RUNNER,
-           "self.dead_letters.remove_stale_parts(dead_letters, self.attempt)",
+    Mutant("dead-letter-stale-parts-kept", EPOCH_COMMIT,
+           "dead_letters.sink.remove_stale_parts(dead_letter_commit, owner.attempt)",
            "None",
            "an epoch's clean-up removes older attempts' dead-letter parts as well as the flows'"),
     Mutant("marker-legacy-writer-zero", SINK,

@@ -1,9 +1,17 @@
-"""The throughput benchmark's outputs: report.json, report.md and PNG plots (matplotlib)."""
+"""The throughput benchmark's outputs: report.json, report.md and PNG plots (matplotlib).
+
+Files only: the figures and verdicts come in the report (see summary.py), so the report can be
+written again from a saved report.json without running anything.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+from pipeline_lib.benchmarks.config import INCREMENTAL_KINDS
+from pipeline_lib.benchmarks.summary import format_summary
 
 PLOTS = {
     "throughput": "throughput.png",
@@ -13,13 +21,13 @@ PLOTS = {
 }
 
 
-
 def _save(fig, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
 
 def _num(v, fmt: str = ",.0f") -> str:
     return "n/a" if v is None else format(v, fmt)
@@ -29,7 +37,8 @@ def _mb(b) -> str:
     return "n/a" if b is None else f"{b / 1e6:,.3f}"
 
 
-def write_report(report: dict, out: Path) -> None:
+def write_report(report: dict[str, Any], out: Path) -> None:
+    """Write report.json, the plots and report.md to ``out``: the raw numbers kept beside their reading."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
     write_plots(report, out)
@@ -37,7 +46,8 @@ def write_report(report: dict, out: Path) -> None:
 
 
 # -- plots ------------------------------------------------------------------------------------------
-def write_plots(report: dict, out: Path) -> None:
+def write_plots(report: dict[str, Any], out: Path) -> None:
+    """Draw the report's figures as PNGs (headless Agg backend, so it runs on CI machines without a display)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -82,11 +92,14 @@ def write_plots(report: dict, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     main = snaps["main_run"]
     if main:
-        ax.plot([m["keys"] for m in main], [m["full_bytes"] for m in main], "o-", label="full snapshot (main run epochs)")
-        ax.plot([m["keys"] for m in main], [m["written_bytes"] for m in main], "x", label="written by the epoch (main run)")
+        ax.plot([m["keys"] for m in main], [m["full_bytes"] for m in main], "o-",
+                label="full snapshot (main run epochs)")
+        ax.plot([m["keys"] for m in main], [m["written_bytes"] for m in main], "x",
+                label="written by the epoch (main run)")
     seeded = report["restore"]
     if seeded:
-        ax.plot([r["keys"] for r in seeded], [r["state_bytes"] for r in seeded], "s--", label="full snapshot (restore states)")
+        ax.plot([r["keys"] for r in seeded], [r["state_bytes"] for r in seeded], "s--",
+                label="full snapshot (restore states)")
     markers = {"key_groups": "^", "users": "v"}
     for kind, inc in snaps["incremental"].items():
         for e in inc["epochs"]:
@@ -106,7 +119,8 @@ def write_plots(report: dict, out: Path) -> None:
     if seeded:
         ks = [r["keys"] for r in seeded]
         ax.plot(ks, [r["restore_s"] for r in seeded], "o-", label="restore total (PipelineRunner.restore)")
-        ax.plot(ks, [r["read_s"] for r in seeded], "s--", label="read: head/manifest/markers + state files fetched, checked, decoded")
+        ax.plot(ks, [r["read_s"] for r in seeded], "s--",
+                label="read: head/manifest/markers + state files fetched, checked, decoded")
         ax.plot(ks, [r["load_s"] for r in seeded], "v--", label="load tables into keyed state")
         ax.axhline(5.0, color="red", linestyle=":", label="target for 1M keys: 5 s")
         ax.set_xscale("log")
@@ -118,9 +132,8 @@ def write_plots(report: dict, out: Path) -> None:
 
 
 # -- markdown ---------------------------------------------------------------------------------------
-def markdown(r: dict) -> str:
-    from pipeline_lib.benchmarks.throughput import format_summary
-
+def markdown(r: dict[str, Any]) -> str:
+    """The report as Markdown for results/bench/report.md: setup, machine, then each comparison with its ratio."""
     cfg, m, ours, sss = r["config"], r["machine"], r["ours"], r["structured_streaming"]
     raw = r["raw_kafka"]
     L: list[str] = []
@@ -131,12 +144,13 @@ def markdown(r: dict) -> str:
         f"(produced at {r['produce']['events_per_s']:,.0f} events/s); epochs / micro-batches of at most "
         f"{cfg['per_epoch']:,} records; both engines `local[{cfg['parallelism']}]`. One run: on a shared or busy "
         "machine these figures are noisy.\n")
-    add("Command: `python -m pipeline_lib.benchmarks.throughput "
+    incremental = "" if tuple(cfg["incremental"]) == INCREMENTAL_KINDS else \
+        " --incremental " + (",".join(cfg["incremental"]) or "none")
+    add("Command: `pipeline-lib bench "
         f"--events {cfg['events']} --keys {cfg['keys']} --per-epoch {cfg['per_epoch']} "
         f"--restore-keys {','.join(str(k) for k in cfg['restore_keys'])} --partitions {cfg['partitions']}"
         f"{'' if cfg['parallelism'] == 2 else ' --parallelism ' + str(cfg['parallelism'])}"
-        f"{'' if list(cfg['incremental']) == ['key_groups', 'users'] else ' --incremental ' + (','.join(cfg['incremental']) or 'none')}"
-        f"{'' if cfg['recovery'] else ' --no-recovery'}`\n")
+        f"{incremental}{'' if cfg['recovery'] else ' --no-recovery'}`\n")
     add("## Summary")
     add(format_summary(r))
     add("")
@@ -147,8 +161,8 @@ def markdown(r: dict) -> str:
         "Spark JVM start, lifecycle records, every epoch, Spark stop). The job is the spend-per-user spec "
         "(keyed `sum(amount)`, `count(*)` per user), parquet sink, parallelism "
         f"{cfg['parallelism']}; every epoch writes its sink files and a snapshot (state files in one pack object, "
-        "manifest, head compare-and-swap) **over HTTP to the S3 server**. Steady = the records of epochs 2..n over the wall "
-        "time from epoch 1's commit to the last epoch's (their log lines). Epoch N+1's Spark jobs start while "
+        "manifest, head compare-and-swap) **over HTTP to the S3 server**. Steady = the records of epochs 2..n over "
+        "the wall time from epoch 1's commit to the last epoch's (their log lines). Epoch N+1's Spark jobs start while "
         "epoch N commits (read-ahead), so epoch 2's start inside epoch 1, which the steady figure leaves out, "
         "as it leaves out all of epoch 1.")
     add("* **Structured Streaming**: `groupBy(user).agg(sum, count)`, update mode, the default (HDFS-backed) "
@@ -175,7 +189,8 @@ def markdown(r: dict) -> str:
     before = ours["before_first_epoch_s"]
     epochs_total = sum(e["seconds"] for e in ours["epochs"])
     add(f"Whole process {wall:.2f} s = before epoch 1 {before} s + "
-        f"{len(ours['epochs'])} epochs {epochs_total:.2f} s (epoch 1: {ours['epochs'][0]['seconds'] if ours['epochs'] else 'n/a'} s) "
+        f"{len(ours['epochs'])} epochs {epochs_total:.2f} s "
+        f"(epoch 1: {ours['epochs'][0]['seconds'] if ours['epochs'] else 'n/a'} s) "
         f"+ between epochs/after the last {wall - (before or 0) - epochs_total:.2f} s.\n")
     st = ours["startup"]
     add("Start-up milestones (seconds after the process was spawned, from its log lines):\n")
@@ -205,9 +220,10 @@ def markdown(r: dict) -> str:
         add(f"| **epoch** | **{epoch_mean:.3f}** | |")
         add("")
         add("*spark* = the time the epoch waited for its Spark jobs (Kafka read in Python workers, JSON decode, "
-            "partial aggregate, in the workers on the Arrow path, results to the driver); from epoch 2 on they start while the epoch before "
-            "commits (read-ahead), so this is what is left of them after that overlap; *merge* = keyed-state merge and sink rows in driver Python; *sink* = part "
-            "files + `_SUCCESS`; *state* = state files; *commit* = head check, manifest, head compare-and-swap; "
+            "partial aggregate, in the workers on the Arrow path, results to the driver); from epoch 2 on they "
+            "start while the epoch before commits (read-ahead), so this is what is left of them after that overlap; "
+            "*merge* = keyed-state merge and sink rows in driver Python; *sink* = part files + `_SUCCESS`; "
+            "*state* = state files; *commit* = head check, manifest, head compare-and-swap; "
             "*cleanup* = waiting for the previous epoch's garbage collection and stale-part removal, which run "
             "beside the next epoch. Checkpoint cost per epoch = state + commit + cleanup: "
             f"steady mean {ours['steady_checkpoint_mean_s']} s.\n")
@@ -233,8 +249,9 @@ def markdown(r: dict) -> str:
     for b in sss["batches"]:
         d = b["duration_ms"]
         st = b["state"][0] if b["state"] else {}
-        add(f"| {b['epoch']} | {b['records']:,} | {b['seconds']:.2f} | {d.get('addBatch', '')} | {d.get('walCommit', '')} | "
-            f"{d.get('commitOffsets', '')} | {st.get('commitTimeMs', '')} | {_num(st.get('numRowsTotal'))} |")
+        add(f"| {b['epoch']} | {b['records']:,} | {b['seconds']:.2f} | {d.get('addBatch', '')} | "
+            f"{d.get('walCommit', '')} | {d.get('commitOffsets', '')} | {st.get('commitTimeMs', '')} | "
+            f"{_num(st.get('numRowsTotal'))} |")
     add("")
 
     add("## Raw kafka-python\n")
@@ -256,15 +273,17 @@ def markdown(r: dict) -> str:
             f"{_num(s['written_share'], '.0%')} | {s['files_written']} / {s['files']} |")
     for kind, inc in r["snapshots"]["incremental"].items():
         for s in inc["epochs"]:
-            add(f"| {s['snapshot']}: {inc['events']:,} events, {inc['users']:,} users, {inc['key_groups_touched']} of "
-                f"{inc['max_parallelism']} key groups ({kind.replace('_', ' ')}) | {s['keys']:,} | {_mb(s['full_bytes'])} | "
-                f"{_mb(s['written_bytes'])} | {_num(s['written_share'], '.0%')} | {s['files_written']} / {s['files']} |")
+            add(f"| {s['snapshot']}: {inc['events']:,} events, {inc['users']:,} users, {inc['key_groups_touched']} "
+                f"of {inc['max_parallelism']} key groups ({kind.replace('_', ' ')}) | {s['keys']:,} | "
+                f"{_mb(s['full_bytes'])} | {_mb(s['written_bytes'])} | {_num(s['written_share'], '.0%')} | "
+                f"{s['files_written']} / {s['files']} |")
     add("")
     add(f"![snapshot bytes]({PLOTS['snapshot_bytes']})\n")
 
     add("## Restore time vs state size\n")
-    add("A snapshot of N keys is written through the runner's own code (`_write_state`, a sink commit, a sealed "
-        "manifest, the head's compare-and-swap); then, in a fresh process, `PipelineRunner.restore()` is timed — "
+    add("A snapshot of N keys is written through the runner's own code (its keyed state and `_write_state`, "
+        "committed in the order every epoch commits: a sink commit, the state files, a sealed manifest, the head's "
+        "compare-and-swap); then, in a fresh process, `PipelineRunner.restore()` is timed — "
         "the call `pipeline-lib run` makes before starting Spark: head + manifest + sink markers, every state file "
         "fetched and SHA-256-checked, Parquet decoded, then loaded into the keyed state. Read and load are wall-clock "
         "phases that add up to restore; fetch thread-s is the time inside the store's reads summed over the reading "
@@ -274,7 +293,8 @@ def markdown(r: dict) -> str:
     add("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for x in r["restore"]:
         add(f"| {x['keys']:,} | {x['state_files']} | {_mb(x['state_bytes'])} | {x['write_state_s']:.3f} | "
-            f"{x['restore_s']:.3f} | {x['read_s']:.3f} | {x['load_s']:.3f} | {x['fetch_thread_s']:.3f} | {x['process_s']:.2f} |")
+            f"{x['restore_s']:.3f} | {x['read_s']:.3f} | {x['load_s']:.3f} | {x['fetch_thread_s']:.3f} | "
+            f"{x['process_s']:.2f} |")
     add("")
     add(f"![restore]({PLOTS['restore']})\n")
 
@@ -284,8 +304,8 @@ def markdown(r: dict) -> str:
         add(f"{rec['events']:,} more events were produced and the job run again; its process group was SIGKILLed "
             f"{rec['kill_delay_after_epoch_s']} s after its first epoch committed (during the next one). The restart "
             f"was spawned {rec['restart_began_after_kill_s']} s after the kill, had restored the snapshot and started "
-            f"Spark {rec['pipeline_started_at_s']} s after its spawn, all subtasks {rec['subtasks_started_at_s']} s after "
-            f"it, and committed its first epoch (the replayed one, {rec['first_epoch_seconds']} s "
+            f"Spark {rec['pipeline_started_at_s']} s after its spawn, all subtasks {rec['subtasks_started_at_s']} s "
+            f"after it, and committed its first epoch (the replayed one, {rec['first_epoch_seconds']} s "
             f"long) at {rec['first_epoch_at_s']} s.\n")
         add(f"**Recovery time: {rec['recovery_s']:.2f} s** from the SIGKILL to the first new epoch committed.\n")
     else:

@@ -1,7 +1,8 @@
 """Start-up and steady-epoch times of one job in local mode and on a Spark standalone cluster.
 
-    python -m pipeline_lib.benchmarks.cluster_vs_local [--events 120000] [--per-epoch 20000]
-                                                       [--workers 2] [--parallelism 2] [--repeat 2]
+    pipeline-lib bench cluster [--events 120000] [--users 5000] [--per-epoch 20000] [--workers 2]
+                               [--parallelism 2] [--repeat 2]
+    make bench-cluster BENCH_ARGS="..."
 
 Starts the embedded stack and a standalone cluster (master + ``--workers`` one-core workers, as
 the cluster tests do), produces the sample payments once, then runs the spend job as a whole
@@ -14,7 +15,6 @@ plain Python. Prints one row per mode (medians over the runs) and the cluster/lo
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import statistics
@@ -43,7 +43,9 @@ def timed_run(spec_path: Path, env: dict[str, str]) -> dict:
     proc = subprocess.Popen([sys.executable, "-m", "pipeline_lib", "run", str(spec_path)], env=env, text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     assert proc.stderr is not None
-    first, seconds, tail = None, [], []
+    first: float | None = None
+    seconds: list[float] = []
+    tail: list[str] = []
     for line in proc.stderr:
         tail = (tail + [line])[-40:]
         if (m := EPOCH_LINE.match(line)) is not None:
@@ -55,34 +57,27 @@ def timed_run(spec_path: Path, env: dict[str, str]) -> dict:
             "epochs": len(seconds), "wall_s": time.monotonic() - started}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=120_000)
-    parser.add_argument("--users", type=int, default=5_000)
-    parser.add_argument("--per-epoch", type=int, default=20_000)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=2, help="runs per mode (medians are reported)")
-    args = parser.parse_args(argv)
-
+def cluster_vs_local(events: int = 120_000, users: int = 5_000, per_epoch: int = 20_000, workers: int = 2,
+                     parallelism: int = 2, repeat: int = 2) -> int:
+    """Run the measurement (``repeat`` runs per mode) and print its table of medians and ratios."""
     root = Path(tempfile.mkdtemp(prefix="pipeline-bench-cluster-"))
     stack = start_stack(root / "stack", broker_storage="memory")
     cluster = None
     try:
-        cluster = start_spark_cluster(root / "cluster", args.workers, cores=1, memory="2g")
-        events = payment_events(args.events, args.users, seed=7)
+        cluster = start_spark_cluster(root / "cluster", workers, cores=1, memory="2g")
+        payments = payment_events(events, users, seed=7)
         create_topic(stack.kafka_bootstrap, TOPIC, 3)
-        produce_json(stack.kafka_bootstrap, TOPIC, events)
-        expected = spend_per_user(events)
+        produce_json(stack.kafka_bootstrap, TOPIC, payments)
+        expected = spend_per_user(payments)
         base_env = {"SPARK_LOCAL_IP": "127.0.0.1", **os.environ, **stack.env()}  # loopback only
         modes = {"local": base_env,
                  "cluster": {**base_env, ENV_SPARK_MASTER: cluster.master_url}}
         results: dict[str, list[dict]] = {mode: [] for mode in modes}
-        for i in range(args.repeat):
+        for i in range(repeat):
             for mode, env in modes.items():
                 name = f"bench-{mode}-{i}"
                 spec = spend_job_spec(name, TOPIC, f"s3://results/{name}", f"s3://checkpoints/{name}",
-                                      per_epoch=args.per_epoch, parallelism=args.parallelism)
+                                      per_epoch=per_epoch, parallelism=parallelism)
                 if mode == "cluster":  # everything of this benchmark is on loopback
                     spec["spark"] = {"conf": {"spark.driver.host": "127.0.0.1"}}
                 path = root / f"{name}.yaml"
@@ -102,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     def median(mode: str, key: str) -> float:
         return statistics.median(r[key] for r in results[mode] if r[key] is not None)
 
-    print(f"\n{args.events} events, {args.per_epoch} per epoch, parallelism {args.parallelism}, "
-          f"cluster of {args.workers} one-core workers, {args.repeat} run(s) per mode; all tables exact\n")
+    print(f"\n{events} events, {per_epoch} per epoch, parallelism {parallelism}, "
+          f"cluster of {workers} one-core workers, {repeat} run(s) per mode; all tables exact\n")
     print("| mode | first epoch committed after (s) | steady epoch (s) |")
     print("|---|---|---|")
     for mode in results:
@@ -111,7 +106,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ncluster/local: start-up {median('cluster', 'first_epoch_s') / median('local', 'first_epoch_s'):.2f}x, "
           f"steady epoch {median('cluster', 'steady_epoch_s') / median('local', 'steady_epoch_s'):.2f}x")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

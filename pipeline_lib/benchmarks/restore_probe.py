@@ -4,8 +4,10 @@
 
 What is timed is ``PipelineRunner.restore()`` for the job's (single) pipeline — exactly the call
 ``run`` makes before it starts Spark: read the head, load and verify the manifest, fetch every
-referenced state object (a pack of state files) from the checkpoint store, check each file's SHA-256, decode the Parquet files
-into Arrow tables, then load them into the in-memory keyed state (with their stored key groups).
+referenced state object (a pack of state files) from the checkpoint store, check each file's
+SHA-256, decode the Parquet files into Arrow tables, then load them into the in-memory keyed
+state (with their stored key groups). The child process of the throughput benchmark's restore
+measurement (restore_sizes.py), not a command of its own.
 The breakdown, in wall-clock seconds, splits it into two phases that follow each other:
 
     read_s    restore_snapshot: head, manifest, sink markers, and every state file fetched,
@@ -26,6 +28,7 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Time ``PipelineRunner.restore()`` in this fresh process (no warm caches) and print its breakdown as JSON."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             timings["read_s"] += time.monotonic() - started
 
     SnapshotStore.read_state_object = timed_read  # type: ignore[method-assign]
-    pipeline_runner.restore_snapshot = timed_restore  # type: ignore[assignment]
+    pipeline_runner.restore_snapshot = timed_restore
     started = time.monotonic()
     restored = runner.restore()
     total = time.monotonic() - started

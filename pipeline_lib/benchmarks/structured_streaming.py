@@ -3,8 +3,9 @@
     python -m pipeline_lib.benchmarks.structured_streaming --bootstrap HOST:PORT --topic T \\
         --checkpoint DIR --output DIR [--max-records-per-trigger N] [--parallelism 2] [--result FILE]
 
-Run by ``pipeline_lib.benchmarks.throughput`` as a subprocess (whole process timed, JVM start
-included). The query is what the Spark documentation recommends for a keyed running total:
+The child process of the throughput benchmark (``structured_streaming_run.py`` spawns it and
+times the whole process, JVM start included), not a command of its own. The query is what the
+Spark documentation recommends for a keyed running total:
 
     readStream (a Python streaming data source over Kafka, below)
       .groupBy("user").agg(sum("amount") as total, count(*) as n)
@@ -30,8 +31,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -42,6 +43,7 @@ FIELDS = [("user", "string"), ("amount", "bigint")]
 
 
 class KafkaRange(InputPartition):
+    """One Kafka partition's offset range, the unit a Spark task reads (pickled to the executors)."""
     def __init__(self, topic: str, partition: int, start: int, end: int):
         super().__init__((topic, partition, start, end))
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
@@ -52,16 +54,20 @@ class KafkaStreamDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The short name the query's ``readStream.format(...)`` uses to find this source."""
         return SOURCE_NAME
 
     def schema(self) -> str:
+        """The rows' DDL schema: Spark asks the source instead of inferring it."""
         return SCHEMA
 
-    def streamReader(self, schema) -> "KafkaStreamReader":
+    def streamReader(self, schema) -> KafkaStreamReader:
+        """The reader Spark drives for micro-batches, configured from the source's options."""
         return KafkaStreamReader(dict(self.options))
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets of each micro-batch on the driver, records in the executors: the Python data source API's split."""
     def __init__(self, options: dict[str, str]):
         self.bootstrap = options["bootstrap"]
         self.topic = options["topic"]
@@ -81,15 +87,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {str(p): int(o) for p, o in found.items()}
 
     def initialOffset(self) -> dict:
+        """Where a query with no checkpoint starts: the earliest offsets, so every produced event is read."""
         return self._offsets("earliest")
 
     def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the end of an availableNow run at start: records produced later are not part of it."""
         self.target = self._offsets("latest")
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """A per-trigger row cap when one was asked for, so batches match the size of our job's epochs."""
         return ReadMaxRows(self.max_records) if self.max_records > 0 else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The next batch's end: fair shares of the allowed rows over partitions, up to the target."""
         from pipeline_lib.plan.offsets import fair_shares
 
         latest = self.target if self.target is not None else self._offsets("latest")
@@ -101,17 +111,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {p: positions[p] + lags[p] for p in latest}
 
     def reportLatestOffset(self):
+        """The offsets known to be available, for Spark's progress reports (the availableNow target)."""
         return self.target
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        """One input partition per Kafka partition with records between ``start`` and ``end``."""
         return [KafkaRange(self.topic, int(p), int(start.get(p, 0)), int(e))
                 for p, e in sorted(end.items(), key=lambda kv: int(kv[0])) if int(e) > int(start.get(p, 0))]
 
     def commit(self, end: dict) -> None:
+        """Nothing to do: Spark's checkpoint records the offsets, Kafka keeps no consumer group for us."""
         pass
 
     # -- records (executor side) --------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[tuple]:
+        """The decoded rows of one partition's range, read with kafka-python as a user's source would."""
         from pipeline_lib.execution.kafka_source import read_range
         from pipeline_lib.execution.record_decoding import JsonRecordDecoder
 
@@ -123,6 +137,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def run(args: argparse.Namespace) -> dict:
+    """Run the query to the end of the topic and return its timings and the totals it wrote."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -189,6 +204,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command-line entry of the child process; prints its figures as JSON (and writes them to ``--result``)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)

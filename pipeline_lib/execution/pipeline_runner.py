@@ -8,23 +8,36 @@ snapshot. A pipeline is one source and all flows reading it; it commits and rest
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Literal
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
+from pipeline_lib.checkpoint.epoch_commit import (
+    CommitOwner,
+    CommittedEpoch,
+    DeadLetterOutput,
+    FlowOutput,
+    commit_epoch,
+    source_completed,
+)
 from pipeline_lib.checkpoint.manifest import (
-    FlowCommit, Head, HistoryEntry, LaunchInfo, Lineage, Manifest, StateFileRef, StateSnapshot,
-    completed_splits, snapshot_id_for,
+    HistoryEntry,
+    LaunchInfo,
+    LifecycleState,
+    Manifest,
+    StateFileRef,
+    StateSnapshot,
+    snapshot_id_for,
 )
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, Restored, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
@@ -35,11 +48,14 @@ from pipeline_lib.execution.background_cleanup import BackgroundCleanup
 from pipeline_lib.execution.epoch_reader import bad_records_frame, epoch_range_reader, read_tasks, source_schema
 from pipeline_lib.execution.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.lifecycle import (
-    DEFAULT_LEASE_SECONDS, DEFAULT_STALL_SECONDS, DEFAULT_STARTUP_TIMEOUT_SECONDS, Lifecycle,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_STALL_SECONDS,
+    DEFAULT_STARTUP_TIMEOUT_SECONDS,
+    Lifecycle,
 )
 from pipeline_lib.execution.read_ahead import ReadAhead
-from pipeline_lib.execution.startup import start_pipeline
 from pipeline_lib.execution.spark_errors import clear_spark_errors
+from pipeline_lib.execution.startup import start_pipeline
 from pipeline_lib.execution.transforms import apply_transforms
 from pipeline_lib.execution.warm_up import WarmUp
 from pipeline_lib.execution.worker_aggregation import ArrowEpochs
@@ -61,6 +77,7 @@ EPOCH_PHASES = ("spark", "merge", "sink", "state", "commit", "cleanup")  # see E
 
 @dataclass(frozen=True)
 class RunOptions:
+    """How one run of a pipeline behaves (mode, restore point, parallelism, leases): the CLI's options."""
     mode: Mode = "until-caught-up"
     restore: str = "latest"
     parallelism: int | None = None
@@ -75,6 +92,7 @@ class RunOptions:
 
 @dataclass(frozen=True)
 class EpochReport:
+    """One committed epoch's numbers, handed to ``on_epoch`` for the progress line and the run summary."""
     pipeline: str
     epoch: int
     snapshot_id: str
@@ -85,7 +103,7 @@ class EpochReport:
     seconds: float
     completed_splits: int
     bad_records: int = 0
-    # Wall seconds of the epoch's phases, in commit order (see PipelineRunner._run_epoch):
+    # Wall seconds of the epoch's phases, in commit order (see PipelineRunner._run_epoch, checkpoint.epoch_commit):
     # spark (waiting for the Spark jobs: read Kafka, decode, transform, partial aggregate; they
     # start while the epoch before commits, see ReadAhead), merge (keyed state
     # merge and sink rows on the driver), sink (part files + _SUCCESS), state (state files),
@@ -116,14 +134,12 @@ class EpochRead:
 
 
 def spec_fingerprint(spec: JobSpec) -> str:
+    """A hash of the whole spec, stored with each run so a changed spec is visible in its snapshots."""
     return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
 class PipelineRunner:
+    """Runs one pipeline epoch by epoch: plan, read, merge state, write the sink, commit; restores first."""
     def __init__(self, job: JobSpec, pipeline: Pipeline, settings: ConnectionSettings, options: RunOptions,
                  on_epoch: Callable[[EpochReport], None] | None = None):
         self.job, self.pipeline, self.settings, self.options = job, pipeline, settings, options
@@ -204,6 +220,7 @@ class PipelineRunner:
         return manifest.snapshot_id if manifest.completed else None
 
     def restore(self) -> Restored | None:
+        """Load the chosen snapshot into the flows' state and sinks, or None to start from the beginning."""
         sinks = {f.spec.name: f.sink.store for f in self.flows}
         if self.dead_letters is not None:
             sinks[DEAD_LETTERS] = self.dead_letters.store
@@ -317,10 +334,6 @@ class PipelineRunner:
             return latest
         return {p: min(end, stops.get(p, end)) for p, end in latest.items()}
 
-    @staticmethod
-    def _is_completed(positions: dict[int, int], stops: dict[int, int] | None) -> bool:
-        return stops is not None and len(completed_splits(positions, stops)) == len(stops)
-
     # -- one epoch --------------------------------------------------------------------------
     def _flow_rows(self, flow: FlowRuntime, df) -> pa.Table:
         """Spark's part of a flow: its output rows (stateless) or its partial aggregates per key."""
@@ -404,68 +417,44 @@ class PipelineRunner:
                     df.unpersist()
 
     def _run_epoch(self, read: EpochRead, history: list[HistoryEntry],
-                   head_version: str | None) -> tuple[Manifest, Head, str]:
-        """One epoch after its read, in commit order: keyed state merge, sink files, state files,
-        manifest, head."""
+                   head_version: str | None) -> CommittedEpoch:
+        """One epoch after its read: the keyed state merge, then its commit (see checkpoint.epoch_commit)."""
         plan, bad = read.plan, read.bad
         epoch = plan.epoch
         fault_point("after_read", epoch)
         self._check_not_fenced(epoch)
         bad_records = bad.num_rows if bad is not None else 0
-        if bad_records:
+        if bad is not None and bad_records:
             log.warning("pipeline %s epoch %d: %d bad record(s) %s, first %s[%s]@%s: %s", self.pipeline.name, epoch,
                         bad_records, "dead-lettered" if self.dead_letters else "skipped",
                         *(bad.column(c)[0].as_py() for c in ("topic", "partition", "offset", "error")))
         with self._timed("merge"):
             outputs = {flow.spec.name: self._flow_merge(flow, read.flows[flow.spec.name]) for flow in self.flows}
-        with self._timed("commit"):
-            self.snapshots.ensure_head_unchanged(head_version)
-        fault_point("after_head_check", epoch)
-        snapshot_id = snapshot_id_for(epoch, self.attempt)
-        commits: dict[str, FlowCommit] = {}
-        with self._timed("sink"):
-            for flow in self.flows:
-                parts, _ = outputs[flow.spec.name]
-                sink_commit = flow.sink.write_epoch(epoch, self.sink_digest(plan, flow.sink.format), parts, self.attempt)
-                commits[flow.spec.name] = FlowCommit(state=None, sink=sink_commit, rows_written=sum(t.num_rows for t in parts))
-            dead_letters = None
-            if self.dead_letters is not None and bad is not None:
-                dead_letters = self.dead_letters.write_epoch(epoch, self.sink_digest(plan, "dead-letters"), [bad],
-                                                             self.attempt)
-        with self._timed("state"):
-            for flow in self.flows:
-                state = self._write_state(flow, snapshot_id, epoch, outputs[flow.spec.name][1])
-                commits[flow.spec.name] = commits[flow.spec.name].model_copy(update={"state": state})
-        positions = plan.end_positions()
-        manifest = Manifest(
-            job=self.job.name, pipeline=self.pipeline.name, snapshot_id=snapshot_id, epoch=epoch,
-            attempt=self.attempt, created_at=_now(), spec_fingerprint=self.fingerprint,
-            topic=self.topic, positions=positions, stop_offsets=plan.stop_offsets,
-            completed_splits=completed_splits(positions, plan.stop_offsets),
-            completed=self._is_completed(positions, plan.stop_offsets), flows=commits,
-            bad_records=bad_records, dead_letters=dead_letters,
-            lineage=Lineage(base_snapshot=plan.base_snapshot, plan_digest=plan.digest(), ranges=plan.ranges,
-                            records_read=plan.records),
-        ).sealed()
-        with self._timed("commit"):
-            manifest_sha = self.snapshots.write_manifest(manifest)
-            fault_point("after_manifest", epoch)
-            head, version = self.snapshots.move_head(manifest, manifest_sha, history, head_version,
-                                                     self.job.checkpoint.retain)
-        fault_point("after_head_move", epoch)
+        return self._commit(plan, outputs, bad, history, head_version)
 
-        def clean_up() -> None:
-            self.snapshots.collect_garbage(head)
-            for flow in self.flows:
-                flow.sink.remove_stale_parts(commits[flow.spec.name].sink, self.attempt)
-            if self.dead_letters is not None and dead_letters is not None:
-                self.dead_letters.remove_stale_parts(dead_letters, self.attempt)
+    @property
+    def commit_owner(self) -> CommitOwner:
+        """This attempt, as each of its manifests records it (the restore benchmark commits as it too)."""
+        return CommitOwner(job=self.job.name, pipeline=self.pipeline.name, attempt=self.attempt,
+                           spec_fingerprint=self.fingerprint, topic=self.topic, retain=self.job.checkpoint.retain)
 
-        with self._timed("cleanup"):  # only the wait for the previous epoch's clean-up
-            self._cleanup.submit(clean_up)
-        return manifest, head, version
+    def _commit(self, plan: EpochPlan, outputs: dict[str, tuple[list[pa.Table], set[int]]], bad: pa.Table | None,
+                history: list[HistoryEntry], head_version: str | None) -> CommittedEpoch:
+        """Commit each flow's sink parts with the state files of the key groups it changed, and the
+        bad records to the dead-letter sink; the clean-up runs beside the next epoch."""
 
-    def _read_next(self, spark, schema, ahead: "ReadAhead[EpochRead]", plan: EpochPlan, targets: dict[int, int],
+        def flow_output(flow: FlowRuntime) -> FlowOutput:
+            parts, dirty = outputs[flow.spec.name]
+            return FlowOutput(flow.spec.name, flow.sink, self.sink_digest(plan, flow.sink.format), parts,
+                              lambda snapshot_id: self._write_state(flow, snapshot_id, plan.epoch, dirty))
+
+        dead_letters = (DeadLetterOutput(self.dead_letters, self.sink_digest(plan, "dead-letters"), bad)
+                        if self.dead_letters is not None and bad is not None else None)
+        return commit_epoch(self.snapshots, self.commit_owner, plan, [flow_output(f) for f in self.flows],
+                            dead_letters, history, head_version, bad_records=bad.num_rows if bad is not None else 0,
+                            clean_up_with=self._cleanup.submit, timed=self._timed)
+
+    def _read_next(self, spark, schema, ahead: ReadAhead[EpochRead], plan: EpochPlan, targets: dict[int, int],
                    stops: dict[int, int] | None) -> EpochPlan | None:
         """Plan the epoch after ``plan`` (it starts where ``plan`` ends, on the snapshot ``plan``
         is about to commit) and start its read, unless the run ends with ``plan``."""
@@ -481,7 +470,7 @@ class PipelineRunner:
         ahead.submit(following.epoch, lambda: self._read(spark, schema, following))
         return following
 
-    def _status(self, state: str, epoch: int, reason: str | None = None) -> None:
+    def _status(self, state: LifecycleState, epoch: int, reason: str | None = None) -> None:
         assert self.lifecycle is not None
         self._cleanup.wait()  # a final status means the last epoch's clean-up is done too
         self.lifecycle.transition(state, reason, epoch=epoch)
@@ -561,7 +550,7 @@ class PipelineRunner:
                 ahead.close()
                 warm_up.cancel()
 
-    def _epochs(self, spark, schema, consumer, warm_up: WarmUp, ahead: "ReadAhead[EpochRead]", epoch, base_id,
+    def _epochs(self, spark, schema, consumer, warm_up: WarmUp, ahead: ReadAhead[EpochRead], epoch, base_id,
                 history, head_version, positions, stops, targets) -> int:
         """Plan, read and commit epochs until caught up, stopped, completed or ``max_epochs``; each
         epoch's successor is read while it commits (see ReadAhead)."""
@@ -570,13 +559,13 @@ class PipelineRunner:
         while self.options.max_epochs is None or len(self.epochs) < self.options.max_epochs:
             if self.stop_requested.is_set():
                 break
-            if self._is_completed(positions, stops) and base_id is not None:
+            if source_completed(positions, stops) and base_id is not None:
                 self._status("COMPLETED", epoch)
                 log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, base_id)
                 return epoch
             plan = planned if planned is not None else self._plan(epoch + 1, base_id, positions, targets, stops)
             if plan.records == 0:
-                if self.options.mode == "until-caught-up" or self._is_completed(positions, stops):
+                if self.options.mode == "until-caught-up" or source_completed(positions, stops):
                     break
                 if self.stop_requested.wait(self.options.poll_interval_s):
                     break
@@ -611,7 +600,7 @@ class PipelineRunner:
             self.on_epoch(report)
         ahead.cancel()  # stopped or at max_epochs with the next read in flight: it is not needed
         self._check_not_fenced(epoch)  # stopped because fenced: report it, record nothing
-        if self._is_completed(positions, stops) and base_id is not None:
+        if source_completed(positions, stops) and base_id is not None:
             self._status("COMPLETED", epoch)
             log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, base_id)
         else:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Mapping, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from pydantic import SecretStr
 
@@ -66,6 +67,7 @@ def _host_port(conn: ConnectionLike, scheme: str | None) -> str | None:
 
 
 def kafka_bootstrap(conn: ConnectionLike) -> str | None:
+    """The Kafka bootstrap servers of an Airflow connection (extra's list, else host:port), or None."""
     servers = _extra(conn).get("bootstrap_servers")
     if servers:
         return ",".join(servers) if isinstance(servers, list) else str(servers)

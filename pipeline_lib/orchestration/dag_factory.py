@@ -29,12 +29,13 @@ from pipeline_lib.spec.models import JobSpec
 
 log = logging.getLogger(__name__)
 
-START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 ENV_RECOVERY_SCHEDULE = "PIPELINE_RECOVERY_SCHEDULE"  # a cron expression, or "none" (manual only)
 DEFAULT_RECOVERY_SCHEDULE = "*/5 * * * *"
 
 
 def recovery_schedule() -> str | None:
+    """The recovery DAG's schedule from the environment; ``none`` turns it off (manual runs only)."""
     value = os.environ.get(ENV_RECOVERY_SCHEDULE, "").strip() or DEFAULT_RECOVERY_SCHEDULE
     return None if value.lower() == "none" else value
 
@@ -66,6 +67,7 @@ def check_restore_target(spec: JobSpec, request: LaunchRequest, settings) -> Non
 
 
 def job_dag(spec_path: Path, spec: JobSpec) -> DAG:
+    """The DAG that runs one job: validate the request, then launch the run as a child process."""
     dag_id = job_dag_id(spec.name)
     reason = {"default": None, "description": "Why this run was launched (pipeline_recovery fills it in).",
               "schema": {"type": ["null", "string"], "maxLength": 500, "title": "Reason"}}
@@ -94,6 +96,7 @@ def job_dag(spec_path: Path, spec: JobSpec) -> DAG:
 
 
 def recovery_dag(specs_dir: Path) -> DAG:
+    """The DAG that assesses every job's pipelines and relaunches the failed or lost ones."""
     with DAG(
         dag_id=RECOVERY_DAG_ID, schedule=recovery_schedule(), start_date=START, catchup=False, max_active_runs=2,
         is_paused_upon_creation=False,
@@ -148,5 +151,5 @@ def recovery_dag(specs_dir: Path) -> DAG:
 
         TriggerDagRunOperator.partial(
             task_id="relaunch", logical_date=None, skip_when_already_exists=True, fail_when_dag_is_paused=True,
-        ).expand_kwargs(relaunch_requests(assess()))
+        ).expand_kwargs(relaunch_requests(assess()))  # type: ignore[arg-type]  # @task takes XComArgs for its args
     return dag

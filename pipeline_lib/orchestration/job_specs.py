@@ -18,19 +18,23 @@ RECOVERY_DAG_ID = "pipeline_recovery"
 
 
 def job_dag_id(job: str) -> str:
+    """The DAG id of a job, the one name the UI, the recovery DAG and the launcher agree on."""
     return f"{DAG_PREFIX}{job}"
 
 
 @dataclass
 class SpecFolder:
+    """The specs of a folder, and the files that failed to load (shown in the UI, not raised)."""
     specs: dict[Path, JobSpec] = field(default_factory=dict)
     errors: dict[Path, str] = field(default_factory=dict)
 
     def by_job(self) -> dict[str, tuple[Path, JobSpec]]:
+        """The specs by job name, for looking up the DAG of a job."""
         return {spec.name: (path, spec) for path, spec in self.specs.items()}
 
 
 def load_spec_folder(folder: Path) -> SpecFolder:
+    """Load every spec in ``folder``; one bad file or a duplicate job name must not hide the others."""
     found = SpecFolder()
     if not folder.is_dir():
         return found

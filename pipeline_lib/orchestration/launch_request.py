@@ -24,6 +24,7 @@ STALL_BOUNDS = (2, 86_400)  # seconds; the form and the model take the same boun
 
 
 def pipeline_names(spec: JobSpec) -> list[str]:
+    """The job's pipeline names, the choices of the launch form's pipeline field."""
     return [p.name for p in build_graph(spec).pipelines()]
 
 
@@ -109,13 +110,13 @@ class LaunchRequest(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _one_pipeline_for_a_snapshot(self) -> "LaunchRequest":
+    def _one_pipeline_for_a_snapshot(self) -> LaunchRequest:
         if self.restore not in ("latest", "none") and len(self.pipelines) != 1:
             raise ValueError("restore from a snapshot id needs exactly one pipeline in 'pipelines'")
         return self
 
     @model_validator(mode="after")
-    def _stall_longer_than_lease(self) -> "LaunchRequest":
+    def _stall_longer_than_lease(self) -> LaunchRequest:
         """A stall shorter than the lease would call a pipeline stuck before a missed heartbeat could."""
         if self.stall_seconds <= self.lease_seconds:
             raise ValueError(f"stall_seconds {self.stall_seconds:g} must be more than lease_seconds "
@@ -124,10 +125,11 @@ class LaunchRequest(BaseModel):
 
     @property
     def run_mode(self) -> str:
+        """The CLI's mode flag for the form's choice (the form's words are not the CLI's)."""
         return MODES[self.mode]
 
     @classmethod
-    def from_conf(cls, conf: dict[str, Any] | None, spec: JobSpec) -> "LaunchRequest":
+    def from_conf(cls, conf: dict[str, Any] | None, spec: JobSpec) -> LaunchRequest:
         """Validate against the job: SpecError names the param that is wrong."""
         try:
             request = cls.model_validate({k: v for k, v in (conf or {}).items() if v is not None})

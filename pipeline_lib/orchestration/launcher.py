@@ -8,6 +8,7 @@ on its command line, and every line it prints is scrubbed of secrets before it i
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -16,24 +17,30 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-import pipeline_lib.cli as cli_module
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.logs import scrub
 from pipeline_lib.orchestration.launch_request import LaunchRequest
 from pipeline_lib.settings import (
-    ENV_KAFKA_BOOTSTRAP, ENV_S3_ACCESS_KEY, ENV_S3_ENDPOINT, ENV_S3_REGION, ENV_S3_SECRET_KEY, ENV_SPARK_MASTER,
+    ENV_KAFKA_BOOTSTRAP,
+    ENV_S3_ACCESS_KEY,
+    ENV_S3_ENDPOINT,
+    ENV_S3_REGION,
+    ENV_S3_SECRET_KEY,
+    ENV_SPARK_MASTER,
     ConnectionSettings,
 )
 
 log = logging.getLogger(__name__)
+CLI_MODULE = "pipeline_lib.cli"
 
 
 @dataclass(frozen=True)
 class LaunchResult:
+    """How a launched run ended, for the Airflow task's result and its failure message."""
     returncode: int
     summary: dict | None  # the run's summary (counts, ids), or None if it died before writing it
     last_error: str | None
@@ -41,6 +48,7 @@ class LaunchResult:
 
 def cli_arguments(spec_path: Path, request: LaunchRequest, launched_by: str, summary_path: Path,
                   stop_file: Path | None = None) -> list[str]:
+    """The `pipeline-lib run` arguments for a launch request, so the task runs exactly what the CLI runs."""
     args = ["run", str(spec_path), f"--{request.run_mode}", "--restore", request.restore,
             "--lease-seconds", f"{request.lease_seconds:g}", "--stall-seconds", f"{request.stall_seconds:g}",
             "--launched-by", launched_by,
@@ -61,17 +69,27 @@ def launch_command(spec_path: Path, request: LaunchRequest, settings: Connection
     """``python -m pipeline_lib.cli run …`` (local mode), or ``spark-submit --master M …``."""
     args = cli_arguments(spec_path, request, launched_by, summary_path, stop_file)
     if not settings.spark_master:
-        return [python, "-m", "pipeline_lib.cli", *args]
+        return [python, "-m", CLI_MODULE, *args]
     submit = shutil.which("spark-submit", path=str(Path(python).parent)) or shutil.which("spark-submit")
     if submit is None:
         raise PipelineError("a Spark master is configured but spark-submit is not installed beside pyspark")
     return [submit, "--master", settings.spark_master, "--deploy-mode", "client",
             "--name", f"pipeline-lib:{spec_path.stem}", "--conf", "spark.ui.enabled=false",
-            str(Path(cli_module.__file__)), *args]
+            cli_script(), *args]
+
+
+def cli_script() -> str:
+    """The CLI's source file, which spark-submit runs as the driver's script. Found, not
+    imported: the launcher runs in an Airflow worker that has no use for the CLI's commands."""
+    spec = importlib.util.find_spec(CLI_MODULE)
+    if spec is None or spec.origin is None:
+        raise PipelineError(f"{CLI_MODULE} is not installed beside the launcher")
+    return spec.origin
 
 
 def launch_env(settings: ConnectionSettings, base: dict[str, str] | None = None,
                python: str = sys.executable) -> dict[str, str]:
+    """The child's environment: connection settings as PIPELINE_* variables, never on its command line."""
     env = dict(os.environ if base is None else base)
     values = {
         ENV_KAFKA_BOOTSTRAP: settings.kafka_bootstrap,
@@ -105,6 +123,7 @@ class LaunchedRun:
         self.proc: subprocess.Popen | None = None
 
     def start(self, emit: Callable[[str], None]) -> int:
+        """Start the run in its own session (so a stop reaches Spark too) and return its pid."""
         emit(scrub("launching: " + " ".join(self.command), self.settings.secrets()))
         self.proc = subprocess.Popen(self.command, env=launch_env(self.settings), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)

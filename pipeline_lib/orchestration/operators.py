@@ -31,6 +31,7 @@ class RunJobOperator(BaseOperator):
         self._run: LaunchedRun | None = None
 
     def execute(self, context) -> dict[str, Any]:
+        """Run the job to its end, streaming its log into the task's; fail the task if the run failed."""
         from airflow.exceptions import AirflowException
 
         from pipeline_lib.orchestration.airflow_connections import airflow_settings
@@ -45,6 +46,7 @@ class RunJobOperator(BaseOperator):
         return result.summary or {}
 
     def on_kill(self) -> None:
+        """Airflow stops the task: ask the run to stop after its epoch in flight instead of killing it."""
         if self._run is not None:
             log.warning("task stopped: asking job %s to stop after the epoch in flight", self.job_name)
             self._run.stop(self.stop_grace_s)

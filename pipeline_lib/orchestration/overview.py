@@ -27,6 +27,7 @@ HISTORY_ROWS = 8
 
 @dataclass
 class PipelineView:
+    """What the UI shows of one pipeline: its observed status, lag and latest snapshot."""
     name: str
     flows: list[str]
     topic: str
@@ -49,6 +50,7 @@ class PipelineView:
 
 @dataclass
 class JobView:
+    """What the UI shows of one job: its spec file, DAG and pipelines."""
     name: str
     spec_file: str
     dag_id: str
@@ -58,17 +60,20 @@ class JobView:
 
 @dataclass
 class Overview:
+    """The UI page's whole state at one moment, served as JSON."""
     jobs: list[JobView]
     spec_errors: dict[str, str]
     generated_at: str
 
     def to_dict(self) -> dict:
+        """Plain JSON-ready data for the UI's API."""
         return asdict(self)
 
 
 def build_overview(specs_dir: Path, settings: ConnectionSettings, lag: bool = True,
                    now: dt.datetime | None = None) -> Overview:
-    now = now or dt.datetime.now(dt.timezone.utc)
+    """Read every job's checkpoints (and Kafka lag if ``lag``) into the overview the UI renders."""
+    now = now or dt.datetime.now(dt.UTC)
     folder = load_spec_folder(specs_dir)
     jobs = [_job_view(path, spec, settings, now, lag) for path, spec in folder.specs.items()]
     errors = {path.name: error for path, error in folder.errors.items()}

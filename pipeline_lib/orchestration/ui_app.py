@@ -55,6 +55,7 @@ def _auth_dependency():
 
 
 def create_app(specs_dir: Path | None = None, settings_factory=_settings, authenticated: bool = True) -> FastAPI:
+    """The UI plugin's FastAPI app; ``authenticated=False`` serves it without Airflow's login (tests)."""
     app = FastAPI(title="pipeline-lib", dependencies=_auth_dependency() if authenticated else [])
 
     def overview(lag: bool = True):

@@ -24,9 +24,11 @@ from typing import Any, Literal
 from pipeline_lib.checkpoint.manifest import PipelineStatus
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.graph import build_graph
-from pipeline_lib.orchestration.launch_request import MODES
 from pipeline_lib.recovery.recovery_record import (
-    RecoveryEvent, RecoveryPolicy, read_record, swap_record,
+    RecoveryEvent,
+    RecoveryPolicy,
+    read_record,
+    swap_record,
 )
 from pipeline_lib.recovery.restore_plan import plan_pipeline
 from pipeline_lib.settings import ConnectionSettings
@@ -35,12 +37,17 @@ from pipeline_lib.spec.models import JobSpec
 log = logging.getLogger(__name__)
 
 Verdict = Literal["relaunch", "waiting", "gave_up", "healthy", "never_ran", "busy"]
-MODE_PARAM = {run_mode: param for param, run_mode in MODES.items()}
+# The job DAG's ``mode`` param for each run mode a STATUS records, so that a relaunch keeps the
+# failed attempt's mode. Orchestration's trigger form (launch_request.MODES) maps the other way:
+# recovery sits below orchestration and imports none of it; tests/unit/test_import_layout.py
+# checks that the two mappings agree.
+MODE_PARAM = {"until-caught-up": "until_caught_up", "forever": "continuous"}
 RELAUNCHED = ("FAILED", "LOST", "STALLED")  # observed states that recovery relaunches
 
 
 @dataclass
 class Decision:
+    """What recovery decided for one pipeline and why: the DAG's XCom, and the job's relaunch conf."""
     job: str
     pipeline: str
     verdict: Verdict
@@ -52,15 +59,17 @@ class Decision:
     trigger_run_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain data for the recovery DAG's XCom."""
         return asdict(self)
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def recover_job(spec: JobSpec, settings: ConnectionSettings, policy: RecoveryPolicy, by: str,
                 now: dt.datetime | None = None, dry_run: bool = False) -> list[Decision]:
+    """Decide for each pipeline of the job whether to relaunch it, under the policy's limits and backoff."""
     now = now or _now()
     decisions = []
     for pipeline in build_graph(spec).pipelines():

@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict
 from pipeline_lib.checkpoint import layout
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 
-
 HISTORY_LIMIT = 30
 Action = Literal["relaunch", "gave_up", "healthy_again", "marked_lost"]
 
@@ -33,10 +32,12 @@ class RecoveryPolicy(BaseModel):
     launch_timeout_s: float = 900.0
 
     def backoff(self, relaunches_so_far: int) -> dt.timedelta:
+        """The wait before the next relaunch: doubling with each one, capped, so a crash loop slows down."""
         return dt.timedelta(seconds=min(self.backoff_max_s, self.backoff_base_s * 2 ** relaunches_so_far))
 
 
 class RecoveryEvent(BaseModel):
+    """One thing recovery did or declined to do, kept in the record's history for the operator."""
     model_config = ConfigDict(frozen=True)
 
     at: dt.datetime
@@ -49,6 +50,7 @@ class RecoveryEvent(BaseModel):
 
 
 class RecoveryRecord(BaseModel):
+    """Recovery's memory of a pipeline (relaunch count, last attempt), stored beside its checkpoints."""
     model_config = ConfigDict(frozen=True)
 
     job: str
@@ -60,11 +62,13 @@ class RecoveryRecord(BaseModel):
     gave_up: bool = False
     history: list[RecoveryEvent] = []
 
-    def with_event(self, event: RecoveryEvent, **changes) -> "RecoveryRecord":
+    def with_event(self, event: RecoveryEvent, **changes) -> RecoveryRecord:
+        """A copy with ``event`` first in the history (bounded), records being immutable."""
         return self.model_copy(update={**changes, "history": [event, *self.history][:HISTORY_LIMIT]})
 
 
 def read_record(snapshots: SnapshotStore) -> tuple[RecoveryRecord, str | None]:
+    """The pipeline's recovery record and its version for a compare-and-swap write; a new one if none."""
     record, version = snapshots.read_record(layout.RECOVERY_KEY, RecoveryRecord)
     return record or RecoveryRecord(job=snapshots.job, pipeline=snapshots.pipeline), version
 

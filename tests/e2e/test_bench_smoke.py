@@ -10,10 +10,13 @@ import json
 import pytest
 
 from pipeline_lib.benchmarks.bench_report import PLOTS
-from pipeline_lib.benchmarks.throughput import BenchConfig, format_summary, run_bench
+from pipeline_lib.benchmarks.config import BenchConfig
+from pipeline_lib.benchmarks.summary import format_summary
+from pipeline_lib.benchmarks.throughput import run_bench
 from pipeline_lib.execution.pipeline_runner import EPOCH_PHASES
 
 
+@pytest.mark.slow  # both engines and raw kafka-python, each in a Spark run of its own
 @pytest.mark.timeout(400)
 def test_bench_smoke(local_stack, tmp_path):
     out = tmp_path / "bench"

@@ -7,7 +7,9 @@ import io
 from rich.console import Console
 
 from pipeline_lib import cli
-from pipeline_lib.benchmarks.throughput import parse_epoch_line, parse_keys, parse_kinds, steady
+from pipeline_lib.benchmarks.config import parse_keys, parse_kinds
+from pipeline_lib.benchmarks.measures import steady
+from pipeline_lib.benchmarks.our_job import parse_epoch_line
 from pipeline_lib.execution.pipeline_runner import EPOCH_PHASES, EpochReport
 
 

@@ -1,0 +1,101 @@
+"""``pipeline-lib bench``: the benchmarks' one command line, mounted by the CLI.
+
+``pipeline-lib bench [OPTIONS]`` runs the throughput benchmark (throughput.py);
+``pipeline-lib bench restore`` and ``pipeline-lib bench cluster`` run the restore and cluster
+benchmarks (restore_completed.py, cluster_vs_local.py). The Makefile's bench targets call these.
+Each benchmark's modules load only when it runs, so mounting this costs other commands nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+bench_app = typer.Typer()  # its help is the throughput command's docstring (the callback below)
+
+
+@bench_app.callback(invoke_without_command=True)
+def throughput(
+    ctx: typer.Context,
+    events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 1_000_000,
+    keys: Annotated[int, typer.Option(min=1, help="Distinct users (keys).")] = 100_000,
+    per_epoch: Annotated[int, typer.Option(
+        min=1, help="Max records per epoch (ours) and per micro-batch (Structured Streaming).")] = 100_000,
+    restore_keys: Annotated[str, typer.Option(
+        help="State sizes for the restore measurement, comma-separated.")] = "10000,100000,1000000",
+    partitions: Annotated[int, typer.Option(min=1, help="Kafka partitions of the benchmark topic.")] = 4,
+    parallelism: Annotated[int, typer.Option(min=1, help="local[N] for both engines.")] = 2,
+    incremental: Annotated[str, typer.Option(
+        help="Small incremental runs: key_groups,users (or none).")] = "key_groups,users",
+    no_recovery: Annotated[bool, typer.Option("--no-recovery", help="Skip the SIGKILL/restart measurement.")] = False,
+    out: Annotated[Path, typer.Option(
+        help="Folder for report.md, report.json, plots and logs.")] = Path("results/bench"),
+) -> None:
+    """Throughput: this project's job vs Spark Structured Streaming vs raw kafka-python, with a report.
+
+    Both engines run on one embedded stack; report.md, report.json, plots and logs go to --out (see
+    pipeline_lib/benchmarks/throughput.py for what each figure times). The sub-commands run the other
+    benchmarks instead."""
+    if ctx.invoked_subcommand is not None:
+        given = [f"--{p.name.replace('_', '-')}" for p in ctx.command.params if p.name and _given(ctx, p.name)]
+        if given:
+            raise typer.BadParameter(f"{', '.join(given)}: throughput options, given before the sub-command "
+                                     f"{ctx.invoked_subcommand} (see pipeline-lib bench {ctx.invoked_subcommand} "
+                                     "--help for its own)")
+        return
+    from pipeline_lib.benchmarks.config import BenchConfig, parse_keys, parse_kinds
+    from pipeline_lib.benchmarks.throughput import report_and_exit, run_bench
+
+    try:
+        sizes = parse_keys(restore_keys)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--restore-keys") from None
+    try:
+        kinds = parse_kinds(incremental)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--incremental") from None
+    cfg = BenchConfig(events=events, keys=keys, per_epoch=per_epoch, restore_keys=sizes, partitions=partitions,
+                      parallelism=parallelism, incremental=kinds, recovery=not no_recovery, out=out)
+    raise typer.Exit(report_and_exit(run_bench(cfg), cfg))
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was given (not its default). By the source's name: Typer carries
+    a click of its own, whose ParameterSource is not click's."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+@bench_app.command("restore")
+def restore(
+    pipelines: Annotated[int, typer.Option(min=1, help="Pipelines of the job, one bounded topic each.")] = 12,
+    events: Annotated[int, typer.Option(min=1, help="Records per pipeline.")] = 20_000,
+    users: Annotated[int, typer.Option(min=1, help="Keys of each pipeline's state.")] = 5_000,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per mode (medians are reported).")] = 3,
+) -> None:
+    """Restore time with many completed pipelines: skipping them vs restoring everything.
+
+    Prints the medians and their ratio (see pipeline_lib/benchmarks/restore_completed.py)."""
+    from pipeline_lib.benchmarks.restore_completed import restore_completed
+
+    raise typer.Exit(restore_completed(pipelines=pipelines, events=events, users=users, repeat=repeat))
+
+
+@bench_app.command("cluster")
+def cluster(
+    events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 120_000,
+    users: Annotated[int, typer.Option(min=1, help="Distinct users (keys).")] = 5_000,
+    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch.")] = 20_000,
+    workers: Annotated[int, typer.Option(min=1, help="One-core workers of the standalone cluster.")] = 2,
+    parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism (local[N] in local mode).")] = 2,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per mode (medians are reported).")] = 2,
+) -> None:
+    """Start-up to the first committed epoch and steady-epoch time, local mode vs a standalone cluster.
+
+    Prints the medians per mode and the cluster/local ratios (see pipeline_lib/benchmarks/cluster_vs_local.py)."""
+    from pipeline_lib.benchmarks.cluster_vs_local import cluster_vs_local
+
+    raise typer.Exit(cluster_vs_local(events=events, users=users, per_epoch=per_epoch, workers=workers,
+                                      parallelism=parallelism, repeat=repeat))

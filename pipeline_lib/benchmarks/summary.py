@@ -1,0 +1,119 @@
+"""The benchmark's verdicts: throughput rows, ratios, the targets marked PASS / FAIL / NOT
+MEASURED, and the correctness of every result table; and the summary text printed at the end
+(which report.md repeats). Targets are measurements, not assertions: only a wrong table fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline_lib.benchmarks.config import BenchConfig
+
+
+def summarize(r: dict[str, Any], cfg: BenchConfig) -> dict[str, Any]:
+    """The headline numbers of a report (rates and ratios per core), so runs on different machines compare."""
+    ours, sss, raw = r["ours"], r["structured_streaming"], r["raw_kafka"]
+    raw_eps = raw["no_decode"]["records_per_s"]
+    cores = cfg.parallelism
+    e2e_ratio = ours["events_per_s"] / sss["events_per_s"] if sss["events_per_s"] else None
+    ours_steady, sss_steady = ours["steady"]["events_per_s"], sss["steady"]["events_per_s"]
+    per_core_steady = (ours_steady / cores) / raw_eps if ours_steady else None
+    per_core_e2e = (ours["events_per_s"] / cores) / raw_eps
+    inc = r["snapshots"]["incremental"].get("key_groups", {})
+    inc_share = max((e["written_share"] for e in inc.get("epochs", []) if e["written_share"] is not None),
+                    default=None)
+    million = next((x for x in r["restore"] if x["keys"] == 1_000_000), None)
+    biggest = max(r["restore"], key=lambda x: x["keys"], default=None)
+
+    def verdict(ok: bool | None) -> str:
+        return "NOT MEASURED" if ok is None else ("PASS" if ok else "FAIL")
+
+    targets = [
+        {"target": "end-to-end events/s, ours / Structured Streaming (whole process, snapshot every epoch)",
+         "goal": ">= 1.5x", "measured": e2e_ratio, "unit": "x",
+         "status": verdict(None if e2e_ratio is None else e2e_ratio >= 1.5)},
+        {"target": f"steady-state events/s per core (ours / {cores} cores) / raw kafka-python "
+                   "(1 thread, no decoding)",
+         "goal": ">= 50%", "measured": per_core_steady, "unit": "%",
+         "status": verdict(None if per_core_steady is None else per_core_steady >= 0.5)},
+        {"target": f"incremental snapshot: bytes written by an epoch touching {inc.get('key_groups_share', 0):.1%} "
+                   "of the key groups / full snapshot bytes",
+         "goal": "<= 10%", "measured": inc_share, "unit": "%",
+         "status": verdict(None if inc_share is None else inc_share <= 0.10)},
+        {"target": "restore of a 1M-key state (PipelineRunner.restore)",
+         "goal": "<= 5 s", "measured": million["restore_s"] if million else None, "unit": "s",
+         "status": verdict(None if million is None else million["restore_s"] <= 5.0),
+         "note": None if million else (f"largest size measured: {biggest['keys']:,} keys in "
+                                       f"{biggest['restore_s']:.2f} s" if biggest else "no restore sizes measured")},
+    ]
+    correct = ours["check"]["verified"] and sss["check"]["verified"] and \
+        r["recovery"].get("check_after_all_runs", {"verified": True})["verified"]
+    return {
+        "throughput": [
+            {"what": "ours, end to end (whole `pipeline-lib run` process)", "events_per_s": ours["events_per_s"],
+             "seconds": ours["wall_s"]},
+            {"what": "ours, steady epochs (2..n, inside the run)", "events_per_s": ours_steady,
+             "seconds": ours["steady"]["seconds"]},
+            {"what": "Structured Streaming, end to end (whole process)", "events_per_s": sss["events_per_s"],
+             "seconds": sss["wall_s"]},
+            {"what": "Structured Streaming, steady batches (2..n, triggerExecution)", "events_per_s": sss_steady,
+             "seconds": sss["steady"]["seconds"]},
+            {"what": "raw kafka-python, 1 thread, no decoding", "events_per_s": raw_eps,
+             "seconds": raw["no_decode"]["seconds"]},
+            {"what": "raw kafka-python, 1 thread, json.loads", "events_per_s": raw["json_decode"]["records_per_s"],
+             "seconds": raw["json_decode"]["seconds"]},
+        ],
+        "checkpoint_per_steady_epoch_s": {
+            "ours (state files + manifest/head + GC, to the S3 server)": ours["steady_checkpoint_mean_s"],
+            "Structured Streaming (offset log + commit log + state store commit, local disk)":
+                sss["steady_checkpoint_mean_s"],
+        },
+        "ratios": {
+            "ours_vs_sss_end_to_end": e2e_ratio,
+            "ours_vs_sss_steady": ours_steady / sss_steady if ours_steady and sss_steady else None,
+            "ours_per_core_vs_raw_steady": per_core_steady,
+            "ours_per_core_vs_raw_end_to_end": per_core_e2e,
+            "cores": cores,
+        },
+        "targets": targets,
+        "correct": correct,
+    }
+
+
+def _s(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f} s"
+
+
+def _fmt(v: float | None, unit: str = "x") -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:.1%}" if unit == "%" else (f"{v:.2f} s" if unit == "s" else f"{v:.2f}x")
+
+
+def format_summary(report: dict[str, Any]) -> str:
+    """The summary as the Markdown table printed at the end of `pipeline-lib bench`."""
+    s = report["summary"]
+    lines = ["", "| run | events/s | seconds |", "|---|---:|---:|"]
+    for row in s["throughput"]:
+        eps = f"{row['events_per_s']:,.0f}" if row["events_per_s"] else "n/a"
+        lines.append(f"| {row['what']} | {eps} | {row['seconds']:.2f} |")
+    ratios = s["ratios"]
+    lines += ["", f"ours / Structured Streaming: end to end {_fmt(ratios['ours_vs_sss_end_to_end'])}, "
+                  f"steady {_fmt(ratios['ours_vs_sss_steady'])}",
+              f"ours per core ({ratios['cores']} cores) / raw kafka-python: steady "
+              f"{_fmt(ratios['ours_per_core_vs_raw_steady'], '%')}, end to end "
+              f"{_fmt(ratios['ours_per_core_vs_raw_end_to_end'], '%')}",
+              "checkpoint per steady epoch: " + "; ".join(
+                  f"{who} {_s(v)}" for who, v in s["checkpoint_per_steady_epoch_s"].items()),
+              "", "| target | goal | measured | verdict |", "|---|---|---|---|"]
+    for t in s["targets"]:
+        note = f" ({t['note']})" if t.get("note") else ""
+        lines.append(f"| {t['target']}{note} | {t['goal']} | {_fmt(t['measured'], t['unit'])} | **{t['status']}** |")
+    checks = [("ours", report["ours"]["check"]), ("Structured Streaming", report["structured_streaming"]["check"])]
+    if "check_after_all_runs" in report["recovery"]:
+        checks.append(("ours after incremental + SIGKILL/restore runs", report["recovery"]["check_after_all_runs"]))
+    lines.append("")
+    for who, c in checks:
+        lines.append(f"result check, {who}: {'equal to spend_per_user(events)' if c['verified'] else 'MISMATCH'} "
+                     f"({c['keys_found']:,} keys, {c['keys_wrong_or_missing']} wrong/missing, "
+                     f"{c['keys_unexpected']} unexpected)")
+    return "\n".join(lines)
