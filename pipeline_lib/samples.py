@@ -9,18 +9,21 @@ from __future__ import annotations
 import json
 import random
 
-from kafka import KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
+
+from pipeline_lib.kafka_clients import AdminClient, Producer
 
 
 def payment_events(count: int, users: int, seed: int = 1) -> list[dict]:
+    """``count`` payments over ``users`` users, the same for the same seed (so runs can be compared)."""
     rng = random.Random(seed)
     return [{"user": f"user-{rng.randrange(users):06d}", "amount": rng.randint(1, 1_000)} for _ in range(count)]
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="pipeline-lib-samples")
+    """Create the topic unless it exists (idempotent, so demos and tests can rerun)."""
+    admin = AdminClient(bootstrap_servers=bootstrap, client_id="pipeline-lib-samples")
     try:
         admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
     except TopicAlreadyExistsError:
@@ -31,7 +34,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 def produce_json(bootstrap: str, topic: str, events: list[dict], key_field: str | None = "user") -> None:
     """Produce with normal batching (several records per batch), as real producers do."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=64 * 1024, acks="all")
+    producer = Producer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=64 * 1024, acks="all")
     try:
         for event in events:
             key = str(event[key_field]).encode() if key_field else None
@@ -44,7 +47,7 @@ def produce_json(bootstrap: str, topic: str, events: list[dict], key_field: str 
 def produce_raw(bootstrap: str, topic: str, values: list[bytes | None | tuple[bytes, bytes | None]],
                 partition: int | None = None) -> None:
     """Values as given (bytes, or a (key, value) pair: a tombstone needs a key)."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks="all")
+    producer = Producer(bootstrap_servers=bootstrap, linger_ms=20, acks="all")
     try:
         for item in values:
             key, value = item if isinstance(item, tuple) else (None, item)

@@ -13,7 +13,7 @@ exactly; tests/e2e/test_kafka_source.py compares the two paths record by record.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from kafka import KafkaConsumer
 from kafka.consumer.fetcher import Fetcher
@@ -21,6 +21,7 @@ from kafka.errors import CorruptRecordError
 from kafka.protocol.consumer import IsolationLevel
 
 from pipeline_lib.execution.kafka_batches import ColumnBatch, decode_batch
+from pipeline_lib.kafka_clients import Consumer
 
 # Kafka record batches per poll: enough to take a whole fetch response (max_partition_fetch_bytes),
 # so that kafka-python sends the next fetch before the poll returns and it travels while the
@@ -74,7 +75,12 @@ def _legacy_columns(batch) -> ColumnBatch:
     import numpy as np
 
     data = bytearray()
-    offsets, stamps, key_starts, key_lengths, value_starts, value_lengths = [], [], [], [], [], []
+    offsets: list[int] = []
+    stamps: list[int] = []
+    key_starts: list[int] = []
+    key_lengths: list[int] = []
+    value_starts: list[int] = []
+    value_lengths: list[int] = []
     for record in batch:
         offsets.append(record.offset)
         stamps.append(record.timestamp)
@@ -90,7 +96,7 @@ def _legacy_columns(batch) -> ColumnBatch:
 def columnar_consumer(**config) -> KafkaConsumer:
     """A KafkaConsumer (same configuration keys) whose polls map each partition to a list of
     ColumnBatch. Pass ``max_records=POLL_MAX_BATCHES``: it counts Kafka batches here."""
-    consumer = KafkaConsumer(**config)
+    consumer = Consumer(**config)
     fetcher = consumer._fetcher
     fetcher.PartitionRecords = _ColumnPartitionRecords
     fetcher.fetch_below = {}

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from kafka import KafkaConsumer
 from pyspark.sql.types import StringType, StructType
 
 from pipeline_lib.errors import PipelineError, RecordError
@@ -40,7 +42,7 @@ class KafkaRangeReader:
     Each task reads its ``[start, end)`` ranges of Kafka partitions one after the other. A
     ``mapInArrow`` rather than a Python data source (``pyspark.sql.datasource``): Spark plans it
     without starting Python processes on the driver, and nothing has to be registered when the
-    session starts (measured together: ~2 s less start-up, ~1-2 s less on the first query).
+    session starts, which keeps both out of start-up and the first query.
     ``tolerant`` (on_error dead_letter | skip): a bad record becomes a row with ``_error`` and
     ``_raw`` set instead of failing the task."""
 
@@ -54,6 +56,7 @@ class KafkaRangeReader:
     max_record_bytes: int
 
     def __call__(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The ``mapInArrow`` function: read every range of the tasks this partition holds."""
         for ranges in self.ranges_of(task_indexes):
             yield from self.read_task(ranges)
 
@@ -82,11 +85,11 @@ class KafkaRangeReader:
 class RecordBatcher:
     """Records of one Kafka partition (ColumnBatch es) → Arrow record batches of the reader's schema.
 
-    Gives what PySpark itself made of the rows this reader used to yield (user fields, then
+    Gives exactly what PySpark makes of the same records as Python rows (user fields, then
     _topic, _partition, _offset, _timestamp_ms, then _error/_raw when tolerant): the same Arrow
     schema (the one the worker checks a batch against), PySpark's own per-type value converters
-    for the types that need one, and ``RecordBatch.from_arrays`` over the same Python values.
-    Only the row-by-row detour is gone. When no record needs a closer look (all values present,
+    for the types that need one, and ``RecordBatch.from_arrays`` over the same Python values,
+    without a Python row per record. When no record needs a closer look (all values present,
     short, valid for msgspec), a poll's values are decoded in one pass; otherwise record by record,
     where the first bad one raises or becomes an error row.
     """
@@ -117,7 +120,7 @@ class RecordBatcher:
             self.width, self.needs_keys = 2, True
 
     def build(self, chunks: Sequence[ColumnBatch]) -> pa.RecordBatch:
-        """Raises the first bad record's RecordError unless tolerant, like the row-by-row read did."""
+        """Raises the first bad record's RecordError unless tolerant (then it is an error row)."""
         topic, partition, limit = self.topic, self.partition, self.max_record_bytes
         chunks = list(chunks) or [ColumnBatch.empty()]
         offsets = np.concatenate([c.offsets for c in chunks])
@@ -131,7 +134,7 @@ class RecordBatcher:
         if rows is None:  # record by record: the first bad one raises, or becomes an error row
             rows = self._rows_one_by_one(offsets, keys, values, sizes, errors, raws)
         n = len(offsets)
-        columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in range(self.width)]
+        columns: list[Any] = [list(c) for c in zip(*rows)] if rows else [[] for _ in range(self.width)]
         columns += [pa.repeat(topic, n), pa.repeat(pa.scalar(partition, pa.int32()), n), offsets, stamps]
         if self.tolerant:
             columns += [errors, raws]
@@ -156,7 +159,8 @@ class RecordBatcher:
         for i, (offset, key, value, size) in enumerate(zip(offsets.tolist(), keys, values, sizes.tolist())):
             try:
                 if size > limit:
-                    raise RecordError(topic, partition, offset, f"record of {size} bytes exceeds max_record_bytes {limit}")
+                    raise RecordError(topic, partition, offset,
+                                      f"record of {size} bytes exceeds max_record_bytes {limit}")
                 rows.append(decode(offset, key, value))
             except RecordError as exc:
                 if not tolerant:
@@ -219,9 +223,10 @@ def _read_polls(bootstrap: str, topic: str, partition: int, start: int, end: int
     consumer, tp = cached.consumer, TopicPartition(topic, partition)
     finished = False
     try:
-        if cached.continues_at(start):  # [start, resume_at) is in the tail; the rest is on its way
+        resumes = cached.resume_at
+        if resumes is not None and cached.continues_at(start):  # [start, resume_at) is in the tail
             head, tail = shape.between(cached.tail, start, end), shape.between(cached.tail, end, _NO_END)
-            position = end if tail or cached.resume_at >= end else cached.resume_at
+            position = end if tail or resumes >= end else resumes
         else:
             consumer.assign([tp])
             consumer.seek(tp, start)
@@ -276,7 +281,7 @@ class _CachedConsumer:
     ``resume_at``, and ``tail`` holds the records ``[tail_from, resume_at)`` its last fetch
     brought past the range: a range starting in there continues without a seek, from the tail."""
 
-    consumer: object
+    consumer: KafkaConsumer
     tail_from: int | None = None
     tail: list = field(default_factory=list)
     resume_at: int | None = None
@@ -296,11 +301,11 @@ class _CachedConsumer:
 # (bootstrap, topic, partition), taken out of the cache while in use. When a poll drains its
 # buffer kafka-python sends the next fetch at once (the columnar read drains every fetch, so the
 # next one is on its way while a batch is decoded, but never one past the range: bound_fetches,
-# which also sizes fetches to what the range still needs); at the log's end the broker holds that fetch
-# up to fetch_max_wait_ms, and any other fetch on the connection waits behind it (measured: a
-# consumer reassigned to another partition waited 500 ms, the default). A partition's next range
-# usually comes an epoch later, after that fetch was answered, and continues from the consumer's
-# tail; FETCH_MAX_WAIT_MS bounds the wait when it comes sooner.
+# which also sizes fetches to what the range still needs); at the log's end the broker holds that
+# fetch up to fetch_max_wait_ms, and any other fetch on the connection waits behind it (a consumer
+# reassigned to another partition would wait kafka-python's default, 500 ms). A partition's next
+# range usually comes an epoch later, after that fetch was answered, and continues from the
+# consumer's tail; FETCH_MAX_WAIT_MS bounds the wait when it comes sooner.
 CONSUMER_IDLE_S = 60.0  # older ones are closed rather than trusted (brokers drop idle connections)
 CONSUMER_CACHE_SIZE = 8
 _consumers: dict[tuple[str, str, int, bool], _CachedConsumer] = {}  # (..., columnar)
@@ -308,7 +313,7 @@ _consumers_pid = os.getpid()
 
 
 def _take_consumer(bootstrap: str, topic: str, partition: int, columnar: bool) -> _CachedConsumer:
-    from kafka import KafkaConsumer
+    from pipeline_lib.kafka_clients import Consumer
 
     global _consumers_pid
     if _consumers_pid != os.getpid():  # a forked child must not share its parent's sockets
@@ -319,10 +324,10 @@ def _take_consumer(bootstrap: str, topic: str, partition: int, columnar: bool) -
         if now - cached.used > CONSUMER_IDLE_S:
             del _consumers[key]
             _close_quietly(cached.consumer)
-    cached = _consumers.pop((bootstrap, topic, partition, columnar), None)
-    if cached is not None:
-        return cached
-    return _CachedConsumer((columnar_consumer if columnar else KafkaConsumer)(
+    key = (bootstrap, topic, partition, columnar)
+    if key in _consumers:
+        return _consumers.pop(key)
+    return _CachedConsumer((columnar_consumer if columnar else Consumer)(
         bootstrap_servers=bootstrap,
         group_id=None,
         enable_auto_commit=False,
@@ -347,5 +352,5 @@ def _give_back(bootstrap: str, topic: str, partition: int, columnar: bool, cache
 def _close_quietly(consumer) -> None:
     try:
         consumer.close()
-    except Exception:  # noqa: BLE001 - closing a broken consumer must not hide the real error
+    except Exception:  # closing a broken consumer must not hide the real error
         pass

@@ -23,9 +23,9 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
 
 from pyspark.sql.types import StructType
 
@@ -42,6 +42,8 @@ class StartupError(PipelineError):
 
 @dataclass(frozen=True)
 class SubtaskCheck:
+    """The result of one subtask's ``on_start``: whether it started, and why not."""
+
     subtask: str
     ok: bool
     detail: str
@@ -97,16 +99,15 @@ def _source_on_start(index: int, bootstrap: str, topic: str, parallelism: int, t
     """Runs on an executor: check it has the driver's versions, connect to Kafka and find this
     subtask's partitions."""
     try:
-        from kafka import KafkaConsumer
-
         from pipeline_lib.faults import fault_point  # the executors must have the library
+        from pipeline_lib.kafka_clients import Consumer
 
         mismatch = version_mismatch(driver_versions, library_versions(), executor_name())
         if mismatch:
             return [(index, False, mismatch)]
         fault_point("during_startup")
 
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+        consumer = Consumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                                  client_id=f"pipeline-lib-start-{index}", request_timeout_ms=timeout_ms)
         try:
             partitions = sorted(consumer.partitions_for_topic(topic) or [])

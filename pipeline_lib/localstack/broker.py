@@ -13,8 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kafka import KafkaAdminClient
-
+from pipeline_lib.kafka_clients import AdminClient
 from pipeline_lib.localstack.ports import LOCALHOST, is_port_free
 from pipeline_lib.localstack.processes import StackError, start_daemon, stop_pid, wait_until_ready
 
@@ -38,10 +37,12 @@ class BrokerConfig:
 
     @property
     def bootstrap(self) -> str:
+        """The address Kafka clients bootstrap from."""
         return f"{LOCALHOST}:{self.port}"
 
     @property
     def log_path(self) -> Path:
+        """Where the broker's output goes (quoted when it fails to start)."""
         return self.data_dir / "tansu.log"
 
 
@@ -58,6 +59,7 @@ def broker_binary() -> str:
 
 
 def broker_command(binary: str, config: BrokerConfig) -> list[str]:
+    """Tansu's argv: one listener on 127.0.0.1, advertised as itself, with the chosen storage engine."""
     url = f"tcp://{config.bootstrap}"
     engine = f"s3://{TANSU_BUCKET}/" if config.storage == "s3" else "memory://tansu/"
     return [binary, "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", engine]
@@ -81,11 +83,8 @@ def broker_ready(bootstrap: str) -> bool:
     host, port = bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=1.0):
         pass
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000, bootstrap_timeout_ms=3000)
-    try:
+    with AdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000, bootstrap_timeout_ms=3000) as admin:
         admin.list_topics()
-    finally:
-        admin.close()
     return True
 
 

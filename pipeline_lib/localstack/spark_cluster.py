@@ -64,6 +64,8 @@ def _cmdline(pid: int) -> str:
 
 @dataclass
 class Worker:
+    """One standalone worker process and where its ports, work directory and log are."""
+
     index: int
     pid: int
     port: int
@@ -75,6 +77,8 @@ class Worker:
 
 @dataclass
 class SparkCluster:
+    """A running standalone cluster: its master, its workers, and how to reach them."""
+
     data_dir: Path
     master_port: int
     webui_port: int
@@ -85,10 +89,12 @@ class SparkCluster:
 
     @property
     def master_url(self) -> str:
+        """The ``spark://`` URL jobs submit to."""
         return f"spark://{LOCALHOST}:{self.master_port}"
 
     @property
     def master_log(self) -> Path:
+        """The master's log file."""
         return self.data_dir / "master.log"
 
     def state(self) -> dict:
@@ -97,6 +103,7 @@ class SparkCluster:
             return json.loads(response.read())
 
     def alive_worker_ports(self) -> set[int]:
+        """Ports of the workers the master currently sees ALIVE."""
         return {w["port"] for w in self.state()["workers"] if w["state"] == "ALIVE"}
 
     def executor_pids(self, index: int) -> list[int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import shlex
 from collections.abc import Iterator
@@ -18,11 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.localstack.broker import STORAGE_ENGINES, TANSU_BUCKET, BrokerConfig, restart_broker, start_broker
+from pipeline_lib.localstack.moto_s3 import MOTO_SERVER, start_moto_s3_server
 from pipeline_lib.localstack.ports import GRPC_OFFSET, LOCALHOST, free_port, free_port_pairs
 from pipeline_lib.localstack.processes import StackError, pid_alive, stop_pid
 from pipeline_lib.localstack.s3server import (
+    SEAWEEDFS_SERVER,
     WEED_COMPONENTS,
     S3Server,
+    choose_s3_server,
     create_buckets,
     remove_stale_sockets,
     restart_s3_server,
@@ -30,6 +34,7 @@ from pipeline_lib.localstack.s3server import (
 )
 from pipeline_lib.settings import ENV_KAFKA_BOOTSTRAP, ENV_S3_ACCESS_KEY, ENV_S3_ENDPOINT, ENV_S3_SECRET_KEY
 
+log = logging.getLogger(__name__)
 STACK_FILE = "stack.json"
 BUCKETS = (TANSU_BUCKET, "checkpoints", "results")
 
@@ -49,6 +54,7 @@ class StackInfo:
     broker_storage: str
     broker_bin: str = ""
     s3_bin: str = ""
+    s3_server: str = SEAWEEDFS_SERVER  # or MOTO_SERVER: the fallback where no `weed` exists
 
     def env(self) -> dict[str, str]:
         """The PIPELINE_* connection variables for this stack."""
@@ -64,14 +70,17 @@ class StackInfo:
         return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in self.env().items())
 
     def broker_config(self) -> BrokerConfig:
+        """The broker's configuration, to restart it identically."""
         return BrokerConfig(self.data_dir, self.ports["broker"], self.broker_storage, self.s3_endpoint,
                             self.access_key, self.secret_key)
 
     def to_json(self) -> dict[str, Any]:
+        """The record as JSON-ready data (stack.json)."""
         return {**asdict(self), "data_dir": str(self.data_dir)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "StackInfo":
+    def from_json(cls, data: dict[str, Any]) -> StackInfo:
+        """The record read back from stack.json."""
         return cls(**{**data, "data_dir": Path(data["data_dir"]), "ports": dict(data["ports"])})
 
 
@@ -129,14 +138,20 @@ def _stop(info: StackInfo) -> bool:
 
 
 # -- public API -------------------------------------------------------------------------------
-def start_stack(data_dir: Path, broker_storage: str = "s3", *, timeout: float = 60.0) -> StackInfo:
+def start_stack(data_dir: Path, broker_storage: str = "s3", *, timeout: float = 60.0,
+                s3_server: str | None = None) -> StackInfo:
     """Start the S3 server, create the buckets, start the broker; record and return the stack.
 
+    ``s3_server`` (else $PIPELINE_LOCAL_S3_SERVER, else ``auto``): SeaweedFS where its ``weed``
+    exists, else the in-memory moto server, announced by one warning (see ``choose_s3_server``).
     Raises StackError if a stack recorded in ``data_dir`` is still running (stop it first) and
     when something fails to start — after stopping whatever this call had started.
     """
     if broker_storage not in STORAGE_ENGINES:
         raise StackError(f"unknown broker storage {broker_storage!r}; choose one of {', '.join(STORAGE_ENGINES)}")
+    server_kind, note = choose_s3_server(s3_server)
+    if note:
+        log.warning("%s", note)
     data_dir = Path(data_dir).resolve()
     with _locked(data_dir):
         previous = load_stack(data_dir)
@@ -145,14 +160,18 @@ def start_stack(data_dir: Path, broker_storage: str = "s3", *, timeout: float = 
                 raise StackError(f"a stack is already running in {data_dir} (broker pid {previous.broker_pid}, "
                                  f"S3 pid {previous.s3_pid}); stop it first: pipeline-lib stack down --dir {data_dir}")
             _stop(previous)  # stale record: clean up sockets and the file
-        weed_ports = dict(zip(WEED_COMPONENTS, free_port_pairs(len(WEED_COMPONENTS))))
-        taken = {p + off for p in weed_ports.values() for off in (0, GRPC_OFFSET)}
-        ports = {**weed_ports, "broker": free_port(exclude=taken)}
-
-        s3 = start_s3_server(data_dir, ports=weed_ports, timeout=timeout)
+        if server_kind == MOTO_SERVER:
+            s3_port = free_port()
+            ports = {"s3": s3_port, "broker": free_port(exclude={s3_port})}
+            s3 = start_moto_s3_server(data_dir, s3_port, timeout=timeout)
+        else:
+            weed_ports = dict(zip(WEED_COMPONENTS, free_port_pairs(len(WEED_COMPONENTS))))
+            taken = {p + off for p in weed_ports.values() for off in (0, GRPC_OFFSET)}
+            ports = {**weed_ports, "broker": free_port(exclude=taken)}
+            s3 = start_s3_server(data_dir, ports=weed_ports, timeout=timeout)
         # Recorded at once, so that `stack down` can clean up even if this process dies mid-start.
         info = StackInfo(data_dir, f"{LOCALHOST}:{ports['broker']}", s3.endpoint, s3.access_key, s3.secret_key,
-                         None, s3.pid, ports, broker_storage, "", s3.binary)
+                         None, s3.pid, ports, broker_storage, "", s3.binary, server_kind)
         _save(info)
         try:
             create_buckets(s3.endpoint, s3.access_key, s3.secret_key, BUCKETS)
@@ -206,7 +225,7 @@ def stack_status(data_dir: Path) -> dict[str, Any]:
         "running": broker_alive and s3_alive,
         "broker": {"pid": info.broker_pid, "alive": broker_alive, "bootstrap": info.kafka_bootstrap,
                    "storage": info.broker_storage},
-        "s3": {"pid": info.s3_pid, "alive": s3_alive, "endpoint": info.s3_endpoint},
+        "s3": {"pid": info.s3_pid, "alive": s3_alive, "endpoint": info.s3_endpoint, "server": info.s3_server},
         "ports": info.ports,
     }
 
@@ -219,6 +238,9 @@ def restart_stack_s3(stack: StackInfo | Path, *, down_seconds: float = 0.0, time
         info = load_stack(data_dir)
         if info is None or info.s3_pid is None:
             raise StackError(f"no stack recorded in {data_dir}")
+        if info.s3_server == MOTO_SERVER:
+            raise StackError("the moto S3 server keeps its objects in memory: a restart would lose them "
+                             "(outage tests need SeaweedFS)")
         server = S3Server(info.s3_pid, info.s3_bin, info.s3_endpoint, info.access_key, info.secret_key,
                           {name: info.ports[name] for name in WEED_COMPONENTS}, data_dir / "weed.log")
         new_pid = restart_s3_server(data_dir, server, down_seconds=down_seconds, timeout=timeout)

@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 from pipeline_lib.errors import PipelineError
+from pipeline_lib.kafka_clients import Consumer
 
 log = logging.getLogger(__name__)
 
 
 @contextmanager
 def offsets_consumer(bootstrap: str) -> Iterator[KafkaConsumer]:
-    consumer = KafkaConsumer(
+    """A consumer for offset look-ups only (no group, no commits, tiny fetches); closed on exit."""
+    consumer = Consumer(
         bootstrap_servers=bootstrap,
         group_id=None,
         enable_auto_commit=False,
@@ -39,6 +41,7 @@ def offsets_consumer(bootstrap: str) -> Iterator[KafkaConsumer]:
 
 
 def topic_partitions(consumer: KafkaConsumer, topic: str, timeout_s: float = 15.0) -> list[int]:
+    """The topic's partitions, waiting up to ``timeout_s`` for metadata; PipelineError if it has none."""
     deadline = time.monotonic() + timeout_s
     while True:
         partitions = consumer.partitions_for_topic(topic)
@@ -50,6 +53,7 @@ def topic_partitions(consumer: KafkaConsumer, topic: str, timeout_s: float = 15.
 
 
 def earliest_offsets(consumer: KafkaConsumer, topic: str, partitions: list[int]) -> dict[int, int]:
+    """Each partition's first offset still in the log (where a source without a snapshot starts)."""
     tps = [TopicPartition(topic, p) for p in partitions]
     return {tp.partition: off for tp, off in consumer.beginning_offsets(tps).items()}
 

@@ -65,7 +65,7 @@ class RetryPolicy:
     max_wait: float = 5.0
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "RetryPolicy":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RetryPolicy:
         """The default policy, with its time budget from PIPELINE_S3_RETRY_SECONDS if set."""
         raw = (os.environ if env is None else env).get(ENV_S3_RETRY_SECONDS, "").strip()
         if not raw:
@@ -79,6 +79,7 @@ class RetryPolicy:
         return cls(total_seconds=seconds)
 
     def retrying(self, before_sleep: Callable[[RetryCallState], None]) -> Retrying:
+        """A tenacity retrier for transient failures only, bounded by attempts and total time."""
         return Retrying(
             stop=stop_after_attempt(self.max_attempts) | stop_before_delay(self.total_seconds),
             wait=wait_exponential(multiplier=self.first_wait, max=self.max_wait) + wait_random(0, self.first_wait),
@@ -166,8 +167,10 @@ class S3Store(ObjectStore):
 
         def before_sleep(state: RetryCallState) -> None:
             assert state.outcome is not None and state.next_action is not None
+            exc = state.outcome.exception()
+            assert exc is not None, "retried on exceptions only (retry_if_exception)"
             log.warning("S3 %s of %s failed (%s); retry %d in %.1f s", op, self._where(key),
-                        self._detail(state.outcome.exception()), state.attempt_number, state.next_action.sleep)
+                        self._detail(exc), state.attempt_number, state.next_action.sleep)
 
         retrying = self._retry.retrying(before_sleep)
         try:
@@ -226,6 +229,8 @@ class S3Store(ObjectStore):
         client's private ``_put_object``, which passes headers verbatim to the signed ``_execute``.
         If a retried attempt meets 412, an earlier attempt may have won with its reply lost; that
         is reported as a lost race (None): the safe side, since the caller then stops writing.
+        ``If-Match`` on a key that is gone is a lost race too: AWS and moto answer 404 NoSuchKey
+        there, SeaweedFS 412, and the contract (LocalStore alike) is None either way.
         """
         name = self._name(key)
         condition = {"If-None-Match": "*"} if expected_version is None else {"If-Match": f'"{expected_version}"'}
@@ -234,7 +239,7 @@ class S3Store(ObjectStore):
             try:
                 result = self._client._put_object(self._bucket, name, data, headers=dict(condition))
             except S3Error as exc:
-                if _lost_race(exc):
+                if _lost_race(exc) or (expected_version is not None and exc.code == "NoSuchKey"):
                     return None
                 raise
             return result.etag

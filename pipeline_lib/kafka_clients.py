@@ -1,0 +1,54 @@
+"""Kafka clients that leave no thread behind when they fail to start.
+
+kafka-python 3 starts a client's IO thread in the constructor, before the bootstrap. A bootstrap
+that fails (no broker yet, a broker that went away) raises from the constructor; nobody holds the
+client, and its daemon thread keeps reconnecting and logging ``ECONNREFUSED`` until the process
+exits, after its log handlers are closed. These subclasses close what the constructor started
+before the error propagates. Every Kafka client the library opens is one of them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+
+log = logging.getLogger(__name__)
+
+_STARTED_PARTS = ("_client", "_metrics")  # what a constructor starts before its bootstrap; close() closes them
+
+
+def close_started(client: object) -> None:
+    """Close the parts a failed constructor had started; errors here must not hide its error."""
+    for part in _STARTED_PARTS:
+        started = getattr(client, part, None)
+        if started is None:
+            continue
+        try:
+            started.close()
+        except Exception:  # the constructor's own error is the one to report
+            log.debug("closing the %s of a Kafka client that failed to start", part, exc_info=True)
+
+
+class _ClosedOnFailedStart:
+    """Mixin: a constructor that raises closes what it started."""
+
+    def __init__(self, *args: Any, **configs: Any) -> None:
+        try:
+            super().__init__(*args, **configs)
+        except BaseException:
+            close_started(self)
+            raise
+
+
+class Consumer(_ClosedOnFailedStart, KafkaConsumer):
+    """``KafkaConsumer`` that stops its IO thread when it fails to start."""
+
+
+class AdminClient(_ClosedOnFailedStart, KafkaAdminClient):
+    """``KafkaAdminClient`` that stops its IO thread when it fails to start."""
+
+
+class Producer(_ClosedOnFailedStart, KafkaProducer):
+    """``KafkaProducer`` that stops its IO thread when it fails to start."""

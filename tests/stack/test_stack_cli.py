@@ -1,0 +1,28 @@
+"""The CLI's stack commands (`pipeline-lib stack up|status|env|down`) as a user calls them: a
+stack of the test's own, started and stopped by the CLI."""
+
+from __future__ import annotations
+
+import json
+
+from tests.support import run_cli
+
+
+def test_stack_commands_as_a_user_calls_them(tmp_path, stack_env):
+    data = tmp_path / "stack"
+    up = run_cli(["stack", "up", "--dir", str(data), "--broker-storage", "memory"], stack_env, timeout=120)
+    try:
+        assert up.returncode == 0, up.stderr
+        exports = dict(line.removeprefix("export ").split("=", 1) for line in up.stdout.splitlines())
+        assert set(exports) == {"PIPELINE_KAFKA_BOOTSTRAP", "PIPELINE_S3_ENDPOINT",
+                                "PIPELINE_S3_ACCESS_KEY", "PIPELINE_S3_SECRET_KEY"}
+        assert exports["PIPELINE_KAFKA_BOOTSTRAP"].startswith("127.0.0.1:")
+        status = json.loads(run_cli(["stack", "status", "--dir", str(data)], stack_env).stdout)
+        assert status["broker"]["alive"] and status["s3"]["alive"]
+        assert exports["PIPELINE_S3_SECRET_KEY"] not in json.dumps(status)
+        assert run_cli(["stack", "env", "--dir", str(data)], stack_env).stdout == up.stdout
+    finally:
+        down = run_cli(["stack", "down", "--dir", str(data)], stack_env, timeout=120)
+    assert down.returncode == 0 and "stack stopped" in down.stderr
+    status = json.loads(run_cli(["stack", "status", "--dir", str(data)], stack_env).stdout)
+    assert not status["running"]
