@@ -1,7 +1,7 @@
 # The one image behind every Airflow service of docker-compose.yml (api-server, scheduler,
 # dag-processor, triggerer, init). Build context: the repository root (see .dockerignore).
 #
-# Versions are pinned here and checked against pyproject.toml by tests/test_compose.py:
+# Versions are pinned here and checked against pyproject.toml by tests/unit/test_compose.py:
 # the Airflow version must equal the project's `apache-airflow==` pin (3.3.2), and the image's
 # Python (3.11) must equal the Spark image's, because PySpark refuses a driver and executors
 # whose Python minor versions differ.

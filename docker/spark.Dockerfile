@@ -2,7 +2,7 @@
 #
 # The executors run this project's Kafka data source (kafka-python inside the Python workers),
 # so they need the same pyspark and pipeline_lib as the driver in the Airflow image. The Python
-# minor version (3.11) must equal the Airflow image's. Checked by tests/test_compose.py.
+# minor version (3.11) must equal the Airflow image's. Checked by tests/unit/test_compose.py.
 FROM python:3.11.14-slim-bookworm
 
 ARG PYSPARK_VERSION=4.3.0

@@ -1,6 +1,7 @@
 """A Python transform hook used by the end-to-end tests (``tests.hooks_example:add_cents``)."""
 
-from pyspark.sql import DataFrame, functions as F
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 
 def add_cents(df: DataFrame) -> DataFrame:

@@ -1,4 +1,5 @@
-"""Helpers shared by the end-to-end tests: run the real CLI, write specs, read results."""
+"""Helpers shared by the tests that start services: run the real CLI in its own process group
+(CliRun, run_cli), wait for a condition, write specs, read results."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import yaml
@@ -17,37 +20,97 @@ from pipeline_lib.sink.table_reader import read_upsert_table
 from pipeline_lib.storage import open_store
 
 
+class CliRun:
+    """``pipeline-lib ARGS`` (``python -m pipeline_lib``) started the way a user's shell starts it:
+    in a session and process group of its own, so that the runner, its Spark JVM and its Python
+    workers are killed as one. stderr goes to ``stderr_path`` (a pipe nobody reads can fill and
+    block the run), stdout to ``stdout_path`` if given, else nowhere.
+
+        run = CliRun(["run", str(spec)], env, tmp_path / "run.log")
+        try:
+            run.until(lambda: "epoch 2 committed" in run.stderr(), 120, "epoch 2")
+            assert run.wait(240) == 0, run.stderr()[-3000:]
+        finally:
+            run.kill()  # a no-op once it has exited
+    """
+
+    def __init__(self, args: list[str], env: dict, stderr_path: Path, stdout_path: Path | None = None):
+        self.args, self.stderr_path, self.stdout_path = list(args), Path(stderr_path), stdout_path
+        with self.stderr_path.open("w") as err, \
+                (open(stdout_path, "w") if stdout_path is not None else nullcontext(subprocess.DEVNULL)) as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "pipeline_lib", *self.args], env=env, text=True,
+                                         stdout=out, stderr=err, start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        """The runner's PID, which is also its process group's and session's id."""
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def stdout(self) -> str:
+        return Path(self.stdout_path).read_text(errors="replace") if self.stdout_path is not None else ""
+
+    def until(self, predicate, timeout: float, what: str, interval: float = 0.2):
+        """``wait_for`` while this run lives: a run that has exited fails at once, and a timeout
+        fails, with the run's exit code and the tail of its stderr, the evidence a bare timeout
+        would hide."""
+        def ready():
+            exited = self.proc.poll() is not None  # before the predicate: all it wrote is visible
+            value = predicate()
+            if not value and exited:
+                raise AssertionError(f"pipeline-lib {' '.join(self.args)} exited ({self.proc.returncode}) "
+                                     f"before {what}; stderr:\n{self.stderr()[-3000:]}")
+            return value
+        try:
+            return wait_for(ready, timeout, what, interval)
+        except AssertionError as timed_out:
+            if "timed out" not in str(timed_out):
+                raise
+            raise AssertionError(f"{timed_out}; run stderr:\n{self.stderr()[-3000:]}") from None
+
+    def wait(self, timeout: float = 240) -> int:
+        """The exit code; after ``timeout`` seconds the group is killed and the test fails."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"pipeline-lib {' '.join(self.args)} timed out after {timeout}s; "
+                                 f"stderr:\n{self.stderr()[-3000:]}") from None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group if the runner still runs, and wait until every process
+        of the group is gone. Idempotent."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=60)
+            _wait_group_gone(self.proc.pid)
+
+
 def run_cli(args: list[str], env: dict, timeout: float = 300, kill_when: str | None = None,
             kill_delay: float = 0.0) -> subprocess.CompletedProcess:
-    """Run ``pipeline-lib ARGS`` in its own process group, like a user's shell would.
+    """Run ``pipeline-lib ARGS`` to its end (a CliRun) and return its exit code, stdout and stderr.
 
     With ``kill_when``, SIGKILL the whole group (runner, Spark JVM, Python workers) once a
     stderr line starts with that text, after ``kill_delay`` seconds."""
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline_lib", *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    if kill_when is None:
+    with tempfile.TemporaryDirectory(prefix="pipeline-lib-cli-") as logs:
+        run = CliRun(args, env, Path(logs) / "stderr", Path(logs) / "stdout")
         try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-            raise AssertionError(f"pipeline-lib {args} timed out; stderr:\n{err[-3000:]}")
-        return subprocess.CompletedProcess(args, proc.returncode, out, err)
-    lines, deadline = [], time.monotonic() + timeout
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        lines.append(line)
-        if line.startswith(kill_when):
-            time.sleep(kill_delay)
-            os.killpg(proc.pid, signal.SIGKILL)
-            break
-        if time.monotonic() > deadline:
-            break
-    else:
-        raise AssertionError(f"never saw {kill_when!r}; stderr:\n{''.join(lines)[-3000:]}")
-    proc.wait(timeout=60)
-    _wait_group_gone(proc.pid)
-    return subprocess.CompletedProcess(args, proc.returncode, proc.stdout.read() if proc.stdout else "", "".join(lines))
+            if kill_when is None:
+                run.wait(timeout)
+            else:
+                run.until(lambda: any(line.startswith(kill_when) for line in run.stderr().splitlines()),
+                          timeout, f"a stderr line starting with {kill_when!r}", interval=0.02)
+                time.sleep(kill_delay)
+                run.kill()
+        finally:
+            run.kill()
+        return subprocess.CompletedProcess(args, run.returncode, run.stdout(), run.stderr())
 
 
 def _wait_group_gone(pgid: int, timeout: float = 30) -> None:

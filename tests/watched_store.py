@@ -3,7 +3,7 @@ protocol see the order of writes, or let another attempt act at an exact step, w
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from pipeline_lib.storage import ObjectStore
 

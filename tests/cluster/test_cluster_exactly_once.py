@@ -9,29 +9,27 @@ loss are held deterministically with the fault points' pause file, never with sl
 from __future__ import annotations
 
 import itertools
-import os
-import signal
-import subprocess
-import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
 from pipeline_lib.samples import spend_per_user
 from tests.changelog import assert_every_epoch_exact
-from tests.support import result_table, run_cli, spend_spec, wait_for, write_spec
+from tests.support import CliRun, result_table, run_cli, spend_spec, wait_for, write_spec
 
 pytestmark = pytest.mark.cluster
 
 PER_EPOCH = 3_000  # 12k events: 4 epochs
 EPOCHS = 4
 LOOPBACK = {"spark.driver.host": "127.0.0.1"}  # every process of the tier is on loopback
-_names = itertools.count(1)
 
 
 def _job(tmp_path: Path, payments, *, parallelism: int = 2, spark: dict | None = None) -> tuple[str, str, str, Path]:
     topic, _ = payments
-    name = f"cluster-{next(_names)}"
+    # unique across modules: the tier's other test files import this one again under another name,
+    # so a module-level counter would start over there and reuse a finished job's store
+    name = f"cluster-{uuid.uuid4().hex[:10]}"
     sink, store = f"s3://results/{name}", f"s3://checkpoints/{name}"
     section = {**(spark or {}), "conf": {**LOOPBACK, **(spark or {}).get("conf", {})}}
     spec = spend_spec(name, topic, sink, store, per_epoch=PER_EPOCH, parallelism=parallelism,
@@ -47,47 +45,6 @@ def _assert_exact(env, local_stack, payments, name, sink, store) -> None:
 
 def _app(cluster, name: str) -> dict | None:
     return next((a for a in cluster.state()["activeapps"] if a["name"] == f"pipeline-lib:{name}"), None)
-
-
-class Run:
-    """`pipeline-lib run` in its own process group, its stderr in a file (no pipe to fill)."""
-
-    def __init__(self, args: list[str], env: dict, log: Path):
-        self.log = log
-        with log.open("w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pipeline_lib", *args], env=env, text=True,
-                                         stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-
-    def stderr(self) -> str:
-        return self.log.read_text()
-
-    def until(self, predicate, timeout: float, what: str):
-        """``wait_for`` while this run lives: an exited run or a timeout fails at once with the
-        run's exit code and the tail of its stderr, the evidence a bare timeout would hide."""
-        def ready():
-            value = predicate()
-            if not value and self.proc.poll() is not None:
-                raise AssertionError(f"the run exited ({self.proc.returncode}) before {what}; "
-                                     f"stderr:\n{self.stderr()[-3000:]}")
-            return value
-        try:
-            return wait_for(ready, timeout, what)
-        except AssertionError as timed_out:
-            if "timed out" not in str(timed_out):
-                raise
-            raise AssertionError(f"{timed_out}; run stderr:\n{self.stderr()[-3000:]}") from None
-
-    def wait(self, timeout: float = 240) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"run timed out; stderr:\n{self.stderr()[-3000:]}") from None
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=60)
 
 
 def _paused_pids(fault_log: Path) -> list[int]:
@@ -106,8 +63,8 @@ def test_a_lost_worker_mid_epoch_is_survived_exactly(cluster, cluster_env, local
     held_in_executors = ["spark.executorEnv.PIPELINE_FAULT_POINTS=during_read@2",
                          f"spark.executorEnv.PIPELINE_FAULT_PAUSE_UNTIL={release}",
                          f"spark.executorEnv.PIPELINE_FAULT_LOG={fault_log}"]
-    run = Run(["run", str(spec), *itertools.chain.from_iterable(("--conf", c) for c in held_in_executors)],
-              cluster_env, tmp_path / "run.log")
+    run = CliRun(["run", str(spec), *itertools.chain.from_iterable(("--conf", c) for c in held_in_executors)],
+                 cluster_env, tmp_path / "run.log")
     try:
         paused = run.until(lambda: len({cluster.worker_of(p) for p in _paused_pids(fault_log)} - {None}) == 2
                            and _paused_pids(fault_log), 180, "epoch 2's read tasks held on both workers")
@@ -156,9 +113,9 @@ def test_a_restore_on_the_cluster_rescales_from_2_to_3(cluster, cluster_env, loc
 def test_the_spec_s_cores_max_bounds_the_application(cluster, cluster_env, local_stack, tmp_path, cluster_payments):
     name, sink, store, spec = _job(tmp_path, cluster_payments, spark={"cores_max": 1})
     fault_log, release = tmp_path / "faults.log", tmp_path / "release"
-    run = Run(["run", str(spec)], {**cluster_env, "PIPELINE_FAULT_POINTS": "after_plan@2",
-                                   "PIPELINE_FAULT_PAUSE_UNTIL": str(release), "PIPELINE_FAULT_LOG": str(fault_log)},
-              tmp_path / "run.log")
+    run = CliRun(["run", str(spec)], {**cluster_env, "PIPELINE_FAULT_POINTS": "after_plan@2",
+                                     "PIPELINE_FAULT_PAUSE_UNTIL": str(release), "PIPELINE_FAULT_LOG": str(fault_log)},
+                 tmp_path / "run.log")
     try:
         run.until(lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text(), 180, "the run at epoch 2")
         assert _app(cluster, name)["cores"] == 1
@@ -191,8 +148,8 @@ def test_a_crash_point_in_an_executor_loses_that_executor_and_not_the_driver(
     finishes exactly."""
     name, sink, store, spec = _job(tmp_path, cluster_payments)
     fault_log = tmp_path / "faults.log"
-    run = Run(["run", str(spec)], {**cluster_env, "PIPELINE_FAULT_POINTS": "during_read@2!",
-                                   "PIPELINE_FAULT_LOG": str(fault_log)}, tmp_path / "run.log")
+    run = CliRun(["run", str(spec)], {**cluster_env, "PIPELINE_FAULT_POINTS": "during_read@2!",
+                                     "PIPELINE_FAULT_LOG": str(fault_log)}, tmp_path / "run.log")
     try:
         app = run.until(lambda: _app(cluster, name), 180, "the application on the cluster")
         assert run.wait() == 0, run.stderr()[-3000:]
@@ -202,7 +159,7 @@ def test_a_crash_point_in_an_executor_loses_that_executor_and_not_the_driver(
     assert len(injected) == 1 and injected[0].startswith("FAULT INJECTED: during_read epoch=2 hit=1 ")
     killed = int(injected[0].rpartition(" executor=")[2])
     executors = _executors(cluster, app["id"])
-    assert killed in executors and killed != run.proc.pid  # one of the application's executors, not the driver
+    assert killed in executors and killed != run.pid  # one of the application's executors, not the driver
     assert len({worker for worker, _ in executors.values()}) == 2  # it had one on each worker
     lost_on, lost_id = executors[killed]
     worker_log = cluster.workers[lost_on].log

@@ -20,8 +20,8 @@ from pipeline_lib.recovery.recovery_record import RecoveryPolicy
 from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_per_user
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import load_spec
-from tests.cluster.test_cluster_exactly_once import LOOPBACK, Run
-from tests.support import result_table, wait_for, write_spec
+from tests.cluster.test_cluster_exactly_once import LOOPBACK
+from tests.support import CliRun, result_table, wait_for, write_spec
 
 pytestmark = pytest.mark.cluster
 
@@ -65,7 +65,7 @@ def test_a_failed_pipeline_is_relaunched_alone_beside_its_running_sibling(
     env = {**cluster_env, "HOOK_FIXED": str(fixed), "PYTHONPATH": str(REPO)}
     settings = ConnectionSettings.from_env(env)
     stop_first = tmp_path / "stop-first"
-    first = Run(["run", str(spec_path), "--forever", "--stop-file", str(stop_first)], env, tmp_path / "first.log")
+    first = CliRun(["run", str(spec_path), "--forever", "--stop-file", str(stop_first)], env, tmp_path / "first.log")
     relaunch, lines = None, []
     try:
         wait_for(lambda: (s := _status(settings, name, "refunds")) is not None and s.state == "FAILED", 240,

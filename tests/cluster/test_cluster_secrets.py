@@ -16,7 +16,8 @@ import pytest
 
 from pipeline_lib.localstack.ports import free_port
 from pipeline_lib.localstack.spark_cluster import descendants
-from tests.cluster.test_cluster_exactly_once import Run, _assert_exact, _job
+from tests.cluster.test_cluster_exactly_once import _assert_exact, _job
+from tests.support import CliRun
 
 pytestmark = pytest.mark.cluster
 
@@ -39,15 +40,15 @@ def test_no_credential_reaches_an_executor_or_a_file_of_the_cluster(cluster, clu
     observed = ["spark.ui.enabled=true", f"spark.ui.port={ui_port}", "spark.port.maxRetries=0",
                 "spark.eventLog.enabled=true", f"spark.eventLog.dir=file://{events}"]
     conf = [arg for item in observed for arg in ("--conf", item)]
-    run = Run(["-v", "run", str(spec), *conf], {**cluster_env, "PIPELINE_FAULT_POINTS": "after_plan@2",
-                                         "PIPELINE_FAULT_PAUSE_UNTIL": str(release),
-                                         "PIPELINE_FAULT_LOG": str(fault_log)}, tmp_path / "run.log")
+    run = CliRun(["-v", "run", str(spec), *conf], {**cluster_env, "PIPELINE_FAULT_POINTS": "after_plan@2",
+                                            "PIPELINE_FAULT_PAUSE_UNTIL": str(release),
+                                            "PIPELINE_FAULT_LOG": str(fault_log)}, tmp_path / "run.log")
     seen: dict[str, str] = {}
     try:
         run.until(lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text(), 180, "the run at epoch 2")
         executors = [pid for i in range(len(cluster.workers)) for pid in cluster.executor_pids(i)]
         assert executors, "the application has live executors"
-        for pid in executors + [d for pid in executors for d in descendants(pid)]:
+        for pid in executors + [d for executor in executors for d in descendants(executor)]:
             seen[f"/proc/{pid}"] = _proc_text(pid)
         seen["master JSON"] = str(cluster.state())
         api = f"http://127.0.0.1:{ui_port}/api/v1/applications"

@@ -1,4 +1,5 @@
-"""Fixtures for end-to-end tests: one shared topic of sample payments and per-test locations."""
+"""Fixtures for end-to-end tests: per-test locations (the shared topic of sample payments,
+``payments``, is in tests/conftest.py: the Airflow tests read it too)."""
 
 from __future__ import annotations
 
@@ -6,19 +7,7 @@ import itertools
 
 import pytest
 
-from pipeline_lib.samples import create_topic, payment_events, produce_json
-
-EVENTS, USERS, PARTITIONS = 24_000, 700, 3
 _names = itertools.count(1)
-
-
-@pytest.fixture(scope="session")
-def payments(local_stack):
-    """(topic, events): produced once, only ever read by the tests."""
-    events = payment_events(EVENTS, USERS, seed=2026)
-    create_topic(local_stack.kafka_bootstrap, "payments-e2e", PARTITIONS)
-    produce_json(local_stack.kafka_bootstrap, "payments-e2e", events)
-    return "payments-e2e", events
 
 
 @pytest.fixture(params=["s3", "file"])

@@ -14,7 +14,13 @@ from pyspark import SparkContext
 from pyspark.sql import functions as F
 
 from pipeline_lib.execution.aggregate import partials_frame
-from pipeline_lib.execution.epoch_reader import bad_records_frame, epoch_range_reader, range_reader, read_tasks, source_schema
+from pipeline_lib.execution.epoch_reader import (
+    bad_records_frame,
+    epoch_range_reader,
+    range_reader,
+    read_tasks,
+    source_schema,
+)
 from pipeline_lib.execution.worker_aggregation import ArrowEpochs
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.offsets import plan_epoch

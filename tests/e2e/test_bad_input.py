@@ -1,6 +1,7 @@
 """Bad input under the on_error policy: malformed JSON, schema mismatches, oversized records and
 tombstones are dead-lettered (topic, partition, offset, raw bytes, error) or skipped and counted,
-exactly once across a crash, while the good records give exactly the right result."""
+exactly once across a crash, while the good records give exactly the right result; under the
+default policy a bad record fails the run, naming it, and commits nothing for its epoch."""
 
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ def _spec(tmp_path, name, topic, policy):
 
 
 def _manifests(env, name):
-    store = open_store(parse_location(f"s3://checkpoints/{name}").child("pipelines/main"), ConnectionSettings.from_env(env))
+    store = open_store(parse_location(f"s3://checkpoints/{name}").child("pipelines/main"),
+                       ConnectionSettings.from_env(env))
     return [json.loads(store.get(k)) for k in store.list(layout.MANIFESTS_PREFIX)]
 
 
@@ -144,3 +146,24 @@ def test_tricky_records_are_read_as_the_reference_decoder_reads_them(stack_env, 
     assert {row["offset"]: row["error"] for row in letters} == reasons
     assert all(base64.b64decode(row["raw_base64"]) == values[row["offset"]] for row in letters)
     assert any("lone surrogate" in r for r in reasons.values()) and any("malformed JSON" in r for r in reasons.values())
+
+
+@pytest.mark.parametrize("locations", ["s3"], indirect=True)
+def test_bad_record_fails_the_run_naming_it_and_commits_nothing_for_its_epoch(stack_env, tmp_path, local_stack,
+                                                                             locations):
+    name, sink, store_uri = locations
+    topic = f"bad-input-{name}"
+    create_topic(local_stack.kafka_bootstrap, topic, 1)
+    produce_raw(local_stack.kafka_bootstrap, topic, [b'{"user":"a","amount":1}'] * 5 + [b'{"user":"a","amount":"x"}'])
+    spec = write_spec(tmp_path, spend_spec(name, topic, sink, store_uri, per_epoch=100))
+    failed = run_cli(["run", str(spec)], stack_env)
+    assert failed.returncode != 0
+    assert f"bad record at {topic}[0]@5: field 'amount': expected an integer" in failed.stderr
+    assert "Traceback" not in failed.stderr
+    # the start-over took epoch 1 with an empty marker (it fences an older attempt) and reset the
+    # head to no snapshot; no part file was written and no snapshot committed
+    settings = ConnectionSettings.from_env(stack_env)
+    out = open_store(sink, settings)
+    assert out.list() == ["epoch=1/_SUCCESS"] and json.loads(out.get("epoch=1/_SUCCESS"))["files"] == []
+    pipeline_store = open_store(parse_location(store_uri).child(layout.pipeline_root("main")), settings)
+    assert json.loads(pipeline_store.get(layout.HEAD_KEY))["history"] == []

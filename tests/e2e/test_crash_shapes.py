@@ -6,11 +6,6 @@ dead letters are produced. Every epoch is checked against Kafka itself (tests/ch
 from __future__ import annotations
 
 import base64
-import os
-import signal
-import subprocess
-import sys
-import threading
 
 import pytest
 
@@ -21,7 +16,7 @@ from pipeline_lib.sink.table_reader import read_append_rows, read_upsert_table
 from pipeline_lib.storage import open_store
 from tests.changelog import assert_every_epoch_exact, json_row, topic_offsets
 from tests.e2e.test_bad_input import BAD, produce_dirty_topic
-from tests.support import result_table, run_cli, spend_spec, wait_for, write_spec
+from tests.support import CliRun, result_table, run_cli, spend_spec, write_spec
 
 # -- a flow with transforms --------------------------------------------------------------------
 TRANSFORMS = [{"filter": "amount > 100"}, {"select": ["user", "amount", "amount * 3 - 100 AS w"]}]
@@ -96,23 +91,14 @@ def test_an_epoch_planned_while_polling_from_latest_survives_a_crash_before_it_r
     path = write_spec(tmp_path, spec)
     fault_log = tmp_path / "faults.log"
     env = {**stack_env, "PIPELINE_FAULT_POINTS": "after_plan@1", "PIPELINE_FAULT_LOG": str(fault_log)}
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline_lib", "run", str(path), "--forever"], env=env, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
-    reader.start()
+    run = CliRun(["run", str(path), "--forever"], env, tmp_path / "run.log")
     try:
-        wait_for(lambda: any("subtasks started" in line for line in lines) or proc.poll() is not None, 300,
-                 "the run to start polling")
-        assert proc.poll() is None, "".join(lines)[-3000:]
+        run.until(lambda: "subtasks started" in run.stderr(), 300, "the run to start polling")
         b = _produce(bootstrap, topic, 1_500, seed=32)  # B, while the run polls
-        proc.wait(timeout=300)
+        run.wait(300)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    reader.join(timeout=60)
-    assert proc.returncode == -9, "".join(lines)[-3000:]
+        run.kill()
+    assert run.returncode == -9, run.stderr()[-3000:]
     assert "FAULT INJECTED: after_plan epoch=1" in fault_log.read_text()
     snapshots = SnapshotStore.open(store, name, "main", ConnectionSettings.from_env(stack_env))
     plan = snapshots.load_plan(1)

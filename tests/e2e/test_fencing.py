@@ -15,12 +15,6 @@ runs the job to the end; then it is released. Each hold point meets a different 
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-
 import pytest
 
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
@@ -29,20 +23,9 @@ from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import SuccessMarker
 from pipeline_lib.storage import open_store
 from tests.changelog import assert_every_epoch_exact
-from tests.support import result_table, run_cli, spend_spec, write_spec
+from tests.support import CliRun, result_table, run_cli, spend_spec, write_spec
 
 EPOCHS = 6  # 24k events at 4k per epoch
-
-
-def _wait_for(path, text: str, proc: subprocess.Popen, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text():
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"the old attempt exited early ({proc.returncode}): {proc.stderr.read()[-2000:]}")
-        time.sleep(0.2)
-    raise AssertionError(f"{text!r} never appeared in {path}")
 
 
 def _assert_committed_output_intact(settings: ConnectionSettings, name: str, sink: str, store: str,
@@ -85,20 +68,18 @@ def test_old_attempt_is_fenced_and_cannot_damage_committed_output(stack_env, loc
     env_old = {**stack_env, "PIPELINE_FAULT_POINTS": hold_at, "PIPELINE_FAULT_PAUSE_UNTIL": str(resume),
                "PIPELINE_FAULT_LOG": str(fault_log)}
     # A short lease: the held zombie's heartbeat thread keeps trying to write STATUS all along.
-    old = subprocess.Popen([sys.executable, "-m", "pipeline_lib", "run", str(spec), "--lease-seconds", "1"],
-                           env=env_old, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           start_new_session=True)
+    old = CliRun(["run", str(spec), "--lease-seconds", "1"], env_old, tmp_path / "old.log")
     try:
-        _wait_for(fault_log, "FAULT PAUSED", old)
+        old.until(lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text(), 240,
+                  f"the old attempt to hold at {hold_at}")
         successor = run_cli(["run", str(spec), "--parallelism", str(successor_parallelism)], stack_env)
         assert successor.returncode == 0, successor.stderr[-3000:]
         assert result_table(stack_env, sink) == spend_per_user(events)
         resume.touch()
-        _, err = old.communicate(timeout=180)
+        old.wait(180)
     finally:
-        if old.poll() is None:
-            os.killpg(old.pid, signal.SIGKILL)
-            old.wait()
+        old.kill()
+    err = old.stderr()
     assert old.returncode == 2, err[-3000:]
     assert "fenced" in err
     assert result_table(stack_env, sink) == spend_per_user(events), "the fenced attempt changed committed output"

@@ -37,7 +37,8 @@ def _touching(groups: set[int], users: list[str], amount: int) -> list[dict]:
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-def test_an_epoch_rewrites_only_the_state_files_of_the_key_groups_it_touched(stack_env, tmp_path, local_stack, locations):
+def test_an_epoch_rewrites_only_the_state_files_of_the_key_groups_it_touched(stack_env, tmp_path, local_stack,
+                                                                            locations):
     name, sink, store_uri = locations
     topic = f"incremental-{name}"
     create_topic(local_stack.kafka_bootstrap, topic, 2)
@@ -108,7 +109,8 @@ def test_an_epoch_rewrites_only_the_state_files_of_the_key_groups_it_touched(sta
     run()
     fourth = _latest(snapshots)
     own, reused = _written_and_reused(fourth)
-    assert reused == [] and {(f.key_group_start, f.key_group_end) for f in own} <= {(s, s + 16) for s in range(0, MAXP, 16)}
+    spans = {(f.key_group_start, f.key_group_end) for f in own}
+    assert reused == [] and spans <= {(s, s + 16) for s in range(0, MAXP, 16)}
     assert sum(f.rows for f in own) == len(users)
     assert result_table(stack_env, sink) == spend_per_user(events)
 

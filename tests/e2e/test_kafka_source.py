@@ -10,6 +10,24 @@ from pipeline_lib.execution import kafka_source
 from pipeline_lib.samples import create_topic, produce_raw
 
 
+@pytest.fixture(scope="module", autouse=True)
+def close_cached_consumers():
+    """The reads below run in this process, so the reader's consumers are cached here, as in a
+    Python worker: close them when the module ends. Left open, their IO threads would reconnect to
+    the broker stopped at the end of the session and log every ECONNREFUSED after the summary."""
+    yield
+    while kafka_source._consumers:
+        _, cached = kafka_source._consumers.popitem()
+        cached.consumer.close()
+
+
+def _drop_cached(key: tuple) -> None:
+    """Take a partition's consumer out of the reader's cache, closed: the next read opens a new one."""
+    cached = kafka_source._consumers.pop(key, None)
+    if cached is not None:
+        cached.consumer.close()
+
+
 @pytest.fixture(scope="module")
 def two_partitions(local_stack):
     topic = "reader-reuse"
@@ -30,7 +48,8 @@ def test_a_partition_s_consumer_reads_range_after_range(two_partitions):
         records = list(kafka_source.read_range(bootstrap, topic, partition, start, end))
         assert [r.offset for r in records] == list(range(start, end))
         assert [r.value for r in records] == values[partition][start:end]
-        assert kafka_source._consumers[(bootstrap, topic, partition, False)].consumer is consumers[partition]  # seeked, not reopened
+        # seeked, not reopened
+        assert kafka_source._consumers[(bootstrap, topic, partition, False)].consumer is consumers[partition]
     chunks = list(kafka_source.read_range_chunks(bootstrap, topic, 1, 0, 1500))
     assert all(chunks) and [r.offset for c in chunks for r in c] == list(range(1500))
 
@@ -43,7 +62,8 @@ def test_a_consumer_that_failed_is_closed_not_reused(two_partitions, monkeypatch
     # Offsets past the log's end: real Kafka answers OFFSET_OUT_OF_RANGE (no silent reset), this
     # broker answers nothing; either way the read fails naming the partition and the offsets.
     monkeypatch.setattr(kafka_source, "STALL_TIMEOUT_S", 2.0)
-    with pytest.raises(PipelineError, match=r"reading reader-reuse\[0\] (offsets \[1600, 1610\) failed at 1600|stalled at offset 1600)"):
+    failed = r"reading reader-reuse\[0\] (offsets \[1600, 1610\) failed at 1600|stalled at offset 1600)"
+    with pytest.raises(PipelineError, match=failed):
         list(kafka_source.read_range(bootstrap, topic, 0, 1600, 1610))
     assert key not in kafka_source._consumers
     assert consumer._closed
@@ -53,7 +73,7 @@ def test_a_consumer_that_failed_is_closed_not_reused(two_partitions, monkeypatch
 
 def test_a_reader_that_stops_early_does_not_give_its_consumer_back(two_partitions):
     bootstrap, topic, values = two_partitions
-    kafka_source._consumers.pop((bootstrap, topic, 0, False), None)
+    _drop_cached((bootstrap, topic, 0, False))
     chunks = kafka_source.read_range_chunks(bootstrap, topic, 0, 0, 1500)
     first = next(chunks)
     assert first[0].value == values[0][0]
@@ -84,7 +104,8 @@ def gzip_topic(local_stack):
 
 
 def _as_tuples(polls):
-    return [t for poll in polls for c in poll for t in zip(c.offsets.tolist(), c.timestamps.tolist(), c.keys(), c.values())]
+    return [t for poll in polls for c in poll
+            for t in zip(c.offsets.tolist(), c.timestamps.tolist(), c.keys(), c.values())]
 
 
 def test_columnar_reads_equal_kafka_python_records_and_continue_without_a_seek(gzip_topic):
@@ -92,7 +113,7 @@ def test_columnar_reads_equal_kafka_python_records_and_continue_without_a_seek(g
     expected = [(r.offset, r.timestamp, r.key, r.value) for r in kafka_source.read_range(bootstrap, topic, 0, 0, 3000)]
     assert len(expected) == 3000
     key = (bootstrap, topic, 0, True)
-    kafka_source._consumers.pop(key, None)
+    _drop_cached(key)
     got = []
     for start, end in [(0, 1), (1, 700), (700, 701), (701, 2999), (2999, 3000)]:  # each range where the last ended
         polls = list(kafka_source.read_range_batches(bootstrap, topic, 0, start, end))

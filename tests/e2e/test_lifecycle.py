@@ -8,8 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -22,16 +20,11 @@ from pipeline_lib.recovery.recovery_record import RecoveryPolicy, read_record
 from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import load_spec
-from tests.support import result_table, run_cli, spend_spec, wait_for, write_spec
+from tests.support import CliRun, result_table, run_cli, spend_spec, wait_for, write_spec
 
 
 def status_of(env, store_uri, job, pipeline="main") -> PipelineStatus | None:
     return SnapshotStore.open(store_uri, job, pipeline, ConnectionSettings.from_env(env)).read_status()
-
-
-def start_cli(args, env) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipeline_lib", *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
 def test_running_only_after_every_subtask_started_with_a_live_heartbeat(stack_env, tmp_path, payments):
@@ -41,21 +34,24 @@ def test_running_only_after_every_subtask_started_with_a_live_heartbeat(stack_en
     spec = write_spec(tmp_path, spend_spec(name, topic, f"s3://results/{name}", store, per_epoch=12_000))
     release = tmp_path / "release"
     env = {**stack_env, "PIPELINE_FAULT_POINTS": "during_startup", "PIPELINE_FAULT_PAUSE_UNTIL": str(release)}
-    proc = start_cli(["run", str(spec), "--lease-seconds", "3", "--startup-timeout", "120"], env)
+    run = CliRun(["run", str(spec), "--lease-seconds", "3", "--startup-timeout", "120"], env, tmp_path / "run.log")
     try:
-        first = wait_for(lambda: status_of(stack_env, store, name), 90, "a SCHEDULING status")
-        assert first.state == "SCHEDULING" and first.subtasks_started == 0
-        assert first.subtasks_total == 6  # source, state, sink x parallelism 2
-        assert first.pid == proc.pid and first.launch and first.launch.mode == "until-caught-up"
-        # held in on_start: the heartbeat goes on, but the pipeline never claims to be RUNNING
-        later = wait_for(lambda: (s := status_of(stack_env, store, name)) and s.heartbeat_at > first.heartbeat_at
-                         and s, 15, "a heartbeat")
-        assert later.state == "SCHEDULING"
-        assert later.observed(dt.datetime.now(dt.timezone.utc))[0] == "SCHEDULING"
+        try:
+            first = run.until(lambda: status_of(stack_env, store, name), 90, "a SCHEDULING status")
+            assert first.state == "SCHEDULING" and first.subtasks_started == 0
+            assert first.subtasks_total == 6  # source, state, sink x parallelism 2
+            assert first.pid == run.pid and first.launch and first.launch.mode == "until-caught-up"
+            # held in on_start: the heartbeat goes on, but the pipeline never claims to be RUNNING
+            later = run.until(lambda: (s := status_of(stack_env, store, name)) and s.heartbeat_at > first.heartbeat_at
+                              and s, 15, "a heartbeat")
+            assert later.state == "SCHEDULING"
+            assert later.observed(dt.datetime.now(dt.UTC))[0] == "SCHEDULING"
+        finally:
+            release.touch()
+        run.wait(240)
     finally:
-        release.touch()
-    out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 0, err[-2000:]
+        run.kill()
+    assert run.returncode == 0, run.stderr()[-2000:]
     final = status_of(stack_env, store, name)
     assert final.state == "STOPPED" and final.subtasks_started == final.subtasks_total == 6
     assert final.epoch == 2
@@ -101,19 +97,19 @@ def test_a_killed_run_is_lost_and_recovered_once_to_an_exact_result(stack_env, t
     name = "lifecycle-lost"
     store, sink = f"s3://checkpoints/{name}", f"s3://results/{name}"
     spec_path = write_spec(tmp_path, spend_spec(name, topic, sink, store, per_epoch=3_000))
-    proc = start_cli(["run", str(spec_path), "--lease-seconds", "3", "--launched-by", "test"], stack_env)
+    run = CliRun(["run", str(spec_path), "--lease-seconds", "3", "--launched-by", "test"], stack_env,
+                 tmp_path / "run.log")
     try:
-        wait_for(lambda: (s := status_of(stack_env, store, name)) and s.state == "RUNNING" and s.epoch >= 2,
-                 120, "RUNNING at epoch 2")
+        run.until(lambda: (s := status_of(stack_env, store, name)) and s.state == "RUNNING" and s.epoch >= 2,
+                  120, "RUNNING at epoch 2")
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        run.kill()
     spec, settings = load_spec(spec_path), ConnectionSettings.from_env(stack_env)
     policy = RecoveryPolicy(max_relaunches=2, backoff_base_s=0)
 
     status = status_of(stack_env, store, name)
     assert status.state == "RUNNING"  # what the dead runner left behind...
-    lost = wait_for(lambda: status_of(stack_env, store, name).observed(dt.datetime.now(dt.timezone.utc))[0] == "LOST",
+    lost = wait_for(lambda: status_of(stack_env, store, name).observed(dt.datetime.now(dt.UTC))[0] == "LOST",
                     10, "the lease to expire")
     assert lost
 
@@ -156,14 +152,18 @@ def test_a_stop_request_commits_the_epoch_in_flight_and_is_not_recovered(stack_e
     spec_path = write_spec(tmp_path, spend_spec(name, topic, sink, store, per_epoch=3_000))
     spec, settings = load_spec(spec_path), ConnectionSettings.from_env(stack_env)
     stop_file = tmp_path / "stop"
-    for how, stop in (("SIGTERM", lambda proc: os.kill(proc.pid, signal.SIGTERM)),
-                      ("stop file", lambda proc: stop_file.touch())):
-        proc = start_cli(["run", str(spec_path), "--forever", "--stop-file", str(stop_file)], stack_env)
-        wait_for(lambda: (s := status_of(stack_env, store, name)) and s.state == "RUNNING" and s.pid == proc.pid,
-                 120, f"RUNNING before the {how}")
-        stop(proc)
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err[-2000:]
+    for how, stop in (("SIGTERM", lambda run: os.kill(run.pid, signal.SIGTERM)),
+                      ("stop file", lambda run: stop_file.touch())):
+        run = CliRun(["run", str(spec_path), "--forever", "--stop-file", str(stop_file)], stack_env,
+                     tmp_path / f"run-{how.replace(' ', '-')}.log")
+        try:
+            run.until(lambda r=run: (s := status_of(stack_env, store, name)) and s.state == "RUNNING"
+                      and s.pid == r.pid, 120, f"RUNNING before the {how}")
+            stop(run)
+            run.wait(120)
+        finally:
+            run.kill()
+        assert run.returncode == 0, run.stderr()[-2000:]
         stopped = status_of(stack_env, store, name)
         assert stopped.state == "STOPPED" and stopped.reason == f"stopped on request ({how})", stopped
         assert [d.verdict for d in recover_job(spec, settings, RecoveryPolicy(), "r")] == ["healthy"]

@@ -8,16 +8,16 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
+import re
 import time
 
 import pytest
 
 from pipeline_lib.localstack import restart_stack_broker, restart_stack_s3, start_stack, stop_stack
 from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_per_user
-from tests.support import result_table, run_cli, spend_spec, write_spec
+from tests.support import CliRun, result_table, run_cli, spend_spec, write_spec
+
+pytestmark = pytest.mark.slow  # each on a stack of its own; the S3 server is away 30 s twice
 
 OUTAGE_S = 30
 
@@ -39,28 +39,8 @@ def own_stack(tmp_path):
         stop_stack(info.data_dir)
 
 
-def _start_run(spec, env):
-    return subprocess.Popen([sys.executable, "-m", "pipeline_lib", "run", str(spec)], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-
-
-def _after_epoch(proc, epoch: int) -> list[str]:
-    lines = []
-    for line in proc.stderr:
-        lines.append(line)
-        if line.startswith(f"epoch {epoch} committed"):
-            return lines
-    raise AssertionError("the run ended before epoch %d: %s" % (epoch, "".join(lines)[-3000:]))
-
-
-def _finish(proc, lines, timeout=600):
-    try:
-        _, rest = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return "".join(lines) + (rest or "")
+def _after_epoch(run: CliRun, epoch: int) -> None:
+    run.until(lambda: re.search(rf"^epoch {epoch} committed", run.stderr(), re.M), 300, f"epoch {epoch} committed")
 
 
 @pytest.mark.parametrize("budget,outcome", [(120, "rides it out"), (5, "fails cleanly")])
@@ -69,17 +49,21 @@ def test_s3_server_away_for_30s(own_stack, tmp_path, budget, outcome):
     env = {**env, "PIPELINE_S3_RETRY_SECONDS": str(budget)}
     spec = write_spec(tmp_path, spend_spec("s3-outage", "outage", "s3://results/s3-outage",
                                            "s3://checkpoints/s3-outage", per_epoch=1_000))
-    proc = _start_run(spec, env)
-    lines = _after_epoch(proc, 2)
-    started = time.monotonic()
-    restart_stack_s3(info, down_seconds=OUTAGE_S)
-    assert time.monotonic() - started >= OUTAGE_S
-    err = _finish(proc, lines)
+    run = CliRun(["run", str(spec)], env, tmp_path / "run.log")
+    try:
+        _after_epoch(run, 2)
+        started = time.monotonic()
+        restart_stack_s3(info, down_seconds=OUTAGE_S)
+        assert time.monotonic() - started >= OUTAGE_S
+        run.wait(600)
+    finally:
+        run.kill()
+    err = run.stderr()
     if outcome == "rides it out":
-        assert proc.returncode == 0, err[-3000:]
+        assert run.returncode == 0, err[-3000:]
         assert "; retry " in err  # the S3 store logged its retries while the server was away
     else:
-        assert proc.returncode == 2, err[-3000:]
+        assert run.returncode == 2, err[-3000:]
         assert "error:" in err and "failed after" in err and "Traceback" not in err
         # the restore runs with the default budget: a restarted SeaweedFS answers InternalError for
         # a few seconds while its volumes come back, which retries are there to absorb
@@ -92,9 +76,12 @@ def test_broker_restart_mid_run_is_ridden_out(own_stack, tmp_path):
     info, env, events = own_stack("s3")  # Tansu keeps its log in the S3 server: records survive
     spec = write_spec(tmp_path, spend_spec("broker-restart", "outage", "s3://results/broker-restart",
                                            "s3://checkpoints/broker-restart", per_epoch=1_000))
-    proc = _start_run(spec, env)
-    lines = _after_epoch(proc, 2)
-    restart_stack_broker(info, down_seconds=3)
-    err = _finish(proc, lines)
-    assert proc.returncode == 0, err[-3000:]
+    run = CliRun(["run", str(spec)], env, tmp_path / "run.log")
+    try:
+        _after_epoch(run, 2)
+        restart_stack_broker(info, down_seconds=3)
+        run.wait(600)
+    finally:
+        run.kill()
+    assert run.returncode == 0, run.stderr()[-3000:]
     assert result_table(env, "s3://results/broker-restart") == spend_per_user(events)

@@ -20,7 +20,8 @@ AGG = {"aggregate": {"key": ["user"], "values": {"total": "sum(amount)", "n": "c
 
 
 def pipeline_store(env, checkpoint_uri, pipeline):
-    return open_store(parse_location(checkpoint_uri).child(layout.pipeline_root(pipeline)), ConnectionSettings.from_env(env))
+    return open_store(parse_location(checkpoint_uri).child(layout.pipeline_root(pipeline)),
+                      ConnectionSettings.from_env(env))
 
 
 def manifests(env, checkpoint_uri, pipeline) -> list[dict]:
@@ -147,7 +148,8 @@ def test_rescale_on_restore_1_to_3_to_2_gives_identical_results(stack_env, tmp_p
     assert grids[2] == grids[4] and grids[4][0][0] == 0 and grids[4][-1][1] == 128
     assert all(a[1] <= b[0] for a, b in zip(grids[4], grids[4][1:]))
     assert result_table(stack_env, sink) == spend_per_user(events)
-    assert Counter(len(m["flows"][name]["sink"]["files"]) for m in by_epoch.values() if m["epoch"] >= 5) == Counter({2: 2})
+    files = Counter(len(m["flows"][name]["sink"]["files"]) for m in by_epoch.values() if m["epoch"] >= 5)
+    assert files == Counter({2: 2})
 
 
 def _read_directly(bootstrap: str, topic: str, ranges: dict[int, int]) -> list[dict]:

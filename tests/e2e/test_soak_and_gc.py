@@ -18,9 +18,10 @@ from pipeline_lib.plan.keygroups import key_group_of
 from pipeline_lib.samples import create_topic, produce_json, spend_per_user
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.storage import open_store
-from tests.support import result_table, spend_spec, write_spec
+from tests.support import CliRun, result_table, spend_spec, write_spec
 
 
+@pytest.mark.slow  # four crash/restore cycles, each on a stack of its own
 def test_soak_cycles_lose_and_duplicate_nothing(tmp_path):
     report = tmp_path / "soak.md"
     result = subprocess.run([sys.executable, "-m", "pipeline_lib.soak", "--cycles", "4", "--seed", "11",
@@ -71,8 +72,7 @@ def test_gc_racing_commits_never_deletes_what_a_retained_snapshot_needs(stack_en
     spec = write_spec(tmp_path, spec_dict)
     settings = ConnectionSettings.from_env(stack_env)
     snapshots = SnapshotStore.open(store, name, "main", settings)
-    run = subprocess.Popen([sys.executable, "-m", "pipeline_lib", "run", str(spec)], env=stack_env, text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    run = CliRun(["run", str(spec)], stack_env, tmp_path / "run.log")
     deleted, rounds, errors, stop = [0], [0], [], threading.Event()
 
     def collector():
@@ -82,18 +82,20 @@ def test_gc_racing_commits_never_deletes_what_a_retained_snapshot_needs(stack_en
                 if head is not None:
                     deleted[0] += snapshots.collect_garbage(head)
                     rounds[0] += 1
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+        except BaseException as exc:  # re-raised in the test's thread
             errors.append(exc)
 
     thread = threading.Thread(target=collector)
     thread.start()
     try:
-        _, err = run.communicate(timeout=600)
+        run.wait(600)
     finally:
         stop.set()
         thread.join()
+        run.kill()
     if errors:
         raise errors[0]
+    err = run.stderr()
     assert run.returncode == 0, err[-3000:]
     assert f"{EPOCHS} epoch(s)" in err, err[-3000:]
     assert rounds[0] > 10 and deleted[0] > 0, (rounds[0], deleted[0])

@@ -5,10 +5,6 @@ the relaunch fences the stuck attempt: it stops and exits reporting it, leaving 
 from __future__ import annotations
 
 import datetime as dt
-import os
-import signal
-import subprocess
-import sys
 
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.orchestration.launch_request import LaunchRequest
@@ -18,7 +14,7 @@ from pipeline_lib.recovery.recovery_record import RecoveryPolicy, read_record
 from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import load_spec
-from tests.support import result_table, spend_spec, wait_for, write_spec
+from tests.support import CliRun, result_table, spend_spec, wait_for, write_spec
 
 
 def test_a_stuck_epoch_with_a_live_heartbeat_is_stalled_relaunched_and_fenced(stack_env, tmp_path, payments):
@@ -31,17 +27,15 @@ def test_a_stuck_epoch_with_a_live_heartbeat_is_stalled_relaunched_and_fenced(st
     release, fault_log = tmp_path / "release", tmp_path / "faults.log"
     env = {**stack_env, "PIPELINE_FAULT_POINTS": "after_read@2", "PIPELINE_FAULT_PAUSE_UNTIL": str(release),
            "PIPELINE_FAULT_LOG": str(fault_log)}
-    stuck = subprocess.Popen([sys.executable, "-m", "pipeline_lib", "run", str(spec_path), "--lease-seconds", "5",
-                              "--stall-seconds", "10", "--launched-by", "test"], env=env, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    stuck = CliRun(["run", str(spec_path), "--lease-seconds", "5", "--stall-seconds", "10", "--launched-by", "test"],
+                   env, tmp_path / "stuck.log")
     try:
-        wait_for(lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text() or stuck.poll() is not None,
-                 120, "the run to hold inside epoch 2")
-        assert stuck.poll() is None, stuck.stderr.read()[-2000:]
+        stuck.until(lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text(), 120,
+                    "the run to hold inside epoch 2")
         # the heartbeat goes on (STALLED is only judged while the lease holds) and carries epoch 1's commit
         # (a beat after the hold began), while epoch 2 never commits
         stalled = wait_for(lambda: (s := snapshots.read_status()) and s.epoch == 1
-                           and s.observed(dt.datetime.now(dt.timezone.utc))[0] == "STALLED" and s, 60, "STALLED")
+                           and s.observed(dt.datetime.now(dt.UTC))[0] == "STALLED" and s, 60, "STALLED")
         assert stalled.state == "RUNNING" and stalled.attempt == 1 and stalled.epoch == 1
         assert stalled.lag == len(events) - 12_000 and stalled.stall_seconds == 10
 
@@ -61,12 +55,11 @@ def test_a_stuck_epoch_with_a_live_heartbeat_is_stalled_relaunched_and_fenced(st
         assert launched.summary["pipelines"][0]["restored_from"] == "0000000001-a1"
         assert result_table(stack_env, sink) == spend_per_user(events)
         release.touch()
-        _, err = stuck.communicate(timeout=120)
+        stuck.wait(120)
     finally:
         release.touch()
-        if stuck.poll() is None:
-            os.killpg(stuck.pid, signal.SIGKILL)
-            stuck.wait()
+        stuck.kill()
+    err = stuck.stderr()
     assert stuck.returncode == 2, err[-3000:]
     assert "fenced" in err and "epoch 2 committed" not in err
     assert result_table(stack_env, sink) == spend_per_user(events), "the fenced attempt changed committed output"

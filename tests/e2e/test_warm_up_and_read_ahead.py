@@ -5,13 +5,12 @@ and the warm-up query never calls a user's Python hook."""
 from __future__ import annotations
 
 import re
-import threading
 
 import pytest
 
 from pipeline_lib.samples import spend_per_user
-from tests.e2e.test_lifecycle import start_cli, status_of
-from tests.support import result_table, run_cli, spend_spec, wait_for, write_spec
+from tests.e2e.test_lifecycle import status_of
+from tests.support import CliRun, result_table, run_cli, spend_spec, write_spec
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
@@ -23,28 +22,22 @@ def test_the_next_epoch_is_read_while_this_one_commits_and_a_stop_drops_that_rea
     resume, stop_file, fault_log = tmp_path / "resume", tmp_path / "stop", tmp_path / "faults.log"
     env = {**stack_env, "PIPELINE_FAULT_POINTS": "after_sink_files@2,during_read@3",
            "PIPELINE_FAULT_PAUSE_UNTIL": str(resume), "PIPELINE_FAULT_LOG": str(fault_log)}
-    proc = start_cli(["run", str(spec), "--stop-file", str(stop_file)], env)
-    lines: list[str] = []
-
-    def collect() -> None:
-        for line in proc.stderr:
-            lines.append(line)
-
-    reader = threading.Thread(target=collect, daemon=True)
-    reader.start()
+    run = CliRun(["run", str(spec), "--stop-file", str(stop_file)], env, tmp_path / "run.log")
     try:
-        # epoch 2 is held in the middle of its commit while a Python worker reads epoch 3
-        wait_for(lambda: fault_log.exists() and "FAULT PAUSED: after_sink_files epoch=2" in fault_log.read_text()
-                 and "FAULT PAUSED: during_read epoch=3" in fault_log.read_text(), 180,
-                 "epoch 3 read while epoch 2 commits")
-        stop_file.touch()  # a stop now: epoch 2 finishes its commit, epoch 3's read is dropped
-        wait_for(lambda: any("stop requested" in line for line in lines), 30, "the run to take the stop request")
+        try:
+            # epoch 2 is held in the middle of its commit while a Python worker reads epoch 3
+            run.until(lambda: fault_log.exists() and "FAULT PAUSED: after_sink_files epoch=2" in fault_log.read_text()
+                      and "FAULT PAUSED: during_read epoch=3" in fault_log.read_text(), 180,
+                      "epoch 3 read while epoch 2 commits")
+            stop_file.touch()  # a stop now: epoch 2 finishes its commit, epoch 3's read is dropped
+            run.until(lambda: "stop requested" in run.stderr(), 30, "the run to take the stop request")
+        finally:
+            resume.touch()
+        run.wait(180)
     finally:
-        resume.touch()
-    proc.wait(timeout=180)
-    reader.join(30)
-    err = "".join(lines)
-    assert proc.returncode == 0, err[-3000:]
+        run.kill()
+    err = run.stderr()
+    assert run.returncode == 0, err[-3000:]
     assert "2 epoch(s)" in err and "epoch 3 committed" not in err, err[-3000:]
     assert status_of(stack_env, store, name).state == "STOPPED"
 

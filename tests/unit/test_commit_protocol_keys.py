@@ -24,7 +24,7 @@ from pipeline_lib.plan.keygroups import key_group_of, key_group_range, subtask_o
 from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, fair_shares, plan_epoch
 from pipeline_lib.spec.aggregates import parse_aggregate
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 # -- the plan digest ----------------------------------------------------------------------------

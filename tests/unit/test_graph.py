@@ -39,7 +39,7 @@ def test_two_sources_give_two_pipelines_in_topological_order():
     ]
     assert [v.id for v in pipelines[1].vertices] == ["source:refunds", "flow:refunds-out/sink"]
     assert sum(v.parallelism for v in graph.vertices.values()) == 8 * 3
-    assert graph.vertices["flow:spend/state"].subtasks() == ["flow:spend/state#0", "flow:spend/state#1", "flow:spend/state#2"]
+    assert graph.vertices["flow:spend/state"].subtasks() == [f"flow:spend/state#{i}" for i in range(3)]
 
 
 def test_parallelism_override_and_single_flow_form():
@@ -56,7 +56,8 @@ def test_parallelism_override_and_single_flow_form():
     (lambda s: s["flows"][1].update(name="spend"), "flow names repeat"),
     (lambda s: s["flows"].pop(2), "sources ['refunds'] feed no flow"),
     (lambda s: s["flows"][1]["sink"]["files"].update(path="s3://results/spend"), "also used by flow spend"),
-    (lambda s: s.update(source={"kafka": {"topic": "x", "schema": SCHEMA}}), "either source/transforms/state/sink or sources/flows"),
+    (lambda s: s.update(source={"kafka": {"topic": "x", "schema": SCHEMA}}),
+     "either source/transforms/state/sink or sources/flows"),
     (lambda s: s["sources"]["refunds"]["kafka"].update(stop={"0": -1}), "sources.refunds.kafka.stop"),
 ])
 def test_bad_multi_flow_specs_are_rejected(change, message):

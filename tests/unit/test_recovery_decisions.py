@@ -17,7 +17,7 @@ from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import parse_spec
 
-T0 = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
 SETTINGS = ConnectionSettings()
 
 
@@ -34,7 +34,10 @@ def put_status(snapshots, state, attempt=1, heartbeat=T0, lease=30.0, **extra):
     assert snapshots.swap_status(status, version)
 
 
-def verdicts(spec, now, policy=RecoveryPolicy(), by="r"):
+DEFAULT_POLICY = RecoveryPolicy()
+
+
+def verdicts(spec, now, policy=DEFAULT_POLICY, by="r"):
     return [(d.verdict, d.reason) for d in recover_job(spec, SETTINGS, policy, by, now=now)]
 
 
@@ -63,7 +66,8 @@ def test_an_expired_lease_is_recorded_as_lost_and_relaunched_the_same_way(job):
 
 
 def test_a_start_up_past_its_deadline_is_failed():
-    status = PipelineStatus(state="SCHEDULING", attempt=2, epoch=0, updated_at=T0, heartbeat_at=T0 + dt.timedelta(hours=1),
+    status = PipelineStatus(state="SCHEDULING", attempt=2, epoch=0, updated_at=T0,
+                            heartbeat_at=T0 + dt.timedelta(hours=1),
                             lease_seconds=30, startup_deadline=T0 + dt.timedelta(minutes=5), subtasks_total=6,
                             subtasks_started=2)
     state, reason = status.observed(T0 + dt.timedelta(minutes=6))

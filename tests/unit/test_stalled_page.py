@@ -24,7 +24,7 @@ def test_a_stalled_pipeline_shows_as_stalled_with_the_reason(tmp_path):
     spec = spend_job_spec("stuck", "payments", f"file://{tmp_path}/out", f"file://{tmp_path}/ckpt")
     (specs / "stuck.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     snapshots = SnapshotStore.open(f"file://{tmp_path}/ckpt", "stuck", "main", SETTINGS)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     status = PipelineStatus(state="RUNNING", attempt=2, epoch=7, updated_at=now, heartbeat_at=now, lease_seconds=30,
                             progress_at=now - dt.timedelta(hours=1), lag=1234, stall_seconds=600,
                             launch=LaunchInfo(mode="forever", parallelism=2))

@@ -50,7 +50,8 @@ def test_merging_epoch_partials_equals_one_big_aggregate():
     for user in {u for u, _ in events}:
         amounts = [a for u, a in events if u == user]
         real = [a for a in amounts if a is not None]
-        expected = [sum(real) if real else None, len(amounts), min(real, default=None), max(real, default=None), len(real)]
+        expected = [sum(real) if real else None, len(amounts), min(real, default=None), max(real, default=None),
+                    len(real)]
         assert state.value((user,)) == expected
 
 
@@ -62,7 +63,8 @@ def test_merging_non_numeric_columns_and_nan_like_spark():
     nan = float("nan")
     state = KeyedAggregateState(["k"], fns, 8)
     state.merge(_partials(columns, [(1, Decimal("1.10"), "m", "m", 1.0, 1.0), (2, None, None, None, nan, nan)]))
-    state.merge(_partials(columns, [(1, Decimal("2.05"), "a", "z", nan, nan), (2, Decimal("0.01"), "b", "b", 3.0, 3.0)]))
+    state.merge(_partials(columns, [(1, Decimal("2.05"), "a", "z", nan, nan),
+                                    (2, Decimal("0.01"), "b", "b", 3.0, 3.0)]))
     one, two = state.value((1,)), state.value((2,))
     assert one[:4] == [Decimal("3.15"), "a", "z", 1.0] and math.isnan(one[4])  # max(1, NaN) is NaN, min is 1
     assert two[:4] == [Decimal("0.01"), "b", "b", 3.0] and math.isnan(two[4])
@@ -109,7 +111,8 @@ def test_manifest_checksum_detects_tampering():
     m = Manifest(
         job="j", snapshot_id="0000000001-a1", epoch=1, attempt=1, created_at="2026-01-01T00:00:00Z",
         pipeline="main", spec_fingerprint="x", topic="t", positions={0: 5},
-        flows={"j": FlowCommit(state=None, rows_written=0, sink=SinkCommit(location="file:///tmp/s", epoch=1, marker="epoch=1/_SUCCESS", files=[]))},
+        flows={"j": FlowCommit(state=None, rows_written=0, sink=SinkCommit(location="file:///tmp/s", epoch=1,
+                                                                           marker="epoch=1/_SUCCESS", files=[]))},
         lineage=Lineage(base_snapshot=None, plan_digest="d", ranges=[], records_read=5),
     ).sealed()
     assert Manifest.from_bytes(m.to_bytes()).verify_checksum()
@@ -169,7 +172,8 @@ def test_keys_are_found_again_whichever_lookup_their_type_takes(key_types):
     """One string/integer key column is looked up in Arrow, others in the dict: the same keys,
     None among them, are found again across epochs either way."""
     rng = random.Random(3)
-    pick = {pa.string(): lambda: rng.choice([None, "a", "b", "é", ""]), pa.large_string(): lambda: rng.choice(["x", None]),
+    pick = {pa.string(): lambda: rng.choice([None, "a", "b", "é", ""]),
+            pa.large_string(): lambda: rng.choice(["x", None]),
             pa.int64(): lambda: rng.choice([None, -1, 0, 7]), pa.float64(): lambda: rng.choice([None, -0.5, 0.0, 2.5]),
             pa.int32(): lambda: rng.choice([1, 2])}
     names = [f"k{i}" for i in range(len(key_types))]

@@ -133,7 +133,8 @@ def test_spans_of_sparsely_referenced_older_packs_are_folded_into_the_new_one():
     from pipeline_lib.checkpoint.state_spans import spans_to_fold
 
     def ref(key: str, span):
-        return StateFileRef(key=key, rows=1, bytes=1, sha256="x", key_group_start=span[0], key_group_end=span[1], offset=0)
+        return StateFileRef(key=key, rows=1, bytes=1, sha256="x", key_group_start=span[0], key_group_end=span[1],
+                            offset=0)
 
     kept = {(i, i + 1): ref("a", (i, i + 1)) for i in range(10)}  # 10 spans still in pack a
     kept.update({(10, 11): ref("b", (10, 11)), (11, 12): ref("b", (11, 12))})  # 2 in b

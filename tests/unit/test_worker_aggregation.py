@@ -84,7 +84,8 @@ def test_bad_records_keep_their_place_reason_and_raw_bytes():
                              "_offset": pa.array([7, 8, 9], pa.int64()), "_error": [None, "not JSON", "too big"],
                              "_raw": pa.array([None, b"\xff{", None], pa.binary())})
     assert bad_records(batch).to_pylist() == [
-        {"topic": "t", "partition": 1, "offset": 8, "error": "not JSON", "raw_base64": base64.b64encode(b"\xff{").decode()},
+        {"topic": "t", "partition": 1, "offset": 8, "error": "not JSON",
+         "raw_base64": base64.b64encode(b"\xff{").decode()},
         {"topic": "t", "partition": 1, "offset": 9, "error": "too big", "raw_base64": None},
     ]
 
@@ -114,7 +115,8 @@ def test_a_task_yields_one_partial_per_stateful_flow_and_every_row_of_a_stateles
     batches = [pa.RecordBatch.from_pylist(rows[i:i + 1_000], schema=SCHEMA) for i in range(0, 5_000, 1_000)]
     monkeypatch.setattr(wa, "COMBINE_AT_ROWS", 5)  # fold the partials after every batch
     monkeypatch.setattr(wa, "MAX_ROWS_PER_BLOB", 400)  # and cut the stateless rows into several blobs
-    out = _outputs(list(EpochInWorker(_Reader([batches]), (FLOW, FlowInWorker()))(iter([pa.record_batch({"id": [0]})]))))
+    run = EpochInWorker(_Reader([batches]), (FLOW, FlowInWorker()))
+    out = _outputs(list(run(iter([pa.record_batch({"id": [0]})]))))
     stateful = [t for i, t in out if i == 0]
     assert len(stateful) == 1 and _by_key(stateful[0]) == _expected(rows)
     stateless = [t for i, t in out if i == 1]
@@ -123,11 +125,15 @@ def test_a_task_yields_one_partial_per_stateful_flow_and_every_row_of_a_stateles
 
 def test_a_tolerant_task_sends_bad_records_apart_and_aggregates_only_good_ones():
     schema = SCHEMA.append(pa.field("_topic", pa.string())).append(pa.field("_partition", pa.int32())) \
-        .append(pa.field("_offset", pa.int64())).append(pa.field("_error", pa.string())).append(pa.field("_raw", pa.binary()))
+        .append(pa.field("_offset", pa.int64())).append(pa.field("_error", pa.string())) \
+        .append(pa.field("_raw", pa.binary()))
     batch = pa.RecordBatch.from_pylist([
-        {"user": "a", "amount": 1, "note": None, "_topic": "t", "_partition": 0, "_offset": 0, "_error": None, "_raw": None},
-        {"user": None, "amount": None, "note": None, "_topic": "t", "_partition": 0, "_offset": 1, "_error": "bad", "_raw": b"x"},
-        {"user": "a", "amount": 2, "note": "z", "_topic": "t", "_partition": 0, "_offset": 2, "_error": None, "_raw": None},
+        {"user": "a", "amount": 1, "note": None,
+         "_topic": "t", "_partition": 0, "_offset": 0, "_error": None, "_raw": None},
+        {"user": None, "amount": None, "note": None,
+         "_topic": "t", "_partition": 0, "_offset": 1, "_error": "bad", "_raw": b"x"},
+        {"user": "a", "amount": 2, "note": "z",
+         "_topic": "t", "_partition": 0, "_offset": 2, "_error": None, "_raw": None},
     ], schema=schema)
     out = _outputs(list(EpochInWorker(_Reader([[batch]], tolerant=True), (FLOW,)).run_task([batch])))
     assert [i for i, _ in out] == [wa.BAD_RECORDS, 0]
@@ -149,9 +155,12 @@ FIELDS = {"user": T.StringType(), "amount": T.LongType(), "price": T.DoubleType(
 @pytest.mark.parametrize("over, why", [
     ({"transforms": [{"filter": "amount > 0"}]}, "has transforms"),
     ({"state": {"aggregate": {"key": ["price"], "values": {"n": "count(*)"}}}}, "groups by price of type double"),
-    ({"state": {"aggregate": {"key": ["user"], "values": {"m": "max(price)"}}}}, "computes max(price) over type double"),
-    ({"state": {"aggregate": {"key": ["user"], "values": {"s": "sum(cost)"}}}}, "computes sum(cost) over type decimal(10,2)"),
-    ({"state": {"aggregate": {"key": ["user"], "values": {"s": "sum(nope)"}}}}, "computes sum(nope) of an unknown column"),
+    ({"state": {"aggregate": {"key": ["user"], "values": {"m": "max(price)"}}}},
+     "computes max(price) over type double"),
+    ({"state": {"aggregate": {"key": ["user"], "values": {"s": "sum(cost)"}}}},
+     "computes sum(cost) over type decimal(10,2)"),
+    ({"state": {"aggregate": {"key": ["user"], "values": {"s": "sum(nope)"}}}},
+     "computes sum(nope) of an unknown column"),
     ({"state": {"aggregate": {"key": ["nope"], "values": {"n": "count(*)"}}}}, "groups by nope of type unknown"),
 ])
 def test_flows_the_two_paths_could_treat_differently_take_spark_s(over, why):
@@ -161,7 +170,8 @@ def test_flows_the_two_paths_could_treat_differently_take_spark_s(over, why):
 @pytest.mark.parametrize("over", [
     {},
     {"state": None},
-    {"state": {"aggregate": {"key": ["user", "day"], "values": {"s": "sum(price)", "m": "min(day)", "c": "count(cost)"}}}},
+    {"state": {"aggregate": {"key": ["user", "day"],
+                             "values": {"s": "sum(price)", "m": "min(day)", "c": "count(cost)"}}}},
 ])
 def test_flows_without_transforms_over_exact_types_take_the_arrow_path(over):
     assert wa._needs_spark(_flow(**over), FIELDS) is None

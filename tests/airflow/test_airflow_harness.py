@@ -15,7 +15,8 @@ import psutil
 import pytest
 import requests
 
-from tests.airflow_harness import AirflowApiError, start_airflow
+from tests.airflow.deployment import start_airflow
+from tests.airflow.rest_api import AirflowApiError
 
 pytestmark = pytest.mark.timeout(300)
 

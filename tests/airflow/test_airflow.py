@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -24,10 +23,12 @@ from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.recovery.recovery_record import read_record
 from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
-from tests.airflow_harness import AirflowApiError, start_airflow
+from tests.airflow.browser import HeadlessChromium
+from tests.airflow.deployment import start_airflow
+from tests.airflow.rest_api import AirflowApiError
 from tests.support import result_table, spend_spec, wait_for, write_spec
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # 4 tests in about 4 minutes
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "af-spend"
@@ -97,7 +98,7 @@ def test_killed_run_is_recovered_by_pipeline_recovery_to_an_exact_result(airflow
     assert not any(s in log for s in secrets)
 
     # the dead run left RUNNING behind; once its lease expires it is LOST
-    wait_for(lambda: status(stack_env).observed(dt.datetime.now(dt.timezone.utc))[0] == "LOST", 30, "LOST")
+    wait_for(lambda: status(stack_env).observed(dt.datetime.now(dt.UTC))[0] == "LOST", 30, "LOST")
 
     recovery_run = airflow.trigger("pipeline_recovery", {})
     assert airflow.wait_for_run("pipeline_recovery", recovery_run, timeout=180) == "success"
@@ -163,21 +164,14 @@ def test_the_pipelines_page_in_the_airflow_ui(airflow):
     overview = airflow.get("/pipeline-lib/api/overview")
     [pipeline] = overview["jobs"][0]["pipelines"]
     assert pipeline["status"] == "STOPPED" and pipeline["lag"] == 0 and pipeline["history"]
-    assert [v["url_route"] for p in airflow.get("/api/v2/plugins")["plugins"] for v in p["external_views"]] == ["pipelines"]
+    plugins = airflow.get("/api/v2/plugins")["plugins"]
+    assert [v["url_route"] for p in plugins for v in p["external_views"]] == ["pipelines"]
 
     SCREENSHOT.parent.mkdir(exist_ok=True)
     shot = Path(tempfile.mkdtemp()) / "page.png"
-    with tempfile.TemporaryDirectory() as profile:
-        subprocess.run(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--window-size=1500,900", "--virtual-time-budget=20000",
-             f"--screenshot={shot}", f"{airflow.base_url}/plugin/pipelines"],
-            check=True, capture_output=True, timeout=120)
-        dom = subprocess.run(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={profile}",
-             "--virtual-time-budget=10000", "--dump-dom", f"{airflow.base_url}/pipeline-lib/"],
-            check=True, capture_output=True, text=True, timeout=120).stdout
+    with HeadlessChromium() as browser:
+        browser.screenshot(f"{airflow.base_url}/plugin/pipelines", shot, window="1500,900", budget_ms=20_000)
+        dom = browser.dump_dom(f"{airflow.base_url}/pipeline-lib/", budget_ms=10_000)
     assert JOB in dom and "STOPPED" in dom  # what the browser rendered, not only what the server sent
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 30_000  # a rendered page, not a blank one

@@ -1,4 +1,7 @@
-"""The object-store contract, run unchanged against a local directory and a real S3 server."""
+"""The object-store contract, run unchanged against a local directory and a real S3 server.
+
+The tests that start nothing (the local-directory store, location parsing) are in the unit tier,
+marked so here; the S3 server's are e2e, as the folder says."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from pipeline_lib.storage import Location, ObjectStore, RetryPolicy, open_store,
 from pipeline_lib.storage.s3 import ENV_S3_RETRY_SECONDS
 
 BUCKET = "storage-tests"
+unit = pytest.mark.unit  # starts no service: in the unit tier although the file is in tests/e2e
 
 
 def s3_settings(stack, secret_key: str | None = None, endpoint: str | None = None) -> ConnectionSettings:
@@ -34,7 +38,7 @@ def s3_settings(stack, secret_key: str | None = None, endpoint: str | None = Non
     )
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=[pytest.param("file", marks=unit), pytest.param("s3", marks=pytest.mark.e2e)])
 def store(request, tmp_path) -> ObjectStore:
     """A fresh, empty store: its own directory, or its own prefix in the shared test bucket."""
     if request.param == "file":
@@ -166,6 +170,7 @@ def test_list_prefix_validation(store: ObjectStore, prefix: str):
         ("file:///tmp/x/", Location("file", "", "/tmp/x")),
     ],
 )
+@unit
 def test_parse_location(uri: str, expected: Location):
     location = parse_location(uri)
     assert location == expected
@@ -195,11 +200,13 @@ def test_parse_location(uri: str, expected: Location):
         ("", "non-empty"),
     ],
 )
+@unit
 def test_parse_location_rejects(uri: str, reason: str):
     with pytest.raises(ValueError, match=reason):
         parse_location(uri)
 
 
+@unit
 @pytest.mark.parametrize("name", ["..", "../x", "/abs", "a/../..", ""])
 def test_child_refuses_escapes(name: str):
     with pytest.raises(ValueError):
@@ -208,6 +215,7 @@ def test_child_refuses_escapes(name: str):
         parse_location("file:///data/root").child(name)
 
 
+@unit
 def test_s3_needs_settings_and_a_valid_retry_budget(monkeypatch):
     with pytest.raises(ConfigError, match="PIPELINE_S3_ENDPOINT"):
         open_store("s3://bucket/x", ConnectionSettings())
@@ -282,7 +290,8 @@ def dropping_endpoint() -> Iterator[str]:
 
 @pytest.mark.parametrize("outage", ["refused", "dropped"])
 def test_s3_transient_failures_are_retried_within_the_budget(local_stack, monkeypatch, caplog, outage, request):
-    endpoint = f"http://127.0.0.1:{_free_port()}" if outage == "refused" else request.getfixturevalue("dropping_endpoint")
+    endpoint = (f"http://127.0.0.1:{_free_port()}" if outage == "refused"
+                else request.getfixturevalue("dropping_endpoint"))
     monkeypatch.setenv(ENV_S3_RETRY_SECONDS, "2")
     store = open_store(f"s3://{BUCKET}/x", s3_settings(local_stack, endpoint=endpoint))
     began = time.monotonic()
@@ -327,6 +336,7 @@ print(json.dumps(store.put_if("HEAD", f"process {i}".encode(), expected)))
 """
 
 
+@unit
 @pytest.mark.parametrize("existing", [False, True], ids=["create", "replace"])
 def test_local_put_if_is_atomic_across_processes(tmp_path, existing: bool):
     uri = f"file://{tmp_path}/store"
@@ -344,6 +354,7 @@ def test_local_put_if_is_atomic_across_processes(tmp_path, existing: bool):
     assert store.get_versioned("HEAD") == (f"process {winners[0]}".encode(), results[winners[0]])
 
 
+@unit
 def test_local_store_hides_its_own_files_and_leaves_no_temporaries(tmp_path):
     store = open_store(f"file://{tmp_path}/store", ConnectionSettings())
     store.put("a/b", b"x")

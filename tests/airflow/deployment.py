@@ -18,16 +18,17 @@ Process hygiene: each server process gets its own session and process group; eve
 start (executor workers, task processes, JVMs...) stays in that session unless it calls setsid,
 and inherits a unique marker variable in its environment. ``stop()`` collects them by descendant
 tree, by session id and by marker (task processes call ``setpgid`` and may be re-parented to
-init), SIGTERMs, then SIGKILLs leftovers, always by PID. No log servers are started (``--skip-serve-logs``): task logs are read
-from ``$AIRFLOW_HOME/logs`` by the api-server itself.
+init), SIGTERMs, then SIGKILLs leftovers, always by PID. No log servers are started (``--skip-serve-logs``):
+task logs are read from ``$AIRFLOW_HOME/logs`` by the api-server itself.
 
-This module holds no project-specific logic.
+The REST calls (trigger, wait_for_run, task_log, xcom...) are in rest_api.py, mixed into
+AirflowServer; headless Chromium for the UI pages is in browser.py. This module holds no
+project-specific logic.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import os
 import secrets
 import signal
@@ -41,34 +42,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import quote
 
 import psutil
 import requests
+
+from tests.airflow.rest_api import AirflowHarnessError, AirflowRestApi
 
 MARKER_VAR = "AIRFLOW_TEST_HARNESS_ID"
 """Environment variable carrying a per-server id; every process started by the harness inherits it."""
 
 HEALTH_COMPONENTS = ("metadatabase", "scheduler", "dag_processor")
-FINAL_RUN_STATES = frozenset({"success", "failed"})
 _LOOPBACK = {"127.0.0.1", "::1"}
-
-
-class AirflowHarnessError(RuntimeError):
-    """The Airflow processes did not start, died, or did not reach an expected state in time."""
-
-
-class AirflowApiError(RuntimeError):
-    """A REST call answered with an unexpected HTTP status. Carries the response."""
-
-    def __init__(self, message: str, response: requests.Response):
-        super().__init__(message)
-        self.response = response
-        self.status_code = response.status_code
-        self.body = response.text
-
-    def json(self) -> Any:
-        return self.response.json()
 
 
 def _running(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
@@ -90,11 +74,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _seg(value: str) -> str:
-    """URL-encode one path segment (run ids contain ':' and '+')."""
-    return quote(str(value), safe="")
-
-
 def _tail(path: Path, lines: int = 40) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -104,8 +83,9 @@ def _tail(path: Path, lines: int = 40) -> str:
 
 
 @dataclass
-class AirflowServer:
-    """A running Airflow deployment. Create it with :func:`start_airflow`."""
+class AirflowServer(AirflowRestApi):
+    """A running Airflow deployment and its REST API (AirflowRestApi). Create it with
+    :func:`start_airflow`."""
 
     home: Path
     dags_folder: Path
@@ -347,189 +327,6 @@ class AirflowServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    # ---------------------------------------------------------------- auth and raw REST
-    def token(self, refresh: bool = False) -> str:
-        """A bearer token. With the simple auth manager: POST /auth/token with the generated
-        password; in all-admins mode GET /auth/token (no credentials, anonymous admin)."""
-        if self._token and not refresh:
-            return self._token
-        if self.all_admins:
-            r = self._session.get(f"{self.base_url}/auth/token", timeout=self.request_timeout)
-        else:
-            r = self._session.post(f"{self.base_url}/auth/token", json=self.credentials(),
-                                   timeout=self.request_timeout)
-        if r.status_code not in (200, 201):
-            raise AirflowApiError(f"/auth/token answered {r.status_code}: {r.text}", r)
-        self._token = r.json()["access_token"]
-        return self._token
-
-    def credentials(self, username: str = "admin", timeout: float = 30.0) -> dict[str, str]:
-        """The simple auth manager's generated password of ``username``."""
-        path = self.home / "simple_auth_manager_passwords.json.generated"
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                passwords = json.loads(path.read_text())
-                return {"username": username, "password": passwords[username]}
-            except (OSError, ValueError, KeyError):
-                if time.monotonic() > deadline:
-                    raise AirflowHarnessError(
-                        f"no password for {username!r} in {path}\n{self.logs_tail()}")
-                time.sleep(0.3)
-
-    def request(self, method: str, path: str, *, expect: Iterable[int] | None = (200,),
-                **kwargs: Any) -> requests.Response:
-        """An authenticated request to ``base_url + path``; raises AirflowApiError on a status not
-        in ``expect`` (``expect=None``: return any response)."""
-        kwargs.setdefault("timeout", self.request_timeout)
-        url = f"{self.base_url}{path}"
-        extra_headers = kwargs.pop("headers", None) or {}
-        for attempt in (1, 2):  # one retry with a fresh token after a 401
-            token = self.token(refresh=attempt == 2)
-            headers = {**extra_headers, "Authorization": f"Bearer {token}"}
-            r = self._session.request(method, url, headers=headers, **kwargs)
-            if r.status_code != 401:
-                break
-        if expect is not None and r.status_code not in set(expect):
-            raise AirflowApiError(f"{method} {path} answered {r.status_code}: {r.text[:2000]}", r)
-        return r
-
-    def get(self, path: str, **kwargs: Any) -> Any:
-        return self.request("GET", path, **kwargs).json()
-
-    # ---------------------------------------------------------------- DAGs and runs
-    def import_errors(self) -> list[dict[str, Any]]:
-        return self.get("/api/v2/importErrors", params={"limit": 100})["import_errors"]
-
-    def dag(self, dag_id: str) -> dict[str, Any] | None:
-        r = self.request("GET", f"/api/v2/dags/{_seg(dag_id)}", expect=(200, 404))
-        return r.json() if r.status_code == 200 else None
-
-    def wait_for_dag(self, dag_id: str, timeout: float = 90.0) -> dict[str, Any]:
-        """Wait until the dag-processor has parsed ``dag_id`` and the API knows it."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self._check_alive()
-            dag = self.dag(dag_id)
-            if dag is not None:
-                return dag
-            time.sleep(0.5)
-        try:
-            errors = json.dumps(self.import_errors(), indent=1)
-        except Exception as e:  # noqa: BLE001 - diagnostics only
-            errors = f"<cannot list import errors: {e}>"
-        raise AirflowHarnessError(
-            f"DAG {dag_id!r} not visible after {timeout:.0f}s. Import errors: {errors}\n"
-            f"{self.logs_tail()}")
-
-    def set_paused(self, dag_id: str, paused: bool) -> dict[str, Any]:
-        return self.request("PATCH", f"/api/v2/dags/{_seg(dag_id)}",
-                            json={"is_paused": paused}).json()
-
-    def unpause(self, dag_id: str) -> dict[str, Any]:
-        return self.set_paused(dag_id, False)
-
-    def pause(self, dag_id: str) -> dict[str, Any]:
-        return self.set_paused(dag_id, True)
-
-    def trigger_response(self, dag_id: str, conf: Mapping[str, Any] | None = None,
-                         **body: Any) -> requests.Response:
-        """``POST /api/v2/dags/{dag_id}/dagRuns``; the raw response, whatever its status."""
-        payload = {"logical_date": None, "conf": dict(conf or {}), **body}
-        return self.request("POST", f"/api/v2/dags/{_seg(dag_id)}/dagRuns", json=payload, expect=None)
-
-    def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None, **body: Any) -> str:
-        """Trigger a run and return its run_id; AirflowApiError (``.status_code``, ``.body``,
-        ``.response``) when the API does not answer 200, e.g. 400 for conf that fails the Params."""
-        r = self.trigger_response(dag_id, conf, **body)
-        if r.status_code != 200:
-            raise AirflowApiError(f"trigger {dag_id} answered {r.status_code}: {r.text[:2000]}", r)
-        return r.json()["dag_run_id"]
-
-    def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
-        return self.get(f"/api/v2/dags/{_seg(dag_id)}/dagRuns/{_seg(run_id)}")
-
-    def dag_runs(self, dag_id: str) -> list[dict[str, Any]]:
-        """All runs of ``dag_id``, oldest first."""
-        runs: list[dict[str, Any]] = []
-        while True:
-            page = self.get(f"/api/v2/dags/{_seg(dag_id)}/dagRuns",
-                            params={"limit": 100, "offset": len(runs), "order_by": "id"})
-            runs.extend(page["dag_runs"])
-            if not page["dag_runs"] or len(runs) >= page["total_entries"]:
-                return runs
-
-    def wait_for_run(self, dag_id: str, run_id: str, states: Iterable[str] = FINAL_RUN_STATES,
-                     timeout: float = 180.0) -> str:
-        """Wait until the run is in one of ``states``; returns that state."""
-        wanted = set(states)
-        deadline = time.monotonic() + timeout
-        state = None
-        while time.monotonic() < deadline:
-            self._check_alive()
-            state = self.dag_run(dag_id, run_id)["state"]
-            if state in wanted:
-                return state
-            time.sleep(0.5)
-        try:
-            tis = [(t["task_id"], t["map_index"], t["state"])
-                   for t in self.task_instances(dag_id, run_id)]
-        except Exception as e:  # noqa: BLE001 - diagnostics only
-            tis = [f"<cannot list task instances: {e}>"]
-        raise AirflowHarnessError(
-            f"run {run_id} of {dag_id} is {state!r}, not in {sorted(wanted)}, after {timeout:.0f}s; "
-            f"tasks: {tis}\n{self.logs_tail()}")
-
-    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        while True:
-            page = self.get(f"/api/v2/dags/{_seg(dag_id)}/dagRuns/{_seg(run_id)}/taskInstances",
-                            params={"limit": 100, "offset": len(out)})
-            out.extend(page["task_instances"])
-            if not page["task_instances"] or len(out) >= page["total_entries"]:
-                return out
-
-    def task_log_events(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1,
-                        map_index: int = -1) -> list[Any]:
-        """The structured log records of one task try (dicts with ``event``, ``timestamp``,
-        ``level``... or plain strings for unparsable lines)."""
-        path = (f"/api/v2/dags/{_seg(dag_id)}/dagRuns/{_seg(run_id)}/taskInstances/{_seg(task_id)}"
-                f"/logs/{int(try_number)}")
-        body = self.get(path, params={"full_content": "true", "map_index": map_index},
-                        headers={"Accept": "application/json"})
-        return body["content"]
-
-    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1,
-                 map_index: int = -1) -> str:
-        """The task log as text, one line per record: ``timestamp [level] event key=value...``."""
-        lines = []
-        for rec in self.task_log_events(dag_id, run_id, task_id, try_number, map_index):
-            if not isinstance(rec, dict):
-                lines.append(str(rec))
-                continue
-            rec = dict(rec)
-            head = " ".join(str(x) for x in (rec.pop("timestamp", None),
-                                             f"[{rec.pop('level')}]" if rec.get("level") else None)
-                            if x)
-            event = rec.pop("event", "")
-            rec.pop("level", None)
-            extra = " ".join(f"{k}={v}" for k, v in rec.items())
-            lines.append(" ".join(x for x in (head, str(event), extra) if x))
-        return "\n".join(lines)
-
-    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value",
-             map_index: int = -1) -> Any:
-        """The XCom value as the task pushed it (JSON-decoded)."""
-        path = (f"/api/v2/dags/{_seg(dag_id)}/dagRuns/{_seg(run_id)}/taskInstances/{_seg(task_id)}"
-                f"/xcomEntries/{_seg(key)}")
-        value = self.get(path, params={"map_index": map_index, "deserialize": "true"})["value"]
-        if isinstance(value, str):
-            try:
-                return json.loads(value)
-            except ValueError:
-                return value
-        return value
 
 
 def _base_env() -> dict[str, str]:

@@ -32,7 +32,7 @@ from pipeline_lib import settings as settings_module
 from pipeline_lib.orchestration.connections import CONNECTION_IDS, settings_from_connections
 from pipeline_lib.settings import ConnectionSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 PYPROJECT = ROOT / "pyproject.toml"

@@ -1,8 +1,7 @@
-"""A stateless job (hook + select, no state step) and the CLI's stack commands, as a user runs them."""
+"""A stateless job (hook + select, no state step) on the real CLI, broker, S3 server and Spark."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 import pytest
@@ -45,23 +44,3 @@ def test_hook_that_returns_no_dataframe_is_reported(stack_env, tmp_path, payment
     result = run_cli(["run", str(spec)], stack_env)
     assert result.returncode == 2
     assert "transforms[0].python 'tests.hooks_example:not_a_dataframe' returned int, not a DataFrame" in result.stderr
-
-
-def test_stack_commands_as_a_user_calls_them(tmp_path, stack_env):
-    data = tmp_path / "stack"
-    up = run_cli(["stack", "up", "--dir", str(data), "--broker-storage", "memory"], stack_env, timeout=120)
-    try:
-        assert up.returncode == 0, up.stderr
-        exports = dict(line.removeprefix("export ").split("=", 1) for line in up.stdout.splitlines())
-        assert set(exports) == {"PIPELINE_KAFKA_BOOTSTRAP", "PIPELINE_S3_ENDPOINT",
-                                "PIPELINE_S3_ACCESS_KEY", "PIPELINE_S3_SECRET_KEY"}
-        assert exports["PIPELINE_KAFKA_BOOTSTRAP"].startswith("127.0.0.1:")
-        status = json.loads(run_cli(["stack", "status", "--dir", str(data)], stack_env).stdout)
-        assert status["broker"]["alive"] and status["s3"]["alive"]
-        assert exports["PIPELINE_S3_SECRET_KEY"] not in json.dumps(status)
-        assert run_cli(["stack", "env", "--dir", str(data)], stack_env).stdout == up.stdout
-    finally:
-        down = run_cli(["stack", "down", "--dir", str(data)], stack_env, timeout=120)
-    assert down.returncode == 0 and "stack stopped" in down.stderr
-    status = json.loads(run_cli(["stack", "status", "--dir", str(data)], stack_env).stdout)
-    assert not status["running"]

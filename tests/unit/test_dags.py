@@ -8,14 +8,18 @@ import shutil
 from pathlib import Path
 
 import pytest
-from airflow.dag_processing.dagbag import DagBag
-from airflow.sdk.definitions.param import ParamValidationError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+
+# Starts nothing, but parses the DAGs with Airflow: Airflow is imported by the tests, not at
+# collection, so that the rest of the unit tier never pays for its import.
+pytestmark = [pytest.mark.unit, pytest.mark.airflow]
 
 
 @pytest.fixture(scope="module")
-def dagbag() -> DagBag:
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
     return DagBag(dag_folder=str(REPO / "dags"))
 
 
@@ -59,6 +63,8 @@ def test_good_params_validate(dagbag):
     {"spark_conf": {"spark.hadoop.fs.s3a.secret.key": "x"}},
 ])
 def test_bad_params_are_rejected_by_airflow(dagbag, conf):
+    from airflow.sdk.definitions.param import ParamValidationError
+
     with pytest.raises(ParamValidationError) as err:
         _validate(dagbag, conf)
     assert next(iter(conf)) in str(err.value)
@@ -69,6 +75,8 @@ def test_a_broken_spec_does_not_hide_the_other_jobs(tmp_path):
     shutil.copytree(REPO / "dags", dags, ignore=shutil.ignore_patterns("__pycache__"))
     (dags / "pipelines" / "broken.yaml").write_text("name: broken\nsource: {kafka: {topic: t}}\n")
     (dags / "pipelines" / "zz-copy.yaml").write_text((dags / "pipelines" / "shop.yaml").read_text())
+    from airflow.dag_processing.dagbag import DagBag
+
     bag = DagBag(dag_folder=str(dags))
     assert bag.import_errors == {}
     assert set(bag.dag_ids) == {"pipeline__spend-per-user", "pipeline__shop", "pipeline_recovery"}
