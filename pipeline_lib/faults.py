@@ -59,6 +59,8 @@ STARTUP_POINTS = ("during_startup",)
 
 
 class FaultSpec(NamedTuple):
+    """One armed crash point from ``PIPELINE_FAULT_POINTS``: where, in which epoch, at which hit."""
+
     point: str
     epoch: int | None  # None: any epoch
     hit: int | None  # the k-th hit of the point (in ``epoch``, if given); None: every hit
@@ -159,6 +161,7 @@ def _pause_until(path: str, point: str, epoch: int | None) -> None:
 
 
 def fault_point(point: str, epoch: int | None = None) -> None:
+    """A named crash point: kills the process (or pauses it) here when armed; free when not."""
     if point not in POINTS and point not in STARTUP_POINTS:
         raise ValueError(f"unknown fault point {point!r}")
     item = _armed(point, epoch) if os.environ.get(ENV_FAULT_POINTS) else None

@@ -36,6 +36,7 @@ TOPIC = "soak-payments"
 
 
 def job_spec(name: str, per_epoch: int) -> dict:
+    """The soak job: the demo's spend-per-user job over the soak topic."""
     return spend_job_spec(name, TOPIC, f"s3://results/{name}", f"s3://checkpoints/{name}",
                           per_epoch=per_epoch, retain=3)
 
@@ -78,6 +79,8 @@ def check_round(settings: ConnectionSettings, round_no: int, expected: dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the crash/restore cycles and write the report; exit code 1 on a wrong final output or an
+    unexpected failure."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cycles", type=int, default=20, help="crash/restore cycles")
     parser.add_argument("--events", type=int, default=12_000)

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pipeline_lib.checkpoint.manifest import Manifest, validate_snapshot_id
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import SnapshotError
 
 
-def list_snapshots(snapshots: SnapshotStore) -> list[dict]:
+def list_snapshots(snapshots: SnapshotStore) -> list[dict[str, Any]]:
     """Committed snapshots (from the head) and manifests left by attempts that never committed."""
     head, _ = snapshots.read_head()
     committed = {e.snapshot_id: e for e in head.history} if head else {}
     rows = []
     for sid in snapshots.listed_snapshot_ids():
         entry = committed.get(sid)
-        row: dict = {"snapshot_id": sid, "committed": entry is not None, "head": bool(head and head.latest and head.latest.snapshot_id == sid)}
+        latest = head.latest if head else None
+        row: dict[str, Any] = {"snapshot_id": sid, "committed": entry is not None,
+                               "head": latest is not None and latest.snapshot_id == sid}
         try:
             m = snapshots.load_manifest(sid, entry.manifest_sha256 if entry else None)
         except SnapshotError as exc:
@@ -36,6 +40,8 @@ def list_snapshots(snapshots: SnapshotStore) -> list[dict]:
 
 
 def show_snapshot(snapshots: SnapshotStore, which: str) -> Manifest:
+    """The manifest of snapshot ``which`` (an id, or ``latest``: the head's newest), verified against the
+    checksum the head recorded where it has one."""
     head, _ = snapshots.read_head()
     if which == "latest":
         if head is None or head.latest is None:

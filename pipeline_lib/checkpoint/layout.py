@@ -27,28 +27,35 @@ STATE_PREFIX = "state/"
 
 
 def attempt_key(attempt: int) -> str:
+    """The attempt's claim object; zero-padded so that a listing sorts attempts by number."""
     return f"{ATTEMPTS_PREFIX}{attempt:09d}"
 
 
 def plan_key(epoch: int) -> str:
+    """The epoch's saved plan; zero-padded so that a listing sorts plans by epoch."""
     return f"{PLANS_PREFIX}{epoch:010d}.json"
 
 
 def manifest_key(snapshot_id: str) -> str:
+    """The immutable manifest of ``snapshot_id``."""
     return f"{MANIFESTS_PREFIX}{snapshot_id}.json"
 
 
 def pipeline_root(pipeline: str) -> str:
+    """The folder of one pipeline inside the job's checkpoint store."""
     return f"{PIPELINES_PREFIX}{pipeline}"
 
 
 def state_pack_key(snapshot_id: str, flow: str, start: int, end: int) -> str:
+    """The pack of ``flow``'s state files that ``snapshot_id`` wrote, spans within [start, end)."""
     return f"{STATE_PREFIX}{snapshot_id}/{flow}/kg-{start:05d}-{end:05d}.pack"
 
 
 def snapshot_of_state_key(key: str) -> str:
+    """The snapshot whose folder holds the state object ``key`` (for garbage collection)."""
     return key[len(STATE_PREFIX):].split("/", 1)[0]
 
 
 def epoch_of_snapshot(snapshot_id: str) -> int:
+    """The epoch a snapshot id names (ids are ``<epoch>-a<attempt>``)."""
     return int(snapshot_id.split("-", 1)[0])

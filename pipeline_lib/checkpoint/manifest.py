@@ -11,9 +11,16 @@ import datetime as dt
 import hashlib
 import json
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from pipeline_lib.plan.offsets import OffsetRange
 
@@ -22,20 +29,26 @@ SNAPSHOT_ID = re.compile(r"^\d{10}-a\d{1,9}$")
 
 
 def snapshot_id_for(epoch: int, attempt: int) -> str:
+    """The snapshot id of ``epoch`` by ``attempt``: unique per attempt, so two attempts never write
+    the same manifest or state folder."""
     return f"{epoch:010d}-a{attempt}"
 
 
 def validate_snapshot_id(value: str) -> str:
+    """``value`` if it is a snapshot id, else ValueError: ids become object keys, so nothing else may pass."""
     if not SNAPSHOT_ID.match(value):
         raise ValueError(f"{value!r} is not a snapshot id (like 0000000012-a3)")
     return value
 
 
-def sha256_hex(data: bytes) -> str:
+def sha256_hex(data: bytes | memoryview) -> str:
+    """The SHA-256 recorded for every file and manifest, and checked before anything is restored."""
     return hashlib.sha256(data).hexdigest()
 
 
 class Frozen(BaseModel):
+    """Base of every checkpoint record: immutable, and unknown fields are an error rather than dropped."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -57,9 +70,9 @@ class StateFileRef(FileRef):
     offset: int | None = Field(default=None, ge=0)  # None: the whole object (manifests before packs)
 
     @model_serializer(mode="wrap")
-    def _without_absent_offset(self, handler):
+    def _without_absent_offset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Leave ``offset`` out when absent, so a manifest sealed before it existed still verifies."""
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         if self.offset is None:
             data.pop("offset", None)
         return data
@@ -68,10 +81,13 @@ class StateFileRef(FileRef):
         """The key, and the byte range inside it for a span of a pack (for error messages)."""
         if self.offset is None:
             return self.key
-        return f"{self.key} (key groups [{self.key_group_start}, {self.key_group_end}), bytes {self.offset}+{self.bytes})"
+        return (f"{self.key} (key groups [{self.key_group_start}, {self.key_group_end}), "
+                f"bytes {self.offset}+{self.bytes})")
 
 
 class StateSnapshot(Frozen):
+    """One flow's keyed state in a snapshot: its columns, key-group layout and state files."""
+
     key_columns: list[str]
     value_columns: dict[str, str]  # output name -> aggregate expression, e.g. "sum(amount)"
     max_parallelism: int
@@ -81,6 +97,8 @@ class StateSnapshot(Frozen):
 
 
 class SinkCommit(Frozen):
+    """What an epoch committed to a sink: its marker and part files, which a restore verifies."""
+
     location: str
     epoch: int
     marker: str  # key of the _SUCCESS object inside the sink store
@@ -105,6 +123,11 @@ class FlowCommit(Frozen):
 
 
 class Manifest(Frozen):
+    """One snapshot: source positions, each flow's state files and sink commits, sealed by a checksum.
+
+    Written before HEAD points at it and never changed afterwards.
+    """
+
     format_version: int = FORMAT_VERSION
     job: str
     pipeline: str
@@ -133,27 +156,34 @@ class Manifest(Frozen):
         data = self.model_dump(mode="json", exclude={"checksum"})
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
-    def sealed(self) -> "Manifest":
+    def sealed(self) -> Manifest:
+        """A copy with ``checksum`` set over every other field."""
         return self.model_copy(update={"checksum": sha256_hex(self._body())})
 
     def verify_checksum(self) -> bool:
+        """True if the manifest is sealed and unchanged since."""
         return bool(self.checksum) and self.checksum == sha256_hex(self._body())
 
     def to_bytes(self) -> bytes:
+        """Canonical JSON (sorted keys): the bytes the head's SHA-256 refers to."""
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=1).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Manifest":
+    def from_bytes(cls, data: bytes) -> Manifest:
+        """Parse and validate a stored manifest (pydantic raises on anything malformed)."""
         return cls.model_validate_json(data)
 
 
 def completed_splits(positions: dict[int, int], stop_offsets: dict[int, int] | None) -> list[int]:
+    """Partitions that reached their stop offset: a bounded source is complete when all have."""
     if stop_offsets is None:
         return []
     return sorted(p for p, stop in stop_offsets.items() if positions.get(p, 0) >= stop)
 
 
 class HistoryEntry(Frozen):
+    """A committed snapshot as the head lists it, with the SHA-256 its manifest must have."""
+
     snapshot_id: str
     epoch: int
     manifest_sha256: str
@@ -167,6 +197,7 @@ class Head(Frozen):
 
     @property
     def latest(self) -> HistoryEntry | None:
+        """The newest committed snapshot, or None before the first commit."""
         return self.history[0] if self.history else None
 
 
@@ -211,6 +242,8 @@ class PipelineStatus(Frozen):
     stall_seconds: float | None = None  # RUNNING without progress this long, with lag > 0, is STALLED
 
     def lease_expires_at(self) -> dt.datetime | None:
+        """When the heartbeat lease runs out (None without a heartbeat): past it a watcher may call
+        the attempt LOST."""
         if self.heartbeat_at is None or self.lease_seconds is None:
             return None
         return self.heartbeat_at + dt.timedelta(seconds=self.lease_seconds)
@@ -230,5 +263,6 @@ class PipelineStatus(Frozen):
         if (self.state == "RUNNING" and self.progress_at is not None and self.stall_seconds is not None
                 and self.lag and now > self.progress_at + dt.timedelta(seconds=self.stall_seconds)):
             return "STALLED", (f"attempt {self.attempt}: no epoch committed since "
-                               f"{self.progress_at:%Y-%m-%dT%H:%M:%SZ} with {self.lag} records waiting (stall {self.stall_seconds:g}s)")
+                               f"{self.progress_at:%Y-%m-%dT%H:%M:%SZ} with {self.lag} records waiting "
+                               f"(stall {self.stall_seconds:g}s)")
         return self.state, self.reason

@@ -15,7 +15,12 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline_lib.checkpoint.manifest import (
-    HistoryEntry, Manifest, SinkCommit, StateFileRef, sha256_hex, validate_snapshot_id,
+    HistoryEntry,
+    Manifest,
+    SinkCommit,
+    StateFileRef,
+    sha256_hex,
+    validate_snapshot_id,
 )
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import decode_state_file
@@ -37,18 +42,24 @@ class FlowState:
 
     @property
     def rows(self) -> int:
+        """Rows restored so far."""
         return sum(t.num_rows for t in self.tables)
 
     def table(self) -> pa.Table:
+        """Every restored row as one table (empty, with the state's schema, when there are none)."""
         assert self.schema is not None
         return pa.concat_tables(self.tables) if self.tables else self.schema.empty_table()
 
     def key_groups(self) -> np.ndarray:
+        """The key group of each row of ``table``, as stored beside the rows."""
         return np.concatenate(self.key_group_arrays) if self.key_group_arrays else np.zeros(0, dtype=np.int32)
 
 
 @dataclass
 class Restored:
+    """A verified snapshot and its flows' state; ``fell_back_from`` lists the newer snapshots that
+    were unusable and skipped."""
+
     manifest: Manifest
     history: list[HistoryEntry]  # this snapshot and the committed ones before it, newest first
     flows: dict[str, FlowState]
@@ -80,12 +91,14 @@ def candidates(snapshots: SnapshotStore, which: str) -> list[HistoryEntry]:
     raise SnapshotError(f"snapshot {which} is not among the retained snapshots of {snapshots.job}/{snapshots.pipeline}")
 
 
-def _verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], entry: HistoryEntry) -> tuple[Manifest, dict[str, FlowState]]:
+def _verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore],
+                     entry: HistoryEntry) -> tuple[Manifest, dict[str, FlowState]]:
     manifest = snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256 or None)
     if manifest.dead_letters is not None:
         dlq = sinks.get(DEAD_LETTERS)
         if dlq is None or not dlq.exists(manifest.dead_letters.marker):
-            raise SnapshotError(f"dead-letter commit marker {manifest.dead_letters.marker} of epoch {manifest.epoch} is missing")
+            raise SnapshotError(f"dead-letter commit marker {manifest.dead_letters.marker} "
+                                f"of epoch {manifest.epoch} is missing")
         check_part_files(dlq, manifest.dead_letters, "dead letters")
     loaded: dict[str, FlowState] = {}
     for name, commit in manifest.flows.items():
@@ -93,7 +106,8 @@ def _verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], en
         if sink is None or name == DEAD_LETTERS:
             raise SnapshotError(f"snapshot {entry.snapshot_id} has flow {name!r}, which the spec no longer has")
         if not sink.exists(commit.sink.marker):
-            raise SnapshotError(f"sink commit marker {commit.sink.marker} of flow {name} epoch {manifest.epoch} is missing")
+            raise SnapshotError(f"sink commit marker {commit.sink.marker} of flow {name} "
+                                f"epoch {manifest.epoch} is missing")
         check_part_files(sink, commit.sink, f"flow {name}")
         flow = loaded[name] = FlowState()
         if commit.state:
@@ -101,7 +115,8 @@ def _verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], en
             for ref, (file_table, file_groups) in zip(files, in_parallel(decode_state_file,
                                                                          read_state_files(snapshots, files))):
                 if file_table.num_rows != ref.rows:
-                    raise SnapshotError(f"state file {ref.describe()} has {file_table.num_rows} rows, manifest says {ref.rows}")
+                    raise SnapshotError(f"state file {ref.describe()} has {file_table.num_rows} rows, "
+                                        f"manifest says {ref.rows}")
                 outside = file_groups[(file_groups < ref.key_group_start) | (file_groups >= ref.key_group_end)]
                 if len(outside):
                     raise SnapshotError(f"state file {ref.describe()} holds key group {outside[0]}, outside its range "

@@ -9,7 +9,7 @@ compare-and-swap fails was overtaken by another attempt and is fenced.
 from __future__ import annotations
 
 import logging
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -18,6 +18,9 @@ from pipeline_lib.checkpoint.manifest import Head, HistoryEntry, Manifest, Pipel
 from pipeline_lib.errors import FencedError, NotFound, SnapshotError
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.storage import ObjectStore
+
+if TYPE_CHECKING:
+    from pipeline_lib.settings import ConnectionSettings
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -33,7 +36,8 @@ class SnapshotStore:
         self._state_refs: dict[str, set[str]] = {}  # snapshot id -> state files (manifests are immutable)
 
     @classmethod
-    def open(cls, checkpoint_uri: str, job: str, pipeline: str, settings) -> "SnapshotStore":
+    def open(cls, checkpoint_uri: str, job: str, pipeline: str, settings: ConnectionSettings) -> SnapshotStore:
+        """The snapshot store of ``pipeline`` under the job's checkpoint URI."""
         from pipeline_lib.storage import open_store, parse_location
 
         root = parse_location(checkpoint_uri).child(layout.pipeline_root(pipeline))
@@ -41,6 +45,7 @@ class SnapshotStore:
 
     # -- lifecycle status -------------------------------------------------------------------
     def read_status(self) -> PipelineStatus | None:
+        """The pipeline's lifecycle record, or None if there is none (or it is unreadable)."""
         return self.read_status_versioned()[0]
 
     def read_status_versioned(self) -> tuple[PipelineStatus | None, str | None]:
@@ -135,6 +140,7 @@ class SnapshotStore:
 
     # -- plans ------------------------------------------------------------------------------
     def load_plan(self, epoch: int) -> EpochPlan | None:
+        """The saved plan of ``epoch``, or None: an unreadable plan is planned again rather than trusted."""
         try:
             return EpochPlan.model_validate_json(self.store.get(layout.plan_key(epoch)))
         except NotFound:
@@ -144,14 +150,18 @@ class SnapshotStore:
             return None
 
     def save_plan(self, plan: EpochPlan) -> None:
+        """Save the plan before the epoch runs, so that a later attempt replays exactly these ranges."""
         self.store.put(layout.plan_key(plan.epoch), plan.model_dump_json().encode())
 
     def discard_plans_from(self, epoch: int) -> None:
+        """Delete the plans of ``epoch`` and later: a run that starts without a snapshot must not
+        replay them."""
         stale = [k for k in self.store.list(layout.PLANS_PREFIX) if int(k[6:16]) >= epoch]
         self.store.delete_many(stale)
 
     # -- manifests --------------------------------------------------------------------------
     def write_manifest(self, manifest: Manifest) -> str:
+        """Write the manifest and return its SHA-256, which HEAD records so a restore can verify it."""
         data = manifest.to_bytes()
         self.store.put(layout.manifest_key(manifest.snapshot_id), data)
         return sha256_hex(data)

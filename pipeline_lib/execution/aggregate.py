@@ -21,4 +21,5 @@ def partials_frame(df: DataFrame, spec: AggregateSpec) -> DataFrame:
 
 
 def epoch_partials(df: DataFrame, spec: AggregateSpec) -> pa.Table:
+    """The epoch's partial aggregate collected to the driver as Arrow, for the keyed state to merge."""
     return partials_frame(df, spec).toArrow()

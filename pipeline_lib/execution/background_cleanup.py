@@ -1,6 +1,6 @@
 """An epoch's clean-up (garbage collection, stale sink parts) run while the next epoch reads.
 
-Clean-up only ever deletes what the committed head no longer references and nothing newer than
+Clean-up only ever deletes what the committed head does not reference and nothing newer than
 it, so it cannot touch the files of the epoch being written meanwhile. At most one clean-up is in
 flight: the next one, and the pipeline's final status, wait for it, and its error surfaces there.
 """
@@ -8,13 +8,15 @@ flight: the next one, and the pipeline's final status, wait for it, and its erro
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable
 
 log = logging.getLogger(__name__)
 
 
 class BackgroundCleanup:
+    """One pipeline's clean-up thread: at most one clean-up in flight, its error raised by the next call."""
+
     def __init__(self, name: str):
         self.name = name
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"cleanup-{name}")
@@ -26,6 +28,7 @@ class BackgroundCleanup:
         self._pending = self._pool.submit(work)
 
     def wait(self) -> None:
+        """Block until the clean-up in flight is done; raises its error."""
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()
@@ -35,7 +38,7 @@ class BackgroundCleanup:
         instead of raising it."""
         try:
             self.wait()
-        except Exception as exc:  # noqa: BLE001 - the caller's error is the one to report
+        except Exception as exc:  # the caller's error is the one to report
             if not quiet:
                 raise
             log.warning("%s: clean-up after the last epoch failed too: %s", self.name, exc)

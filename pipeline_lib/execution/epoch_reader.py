@@ -3,7 +3,7 @@ the Kafka range reader in a Python worker."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -22,8 +22,10 @@ def source_schema(spark: SparkSession, source: KafkaSourceSpec, tolerant: bool =
     return spark.createDataFrame([], f"{user_ddl}, {METADATA_DDL}{extra}").schema
 
 
-def range_reader(bootstrap: str, source: KafkaSourceSpec, schema: StructType, tasks: list[list[tuple[str, int, int, int]]],
-                 epoch: int, on_error: str = "fail", max_record_bytes: int = 1 << 20) -> KafkaRangeReader:
+def range_reader(bootstrap: str, source: KafkaSourceSpec, schema: StructType,
+                 tasks: list[list[tuple[str, int, int, int]]], epoch: int, on_error: str = "fail",
+                 max_record_bytes: int = 1 << 20) -> KafkaRangeReader:
+    """The reader of one epoch's planned ranges, ``tasks`` per Spark task, for the source's schema."""
     user_fields = [f for f in schema.fields if not f.name.startswith("_")]
     return KafkaRangeReader(bootstrap=bootstrap, tasks=tasks, schema=schema, format=source.format,
                             fields=[(f.name, f.dataType.simpleString()) for f in user_fields], epoch=epoch,

@@ -8,9 +8,9 @@ snapshot is COMPLETED is not deployed at all — no Spark tasks, no Kafka reads.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.pipeline_runner import EpochReport, PipelineRunner, RunOptions
@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PipelineOutcome:
+    """How one pipeline of a run ended, for the CLI, Airflow and the exit code."""
+
     name: str
     status: str  # COMPLETED (skipped or finished) | RAN | FAILED
     attempt: int = 0
@@ -34,16 +36,20 @@ class PipelineOutcome:
 
     @property
     def records(self) -> int:
+        """Records read by the epochs this run committed."""
         return sum(e.records for e in self.epochs)
 
 
 @dataclass
 class JobSummary:
+    """The outcome of every pipeline of a run."""
+
     job: str
     pipelines: list[PipelineOutcome]
 
     @property
     def failed(self) -> list[PipelineOutcome]:
+        """The pipelines that ended FAILED (the run's exit code is non-zero if any did)."""
         return [p for p in self.pipelines if p.status == "FAILED"]
 
     def to_dict(self) -> dict:
@@ -56,6 +62,8 @@ class JobSummary:
 
 
 class JobRunner:
+    """Runs a job's pipelines side by side in one Spark application, each restored and failing on its own."""
+
     def __init__(self, spec: JobSpec, settings: ConnectionSettings, options: RunOptions,
                  on_epoch: Callable[[EpochReport], None] | None = None, only: list[str] | None = None,
                  spark_conf: dict[str, str] | None = None):
@@ -81,6 +89,8 @@ class JobRunner:
             runner.stop_requested.set()
 
     def run(self) -> JobSummary:
+        """Restore every pipeline, skip the COMPLETED ones, run the rest until they stop. One pipeline's
+        failure is in the summary, not raised; only Spark failing to start raises."""
         outcomes: dict[str, PipelineOutcome] = {}
         to_deploy: list[PipelineRunner] = []
         for runner in self.runners:
@@ -96,7 +106,8 @@ class JobRunner:
                 log.error("pipeline %s FAILED to restore: %s", name, exc)
                 outcomes[name] = PipelineOutcome(name, "FAILED", reason=str(exc))
                 continue
-            outcomes[name] = PipelineOutcome(name, "RAN", restored_from=restored.manifest.snapshot_id if restored else None)
+            restored_from = restored.manifest.snapshot_id if restored else None
+            outcomes[name] = PipelineOutcome(name, "RAN", restored_from=restored_from)
             to_deploy.append(runner)
         if to_deploy:
             remember_runner_group()

@@ -41,23 +41,26 @@ class ColumnBatch:
         return len(self.offsets)
 
     @staticmethod
-    def empty() -> "ColumnBatch":
+    def empty() -> ColumnBatch:
+        """A batch of no records, for a poll that brought none."""
         return ColumnBatch(b"", *(np.zeros(0, np.int64) for _ in range(6)))
 
-    def take(self, lo: int, hi: int) -> "ColumnBatch":
+    def take(self, lo: int, hi: int) -> ColumnBatch:
         """Records ``lo..hi-1`` (positions, not offsets); shares the bytes."""
         return ColumnBatch(self.data, self.offsets[lo:hi], self.timestamps[lo:hi], self.key_starts[lo:hi],
                            self.key_lengths[lo:hi], self.value_starts[lo:hi], self.value_lengths[lo:hi])
 
-    def between(self, start: int, end: int) -> "ColumnBatch":
+    def between(self, start: int, end: int) -> ColumnBatch:
         """The records with ``start <= offset < end``."""
         lo, hi = np.searchsorted(self.offsets, [start, end])
         return self if lo == 0 and hi == len(self) else self.take(int(lo), int(hi))
 
     def values(self) -> list[bytes | None]:
+        """Each record's value bytes (None for a null value), sliced out of the shared buffer."""
         return _slices(self.data, self.value_starts, self.value_lengths)
 
     def keys(self) -> list[bytes | None]:
+        """Each record's key bytes (None for a null key), sliced out of the shared buffer."""
         return _slices(self.data, self.key_starts, self.key_lengths)
 
     def sizes(self) -> np.ndarray:

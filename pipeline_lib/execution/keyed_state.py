@@ -1,9 +1,10 @@
 """The keyed running aggregation kept between epochs and stored in snapshots.
 
 Spark (or, on the Arrow path, its Python workers) computes each epoch's partial aggregate per
-key; this class merges those partials into the running values. sum/count/min/max are all mergeable, so merge(state, partial) equals the
-aggregate over all records so far. Keys are bucketed into key groups (see plan.keygroups) so a
-snapshot can be cut by key-group ranges and restored with another parallelism.
+key; this class merges those partials into the running values. sum/count/min/max are all
+mergeable, so merge(state, partial) equals the aggregate over all records so far. Keys are
+bucketed into key groups (see plan.keygroups) so a snapshot can be cut by key-group ranges and
+restored with another parallelism.
 
 The state is columnar: every key gets a slot; key columns are Arrow arrays by slot (keys are
 only appended) and value columns NumPy arrays by slot, with a validity mask. A merge finds each
@@ -86,7 +87,7 @@ class _Column:
 class _KeyColumn:
     """One key column by slot, kept as Arrow. A key keeps its slot and keys are only ever
     appended, so handing keys back to Arrow (sink rows and state files, every epoch) is a
-    ``take``, not a conversion of Python objects (measured: ~1/8 of the driver's epoch time)."""
+    ``take``, not a conversion of Python objects on the driver."""
 
     name: str
     type: pa.DataType
@@ -135,6 +136,13 @@ def _overflowed(old: np.ndarray, new: np.ndarray, result: np.ndarray) -> np.ndar
 
 
 class KeyedAggregateState:
+    """A flow's running aggregate per key, on the driver, in slots.
+
+    Invariants: a key's slot never changes and slots are only appended (so key columns stay
+    Arrow and ``table`` is a ``take``); each slot's key group is fixed when the key arrives; a
+    ``merge`` that fails (an integer overflow) leaves every value as it was.
+    """
+
     def __init__(self, key_columns: list[str], functions: dict[str, AggregateFunction], max_parallelism: int):
         self.key_columns = list(key_columns)
         self.value_columns = list(functions)
@@ -148,6 +156,7 @@ class KeyedAggregateState:
 
     @property
     def columns(self) -> list[str]:
+        """Key columns then value columns: the column order of partials, restored rows and ``table``."""
         return self.key_columns + self.value_columns
 
     def __len__(self) -> int:
@@ -166,6 +175,7 @@ class KeyedAggregateState:
 
     @staticmethod
     def slots_in(by_group: tuple[np.ndarray, np.ndarray], key_groups: range) -> np.ndarray:
+        """The slots whose key group is in ``key_groups``, from ``slots_by_key_group``'s result."""
         order, sorted_groups = by_group
         lo, hi = np.searchsorted(sorted_groups, [key_groups.start, key_groups.stop])
         return order[lo:hi]
@@ -174,8 +184,8 @@ class KeyedAggregateState:
         """The keys and values at ``slots`` as rows of ``schema`` (the state's column types)."""
         if self._columns is None or self._key_arrays is None:
             return schema.empty_table()
-        return pa.Table.from_arrays([c.arrow(slots) for c in self._key_arrays] + [c.arrow(slots) for c in self._columns],
-                                    schema=schema)
+        arrays = [c.arrow(slots) for c in self._key_arrays] + [c.arrow(slots) for c in self._columns]
+        return pa.Table.from_arrays(arrays, schema=schema)
 
     def value(self, key: tuple) -> list[Any]:
         """The current values of one key (tests, diagnostics)."""
@@ -184,6 +194,7 @@ class KeyedAggregateState:
         return [c.arrow(slot)[0].as_py() for c in self._columns]
 
     def keys(self) -> list[tuple]:
+        """Every key, as a tuple, in slot order (a copy)."""
         return list(self._keys)
 
     # -- writing --------------------------------------------------------------------------
@@ -202,8 +213,10 @@ class KeyedAggregateState:
             positions = np.flatnonzero(new)
             slots[positions] = self._add_keys(self._key_tuples(partials.take(pa.array(positions))), None)
             self._put(partials, positions, slots[positions], count_nulls_as_zero=True)
-        for column, (values, valid) in zip(self._columns if merged else (), merged):
-            column.put(slots[known], values, valid)
+        if merged:
+            assert self._columns is not None, "merged values without value columns"  # set with the first keys
+            for column, (values, valid) in zip(self._columns, merged):
+                column.put(slots[known], values, valid)
         return slots
 
     def load(self, table: pa.Table, key_groups: np.ndarray | None = None) -> None:
@@ -291,13 +304,14 @@ class KeyedAggregateState:
         key_columns, value_columns = self._typed_columns(table)
         for i, column in enumerate(key_columns):
             column.append(int(slots[0]) if len(slots) else column.size, selected.column(i))
-        for i, column in enumerate(value_columns):
+        for i, value_column in enumerate(value_columns):
             values, valid = _to_numpy(selected.column(nkeys + i))
             if count_nulls_as_zero and self._fns[i] == "count" and not valid.all():
                 values, valid = np.where(valid, values, 0), np.ones_like(valid)
-            column.put(slots, values, valid)
+            value_column.put(slots, values, valid)
 
-    def _merged_values(self, table: pa.Table, rows: np.ndarray, slots: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _merged_values(self, table: pa.Table, rows: np.ndarray,
+                       slots: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """Each value column's values and validity at ``slots`` after merging ``table``'s ``rows``."""
         selected = table.take(pa.array(rows))
         nkeys = len(self.key_columns)

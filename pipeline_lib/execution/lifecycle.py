@@ -18,7 +18,8 @@ import logging
 import os
 import socket
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pipeline_lib.checkpoint.manifest import LIVE_STATES, LaunchInfo, LifecycleState, PipelineStatus
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
@@ -32,10 +33,13 @@ _CAS_ROUNDS = 8
 
 
 def now_utc() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    """The current time, timezone-aware: every record compares times across hosts."""
+    return dt.datetime.now(dt.UTC)
 
 
 class Lifecycle:
+    """The STATUS record of one attempt: transitions, heartbeat and progress, all by compare-and-swap."""
+
     def __init__(self, snapshots: SnapshotStore, attempt: int, launch: LaunchInfo,
                  lease_seconds: float = DEFAULT_LEASE_SECONDS, stall_seconds: float = DEFAULT_STALL_SECONDS,
                  on_fenced: Callable[[], None] | None = None):
@@ -53,10 +57,12 @@ class Lifecycle:
 
     @property
     def current(self) -> PipelineStatus | None:
+        """The record as this attempt last wrote it (None before ``schedule``)."""
         return self._current
 
     # -- transitions ------------------------------------------------------------------------
     def schedule(self, epoch: int, subtasks_total: int, startup_timeout_s: float) -> None:
+        """Record SCHEDULING with the start-up deadline and start the heartbeat."""
         now = now_utc()
         self._write(PipelineStatus(
             state="SCHEDULING", attempt=self.attempt, epoch=epoch, updated_at=now, heartbeat_at=now,
@@ -73,6 +79,7 @@ class Lifecycle:
                         progress_at=self._progress_at, lag=self._lag)
 
     def transition(self, state: LifecycleState, reason: str | None = None, **fields: Any) -> None:
+        """Move to ``state`` (with ``reason`` and other fields); a live state also renews the lease."""
         base = self._current
         if base is None:
             raise RuntimeError("transition before schedule()")
@@ -103,6 +110,7 @@ class Lifecycle:
         self._lag = max(self._lag or 0, records)
 
     def beat(self) -> None:
+        """Renew the lease and report progress while the state is live; a fenced attempt writes nothing."""
         with self._lock:
             base = self._current
         if base is None or base.state not in LIVE_STATES or self.fenced:
@@ -142,6 +150,7 @@ class Lifecycle:
                         self.attempt, exc)
 
     def stop_heartbeat(self) -> None:
+        """Stop the heartbeat thread (waits briefly for it, unless called from it)."""
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():

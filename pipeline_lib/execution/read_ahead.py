@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ class ReadAhead(Generic[T]):
         self._pending: tuple[int, Future, str] | None = None
 
     def submit(self, epoch: int, read: Callable[[], T]) -> None:
+        """Start reading ``epoch`` in the background, cancelling a read still in flight."""
         self.cancel()
         group = f"pipeline-lib-read-{self._pipeline}-{epoch}-{uuid.uuid4().hex[:6]}"
 
@@ -65,10 +67,11 @@ class ReadAhead(Generic[T]):
             self._spark.sparkContext.cancelJobGroup(group)
         try:
             future.result()
-        except BaseException as exc:  # noqa: BLE001 - a dropped read's outcome does not matter
+        except BaseException as exc:  # a dropped read's outcome does not matter
             log.debug("pipeline %s: the read ahead of epoch %d was dropped: %s", self._pipeline, epoch,
                       str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
     def close(self) -> None:
+        """Cancel the read in flight and stop the thread."""
         self.cancel()
         self._pool.shutdown(wait=True)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Annotated, Any, Callable, Optional
+from collections.abc import Callable
+from typing import Annotated, Any
 
 from pipeline_lib.errors import RecordError
 
@@ -17,7 +18,7 @@ try:
     import msgspec
     from msgspec.structs import astuple
 except ImportError:  # a declared dependency; without it every record takes the reference decoder
-    msgspec = None
+    msgspec = None  # type: ignore[assignment]  # the module or None: callers test `msgspec is None`
 
 INT_BOUNDS = {"long": 2**63, "bigint": 2**63, "int": 2**31, "integer": 2**31,
               "short": 2**15, "smallint": 2**15, "byte": 2**7, "tinyint": 2**7}
@@ -65,7 +66,7 @@ def _timestamp(v: Any) -> Any:
     if isinstance(v, str):
         return dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return dt.datetime.fromtimestamp(v, tz=dt.timezone.utc)
+        return dt.datetime.fromtimestamp(v, tz=dt.UTC)
     raise ValueError(f"expected an ISO timestamp or epoch seconds, got {v!r:.40}")
 
 
@@ -100,6 +101,7 @@ class JsonRecordDecoder:
         self.fields = [(name, coercer_for(dtype)) for name, dtype in fields]
 
     def decode(self, topic: str, partition: int, offset: int, value: bytes | None) -> tuple:
+        """The record's fields as a row tuple, in schema order; RecordError names what is wrong with it."""
         if value is None:
             raise RecordError(topic, partition, offset, "value is null (tombstone)")
         try:
@@ -108,7 +110,7 @@ class JsonRecordDecoder:
             raise RecordError(topic, partition, offset, f"malformed JSON: {exc}") from None
         if not isinstance(obj, dict):
             raise RecordError(topic, partition, offset, f"expected a JSON object, got {type(obj).__name__}")
-        out = []
+        out: list[Any] = []
         for name, coerce in self.fields:
             v = obj.get(name)
             if v is None:
@@ -159,7 +161,7 @@ class FastJsonDecoder:
         types = [_fast_type(dtype) for _, dtype in fields] if msgspec is not None else [None]
         if fields and None not in types:
             names = {f"f{i}": name for i, (name, _) in enumerate(fields)}  # any column name works
-            struct = msgspec.defstruct("Row", [(f"f{i}", Optional[t], None) for i, t in enumerate(types)],
+            struct = msgspec.defstruct("Row", [(f"f{i}", t | None, None) for i, t in enumerate(types)],
                                        rename=names, gc=False)
             self._fast = msgspec.json.Decoder(struct).decode
 
@@ -172,19 +174,20 @@ class FastJsonDecoder:
             return None
         try:
             rows = [astuple(fast(v)) for v in values]
-        except Exception:  # noqa: BLE001 - a value for the reference decoder
+        except Exception:  # a value for the reference decoder
             return None
         if not all_ascii and not all(v.isascii() or _utf8(v) for v in values):
             return None
         return rows
 
     def decode(self, topic: str, partition: int, offset: int, value: bytes | None) -> tuple:
+        """As ``JsonRecordDecoder.decode`` (which it falls back to for anything msgspec does not take)."""
         fast = self._fast
         if fast is not None and value is not None and len(value) <= FAST_MAX_BYTES and (
                 len(value) <= BRACKET_FREE_BYTES or value.count(b"[") + value.count(b"{") <= FAST_MAX_OPENINGS):
             try:
                 row = astuple(fast(value))
-            except Exception:  # noqa: BLE001 - the reference decides what is wrong
+            except Exception:  # the reference decides what is wrong
                 pass
             else:
                 if value.isascii() or _utf8(value):
@@ -206,6 +209,7 @@ class StringRecordDecoder:
     """``format: string``: the key and value as UTF-8 text."""
 
     def decode_kv(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> tuple:
+        """(key, value) as UTF-8 strings; RecordError if either is not UTF-8."""
         try:
             return (
                 key.decode("utf-8") if key is not None else None,

@@ -8,11 +8,11 @@ one a user needs; the JVM stack trace is not.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
-from pyspark.errors import PySparkException
 from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
 
 from pipeline_lib import errors
 
@@ -20,6 +20,8 @@ _OURS = re.compile(r"pipeline_lib\.errors\.(\w+): (.+)")
 
 
 def translate(exc: BaseException) -> errors.PipelineError | None:
+    """The project's own error that a worker raised, rebuilt from a Spark error's text; None if it is
+    not one of ours."""
     match = _OURS.search(str(exc))
     if not match:
         return None
@@ -31,6 +33,8 @@ def translate(exc: BaseException) -> errors.PipelineError | None:
 
 @contextmanager
 def clear_spark_errors(what: str) -> Iterator[None]:
+    """Re-raise Spark errors from the block as PipelineErrors: ours as they were raised, others by
+    their first line under ``what``."""
     try:
         yield
     except (PySparkException, Py4JJavaError) as exc:

@@ -13,7 +13,6 @@ from pipeline_lib.faults import ENV_FAULT_LOG, ENV_FAULT_PAUSE_UNTIL, ENV_FAULT_
 from pipeline_lib.spec.models import SparkSpec
 from pipeline_lib.spec.spark_settings import spark_conf
 
-
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 # What an executor's Python workers need to reach the crash points the driver's are armed with.
 FAULT_ENV = (ENV_FAULT_POINTS, ENV_FAULT_PAUSE_UNTIL, ENV_FAULT_LOG)

@@ -12,6 +12,7 @@ from pipeline_lib.spec.models import TransformSpec
 
 
 def load_hook(ref: str):
+    """The Python hook ``module:function``; TransformError if it cannot be imported or is not callable."""
     module_name, _, func_name = ref.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -41,7 +42,7 @@ def apply_transforms(df: DataFrame, transforms: list[TransformSpec], where: str 
                 if not isinstance(out, DataFrame):
                     raise TransformError(f"{where} {t.python!r} returned {type(out).__name__}, not a DataFrame")
                 df = out
-            df.schema  # force analysis so a bad expression fails with its place in the spec
+            _ = df.schema  # force analysis so a bad expression fails with its place in the spec
         except PySparkException as exc:
             raise TransformError(f"{where}: {str(exc).splitlines()[0]}") from None
     return df

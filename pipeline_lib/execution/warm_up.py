@@ -1,11 +1,9 @@
 """Run a pipeline's epoch query once over no records while its subtasks start.
 
 Spark's first query of a shape pays one-time costs: code generation and class loading in the
-JVM, the Python worker's Arrow path. On 2 cores that is ~4 s (measured: a read of nothing, its
-partial aggregate and ``toArrow``), which epoch 1 would pay after start-up. Started beside the
-subtasks' ``on_start`` job, part of it overlaps that job (much of either is waiting: for a worker
-process, for the brokers, for one JVM thread); on 2 cores epoch 1 still waits ~3 s for the rest
-(bench report, "epoch 1 planned and begun").
+JVM, the Python worker's Arrow path. Run beside the subtasks' ``on_start`` job, those costs
+overlap it (much of either is waiting: for a worker process, for the brokers, for one JVM thread)
+instead of landing on epoch 1, which waits for what is left (``wait``) rather than compete with it.
 
 Nothing here decides anything. The query reads no Kafka range, writes nothing, and a failure is
 only logged (the real epoch reports real errors); a Python transform hook is never called for it.
@@ -54,7 +52,7 @@ class WarmUp:
             else:
                 self._spark_sql_path(read_tasks(self._spark, reader))
             log.debug("pipeline %s: warm-up query ran in %.1fs", runner.pipeline.name, time.monotonic() - started)
-        except Exception as exc:  # noqa: BLE001 - a warm-up that fails only means a slower epoch 1
+        except Exception as exc:  # a warm-up that fails only means a slower epoch 1
             log.debug("pipeline %s: warm-up query failed (epoch 1 will pay Spark's first-query costs): %s",
                       runner.pipeline.name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 

@@ -3,11 +3,11 @@
 With ``spark.python.worker.reuse`` (on here), PySpark's daemon calls ``gc.collect()`` in a worker
 after every task (pyspark/daemon.py). A full collection walks every container object the worker
 holds, and a worker that imported pyarrow, pandas, pyspark and this project holds a few hundred
-thousand: measured on 2 cores, an empty ``mapInArrow`` task cost its worker ~45 ms of CPU, and
-~2 ms once that long-lived heap had been frozen. ``gc.freeze`` moves the objects that exist at
-that moment into a permanent generation which collections skip; they are all imported modules
-and what they hold, so nothing collectable is lost. It runs once per worker process, at the
-start of its first task of ours; garbage made by tasks is collected as before.
+thousand, which would make even an empty task cost its worker the walk over all of them.
+``gc.freeze`` moves the objects that exist at that moment into a permanent generation which
+collections skip; they are all imported modules and what they hold, so nothing collectable is
+lost. It runs once per worker process, at the start of its first task of ours; garbage made by
+tasks is still collected.
 """
 
 from __future__ import annotations

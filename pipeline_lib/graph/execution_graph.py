@@ -15,16 +15,21 @@ from pipeline_lib.spec.models import JobSpec
 
 @dataclass(frozen=True)
 class Vertex:
+    """One operator of the job, run as ``parallelism`` subtasks."""
+
     id: str  # e.g. "source:payments", "flow:spend/state"
     kind: str  # source | transform | state | sink
     parallelism: int
 
     def subtasks(self) -> list[str]:
+        """The subtask ids, ``<vertex>#<i>``, that start-up checks and reports."""
         return [f"{self.id}#{i}" for i in range(self.parallelism)]
 
 
 @dataclass(frozen=True)
 class Pipeline:
+    """A source and every flow that reads it: the unit that checkpoints, restores and fails alone."""
+
     name: str  # the name of its source: one source with every flow that reads it
     source: str
     flows: tuple[str, ...]
@@ -33,10 +38,13 @@ class Pipeline:
 
 @dataclass
 class ExecutionGraph:
+    """The job's operators and their edges, from which the pipelines are cut."""
+
     vertices: dict[str, Vertex] = field(default_factory=dict)
     edges: list[tuple[str, str]] = field(default_factory=list)
 
     def add(self, vertex: Vertex, upstream: str | None = None) -> str:
+        """Add ``vertex`` below ``upstream``; returns its id for the next vertex to hang below."""
         self.vertices[vertex.id] = vertex
         if upstream is not None:
             self.edges.append((upstream, vertex.id))
@@ -91,6 +99,7 @@ class ExecutionGraph:
 
 
 def build_graph(spec: JobSpec, parallelism: int | None = None) -> ExecutionGraph:
+    """The job's execution graph: per flow, source → transforms → state → sink, at ``parallelism``."""
     p = parallelism or spec.parallelism
     graph = ExecutionGraph()
     for name in spec.all_sources():

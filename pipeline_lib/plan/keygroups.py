@@ -11,7 +11,11 @@ from __future__ import annotations
 import decimal
 import json
 import zlib
-from typing import Any
+from typing import Any, TypeVar
+
+import numpy as np
+
+KeyGroups = TypeVar("KeyGroups", int, "np.ndarray[Any, Any]")  # one key group, or an array of them
 
 
 def _canonical(value: Any) -> Any:
@@ -26,7 +30,8 @@ def _canonical(value: Any) -> Any:
     return value
 
 
-def key_group_of(key: tuple, max_parallelism: int) -> int:
+def key_group_of(key: tuple[Any, ...], max_parallelism: int) -> int:
+    """The key group of ``key``: CRC-32 of a canonical JSON form, the same in every process and version."""
     encoded = json.dumps([_canonical(v) for v in key], separators=(",", ":"), ensure_ascii=False)
     return zlib.crc32(encoded.encode("utf-8")) % max_parallelism
 
@@ -40,5 +45,7 @@ def key_group_range(subtask: int, parallelism: int, max_parallelism: int) -> ran
     return range(start, end)
 
 
-def subtask_of(key_group: int, parallelism: int, max_parallelism: int) -> int:
+def subtask_of(key_group: KeyGroups, parallelism: int, max_parallelism: int) -> KeyGroups:
+    """The subtask that owns ``key_group`` at ``parallelism`` (the inverse of ``key_group_range``);
+    element-wise for an array of key groups."""
     return key_group * parallelism // max_parallelism

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Mapping
+from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -25,13 +25,14 @@ class OffsetRange(BaseModel):
     end: int = Field(ge=0)
 
     @model_validator(mode="after")
-    def _ordered(self) -> "OffsetRange":
+    def _ordered(self) -> OffsetRange:
         if self.end < self.start:
             raise ValueError(f"{self.topic}[{self.partition}]: end {self.end} < start {self.start}")
         return self
 
     @property
     def size(self) -> int:
+        """Offsets in the range (records, unless compaction or markers left gaps)."""
         return self.end - self.start
 
 
@@ -48,6 +49,7 @@ class EpochPlan(BaseModel):
 
     @property
     def records(self) -> int:
+        """Offsets the epoch reads, over all its ranges."""
         return sum(r.size for r in self.ranges)
 
     def end_positions(self) -> dict[int, int]:

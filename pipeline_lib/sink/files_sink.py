@@ -36,6 +36,8 @@ MARKER = "_SUCCESS"
 
 
 class SuccessMarker(Frozen):
+    """An epoch's ``_SUCCESS``: the plan digest, the part files readers may read, and the writing attempt."""
+
     epoch: int
     digest: str
     files: list[FileRef]
@@ -69,15 +71,19 @@ def _json_default(value):
 
 
 def encode_part(table: pa.Table, fmt: str) -> bytes:
+    """A part file's bytes: zstd Parquet, or JSON Lines (one compact object per row)."""
     if fmt == "parquet":
         buf = io.BytesIO()
         pq.write_table(table, buf, compression="zstd")
         return buf.getvalue()
-    lines = (json.dumps(row, default=_json_default, ensure_ascii=False, separators=(",", ":")) for row in table.to_pylist())
+    lines = (json.dumps(row, default=_json_default, ensure_ascii=False, separators=(",", ":"))
+             for row in table.to_pylist())
     return "".join(line + "\n" for line in lines).encode("utf-8")
 
 
 class FilesSink:
+    """Writes each epoch's output as part files plus a marker written by compare-and-swap (see above)."""
+
     def __init__(self, store: ObjectStore, fmt: str):
         self.store = store
         self.format = fmt
@@ -85,9 +91,11 @@ class FilesSink:
 
     @staticmethod
     def epoch_dir(epoch: int) -> str:
+        """The folder of ``epoch``'s parts and marker."""
         return f"epoch={epoch}/"
 
     def marker_key(self, epoch: int) -> str:
+        """The key of ``epoch``'s ``_SUCCESS`` marker."""
         return f"{self.epoch_dir(epoch)}{MARKER}"
 
     def _existing(self, epoch: int) -> tuple[SuccessMarker | None, str | None]:
@@ -116,6 +124,8 @@ class FilesSink:
         return SinkCommit(location=self.location, epoch=epoch, marker=self.marker_key(epoch), files=files)
 
     def write_epoch(self, epoch: int, digest: str, parts: list[pa.Table], attempt: int) -> SinkCommit:
+        """Write the parts and commit the marker for ``attempt``; an epoch already committed with this
+        digest is reused. FencedError if a newer attempt owns the epoch."""
         existing, version = self._existing(epoch)
         if existing is not None and existing.writer() > attempt:
             raise FencedError(
@@ -182,8 +192,8 @@ class FilesSink:
     def remove_stale_parts(self, commit: SinkCommit, attempt: int) -> None:
         """After ``attempt`` committed ``commit``: delete the epoch's parts that older attempts
         left behind. Parts of newer attempts, and every part that the marker in place lists, are
-        never touched (this runner may be the old one); a marker no longer this attempt's or the
-        one it reused means a newer attempt owns the epoch, and nothing is deleted."""
+        never touched (this runner may be the old one); a marker that is neither this attempt's nor
+        the one it reused means a newer attempt owns the epoch, and nothing is deleted."""
         current, _ = self._existing(commit.epoch)
         if current is None or current.writer() > attempt:
             return

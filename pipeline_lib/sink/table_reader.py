@@ -20,11 +20,13 @@ _EPOCH_DIR = re.compile(r"^epoch=(\d+)/")
 
 
 def committed_epochs(store: ObjectStore) -> list[int]:
+    """Epochs whose ``_SUCCESS`` exists, ascending: the only ones a reader may take."""
     epochs = {int(m.group(1)) for key in store.list() if key.endswith("/" + MARKER) and (m := _EPOCH_DIR.match(key))}
     return sorted(epochs)
 
 
 def epoch_rows(store: ObjectStore, epoch: int) -> list[dict]:
+    """The rows of the part files the epoch's marker lists (never other files in its folder)."""
     marker = SuccessMarker.model_validate_json(store.get(f"epoch={epoch}/{MARKER}"))
     rows: list[dict] = []
     for ref in marker.files:

@@ -59,6 +59,7 @@ class ObjectStore(abc.ABC):
         return self._put_if(check_relative(key), bytes(data), expected_version)
 
     def exists(self, key: str) -> bool:
+        """True if ``key`` exists."""
         return self._exists(check_relative(key))
 
     def size(self, key: str) -> int:

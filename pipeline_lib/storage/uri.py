@@ -61,7 +61,7 @@ class Location:
     bucket: str
     path: str
 
-    def child(self, name: str) -> "Location":
+    def child(self, name: str) -> Location:
         """The location ``name`` (a relative path) below this one; refuses escapes."""
         name = check_relative(name.removesuffix("/"), "child name")
         if self.scheme == "s3":
