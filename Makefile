@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test bench bench-restore bench-cluster soak mutation clean
+.PHONY: install demo test unit e2e cluster airflow bench bench-restore bench-cluster soak mutation lint typecheck clean
 N ?= 200
 BENCH_ARGS ?=
 MUTATION_ARGS ?=
@@ -22,18 +22,31 @@ demo: install
 test: install
 	$(BIN)/python -m pytest tests
 
+# One tier at a time (markers in pyproject.toml; `make test` runs them all).
+unit: install
+	$(BIN)/python -m pytest -m unit
+
+e2e: install
+	$(BIN)/python -m pytest -m "e2e or stack"
+
+cluster: install
+	$(BIN)/python -m pytest -m cluster
+
+airflow: install
+	$(BIN)/python -m pytest -m airflow
+
 # Ours vs Spark Structured Streaming vs raw kafka-python, snapshot bytes, restore and recovery
 # times; report + plots in results/bench (e.g. make bench BENCH_ARGS="--events 200000 --keys 10000").
 bench: install
-	$(BIN)/python -m pipeline_lib.benchmarks.throughput $(BENCH_ARGS)
+	$(BIN)/pipeline-lib bench $(BENCH_ARGS)
 
 # Restore time with many completed pipelines vs restoring everything (prints the ratio).
 bench-restore: install
-	$(BIN)/python -m pipeline_lib.benchmarks.restore_completed
+	$(BIN)/pipeline-lib bench restore
 
 # Start-up to the first committed epoch and steady-epoch time, local mode vs a standalone cluster.
 bench-cluster: install
-	$(BIN)/python -m pipeline_lib.benchmarks.cluster_vs_local $(BENCH_ARGS)
+	$(BIN)/pipeline-lib bench cluster $(BENCH_ARGS)
 
 # N random crash/restore cycles with a report in results/soak.md (records lost and duplicated must be 0).
 soak: install
@@ -43,6 +56,14 @@ soak: install
 # catch every one (e.g. make mutation MUTATION_ARGS="--only head-cas-plain-put -j 1").
 mutation: install
 	$(BIN)/python tools/mutation.py $(MUTATION_ARGS)
+
+# Lint (rules in pyproject.toml's [tool.ruff]); `ruff format` is not used: see [tool.ruff.format].
+lint: install
+	$(BIN)/ruff check pipeline_lib tests tools dags plugins
+
+# Types (pyproject.toml's [tool.mypy]: strict for spec, plan, checkpoint and storage).
+typecheck: install
+	$(BIN)/mypy pipeline_lib
 
 clean:
 	rm -rf $(VENV) demo-output .stack
