@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pipeline_lib.checkpoint import layout
 from pipeline_lib.storage import ObjectStore
 
 
@@ -64,3 +65,24 @@ def once(when: Callable[[str, str], bool], action: Callable[[], None]) -> Callab
         if pending and when(op, key):
             pending.pop()()
     return after
+
+
+def commit_step(entry: tuple[str, str, str], head: str = "head") -> str | None:
+    """What a logged call (store, op, key) or fault point ("fault", name, "") is to an epoch's
+    commit; None for a read that changes nothing. ``head`` names the HEAD write."""
+    store, op, key = entry
+    if store == "fault":
+        return f"fault {op}"
+    if op == "get_versioned" and key == layout.HEAD_KEY:
+        return "head check"
+    if op == "delete":
+        return "clean-up"
+    if op not in ("put", "put_if"):
+        return None
+    if store in ("out", "dlq"):
+        return f"{store} marker" if key.endswith("/_SUCCESS") else f"{store} part"
+    for prefix, kind in ((layout.STATE_PREFIX, "state"), (layout.MANIFESTS_PREFIX, "manifest"),
+                         (layout.HEAD_KEY, head)):
+        if key.startswith(prefix):
+            return kind
+    return key

@@ -27,7 +27,7 @@ from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import parse_spec
 from pipeline_lib.storage import open_store
-from tests.watched_store import Watched
+from tests.watched_store import Watched, commit_step
 
 SETTINGS = ConnectionSettings()
 TOPIC = "payments"
@@ -104,23 +104,6 @@ def head_bytes(snapshots: SnapshotStore) -> bytes:
 
 
 # -- commit order -------------------------------------------------------------------------------
-def _kind(entry: tuple[str, str, str]) -> str | None:
-    store, op, key = entry
-    if op == "get_versioned" and key == layout.HEAD_KEY:
-        return "head check"
-    if op == "delete":
-        return "clean-up"
-    if op not in ("put", "put_if"):
-        return None
-    if store in ("out", "dlq"):
-        return f"{store} marker" if key.endswith("/_SUCCESS") else f"{store} part"
-    for prefix, kind in ((layout.STATE_PREFIX, "state"), (layout.MANIFESTS_PREFIX, "manifest"),
-                         (layout.HEAD_KEY, "head")):
-        if key.startswith(prefix):
-            return kind
-    return key
-
-
 def test_an_epoch_writes_parts_then_markers_then_state_then_manifest_then_moves_head(tmp_path):
     """Everything a snapshot references is durable before the manifest, the manifest before
     HEAD, and nothing is deleted before HEAD moved: a crash at any step leaves only garbage."""
@@ -131,7 +114,7 @@ def test_an_epoch_writes_parts_then_markers_then_state_then_manifest_then_moves_
     watch(runner, log)
     manifest, head, _ = runner._run_epoch(read, history, version)
     runner._cleanup.wait()
-    kinds = [k for k in map(_kind, log) if k is not None]
+    kinds = [k for k in map(commit_step, log) if k is not None]
     steps = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
     assert steps == ["head check", "out part", "out marker", "dlq part", "dlq marker", "state", "manifest", "head",
                      "clean-up"]

@@ -22,7 +22,7 @@ from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink import files_sink
 from pipeline_lib.sink.files_sink import FilesSink
 from pipeline_lib.storage import open_store
-from tests.watched_store import Watched, once
+from tests.watched_store import Watched, commit_step, once
 
 SETTINGS = ConnectionSettings()
 MAX_PARALLELISM = 8
@@ -82,22 +82,7 @@ def commit(stores: Stores, epoch: int, totals: dict[str, int], history: list[His
 
 def step(entry: tuple[str, str, str]) -> str | None:
     """What a logged call or fault point is to the commit (None: a read that changes nothing)."""
-    store, op, key = entry
-    if store == "fault":
-        return f"fault {op}"
-    if op == "get_versioned" and key == layout.HEAD_KEY:
-        return "head check"
-    if op == "delete":
-        return "clean-up"
-    if op not in ("put", "put_if"):
-        return None
-    if store in ("out", "dlq"):
-        return f"{store} marker" if key.endswith("/_SUCCESS") else f"{store} part"
-    for prefix, kind in ((layout.STATE_PREFIX, "state"), (layout.MANIFESTS_PREFIX, "manifest"),
-                         (layout.HEAD_KEY, "head swap")):
-        if key.startswith(prefix):
-            return kind
-    return key
+    return commit_step(entry, head="head swap")
 
 
 def test_parts_and_markers_then_state_then_manifest_then_head_swap_then_clean_up(tmp_path, faults):
