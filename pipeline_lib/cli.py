@@ -212,7 +212,7 @@ def plan(
 ) -> None:
     """Show the execution graph, its pipelines and (with --restore) what a restore would do.
 
-    A --restore or --parallelism that run would refuse is refused here too, with the same message."""
+    A --restore, --parallelism or storage location that run would refuse is refused here too, with the same message."""
     from pipeline_lib.graph import build_graph
     from pipeline_lib.recovery.restore_plan import as_dicts, restore_plan
     from pipeline_lib.spec import load_spec
@@ -221,6 +221,7 @@ def plan(
     try:
         job = load_spec(spec)
         p = job.effective_parallelism(parallelism)
+        job.check_shared_storage(settings.spark_master)
         graph = build_graph(job, p)
         pipelines = graph.pipelines()
         plans = restore_plan(job, graph, settings, restore, p, only=pipeline) if restore else None

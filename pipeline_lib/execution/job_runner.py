@@ -70,6 +70,7 @@ class JobRunner:
         self.spec, self.settings, self.options = spec, settings, options
         self.spark_conf = spark_conf or {}  # --conf: over the spec's spark section
         settings.require_kafka()
+        spec.check_shared_storage(settings.spark_master)
         pipelines = build_graph(spec, options.parallelism).pipelines()
         names = [p.name for p in pipelines]
         unknown = sorted(set(only or []) - set(names))

@@ -360,6 +360,23 @@ class JobSpec(StrictModel):
                 raise FieldsError(f"{where}sink.files.path is also used by {label}; they must differ", field, other)
             locations[sink] = (f"flow {flow.name}", field)
 
+    def check_shared_storage(self, spark_master: str | None) -> None:
+        """On a Spark cluster the executors write sink parts and dead letters themselves, and a
+        ``file://`` location is another directory on every machine: refuse it, naming the field.
+        Local mode (no master, or ``local[...]``) shares one filesystem and takes any location."""
+        if not spark_master or spark_master.startswith("local"):
+            return
+        fields = [("checkpoint.store", self.checkpoint.store)]
+        if self.dead_letter is not None:
+            fields.append(("dead_letter.path", self.dead_letter.path))
+        fields += [(f"{self._flow_prefix(i)}sink.files.path", flow.sink.files.path)
+                   for i, flow in enumerate(self.all_flows())]
+        for field, location in fields:
+            if parse_location(location).scheme == "file":
+                raise SpecError(f"job {self.name}: {field} is {location}, a local directory, but the run goes to the "
+                                f"Spark cluster at {spark_master}, whose executors cannot share it; use an s3:// "
+                                "location (or run in local mode)")
+
     def effective_parallelism(self, override: int | None = None) -> int:
         """The parallelism of a run: ``override`` (``--parallelism``) or the spec's. The one check
         that ``run`` and ``plan`` share, so that a plan shows only what a run would accept."""

@@ -229,3 +229,27 @@ def test_spec_schema_is_the_json_schema_editors_check_a_spec_with(tmp_path):
     for bad in ({**spec, "surprise": 1}, {**spec, "name": "Bad Name"}, without_checkpoint):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
+
+
+# -- file:// locations on a cluster, where executors write output themselves ----------------------
+@pytest.mark.parametrize("field,changes", [
+    ("sink.files.path", {"checkpoint": {"store": "s3://checkpoints/spend"}}),
+    ("checkpoint.store", {"sink": {"files": {"path": "s3://results/spend"}}}),
+    ("dead_letter.path", {"sink": {"files": {"path": "s3://results/spend"}},
+                          "checkpoint": {"store": "s3://checkpoints/spend"},
+                          "on_error": "dead_letter", "dead_letter": {"path": "file:///tmp/dead"}}),
+])
+def test_plan_and_run_refuse_a_file_location_on_a_spark_cluster(tmp_path, field, changes):
+    path = write_spec(tmp_path, **changes)
+    cluster = {"PIPELINE_SPARK_MASTER": "spark://127.0.0.1:7077", "PIPELINE_KAFKA_BOOTSTRAP": "127.0.0.1:9"}
+    planned, ran = invoke(["plan", str(path)], cluster), invoke(["run", str(path)], cluster)
+    assert planned.exit_code == ran.exit_code == 2, planned.output
+    assert error_lines(planned.output) == error_lines(ran.output)
+    [line] = error_lines(ran.output)
+    assert f"error: job spend: {field} is file://" in line
+    assert "the Spark cluster at spark://127.0.0.1:7077, whose executors cannot share it" in line
+
+
+def test_local_mode_takes_file_locations(tmp_path):
+    result = invoke(["plan", str(write_spec(tmp_path))], {"PIPELINE_SPARK_MASTER": "local[2]"})
+    assert result.exit_code == 0, result.output
