@@ -147,3 +147,14 @@ def write_spec(directory: Path, spec: dict) -> Path:
 def result_table(env: dict, sink: str) -> dict[str, dict]:
     table = read_upsert_table(open_store(sink, ConnectionSettings.from_env(env)), ["user"])
     return {k[0]: {"user": v["user"], "total": v["total"], "n": v["n"]} for k, v in table.items()}
+
+
+def dead_letters_written(runner, epoch: int, bad):
+    """The dead-letter parts a read task of ``epoch`` writes of the bad records ``bad`` (an
+    Arrow table), with the runner's own task writer: what the runner's commit then receives."""
+    from pipeline_lib.sink.task_parts import TaskParts
+
+    _, dead_letters = runner._task_writers(epoch)
+    parts = TaskParts(dead_letters, bad_records=True)
+    parts.add(bad)
+    return parts.finish()

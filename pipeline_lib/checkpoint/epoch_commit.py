@@ -20,6 +20,7 @@ from typing import NamedTuple, Protocol
 import pyarrow as pa
 
 from pipeline_lib.checkpoint.manifest import (
+    FileRef,
     FlowCommit,
     Head,
     HistoryEntry,
@@ -42,8 +43,10 @@ class EpochSink(Protocol):
     """What a commit needs of a sink (``FilesSink``): an epoch's parts under a ``_SUCCESS``
     marker, and the removal of the parts that marker does not list."""
 
-    def write_epoch(self, epoch: int, digest: str, parts: list[pa.Table], attempt: int) -> SinkCommit:
-        """Write the epoch's parts and its marker; a retried attempt with the same digest reuses them."""
+    def write_epoch(self, epoch: int, digest: str, parts: list[pa.Table], attempt: int,
+                    written: Sequence[FileRef] = ()) -> SinkCommit:
+        """Write the epoch's parts and its marker, which also lists the parts tasks already
+        ``written``; a retried attempt with the same digest reuses them."""
 
     def remove_stale_parts(self, commit: SinkCommit, attempt: int) -> None:
         """Delete parts of other attempts once ``commit`` is durable, so readers see only committed output."""
@@ -51,24 +54,32 @@ class EpochSink(Protocol):
 
 @dataclass(frozen=True)
 class FlowOutput:
-    """One flow's share of an epoch: its sink's parts (one per subtask), the digest its marker
-    may be reused under, and how its state files are written for a snapshot id (a stateless
-    flow's ``write_state`` returns None)."""
+    """One flow's share of an epoch: its sink's parts (tables the driver writes, one per
+    subtask, and references to parts the read tasks ``written`` themselves), the digest its
+    marker may be reused under, and how its state files are written for a snapshot id (a
+    stateless flow's ``write_state`` returns None)."""
 
     name: str
     sink: EpochSink
     digest: str
     parts: list[pa.Table]
     write_state: Callable[[str], StateSnapshot | None]
+    written: Sequence[FileRef] = ()
+
+    @property
+    def rows(self) -> int:
+        """The rows of every part, written by the driver or by tasks."""
+        return int(sum(t.num_rows for t in self.parts)) + sum(f.rows for f in self.written)
 
 
 @dataclass(frozen=True)
 class DeadLetterOutput:
-    """The epoch's bad records, committed to the dead-letter sink like a flow's output."""
+    """The epoch's bad records, as parts the read tasks wrote to the dead-letter sink,
+    committed under its own marker like a flow's output."""
 
     sink: EpochSink
     digest: str
-    records: pa.Table
+    written: Sequence[FileRef]
 
 
 @dataclass(frozen=True)
@@ -121,13 +132,12 @@ def commit_epoch(snapshots: SnapshotStore, owner: CommitOwner, plan: EpochPlan, 
     commits: dict[str, FlowCommit] = {}
     with timed("sink"):
         for flow in flows:
-            sink_commit = flow.sink.write_epoch(epoch, flow.digest, flow.parts, owner.attempt)
-            commits[flow.name] = FlowCommit(state=None, sink=sink_commit,
-                                            rows_written=sum(t.num_rows for t in flow.parts))
+            sink_commit = flow.sink.write_epoch(epoch, flow.digest, flow.parts, owner.attempt, flow.written)
+            commits[flow.name] = FlowCommit(state=None, sink=sink_commit, rows_written=flow.rows)
         dead_letter_commit = None
         if dead_letters is not None:
-            dead_letter_commit = dead_letters.sink.write_epoch(epoch, dead_letters.digest, [dead_letters.records],
-                                                               owner.attempt)
+            dead_letter_commit = dead_letters.sink.write_epoch(epoch, dead_letters.digest, [], owner.attempt,
+                                                               dead_letters.written)
     with timed("state"):
         for flow in flows:
             commits[flow.name] = commits[flow.name].model_copy(update={"state": flow.write_state(snapshot_id)})

@@ -66,6 +66,7 @@ from pipeline_lib.plan.keygroups import subtask_of
 from pipeline_lib.plan.offsets import EpochPlan, plan_epoch
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import FilesSink
+from pipeline_lib.sink.task_parts import WRITTEN_DDL, TaskPartWriter, WriteRows, WrittenParts, collected
 from pipeline_lib.spec.models import FlowSpec, JobSpec
 from pipeline_lib.storage import open_store, parse_location
 
@@ -125,12 +126,14 @@ class FlowRuntime:
 
 @dataclass(frozen=True)
 class EpochRead:
-    """What the Spark jobs of one epoch brought to the driver: its bad records (when they are
-    tolerated) and each flow's rows (a stateless flow's output, a stateful flow's partials)."""
+    """What the Spark jobs of one epoch brought to the driver: the dead-letter parts the read
+    tasks wrote and the bad records they counted (None when bad records fail the run), and
+    each flow's result: a stateful flow's partials, or the parts tasks wrote of a stateless
+    flow's rows (see sink.task_parts)."""
 
     plan: EpochPlan
-    bad: pa.Table | None
-    flows: dict[str, pa.Table]
+    bad: WrittenParts | None
+    flows: dict[str, pa.Table | WrittenParts]
 
 
 def spec_fingerprint(spec: JobSpec) -> str:
@@ -335,27 +338,39 @@ class PipelineRunner:
         return {p: min(end, stops.get(p, end)) for p, end in latest.items()}
 
     # -- one epoch --------------------------------------------------------------------------
-    def _flow_rows(self, flow: FlowRuntime, df) -> pa.Table:
-        """Spark's part of a flow: its output rows (stateless) or its partial aggregates per key."""
+    def _flow_rows(self, flow: FlowRuntime, df, writer: TaskPartWriter | None) -> pa.Table | WrittenParts:
+        """Spark's part of a flow: its output rows written by the tasks (stateless, ``writer``)
+        or its partial aggregates per key."""
         df = apply_transforms(df, flow.spec.transforms, where=f"flow {flow.spec.name}: " if len(self.flows) > 1 else "")
         if flow.state is None:
-            return df.toArrow()
+            return collected(df.mapInArrow(WriteRows(writer), WRITTEN_DDL).toArrow())
         assert flow.spec.state is not None
         return epoch_partials(df, flow.spec.state.aggregate)
 
-    def _flow_merge(self, flow: FlowRuntime, rows: pa.Table) -> tuple[list[pa.Table], set[int]]:
-        """A flow's sink parts (one per subtask) and the key groups it changed."""
+    def _task_writers(self, epoch: int) -> tuple[list[TaskPartWriter | None], TaskPartWriter | None]:
+        """Where the read tasks of ``epoch`` write each stateless flow's rows (None for a
+        stateful flow) and the bad records (None: only counted)."""
+        flows = [None if flow.state is not None else
+                 TaskPartWriter.for_sink(flow.sink, self.settings, epoch, self.attempt, "r") for flow in self.flows]
+        dead = (TaskPartWriter.for_sink(self.dead_letters, self.settings, epoch, self.attempt, "d")
+                if self.dead_letters is not None else None)
+        return flows, dead
+
+    def _flow_merge(self, flow: FlowRuntime, rows: pa.Table | WrittenParts
+                    ) -> tuple[list[pa.Table], set[int], WrittenParts | None]:
+        """A flow's sink parts for the driver to write (one per subtask), the key groups it
+        changed, and the parts the tasks wrote (a stateless flow's)."""
         p = self.parallelism
-        if flow.state is None:
-            size = -(-rows.num_rows // p) if rows.num_rows else 0
-            return [rows.slice(i * size, size) for i in range(p)], set()
+        if isinstance(rows, WrittenParts):
+            return [], set(), rows
+        assert flow.state is not None  # a stateful flow's result is its partials
         if flow.state_schema is None:
             flow.state_schema = rows.schema
         changed = flow.state.merge(rows)
         key_groups = flow.state.key_groups(changed)
         subtasks = subtask_of(key_groups, p, self.maxp)  # element-wise on arrays
         parts = [flow.state.table(changed[subtasks == i], flow.state_schema) for i in range(p)]
-        return parts, set(np.unique(key_groups).tolist())
+        return parts, set(np.unique(key_groups).tolist()), None
 
     def _write_state(self, flow: FlowRuntime, snapshot_id: str, epoch: int, dirty: set[int]) -> StateSnapshot | None:
         """Rewrite the state files of the spans holding a key group changed this epoch; reference
@@ -398,9 +413,10 @@ class PipelineRunner:
             spark.sparkContext.addJobTag(self.job_tag)  # on the calling thread: this one or a read-ahead's
             reader = epoch_range_reader(self.settings.require_kafka(), self.source, schema, plan, self.parallelism,
                                         self.job.on_error, self.job.max_record_bytes)
+            writers, dead_letters = self._task_writers(plan.epoch)
             if self.arrow_epochs is not None:
-                bad, tables = self.arrow_epochs.read(spark, reader)
-                return EpochRead(plan, bad, {flow.spec.name: t for flow, t in zip(self.flows, tables)})
+                bad, results = self.arrow_epochs.read(spark, reader, writers, dead_letters)
+                return EpochRead(plan, bad, {flow.spec.name: r for flow, r in zip(self.flows, results)})
             df = read_tasks(spark, reader)
             tolerant = self.job.on_error != "fail"
             shared = len(self.flows) > 1 or tolerant
@@ -409,9 +425,11 @@ class PipelineRunner:
             try:
                 bad = None
                 if tolerant:
-                    bad = bad_records_frame(df).toArrow()
+                    bad = collected(bad_records_frame(df).mapInArrow(WriteRows(dead_letters, bad_records=True),
+                                                                     WRITTEN_DDL).toArrow())
                     df = df.filter(F.col("_error").isNull()).drop("_error", "_raw")
-                return EpochRead(plan, bad, {flow.spec.name: self._flow_rows(flow, df) for flow in self.flows})
+                return EpochRead(plan, bad, {flow.spec.name: self._flow_rows(flow, df, writer)
+                                             for flow, writer in zip(self.flows, writers)})
             finally:
                 if shared:
                     df.unpersist()
@@ -423,11 +441,10 @@ class PipelineRunner:
         epoch = plan.epoch
         fault_point("after_read", epoch)
         self._check_not_fenced(epoch)
-        bad_records = bad.num_rows if bad is not None else 0
-        if bad is not None and bad_records:
+        if bad is not None and bad.rows and bad.first_bad is not None:
             log.warning("pipeline %s epoch %d: %d bad record(s) %s, first %s[%s]@%s: %s", self.pipeline.name, epoch,
-                        bad_records, "dead-lettered" if self.dead_letters else "skipped",
-                        *(bad.column(c)[0].as_py() for c in ("topic", "partition", "offset", "error")))
+                        bad.rows, "dead-lettered" if self.dead_letters else "skipped",
+                        *(bad.first_bad[c] for c in ("topic", "partition", "offset", "error")))
         with self._timed("merge"):
             outputs = {flow.spec.name: self._flow_merge(flow, read.flows[flow.spec.name]) for flow in self.flows}
         return self._commit(plan, outputs, bad, history, head_version)
@@ -438,20 +455,21 @@ class PipelineRunner:
         return CommitOwner(job=self.job.name, pipeline=self.pipeline.name, attempt=self.attempt,
                            spec_fingerprint=self.fingerprint, topic=self.topic, retain=self.job.checkpoint.retain)
 
-    def _commit(self, plan: EpochPlan, outputs: dict[str, tuple[list[pa.Table], set[int]]], bad: pa.Table | None,
-                history: list[HistoryEntry], head_version: str | None) -> CommittedEpoch:
+    def _commit(self, plan: EpochPlan, outputs: dict[str, tuple[list[pa.Table], set[int], WrittenParts | None]],
+                bad: WrittenParts | None, history: list[HistoryEntry], head_version: str | None) -> CommittedEpoch:
         """Commit each flow's sink parts with the state files of the key groups it changed, and the
-        bad records to the dead-letter sink; the clean-up runs beside the next epoch."""
+        dead-letter parts the tasks wrote; the clean-up runs beside the next epoch."""
 
         def flow_output(flow: FlowRuntime) -> FlowOutput:
-            parts, dirty = outputs[flow.spec.name]
+            parts, dirty, written = outputs[flow.spec.name]
             return FlowOutput(flow.spec.name, flow.sink, self.sink_digest(plan, flow.sink.format), parts,
-                              lambda snapshot_id: self._write_state(flow, snapshot_id, plan.epoch, dirty))
+                              lambda snapshot_id: self._write_state(flow, snapshot_id, plan.epoch, dirty),
+                              written.files if written is not None else ())
 
-        dead_letters = (DeadLetterOutput(self.dead_letters, self.sink_digest(plan, "dead-letters"), bad)
+        dead_letters = (DeadLetterOutput(self.dead_letters, self.sink_digest(plan, "dead-letters"), bad.files)
                         if self.dead_letters is not None and bad is not None else None)
         return commit_epoch(self.snapshots, self.commit_owner, plan, [flow_output(f) for f in self.flows],
-                            dead_letters, history, head_version, bad_records=bad.num_rows if bad is not None else 0,
+                            dead_letters, history, head_version, bad_records=bad.rows if bad is not None else 0,
                             clean_up_with=self._cleanup.submit, timed=self._timed)
 
     def _read_next(self, spark, schema, ahead: ReadAhead[EpochRead], plan: EpochPlan, targets: dict[int, int],

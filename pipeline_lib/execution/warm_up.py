@@ -48,7 +48,7 @@ class WarmUp:
                                   [[] for _ in range(runner.parallelism)], 0,
                                   runner.job.on_error, runner.job.max_record_bytes)
             if runner.arrow_epochs is not None:  # the Arrow path: the same query whatever the flows
-                runner.arrow_epochs.read(self._spark, reader)
+                runner.arrow_epochs.read(self._spark, reader, *runner._task_writers(0))  # reads, so writes, nothing
             else:
                 self._spark_sql_path(read_tasks(self._spark, reader))
             log.debug("pipeline %s: warm-up query ran in %.1fs", runner.pipeline.name, time.monotonic() - started)

@@ -1,13 +1,14 @@
 """The Arrow path of an epoch: each flow's result is made in the Python workers that read Kafka.
 
-A flow without transforms needs nothing of Spark's SQL engine. Its partial aggregate (or, for a
-stateless flow, its rows) can be made from the Arrow batches the Kafka reader decodes, with
-pyarrow's hash aggregation, in the worker that read them. Each task then hands Spark a few rows of
-Arrow IPC bytes instead of every record as a Spark row, so the JVM does not turn every record from
+A flow without transforms needs nothing of Spark's SQL engine. Its partial aggregate can be made
+from the Arrow batches the Kafka reader decodes, with pyarrow's hash aggregation, in the worker
+that read them; a stateless flow's rows and the bad records are written to their sinks by that
+worker (sink.task_parts). Each task then hands Spark a few rows of Arrow IPC bytes or part
+references instead of every record as a Spark row, so the JVM does not turn every record from
 Arrow into a row, aggregate, shuffle and turn the result back into Arrow.
 
-The result is the one the Spark path gives: the driver casts it to the Arrow schema Spark gives
-that query (taken once from Spark's own analysis of it), and a flow whose types the two could
+The result is the one the Spark path gives: it is cast to the Arrow schema Spark gives that
+query (taken once from Spark's own analysis of it), and a flow whose types the two could
 treat differently takes the Spark path: floating-point or decimal keys (Spark folds -0.0 into 0.0
 and every NaN into one key), min/max over floating point (Spark orders NaN above every number) or
 decimals. Sums of floating point are added in another order than Spark's, as Spark's own order
@@ -32,10 +33,13 @@ from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.aggregate import partials_frame
 from pipeline_lib.execution.epoch_reader import bad_records_frame, map_tasks
 from pipeline_lib.execution.kafka_source import KafkaRangeReader
+from pipeline_lib.sink.task_parts import TaskParts, TaskPartWriter, WrittenParts
 from pipeline_lib.spec.models import FlowSpec
 
-OUTPUT_DDL = "output int, ipc binary"  # one row: an Arrow IPC stream for output ``output``
-_OUTPUT_SCHEMA = pa.schema([("output", pa.int32()), ("ipc", pa.binary())])
+# One row: an Arrow IPC stream of output ``output`` (a stateful flow's partials), or the parts a
+# task wrote of it (a stateless flow's rows, bad records) as ``WrittenParts`` JSON.
+OUTPUT_DDL = "output int, ipc binary, written string"
+_OUTPUT_SCHEMA = pa.schema([("output", pa.int32()), ("ipc", pa.binary()), ("written", pa.string())])
 BAD_RECORDS = -1  # the output index of bad records; flows are 0..n-1
 MAX_ROWS_PER_BLOB = 250_000  # rows per IPC value (a few MB of partials)
 MAX_BLOB_BYTES = 64 << 20  # and bytes per IPC value: far below Spark's 2 GB per value
@@ -118,10 +122,15 @@ class FlowInWorker:
 @dataclass(frozen=True)
 class EpochInWorker:
     """The function of the epoch's ``mapInArrow``: read a task's ranges, then yield rows of
-    ``OUTPUT_DDL``, each an Arrow IPC stream of one flow's rows or partials (or of bad records)."""
+    ``OUTPUT_DDL``: each stateful flow's partials as Arrow IPC; each stateless flow's rows and
+    the bad records written by this task to their sinks, as references (see sink.task_parts)."""
 
     reader: KafkaRangeReader
     flows: tuple[FlowInWorker, ...]
+    writers: tuple[TaskPartWriter | None, ...]  # per flow: where a stateless flow's rows go (None: stateful)
+    schemas: tuple[pa.Schema, ...]  # per flow: the Arrow schema the Spark path gives its rows
+    dead_letters: TaskPartWriter | None = None  # None: bad records are only counted (on_error: skip)
+    bad_schema: pa.Schema | None = None
 
     def __call__(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Spark calls this per task: one output batch per flow and task, built from the task's ranges."""
@@ -131,17 +140,20 @@ class EpochInWorker:
     def run_task(self, ranges: Sequence[tuple[str, int, int, int]]) -> Iterator[pa.RecordBatch]:
         """One task: read its ranges and yield each flow's output (and the bad records) as IPC rows."""
         partials: dict[int, list[pa.Table]] = defaultdict(list)  # a stateful flow's partials so far
+        rows = {index: TaskParts(self.writers[index], self.schemas[index])
+                for index, flow in enumerate(self.flows) if not flow.stateful}
+        bad = TaskParts(self.dead_letters, self.bad_schema, bad_records=True) if self.reader.tolerant else None
         for batch in self.reader.read_task(ranges):
-            if self.reader.tolerant:
+            if bad is not None:
                 errors = batch.column("_error")
                 if errors.null_count < batch.num_rows:
-                    yield from _blobs(BAD_RECORDS, bad_records(batch))
+                    bad.add(bad_records(batch))
                     batch = batch.filter(errors.is_null())
                 batch = batch.drop_columns(["_error", "_raw"])
             table = pa.Table.from_batches([batch])
             for index, flow in enumerate(self.flows):
                 if not flow.stateful:
-                    yield from _blobs(index, table)
+                    rows[index].add(table)
                     continue
                 kept = partials[index]
                 kept.append(flow.partials(table))
@@ -149,6 +161,10 @@ class EpochInWorker:
                     kept[:] = [flow.combined(kept)]
         for index, kept in partials.items():
             yield from _blobs(index, self.flows[index].combined(kept))
+        for index, parts in rows.items():
+            yield _written(index, parts.finish())
+        if bad is not None:
+            yield _written(BAD_RECORDS, bad.finish())
 
 
 def bad_records(batch: pa.RecordBatch) -> pa.Table:
@@ -169,13 +185,20 @@ def _blobs(output: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
         part = table.slice(start, step)
         with pa.ipc.new_stream(sink, part.schema) as writer:
             writer.write_table(part)
-        yield pa.record_batch([pa.array([output], pa.int32()), pa.array([sink.getvalue().to_pybytes()], pa.binary())],
-                              schema=_OUTPUT_SCHEMA)
+        yield pa.record_batch([pa.array([output], pa.int32()), pa.array([sink.getvalue().to_pybytes()], pa.binary()),
+                               pa.nulls(1, pa.string())], schema=_OUTPUT_SCHEMA)
+
+
+def _written(output: int, written: WrittenParts) -> pa.RecordBatch:
+    """What a task wrote of ``output``, as one row of ``OUTPUT_DDL``."""
+    return pa.record_batch([pa.array([output], pa.int32()), pa.nulls(1, pa.binary()),
+                            pa.array([written.to_json()], pa.string())], schema=_OUTPUT_SCHEMA)
 
 
 class ArrowEpochs:
-    """The driver's side: run an epoch's ``EpochInWorker`` and give each flow's table exactly as
-    the Spark path would (its schema, one row per key), and the bad records ordered by offset."""
+    """The driver's side: run an epoch's ``EpochInWorker``; give each stateful flow's partials
+    exactly as the Spark path would (its schema, one row per key), and the references of the
+    parts the tasks wrote of stateless flows' rows and of bad records (cast to the same schemas)."""
 
     def __init__(self, flows: tuple[FlowInWorker, ...], schemas: list[pa.Schema], bad_schema: pa.Schema | None):
         self.flows, self.schemas, self.bad_schema = flows, schemas, bad_schema
@@ -208,26 +231,30 @@ class ArrowEpochs:
             return None, f"Spark rejects the query: {str(exc).splitlines()[0]}"
         return cls(tuple(in_worker), schemas, bad_schema), "no flow needs Spark SQL"
 
-    def read(self, spark: SparkSession, reader: KafkaRangeReader) -> tuple[pa.Table | None, list[pa.Table]]:
-        """(bad records or None when the read is not tolerant, each flow's table in flow order)."""
-        rows = map_tasks(spark, len(reader.tasks), EpochInWorker(reader, self.flows), OUTPUT_DDL).toArrow()
+    def read(self, spark: SparkSession, reader: KafkaRangeReader, writers: Sequence[TaskPartWriter | None],
+             dead_letters: TaskPartWriter | None = None) -> tuple[WrittenParts | None, list[pa.Table | WrittenParts]]:
+        """(what the tasks did with the bad records, or None when the read is not tolerant; each
+        flow's result in flow order: a stateful flow's partials as a table, a stateless flow's
+        parts as the tasks wrote them with ``writers``)."""
+        task = EpochInWorker(reader, self.flows, tuple(writers), tuple(self.schemas), dead_letters, self.bad_schema)
+        rows = map_tasks(spark, len(reader.tasks), task, OUTPUT_DDL).toArrow()
         parts: dict[int, list[pa.Table]] = defaultdict(list)
-        for output, ipc in zip(rows.column("output").to_pylist(), rows.column("ipc").to_pylist()):
-            parts[output].append(pa.ipc.open_stream(ipc).read_all())
-        tables = []
-        for index, (flow, schema) in enumerate(zip(self.flows, self.schemas)):
-            got = parts.get(index)
-            if not got:
-                tables.append(schema.empty_table())
+        written: dict[int, list[WrittenParts]] = defaultdict(list)
+        for output, ipc, text in zip(rows.column("output").to_pylist(), rows.column("ipc").to_pylist(),
+                                     rows.column("written").to_pylist()):
+            if text is not None:
+                written[output].append(WrittenParts.from_json(text))
             else:
-                tables.append((flow.combined(got) if flow.stateful else pa.concat_tables(got)).cast(schema))
-        bad = None
-        if self.bad_schema is not None:
-            got = parts.get(BAD_RECORDS)
-            in_order = [("partition", "ascending"), ("offset", "ascending")]
-            bad = self.bad_schema.empty_table() if not got else \
-                pa.concat_tables(got).sort_by(in_order).cast(self.bad_schema)
-        return bad, tables
+                parts[output].append(pa.ipc.open_stream(ipc).read_all())
+        results: list[pa.Table | WrittenParts] = []
+        for index, (flow, schema) in enumerate(zip(self.flows, self.schemas)):
+            if not flow.stateful:
+                results.append(WrittenParts.combine(written.get(index, [])))
+                continue
+            got = parts.get(index)
+            results.append(flow.combined(got).cast(schema) if got else schema.empty_table())
+        bad = WrittenParts.combine(written.get(BAD_RECORDS, [])) if self.bad_schema is not None else None
+        return bad, results
 
 
 def _needs_spark(flow: FlowSpec, fields: dict[str, T.DataType]) -> str | None:

@@ -21,6 +21,7 @@ import decimal
 import io
 import json
 import logging
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -123,9 +124,11 @@ class FilesSink:
     def _commit(self, epoch: int, files: list[FileRef]) -> SinkCommit:
         return SinkCommit(location=self.location, epoch=epoch, marker=self.marker_key(epoch), files=files)
 
-    def write_epoch(self, epoch: int, digest: str, parts: list[pa.Table], attempt: int) -> SinkCommit:
-        """Write the parts and commit the marker for ``attempt``; an epoch already committed with this
-        digest is reused. FencedError if a newer attempt owns the epoch."""
+    def write_epoch(self, epoch: int, digest: str, parts: list[pa.Table], attempt: int,
+                    written: Sequence[FileRef] = ()) -> SinkCommit:
+        """Write the parts and commit the marker for ``attempt``, listing ``written`` (parts the
+        epoch's Spark tasks wrote themselves, see task_parts) before them; an epoch already
+        committed with this digest is reused. FencedError if a newer attempt owns the epoch."""
         existing, version = self._existing(epoch)
         if existing is not None and existing.writer() > attempt:
             raise FencedError(
@@ -139,7 +142,7 @@ class FilesSink:
             log.warning("epoch %d of %s: a part its %s lists is missing or cut short; writing the epoch again",
                         epoch, self.location, MARKER)
         prefix = self.epoch_dir(epoch)
-        files: list[FileRef] = []
+        files: list[FileRef] = list(written)
         for i, table in enumerate(parts):
             if table.num_rows == 0:
                 continue
@@ -191,7 +194,9 @@ class FilesSink:
 
     def remove_stale_parts(self, commit: SinkCommit, attempt: int) -> None:
         """After ``attempt`` committed ``commit``: delete the epoch's parts that older attempts
-        left behind. Parts of newer attempts, and every part that the marker in place lists, are
+        left behind, and those of this attempt that the marker does not list (a failed or
+        speculative task attempt's, or a whole read's when an earlier marker was reused).
+        Parts of newer attempts, and every part that the marker in place lists, are
         never touched (this runner may be the old one); a marker that is neither this attempt's nor
         the one it reused means a newer attempt owns the epoch, and nothing is deleted."""
         current, _ = self._existing(commit.epoch)
@@ -203,6 +208,6 @@ class FilesSink:
             if key in listed or not key.rsplit("/", 1)[-1].startswith("part-"):
                 continue
             writer = _writer_of(key)
-            if writer is None or writer < attempt:
+            if writer is None or writer <= attempt:  # this attempt's own unlisted parts: a failed task attempt's
                 stale.append(key)
         self.store.delete_many(stale)

@@ -25,7 +25,8 @@ EPOCHS = 4
 LOOPBACK = {"spark.driver.host": "127.0.0.1"}  # every process of the tier is on loopback
 
 
-def _job(tmp_path: Path, payments, *, parallelism: int = 2, spark: dict | None = None) -> tuple[str, str, str, Path]:
+def _job(tmp_path: Path, payments, *, parallelism: int = 2, spark: dict | None = None,
+         extra: dict | None = None) -> tuple[str, str, str, Path]:
     topic, _ = payments
     # unique across modules: the tier's other test files import this one again under another name,
     # so a module-level counter would start over there and reuse a finished job's store
@@ -33,7 +34,7 @@ def _job(tmp_path: Path, payments, *, parallelism: int = 2, spark: dict | None =
     sink, store = f"s3://results/{name}", f"s3://checkpoints/{name}"
     section = {**(spark or {}), "conf": {**LOOPBACK, **(spark or {}).get("conf", {})}}
     spec = spend_spec(name, topic, sink, store, per_epoch=PER_EPOCH, parallelism=parallelism,
-                      extra={"spark": section})
+                      extra={"spark": section, **(extra or {})})
     return name, sink, store, write_spec(tmp_path, spec)
 
 

@@ -1,6 +1,6 @@
-"""On a cluster, credentials stay with the driver: nothing secret reaches an executor's command
-line or environment, the driver's Spark UI environment page, the event log, the master's
-application record, or any log or work file of the cluster.
+"""On a cluster, credentials reach executors only inside the tasks that write to S3: nothing
+secret reaches an executor's command line or environment, the driver's Spark UI environment
+page, the event log, the master's application record, or any log or work file of the cluster.
 
 The run is held (pause file) while its executors are alive, so their /proc and the driver's UI
 are read live, then released; afterwards every file the master, the workers and the event log
@@ -33,7 +33,9 @@ def _proc_text(pid: int) -> str:
 
 def test_no_credential_reaches_an_executor_or_a_file_of_the_cluster(cluster, cluster_env, local_stack, tmp_path,
                                                                      cluster_payments):
-    name, sink, store, spec = _job(tmp_path, cluster_payments)
+    # With dead letters, the read tasks write to S3 themselves: the credentials travel in their closures.
+    dead_letters = {"on_error": "dead_letter", "dead_letter": {"path": f"s3://results/dead-{tmp_path.name}"}}
+    name, sink, store, spec = _job(tmp_path, cluster_payments, extra=dead_letters)
     fault_log, release, events = tmp_path / "faults.log", tmp_path / "release", tmp_path / "events"
     events.mkdir()
     ui_port = free_port()

@@ -1,14 +1,17 @@
 """The Arrow path (aggregation in the Python workers) against the Spark SQL path, in one real Spark
 session reading one real topic: for every flow shape, with and without bad records, both give the
-same table (Arrow schema and rows; row order aside, floating-point sums to rounding)."""
+same table (Arrow schema and rows; row order aside, floating-point sums to rounding). On the Arrow
+path the read tasks write stateless rows and bad records themselves: those are read back."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import random
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark import SparkContext
 from pyspark.sql import functions as F
@@ -25,7 +28,10 @@ from pipeline_lib.execution.worker_aggregation import ArrowEpochs
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.offsets import plan_epoch
 from pipeline_lib.samples import create_topic, produce_raw
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts
 from pipeline_lib.spec.models import FlowSpec, KafkaSourceSpec
+from pipeline_lib.storage import open_store
 
 DDL = "user string, n int, amount bigint, price double, day date, ts timestamp, flag boolean, note string"
 SINK = {"files": {"path": "file:///unused", "format": "parquet"}}
@@ -114,8 +120,20 @@ def _order(flow: FlowSpec) -> list[str]:
     return list(flow.state.aggregate.key) if flow.state else ["_partition", "_offset"]
 
 
+def _writers(root, flows: list[FlowSpec], tolerant: bool):
+    """Task writers of epoch 1 into ``root``: parquet parts of stateless flows, dead letters."""
+    def writer(label: str) -> TaskPartWriter:
+        return TaskPartWriter(f"file://{root}/{label}", ConnectionSettings(), "parquet", 1, 1, label[0])
+    return [None if f.state else writer("rows") for f in flows], writer("dead") if tolerant else None
+
+
+def _written_rows(root, label: str, written: WrittenParts) -> pa.Table:
+    store = open_store(f"file://{root}/{label}", ConnectionSettings())
+    return pa.concat_tables([pq.read_table(io.BytesIO(store.get(f.key))) for f in written.files])
+
+
 @pytest.mark.parametrize("kind, on_error", [("clean", "fail"), ("dirty", "dead_letter")])
-def test_both_paths_give_equal_tables_for_every_flow_shape(spark, local_stack, topics, kind, on_error):
+def test_both_paths_give_equal_tables_for_every_flow_shape(spark, local_stack, topics, kind, on_error, tmp_path):
     tolerant = on_error != "fail"
     topic = topics[kind]
     source = _source(topic)
@@ -128,31 +146,42 @@ def test_both_paths_give_equal_tables_for_every_flow_shape(spark, local_stack, t
     assert len(reader.tasks) == 2
 
     spark_bad, spark_tables = _spark_path(spark, reader, flows, tolerant)
-    arrow_bad, arrow_tables = arrow.read(spark, reader)
+    writers, dead_letters = _writers(tmp_path, flows, tolerant)
+    arrow_bad, arrow_results = arrow.read(spark, reader, writers, dead_letters)
 
-    for flow, want, got in zip(flows, spark_tables, arrow_tables):
+    for flow, want, got in zip(flows, spark_tables, arrow_results):
+        if not flow.state:  # the read tasks wrote the rows: read back what they wrote
+            assert got.rows == want.num_rows and len({f.key for f in got.files}) == len(got.files) == 2
+            got = _written_rows(tmp_path, "rows", got)
         assert got.schema == want.schema, flow.name
         assert got.num_rows == want.num_rows > 0, flow.name
         assert _rows(got, _order(flow)) == _rows(want, _order(flow)), flow.name
     if tolerant:
-        assert arrow_bad.schema == spark_bad.schema
-        assert arrow_bad.num_rows == spark_bad.num_rows == 10
-        assert arrow_bad.to_pylist() == spark_bad.to_pylist()  # both ordered by partition, offset
+        assert arrow_bad.rows == spark_bad.num_rows == 10
+        written = _written_rows(tmp_path, "dead", arrow_bad)
+        assert written.schema == spark_bad.schema
+        in_order = [("partition", "ascending"), ("offset", "ascending")]
+        assert written.sort_by(in_order).to_pylist() == spark_bad.sort_by(in_order).to_pylist()
+        first = spark_bad.sort_by(in_order).slice(0, 1).to_pylist()[0]
+        assert arrow_bad.first_bad == {k: first[k] for k in ("topic", "partition", "offset", "error")}
     else:
         assert arrow_bad is None
 
 
-def test_a_read_of_nothing_gives_empty_tables_of_the_same_schemas(spark, local_stack, topics):
+def test_a_read_of_nothing_gives_empty_tables_of_the_same_schemas(spark, local_stack, topics, tmp_path):
     source = _source(topics["dirty"])
     schema = source_schema(spark, source, tolerant=True)
     flows = [FlowSpec.model_validate({"source": "main", "sink": SINK, **f}) for f in FLOWS]
     arrow, _ = ArrowEpochs.for_flows(spark, schema, flows, True)
     reader = range_reader(local_stack.kafka_bootstrap, source, schema, [[], []], 0, "dead_letter")
     spark_bad, spark_tables = _spark_path(spark, reader, flows, True)
-    arrow_bad, arrow_tables = arrow.read(spark, reader)
-    assert [t.schema for t in arrow_tables] == [t.schema for t in spark_tables]
-    assert all(t.num_rows == 0 for t in arrow_tables + spark_tables)
-    assert arrow_bad.schema == spark_bad.schema and arrow_bad.num_rows == 0
+    arrow_bad, arrow_results = arrow.read(spark, reader, *_writers(tmp_path, flows, True))
+    stateful = [(f, t) for f, t in zip(flows, arrow_results) if f.state]
+    assert [t.schema for _, t in stateful] == [t.schema for f, t in zip(flows, spark_tables) if f.state]
+    assert all(t.num_rows == 0 for t in spark_tables) and all(t.num_rows == 0 for _, t in stateful)
+    stateless = [w for f, w in zip(flows, arrow_results) if not f.state]
+    assert all(w.rows == 0 and w.files == () for w in stateless + [arrow_bad])
+    assert not list(tmp_path.iterdir())  # nothing read, nothing written
 
 
 def test_a_record_the_strict_path_cannot_read_fails_the_epoch_naming_it(spark, local_stack, topics):
@@ -168,4 +197,4 @@ def test_a_record_the_strict_path_cannot_read_fails_the_epoch_naming_it(spark, l
                                 _whole_topic_plan(local_stack.kafka_bootstrap, topic), 2)
     with pytest.raises(PipelineError, match=rf"{topic}\[\d\]@\d+"):
         with clear_spark_errors("epoch 1"):
-            arrow.read(spark, reader)
+            arrow.read(spark, reader, [None])

@@ -27,6 +27,7 @@ from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import parse_spec
 from pipeline_lib.storage import open_store
+from tests.support import dead_letters_written
 from tests.watched_store import Watched, commit_step
 
 SETTINGS = ConnectionSettings()
@@ -80,7 +81,8 @@ def epoch_read(runner: PipelineRunner, amounts: dict[str, int], history: list[Hi
     base = history[0].snapshot_id if history else None
     positions = {0: (epoch - 1) * 10, 1: (epoch - 1) * 10}
     plan = runner._plan(epoch, base, positions, {0: epoch * 10, 1: epoch * 10}, None)
-    return EpochRead(plan, bad, {flow.spec.name: partials(amounts) for flow in runner.flows})
+    return EpochRead(plan, dead_letters_written(runner, epoch, bad) if bad is not None else None,
+                     {flow.spec.name: partials(amounts) for flow in runner.flows})
 
 
 def commit_epoch(runner: PipelineRunner, amounts: dict[str, int], history: list[HistoryEntry],
@@ -109,15 +111,16 @@ def test_an_epoch_writes_parts_then_markers_then_state_then_manifest_then_moves_
     HEAD, and nothing is deleted before HEAD moved: a crash at any step leaves only garbage."""
     runner = new_attempt(job_spec(tmp_path, retain=1, dead_letters=True))
     history, version = run_epochs(runner, [{"a": 1, "b": 2}])
-    read = epoch_read(runner, {"a": 5, "c": 1}, history, bad=bad_records(2))
+    read = epoch_read(runner, {"a": 5, "c": 1}, history, bad=bad_records(2))  # its read task wrote dead letters
     log: list = []
     watch(runner, log)
     manifest, head, _ = runner._run_epoch(read, history, version)
     runner._cleanup.wait()
     kinds = [k for k in map(commit_step, log) if k is not None]
     steps = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
-    assert steps == ["head check", "out part", "out marker", "dlq part", "dlq marker", "state", "manifest", "head",
-                     "clean-up"]
+    assert steps == ["head check", "out part", "out marker", "dlq marker", "state", "manifest", "head", "clean-up"]
+    assert manifest.dead_letters is not None and manifest.bad_records == 2
+    assert [f.key for f in manifest.dead_letters.files] == [f.key for f in read.bad.files]
     assert kinds.count("head") == 1
     written = {key for _, op, key in log if op in ("put", "put_if")}
     commit = manifest.flows["job"]

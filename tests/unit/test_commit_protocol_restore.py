@@ -32,6 +32,7 @@ from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import parse_spec
 from pipeline_lib.storage import ObjectStore, open_store
+from tests.support import dead_letters_written
 
 SETTINGS = ConnectionSettings()
 OLDER, NEWER = "0000000001-a1", "0000000002-a1"
@@ -92,7 +93,7 @@ def _commit_two_snapshots(root) -> None:
     for epoch, (amounts, bad) in enumerate([(USERS, 1), ({"user-1": 5, "user-7": 2}, 2)], start=1):
         base = history[0].snapshot_id if history else None
         plan = runner._plan(epoch, base, {0: epoch * 10 - 10}, {0: epoch * 10}, None)
-        read = EpochRead(plan, bad_records(bad), {"job": partials(amounts)})
+        read = EpochRead(plan, dead_letters_written(runner, epoch, bad_records(bad)), {"job": partials(amounts)})
         _, head, version = runner._run_epoch(read, history, version)
         history = head.history
     runner._cleanup.close()
@@ -182,7 +183,7 @@ DAMAGE: dict[str, tuple[Callable[[Job], None], str]] = {
     "dead-letter marker missing": (lambda j: j.dlq.delete("epoch=2/_SUCCESS"),
                                    "dead-letter commit marker epoch=2/_SUCCESS of epoch 2 is missing"),
     "dead-letter part missing": (lambda j: j.dlq.delete(_first_part(j, DEAD_LETTERS)),
-                                 r"part file epoch=2/part-\d+-a1.jsonl of dead letters epoch 2 is missing"),
+                                 r"part file epoch=2/part-d\d+-\d+-t0-a1.jsonl of dead letters epoch 2 is missing"),
     "state rows": (lambda j: rewrite_manifest(j, lambda d: _state_file(d, _own(j)).update(rows=_own(j)["rows"] + 1)),
                    r"state file .* has \d+ rows, manifest says \d+"),
     "state sha in manifest": (lambda j: rewrite_manifest(j, lambda d: _state_file(d, _own(j)).update(sha256="0" * 64)),

@@ -16,6 +16,7 @@ from pipeline_lib.checkpoint.manifest import SinkCommit
 from pipeline_lib.errors import FencedError
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
+from pipeline_lib.sink.task_parts import TaskPartWriter
 from pipeline_lib.storage import open_store
 from tests.watched_store import Watched, once
 
@@ -87,6 +88,21 @@ def test_clean_up_deletes_older_attempts_unlisted_parts_only(tmp_path):
     sink.store.put("epoch=1/part-00000-a3.jsonl", b"{}\n")  # attempt 3 writing the epoch right now
     sink.remove_stale_parts(commit, attempt=2)
     assert sink.store.list("epoch=1/") == sorted(attempt_parts(2) | {"epoch=1/part-00000-a3.jsonl", MARKER})
+
+
+def test_task_written_parts_are_listed_and_a_failed_task_attempt_s_are_cleaned_up(tmp_path):
+    """Read tasks write parts themselves; the marker lists the references the driver collected
+    (the accepted task attempts') and clean-up deletes the other attempt's part of this run."""
+    sink = sink_on(tmp_path)
+    writer = TaskPartWriter.for_sink(sink, SETTINGS, epoch=1, attempt=2, label="r")
+    rows = pa.table({"user": ["a", "b"], "total": [1, 2]})
+    failed = writer.write(sink.store, rows, task=0, sequence=0, task_attempt=0)  # its task then failed
+    accepted = writer.write(sink.store, rows, task=0, sequence=0, task_attempt=1)
+    commit = sink.write_epoch(1, "digest-1", parts(2), attempt=2, written=[accepted])
+    assert [f.key for f in marker(sink).files] == [accepted.key, *sorted(attempt_parts(2))]
+    sink.remove_stale_parts(commit, attempt=2)
+    assert part_keys(sink) == attempt_parts(2) | {accepted.key} and failed.key not in part_keys(sink)
+    assert failed.key == "epoch=1/part-r00000-0000-t0-a2.jsonl"
 
 
 def test_clean_up_never_deletes_a_part_the_marker_in_place_lists(tmp_path):

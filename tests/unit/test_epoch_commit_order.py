@@ -21,6 +21,7 @@ from pipeline_lib.plan.offsets import EpochPlan, OffsetRange
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink import files_sink
 from pipeline_lib.sink.files_sink import FilesSink
+from pipeline_lib.sink.task_parts import TaskParts, TaskPartWriter
 from pipeline_lib.storage import open_store
 from tests.watched_store import Watched, commit_step, once
 
@@ -73,8 +74,12 @@ def commit(stores: Stores, epoch: int, totals: dict[str, int], history: list[His
                      ranges=[OffsetRange(topic="payments", partition=0, start=(epoch - 1) * 10, end=epoch * 10)])
     rows = pa.table({"user": list(totals), "total": pa.array(list(totals.values()), pa.int64())})
     flow = FlowOutput("flow", stores.out, f"digest-{epoch}", [rows], state_writer(stores, totals))
-    dead_letters = (DeadLetterOutput(stores.dlq, f"dlq-digest-{epoch}", pa.table({"offset": list(range(bad))}))
-                    if bad else None)
+    dead_letters = None
+    if bad:  # a read task writes the bad records to the dead-letter sink before the commit starts
+        parts = TaskParts(TaskPartWriter.for_sink(stores.dlq, SETTINGS, epoch, attempt, "d"), bad_records=True)
+        parts.add(pa.table({"topic": ["payments"] * bad, "partition": [0] * bad, "offset": list(range(bad)),
+                            "error": ["not JSON"] * bad}))
+        dead_letters = DeadLetterOutput(stores.dlq, f"dlq-digest-{epoch}", parts.finish().files)
     owner = CommitOwner(job="job", pipeline="main", attempt=attempt, spec_fingerprint="spec", topic="payments",
                         retain=retain)
     return commit_epoch(stores.snapshots, owner, plan, [flow], dead_letters, history, head_version, bad_records=bad)
@@ -99,7 +104,7 @@ def test_parts_and_markers_then_state_then_manifest_then_head_swap_then_clean_up
     assert steps[:cleaned] == [
         "head check", "fault after_head_check",
         "out part", "fault mid_sink_write", "fault after_sink_files", "out marker", "fault after_sink_success",
-        "dlq part", "fault mid_sink_write", "fault after_sink_files", "dlq marker", "fault after_sink_success",
+        "fault after_sink_files", "dlq marker", "fault after_sink_success",
         "state", "manifest", "fault after_manifest", "head swap", "fault after_head_move",
     ]
     assert set(steps[cleaned:]) == {"clean-up"}
@@ -114,6 +119,7 @@ def test_parts_and_markers_then_state_then_manifest_then_head_swap_then_clean_up
     assert {f.key for f in flow_commit.sink.files} | {flow_commit.sink.marker} <= written
     assert {f.key for f in flow_commit.state.files} <= written and flow_commit.rows_written == 2
     assert manifest.dead_letters is not None and manifest.dead_letters.marker in written
+    assert [f.rows for f in manifest.dead_letters.files] == [2]  # the task's part, listed by the marker
 
 
 def test_a_refused_head_swap_commits_nothing(tmp_path, faults):

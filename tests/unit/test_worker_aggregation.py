@@ -4,17 +4,24 @@ test_arrow_path compares it with Spark's own results)."""
 from __future__ import annotations
 
 import base64
+import io
 import random
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import types as T
 
+from pipeline_lib.checkpoint.manifest import FileRef, sha256_hex
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution import worker_aggregation as wa
 from pipeline_lib.execution.worker_aggregation import EpochInWorker, FlowInWorker, bad_records
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink import task_parts
+from pipeline_lib.sink.task_parts import TaskParts, TaskPartWriter, WrittenParts
 from pipeline_lib.spec.models import FlowSpec
+from pipeline_lib.storage import open_store
 
 FLOW = FlowInWorker(("user",), (("total", "sum", "amount"), ("n", "count", None), ("seen", "count", "amount"),
                                 ("low", "min", "amount"), ("high", "max", "note")))
@@ -106,24 +113,48 @@ class _Reader:
         yield from ranges
 
 
-def _outputs(rows: list[pa.RecordBatch]) -> list[tuple[int, pa.Table]]:
-    return [(b.column(0)[0].as_py(), pa.ipc.open_stream(b.column(1)[0].as_py()).read_all()) for b in rows]
+def _outputs(rows: list[pa.RecordBatch]) -> list[tuple[int, pa.Table | WrittenParts]]:
+    """Each output row: (output index, partials as a table, or what the task wrote)."""
+    out: list[tuple[int, pa.Table | WrittenParts]] = []
+    for b in rows:
+        index, ipc, written = (b.column(i)[0].as_py() for i in range(3))
+        out.append((index, WrittenParts.from_json(written) if written is not None
+                    else pa.ipc.open_stream(ipc).read_all()))
+    return out
 
 
-def test_a_task_yields_one_partial_per_stateful_flow_and_every_row_of_a_stateless_one(monkeypatch):
+def _writer(root, label: str) -> TaskPartWriter:
+    return TaskPartWriter(f"file://{root}/{label}", ConnectionSettings(), "parquet", epoch=4, attempt=7, label=label)
+
+
+def _read_parts(root, label: str, written: WrittenParts) -> pa.Table:
+    """The parts a task wrote, read back, each checked against its reference."""
+    store = open_store(f"file://{root}/{label}", ConnectionSettings())
+    tables = []
+    for ref in written.files:
+        data = store.get(ref.key)
+        assert (len(data), sha256_hex(data)) == (ref.bytes, ref.sha256)
+        tables.append(pq.read_table(io.BytesIO(data)))
+        assert tables[-1].num_rows == ref.rows
+    return pa.concat_tables(tables)
+
+
+def test_a_task_yields_one_partial_per_stateful_flow_and_writes_every_row_of_a_stateless_one(monkeypatch, tmp_path):
     rows = _rows(5_000, seed=3)
     batches = [pa.RecordBatch.from_pylist(rows[i:i + 1_000], schema=SCHEMA) for i in range(0, 5_000, 1_000)]
     monkeypatch.setattr(wa, "COMBINE_AT_ROWS", 5)  # fold the partials after every batch
-    monkeypatch.setattr(wa, "MAX_ROWS_PER_BLOB", 400)  # and cut the stateless rows into several blobs
-    run = EpochInWorker(_Reader([batches]), (FLOW, FlowInWorker()))
+    monkeypatch.setattr(task_parts, "ROWS_PER_PART", 1_500)  # and cut the stateless rows into several parts
+    run = EpochInWorker(_Reader([batches]), (FLOW, FlowInWorker()), (None, _writer(tmp_path, "r")), (SCHEMA, SCHEMA))
     out = _outputs(list(run(iter([pa.record_batch({"id": [0]})]))))
     stateful = [t for i, t in out if i == 0]
     assert len(stateful) == 1 and _by_key(stateful[0]) == _expected(rows)
-    stateless = [t for i, t in out if i == 1]
-    assert len(stateless) == 15 and pa.concat_tables(stateless).to_pylist() == rows
+    [written] = [w for i, w in out if i == 1]
+    assert written.rows == 5_000 and len(written.files) == 3  # 2 000, 2 000 and 1 000 rows
+    assert [f.key for f in written.files] == [f"epoch=4/part-r00000-000{n}-t0-a7.parquet" for n in range(3)]
+    assert _read_parts(tmp_path, "r", written).to_pylist() == rows
 
 
-def test_a_tolerant_task_sends_bad_records_apart_and_aggregates_only_good_ones():
+def test_a_tolerant_task_writes_bad_records_apart_and_aggregates_only_good_ones(tmp_path):
     schema = SCHEMA.append(pa.field("_topic", pa.string())).append(pa.field("_partition", pa.int32())) \
         .append(pa.field("_offset", pa.int64())).append(pa.field("_error", pa.string())) \
         .append(pa.field("_raw", pa.binary()))
@@ -131,14 +162,43 @@ def test_a_tolerant_task_sends_bad_records_apart_and_aggregates_only_good_ones()
         {"user": "a", "amount": 1, "note": None,
          "_topic": "t", "_partition": 0, "_offset": 0, "_error": None, "_raw": None},
         {"user": None, "amount": None, "note": None,
-         "_topic": "t", "_partition": 0, "_offset": 1, "_error": "bad", "_raw": b"x"},
+         "_topic": "t", "_partition": 0, "_offset": 5, "_error": "bad", "_raw": b"x"},
+        {"user": None, "amount": None, "note": None,
+         "_topic": "t", "_partition": 0, "_offset": 1, "_error": "worse", "_raw": b"y"},
         {"user": "a", "amount": 2, "note": "z",
          "_topic": "t", "_partition": 0, "_offset": 2, "_error": None, "_raw": None},
     ], schema=schema)
-    out = _outputs(list(EpochInWorker(_Reader([[batch]], tolerant=True), (FLOW,)).run_task([batch])))
-    assert [i for i, _ in out] == [wa.BAD_RECORDS, 0]
-    assert out[0][1].column("offset").to_pylist() == [1]
-    assert out[1][1].to_pylist() == [{"user": "a", "total": 3, "n": 2, "seen": 2, "low": 1, "high": "z"}]
+    run = EpochInWorker(_Reader([[batch]], tolerant=True), (FLOW,), (None,), (SCHEMA,), _writer(tmp_path, "d"))
+    out = _outputs(list(run.run_task([batch])))
+    assert [i for i, _ in out] == [0, wa.BAD_RECORDS]
+    assert out[0][1].to_pylist() == [{"user": "a", "total": 3, "n": 2, "seen": 2, "low": 1, "high": "z"}]
+    bad = out[1][1]
+    assert bad.rows == 2 and bad.first_bad == {"topic": "t", "partition": 0, "offset": 1, "error": "worse"}
+    assert _read_parts(tmp_path, "d", bad).column("offset").to_pylist() == [1, 5]  # ordered by offset
+
+
+def test_under_on_error_skip_a_task_only_counts_bad_records(tmp_path):
+    batch = pa.RecordBatch.from_pylist([{"topic": "t", "partition": 2, "offset": 9, "error": "bad"}])
+    parts = TaskParts(None, bad_records=True)
+    parts.add(pa.Table.from_batches([batch]))
+    written = parts.finish()
+    assert (written.files, written.rows, written.first_bad["offset"]) == ((), 1, 9)
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_results_of_every_task_combine_in_key_order_with_the_first_bad_record():
+    def ref(key: str) -> FileRef:
+        return FileRef(key=key, rows=1, bytes=1, sha256="0" * 64)
+
+    combined = WrittenParts.combine([
+        WrittenParts((ref("epoch=1/part-d00001-0000-t1-a2.jsonl"),), 4, {"partition": 1, "offset": 0}),
+        WrittenParts((ref("epoch=1/part-d00000-0000-t0-a2.jsonl"),), 3, {"partition": 0, "offset": 7}),
+        WrittenParts((), 0, None),
+    ])
+    assert [f.key for f in combined.files] == ["epoch=1/part-d00000-0000-t0-a2.jsonl",
+                                               "epoch=1/part-d00001-0000-t1-a2.jsonl"]
+    assert combined.rows == 7 and combined.first_bad == {"partition": 0, "offset": 7}
+    assert WrittenParts.from_json(combined.to_json()) == combined
 
 
 def _flow(**over) -> FlowSpec:
@@ -180,7 +240,7 @@ def test_flows_without_transforms_over_exact_types_take_the_arrow_path(over):
 def test_wide_rows_are_cut_into_blobs_by_bytes_too(monkeypatch):
     monkeypatch.setattr(wa, "MAX_BLOB_BYTES", 10_000)
     table = pa.table({"payload": ["x" * 1_000] * 95})
-    blobs = _outputs(list(wa._blobs(3, table)))
+    blobs = [(i, t) for i, t in _outputs(list(wa._blobs(3, table))) if isinstance(t, pa.Table)]
     assert all(i == 3 for i, _ in blobs) and len(blobs) >= 10
     assert all(t.nbytes <= 12_000 for _, t in blobs)
     assert pa.concat_tables([t for _, t in blobs]).equals(table)
