@@ -261,6 +261,40 @@ def plan(
 app.add_typer(bench_app, name="bench")
 
 
+@app.command()
+def verify(
+    spec: Annotated[Path, typer.Argument(help="Job spec YAML.")],
+    pipeline: Annotated[list[str] | None, typer.Option(
+        "--pipeline", help="Verify only this pipeline (repeatable).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Check every committed epoch's part files (size and SHA-256 against its _SUCCESS marker) and
+    every retained snapshot (manifest, state files, markers, lineage). Changes nothing; exits 1
+    when anything is lost or damaged."""
+    from pipeline_lib.recovery.verify import OK, verify_job
+    from pipeline_lib.spec import load_spec
+
+    settings = ConnectionSettings.from_env()
+    try:
+        findings = verify_job(load_spec(spec), settings, only=pipeline)
+    except PipelineError as exc:
+        _fail(exc, settings)
+    bad = [f for f in findings if f.status != OK]
+    if as_json:
+        out.print_json(json.dumps([f.to_dict() for f in findings]))
+    else:
+        for name in dict.fromkeys(f.pipeline for f in findings):
+            table = Table("object", "epoch", "snapshot", "status", "detail", title=f"pipeline {name}")
+            for f in findings:
+                if f.pipeline == name:
+                    table.add_row(f.what, str(f.epoch), f.snapshot or "", f.status,
+                                  scrub(f.detail, settings.secrets()))
+            out.print(table)
+        out.print(f"{len(findings)} checked, {len(bad)} lost or damaged")
+    if bad:
+        raise typer.Exit(code=1)
+
+
 # -- spec --------------------------------------------------------------------------------
 @spec_app.command("schema")
 def spec_schema() -> None:

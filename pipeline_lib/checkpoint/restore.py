@@ -91,8 +91,11 @@ def candidates(snapshots: SnapshotStore, which: str) -> list[HistoryEntry]:
     raise SnapshotError(f"snapshot {which} is not among the retained snapshots of {snapshots.job}/{snapshots.pipeline}")
 
 
-def _verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore],
-                     entry: HistoryEntry) -> tuple[Manifest, dict[str, FlowState]]:
+def verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore],
+                    entry: HistoryEntry) -> tuple[Manifest, dict[str, FlowState]]:
+    """One snapshot, checked as a restore needs it (manifest checksum, markers, part sizes, every
+    state file's SHA-256, rows and key groups) and its state loaded; SnapshotError naming what
+    is wrong."""
     manifest = snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256 or None)
     if manifest.dead_letters is not None:
         dlq = sinks.get(DEAD_LETTERS)
@@ -184,7 +187,7 @@ def restore_snapshot(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], wh
     failures: list[str] = []
     for i, entry in enumerate(history):
         try:
-            manifest, flows = _verify_and_load(snapshots, sinks, entry)
+            manifest, flows = verify_and_load(snapshots, sinks, entry)
         except (SnapshotError, NotFound) as exc:
             if exact:
                 raise SnapshotError(f"snapshot {exact} cannot be restored: {exc}") from None

@@ -13,7 +13,8 @@ import pytest
 from pipeline_lib.checkpoint import layout
 from pipeline_lib.samples import create_topic, payment_events, produce_raw, spend_per_user
 from pipeline_lib.settings import ConnectionSettings
-from pipeline_lib.sink.table_reader import read_append_rows
+from pipeline_lib.sink.files_sink import SuccessMarker
+from pipeline_lib.sink.table_reader import committed_epochs, read_append_rows
 from pipeline_lib.storage import open_store, parse_location
 from tests.support import result_table, run_cli, spend_spec, write_spec
 
@@ -85,6 +86,18 @@ def test_dead_letters_hold_each_bad_record_once_across_a_crash(stack_env, tmp_pa
         assert BAD[raw] in row["error"]
     committed = {m["epoch"]: m["bad_records"] for m in _manifests(stack_env, name)}
     assert sum(committed.values()) == len(BAD)
+
+    intact = run_cli(["verify", str(spec)], stack_env)
+    assert intact.returncode == 0 and " 0 lost or damaged" in intact.stdout, intact.stdout + intact.stderr
+    dead = open_store(f"s3://results/{name}-dead/main", ConnectionSettings.from_env(stack_env))
+    markers = [SuccessMarker.model_validate_json(dead.get(f"epoch={e}/_SUCCESS")) for e in committed_epochs(dead)]
+    part = next(f for m in reversed(markers) for f in m.files)  # the newest epoch with dead letters
+    assert "/part-d" in part.key  # written by a read task
+    dead.delete(part.key)
+    damaged = run_cli(["verify", str(spec), "--json"], stack_env)
+    assert damaged.returncode == 1
+    lost = [(f["what"], f["status"]) for f in json.loads(damaged.stdout) if f["status"] != "ok"]
+    assert ("dead letters", "LOST") in lost and ("snapshot", "LOST") in lost
 
 
 def test_skip_policy_counts_bad_records_and_writes_no_dead_letters(stack_env, tmp_path, dirty_topic):
