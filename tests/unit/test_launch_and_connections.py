@@ -41,6 +41,8 @@ def test_valid_conf_passes_both_the_form_schema_and_the_model(conf):
 @pytest.mark.parametrize("conf, field, message", [
     ({"mode": "sometimes"}, "mode", "until_caught_up"),
     ({"restore": "yesterday"}, "restore", "not latest, none or a snapshot id"),
+    ({"restore": "0000000012-a3\n", "pipelines": ["refunds"]}, "restore", "not latest, none or a snapshot id"),
+    ({"restore": "000000001\u0662-a3", "pipelines": ["refunds"]}, "restore", "not latest, none or a snapshot id"),
     ({"parallelism": 0}, "parallelism", "greater than or equal to 1"),
     ({"parallelism": 500}, "parallelism", "exceeds max_parallelism 128"),
     ({"pipelines": ["nope"]}, "pipelines", "no pipeline ['nope']"),
@@ -61,7 +63,8 @@ def test_invalid_conf_is_rejected_naming_the_param(conf, field, message):
 
 
 @pytest.mark.parametrize("name, value", [
-    ("mode", "sometimes"), ("restore", "yesterday"), ("parallelism", 0), ("parallelism", 129),
+    ("mode", "sometimes"), ("restore", "yesterday"), ("restore", "0000000012-a3\n"), ("restore", "latest\n"),
+    ("restore", "000000001\u0662-a3"), ("parallelism", 0), ("parallelism", 129),
     ("pipelines", ["nope"]), ("parallelism", "2"),
     ("spark_conf", {"spark.hadoop.fs.s3a.secret.key": "x"}), ("spark_conf", {"spark.ssl.keyStorePassword": "x"}),
     ("spark_conf", {"spark.authenticate.secret": "x"}), ("spark_conf", {"hadoop.x": "1"}),
