@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -40,9 +41,14 @@ def _int_coercer(bound: int) -> Coercer:
 
 
 def _float(v: Any) -> Any:
+    # json.loads reads NaN, Infinity, -Infinity and 1e400 (inf): none is JSON, and one of them in
+    # a sum or a min/max would poison the key's aggregate for good, so the record is a bad record.
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError(f"expected a number, got {type(v).__name__} {v!r:.40}")
-    return float(v)
+    f = float(v)
+    if not math.isfinite(f):
+        raise ValueError(f"expected a finite number, got {v!r}")
+    return f
 
 
 def _string(v: Any) -> Any:
@@ -136,7 +142,7 @@ def _fast_type(spark_type_name: str) -> Any:
     name = spark_type_name.lower()
     if name in INT_BOUNDS:  # bools and floats are refused, so 3.0 goes to the reference (which takes it)
         return Annotated[int, msgspec.Meta(ge=-INT_BOUNDS[name], le=INT_BOUNDS[name] - 1)]
-    if name in ("double", "float", "real"):  # ints become floats; out of range is refused
+    if name in ("double", "float", "real"):  # ints become floats; NaN, Infinity, 1e400 are refused
         return float
     if name.startswith(("string", "varchar", "char")):
         return str
