@@ -24,6 +24,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.logs import scrub
@@ -164,7 +165,9 @@ class LaunchedRun:
                     last_error = line[len("error:"):].strip()
                 emit(line)
             returncode = self.proc.wait()
-            summary = json.loads(self.summary_path.read_text()) if self.summary_path.exists() else None
+            # Failure reasons in the summary come from exceptions; the summary becomes an XCom.
+            summary = _scrubbed(json.loads(self.summary_path.read_text()), secrets) \
+                if self.summary_path.exists() else None
         except BaseException:  # our caller is going away: do not leave the run behind
             self.stop()
             raise
@@ -193,6 +196,17 @@ class LaunchedRun:
             except ProcessLookupError:
                 pass
             proc.wait(timeout=30)
+
+
+def _scrubbed(value: Any, secrets: list[str]) -> Any:
+    """``value`` (parsed JSON) with every string scrubbed of ``secrets``."""
+    if isinstance(value, str):
+        return scrub(value, secrets)
+    if isinstance(value, list):
+        return [_scrubbed(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrubbed(v, secrets) for k, v in value.items()}
+    return value
 
 
 def run_job(spec_path: Path, request: LaunchRequest, settings: ConnectionSettings, launched_by: str,

@@ -183,3 +183,22 @@ def test_a_launched_child_sees_no_airflow_secret(tmp_path, monkeypatch):
     assert child["PIPELINE_HOOK_SETTING"] == "kept" and child["PATH"] == os.environ["PATH"]
     assert child["PIPELINE_S3_SECRET_KEY"] == "***"  # it reached the child; its output line is scrubbed
     assert child["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_the_summary_a_run_returns_is_scrubbed(tmp_path):
+    """The summary becomes the task's XCom; a failure reason in it comes from an exception and may
+    quote a credential (here URL-encoded, as a client library puts it in a request URL)."""
+    settings = ConnectionSettings.from_env(ENV)
+    run = LaunchedRun(Path("shop.yaml"), LaunchRequest(), settings, "airflow:test")
+    summary = {"job": "shop", "pipelines": [{"name": "payments", "status": "FAILED", "records": 3,
+                                             "reason": "GET http://s3/?X-Amz-Credential=env-access-key%2F2026 "
+                                                       "failed: {\"key\": \"env-secret-key\"}"}]}
+    write = f"import json, sys; open(sys.argv[1], 'w').write(json.dumps({summary!r}))"
+    run.command = [sys.executable, "-c", write, str(run.summary_path)]
+    lines: list[str] = []
+    run.start(lines.append)
+    result = run.wait(lines.append)
+    assert result.returncode == 0, lines
+    pipeline = result.summary["pipelines"][0]
+    assert pipeline["reason"] == 'GET http://s3/?X-Amz-Credential=***%2F2026 failed: {"key": "***"}'
+    assert pipeline["records"] == 3
