@@ -57,6 +57,7 @@ def test_valid_conf_passes_both_the_form_schema_and_the_model(conf):
     ({"spark_conf": {"spark.hadoop.fs.s3a.secret.key": "x"}}, "spark_conf", "would carry a credential"),
     ({"spark_conf": {"spark.ssl.keyStorePassword": "x"}}, "spark_conf", "would carry a credential"),
     ({"spark_conf": {"hadoop.x": "1"}}, "spark_conf", "not a spark.* key"),
+    ({"spark_conf": {"spark.cores.max\n": "1"}}, "spark_conf", "not a spark.* key"),
 ])
 def test_invalid_conf_is_rejected_naming_the_param(conf, field, message):
     with pytest.raises(SpecError) as err:
@@ -70,7 +71,8 @@ def test_invalid_conf_is_rejected_naming_the_param(conf, field, message):
     ("pipelines", ["nope"]), ("parallelism", "2"),
     ("spark_conf", {"spark.hadoop.fs.s3a.secret.key": "x"}), ("spark_conf", {"spark.ssl.keyStorePassword": "x"}),
     ("spark_conf", {"spark.authenticate.secret": "x"}), ("spark_conf", {"hadoop.x": "1"}),
-    ("spark_conf", {"spark.cores.max": 4}), ("stall_seconds", 1), ("stall_seconds", 86_401),
+    ("spark_conf", {"spark.cores.max": 4}), ("spark_conf", {"spark.cores.max\n": "4"}), ("stall_seconds", 1),
+    ("stall_seconds", 86_401),
     ("stall_seconds", "600"),
 ])
 def test_the_form_schema_rejects_what_the_model_rejects(name, value):
