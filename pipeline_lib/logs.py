@@ -54,11 +54,10 @@ class ScrubSecrets(logging.Filter):
 
 
 def secret_forms(secret: str) -> list[str]:
-    """The shapes ``secret`` takes in text, longest first: as it is, URL-encoded (``quote``
-    with and without ``/`` safe, ``quote_plus``, percent escapes in either case), JSON-escaped
-    (with and without ``ensure_ascii``),
-    as the inside of its ``repr``, and base64 of the secret alone (standard and URL-safe, with
-    and without padding)."""
+    """The shapes ``secret`` takes in text, longest first: as it is, URL-encoded (``quote`` with
+    and without ``/`` safe, ``quote_plus``, percent escapes in either case), JSON-escaped (with
+    and without ``ensure_ascii``), as the inside of its ``repr``, and base64 of the secret alone
+    (standard and URL-safe, with and without padding)."""
     raw = secret.encode("utf-8", "surrogatepass")
     forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]}
     for encoded in (quote(secret, safe=""), quote(secret), quote_plus(secret)):
