@@ -116,6 +116,20 @@ def test_non_finite_numbers_are_bad_records_on_both_paths(decoder_class, number)
     assert decoder.decode("payments", 3, 1235, b'{"user":"a","x":1.5,"y":-2}') == ("a", 1.5, -2.0)
 
 
+@pytest.mark.parametrize("decoder_class", [JsonRecordDecoder, FastJsonDecoder])
+def test_numbers_a_32_bit_float_holds_as_infinity_are_bad_records(decoder_class):
+    """A ``float`` column is 32-bit in Spark and Arrow: 1e39 is finite for Python but infinity there."""
+    decoder = decoder_class([("user", "string"), ("y", "float"), ("x", "double")])
+    for number in (b"1e39", b"-1e39", b"3.4028235677973366e38", b"340282356779733661637539395458142568448"):
+        with pytest.raises(RecordError) as info:
+            decoder.decode("payments", 3, 1234, b'{"user":"a","y":%s}' % number)
+        assert str(info.value).startswith("bad record at payments[3]@1234: field 'y': number ")
+        assert "out of range for float" in str(info.value)
+    largest = 3.4028235677973362e38  # rounds to the largest float32, not to infinity
+    assert decoder.decode("t", 0, 1, b'{"user":"a","y":%r,"x":1e39}' % largest) == ("a", largest, 1e39)
+    assert decoder.decode("t", 0, 2, b'{"y":-3.4028235e38}') == (None, -3.4028235e38, None)
+
+
 @pytest.mark.parametrize("number", NON_FINITE)
 def test_non_finite_numbers_leave_the_batch_path_for_the_named_error(number):
     """The many-values fast path gives no rows for a batch holding one, so each value goes
