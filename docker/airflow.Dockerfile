@@ -38,3 +38,8 @@ RUN pip install --no-cache-dir \
         "apache-airflow==${AIRFLOW_VERSION}" \
         "apache-airflow-providers-postgres==${POSTGRES_PROVIDER_VERSION}" \
         /opt/pipeline-lib
+
+# Every Airflow service starts through a check that refuses empty or change-me secrets
+# (docker/airflow-entrypoint.sh), then the base image's entrypoint (dumb-init stays PID 1).
+COPY --chmod=0755 docker/airflow-entrypoint.sh /opt/pipeline-lib/airflow-entrypoint.sh
+ENTRYPOINT ["/usr/bin/dumb-init", "--", "/opt/pipeline-lib/airflow-entrypoint.sh"]

@@ -1,8 +1,19 @@
-"""Logging set-up for the CLI: rich output on stderr, with secrets scrubbed from every record."""
+"""Logging set-up for the CLI: rich output on stderr, with secrets scrubbed from every record.
+
+A secret leaks in more shapes than its plain text: a client library puts it in a URL
+(percent-encoded), a JSON body (escaped), an exception's ``repr`` or a base64 header, and a
+traceback shows all of them. ``scrub`` masks each of those forms, and ``ScrubSecrets`` scrubs a
+record's traceback as well as its message.
+"""
 
 from __future__ import annotations
 
+import base64
+import functools
+import json
 import logging
+import re
+from urllib.parse import quote, quote_plus
 
 from rich.console import Console
 from rich.logging import RichHandler
@@ -26,17 +37,48 @@ class ScrubSecrets(logging.Filter):
         self.secrets = scrubbable(secrets)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """Scrub secrets from the formatted message; never drops a record (always True)."""
-        if self.secrets:
-            record.msg, record.args = scrub(record.getMessage(), self.secrets), None
+        """Scrub secrets from the formatted message and from its traceback and stack (which the
+        handler's formatter would otherwise render from ``exc_info`` after this filter); never
+        drops a record (always True)."""
+        if not self.secrets:
+            return True
+        record.msg, record.args = scrub(record.getMessage(), self.secrets), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            # The scrubbed text replaces exc_info, so that no handler renders the original again.
+            record.exc_text, record.exc_info = scrub(record.exc_text, self.secrets), None
+        if record.stack_info:
+            record.stack_info = scrub(record.stack_info, self.secrets)
         return True
 
 
+def secret_forms(secret: str) -> list[str]:
+    """The shapes ``secret`` takes in text, longest first: as it is, URL-encoded (``quote`` with
+    and without ``/`` safe, ``quote_plus``, percent escapes in either case), JSON-escaped (with
+    and without ``ensure_ascii``), as the inside of its ``repr``, and base64 of the secret alone
+    (standard and URL-safe, with and without padding)."""
+    raw = secret.encode("utf-8", "surrogatepass")
+    forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]}
+    for encoded in (quote(secret, safe=""), quote(secret), quote_plus(secret)):
+        forms |= {encoded, re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), encoded)}
+    for b64 in (base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()):
+        forms |= {b64, b64.rstrip("=")}
+    return sorted(forms, key=lambda form: (-len(form), form))
+
+
+@functools.lru_cache(maxsize=64)
+def _pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
+    forms = {form for secret in secrets for form in secret_forms(secret)}
+    if not forms:
+        return None
+    return re.compile("|".join(re.escape(form) for form in sorted(forms, key=lambda f: (-len(f), f))))
+
+
 def scrub(text: str, secrets: list[str]) -> str:
-    """``text`` with each scrubbable secret value replaced by ``***``."""
-    for secret in scrubbable(secrets):
-        text = text.replace(secret, "***")
-    return text
+    """``text`` with every form (``secret_forms``) of each scrubbable secret replaced by ``***``."""
+    pattern = _pattern(tuple(scrubbable(secrets)))
+    return text if pattern is None else pattern.sub("***", text)
 
 
 def setup_logging(console: Console, secrets: list[str], verbose: bool = False) -> None:

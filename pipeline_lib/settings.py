@@ -12,6 +12,7 @@ from pydantic import BaseModel, SecretStr
 
 from pipeline_lib.errors import ConfigError
 from pipeline_lib.logs import scrubbable
+from pipeline_lib.secret_check import PASSWORD_HOWTO, PLACEHOLDER
 
 ENV_KAFKA_BOOTSTRAP = "PIPELINE_KAFKA_BOOTSTRAP"
 ENV_S3_ENDPOINT = "PIPELINE_S3_ENDPOINT"
@@ -57,7 +58,8 @@ class ConnectionSettings(BaseModel, frozen=True):
         return self.kafka_bootstrap
 
     def require_s3(self) -> tuple[str, str, str]:
-        """Endpoint, access key and secret key, or a ConfigError naming what is missing."""
+        """Endpoint, access key and secret key, or a ConfigError naming what is missing or is a
+        placeholder (a job must not run with a secret key everyone can read in .env.example)."""
         missing = [
             name
             for name, value in (
@@ -70,6 +72,9 @@ class ConnectionSettings(BaseModel, frozen=True):
         if missing:
             raise ConfigError("an s3:// location needs " + ", ".join(missing) + " in the environment")
         assert self.s3_endpoint and self.s3_access_key and self.s3_secret_key
+        if PLACEHOLDER.search(self.s3_secret_key.get_secret_value()):  # .env.example's public value
+            raise ConfigError(f"{ENV_S3_SECRET_KEY} is a placeholder (a change-me value from .env.example): set the "
+                              f"S3 user's real secret key; generate one with {PASSWORD_HOWTO}")
         return (
             self.s3_endpoint,
             self.s3_access_key.get_secret_value(),

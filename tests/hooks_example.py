@@ -26,9 +26,9 @@ def counted(df: DataFrame) -> DataFrame:
 
 
 def broken_until_fixed(df: DataFrame) -> DataFrame:
-    """Raises until the file $HOOK_FIXED exists (a bug that someone then fixes); then passes."""
+    """Raises until the file $PIPELINE_HOOK_FIXED exists (a bug that someone then fixes); then passes."""
     import os
 
-    if not os.path.exists(os.environ["HOOK_FIXED"]):
+    if not os.path.exists(os.environ["PIPELINE_HOOK_FIXED"]):
         raise ValueError("refund rules are broken")
     return df

@@ -25,7 +25,9 @@ from pydantic import (
 from pipeline_lib.plan.offsets import OffsetRange
 
 FORMAT_VERSION = 1
-SNAPSHOT_ID = re.compile(r"^\d{10}-a\d{1,9}$")
+# Matched whole (``fullmatch``) and ASCII only: ``$`` would let a trailing newline through, and
+# ``\d`` any Unicode digit ("٣"), into an object key.
+SNAPSHOT_ID = re.compile(r"[0-9]{10}-a[0-9]{1,9}", re.ASCII)
 
 
 def snapshot_id_for(epoch: int, attempt: int) -> str:
@@ -36,7 +38,7 @@ def snapshot_id_for(epoch: int, attempt: int) -> str:
 
 def validate_snapshot_id(value: str) -> str:
     """``value`` if it is a snapshot id, else ValueError: ids become object keys, so nothing else may pass."""
-    if not SNAPSHOT_ID.match(value):
+    if not isinstance(value, str) or not SNAPSHOT_ID.fullmatch(value):
         raise ValueError(f"{value!r} is not a snapshot id (like 0000000012-a3)")
     return value
 

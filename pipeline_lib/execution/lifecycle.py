@@ -23,6 +23,8 @@ from typing import Any
 
 from pipeline_lib.checkpoint.manifest import LIVE_STATES, LaunchInfo, LifecycleState, PipelineStatus
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.logs import scrub
+from pipeline_lib.settings import ConnectionSettings
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +95,11 @@ class Lifecycle:
             self.stop_heartbeat()
 
     def fail(self, reason: str) -> None:
-        """Record FAILED; a store that is down must not hide the original error."""
+        """Record FAILED; a store that is down must not hide the original error. The reason is
+        scrubbed of the run's secrets (its settings come from the environment, as the CLI reads
+        them) before it is cut to length, since the record is shown in the UI and kept for good."""
         try:
-            self.transition("FAILED", reason[:1000])
+            self.transition("FAILED", scrub(reason, ConnectionSettings.from_env().secrets())[:1000])
         except Exception as exc:
             log.warning("pipeline %s: could not record FAILED status: %s", self.snapshots.pipeline, exc)
 

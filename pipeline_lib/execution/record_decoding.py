@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -40,9 +41,26 @@ def _int_coercer(bound: int) -> Coercer:
 
 
 def _float(v: Any) -> Any:
+    # json.loads reads NaN, Infinity, -Infinity and 1e400 (inf): none is JSON, and one of them in
+    # a sum or a min/max would poison the key's aggregate for good, so the record is a bad record.
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError(f"expected a number, got {type(v).__name__} {v!r:.40}")
-    return float(v)
+    f = float(v)
+    if not math.isfinite(f):
+        raise ValueError(f"expected a finite number, got {v!r}")
+    return f
+
+
+# The smallest magnitude that a 32-bit float rounds to infinity (halfway between its largest
+# value and 2**128): Spark's FloatType and Arrow's float32 would hold such a number as +-inf.
+FLOAT32_OVERFLOW = 2.0**128 * (1 - 2.0**-25)
+
+
+def _float32(v: Any) -> Any:
+    f = _float(v)
+    if not -FLOAT32_OVERFLOW < f < FLOAT32_OVERFLOW:
+        raise ValueError(f"number {v!r:.40} out of range for float (it would be infinity)")
+    return f
 
 
 def _string(v: Any) -> Any:
@@ -81,8 +99,10 @@ def coercer_for(spark_type_name: str) -> Coercer:
     name = spark_type_name.lower()
     if name in INT_BOUNDS:
         return _int_coercer(INT_BOUNDS[name])
-    if name in ("double", "float", "real"):
+    if name == "double":
         return _float
+    if name in ("float", "real"):
+        return _float32
     if name.startswith(("string", "varchar", "char")):
         return _string
     if name in ("boolean", "bool"):
@@ -136,8 +156,10 @@ def _fast_type(spark_type_name: str) -> Any:
     name = spark_type_name.lower()
     if name in INT_BOUNDS:  # bools and floats are refused, so 3.0 goes to the reference (which takes it)
         return Annotated[int, msgspec.Meta(ge=-INT_BOUNDS[name], le=INT_BOUNDS[name] - 1)]
-    if name in ("double", "float", "real"):  # ints become floats; out of range is refused
+    if name == "double":  # ints become floats; NaN, Infinity, 1e400 are refused
         return float
+    if name in ("float", "real"):  # and what a 32-bit float would hold as infinity
+        return Annotated[float, msgspec.Meta(gt=-FLOAT32_OVERFLOW, lt=FLOAT32_OVERFLOW)]
     if name.startswith(("string", "varchar", "char")):
         return str
     if name in ("boolean", "bool"):

@@ -19,7 +19,9 @@ from pipeline_lib.spec.models import JobSpec
 from pipeline_lib.spec.spark_settings import CONF_KEY, CREDENTIAL_PATTERN, check_conf_key
 
 MODES = {"until_caught_up": "until-caught-up", "continuous": "forever"}
-RESTORE_PATTERN = rf"^(latest|none|{SNAPSHOT_ID.pattern[1:-1]})$"
+# (?![\s\S]) is the end of the text in both JSON Schema (ECMA) and Python regexes; Python's $
+# would also match before a trailing newline.
+RESTORE_PATTERN = rf"^(latest|none|{SNAPSHOT_ID.pattern})(?![\s\S])"
 STALL_BOUNDS = (2, 86_400)  # seconds; the form and the model take the same bounds
 
 
@@ -98,7 +100,7 @@ class LaunchRequest(BaseModel):
     @field_validator("restore")
     @classmethod
     def _restore(cls, value: str) -> str:
-        if value not in ("latest", "none") and not SNAPSHOT_ID.match(value):
+        if value not in ("latest", "none") and not SNAPSHOT_ID.fullmatch(value):
             raise ValueError(f"{value!r} is not latest, none or a snapshot id like 0000000012-a3")
         return value
 

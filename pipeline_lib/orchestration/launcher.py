@@ -4,6 +4,10 @@ The run is a child process in a session of its own, so that the Spark driver (an
 its executors) can be killed as one group without taking the Airflow worker down, and so that
 its heap never grows the worker's. Connection settings travel in the child's environment, never
 on its command line, and every line it prints is scrubbed of secrets before it is logged.
+
+The child inherits only an allowlist of the worker's environment: the Airflow worker holds the
+Fernet key, the JWT and API secrets and the metadata DB's URL, and a spec's Python hook (or
+Spark SQL's ``reflect()`` in local mode) runs inside the child and could read anything it holds.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.logs import scrub
@@ -36,6 +41,18 @@ from pipeline_lib.settings import (
 
 log = logging.getLogger(__name__)
 CLI_MODULE = "pipeline_lib.cli"
+
+# What the job may inherit from the worker: its own settings (PIPELINE_*, also a hook's), Spark's
+# and Java's, where to find programs and libraries, who and where it runs (user, home, locale,
+# time zone, scratch space) and the CA bundle the S3 client reads. Nothing of Airflow's.
+INHERITED_PREFIXES = ("PIPELINE_", "SPARK_", "PYSPARK_", "LC_")
+INHERITED_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+    "JAVA_HOME", "JAVA_TOOL_OPTIONS",
+    "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
+    "PYTHONIOENCODING", "PYTHONUTF8",
+    "SSL_CERT_FILE", "SSL_CERT_DIR",
+})
 
 
 @dataclass(frozen=True)
@@ -87,10 +104,18 @@ def cli_script() -> str:
     return spec.origin
 
 
-def launch_env(settings: ConnectionSettings, base: dict[str, str] | None = None,
+def inherited_env(base: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``base`` that the job may see (INHERITED_NAMES and INHERITED_PREFIXES);
+    everything else, Airflow's secrets and connections first, stays in the worker."""
+    return {name: value for name, value in base.items()
+            if name in INHERITED_NAMES or name.startswith(INHERITED_PREFIXES)}
+
+
+def launch_env(settings: ConnectionSettings, base: Mapping[str, str] | None = None,
                python: str = sys.executable) -> dict[str, str]:
-    """The child's environment: connection settings as PIPELINE_* variables, never on its command line."""
-    env = dict(os.environ if base is None else base)
+    """The child's environment: the allowlisted part of the worker's (``inherited_env``), and the
+    connection settings as PIPELINE_* variables, never on its command line."""
+    env = inherited_env(os.environ if base is None else base)
     values = {
         ENV_KAFKA_BOOTSTRAP: settings.kafka_bootstrap,
         ENV_S3_ENDPOINT: settings.s3_endpoint,
@@ -140,7 +165,9 @@ class LaunchedRun:
                     last_error = line[len("error:"):].strip()
                 emit(line)
             returncode = self.proc.wait()
-            summary = json.loads(self.summary_path.read_text()) if self.summary_path.exists() else None
+            # Failure reasons in the summary come from exceptions; the summary becomes an XCom.
+            summary = _scrubbed(json.loads(self.summary_path.read_text()), secrets) \
+                if self.summary_path.exists() else None
         except BaseException:  # our caller is going away: do not leave the run behind
             self.stop()
             raise
@@ -169,6 +196,17 @@ class LaunchedRun:
             except ProcessLookupError:
                 pass
             proc.wait(timeout=30)
+
+
+def _scrubbed(value: Any, secrets: list[str]) -> Any:
+    """``value`` (parsed JSON) with every string scrubbed of ``secrets``."""
+    if isinstance(value, str):
+        return scrub(value, secrets)
+    if isinstance(value, list):
+        return [_scrubbed(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrubbed(v, secrets) for k, v in value.items()}
+    return value
 
 
 def run_job(spec_path: Path, request: LaunchRequest, settings: ConnectionSettings, launched_by: str,

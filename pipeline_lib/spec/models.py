@@ -18,7 +18,7 @@ from pipeline_lib.spec.spark_settings import MEMORY, check_conf_key
 from pipeline_lib.storage.uri import parse_location
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # matched whole: $ would let a trailing newline in
 TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 METADATA_COLUMNS = ("_topic", "_partition", "_offset", "_timestamp_ms")
 
@@ -116,7 +116,7 @@ class AggregateSpec(StrictModel):
     @classmethod
     def _keys_are_identifiers(cls, keys: list[str]) -> list[str]:
         for k in keys:
-            if not IDENTIFIER.match(k):
+            if not IDENTIFIER.fullmatch(k):
                 raise ValueError(f"key column {k!r} is not a plain column name")
         if len(set(keys)) != len(keys):
             raise ValueError("key columns repeat")
@@ -126,7 +126,7 @@ class AggregateSpec(StrictModel):
     @classmethod
     def _values_parse(cls, values: dict[str, str]) -> dict[str, str]:
         for name, expr in values.items():
-            if not IDENTIFIER.match(name):
+            if not IDENTIFIER.fullmatch(name):
                 raise ValueError(f"output name {name!r} is not a plain column name")
             try:
                 parse_aggregate(expr)
@@ -214,7 +214,7 @@ class TriggerSpec(StrictModel):
 
 
 def _memory(value: str | None) -> str | None:
-    if value is not None and not MEMORY.match(value):
+    if value is not None and not MEMORY.fullmatch(value):
         raise ValueError(f"{value!r} is not a size such as 512m or 2g")
     return value
 

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pipeline_lib.spec.models import SparkSpec
 
-CONF_KEY = re.compile(r"^spark\.[A-Za-z0-9_.\-]+$")
+# Anchored with (?![\s\S]), the end of the text in both Python and JSON Schema (the trigger form
+# uses this pattern too): Python's $ would also match before a trailing newline.
+CONF_KEY = re.compile(r"^spark\.[A-Za-z0-9_.\-]+(?![\s\S])")
 # Key words of settings that hold credentials (fs.s3a.secret.key, fs.s3a.access.key,
 # spark.authenticate.secret, spark.ssl.keyStorePassword, ...). Matched on the lowercase key.
 # Written without inline flags so that JSON Schema (Airflow's trigger form, in the browser too)
@@ -21,12 +23,12 @@ CONF_KEY = re.compile(r"^spark\.[A-Za-z0-9_.\-]+$")
 CREDENTIAL_PATTERN = (r"[Ss]ecret|[Pp]assw(or)?d|[Tt]oken|[Cc]redential|"
                       r"([Aa]ccess|[Pp]rivate|[Aa]pi|[Ss]ession|[Aa]ccount|[Ee]ncryption|[Ss]igning)[._-]?[Kk]ey")
 _SECRET = re.compile(CREDENTIAL_PATTERN, re.IGNORECASE)
-MEMORY = re.compile(r"^[0-9]+[kmgt]?b?$", re.IGNORECASE)
+MEMORY = re.compile(r"[0-9]+[kmgt]?b?", re.IGNORECASE)  # matched whole (fullmatch)
 
 
 def check_conf_key(key: str) -> str:
     """``key`` if it is a ``spark.*`` setting without a credential; ValueError naming it otherwise."""
-    if not CONF_KEY.match(key):
+    if not CONF_KEY.fullmatch(key):
         raise ValueError(f"Spark setting {key!r} is not a spark.* key")
     if _SECRET.search(key.lower()):
         raise ValueError(f"Spark setting {key!r} would carry a credential; set credentials in the environment "

@@ -34,6 +34,7 @@ from tenacity import (
 )
 
 from pipeline_lib.errors import ConfigError, NotFound, StorageError
+from pipeline_lib.logs import scrub
 from pipeline_lib.settings import ENV_S3_ENDPOINT, ConnectionSettings
 from pipeline_lib.storage.base import Keys, ObjectStore
 from pipeline_lib.storage.uri import Location
@@ -153,9 +154,7 @@ class S3Store(ObjectStore):
         return f"s3://{self._bucket}/{self._name(key)}" if key is not None else f"s3://{self._bucket}"
 
     def _scrub(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
+        return scrub(text, self._secrets)
 
     def _detail(self, exc: BaseException) -> str:
         if isinstance(exc, S3Error):

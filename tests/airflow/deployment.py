@@ -48,8 +48,9 @@ import requests
 
 from tests.airflow.rest_api import AirflowHarnessError, AirflowRestApi
 
-MARKER_VAR = "AIRFLOW_TEST_HARNESS_ID"
-"""Environment variable carrying a per-server id; every process started by the harness inherits it."""
+MARKER_VAR = "PIPELINE_TEST_HARNESS_ID"
+"""Environment variable carrying a per-server id; every process started by the harness inherits it
+(a ``PIPELINE_*`` name, so that the job processes the launcher starts inherit it too)."""
 
 HEALTH_COMPONENTS = ("metadatabase", "scheduler", "dag_processor")
 _LOOPBACK = {"127.0.0.1", "::1"}

@@ -62,7 +62,7 @@ def test_a_failed_pipeline_is_relaunched_alone_beside_its_running_sibling(
     name = "cluster-two-pipelines"
     spec_path = write_spec(tmp_path, _spec(name, payments_topic, "refunds-cluster"))
     fixed = tmp_path / "fixed"
-    env = {**cluster_env, "HOOK_FIXED": str(fixed), "PYTHONPATH": str(REPO)}
+    env = {**cluster_env, "PIPELINE_HOOK_FIXED": str(fixed), "PYTHONPATH": str(REPO)}
     settings = ConnectionSettings.from_env(env)
     stop_first = tmp_path / "stop-first"
     first = CliRun(["run", str(spec_path), "--forever", "--stop-file", str(stop_first)], env, tmp_path / "first.log")

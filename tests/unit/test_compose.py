@@ -810,7 +810,8 @@ def test_executors_find_their_python(services: dict[str, Any]) -> None:
 def test_airflow_runs_on_postgres_with_the_postgres_credentials(
     raw_services: dict[str, Any], services: dict[str, Any]
 ) -> None:
-    pg = env_of(raw_services["postgres"])
+    # The same variables (a ${VAR:?message} there is ${VAR} here: compose refuses it empty either way).
+    pg = {k: "${" + referenced_vars(v).pop() + "}" for k, v in env_of(raw_services["postgres"]).items()}
     expected = f"postgresql+psycopg2://{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}@postgres:5432/{pg['POSTGRES_DB']}"
     for name in sorted(AIRFLOW_SERVICES):
         env = env_of(raw_services[name])
@@ -960,6 +961,88 @@ def test_compose_holds_no_literal_secret(
                 f"docker-compose.yml: the value of {name} from .env.example is written literally in it"
             )
     assert not problems, "\n".join(problems)
+
+
+def _secret_names(env_example: dict[str, str]) -> list[str]:
+    return sorted(n for n in env_example if SECRET_NAME.search(n) and not NOT_A_SECRET_NAME.search(n))
+
+
+_GENERATORS = ("secrets.token_urlsafe", "Fernet.generate_key")
+
+
+def test_compose_refuses_an_empty_or_unset_secret(raw_compose: dict[str, Any], env_example: dict[str, str]) -> None:
+    """Each secret of .env.example is passed as ${VAR:?message}, and the message says how to
+    generate it: interpolating the file with the secret empty or unset fails, naming it."""
+    problems = []
+    for name in _secret_names(env_example):
+        refs = [value for _, _, value in _walk_env(raw_compose) if re.search(rf"\$\{{{name}\b", value)]
+        required = [v for v in refs if v.startswith(f"${{{name}:?")]
+        if not required:
+            problems.append(f"docker-compose.yml: no environment entry passes {name} as ${{{name}:?...}}")
+        for value in required:
+            if not any(generator in value for generator in _GENERATORS):
+                problems.append(f"docker-compose.yml: the :? message of {name} does not say how to generate it")
+        for blank in ({**env_example, name: ""}, {k: v for k, v in env_example.items() if k != name}):
+            try:
+                deep_interpolate(raw_compose, blank)
+            except pytest.fail.Exception as exc:
+                assert f"${{{name}}} is required" in str(exc)
+            else:
+                problems.append(f"docker-compose.yml: starts with {name} empty or unset")
+    assert not problems, "\n".join(problems)
+
+
+AIRFLOW_ENTRYPOINT = ROOT / "docker" / "airflow-entrypoint.sh"
+
+
+def _python_first_path() -> str:
+    """PATH with this interpreter's folder first, so that ``python`` is one with pipeline_lib."""
+    return os.pathsep.join([str(Path(os.sys.executable).parent), os.environ.get("PATH", "")])
+
+
+def test_airflow_services_refuse_the_example_secrets_at_start(services: dict[str, Any]) -> None:
+    """The image's entrypoint and airflow-init run the secret check before Airflow: run for real
+    with each Airflow service's environment from .env.example, it refuses to start, naming every
+    placeholder and no value."""
+    lines = dockerfile_lines(ROOT / AIRFLOW_DOCKERFILE)
+    entrypoint = [line for line in lines if line.upper().startswith("ENTRYPOINT")]
+    assert entrypoint and "airflow-entrypoint.sh" in entrypoint[-1] and "dumb-init" in entrypoint[-1], (
+        f"{AIRFLOW_DOCKERFILE}: the last ENTRYPOINT must run docker/airflow-entrypoint.sh under dumb-init"
+    )
+    script = AIRFLOW_ENTRYPOINT.read_text()
+    assert script.index("python -m pipeline_lib.secret_check") < script.index("exec /entrypoint"), script
+    init = "\n".join(command_of(services["airflow-init"]))
+    assert init.index("python -m pipeline_lib.secret_check") < init.index("airflow db migrate"), init
+    for name in sorted(AIRFLOW_SERVICES):
+        service = services[name]
+        if service.get("entrypoint") is not None and name != "airflow-init":
+            pytest.fail(f"service {name}: its entrypoint would skip docker/airflow-entrypoint.sh")
+        env = {**env_of(service), "PATH": _python_first_path(), "HOME": os.environ.get("HOME", "/tmp")}
+        run = subprocess.run(["bash", str(AIRFLOW_ENTRYPOINT), "version"], env=env, capture_output=True,
+                             text=True, timeout=60)
+        assert run.returncode == 1, f"service {name} starts with .env.example's secrets:\n{run.stderr}"
+        for variable in ("AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY",
+                         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "PIPELINE_S3_SECRET_KEY", "AIRFLOW_CONN_PIPELINE_S3"):
+            assert f"{variable}" in run.stderr, f"service {name}: {variable} is not refused:\n{run.stderr}"
+        for value in env_of(service).values():
+            if "change-me" in value:
+                assert value not in run.stderr, f"service {name}: the check prints a secret's value"
+
+
+def test_minio_init_refuses_placeholder_passwords(services: dict[str, Any]) -> None:
+    """The mc image has no Python: minio-init's shell check runs for real, before any mc call."""
+    script = command_of(services["minio-init"])[0]
+    check = script[: script.index("mc alias set")]
+    env = {**env_of(services["minio-init"]), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    refused = subprocess.run(["sh", "-c", check], env=env, capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 1 and "refusing to start: MINIO_ROOT_PASSWORD" in refused.stderr, refused.stderr
+    assert "secrets.token_urlsafe" in refused.stderr and env["MINIO_ROOT_PASSWORD"] not in refused.stderr
+    good = {**env, "MINIO_ROOT_PASSWORD": "Q2v9x" * 6, "PIPELINE_S3_SECRET_KEY": "Zk3b1" * 6}
+    for name in ("MINIO_ROOT_PASSWORD", "PIPELINE_S3_SECRET_KEY"):
+        assert subprocess.run(["sh", "-c", check], env={**good, name: "CHANGEME-please"}, capture_output=True,
+                              text=True, timeout=30).returncode == 1, name
+    accepted = subprocess.run(["sh", "-c", check], env=good, capture_output=True, text=True, timeout=30)
+    assert accepted.returncode == 0, accepted.stderr
 
 
 def test_no_login_free_admin_mode(services: dict[str, Any]) -> None:

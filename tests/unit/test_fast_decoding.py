@@ -100,6 +100,54 @@ def test_values_that_used_to_crash_the_task_are_bad_records(value, reason):
     assert str(info.value).startswith(f"bad record at payments[3]@1234: {reason}")
 
 
+NON_FINITE = [b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-1e400"]
+
+
+@pytest.mark.parametrize("number", NON_FINITE)
+@pytest.mark.parametrize("decoder_class", [JsonRecordDecoder, FastJsonDecoder])
+def test_non_finite_numbers_are_bad_records_on_both_paths(decoder_class, number):
+    """json.loads reads NaN, Infinity and 1e400 (inf) into a double; one such value in a sum or a
+    min/max poisons the key's aggregate for good, so the record is refused, naming the field."""
+    decoder = decoder_class([("user", "string"), ("x", "double"), ("y", "float")])
+    for field in ("x", "y"):
+        with pytest.raises(RecordError) as info:
+            decoder.decode("payments", 3, 1234, b'{"user":"a","%s":%s}' % (field.encode(), number))
+        assert str(info.value).startswith(f"bad record at payments[3]@1234: field '{field}': expected a finite number")
+    assert decoder.decode("payments", 3, 1235, b'{"user":"a","x":1.5,"y":-2}') == ("a", 1.5, -2.0)
+
+
+@pytest.mark.parametrize("decoder_class", [JsonRecordDecoder, FastJsonDecoder])
+def test_numbers_a_32_bit_float_holds_as_infinity_are_bad_records(decoder_class):
+    """A ``float`` column is 32-bit in Spark and Arrow: 1e39 is finite for Python but infinity there."""
+    decoder = decoder_class([("user", "string"), ("y", "float"), ("x", "double")])
+    for number in (b"1e39", b"-1e39", b"3.4028235677973366e38", b"340282356779733661637539395458142568448"):
+        with pytest.raises(RecordError) as info:
+            decoder.decode("payments", 3, 1234, b'{"user":"a","y":%s}' % number)
+        assert str(info.value).startswith("bad record at payments[3]@1234: field 'y': number ")
+        assert "out of range for float" in str(info.value)
+    largest = 3.4028235677973362e38  # rounds to the largest float32, not to infinity
+    assert decoder.decode("t", 0, 1, b'{"user":"a","y":%r,"x":1e39}' % largest) == ("a", largest, 1e39)
+    assert decoder.decode("t", 0, 2, b'{"y":-3.4028235e38}') == (None, -3.4028235e38, None)
+
+
+@pytest.mark.parametrize("number", NON_FINITE)
+def test_non_finite_numbers_leave_the_batch_path_for_the_named_error(number):
+    """The many-values fast path gives no rows for a batch holding one, so each value goes
+    through ``decode``, which names the record; the batcher turns it into a dead-letter row."""
+    fields = [("user", "string"), ("x", "double")]
+    good = b'{"user":"a","x":1.5}'
+    assert FastJsonDecoder(fields).decode_all([good, b'{"user":"b","x":%s}' % number, good], True) is None
+    for tolerant in (True, False):
+        before, after = before_and_after([good, b'{"user":"b","x":%s}' % number], fields, tolerant=tolerant)
+        _same_tables(before, after)
+        if tolerant:
+            assert after[1].column("_error").to_pylist()[1].startswith("field 'x': expected a finite number")
+            assert after[1].column("x").to_pylist() == [1.5, None]
+        else:
+            assert after == ("error", "bad record at topic[3]@102: field 'x': expected a finite number, got "
+                             + repr(float(json.loads(number))))
+
+
 def outcome(decoder, value: bytes | None, offset: int = 42):
     """The decoded values with their exact types, or the exception's type and message."""
     try:

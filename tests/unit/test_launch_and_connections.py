@@ -4,6 +4,8 @@ command a DAG task launches (local Spark vs spark-submit). Pure logic, no servic
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +15,7 @@ import pytest
 from pipeline_lib.errors import SpecError
 from pipeline_lib.orchestration.connections import CONN_KAFKA, CONN_S3, CONN_SPARK, settings_from_connections
 from pipeline_lib.orchestration.launch_request import LaunchRequest, param_schemas
-from pipeline_lib.orchestration.launcher import launch_command, launch_env
+from pipeline_lib.orchestration.launcher import LaunchedRun, launch_command, launch_env
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import load_spec
 
@@ -41,6 +43,8 @@ def test_valid_conf_passes_both_the_form_schema_and_the_model(conf):
 @pytest.mark.parametrize("conf, field, message", [
     ({"mode": "sometimes"}, "mode", "until_caught_up"),
     ({"restore": "yesterday"}, "restore", "not latest, none or a snapshot id"),
+    ({"restore": "0000000012-a3\n", "pipelines": ["refunds"]}, "restore", "not latest, none or a snapshot id"),
+    ({"restore": "000000001\u0662-a3", "pipelines": ["refunds"]}, "restore", "not latest, none or a snapshot id"),
     ({"parallelism": 0}, "parallelism", "greater than or equal to 1"),
     ({"parallelism": 500}, "parallelism", "exceeds max_parallelism 128"),
     ({"pipelines": ["nope"]}, "pipelines", "no pipeline ['nope']"),
@@ -53,6 +57,7 @@ def test_valid_conf_passes_both_the_form_schema_and_the_model(conf):
     ({"spark_conf": {"spark.hadoop.fs.s3a.secret.key": "x"}}, "spark_conf", "would carry a credential"),
     ({"spark_conf": {"spark.ssl.keyStorePassword": "x"}}, "spark_conf", "would carry a credential"),
     ({"spark_conf": {"hadoop.x": "1"}}, "spark_conf", "not a spark.* key"),
+    ({"spark_conf": {"spark.cores.max\n": "1"}}, "spark_conf", "not a spark.* key"),
 ])
 def test_invalid_conf_is_rejected_naming_the_param(conf, field, message):
     with pytest.raises(SpecError) as err:
@@ -61,11 +66,13 @@ def test_invalid_conf_is_rejected_naming_the_param(conf, field, message):
 
 
 @pytest.mark.parametrize("name, value", [
-    ("mode", "sometimes"), ("restore", "yesterday"), ("parallelism", 0), ("parallelism", 129),
+    ("mode", "sometimes"), ("restore", "yesterday"), ("restore", "0000000012-a3\n"), ("restore", "latest\n"),
+    ("restore", "000000001\u0662-a3"), ("parallelism", 0), ("parallelism", 129),
     ("pipelines", ["nope"]), ("parallelism", "2"),
     ("spark_conf", {"spark.hadoop.fs.s3a.secret.key": "x"}), ("spark_conf", {"spark.ssl.keyStorePassword": "x"}),
     ("spark_conf", {"spark.authenticate.secret": "x"}), ("spark_conf", {"hadoop.x": "1"}),
-    ("spark_conf", {"spark.cores.max": 4}), ("stall_seconds", 1), ("stall_seconds", 86_401),
+    ("spark_conf", {"spark.cores.max": 4}), ("spark_conf", {"spark.cores.max\n": "4"}), ("stall_seconds", 1),
+    ("stall_seconds", 86_401),
     ("stall_seconds", "600"),
 ])
 def test_the_form_schema_rejects_what_the_model_rejects(name, value):
@@ -131,3 +138,69 @@ def test_secrets_travel_in_the_environment_never_on_the_command_line(tmp_path):
     assert not any(secret in " ".join(command) for secret in settings.secrets())
     env = launch_env(settings, base={"PATH": "/bin", "PIPELINE_SPARK_MASTER": "stale"})
     assert env["PIPELINE_S3_SECRET_KEY"] == "env-secret-key" and "PIPELINE_SPARK_MASTER" not in env
+
+
+AIRFLOW_SECRETS = {
+    "AIRFLOW__CORE__FERNET_KEY": "fernet-key-of-the-airflow-worker-0000000000=",
+    "AIRFLOW__API_AUTH__JWT_SECRET": "jwt-secret-of-the-airflow-worker",
+    "AIRFLOW__API__SECRET_KEY": "api-secret-key-of-the-airflow-worker",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql+psycopg2://airflow:db-password@postgres/airflow",
+    "AIRFLOW_CONN_PIPELINE_S3": '{"conn_type": "generic", "password": "conn-password"}',
+    "AIRFLOW_VAR_TOKEN": "variable-token-value", "AWS_SECRET_ACCESS_KEY": "aws-secret-of-the-worker",
+    "LD_PRELOAD": "/tmp/evil.so",
+}
+NEEDED = {"PATH": "/usr/bin:/bin", "HOME": "/home/airflow", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
+          "TMPDIR": "/scratch", "JAVA_HOME": "/usr/lib/jvm/java-17", "JAVA_TOOL_OPTIONS": "-Xss4m",
+          "SPARK_CONF_DIR": "/etc/spark", "PYSPARK_PYTHON": "python3", "PYTHONPATH": "/opt/hooks",
+          "VIRTUAL_ENV": "/opt/venv", "SSL_CERT_FILE": "/etc/ca.pem", "PIPELINE_FAULT_POINTS": "after_plan@1",
+          "PIPELINE_HOOK_SETTING": "x"}
+
+
+def test_the_job_inherits_an_allowlist_of_the_worker_environment():
+    """Airflow's Fernet key, JWT and API secrets, metadata DB URL, connections and variables stay
+    in the worker; what the job needs to run (PIPELINE_*, Spark, Java, paths, locale) goes."""
+    settings = ConnectionSettings.from_env(ENV)
+    env = launch_env(settings, base={**AIRFLOW_SECRETS, **NEEDED}, python="/opt/venv/bin/python")
+    assert not set(AIRFLOW_SECRETS) & set(env)
+    assert {k: env[k] for k in NEEDED} == NEEDED
+    assert {k: env[k] for k in ENV} == ENV  # the connection settings, from the settings
+    assert set(env) == set(NEEDED) | set(ENV) | {"PIPELINE_S3_REGION", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP"}
+
+
+def test_a_launched_child_sees_no_airflow_secret(tmp_path, monkeypatch):
+    """A real child started by LaunchedRun (a Python that prints its environment in place of the
+    CLI) with the Airflow secrets in the launcher's environment."""
+    for name, value in {**AIRFLOW_SECRETS, "PIPELINE_HOOK_SETTING": "kept"}.items():
+        monkeypatch.setenv(name, value)
+    settings = ConnectionSettings.from_env(ENV)
+    run = LaunchedRun(Path("shop.yaml"), LaunchRequest(), settings, "airflow:test")
+    run.command = [sys.executable, "-c", "import json, os; print('env:', json.dumps(dict(os.environ)))"]
+    lines: list[str] = []
+    run.start(lines.append)
+    result = run.wait(lines.append)
+    assert result.returncode == 0, lines
+    child = json.loads(next(line for line in lines if line.startswith("env: "))[len("env: "):])
+    assert not set(AIRFLOW_SECRETS) & set(child), sorted(set(AIRFLOW_SECRETS) & set(child))
+    assert not any(value in json.dumps(child) for value in AIRFLOW_SECRETS.values())
+    assert child["PIPELINE_HOOK_SETTING"] == "kept" and child["PATH"] == os.environ["PATH"]
+    assert child["PIPELINE_S3_SECRET_KEY"] == "***"  # it reached the child; its output line is scrubbed
+    assert child["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_the_summary_a_run_returns_is_scrubbed(tmp_path):
+    """The summary becomes the task's XCom; a failure reason in it comes from an exception and may
+    quote a credential (here URL-encoded, as a client library puts it in a request URL)."""
+    settings = ConnectionSettings.from_env(ENV)
+    run = LaunchedRun(Path("shop.yaml"), LaunchRequest(), settings, "airflow:test")
+    summary = {"job": "shop", "pipelines": [{"name": "payments", "status": "FAILED", "records": 3,
+                                             "reason": "GET http://s3/?X-Amz-Credential=env-access-key%2F2026 "
+                                                       "failed: {\"key\": \"env-secret-key\"}"}]}
+    write = f"import json, sys; open(sys.argv[1], 'w').write(json.dumps({summary!r}))"
+    run.command = [sys.executable, "-c", write, str(run.summary_path)]
+    lines: list[str] = []
+    run.start(lines.append)
+    result = run.wait(lines.append)
+    assert result.returncode == 0, lines
+    pipeline = result.summary["pipelines"][0]
+    assert pipeline["reason"] == 'GET http://s3/?X-Amz-Credential=***%2F2026 failed: {"key": "***"}'
+    assert pipeline["records"] == 3

@@ -47,6 +47,8 @@ def test_the_section_maps_to_spark_settings_and_overrides_win():
     ({"driver_memory": "lots"}, "not a size"),
     ({"executor_memory": "-1g"}, "not a size"),
     ({"conf": {"sql.shuffle.partitions": 1}}, "not a spark.* key"),
+    ({"driver_memory": "2g\n"}, "not a size"),
+    ({"conf": {"spark.cores.max\n": 1}}, "not a spark.* key"),
     ({"unknown": 1}, "spark.unknown"),
     *[({"conf": {key: "x"}}, key) for key in SECRET_KEYS],
 ])

@@ -55,6 +55,8 @@ def test_documented_spec_loads(tmp_path):
         ("state.aggregate.values", {"total": "sum(*)"}, "only count(*)"),
         ("state.aggregate.key", ["nope"], "columns ['nope']"),
         ("state.aggregate.key", [], "state.aggregate.key"),
+        ("state.aggregate.key", ["user\n"], "key column 'user\\n' is not a plain column name"),
+        ("state.aggregate.values", {"total\n": "sum(amount)"}, "output name 'total\\n' is not a plain column name"),
         ("sink.files.path", "s3://results/../other", "sink.files.path"),
         ("sink.files.path", "relative/path", "sink.files.path"),
         ("sink.files.format", "csv", "sink.files.format"),

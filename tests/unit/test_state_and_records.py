@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline_lib.checkpoint.manifest import FlowCommit, Lineage, Manifest, SinkCommit
+from pipeline_lib.checkpoint.manifest import FlowCommit, Lineage, Manifest, SinkCommit, validate_snapshot_id
 from pipeline_lib.checkpoint.state_files import decode_state_file, encode_state_table
 from pipeline_lib.errors import PipelineError, RecordError
 from pipeline_lib.execution.keyed_state import KeyedAggregateState
@@ -120,6 +120,16 @@ def test_manifest_checksum_detects_tampering():
     assert not tampered.verify_checksum()
     with pytest.raises(ValueError):
         m.model_copy(update={}).model_validate({**m.model_dump(), "snapshot_id": "../../etc"})
+
+
+@pytest.mark.parametrize("value", ["0000000001-a1\n", "0000000001-a1\r\n", "000000000\u0661-a1",
+                                   "0000000001-a\uff11", "\u0969000000001-a1", " 0000000001-a1", "0000000001-a1 "])
+def test_a_snapshot_id_is_ascii_digits_and_nothing_after(value):
+    """Ids become object keys and restore targets: a trailing newline or an Arabic-Indic or
+    full-width digit must not pass for an id."""
+    assert validate_snapshot_id("0000000001-a1") == "0000000001-a1"
+    with pytest.raises(ValueError, match="is not a snapshot id"):
+        validate_snapshot_id(value)
 
 
 @pytest.mark.parametrize(
