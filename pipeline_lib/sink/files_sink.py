@@ -58,7 +58,7 @@ def _writer_of(key: str) -> int | None:
     if not name.startswith("part-"):
         return None
     writer = name.rsplit("-a", 1)[-1].split(".", 1)[0]
-    return int(writer) if writer.isdigit() else None
+    return int(writer) if writer.isascii() and writer.isdigit() else None
 
 
 def _json_default(value):
@@ -166,7 +166,7 @@ class FilesSink:
         found = []
         for key in self.store.list("epoch="):
             head, _, name = key.partition("/")
-            if name == MARKER and head[len("epoch="):].isdigit():
+            if name == MARKER and head[len("epoch="):].isascii() and head[len("epoch="):].isdigit():
                 found.append(int(head[len("epoch="):]))
         return sorted(found)
 

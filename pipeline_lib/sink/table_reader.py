@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from pipeline_lib.sink.files_sink import MARKER, SuccessMarker
 from pipeline_lib.storage import ObjectStore
 
-_EPOCH_DIR = re.compile(r"^epoch=(\d+)/")
+_EPOCH_DIR = re.compile(r"^epoch=([0-9]+)/")  # ASCII digits only: "epoch=٣" is no epoch
 
 
 def committed_epochs(store: ObjectStore) -> list[int]:

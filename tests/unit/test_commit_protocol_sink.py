@@ -177,3 +177,16 @@ def test_a_marker_whose_part_is_lost_is_written_again_not_reused(tmp_path):
     assert cut.files == again.files
     sink.store.put(again.files[1].key, b"{}\n")  # cut short
     assert {f.key for f in sink.write_epoch(1, "digest-1", parts(1), attempt=4).files} == attempt_parts(4)
+
+
+def test_only_ascii_digits_name_an_epoch_or_an_attempt(tmp_path):
+    """int() takes "٣" and str.isdigit() takes "²": neither may name an epoch or a writer."""
+    from pipeline_lib.sink.files_sink import _writer_of
+    from pipeline_lib.sink.table_reader import committed_epochs
+
+    sink = sink_on(tmp_path)
+    sink.write_epoch(1, "digest-1", parts(1), attempt=1)
+    for odd in ("epoch=٣/_SUCCESS", "epoch=²/_SUCCESS"):
+        sink.store.put(odd, b"{}")
+    assert sink.committed_epochs() == committed_epochs(sink.store) == [1]
+    assert _writer_of("epoch=1/part-00000-a٣.jsonl") is None and _writer_of("epoch=1/part-00000-a².jsonl") is None
