@@ -295,6 +295,43 @@ def verify(
         raise typer.Exit(code=1)
 
 
+@app.command()
+def lineage(
+    spec: Annotated[Path, typer.Argument(help="Job spec YAML.")],
+    key: Annotated[list[str], typer.Option("--key", help="COLUMN=VALUE of the key (repeat for each key column).")],
+    flow: Annotated[str | None, typer.Option(help="The stateful flow, if several have these key columns.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Explain a key's current value: the committed epochs that changed it, with the offsets each
+    read and its snapshot, and its value in the state of the snapshot a restore starts from."""
+    from pipeline_lib.recovery.lineage import explain_key, parse_key
+    from pipeline_lib.spec import load_spec
+
+    settings = ConnectionSettings.from_env()
+    try:
+        found = explain_key(load_spec(spec), settings, parse_key(key), flow)
+    except PipelineError as exc:
+        _fail(exc, settings)
+    if as_json:
+        out.print_json(json.dumps(found.to_dict(), default=str))
+        return
+    shown = ", ".join(f"{c}={v}" for c, v in found.key.items())
+    out.print(_bold(f"key {shown}", f" of flow {found.flow} (pipeline {found.pipeline}): "
+                                    f"changed by {len(found.changes)} committed epoch(s)"))
+    table = Table("epoch", "snapshot", "built on", "offsets read", "value after the epoch")
+    for change in found.changes:
+        ranges = ", ".join(f"{r['topic']}[{r['partition']}] {r['start']}-{r['end']}" for r in change.ranges or [])
+        table.add_row(str(change.epoch), change.snapshot or "(not retained)", change.base_snapshot or "",
+                      ranges, json.dumps(change.value, default=str))
+    out.print(table)
+    if found.restore_from is None:
+        out.print("no retained snapshot: a restore starts from the beginning")
+    else:
+        value = json.dumps(found.state_value, default=str) if found.state_value is not None else "absent"
+        out.print(f"a restore starts from snapshot {found.restore_from} (epoch {found.restore_epoch}); "
+                  f"its state holds {value}" + (f" (in {found.state_file})" if found.state_file else ""))
+
+
 # -- spec --------------------------------------------------------------------------------
 @spec_app.command("schema")
 def spec_schema() -> None:

@@ -30,6 +30,12 @@ def _canonical(value: Any) -> Any:
     return value
 
 
+def canonical_value(value: Any) -> Any:
+    """The JSON-ready form a key value is hashed in (dates as ISO text, bytes as hex, decimals as
+    text): how a key given as text on the command line is compared with a stored one."""
+    return _canonical(value)
+
+
 def key_group_of(key: tuple[Any, ...], max_parallelism: int) -> int:
     """The key group of ``key``: CRC-32 of a canonical JSON form, the same in every process and version."""
     encoded = json.dumps([_canonical(v) for v in key], separators=(",", ":"), ensure_ascii=False)
