@@ -135,6 +135,7 @@ def run(
     from pipeline_lib.execution.graceful_stop import stop_on_request
     from pipeline_lib.execution.job_runner import JobRunner
     from pipeline_lib.execution.pipeline_runner import RunOptions
+    from pipeline_lib.metrics import RunMetrics
     from pipeline_lib.spec import load_spec
     from pipeline_lib.spec.spark_settings import parse_conf_overrides
 
@@ -156,10 +157,18 @@ def run(
                              parallelism=parallelism, max_epochs=max_epochs, skip_completed=not redeploy_completed,
                              lease_seconds=lease_seconds, startup_timeout_s=startup_timeout, launched_by=launched_by,
                              stall_seconds=stall_seconds)
-        runner = JobRunner(job, settings, options, on_epoch=lambda r: _print_epoch(r, timings), only=pipeline,
-                           spark_conf=overrides)
+        metrics = RunMetrics.from_env(job.name)
+
+        def on_epoch(report) -> None:
+            _print_epoch(report, timings)
+            if metrics is not None:
+                metrics.epoch(report)
+
+        runner = JobRunner(job, settings, options, on_epoch=on_epoch, only=pipeline, spark_conf=overrides)
         with stop_on_request(runner.request_stop, stop_file):
             summary = runner.run()
+        if metrics is not None:
+            metrics.run(summary)
     except PipelineError as exc:
         _fail(exc, settings)
     except KeyboardInterrupt:

@@ -8,11 +8,12 @@ snapshot is COMPLETED is not deployed at all — no Spark tasks, no Kafka reads.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from pipeline_lib.errors import PipelineError
+from pipeline_lib.errors import FencedError, PipelineError
 from pipeline_lib.execution.pipeline_runner import EpochReport, PipelineRunner, RunOptions
 from pipeline_lib.execution.spark_session import start_spark
 from pipeline_lib.faults import remember_runner_group
@@ -33,6 +34,8 @@ class PipelineOutcome:
     restored_from: str | None = None
     epochs: list[EpochReport] = field(default_factory=list)
     reason: str | None = None
+    restore_seconds: float | None = None  # reading and verifying its snapshot (None: not restored)
+    fenced: bool = False  # it stopped because a newer attempt owns the pipeline
 
     @property
     def records(self) -> int:
@@ -101,6 +104,7 @@ class JobRunner:
                 log.info("pipeline %s is COMPLETED (snapshot %s): not deployed", name, done)
                 outcomes[name] = PipelineOutcome(name, "COMPLETED", restored_from=done)
                 continue
+            started = time.monotonic()
             try:
                 restored = runner.restore()
             except PipelineError as exc:
@@ -108,7 +112,8 @@ class JobRunner:
                 outcomes[name] = PipelineOutcome(name, "FAILED", reason=str(exc))
                 continue
             restored_from = restored.manifest.snapshot_id if restored else None
-            outcomes[name] = PipelineOutcome(name, "RAN", restored_from=restored_from)
+            outcomes[name] = PipelineOutcome(name, "RAN", restored_from=restored_from,
+                                             restore_seconds=time.monotonic() - started if restored else None)
             to_deploy.append(runner)
         if to_deploy:
             remember_runner_group()
@@ -134,6 +139,7 @@ class JobRunner:
                             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                             log.error("pipeline %s FAILED: %s", name, reason)
                             outcome.status, outcome.reason = "FAILED", reason
+                            outcome.fenced = isinstance(exc, FencedError)
                         outcome.attempt, outcome.epochs = runner.attempt, runner.epochs
                         status = runner.snapshots.read_status()
                         if outcome.status != "FAILED" and status and status.state == "COMPLETED":

@@ -30,6 +30,7 @@ from pipeline_lib.checkpoint.epoch_commit import (
     commit_epoch,
     source_completed,
 )
+from pipeline_lib.checkpoint.layout import snapshot_of_state_key
 from pipeline_lib.checkpoint.manifest import (
     HistoryEntry,
     LaunchInfo,
@@ -104,6 +105,8 @@ class EpochReport:
     seconds: float
     completed_splits: int
     bad_records: int = 0
+    state_bytes: int = 0  # every state file the snapshot references
+    state_bytes_written: int = 0  # of which this epoch wrote (the incremental snapshot)
     # Wall seconds of the epoch's phases, in commit order (see PipelineRunner._run_epoch, checkpoint.epoch_commit):
     # spark (waiting for the Spark jobs: read Kafka, decode, transform, partial aggregate; they
     # start while the epoch before commits, see ReadAhead), merge (keyed state
@@ -134,6 +137,11 @@ class EpochRead:
     plan: EpochPlan
     bad: WrittenParts | None
     flows: dict[str, pa.Table | WrittenParts]
+
+
+def _state_files(manifest: Manifest) -> list[StateFileRef]:
+    """Every state file a snapshot references, over its flows."""
+    return [f for flow in manifest.flows.values() if flow.state is not None for f in flow.state.files]
 
 
 def spec_fingerprint(spec: JobSpec) -> str:
@@ -612,6 +620,9 @@ class PipelineRunner:
                 lag=sum(max(0, targets.get(p, 0) - o) for p, o in positions.items()),
                 seconds=time.monotonic() - started, completed_splits=len(manifest.completed_splits),
                 bad_records=manifest.bad_records, phases=dict(self._phases),
+                state_bytes=sum(f.bytes for f in _state_files(manifest)),
+                state_bytes_written=sum(f.bytes for f in _state_files(manifest)
+                                        if snapshot_of_state_key(f.key) == manifest.snapshot_id),
             )
             self.epochs.append(report)
             self.lifecycle.progress(epoch, report.lag)

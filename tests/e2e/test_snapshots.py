@@ -5,6 +5,7 @@ restore replays to the same result."""
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -72,6 +73,17 @@ def test_retention_keeps_last_k_and_only_referenced_state(stack_env, tmp_path, p
     assert result_table(stack_env, sink) == spend_per_user(events)
 
 
+def _datagrams(sock: socket.socket) -> list[str]:
+    """Every line the socket received (the run has ended: nothing more is coming)."""
+    sock.settimeout(0.5)
+    lines: list[str] = []
+    try:
+        while True:
+            lines += sock.recv(65536).decode().splitlines()
+    except TimeoutError:
+        return lines
+
+
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 def test_restore_from_an_explicit_snapshot_replays_to_the_same_result(stack_env, tmp_path, payments, locations):
     topic, events = payments
@@ -80,9 +92,19 @@ def test_restore_from_an_explicit_snapshot_replays_to_the_same_result(stack_env,
     assert run_cli(["run", str(spec)], stack_env).returncode == 0
     snaps = _snapshots_json(stack_env, spec)
     epoch2 = next(s["snapshot_id"] for s in snaps if s["epoch"] == 2)
-    rewind = run_cli(["run", str(spec), "--restore", epoch2], stack_env)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as statsd:  # the run's metrics, as StatsD gets them
+        statsd.bind(("127.0.0.1", 0))
+        metrics_env = {"PIPELINE_STATSD_HOST": "127.0.0.1", "PIPELINE_STATSD_PORT": str(statsd.getsockname()[1])}
+        rewind = run_cli(["run", str(spec), "--restore", epoch2], {**stack_env, **metrics_env})
+        lines = _datagrams(statsd)
     assert rewind.returncode == 0, rewind.stderr[-3000:]
     assert f"restored from {epoch2}" in rewind.stderr and "4 epoch(s)" in rewind.stderr
     assert result_table(stack_env, sink) == spend_per_user(events)
+    metric = f"pipeline_lib.{name}.main."
+    records = [int(line.split(":")[1].split("|")[0]) for line in lines if line.startswith(f"{metric}records:")]
+    assert sum(records) == len(events) - sum(s["records_read"] for s in snaps if s["epoch"] <= 2)
+    assert len(records) == 4 and any(line.startswith(f"{metric}restore_duration:") for line in lines)
+    keys = [line for line in lines if line.startswith(f"{metric}state_keys:")]
+    assert keys[-1] == f"{metric}state_keys:{len(spend_per_user(events))}|g"
     shown = run_cli(["snapshots", "show", str(spec), "latest"], stack_env)
     assert shown.returncode == 0 and "epoch 6" in shown.stdout and "lineage: base" in shown.stdout
