@@ -42,12 +42,24 @@ out = Console(soft_wrap=True, markup=False)
 if not out.is_terminal:
     out.width = 140
 log = logging.getLogger("pipeline_lib.cli")
+_json_logs = False  # --log-format json: what the CLI reports on stderr goes out as JSON lines too
+
+
+def _report(message: str, **fields) -> None:
+    """A line of a run's report on stderr: text, or a JSON object with ``fields`` (--log-format json)."""
+    if _json_logs:
+        log.info(message, extra={"fields": fields})
+    else:
+        err.print(message, highlight=False, markup=False)
 DEFAULT_STACK_DIR = Path(os.environ.get("PIPELINE_STACK_DIR", ".stack"))
 
 
 def _fail(exc: Exception, settings: ConnectionSettings | None = None) -> NoReturn:
     message = scrub(str(exc), settings.secrets() if settings else ConnectionSettings.from_env().secrets())
-    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
+    if _json_logs:
+        log.error("error: %s", message, extra={"fields": {"event": "error"}})
+    else:
+        err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
     raise typer.Exit(code=2 if isinstance(exc, PipelineError) else 1)
 
 
@@ -71,11 +83,17 @@ def _show_version(value: bool) -> None:
 @app.callback()
 def main(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    log_format: Annotated[str, typer.Option(
+        "--log-format", help="text, or json: one JSON object per line (logs, epochs, errors).")] = "text",
     version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
                                           help="Print the installed version and exit.")] = False,
 ) -> None:
     """Stream and batch pipelines on Spark that survive failure."""
-    setup_logging(err, ConnectionSettings.from_env().secrets(), verbose)
+    global _json_logs
+    if log_format not in ("text", "json"):
+        raise typer.BadParameter(f"{log_format!r} is not text or json", param_hint="--log-format")
+    _json_logs = log_format == "json"
+    setup_logging(err, ConnectionSettings.from_env().secrets(), verbose, log_format)
 
 
 # -- validate / run -----------------------------------------------------------------------
@@ -172,25 +190,29 @@ def run(
     except PipelineError as exc:
         _fail(exc, settings)
     except KeyboardInterrupt:
-        err.print("interrupted; the last committed snapshots are intact")
+        _report("interrupted; the last committed snapshots are intact", event="interrupted")
         raise typer.Exit(130) from None
     except Exception as exc:  # Spark/py4j errors: show the first line, not a JVM stack trace
         first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         _fail(RuntimeError(f"job {spec} failed: {first}"), settings)
     for p in summary.pipelines:
         if p.attempt == 0 and p.status == "COMPLETED":
-            err.print(f"pipeline {p.name}: COMPLETED at snapshot {p.restored_from}, not deployed", highlight=False)
+            _report(f"pipeline {p.name}: COMPLETED at snapshot {p.restored_from}, not deployed",
+                    event="pipeline_skipped", pipeline=p.name, snapshot=p.restored_from)
             continue
         detail = f", restored from {p.restored_from}" if p.restored_from else ""
         if p.status == "FAILED":
             detail += f": {p.reason}"
-        err.print(f"pipeline {p.name}: {p.status}, attempt {p.attempt}, {len(p.epochs)} epoch(s), "
-                  f"{p.records} records{detail}", highlight=False)
+        _report(f"pipeline {p.name}: {p.status}, attempt {p.attempt}, {len(p.epochs)} epoch(s), "
+                f"{p.records} records{detail}", event="pipeline_done", pipeline=p.name, status=p.status,
+                attempt=p.attempt, epochs=len(p.epochs), records=p.records, restored_from=p.restored_from,
+                reason=scrub(p.reason, settings.secrets()) if p.reason else None)
     if summary_json is not None:
         summary_json.write_text(json.dumps(summary.to_dict(), indent=1))
     total = sum(p.records for p in summary.pipelines)
-    err.print(f"done: job {summary.job}, {sum(len(p.epochs) for p in summary.pipelines)} epoch(s), {total} records",
-              highlight=False)
+    epochs = sum(len(p.epochs) for p in summary.pipelines)
+    _report(f"done: job {summary.job}, {epochs} epoch(s), {total} records", event="run_done", job=summary.job,
+            epochs=epochs, records=total)
     if summary.failed:
         _fail(PipelineError(f"{len(summary.failed)} pipeline(s) failed: "
                             + "; ".join(f"{p.name}: {p.reason}" for p in summary.failed)), settings)
@@ -199,12 +221,15 @@ def run(
 def _print_epoch(report, timings: bool = False) -> None:
     phases = (" [" + ", ".join(f"{name} {s:.3f}s" for name, s in report.phases.items()) + "]"
               if timings and report.phases else "")
-    err.print(
+    _report(
         f"epoch {report.epoch} committed: {report.records} records, {report.rows_written} rows out, "
         f"{report.keys} keys, lag {report.lag}, {report.seconds:.2f}s"
         + (f", {report.bad_records} bad records" if report.bad_records else "") + " "
         f"(pipeline {report.pipeline}, snapshot {report.snapshot_id})" + phases,
-        highlight=False, markup=False,
+        event="epoch_committed", pipeline=report.pipeline, epoch=report.epoch, snapshot=report.snapshot_id,
+        records=report.records, rows_written=report.rows_written, keys=report.keys, lag=report.lag,
+        seconds=round(report.seconds, 3), bad_records=report.bad_records,
+        phases={k: round(v, 3) for k, v in report.phases.items()},
     )
 
 

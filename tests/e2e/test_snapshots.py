@@ -89,7 +89,14 @@ def test_restore_from_an_explicit_snapshot_replays_to_the_same_result(stack_env,
     topic, events = payments
     name, sink, store_uri = locations
     spec = write_spec(tmp_path, spend_spec(name, topic, sink, store_uri, fmt="parquet"))
-    assert run_cli(["run", str(spec)], stack_env).returncode == 0
+    first = run_cli(["--log-format", "json", "run", str(spec)], stack_env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    logged = [json.loads(line) for line in first.stderr.splitlines() if line.startswith("{")]
+    committed = [e for e in logged if e.get("event") == "epoch_committed"]
+    assert [e["epoch"] for e in committed] == [1, 2, 3, 4, 5, 6] and all(e["level"] == "INFO" for e in committed)
+    assert sum(e["records"] for e in committed) == len(events)
+    assert [e["records"] for e in logged if e.get("event") == "run_done"] == [len(events)]
+    assert not any(line.startswith(("epoch ", "done: ")) for line in first.stderr.splitlines())  # no text form
     snaps = _snapshots_json(stack_env, spec)
     epoch2 = next(s["snapshot_id"] for s in snaps if s["epoch"] == 2)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as statsd:  # the run's metrics, as StatsD gets them

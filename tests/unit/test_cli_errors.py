@@ -253,3 +253,39 @@ def test_plan_and_run_refuse_a_file_location_on_a_spark_cluster(tmp_path, field,
 def test_local_mode_takes_file_locations(tmp_path):
     result = invoke(["plan", str(write_spec(tmp_path))], {"PIPELINE_SPARK_MASTER": "local[2]"})
     assert result.exit_code == 0, result.output
+
+
+# -- --log-format json -------------------------------------------------------------------------
+def test_json_log_format_prints_each_error_as_one_json_object(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\n")
+    result = invoke(["--log-format", "json", "validate", str(bad)])
+    assert result.exit_code == 2
+    [line] = [line for line in result.output.splitlines() if line.strip()]
+    record = json.loads(line)
+    assert (record["level"], record["logger"], record["event"]) == ("ERROR", "pipeline_lib.cli", "error")
+    assert record["message"].startswith("error: ") and "time" in record
+
+
+def test_a_log_record_with_a_secret_and_a_traceback_is_one_scrubbed_json_line():
+    import io
+
+    from rich.console import Console
+
+    from pipeline_lib.logs import setup_logging
+
+    stream = io.StringIO()
+    setup_logging(Console(file=stream), ["s3cr3t-value-123"], log_format="json")
+    try:
+        raise ValueError("bad s3cr3t-value-123")
+    except ValueError:
+        logging.getLogger("pipeline_lib.test").exception("failed with s3cr3t-value-123", extra={"fields": {"n": 1}})
+    [line] = stream.getvalue().splitlines()
+    record = json.loads(line)
+    assert record["message"] == "failed with ***" and record["n"] == 1
+    assert "ValueError: bad ***" in record["exception"] and "s3cr3t" not in line
+
+
+def test_an_unknown_log_format_is_refused(tmp_path):
+    result = invoke(["--log-format", "xml", "validate", str(tmp_path / "x.yaml")])
+    assert result.exit_code == 2 and "'xml' is not text or json" in result.output
