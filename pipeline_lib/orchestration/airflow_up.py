@@ -139,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     home = args.home.resolve()
     home.mkdir(parents=True, exist_ok=True)
     env = airflow_env(home, args.port, {**os.environ, "AIRFLOW_HOME": str(home)}, os.cpu_count())
+    stopping: list[int] = []  # Ctrl-C or SIGTERM: leave the loop, then stop everything
+    for sig in (signal.SIGINT, signal.SIGTERM):  # also where a shell started this with SIGINT ignored
+        signal.signal(sig, lambda number, _frame: stopping.append(number))
     print(f"AIRFLOW_HOME={home}; migrating the metadata database…", flush=True)
     with open(home / "db-migrate.log", "ab") as log:
         if subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, stdout=log,
@@ -146,8 +149,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"airflow db migrate failed: see {home / 'db-migrate.log'}", file=sys.stderr)
             return 1
     processes: dict[str, subprocess.Popen] = {}
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     try:
         for name, command in commands(args.port).items():
             with open(home / f"{name}.log", "ab") as log:
@@ -166,8 +167,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"not healthy after {args.timeout:.0f}s: see the logs in {home}", file=sys.stderr)
                 return 1
             time.sleep(1)
-        return 0
-    except KeyboardInterrupt:
         return 0
     finally:
         print("stopping Airflow…", flush=True)
