@@ -17,12 +17,15 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 _COMMON = ["--headless", "--no-sandbox", "--disable-gpu"]
+_ON_FDS_3_AND_4 = ("import fcntl, os, sys; r, w = (fcntl.fcntl(int(fd), fcntl.F_DUPFD, 10) for fd in sys.argv[1:3]); "
+                   "os.dup2(r, 3); os.dup2(w, 4); os.execvp(sys.argv[3], sys.argv[3:])")
 
 
 class HeadlessChromium:
@@ -87,10 +90,10 @@ class DevToolsPage:
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
         width, height = (int(x) for x in window.split(","))
-        # Chromium reads commands on fd 3 and writes answers on fd 4: a shell puts the pipes there
-        # (no preexec_fn, which is unsafe in a process with threads).
+        # Chromium reads commands on fd 3 and writes answers on fd 4: a small Python exec-wrapper puts
+        # the pipes there (a preexec_fn is unsafe in a process with threads; sh takes no fd above 9).
         self._proc = subprocess.Popen(
-            ["sh", "-c", f'exec "$0" "$@" 3<&{to_child_r} 4>&{from_child_w}',
+            [sys.executable, "-c", _ON_FDS_3_AND_4, str(to_child_r), str(from_child_w),
              executable, *_COMMON, "--remote-debugging-pipe", "--no-first-run", "--disable-sync",
              "--disable-background-networking", "--disable-component-update", f"--user-data-dir={profile}",
              f"--window-size={width},{height}", "about:blank"],
