@@ -31,7 +31,7 @@ from tests.airflow.deployment import start_airflow
 from tests.airflow.rest_api import AirflowApiError
 from tests.support import result_table, spend_spec, wait_for, write_spec
 
-pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # 6 tests; about 11 minutes on 2 busy cores
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # 6 tests in about 9-11 minutes on 2 busy cores
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "af-spend"
