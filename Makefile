@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test unit e2e cluster airflow bench bench-restore bench-cluster soak mutation lint typecheck clean
+.PHONY: install demo test unit e2e cluster airflow airflow-up bench bench-restore bench-cluster soak mutation lint typecheck clean
 N ?= 200
 BENCH_ARGS ?=
+AIRFLOW_UP_ARGS ?=
 MUTATION_ARGS ?=
 
 $(BIN)/pipeline-lib: pyproject.toml
@@ -34,6 +35,11 @@ cluster: install
 
 airflow: install
 	$(BIN)/python -m pytest -m airflow
+
+# Airflow for this repository's DAGs and Pipelines page on http://127.0.0.1:8080 until Ctrl-C: api-server,
+# scheduler, dag-processor and triggerer, loopback only (docs/airflow.md); e.g. AIRFLOW_UP_ARGS="--port 8081".
+airflow-up: install
+	$(BIN)/python -m pipeline_lib.orchestration.airflow_up $(AIRFLOW_UP_ARGS)
 
 # Ours vs Spark Structured Streaming vs raw kafka-python, snapshot bytes, restore and recovery
 # times; report + plots in results/bench (e.g. make bench BENCH_ARGS="--events 200000 --keys 10000").

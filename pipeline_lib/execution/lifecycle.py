@@ -87,12 +87,21 @@ class Lifecycle:
             raise RuntimeError("transition before schedule()")
         now = now_utc()
         live = state in LIVE_STATES
+        if state == "STOPPED" and reason is None:
+            reason = self._why_stopped()
         self._write(base.model_copy(update={
             "state": state, "reason": reason, "updated_at": now,
             "heartbeat_at": now if live else base.heartbeat_at, **fields,
         }))
         if not live:
             self.stop_heartbeat()
+
+    def _why_stopped(self) -> str:
+        """The reason of a STOPPED that no stop request explains: the run ended on its own, caught up
+        with what it set out to read (nothing waiting after its last epoch), or short of it."""
+        if not self._lag:
+            return "caught up"
+        return f"ended with {self._lag} records waiting"
 
     def fail(self, reason: str) -> None:
         """Record FAILED; a store that is down must not hide the original error. The reason is

@@ -22,7 +22,7 @@ from airflow.sdk import DAG, Param, get_current_context, task
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import SpecError
 from pipeline_lib.orchestration.job_specs import RECOVERY_DAG_ID, job_dag_id, load_spec_folder
-from pipeline_lib.orchestration.launch_request import LaunchRequest, param_schemas
+from pipeline_lib.orchestration.launch_request import LaunchRequest, bounded, param_schemas
 from pipeline_lib.orchestration.operators import RunJobOperator
 from pipeline_lib.spec import load_spec
 from pipeline_lib.spec.models import JobSpec
@@ -46,7 +46,7 @@ def build_dags(specs_dir: Path) -> dict[str, DAG]:
     for path, error in folder.errors.items():
         log.error("job spec %s is not loaded: %s", path, error)
     dags = {job_dag_id(spec.name): job_dag(path, spec) for path, spec in folder.specs.items()}
-    dags[RECOVERY_DAG_ID] = recovery_dag(specs_dir)
+    dags[RECOVERY_DAG_ID] = recovery_dag(specs_dir, sorted(spec.name for spec in folder.specs.values()))
     return dags
 
 
@@ -95,20 +95,25 @@ def job_dag(spec_path: Path, spec: JobSpec) -> DAG:
     return dag
 
 
-def recovery_dag(specs_dir: Path) -> DAG:
-    """The DAG that assesses every job's pipelines and relaunches the failed or lost ones."""
+def recovery_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
+    """The DAG that assesses every job's pipelines and relaunches the failed or lost ones;
+    ``job_names`` are offered in its form (any job in the folder when it runs is accepted)."""
     with DAG(
         dag_id=RECOVERY_DAG_ID, schedule=recovery_schedule(), start_date=START, catchup=False, max_active_runs=2,
         is_paused_upon_creation=False,
         tags=["pipeline-lib", "recovery"],
         params={
-            "jobs": Param([], type="array", items={"type": "string"}, uniqueItems=True,
-                          description="Only these jobs (empty: every job in dags/pipelines)."),
-            "dry_run": Param(False, type="boolean", description="Report what would be relaunched; change nothing."),
-            "max_relaunches": Param(5, type="integer", minimum=0, maximum=100,
-                                    description="Relaunches in a row per pipeline before giving up."),
-            "backoff_base_seconds": Param(60, type="number", minimum=0, maximum=86400,
-                                          description="Wait base × 2^n between relaunches of one pipeline."),
+            "jobs": Param([], type=["null", "array"], items={"type": "string"}, uniqueItems=True,
+                          examples=job_names or [], title="Jobs",
+                          description="Only these jobs; empty assesses every job in dags/pipelines."),
+            "dry_run": Param(False, type="boolean", title="Dry run",
+                             description="Report what would be relaunched; change nothing."),
+            "max_relaunches": Param(5, type="integer", **bounded(0, 100), title="Relaunches before giving up",
+                                    description="Relaunches in a row per pipeline, 0 to 100, before recovery gives "
+                                                "up on it and an operator restores it by hand."),
+            "backoff_base_seconds": Param(60, type="number", **bounded(0, 86400), title="Backoff base (s)",
+                                          description="Wait base × 2^n seconds between relaunches of one "
+                                                      "pipeline, 0 to 86400."),
         },
         doc_md="Finds pipelines that are FAILED or whose heartbeat lease expired (LOST), and relaunches "
                "only those, each from its latest valid snapshot, skipping completed subtasks. Relaunches "
@@ -127,7 +132,7 @@ def recovery_dag(specs_dir: Path) -> DAG:
             policy = RecoveryPolicy(max_relaunches=params["max_relaunches"],
                                     backoff_base_s=params["backoff_base_seconds"])
             folder = load_spec_folder(specs_dir)
-            wanted = set(params["jobs"])
+            wanted = set(params["jobs"] or [])
             unknown = wanted - {s.name for s in folder.specs.values()}
             if unknown:
                 raise SpecError(f"param jobs: no job spec named {sorted(unknown)} in {specs_dir}")

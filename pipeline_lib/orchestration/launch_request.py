@@ -23,6 +23,14 @@ MODES = {"until_caught_up": "until-caught-up", "continuous": "forever"}
 # would also match before a trailing newline.
 RESTORE_PATTERN = rf"^(latest|none|{SNAPSHOT_ID.pattern})(?![\s\S])"
 STALL_BOUNDS = (2, 86_400)  # seconds; the form and the model take the same bounds
+LEASE_BOUNDS = (1, 3600)  # seconds
+
+
+def bounded(low: float, high: float) -> dict[str, Any]:
+    """JSON-schema bounds that Airflow enforces at trigger time (a 400 naming the param) and its
+    trigger form does not read: the form's number input clamps a value to a top-level ``minimum``
+    or ``maximum`` when it loses focus, so 10000 would silently become the maximum and run."""
+    return {"allOf": [{"minimum": low, "maximum": high}]}
 
 
 def pipeline_names(spec: JobSpec) -> list[str]:
@@ -38,7 +46,8 @@ def param_schemas(spec: JobSpec) -> dict[str, dict[str, Any]]:
         "mode": {
             "default": "until_caught_up",
             "description": "until_caught_up: process what the topic holds at start, commit, and finish. "
-                           "continuous: keep polling for new records until stopped.",
+                           "continuous: keep polling for new records until stopped (stop it by marking the run "
+                           "failed or success).",
             "schema": {"type": "string", "enum": list(MODES), "title": "Mode"},
         },
         "restore": {
@@ -46,18 +55,20 @@ def param_schemas(spec: JobSpec) -> dict[str, dict[str, Any]]:
             "description": "latest: resume from each pipeline's latest valid snapshot (completed pipelines are "
                            "skipped). none: start over. A snapshot id such as 0000000012-a3 rewinds one "
                            "pipeline to that snapshot (choose the pipeline below).",
-            "schema": {"type": "string", "pattern": RESTORE_PATTERN, "title": "Restore from"},
+            "schema": {"type": "string", "pattern": RESTORE_PATTERN, "title": "Restore from",
+                       "examples": ["latest", "none"]},
         },
         "parallelism": {
             "default": spec.parallelism,
-            "description": f"Subtasks per operator (1–{maxp}); a change rescales keyed state by key-group ranges.",
-            "schema": {"type": "integer", "minimum": 1, "maximum": maxp, "title": "Parallelism"},
+            "description": f"Subtasks per operator, 1 to {maxp} (the spec's max_parallelism); a change rescales "
+                           "keyed state by key-group ranges.",
+            "schema": {"type": "integer", **bounded(1, maxp), "title": "Parallelism"},
         },
         "pipelines": {
             "default": [],
-            "description": f"Run only these pipelines (empty: all). This job has: {', '.join(names)}.",
-            "schema": {"type": "array", "items": {"type": "string", "enum": names}, "uniqueItems": True,
-                       "title": "Pipelines"},
+            "description": f"Run only these pipelines; empty runs all of them ({', '.join(names)}).",
+            "schema": {"type": ["null", "array"], "items": {"type": "string", "enum": names}, "uniqueItems": True,
+                       "examples": names, "title": "Pipelines"},
         },
         "spark_conf": {
             "default": {},
@@ -69,16 +80,16 @@ def param_schemas(spec: JobSpec) -> dict[str, dict[str, Any]]:
         },
         "lease_seconds": {
             "default": DEFAULT_LEASE_SECONDS,
-            "description": "Heartbeat lease: a RUNNING pipeline whose runner is silent this long is LOST and "
-                           "may be relaunched by pipeline_recovery.",
-            "schema": {"type": "number", "minimum": 1, "maximum": 3600, "title": "Heartbeat lease (s)"},
+            "description": f"Heartbeat lease, {LEASE_BOUNDS[0]} to {LEASE_BOUNDS[1]} s: a RUNNING pipeline whose "
+                           "runner is silent this long is LOST and may be relaunched by pipeline_recovery.",
+            "schema": {"type": "number", **bounded(*LEASE_BOUNDS), "title": "Heartbeat lease (s)"},
         },
         "stall_seconds": {
             "default": DEFAULT_STALL_SECONDS,
-            "description": "Stall time (more than the lease): a RUNNING pipeline that commits no epoch this long "
-                           "while records wait is STALLED, and pipeline_recovery relaunches it.",
-            "schema": {"type": "number", "minimum": STALL_BOUNDS[0], "maximum": STALL_BOUNDS[1],
-                       "title": "Stall time (s)"},
+            "description": f"Stall time, {STALL_BOUNDS[0]} to {STALL_BOUNDS[1]} s and more than the lease: a "
+                           "RUNNING pipeline that commits no epoch this long while records wait is STALLED, and "
+                           "pipeline_recovery relaunches it.",
+            "schema": {"type": "number", **bounded(*STALL_BOUNDS), "title": "Stall time (s)"},
         },
     }
 
@@ -92,7 +103,7 @@ class LaunchRequest(BaseModel):
     restore: str = "latest"
     parallelism: int | None = Field(default=None, ge=1)
     pipelines: list[str] = []
-    lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, ge=1, le=3600)
+    lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, ge=LEASE_BOUNDS[0], le=LEASE_BOUNDS[1])
     stall_seconds: float = Field(default=DEFAULT_STALL_SECONDS, ge=STALL_BOUNDS[0], le=STALL_BOUNDS[1])
     spark_conf: dict[str, str] = {}
     reason: str | None = Field(default=None, max_length=500)  # why it was launched (recovery sets it)

@@ -22,7 +22,6 @@ from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec.models import JobSpec
 
 log = logging.getLogger(__name__)
-HISTORY_ROWS = 8
 
 
 @dataclass
@@ -34,7 +33,7 @@ class PipelineView:
     status: str  # observed: SCHEDULING | RUNNING | STOPPED | COMPLETED | FAILED | LOST | STALLED | NEW | UNKNOWN
     reason: str | None = None
     attempt: int | None = None
-    epoch: int | None = None
+    epoch: int | None = None  # the latest committed epoch (the head's, or the status record's if newer)
     heartbeat_age_s: float | None = None
     launched_by: str | None = None
     subtasks: str | None = None  # "6/6 started"
@@ -44,7 +43,7 @@ class PipelineView:
     latest_at: str | None = None
     keys: int | None = None
     positions: dict[str, int] = field(default_factory=dict)  # committed: partition -> next offset
-    history: list[dict] = field(default_factory=list)
+    history: list[dict] = field(default_factory=list)  # every snapshot the store lists, newest first
     recovery: str | None = None
 
 
@@ -109,11 +108,13 @@ def _fill(view: PipelineView, snapshots: SnapshotStore, now: dt.datetime) -> Non
             view.subtasks = f"{status.subtasks_started}/{status.subtasks_total} started"
     rows = list_snapshots(snapshots)
     view.history = [{k: r.get(k) for k in ("snapshot_id", "epoch", "created_at", "records_read", "keys", "status",
-                                            "completed")} for r in rows[:HISTORY_ROWS]]
+                                            "completed")} for r in rows]
     head = next((r for r in rows if r.get("head")), None)
     if head is not None:
         view.latest_snapshot, view.latest_at, view.keys = head["snapshot_id"], head.get("created_at"), head.get("keys")
         view.positions = head.get("positions") or {}
+        # the status record carries the epoch only from its next heartbeat; the head has it at once
+        view.epoch = max(view.epoch or 0, head.get("epoch") or 0)
     record, version = read_record(snapshots)
     if version is not None and record.history:
         view.recovery = _recovery_text(record)

@@ -14,13 +14,28 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from pipeline_lib.orchestration.overview import build_overview
+from pipeline_lib.orchestration.overview import JobView, PipelineView, build_overview
 
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")),
                         autoescape=select_autoescape(["html"]))
 STATUS_COLOURS = {"RUNNING": "#1a7f37", "SCHEDULING": "#9a6700", "STOPPED": "#0969da", "COMPLETED": "#6e7781",
                   "FAILED": "#cf222e", "LOST": "#bc4c00",
                   "STALLED": "#bc4c00", "NEW": "#8c959f", "UNKNOWN": "#8c959f"}
+REFRESH_SECONDS = 10  # the page re-reads the overview this often (a form in progress is kept)
+
+
+def start_over_question(job: JobView, pipeline: PipelineView) -> str:
+    """What "none (start over)" discards, asked before the run is triggered: it cannot be undone,
+    and the page cannot use ``confirm()`` (Airflow's iframe sandbox has no allow-modals)."""
+    kept = [h for h in pipeline.history if h.get("status") in ("head", "ok")]
+    if kept:
+        latest = next((h for h in kept if h.get("status") == "head"), kept[0])
+        what = (f"its {len(kept)} retained snapshot{'s' if len(kept) != 1 else ''} "
+                f"(latest {latest['snapshot_id']}, epoch {latest['epoch']})")
+    else:
+        what = "no committed snapshot (there is none)"
+    return (f"Start pipeline {pipeline.name} of job {job.name} over? This discards {what} and retracts every "
+            f"epoch of its output; the run then reads topic {pipeline.topic} from its earliest offset.")
 
 
 def default_specs_dir() -> Path:
@@ -64,7 +79,8 @@ def create_app(specs_dir: Path | None = None, settings_factory=_settings, authen
     @app.get("/", response_class=HTMLResponse)
     def page(request: Request, lag: bool = True) -> HTMLResponse:
         html = TEMPLATES.get_template("pipelines.html").render(
-            overview=overview(lag), colours=STATUS_COLOURS, airflow_root=request.scope.get("root_path", "")
+            overview=overview(lag), colours=STATUS_COLOURS, refresh_seconds=REFRESH_SECONDS,
+            start_over_question=start_over_question, airflow_root=request.scope.get("root_path", "")
             .rsplit("/pipeline-lib", 1)[0])
         return HTMLResponse(html)
 

@@ -4,7 +4,9 @@ the real broker, S3 server and Spark (through spark-submit, as with a configured
 trigger ``pipeline__<job>`` through the REST API with conf → SIGKILL the Spark run mid-way →
 the lease expires (LOST) → trigger ``pipeline_recovery`` → it relaunches only that pipeline from
 its latest snapshot → the output is exactly the failure-free answer. Then the UI page, rendered
-by headless Chromium inside the Airflow UI, and checked as HTML.
+by headless Chromium inside the Airflow UI, and used there as a user would (real clicks and
+typing over the DevTools protocol): the trigger form refusing an out-of-range number, the page's
+links, refresh, start-over confirmation and a restore triggered from it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline_lib.checkpoint.inspect import list_snapshots
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.recovery.recovery_record import read_record
 from pipeline_lib.samples import spend_per_user
@@ -28,13 +31,19 @@ from tests.airflow.deployment import start_airflow
 from tests.airflow.rest_api import AirflowApiError
 from tests.support import result_table, spend_spec, wait_for, write_spec
 
-pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # 4 tests in about 4 minutes
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # 6 tests in about 9-11 minutes on 2 busy cores
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "af-spend"
 DAG = f"pipeline__{JOB}"
 SINK, STORE = f"s3://results/{JOB}", f"s3://checkpoints/{JOB}"
 SCREENSHOT = REPO / "results" / "pipelines-page.png"  # the README's picture is a copy of it
+FRAME = "document.querySelector('iframe[title=Pipelines]').contentDocument"  # the page inside the Airflow UI
+
+
+def button(text: str, within: str = "document") -> str:
+    """A JavaScript expression for the last button of ``within`` whose text is ``text``."""
+    return f"Array.from({within}.querySelectorAll('button')).filter(b => b.textContent.trim() === {text!r}).pop()"
 
 
 def airflow_connections(stack) -> dict[str, str]:
@@ -73,12 +82,36 @@ def status(stack_env):
     return SnapshotStore.open(STORE, JOB, "main", ConnectionSettings.from_env(stack_env)).read_status()
 
 
+def live_cell(page, name: str) -> str:
+    """The text of one live cell of the job's ``main`` pipeline on the Pipelines page."""
+    return page.evaluate(f"{FRAME}.querySelector('[data-live=\"{JOB}/main/{name}\"]').innerText")
+
+
 def test_invalid_params_are_rejected_before_anything_runs(airflow):
-    for conf, name in (({"parallelism": 0}, "parallelism"), ({"mode": "sometimes"}, "mode"),
+    for conf, name in (({"parallelism": 0}, "parallelism"), ({"parallelism": 10000}, "parallelism"),
+                       ({"lease_seconds": 0}, "lease_seconds"), ({"mode": "sometimes"}, "mode"),
                        ({"restore": "yesterday"}, "restore")):
         with pytest.raises(AirflowApiError) as err:
             airflow.trigger(DAG, conf)
-        assert err.value.response.status_code == 400 and name in err.value.response.text
+        assert err.value.response.status_code == 400 and f"param {name}:" in err.value.response.text
+    assert airflow.dag_runs(DAG) == []
+
+
+def test_the_trigger_form_refuses_an_out_of_range_parallelism_instead_of_clamping_it(airflow):
+    field = "document.querySelector('input[name=element_parallelism]')"
+    with HeadlessChromium() as browser, browser.page(f"{airflow.base_url}/dags/{DAG}") as page:
+        page.wait_for(f"!!{button('Trigger')}", 90, "the DAG page's Trigger button")
+        page.click(button("Trigger"))
+        page.wait_for(f"!!{field}", 30, "the trigger form's parallelism field")
+        page.click(field)
+        page.evaluate(f"{field}.select()")
+        page.type_text("10000")
+        page.press("Tab", "Tab", 9)  # the field loses focus: where the form would clamp to a maximum
+        assert page.evaluate(f"{field}.value") == "10000"
+        page.click(button("Trigger"))  # the dialog's own button, last in the document
+        shown = page.wait_for("document.body.innerText.includes('Invalid input for param parallelism') && "
+                              "document.body.innerText", 30, "the form to show Airflow's refusal")
+    assert "Invalid input for param parallelism: 10000 is greater than the maximum of 128" in shown
     assert airflow.dag_runs(DAG) == []
 
 
@@ -114,7 +147,7 @@ def test_killed_run_is_recovered_by_pipeline_recovery_to_an_exact_result(airflow
     assert summary["pipelines"][0]["status"] == "RAN"
     assert result_table(stack_env, SINK) == spend_per_user(events)  # exactly once, across the kill
     final = status(stack_env)
-    assert final.state == "STOPPED" and final.attempt == running.attempt + 1
+    assert final.state == "STOPPED" and final.reason == "caught up" and final.attempt == running.attempt + 1
     assert final.launch.launched_by == f"airflow:{DAG}/{relaunch_id}"
 
     # recovery again: healthy, nothing relaunched, the budget given back
@@ -176,3 +209,56 @@ def test_the_pipelines_page_in_the_airflow_ui(airflow):
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 30_000  # a rendered page, not a blank one
     shutil.copy(shot, SCREENSHOT)
+
+
+def test_the_pipelines_page_used_in_the_browser(airflow, stack_env):
+    snapshots = SnapshotStore.open(STORE, JOB, "main", ConnectionSettings.from_env(stack_env))
+    listed = list_snapshots(snapshots)
+    head = next(r for r in listed if r["head"])
+    runs_before = len(airflow.dag_runs(DAG))
+    with HeadlessChromium() as browser, browser.page(f"{airflow.base_url}/plugin/pipelines") as page:
+        page.wait_for(f"!!(document.querySelector('iframe[title=Pipelines]') && {FRAME} && "
+                      f"{FRAME}.querySelector('form.restore'))", 90, "the Pipelines page in its iframe")
+
+        # the history: every snapshot the store lists, each with its key count
+        rows = page.evaluate(f"Array.from({FRAME}.querySelectorAll('details tr'), r => Array.from(r.cells, "
+                             "c => c.textContent.trim())).slice(1)")
+        assert [(r[0], r[4]) for r in rows] == [(s["snapshot_id"], str(s["keys"])) for s in listed]
+        assert live_cell(page, "epoch") == str(head["epoch"])
+
+        # start over asks first, naming what it discards; cancelled, nothing is triggered
+        form = f"{FRAME}.querySelector('form.restore')"
+        page.evaluate(f"{form}.restore.value = 'none'")
+        page.click(f"{form}.querySelector('button[type=submit]')")
+        question = page.wait_for(f"!{FRAME}.querySelector('.confirm').hidden && "
+                                 f"{FRAME}.querySelector('.confirm').innerText", 10, "the start-over question")
+        assert f"latest {head['snapshot_id']}, epoch {head['epoch']}" in question and "retracts every epoch" in question
+        page.click(button("Cancel", FRAME))
+        assert page.evaluate(f"{FRAME}.querySelector('.msg').textContent") == "start over cancelled"
+
+        # the page refreshes itself and keeps a choice being made
+        page.evaluate(f"{form}.restore.value = {listed[-1]['snapshot_id']!r}")
+        judged = page.evaluate(f"{FRAME}.querySelector('[data-live=sub]').textContent")
+        page.wait_for(f"{FRAME}.querySelector('[data-live=sub]').textContent !== {judged!r}", 60, "a refresh")
+        assert page.evaluate(f"{form}.restore.value") == listed[-1]["snapshot_id"]
+
+        # a restore from the page: its run says where it came from, and its link opens the run in Airflow
+        page.evaluate(f"{form}.restore.value = 'latest'")
+        page.click(f"{form}.querySelector('button[type=submit]')")
+        page.wait_for(f"!!{FRAME}.querySelector('.msg a')", 30, "the triggered run's link")
+        run_id = page.evaluate(f"{FRAME}.querySelector('.msg a').textContent").removeprefix("run ")
+        assert run_id.startswith("pipelines_page__main__latest__")
+        page.click(f"{FRAME}.querySelector('.msg a')")
+        page.wait_for(f"decodeURIComponent(location.pathname) === '/dags/{DAG}/runs/{run_id}'", 30,
+                      "the Airflow UI to open the run")
+        assert airflow.dag_run(DAG, run_id)["conf"]["reason"] == "Pipelines page: restore latest of pipeline main"
+        assert airflow.wait_for_run(DAG, run_id, timeout=300) == "success"
+        assert len(airflow.dag_runs(DAG)) == runs_before + 1
+
+        # back on the page: the run's end reads "caught up"; the DAG link opens the DAG in Airflow
+        page.goto(f"{airflow.base_url}/plugin/pipelines")
+        page.wait_for(f"!!({FRAME} && {FRAME}.querySelector('form.restore'))", 90, "the Pipelines page")
+        status = live_cell(page, "status")
+        assert "STOPPED" in status and "caught up" in status and f"airflow:{DAG}/{run_id}" in status, status
+        page.click(f"{FRAME}.querySelector('a[data-airflow-link]')")
+        page.wait_for(f"location.pathname === '/dags/{DAG}'", 30, "the Airflow UI to open the DAG")

@@ -47,6 +47,41 @@ def test_the_trigger_form_has_typed_params_with_defaults_and_descriptions(dagbag
     assert params.get_param("pipelines").schema["items"]["enum"] == ["payments", "refunds"]
 
 
+@pytest.mark.parametrize("dag_id", ["pipeline__shop", "pipeline_recovery"])
+def test_the_forms_show_titles_and_descriptions_not_raw_names(dagbag, dag_id):
+    params = dagbag.dags[dag_id].params
+    for name in params.keys():
+        schema = params.get_param(name).schema
+        assert schema.get("title") and schema["title"] != name, name
+        assert params.get_param(name).description, name
+
+
+@pytest.mark.parametrize("dag_id", ["pipeline__shop", "pipeline_recovery"])
+def test_no_number_field_carries_bounds_the_form_would_clamp_to(dagbag, dag_id):
+    # Airflow's form clamps a number input to a top-level minimum/maximum when it loses focus
+    # (10000 became 128 and the run started): the bounds sit where only the validation reads them.
+    params = dagbag.dags[dag_id].params
+    numbers = [n for n in params.keys() if params.get_param(n).schema.get("type") in ("integer", "number")]
+    assert len(numbers) >= 2, numbers
+    for name in numbers:
+        schema = params.get_param(name).schema
+        assert "minimum" not in schema and "maximum" not in schema, name
+        assert schema["allOf"][0].keys() == {"minimum", "maximum"}, name
+
+
+def test_pipelines_are_optional_and_offered_by_name(dagbag):
+    # the form marks a param required unless its type admits null; a cleared multi-select sends null
+    pipelines = dagbag.dags["pipeline__shop"].params.get_param("pipelines").schema
+    assert "null" in pipelines["type"] and pipelines["examples"] == ["payments", "refunds"]
+    assert _validate(dagbag, {"pipelines": None})["pipelines"] is None
+    from pipeline_lib.orchestration.launch_request import LaunchRequest
+    from pipeline_lib.spec import load_spec
+
+    assert LaunchRequest.from_conf({"pipelines": None}, load_spec(REPO / "dags/pipelines/shop.yaml")).pipelines == []
+    recovery = dagbag.dags["pipeline_recovery"].params.get_param("jobs").schema
+    assert "null" in recovery["type"] and recovery["examples"] == ["shop", "spend-per-user"]
+
+
 def _validate(dagbag, conf):
     params = copy.deepcopy(dagbag.dags["pipeline__shop"].params)
     params.update(conf)  # what a trigger with this conf does; a bad value raises here or below
@@ -58,8 +93,9 @@ def test_good_params_validate(dagbag):
 
 
 @pytest.mark.parametrize("conf", [
-    {"mode": "sometimes"}, {"parallelism": 0}, {"parallelism": "two"}, {"restore": "yesterday"},
-    {"pipelines": ["nope"]}, {"lease_seconds": 0}, {"stall_seconds": 1},
+    {"mode": "sometimes"}, {"parallelism": 0}, {"parallelism": 10000}, {"parallelism": -1}, {"parallelism": "two"},
+    {"restore": "yesterday"}, {"pipelines": ["nope"]}, {"lease_seconds": 0}, {"lease_seconds": 3601},
+    {"stall_seconds": 1}, {"stall_seconds": 100_000},
     {"spark_conf": {"spark.hadoop.fs.s3a.secret.key": "x"}},
 ])
 def test_bad_params_are_rejected_by_airflow(dagbag, conf):
@@ -67,6 +103,17 @@ def test_bad_params_are_rejected_by_airflow(dagbag, conf):
 
     with pytest.raises(ParamValidationError) as err:
         _validate(dagbag, conf)
+    assert next(iter(conf)) in str(err.value)
+
+
+@pytest.mark.parametrize("conf", [{"max_relaunches": 101}, {"max_relaunches": -1}, {"backoff_base_seconds": -5}])
+def test_bad_recovery_params_are_rejected_by_airflow(dagbag, conf):
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    params = copy.deepcopy(dagbag.dags["pipeline_recovery"].params)
+    with pytest.raises(ParamValidationError) as err:
+        params.update(conf)
+        params.validate()
     assert next(iter(conf)) in str(err.value)
 
 
