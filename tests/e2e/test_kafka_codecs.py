@@ -46,7 +46,9 @@ def _produce(bootstrap: str, topic: str, codec: str) -> list[tuple[int, int, byt
         sent = []
         for i in range(RECORDS):
             key = None if i % 7 == 3 else b"user-%d" % (i % 300)
-            value = None if i % 101 == 0 and key is not None else b'{"user": %d, "amount": %d, "note": "%s"}' % (i % 300, i, b"x" * (i % 90))
+            value = b'{"user": %d, "amount": %d, "note": "%s"}' % (i % 300, i, b"x" * (i % 90))
+            if i % 101 == 0 and key is not None:
+                value = None
             sent.append((producer.send(topic, key=key, value=value, partition=0), key, value))
         producer.flush(timeout=120)
         acked = [(future.get(timeout=60), key, value) for future, key, value in sent]
