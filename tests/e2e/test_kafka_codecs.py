@@ -10,6 +10,7 @@ import pytest
 from kafka import TopicPartition
 from kafka.consumer.fetcher import Fetcher
 
+from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution import kafka_source
 from pipeline_lib.kafka_clients import Consumer, Producer
 from pipeline_lib.plan import kafka_offsets
@@ -105,3 +106,22 @@ def test_a_producer_s_compressed_batches_are_planned_and_read_exactly(bootstrap,
             for columns in poll:
                 got += zip(columns.offsets.tolist(), columns.timestamps.tolist(), columns.keys(), columns.values())
     assert got == expected
+
+
+def test_a_batch_over_the_decompression_cap_fails_the_read_naming_topic_partition_and_offset(apache_kafka):
+    """A real producer's gzip batch of one 8 MiB record (kilobytes on the wire) read with a 1 MiB
+    cap: the planner still plans it (it never decompresses), the read fails naming the batch."""
+    bootstrap, topic = apache_kafka.bootstrap, "codec-over-cap"
+    create_topic(bootstrap, topic, 1)
+    producer = Producer(bootstrap_servers=bootstrap, compression_type="gzip", max_request_size=16 << 20)
+    try:
+        producer.send(topic, value=bytes(8 << 20), partition=0).get(timeout=60)
+    finally:
+        producer.close()
+    with kafka_offsets.offsets_consumer(bootstrap) as consumer:
+        assert kafka_offsets.confirmed_end_offsets(consumer, topic, [0]) == {0: 1}
+    over_cap = (r"reading codec-over-cap\[0\] offsets \[0, 1\) failed at 0: .*partition .*codec-over-cap.*"
+                r"batch at offset 0: gzip data decompresses to more than 1048576 bytes")
+    with pytest.raises(PipelineError, match=over_cap):
+        list(kafka_source.read_range_batches(bootstrap, topic, 0, 0, 1, max_batch_bytes=1 << 20))
+    assert len(next(kafka_source.read_range_batches(bootstrap, topic, 0, 0, 1, max_batch_bytes=16 << 20))[0]) == 1
