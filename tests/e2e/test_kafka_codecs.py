@@ -18,7 +18,6 @@ from pipeline_lib.samples import create_topic
 
 CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 RECORDS = 2000
-BROKERS = ("apache_kafka", "tansu")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -28,14 +27,6 @@ def close_cached_consumers():
     while kafka_source._consumers:
         _, cached = kafka_source._consumers.popitem()
         cached.consumer.close()
-
-
-@pytest.fixture(scope="module", params=BROKERS)
-def bootstrap(request) -> str:
-    """The broker under test: the real Apache Kafka, or the embedded stack's Tansu."""
-    if request.param == "apache_kafka":
-        return request.getfixturevalue("apache_kafka").bootstrap
-    return request.getfixturevalue("local_stack").kafka_bootstrap
 
 
 def _produce(bootstrap: str, topic: str, codec: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
@@ -90,7 +81,8 @@ def _codecs_served(bootstrap: str, topic: str) -> set[int]:
 
 
 @pytest.mark.parametrize("codec", sorted(CODECS))
-def test_a_producer_s_compressed_batches_are_planned_and_read_exactly(bootstrap, codec):
+def test_a_producer_s_compressed_batches_are_planned_and_read_exactly(broker_bootstrap, codec):
+    bootstrap = broker_bootstrap
     topic = f"codec-{codec}"
     expected = _produce(bootstrap, topic, codec)
     assert [r[0] for r in expected] == list(range(RECORDS))
