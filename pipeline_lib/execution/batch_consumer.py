@@ -58,12 +58,12 @@ class _ColumnPartitionRecords(Fetcher.PartitionRecords):
                 try:
                     columns = decode_batch(batch, self.max_batch_bytes)
                 except CorruptRecordError as exc:
-                    raise CorruptRecordError(f"partition {tp}: {exc}") from None
+                    raise _naming(tp, exc) from None
             else:
                 try:
                     columns = decode_legacy_batch(batch, self.max_batch_bytes)
                 except CorruptRecordError as exc:
-                    raise CorruptRecordError(f"partition {tp}: {exc}") from None
+                    raise _naming(tp, exc) from None
             if len(columns):
                 self.next_fetch_offset = int(columns.offsets[-1]) + 1
                 columns = columns.between(self.fetch_offset, self.next_fetch_offset)
@@ -75,6 +75,12 @@ class _ColumnPartitionRecords(Fetcher.PartitionRecords):
         if last_batch is not None and last_batch.magic == 2:
             self.next_fetch_offset = last_batch.next_offset  # past records removed by compaction
         self.drain()
+
+
+def _naming(tp, exc: CorruptRecordError) -> CorruptRecordError:
+    """The decoder's error (which names the batch or record offset) prefixed with topic[partition]."""
+    detail = exc.args[0] if exc.args else str(exc)
+    return CorruptRecordError(f"{tp.topic}[{tp.partition}]: {detail}")
 
 
 def columnar_consumer(**config) -> KafkaConsumer:

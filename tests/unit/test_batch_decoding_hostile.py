@@ -199,3 +199,29 @@ def test_fuzzed_batches_decode_or_raise_the_decoders_error_naming_the_batch():
             outcomes["refused"] += 1
     assert outcomes["decoded"] > 100 and outcomes["refused"] > 1000, outcomes
 
+
+
+def _partition_records(data: bytes, fetch_offset: int = 0):
+    """What the columnar consumer makes of one fetch response's bytes for partition t[0]."""
+    from kafka import TopicPartition
+    from kafka.record.memory_records import MemoryRecords
+
+    from pipeline_lib.execution.batch_consumer import _ColumnPartitionRecords
+
+    return _ColumnPartitionRecords(fetch_offset, TopicPartition("t", 0), MemoryRecords(data))
+
+
+def test_a_fetch_of_v0_v1_and_v2_batches_reads_every_record_and_names_the_partition_of_a_bad_one():
+    v0 = build_legacy(0, [(None, b"a", b"zero")], base_offset=0)
+    v1 = build_legacy(1, [(7, b"b", b"one-%d" % i) for i in range(3)], compression=1, base_offset=1)
+    v2 = build([(0, 9, b"c", b"two", [])], compression=4, base_offset=4)
+    columns = _partition_records(v0 + v1 + v2).take()
+    assert [r for c in columns for r in as_tuples(c)] == [
+        (0, NO_TIMESTAMP, b"a", b"zero"), (1, 7, b"b", b"one-0"), (2, 7, b"b", b"one-1"), (3, 7, b"b", b"one-2"),
+        (4, 9, b"c", b"two")]
+    bomb = build([(0, 5, None, bytes(80 * MiB), [])], compression=1, base_offset=5)
+    fetched = _partition_records(v2 + bomb)
+    assert [len(c) for c in fetched.take()] == [1]  # what came before the bad batch (kafka-python's take)
+    named = r"CorruptRecordError: t\[0\]: batch at offset 5: gzip data decompresses to more than 67108864 bytes"
+    with pytest.raises(CorruptRecordError, match=named):
+        fetched.take()
