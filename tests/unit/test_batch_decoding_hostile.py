@@ -9,7 +9,7 @@ import tracemalloc
 
 import pytest
 from kafka import codec
-from kafka.errors import CorruptRecordError
+from kafka.errors import CorruptRecordError, UnsupportedCodecError
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuilder
 
@@ -225,3 +225,29 @@ def test_a_fetch_of_v0_v1_and_v2_batches_reads_every_record_and_names_the_partit
     named = r"CorruptRecordError: t\[0\]: batch at offset 5: gzip data decompresses to more than 67108864 bytes"
     with pytest.raises(CorruptRecordError, match=named):
         fetched.take()
+
+
+def test_the_planner_s_fetches_decode_nothing_where_kafka_python_would_expand_or_fail():
+    """The planner's consumer (kafka_clients.watermark_consumer) drops a fetch's records unread:
+    a bomb and a batch of an unknown codec cost nothing, where kafka-python's own PartitionRecords
+    decompresses the one whole and fails on the other."""
+    from kafka import TopicPartition
+    from kafka.consumer.fetcher import Fetcher
+    from kafka.record.memory_records import MemoryRecords
+
+    from pipeline_lib.kafka_clients import _WatermarkPartitionRecords
+
+    bomb = build([(0, 5, None, bytes(64 * MiB), [])], compression=1)
+    unknown = bytearray(build([(0, 5, None, b"x", [])], base_offset=1))
+    at = DefaultRecordBatch.ATTRIBUTES_OFFSET
+    struct.pack_into(">h", unknown, at, struct.unpack_from(">h", unknown, at)[0] | 0x07)
+    tp = TopicPartition("t", 0)
+    tracemalloc.start()
+    try:
+        assert _WatermarkPartitionRecords(0, tp, MemoryRecords(bomb + bytes(unknown)), check_crcs=False).take() == []
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < MiB
+    with pytest.raises(UnsupportedCodecError, match="compression type: 7"):  # kafka-python's own path
+        Fetcher.PartitionRecords(0, tp, MemoryRecords(bytes(unknown)), check_crcs=False).take()
