@@ -5,6 +5,9 @@ that fails (no broker yet, a broker that went away) raises from the constructor;
 client, and its daemon thread keeps reconnecting and logging ``ECONNREFUSED`` until the process
 exits, after its log handlers are closed. These subclasses close what the constructor started
 before the error propagates. Every Kafka client the library opens is one of them.
+
+``watermark_consumer`` is the planner's: it needs only the high watermarks a fetch response
+carries, and never decodes or decompresses the records it fetches.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.consumer.fetcher import Fetcher
 
 log = logging.getLogger(__name__)
 
@@ -52,3 +56,21 @@ class AdminClient(_ClosedOnFailedStart, KafkaAdminClient):
 
 class Producer(_ClosedOnFailedStart, KafkaProducer):
     """``KafkaProducer`` that stops its IO thread when it fails to start."""
+
+
+class _WatermarkPartitionRecords(Fetcher.PartitionRecords):
+    """A fetched partition whose records are dropped unread: the fetch response already set the
+    partition's high watermark, which is all the planner asks of it."""
+
+    def _unpack_records(self, tp, records, key_deserializer, value_deserializer):
+        self.drain()
+        yield from ()
+
+
+def watermark_consumer(**config: Any) -> KafkaConsumer:
+    """A Consumer (same configuration keys) for offset look-ups and fetch high watermarks:
+    whatever its fetches bring (any codec, any size, corrupt or not) is never decompressed or
+    decoded, so planning neither needs the codec libraries nor expands a hostile batch."""
+    consumer = Consumer(**config)
+    consumer._fetcher.PartitionRecords = _WatermarkPartitionRecords
+    return consumer

@@ -36,6 +36,7 @@ from collections.abc import Iterator  # noqa: E402
 import pytest  # noqa: E402
 
 from pipeline_lib.localstack import StackInfo, start_stack, stop_stack  # noqa: E402
+from pipeline_lib.localstack.apache_kafka import ApacheKafka, start_apache_kafka, stop_apache_kafka  # noqa: E402
 from pipeline_lib.samples import create_topic, payment_events, produce_json  # noqa: E402
 
 # At interpreter exit, objects of this process still log from __del__ (py4j's connections) and
@@ -49,7 +50,7 @@ TIERS = ("unit", "e2e", "cluster", "airflow", "stack")
 TESTS = Path(__file__).resolve().parent
 # Fixtures that start a service (everything else that needs one, stack_env, payments, cluster...,
 # depends on one of these): never in the unit tier.
-SERVICE_FIXTURES = frozenset({"local_stack", "spark_cluster"})
+SERVICE_FIXTURES = frozenset({"local_stack", "spark_cluster", "apache_kafka"})
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker
@@ -88,6 +89,17 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]
             warnings.warn(f"Kafka clients left open at the end of the session (close every client a "
                           f"test opens): {left_open}", pytest.PytestWarning, stacklevel=1)
         stop_stack(data_dir)  # also cleans up after a start that failed half-way
+
+
+@pytest.fixture(scope="session")
+def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
+    """A real Apache Kafka broker (one KRaft node), started once per session when a test asks for
+    it, and stopped by PID at the end (see pipeline_lib/localstack/apache_kafka.py)."""
+    kafka = start_apache_kafka(tmp_path_factory.mktemp("apache-kafka"))
+    try:
+        yield kafka
+    finally:
+        stop_apache_kafka(kafka)
 
 
 @pytest.fixture

@@ -5,7 +5,8 @@ fetched ``MemoryRecords`` into records. Everything before it (connections, fetch
 leaders, retries, offset-out-of-range errors) and its bookkeeping after it (the partition's
 next fetch offset, metrics) stay kafka-python's. The batch loop keeps kafka-python's rules: a
 batch CRC that does not match is refused, control batches are skipped, records before the
-fetch offset (the head of a batch the broker sent whole) are dropped.
+fetch offset (the head of a batch the broker sent whole) are dropped. Each batch decompresses
+to at most the consumer's ``max_batch_bytes`` (bound_decompression).
 
 This relies on ``Fetcher.PartitionRecords`` of kafka-python 3.0.12, which pyproject.toml pins
 exactly; tests/e2e/test_kafka_source.py compares the two paths record by record.
@@ -20,7 +21,7 @@ from kafka.consumer.fetcher import Fetcher
 from kafka.errors import CorruptRecordError
 from kafka.protocol.consumer import IsolationLevel
 
-from pipeline_lib.execution.kafka_batches import ColumnBatch, decode_batch
+from pipeline_lib.execution.kafka_batches import DEFAULT_MAX_BATCH_BYTES, ColumnBatch, decode_batch, decode_legacy_batch
 from pipeline_lib.kafka_clients import Consumer
 
 # Kafka record batches per poll: enough to take a whole fetch response (max_partition_fetch_bytes),
@@ -30,8 +31,10 @@ POLL_MAX_BATCHES = 100_000
 
 
 class _ColumnPartitionRecords(Fetcher.PartitionRecords):
-    """Yields one ColumnBatch per Kafka record batch (v2); legacy v0/v1 batches, which no
-    current broker writes, are turned into columns record by record."""
+    """Yields one ColumnBatch per Kafka record batch (v2); legacy v0/v1 message sets, which a
+    current broker serves only from old logs, are turned into columns record by record."""
+
+    max_batch_bytes = DEFAULT_MAX_BATCH_BYTES  # set per consumer (a subclass each) by bound_decompression
 
     def _maybe_skip_record(self, record) -> bool:
         return False  # done per batch in _unpack_records
@@ -53,11 +56,14 @@ class _ColumnPartitionRecords(Fetcher.PartitionRecords):
                     batch = records.next_batch()
                     continue
                 try:
-                    columns = decode_batch(batch)
+                    columns = decode_batch(batch, self.max_batch_bytes)
                 except CorruptRecordError as exc:
-                    raise CorruptRecordError(f"partition {tp}: {exc}") from None
+                    raise _naming(tp, exc) from None
             else:
-                columns = _legacy_columns(batch)
+                try:
+                    columns = decode_legacy_batch(batch, self.max_batch_bytes)
+                except CorruptRecordError as exc:
+                    raise _naming(tp, exc) from None
             if len(columns):
                 self.next_fetch_offset = int(columns.offsets[-1]) + 1
                 columns = columns.between(self.fetch_offset, self.next_fetch_offset)
@@ -71,26 +77,10 @@ class _ColumnPartitionRecords(Fetcher.PartitionRecords):
         self.drain()
 
 
-def _legacy_columns(batch) -> ColumnBatch:
-    import numpy as np
-
-    data = bytearray()
-    offsets: list[int] = []
-    stamps: list[int] = []
-    key_starts: list[int] = []
-    key_lengths: list[int] = []
-    value_starts: list[int] = []
-    value_lengths: list[int] = []
-    for record in batch:
-        offsets.append(record.offset)
-        stamps.append(record.timestamp)
-        for blob, starts, lengths in ((record.key, key_starts, key_lengths),
-                                      (record.value, value_starts, value_lengths)):
-            starts.append(len(data))
-            lengths.append(-1 if blob is None else len(blob))
-            data += blob or b""
-    arrays = [np.array(a, np.int64) for a in (offsets, stamps, key_starts, key_lengths, value_starts, value_lengths)]
-    return ColumnBatch(bytes(data), *arrays)
+def _naming(tp, exc: CorruptRecordError) -> CorruptRecordError:
+    """The decoder's error (which names the batch or record offset) prefixed with topic[partition]."""
+    detail = exc.args[0] if exc.args else str(exc)
+    return CorruptRecordError(f"{tp.topic}[{tp.partition}]: {detail}")
 
 
 def columnar_consumer(**config) -> KafkaConsumer:
@@ -98,7 +88,8 @@ def columnar_consumer(**config) -> KafkaConsumer:
     ColumnBatch. Pass ``max_records=POLL_MAX_BATCHES``: it counts Kafka batches here."""
     consumer = Consumer(**config)
     fetcher = consumer._fetcher
-    fetcher.PartitionRecords = _ColumnPartitionRecords
+    # A class of its own per consumer: bound_decompression sets its cap without touching others.
+    fetcher.PartitionRecords = type("ColumnPartitionRecords", (_ColumnPartitionRecords,), {})
     fetcher.fetch_below = {}
     every_fetchable = fetcher._fetchable_partitions
 
@@ -121,3 +112,10 @@ def bound_fetches(consumer: KafkaConsumer, tp, below: int, max_bytes: int) -> No
     Spark tasks that are reading."""
     consumer._fetcher.fetch_below[tp] = below
     consumer._fetcher.config["max_partition_fetch_bytes"] = max_bytes
+
+
+def bound_decompression(consumer: KafkaConsumer, max_batch_bytes: int) -> None:
+    """Refuse, naming topic, partition and offset, any batch of ``consumer`` (a columnar one)
+    that decompresses to more than ``max_batch_bytes``."""
+    consumer._fetcher.PartitionRecords.max_batch_bytes = max_batch_bytes
+

@@ -3,26 +3,42 @@
 kafka-python parses every record of a fetch in pure Python and wraps it in a ``DefaultRecord``
 and a ``ConsumerRecord``: about 10 µs a record, most of what our source spent reading. Here
 kafka-python still does everything up to the record batch (connections, fetch sessions,
-leaders, errors, the batch CRC, decompression, control batches), and the records of a v2 batch
-(KIP-98 format) are decoded at once: one short loop finds where each record starts from its
-length prefix, then NumPy decodes every field of every record together.
+leaders, errors, the batch CRC, control batches); the batch is decompressed here with a cap
+(batch_decompression), and the records of a v2 batch (KIP-98 format) are decoded at once: one
+short loop finds where each record starts from its length prefix, then NumPy decodes every field
+of every record together. Legacy v0/v1 message sets go through kafka-python's own iteration,
+after the same capped decompression.
 
 The result is a :class:`ColumnBatch` per Kafka record batch: offsets and timestamps as arrays,
 keys and values as (start, length) pairs into the batch's bytes. A batch whose records do not
 add up exactly (a length, a field or a header running past its record) raises kafka-python's
-``CorruptRecordError`` naming the record's offset, as kafka-python itself would refuse it.
+``CorruptRecordError`` naming the record's offset, as kafka-python itself would refuse it; a
+batch that cannot be decompressed, expands past the cap or claims more records than its bytes can
+hold raises it naming the batch's offset, before anything is allocated from its claims.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import numpy as np
 from kafka.errors import CorruptRecordError
 from kafka.record.default_records import DefaultRecordBatch
+from kafka.record.legacy_records import LegacyRecordBatch
+
+from pipeline_lib.execution.batch_decompression import DecompressionError, decompress
 
 LOG_APPEND_TIME = DefaultRecordBatch.LOG_APPEND_TIME
 MAX_VARINT_BYTES = 10  # a 64-bit varint
+# The smallest v2 record: a length prefix and six one-byte varints (attributes, timestamp delta,
+# offset delta, key length -1, value length -1, header count 0).
+MIN_RECORD_BYTES = 7
+# What one batch may decompress to unless the reader says otherwise (kafka_source ties it to the
+# fetch size and max_record_bytes): far above what producers write (Kafka's own producers close a
+# batch at batch.size, 16 KiB by default, of compressed bytes), far below what a bomb claims.
+DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024
+NO_TIMESTAMP = -1  # Kafka's value for a v0 message, which has no timestamp
 
 
 @dataclass(frozen=True)
@@ -72,12 +88,22 @@ def _slices(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> list[bytes 
     return [data[s:s + n] if n >= 0 else None for s, n in zip(starts.tolist(), lengths.tolist())]
 
 
-def decode_batch(batch: DefaultRecordBatch) -> ColumnBatch:
-    """Every record of a v2 batch whose CRC was checked (decompressed here if need be)."""
-    batch._maybe_uncompress()  # kafka-python's own codecs, as its iteration would use them
-    data = bytes(memoryview(batch._buffer)[batch._pos:])  # one copy, whether the buffer is bytes or bytearray
+def decode_batch(batch: DefaultRecordBatch, max_bytes: int = DEFAULT_MAX_BATCH_BYTES) -> ColumnBatch:
+    """Every record of a v2 batch whose CRC was checked, decompressed here if need be to at most
+    ``max_bytes`` bytes."""
     base_offset, first_ts, max_ts = batch.base_offset, batch.first_timestamp, batch.max_timestamp
+    records = memoryview(batch._buffer)[batch._pos:]
+    if batch.compression_type:
+        try:
+            data = decompress(batch.compression_type, records, max_bytes)
+        except DecompressionError as exc:
+            raise CorruptRecordError(f"batch at offset {base_offset}: {exc}") from None
+    else:
+        data = bytes(records)  # one copy, whether the buffer is bytes or bytearray
     count = batch.records_count
+    if count < 0 or count * MIN_RECORD_BYTES > len(data):
+        raise CorruptRecordError(f"batch at offset {base_offset}: its header claims {count} records, more than "
+                                 f"its {len(data)} bytes of records can hold")
     try:
         starts, ends = _record_bounds(data, count)
         columns = _decode_records(np.frombuffer(data, np.uint8), starts, ends)
@@ -96,6 +122,53 @@ def decode_batch(batch: DefaultRecordBatch) -> ColumnBatch:
         timestamps = ts_delta + first_ts
     return ColumnBatch(data, offset_delta + base_offset, timestamps, key_starts, key_lengths, value_starts,
                        value_lengths)
+
+
+def decode_legacy_batch(batch: LegacyRecordBatch, max_bytes: int = DEFAULT_MAX_BATCH_BYTES) -> ColumnBatch:
+    """The records of a v0/v1 message set (a wrapper message holding compressed inner messages,
+    or one plain message), through kafka-python's own iteration after a capped decompression. A v0
+    message has no timestamp: NO_TIMESTAMP. Anything that does not parse raises CorruptRecordError
+    naming the message set's offset."""
+    base_offset = batch.base_offset
+    try:
+        if batch.compression_type:
+            key_offset = batch.KEY_OFFSET_V1 if batch.magic == 1 else batch.KEY_OFFSET_V0
+            batch._buffer = memoryview(decompress(batch.compression_type, _legacy_wrapped(batch, key_offset),
+                                                  max_bytes))
+            batch._decompressed = True
+        records = [(r.offset, NO_TIMESTAMP if r.timestamp is None else r.timestamp, r.key, r.value)
+                   for r in batch]
+    except DecompressionError as exc:
+        raise CorruptRecordError(f"message set at offset {base_offset} (v{batch.magic}): {exc}") from None
+    except (AssertionError, struct.error, ValueError, IndexError, TypeError, CorruptRecordError) as exc:
+        raise CorruptRecordError(f"message set at offset {base_offset} (v{batch.magic}) is corrupt: "
+                                 f"{type(exc).__name__}: {exc}") from None
+    data = bytearray()
+    key_starts: list[int] = []
+    key_lengths: list[int] = []
+    value_starts: list[int] = []
+    value_lengths: list[int] = []
+    for _, _, key, value in records:
+        for blob, starts, lengths in ((key, key_starts, key_lengths), (value, value_starts, value_lengths)):
+            starts.append(len(data))
+            lengths.append(-1 if blob is None else len(blob))
+            data += blob or b""
+    offsets = [r[0] for r in records]
+    stamps = [r[1] for r in records]
+    arrays = [np.array(a, np.int64) for a in (offsets, stamps, key_starts, key_lengths, value_starts, value_lengths)]
+    return ColumnBatch(bytes(data), *arrays)
+
+
+def _legacy_wrapped(batch: LegacyRecordBatch, key_offset: int) -> memoryview:
+    """The wrapper message's value: the compressed inner messages (kafka-python's _decompress
+    reads it the same way, then decompresses it whole)."""
+    buffer = batch._buffer
+    (key_size,) = struct.unpack_from(">i", buffer, key_offset)
+    pos = key_offset + 4 + max(key_size, 0)
+    (value_size,) = struct.unpack_from(">i", buffer, pos)
+    if value_size < 0 or pos + 4 + value_size > len(buffer):
+        raise ValueError(f"the wrapper message's value of {value_size} bytes does not fit it")
+    return buffer[pos + 4:pos + 4 + value_size]
 
 
 class _Corrupt(Exception):

@@ -21,7 +21,12 @@ from kafka import KafkaConsumer
 from pyspark.sql.types import StringType, StructType
 
 from pipeline_lib.errors import PipelineError, RecordError
-from pipeline_lib.execution.batch_consumer import POLL_MAX_BATCHES, bound_fetches, columnar_consumer
+from pipeline_lib.execution.batch_consumer import (
+    POLL_MAX_BATCHES,
+    bound_decompression,
+    bound_fetches,
+    columnar_consumer,
+)
 from pipeline_lib.execution.kafka_batches import ColumnBatch
 from pipeline_lib.execution.record_decoding import BRACKET_FREE_BYTES, FastJsonDecoder, StringRecordDecoder
 from pipeline_lib.execution.worker_heap import freeze_imported_heap
@@ -54,6 +59,7 @@ class KafkaRangeReader:
     epoch: int
     tolerant: bool
     max_record_bytes: int
+    max_batch_bytes: int | None = None  # what one Kafka batch may decompress to; None: max_batch_bytes_for
 
     def __call__(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The ``mapInArrow`` function: read every range of the tasks this partition holds."""
@@ -78,7 +84,9 @@ class KafkaRangeReader:
         for topic, kafka_partition, start, end in ranges:
             batches = RecordBatcher(self.schema, self.format, self.fields, self.tolerant, self.max_record_bytes,
                                     topic, kafka_partition)
-            for columns in read_range_batches(self.bootstrap, topic, kafka_partition, start, end):
+            cap = self.max_batch_bytes or max_batch_bytes_for(self.max_record_bytes)
+            for columns in read_range_batches(self.bootstrap, topic, kafka_partition, start, end,
+                                              max_batch_bytes=cap):
                 yield batches.build(columns)
 
 
@@ -181,10 +189,21 @@ def read_range_chunks(bootstrap: str, topic: str, partition: int, start: int, en
     return _read_polls(bootstrap, topic, partition, start, end, _RECORDS)
 
 
-def read_range_batches(bootstrap: str, topic: str, partition: int, start: int, end: int) -> Iterator[list[ColumnBatch]]:
+def read_range_batches(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+                       max_batch_bytes: int | None = None) -> Iterator[list[ColumnBatch]]:
     """The records of ``[start, end)`` as columns (see batch_consumer), one list per poll (never
-    empty), in offset order: what the source reads, without an object per record."""
-    return _read_polls(bootstrap, topic, partition, start, end, _COLUMNS)
+    empty), in offset order: what the source reads, without an object per record. A batch that
+    decompresses to more than ``max_batch_bytes`` (default: max_batch_bytes_for the default
+    max_record_bytes) fails the read naming topic, partition and offsets."""
+    cap = max_batch_bytes or max_batch_bytes_for(DEFAULT_MAX_RECORD_BYTES)
+    return _read_polls(bootstrap, topic, partition, start, end, _COLUMNS, max_batch_bytes=cap)
+
+
+def max_batch_bytes_for(max_record_bytes: int) -> int:
+    """The default cap on one batch's decompressed bytes: BATCH_BYTES_PER_FETCH_BYTE times the
+    largest fetch (what a batch can honestly expand to is bounded by what producers compress per
+    batch), or two records of ``max_record_bytes`` when that is more (a batch must fit one record)."""
+    return max(BATCH_BYTES_PER_FETCH_BYTE * FETCH_MAX_BYTES, 2 * max_record_bytes)
 
 
 @dataclass(frozen=True)
@@ -205,6 +224,8 @@ _COLUMNS = _PollShape(True, POLL_MAX_BATCHES, lambda bs: int(bs[0].offsets[0]), 
                       lambda bs, lo, hi: [c for c in (b.between(lo, hi) for b in bs) if len(c)],
                       lambda bs: (sum(len(b.data) for b in bs), sum(len(b) for b in bs)))
 FETCH_MAX_BYTES = 4 * 1024 * 1024  # per partition and fetch
+BATCH_BYTES_PER_FETCH_BYTE = 16  # a batch decompresses to at most 16 times the largest fetch (64 MiB) by default
+DEFAULT_MAX_RECORD_BYTES = 1 << 20  # the spec's default max_record_bytes
 FETCH_MIN_BYTES = 64 * 1024  # the smallest fetch sized to what a range still needs
 GUESSED_RECORD_BYTES = 1024  # before a consumer has seen any
 
@@ -213,7 +234,8 @@ def _fetch_bytes(records: int, bytes_per_record: float) -> int:
     return int(min(FETCH_MAX_BYTES, max(FETCH_MIN_BYTES, records * bytes_per_record * 1.1)))
 
 
-def _read_polls(bootstrap: str, topic: str, partition: int, start: int, end: int, shape: _PollShape) -> Iterator[list]:
+def _read_polls(bootstrap: str, topic: str, partition: int, start: int, end: int, shape: _PollShape,
+                max_batch_bytes: int | None = None) -> Iterator[list]:
     from kafka import TopicPartition
     from kafka.errors import KafkaError
 
@@ -221,6 +243,8 @@ def _read_polls(bootstrap: str, topic: str, partition: int, start: int, end: int
         return
     cached = _take_consumer(bootstrap, topic, partition, shape.columnar)
     consumer, tp = cached.consumer, TopicPartition(topic, partition)
+    if max_batch_bytes is not None:
+        bound_decompression(consumer, max_batch_bytes)
     finished = False
     try:
         resumes = cached.resume_at

@@ -3,7 +3,9 @@
 ListOffsets(LATEST) is not trusted on its own: the Tansu broker under-reports it when producer
 batches hold several records. The high watermark carried by FETCH responses is
 correct, so the end of every partition is confirmed with a fetch; on real Kafka both agree and
-the extra fetch costs one round trip.
+the extra fetch costs one round trip. The records such a fetch brings are never decoded
+(kafka_clients.watermark_consumer): planning works whatever the codec and cannot be made to
+expand a hostile batch.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 from pipeline_lib.errors import PipelineError
-from pipeline_lib.kafka_clients import Consumer
+from pipeline_lib.kafka_clients import watermark_consumer
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +27,7 @@ log = logging.getLogger(__name__)
 @contextmanager
 def offsets_consumer(bootstrap: str) -> Iterator[KafkaConsumer]:
     """A consumer for offset look-ups only (no group, no commits, tiny fetches); closed on exit."""
-    consumer = Consumer(
+    consumer = watermark_consumer(
         bootstrap_servers=bootstrap,
         group_id=None,
         enable_auto_commit=False,

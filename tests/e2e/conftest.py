@@ -1,5 +1,5 @@
-"""Fixtures for end-to-end tests: per-test locations (the shared topic of sample payments,
-``payments``, is in tests/conftest.py: the Airflow tests read it too)."""
+"""Fixtures for end-to-end tests: per-test locations, and each broker in turn (the shared topic
+of sample payments, ``payments``, is in tests/conftest.py: the Airflow tests read it too)."""
 
 from __future__ import annotations
 
@@ -17,3 +17,13 @@ def locations(request, tmp_path):
     if request.param == "s3":
         return name, f"s3://results/{name}", f"s3://checkpoints/{name}"
     return name, f"file://{tmp_path}/results/{name}", f"file://{tmp_path}/checkpoints/{name}"
+
+
+@pytest.fixture(scope="module", params=["apache_kafka", "tansu"])
+def broker_bootstrap(request) -> str:
+    """The bootstrap of each broker in turn, for tests that must hold on both: the real Apache
+    Kafka (tests/conftest.py's ``apache_kafka``) and the embedded stack's Tansu. Module scope, so
+    a module's tests run on one broker, then on the other; each broker starts once a session."""
+    if request.param == "apache_kafka":
+        return request.getfixturevalue("apache_kafka").bootstrap
+    return request.getfixturevalue("local_stack").kafka_bootstrap

@@ -1,5 +1,6 @@
-"""The Kafka source's range reads against the real broker: consumers reused between ranges of a
-Python worker, dropped after an error, and the error naming topic[partition] and the offsets."""
+"""The Kafka source's range reads against both brokers (Apache Kafka and Tansu): consumers reused
+between ranges of a Python worker, dropped after an error, and the error naming topic[partition]
+and the offsets."""
 
 from __future__ import annotations
 
@@ -29,13 +30,13 @@ def _drop_cached(key: tuple) -> None:
 
 
 @pytest.fixture(scope="module")
-def two_partitions(local_stack):
+def two_partitions(broker_bootstrap):
     topic = "reader-reuse"
-    create_topic(local_stack.kafka_bootstrap, topic, 2)
+    create_topic(broker_bootstrap, topic, 2)
     values = {p: [f"p{p}-{i}".encode() for i in range(1500)] for p in (0, 1)}
     for p, vals in values.items():
-        produce_raw(local_stack.kafka_bootstrap, topic, vals, partition=p)
-    return local_stack.kafka_bootstrap, topic, values
+        produce_raw(broker_bootstrap, topic, vals, partition=p)
+    return broker_bootstrap, topic, values
 
 
 def test_a_partition_s_consumer_reads_range_after_range(two_partitions):
@@ -82,12 +83,12 @@ def test_a_reader_that_stops_early_does_not_give_its_consumer_back(two_partition
 
 
 @pytest.fixture(scope="module")
-def gzip_topic(local_stack):
+def gzip_topic(broker_bootstrap):
     """Compressed batches from a real producer, with keys, headers, null values and big values."""
     from kafka import KafkaProducer
 
     topic = "reader-columnar"
-    bootstrap = local_stack.kafka_bootstrap
+    bootstrap = broker_bootstrap
     create_topic(bootstrap, topic, 1)
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=32 * 1024, acks="all",
                              compression_type="gzip")

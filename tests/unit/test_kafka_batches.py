@@ -106,7 +106,8 @@ def test_a_value_running_past_its_record_is_refused_naming_its_offset():
 
 
 def test_a_batch_claiming_more_records_than_it_holds_is_refused():
-    data = bytearray(build([(i, 5, None, b"x", []) for i in range(3)]))
+    # Values long enough that 4 records could fit the bytes: the walk, not the size check, refuses it.
+    data = bytearray(build([(i, 5, None, b"x" * 20, []) for i in range(3)]))
     struct.pack_into(">i", data, DefaultRecordBatch.HEADER_STRUCT.size - 4, 4)  # records count
     with pytest.raises(CorruptRecordError, match=r"batch of 4 records ends after 3"):
         decode_batch(DefaultRecordBatch(bytes(data)))

@@ -1,0 +1,224 @@
+"""A real Apache Kafka broker for the tests: one KRaft node (broker and controller) on 127.0.0.1.
+
+Tansu speaks the Kafka protocol but is not Kafka: what only a real broker shows (transaction
+markers kept in the log, every codec as producers write it, ListOffsets) is tested against this
+one. Its jars come from Maven Central through ``tools/kafka-broker/pom.xml`` into a cache
+directory reused between runs (no jars in git); the storage is formatted with Kafka's own
+StorageTool, the broker runs as ``java -cp JARS/* kafka.Kafka server.properties`` on two free
+ports and is stopped by PID.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline_lib.localstack.broker import broker_ready
+from pipeline_lib.localstack.ports import LOCALHOST, free_port
+from pipeline_lib.localstack.processes import StackError, start_daemon, stop_pid, wait_until_ready
+
+POM = Path(__file__).resolve().parents[2] / "tools" / "kafka-broker" / "pom.xml"
+_MAVEN_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+# A small heap and the serial collector: a test broker on a 2-core machine shared with Spark.
+JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
+LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.out.ref = out
+logger.kafka.name = kafka.server.KafkaRaftServer
+logger.kafka.level = info
+"""
+
+
+def kafka_version(pom: Path = POM) -> str:
+    """The broker version the pom pins (its ``kafka.version`` property)."""
+    found = ET.parse(pom).getroot().find("m:properties/m:kafka.version", _MAVEN_NS)
+    if found is None or not (found.text or "").strip():
+        raise StackError(f"{pom} has no kafka.version property")
+    return found.text.strip()  # type: ignore[union-attr]
+
+
+def jars_dir(version: str | None = None) -> Path:
+    """Where the broker's jars are cached: ``$XDG_CACHE_HOME/pipeline-lib/kafka-VERSION``
+    (``~/.cache`` by default), shared by every worktree and run of this machine."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "pipeline-lib" / f"kafka-{version or kafka_version()}"
+
+
+def fetch_jars(*, timeout: float = 900.0) -> Path:
+    """The cached jars, fetched first with ``mvn dependency:copy-dependencies`` if absent.
+
+    Maven copies into a temporary directory renamed into place at the end, so an interrupted
+    fetch never leaves a half-filled cache that a later run would trust."""
+    target = jars_dir()
+    if target.is_dir():
+        return target
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise StackError("Apache Kafka's jars are not cached and Maven (mvn) is missing: install maven "
+                         f"(.ci/run does) or copy the jars of {POM} into {target}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.", dir=target.parent))
+    try:
+        done = subprocess.run([mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
+                               f"-DoutputDirectory={staging}", "-DincludeScope=runtime"],
+                              capture_output=True, text=True, timeout=timeout, check=False)
+        if done.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
+            raise StackError(f"mvn could not fetch Apache Kafka's jars (exit {done.returncode}):\n"
+                             f"{(done.stdout + done.stderr)[-3000:]}")
+        try:
+            staging.rename(target)
+        except OSError:  # another process finished first: use its copy
+            if not target.is_dir():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+@dataclass(frozen=True)
+class ApacheKafka:
+    """A running broker: where clients connect, and what is needed to stop it."""
+
+    data_dir: Path
+    port: int
+    controller_port: int
+    pid: int
+    java: str
+    version: str
+    ready_seconds: float  # from starting the JVM (after formatting) to a client's first metadata answer
+
+    @property
+    def bootstrap(self) -> str:
+        """The address Kafka clients bootstrap from."""
+        return f"{LOCALHOST}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        """The broker's output (quoted when it fails to start)."""
+        return self.data_dir / "kafka.log"
+
+
+def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+    """One node as broker and controller, listening on 127.0.0.1 only; replication factors of 1
+    for the internal topics (offsets, transactions, share groups), which default to 3."""
+    return "\n".join([
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.bootstrap.servers={LOCALHOST}:{controller_port}",
+        f"listeners=PLAINTEXT://{LOCALHOST}:{port},CONTROLLER://{LOCALHOST}:{controller_port}",
+        f"advertised.listeners=PLAINTEXT://{LOCALHOST}:{port}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"log.dirs={data_dir / 'log'}",
+        "num.partitions=1",
+        "num.network.threads=2",
+        "num.io.threads=2",
+        "offsets.topic.replication.factor=1",
+        "offsets.topic.num.partitions=1",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "transaction.state.log.num.partitions=1",
+        "share.coordinator.state.topic.replication.factor=1",
+        "share.coordinator.state.topic.min.isr=1",
+        "group.initial.rebalance.delay.ms=0",
+        "",
+    ])
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise StackError("Apache Kafka needs Java 17+ (java is not on PATH)")
+    return java
+
+
+def _cluster_id() -> str:
+    """A random cluster id in Kafka's form (a UUID, base64 URL-safe without padding)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def start_apache_kafka(data_dir: Path, *, timeout: float = 120.0) -> ApacheKafka:
+    """Fetch (or reuse) the jars, format a fresh KRaft log in ``data_dir`` and start the broker;
+    return once a Kafka client gets metadata. On failure the JVM is stopped and StackError quotes
+    the log."""
+    jars = fetch_jars()
+    java, version = _java(), kafka_version()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    controller_port = free_port(exclude={port})
+    config = data_dir / "server.properties"
+    config.write_text(server_properties(data_dir, port, controller_port))
+    (data_dir / "log4j2.properties").write_text(LOG4J2)
+    jvm = [java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={data_dir / 'log4j2.properties'}",
+           "-cp", f"{jars}/*"]
+    formatted = subprocess.run([*jvm, "kafka.tools.StorageTool", "format", "--standalone",
+                                "-t", _cluster_id(), "-c", str(config)],
+                               capture_output=True, text=True, timeout=timeout, check=False)
+    if formatted.returncode != 0:
+        raise StackError(f"formatting Kafka's storage failed (exit {formatted.returncode}):\n"
+                         f"{(formatted.stdout + formatted.stderr)[-3000:]}")
+    log_path = data_dir / "kafka.log"
+    started = time.monotonic()
+    pid = start_daemon([*jvm, "kafka.Kafka", str(config)], log_path, cwd=data_dir,
+                       env={**os.environ, "NO_PROXY": f"{LOCALHOST},localhost", "no_proxy": f"{LOCALHOST},localhost"})
+    try:
+        wait_until_ready(pid, java, lambda: broker_ready(f"{LOCALHOST}:{port}"), what=f"Apache Kafka {version}",
+                         log_path=log_path, timeout=timeout)
+    except BaseException:
+        stop_pid(pid, java)
+        raise
+    return ApacheKafka(data_dir, port, controller_port, pid, java, version, time.monotonic() - started)
+
+
+def stop_apache_kafka(kafka: ApacheKafka, *, timeout: float = 30.0) -> bool:
+    """SIGTERM (a controlled shutdown), SIGKILL after ``timeout`` s; False if it was not running."""
+    return stop_pid(kafka.pid, kafka.java, timeout=timeout)
+
+
+def rss_bytes(pid: int) -> int | None:
+    """The process's resident memory from /proc (None where there is no /proc or no process)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def main() -> None:
+    """``python -m pipeline_lib.localstack.apache_kafka``: fetch the jars if need be, start a broker
+    in a temporary directory, print how long it took and its RSS, stop it."""
+    started = time.monotonic()
+    jars = fetch_jars()
+    print(f"jars: {jars} ({time.monotonic() - started:.1f} s)")
+    with tempfile.TemporaryDirectory(prefix="apache-kafka-") as tmp:
+        started = time.monotonic()
+        kafka = start_apache_kafka(Path(tmp))
+        try:
+            rss = rss_bytes(kafka.pid)
+            print(f"Apache Kafka {kafka.version} at {kafka.bootstrap} (pid {kafka.pid}): format + start "
+                  f"{time.monotonic() - started:.1f} s, JVM start to ready {kafka.ready_seconds:.1f} s, "
+                  f"RSS {rss // 2**20 if rss else '?'} MiB")
+        finally:
+            started = time.monotonic()
+            stop_apache_kafka(kafka)
+            print(f"stopped in {time.monotonic() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
