@@ -24,12 +24,13 @@ def source_schema(spark: SparkSession, source: KafkaSourceSpec, tolerant: bool =
 
 def range_reader(bootstrap: str, source: KafkaSourceSpec, schema: StructType,
                  tasks: list[list[tuple[str, int, int, int]]], epoch: int, on_error: str = "fail",
-                 max_record_bytes: int = 1 << 20) -> KafkaRangeReader:
+                 max_record_bytes: int = 1 << 20, max_batch_bytes: int | None = None) -> KafkaRangeReader:
     """The reader of one epoch's planned ranges, ``tasks`` per Spark task, for the source's schema."""
     user_fields = [f for f in schema.fields if not f.name.startswith("_")]
     return KafkaRangeReader(bootstrap=bootstrap, tasks=tasks, schema=schema, format=source.format,
                             fields=[(f.name, f.dataType.simpleString()) for f in user_fields], epoch=epoch,
-                            tolerant=on_error != "fail", max_record_bytes=max_record_bytes)
+                            tolerant=on_error != "fail", max_record_bytes=max_record_bytes,
+                            max_batch_bytes=max_batch_bytes)
 
 
 def map_tasks(spark: SparkSession, tasks: int, fn: Callable, schema: StructType | str) -> DataFrame:
@@ -44,11 +45,12 @@ def read_tasks(spark: SparkSession, reader: KafkaRangeReader) -> DataFrame:
 
 
 def epoch_range_reader(bootstrap: str, source: KafkaSourceSpec, schema: StructType, plan: EpochPlan,
-                       parallelism: int, on_error: str = "fail", max_record_bytes: int = 1 << 20) -> KafkaRangeReader:
+                       parallelism: int, on_error: str = "fail", max_record_bytes: int = 1 << 20,
+                       max_batch_bytes: int | None = None) -> KafkaRangeReader:
     """The reader of ``plan``'s ranges, cut into ``parallelism`` tasks of about equal sizes."""
     tasks = group_into_tasks(split_for_parallelism(plan.ranges, parallelism), parallelism)
     ranges = [[(r.topic, r.partition, r.start, r.end) for r in task] for task in tasks]
-    return range_reader(bootstrap, source, schema, ranges, plan.epoch, on_error, max_record_bytes)
+    return range_reader(bootstrap, source, schema, ranges, plan.epoch, on_error, max_record_bytes, max_batch_bytes)
 
 
 def bad_records_frame(df: DataFrame) -> DataFrame:

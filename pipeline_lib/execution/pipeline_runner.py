@@ -420,7 +420,7 @@ class PipelineRunner:
         with clear_spark_errors(f"epoch {plan.epoch} of pipeline {self.pipeline.name}"):
             spark.sparkContext.addJobTag(self.job_tag)  # on the calling thread: this one or a read-ahead's
             reader = epoch_range_reader(self.settings.require_kafka(), self.source, schema, plan, self.parallelism,
-                                        self.job.on_error, self.job.max_record_bytes)
+                                        self.job.on_error, self.job.max_record_bytes, self.job.max_batch_bytes)
             writers, dead_letters = self._task_writers(plan.epoch)
             if self.arrow_epochs is not None:
                 bad, results = self.arrow_epochs.read(spark, reader, writers, dead_letters)

@@ -46,7 +46,7 @@ class WarmUp:
             # would not), so every worker an epoch uses has been through the Arrow path once.
             reader = range_reader(runner.settings.require_kafka(), runner.source, self._schema,
                                   [[] for _ in range(runner.parallelism)], 0,
-                                  runner.job.on_error, runner.job.max_record_bytes)
+                                  runner.job.on_error, runner.job.max_record_bytes, runner.job.max_batch_bytes)
             if runner.arrow_epochs is not None:  # the Arrow path: the same query whatever the flows
                 runner.arrow_epochs.read(self._spark, reader, *runner._task_writers(0))  # reads, so writes, nothing
             else:

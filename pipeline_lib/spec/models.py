@@ -281,6 +281,9 @@ class JobSpec(StrictModel):
     on_error: Literal["fail", "dead_letter", "skip"] = "fail"
     dead_letter: DeadLetterSpec | None = None
     max_record_bytes: Annotated[int, Field(ge=1, le=1_073_741_824)] = 1_048_576
+    # What one Kafka record batch may decompress to (a decompression bomb fails the read naming
+    # topic, partition and offset); None: 64 MiB, or twice max_record_bytes if that is more.
+    max_batch_bytes: Annotated[int | None, Field(ge=1_024, le=4_294_967_296)] = None
     spark: SparkSpec | None = None
 
     @model_validator(mode="after")

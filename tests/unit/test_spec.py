@@ -105,3 +105,27 @@ def test_yaml_errors_are_reported(tmp_path):
         load_spec(path)
     with pytest.raises(SpecError, match="cannot read spec"):
         load_spec(tmp_path / "missing.yaml")
+
+
+def test_max_batch_bytes_reaches_the_kafka_reader_of_each_epoch():
+    """The spec's cap on what one Kafka batch may decompress to is what the epoch's reader uses
+    (unset: the reader derives it from max_record_bytes)."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from pipeline_lib.execution.epoch_reader import epoch_range_reader
+    from pipeline_lib.execution.kafka_source import max_batch_bytes_for
+    from pipeline_lib.plan.offsets import plan_epoch
+    from pipeline_lib.samples import spend_job_spec
+
+    plan = plan_epoch(1, None, "payments", {0: 0}, {0: 10}, 100, None)
+    schema = StructType([StructField("user", StringType())])
+    for cap in (None, 2_048):
+        job = parse_spec(spend_job_spec("job", "payments", "file:///tmp/o", "file:///tmp/c",
+                                        extra={"max_batch_bytes": cap} if cap else None))
+        source = job.all_sources()["main"].kafka
+        reader = epoch_range_reader("127.0.0.1:9", source, schema, plan, 1, job.on_error, job.max_record_bytes,
+                                    job.max_batch_bytes)
+        assert reader.max_batch_bytes == cap
+    assert max_batch_bytes_for(1 << 20) == 64 << 20
+    with pytest.raises(SpecError, match="max_batch_bytes"):
+        parse_spec(spend_job_spec("job", "payments", "file:///tmp/o", "file:///tmp/c", extra={"max_batch_bytes": 10}))
