@@ -385,6 +385,17 @@ def test_expected_services_exist(raw_services: dict[str, Any]) -> None:
     assert not missing, f"docker-compose.yml: services missing: {sorted(missing)}"
 
 
+# Releases that carry a security fix the stack needs; an older pin reopens the hole.
+MINIMUM_RELEASES = {"minio/minio": "RELEASE.2025-10-15T17-29-55Z"}  # CVE-2025-62506
+
+
+def test_no_image_is_older_than_its_security_fix(services: dict[str, Any]) -> None:
+    pinned = {split_image(s["image"])[0]: split_image(s["image"])[1] for s in services.values() if s.get("image")}
+    for repo, minimum in MINIMUM_RELEASES.items():
+        assert repo in pinned, f"no service runs {repo}"
+        assert (pinned[repo] or "").removesuffix("-cpuv1") >= minimum, f"{repo}:{pinned[repo]} is older than {minimum}"
+
+
 def test_every_image_is_pinned(services: dict[str, Any]) -> None:
     problems = []
     for name, service in services.items():
