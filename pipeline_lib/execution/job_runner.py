@@ -60,6 +60,8 @@ class JobSummary:
         return {"job": self.job, "pipelines": [
             {"name": p.name, "status": p.status, "attempt": p.attempt, "restored_from": p.restored_from,
              "epochs": len(p.epochs), "records": p.records, "reason": p.reason,
+             "first_epoch": p.epochs[0].epoch if p.epochs else None,
+             "last_epoch": p.epochs[-1].epoch if p.epochs else None,
              "last_snapshot": p.epochs[-1].snapshot_id if p.epochs else p.restored_from}
             for p in self.pipelines]}
 

@@ -24,19 +24,21 @@ import pytest
 from pipeline_lib.checkpoint.inspect import list_snapshots
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.recovery.recovery_record import read_record
-from pipeline_lib.samples import spend_per_user
+from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_per_user
 from pipeline_lib.settings import ConnectionSettings
 from tests.airflow.browser import HeadlessChromium
 from tests.airflow.deployment import start_airflow
 from tests.airflow.rest_api import AirflowApiError
 from tests.support import result_table, spend_spec, wait_for, write_spec
 
-pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # 6 tests in about 9-11 minutes on 2 busy cores
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # 7 tests in about 10-13 minutes on 2 busy cores
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "af-spend"
 DAG = f"pipeline__{JOB}"
 SINK, STORE = f"s3://results/{JOB}", f"s3://checkpoints/{JOB}"
+REPORTED = ("af-reported", "af-reported-payments")  # (job, topic) of the downstream test
+REPORT_DAG = "af_reported_report"
 SCREENSHOT = REPO / "results" / "pipelines-page.png"  # the README's picture is a copy of it
 FRAME = "document.querySelector('iframe[title=Pipelines]').contentDocument"  # the page inside the Airflow UI
 
@@ -65,12 +67,19 @@ def airflow(local_stack, payments, tmp_path_factory):
     shutil.copy(REPO / "dags" / "pipeline_dags.py", dags)
     topic, _ = payments
     write_spec(dags / "pipelines", spend_spec(JOB, topic, SINK, STORE, per_epoch=2_000))
+    create_topic(local_stack.kafka_bootstrap, REPORTED[1], 2)  # the downstream test's own job and topic
+    write_spec(dags / "pipelines", spend_spec(REPORTED[0], REPORTED[1], f"s3://results/{REPORTED[0]}",
+                                              f"s3://checkpoints/{REPORTED[0]}", per_epoch=500))
+    (dags / "af_report.py").write_text(  # an Airflow DAG file downstream of it, as dags/spend_report.py is
+        "# An Airflow DAG (Airflow's safe mode parses only files that say so)\n"
+        "from pathlib import Path\nfrom pipeline_lib.orchestration.report_dag import report_dag\n"
+        f"dag = report_dag({REPORT_DAG!r}, Path(__file__).parent / 'pipelines' / '{REPORTED[0]}.yaml')\n")
     env = {k: "" for k in os.environ if k.startswith("PIPELINE_")}  # connections only
     env.update(airflow_connections(local_stack))
     env["PIPELINE_RECOVERY_SCHEDULE"] = "none"  # this test decides when recovery runs
     server = start_airflow(root / "home", dags, REPO / "plugins", env, all_admins=True, timeout=180)
     try:
-        for dag_id in (DAG, "pipeline_recovery"):
+        for dag_id in (DAG, "pipeline_recovery", f"pipeline__{REPORTED[0]}", REPORT_DAG):
             server.wait_for_dag(dag_id, timeout=120)
             server.unpause(dag_id)
         yield server
@@ -165,6 +174,32 @@ def test_killed_run_is_recovered_by_pipeline_recovery_to_an_exact_result(airflow
                               ("pipeline_recovery", recovery_run, "relaunch_requests")):
         text = json.dumps(airflow.xcom(dag_id, rid, task))
         assert not any(s in text for s in secrets), (dag_id, task)
+
+
+def test_a_downstream_dag_runs_once_per_run_that_committed_epochs(airflow, stack_env, local_stack):
+    """The job's sink is an Asset: a run that commits epochs triggers the DAG scheduled on it,
+    with the epoch range in the event; a run that commits nothing triggers nothing."""
+    job, topic = REPORTED
+    events = payment_events(1_200, 40, seed=31)
+    produce_json(local_stack.kafka_bootstrap, topic, events)
+    upstream = airflow.trigger(f"pipeline__{job}", {"mode": "until_caught_up"})
+    assert airflow.wait_for_run(f"pipeline__{job}", upstream, timeout=300) == "success"
+    summary = airflow.xcom(f"pipeline__{job}", upstream, "run_job")["pipelines"][0]
+    assert (summary["first_epoch"], summary["last_epoch"]) == (1, 3)
+    [report] = wait_for(lambda: airflow.dag_runs(REPORT_DAG) or None, 120, "the downstream DAG's run")
+    assert airflow.wait_for_run(REPORT_DAG, report["dag_run_id"], timeout=180) == "success"
+    read = airflow.xcom(REPORT_DAG, report["dag_run_id"], "read_committed")
+    assert read["rows"] == len(spend_per_user(events)) and read["epochs"] == [3]
+    [announced] = read["events"]
+    assert announced == {"job": job, "pipeline": "main", "flow": job, "first_epoch": 1, "last_epoch": 3,
+                         "snapshot": summary["last_snapshot"], "records": len(events)}
+
+    again = airflow.trigger(f"pipeline__{job}", {"mode": "until_caught_up"})  # nothing new to read
+    assert airflow.wait_for_run(f"pipeline__{job}", again, timeout=300) == "success"
+    assert airflow.xcom(f"pipeline__{job}", again, "run_job")["pipelines"][0]["epochs"] == 0
+    recovery = airflow.trigger("pipeline_recovery", {"dry_run": True})  # a later scheduler loop, to wait on
+    assert airflow.wait_for_run("pipeline_recovery", recovery, timeout=180) == "success"
+    assert len(airflow.dag_runs(REPORT_DAG)) == 1
 
 
 def test_stopping_a_continuous_run_in_airflow_stops_spark_and_is_not_recovered(airflow, stack_env):

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline_lib.spec import load_spec
+
 REPO = Path(__file__).resolve().parents[2]
 
 # Starts nothing, but parses the DAGs with Airflow: Airflow is imported by the tests, not at
@@ -25,7 +27,8 @@ def dagbag():
 
 def test_every_dag_loads_without_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert set(dagbag.dag_ids) == {"pipeline__spend-per-user", "pipeline__shop", "pipeline_recovery"}
+    assert set(dagbag.dag_ids) == {"pipeline__spend-per-user", "pipeline__shop", "pipeline_recovery",
+                                   "spend_per_user_report"}
     for dag_id in ("pipeline__spend-per-user", "pipeline__shop"):
         dag = dagbag.dags[dag_id]
         assert [t.task_id for t in dag.tasks] == ["check_params", "run_job"]
@@ -126,9 +129,37 @@ def test_a_broken_spec_does_not_hide_the_other_jobs(tmp_path):
 
     bag = DagBag(dag_folder=str(dags))
     assert bag.import_errors == {}
-    assert set(bag.dag_ids) == {"pipeline__spend-per-user", "pipeline__shop", "pipeline_recovery"}
+    assert set(bag.dag_ids) == {"pipeline__spend-per-user", "pipeline__shop", "pipeline_recovery",
+                                "spend_per_user_report"}
     from pipeline_lib.orchestration.job_specs import load_spec_folder
 
     errors = load_spec_folder(dags / "pipelines").errors
     assert "checkpoint: Field required" in errors[dags / "pipelines" / "broken.yaml"]
     assert "job name 'shop' is already used by shop.yaml" in errors[dags / "pipelines" / "zz-copy.yaml"]
+
+
+def test_a_job_s_run_adds_sink_events_to_its_alias_and_the_report_dag_is_scheduled_on_the_sink(dagbag):
+    from airflow.sdk import Asset, AssetAlias
+
+    run_job = dagbag.dags["pipeline__shop"].get_task("run_job")
+    assert run_job.outlets == [AssetAlias(name="pipeline_lib__shop__sinks", group="pipeline-lib")]
+    report = dagbag.dags["spend_per_user_report"]
+    spend = Asset(name="pipeline_lib__spend-per-user__spend-per-user", uri="s3://results/spend-per-user",
+                  group="pipeline-lib")
+    assert list(report.timetable.asset_condition.objects) == [spend]
+
+
+def test_only_pipelines_that_committed_epochs_announce_their_sinks():
+    from pipeline_lib.orchestration.assets import committed_events
+
+    shop = load_spec(REPO / "dags/pipelines/shop.yaml")
+    summary = {"job": "shop", "pipelines": [
+        {"name": "payments", "epochs": 3, "first_epoch": 5, "last_epoch": 7, "last_snapshot": "0000000007-a2",
+         "records": 900},
+        {"name": "refunds", "epochs": 0, "first_epoch": None, "last_epoch": None, "last_snapshot": None,
+         "records": 0}]}
+    events = committed_events(shop, summary)
+    assert [(asset.uri, extra["flow"]) for asset, extra in events] == [
+        ("s3://results/shop-spend", "spend"), ("s3://results/shop-big", "big-payments")]
+    assert events[0][1] == {"job": "shop", "pipeline": "payments", "flow": "spend", "first_epoch": 5,
+                            "last_epoch": 7, "snapshot": "0000000007-a2", "records": 900}
