@@ -8,14 +8,18 @@ permissions decide who may restore, not this plugin.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from pipeline_lib.orchestration.overview import JobView, PipelineView, build_overview
+from pipeline_lib.orchestration.job_specs import RECOVERY_DAG_ID
+from pipeline_lib.orchestration.overview import JobView, Overview, PipelineView, build_overview
 
+Readable = Callable[[set[str]], set[str]]  # the DAG ids of those given that the request's user may read
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")),
                         autoescape=select_autoescape(["html"]))
 STATUS_COLOURS = {"RUNNING": "#1a7f37", "SCHEDULING": "#9a6700", "STOPPED": "#0969da", "COMPLETED": "#6e7781",
@@ -60,32 +64,64 @@ def _settings():
     return settings_from_connections(lookup)
 
 
-def _auth_dependency():
+def airflow_access():
+    """Airflow's own check of the request's user (its session cookie or bearer token), as a FastAPI
+    dependency that gives the DAG ids of ``dag_ids`` that user may read, asked of Airflow's auth
+    manager. None when Airflow's auth cannot be imported: the app then closes (fail closed)."""
     try:
-        from airflow.api_fastapi.core_api.security import requires_authenticated
+        from airflow.api_fastapi.app import get_auth_manager
+        from airflow.api_fastapi.core_api.security import get_user
+    except ImportError:
+        return None
 
-        return [Depends(requires_authenticated())]
-    except ImportError:  # outside an api-server (tests of the page itself)
-        return []
+    def readable(user: object = Depends(get_user)) -> Readable:
+        return lambda dag_ids: get_auth_manager().filter_authorized_dag_ids(dag_ids=dag_ids, user=user, method="GET")
+    return readable
+
+
+def closed() -> Readable:
+    """Every request of an app whose login check could not be loaded: refused, never served public."""
+    raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                        "the Pipelines page is closed: Airflow's login check cannot be loaded")
+
+
+def everything() -> Readable:
+    """Every DAG readable: the page without Airflow's login (tests of the page itself)."""
+    return lambda dag_ids: dag_ids
 
 
 def create_app(specs_dir: Path | None = None, settings_factory=_settings, authenticated: bool = True) -> FastAPI:
-    """The UI plugin's FastAPI app; ``authenticated=False`` serves it without Airflow's login (tests)."""
-    app = FastAPI(title="pipeline-lib", dependencies=_auth_dependency() if authenticated else [])
+    """The UI plugin's FastAPI app; ``authenticated=False`` serves it without Airflow's login (tests).
 
-    def overview(lag: bool = True):
-        return build_overview(specs_dir or default_specs_dir(), settings_factory(), lag=lag)
+    No OpenAPI docs: they would answer without login and load scripts from a CDN into Airflow's
+    origin."""
+    access = (airflow_access() or closed) if authenticated else everything
+    app = FastAPI(title="pipeline-lib", docs_url=None, redoc_url=None, openapi_url=None)
+    readable_dep = Depends(access)
+
+    def overview(readable: Readable, lag: bool = True) -> Overview:
+        return visible(build_overview(specs_dir or default_specs_dir(), settings_factory(), lag=lag), readable)
 
     @app.get("/", response_class=HTMLResponse)
-    def page(request: Request, lag: bool = True) -> HTMLResponse:
+    def page(request: Request, readable: Readable = readable_dep, lag: bool = True) -> HTMLResponse:
         html = TEMPLATES.get_template("pipelines.html").render(
-            overview=overview(lag), colours=STATUS_COLOURS, refresh_seconds=REFRESH_SECONDS,
+            overview=overview(readable, lag), colours=STATUS_COLOURS, refresh_seconds=REFRESH_SECONDS,
             start_over_question=start_over_question, airflow_root=request.scope.get("root_path", "")
             .rsplit("/pipeline-lib", 1)[0])
         return HTMLResponse(html)
 
     @app.get("/api/overview")
-    def overview_json(lag: bool = True) -> JSONResponse:
-        return JSONResponse(overview(lag).to_dict())
+    def overview_json(readable: Readable = readable_dep, lag: bool = True) -> JSONResponse:
+        return JSONResponse(overview(readable, lag).to_dict())
 
     return app
+
+
+def visible(overview: Overview, readable: Readable) -> Overview:
+    """The jobs whose DAG the user may read. Spec errors (file names and messages) belong to no
+    readable job, so they go only to a user who may read ``pipeline_recovery``, which acts on every job."""
+    allowed = readable({job.dag_id for job in overview.jobs} | {RECOVERY_DAG_ID})
+    jobs = [job for job in overview.jobs if job.dag_id in allowed]
+    errors = overview.spec_errors if RECOVERY_DAG_ID in allowed else {}
+    return replace(overview, jobs=jobs, spec_errors=errors)
+
