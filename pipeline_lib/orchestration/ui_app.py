@@ -94,9 +94,10 @@ def create_app(specs_dir: Path | None = None, settings_factory=_settings, authen
     """The UI plugin's FastAPI app; ``authenticated=False`` serves it without Airflow's login (tests).
 
     No OpenAPI docs: they would answer without login and load scripts from a CDN into Airflow's
-    origin."""
+    origin. Every response forbids framing by another origin; Airflow's own iframe is same-origin."""
     access = (airflow_access() or closed) if authenticated else everything
     app = FastAPI(title="pipeline-lib", docs_url=None, redoc_url=None, openapi_url=None)
+    app.middleware("http")(frame_ancestors_self)
     readable_dep = Depends(access)
 
     def overview(readable: Readable, lag: bool = True) -> Overview:
@@ -125,3 +126,10 @@ def visible(overview: Overview, readable: Readable) -> Overview:
     errors = overview.spec_errors if RECOVERY_DAG_ID in allowed else {}
     return replace(overview, jobs=jobs, spec_errors=errors)
 
+
+async def frame_ancestors_self(request: Request, call_next):
+    """``Content-Security-Policy: frame-ancestors 'self'`` on every response: only Airflow's own
+    UI (same origin) may show the page in a frame, so another site cannot overlay its buttons."""
+    response = await call_next(request)
+    response.headers["Content-Security-Policy"] = "frame-ancestors 'self'"
+    return response

@@ -1,7 +1,7 @@
 """Who may see the Pipelines page, checked by Airflow's real login and auth manager (the simple
 auth manager, Airflow's default, with real signed tokens): no user, no page; each user sees only
 the jobs whose DAG Airflow lets them read; a plugin whose login check cannot be imported refuses
-every request instead of serving it public; no OpenAPI docs answer."""
+every request instead of serving it public; no OpenAPI docs answer; no other origin may frame it."""
 
 from __future__ import annotations
 
@@ -90,3 +90,9 @@ def test_no_openapi_docs_answer(tmp_path, authenticated):
     for route in ["/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"]:
         assert client.get(route).status_code == 404, route
 
+
+def test_no_other_origin_may_frame_the_page_or_the_api(tmp_path, auth_manager):
+    client = TestClient(create_app(_specs(tmp_path, "spend"), settings_factory=lambda: SETTINGS))
+    viewer = _bearer(auth_manager, "VIEWER")
+    for answer in [client.get(r, params={"lag": "false"}, headers=viewer) for r in ROUTES] + [client.get("/")]:
+        assert answer.headers["Content-Security-Policy"] == "frame-ancestors 'self'"
