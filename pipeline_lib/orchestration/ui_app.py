@@ -15,9 +15,19 @@ from pathlib import Path
 from fastapi import Depends, FastAPI, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
 
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.orchestration.job_specs import RECOVERY_DAG_ID
-from pipeline_lib.orchestration.overview import JobView, Overview, PipelineView, build_overview
+from pipeline_lib.orchestration.overview import (
+    VIEW_BUDGET_S,
+    JobView,
+    Opener,
+    Overview,
+    PipelineView,
+    build_overview,
+)
+from pipeline_lib.orchestration.view_cache import ViewCache
 
 Readable = Callable[[set[str]], set[str]]  # the DAG ids of those given that the request's user may read
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")),
@@ -26,6 +36,7 @@ STATUS_COLOURS = {"RUNNING": "#1a7f37", "SCHEDULING": "#9a6700", "STOPPED": "#09
                   "FAILED": "#cf222e", "LOST": "#bc4c00",
                   "STALLED": "#bc4c00", "NEW": "#8c959f", "UNKNOWN": "#8c959f"}
 REFRESH_SECONDS = 10  # the page re-reads the overview this often (a form in progress is kept)
+CACHE_SECONDS = 5.0  # views this close together share one read of the stores and the broker
 
 
 def start_over_question(job: JobView, pipeline: PipelineView) -> str:
@@ -34,7 +45,8 @@ def start_over_question(job: JobView, pipeline: PipelineView) -> str:
     kept = [h for h in pipeline.history if h.get("status") in ("head", "ok")]
     if kept:
         latest = next((h for h in kept if h.get("status") == "head"), kept[0])
-        what = (f"its {len(kept)} retained snapshot{'s' if len(kept) != 1 else ''} "
+        count = max(len(kept), pipeline.retained)  # the history shows only the newest
+        what = (f"its {count} retained snapshot{'s' if count != 1 else ''} "
                 f"(latest {latest['snapshot_id']}, epoch {latest['epoch']})")
     else:
         what = "no committed snapshot (there is none)"
@@ -90,8 +102,13 @@ def everything() -> Readable:
     return lambda dag_ids: dag_ids
 
 
-def create_app(specs_dir: Path | None = None, settings_factory=_settings, authenticated: bool = True) -> FastAPI:
+def create_app(specs_dir: Path | None = None, settings_factory=_settings, authenticated: bool = True,
+               cache_s: float = CACHE_SECONDS, budget_s: float = VIEW_BUDGET_S,
+               open_snapshots: Opener = SnapshotStore.open) -> FastAPI:
     """The UI plugin's FastAPI app; ``authenticated=False`` serves it without Airflow's login (tests).
+
+    Views share one build of the data for ``cache_s`` seconds (then filtered per user), each build
+    bounded by ``budget_s``; ``open_snapshots`` opens a pipeline's checkpoint store.
 
     No OpenAPI docs: they would answer without login and load scripts from a CDN into Airflow's
     origin. Every response forbids framing by another origin; Airflow's own iframe is same-origin."""
@@ -99,21 +116,26 @@ def create_app(specs_dir: Path | None = None, settings_factory=_settings, authen
     app = FastAPI(title="pipeline-lib", docs_url=None, redoc_url=None, openapi_url=None)
     app.middleware("http")(frame_ancestors_self)
     readable_dep = Depends(access)
+    cache: ViewCache[Overview] = ViewCache(cache_s)
 
-    def overview(readable: Readable, lag: bool = True) -> Overview:
-        return visible(build_overview(specs_dir or default_specs_dir(), settings_factory(), lag=lag), readable)
+    async def overview(readable: Readable, lag: bool = True) -> Overview:
+        def build() -> Overview:
+            return build_overview(specs_dir or default_specs_dir(), settings_factory(), lag=lag, budget_s=budget_s,
+                                  open_snapshots=open_snapshots)
+        # the auth manager may ask the metadata DB: not on the event loop
+        return await run_in_threadpool(visible, await cache.get(lag, build), readable)
 
     @app.get("/", response_class=HTMLResponse)
-    def page(request: Request, readable: Readable = readable_dep, lag: bool = True) -> HTMLResponse:
+    async def page(request: Request, readable: Readable = readable_dep, lag: bool = True) -> HTMLResponse:
         html = TEMPLATES.get_template("pipelines.html").render(
-            overview=overview(readable, lag), colours=STATUS_COLOURS, refresh_seconds=REFRESH_SECONDS,
+            overview=await overview(readable, lag), colours=STATUS_COLOURS, refresh_seconds=REFRESH_SECONDS,
             start_over_question=start_over_question, airflow_root=request.scope.get("root_path", "")
             .rsplit("/pipeline-lib", 1)[0])
         return HTMLResponse(html)
 
     @app.get("/api/overview")
-    def overview_json(readable: Readable = readable_dep, lag: bool = True) -> JSONResponse:
-        return JSONResponse(overview(readable, lag).to_dict())
+    async def overview_json(readable: Readable = readable_dep, lag: bool = True) -> JSONResponse:
+        return JSONResponse((await overview(readable, lag)).to_dict())
 
     return app
 
