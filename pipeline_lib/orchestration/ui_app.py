@@ -2,7 +2,8 @@
 
 Read-only except through Airflow itself: the page's restore buttons call Airflow's own REST API
 (``POST /api/v2/dags/{dag_id}/dagRuns``) with the signed-in user's session, so Airflow's
-permissions decide who may restore, not this plugin.
+permissions decide who may restore, not this plugin. Airflow's auth manager also decides which
+jobs a user sees: those whose DAG they may read.
 """
 
 from __future__ import annotations
