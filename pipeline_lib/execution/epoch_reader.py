@@ -64,5 +64,8 @@ def bad_records_frame(df: DataFrame) -> DataFrame:
     return (df.filter(F.col("_error").isNotNull())
             .select(F.col("_topic").alias("topic"), F.col("_partition").alias("partition"),
                     F.col("_offset").alias("offset"), F.col("_error").alias("error"),
-                    F.base64(F.substring("_raw", 1, DEAD_LETTER_RAW_BYTES)).alias("raw_base64"),
+                    # one line, as the Arrow path writes it: Spark 4 chunks base64 into 76-character
+                    # MIME lines by default (spark.sql.chunkBase64String.enabled)
+                    F.regexp_replace(F.base64(F.substring("_raw", 1, DEAD_LETTER_RAW_BYTES)), r"[\r\n]", "")
+                    .alias("raw_base64"),
                     F.length("_raw").cast("long").alias("raw_bytes")))
