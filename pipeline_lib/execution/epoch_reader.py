@@ -53,10 +53,21 @@ def epoch_range_reader(bootstrap: str, source: KafkaSourceSpec, schema: StructTy
     return range_reader(bootstrap, source, schema, ranges, plan.epoch, on_error, max_record_bytes, max_batch_bytes)
 
 
+DEAD_LETTER_RAW_BYTES = 64 * 1024
+"""What a dead letter keeps of a bad record's bytes: enough to see what went wrong, while a record
+of up to ``max_record_bytes`` (or a flood of them) does not copy itself whole into the dead-letter
+sink. ``raw_bytes`` keeps the original size."""
+
+
 def bad_records_frame(df: DataFrame) -> DataFrame:
     """A tolerant read's error rows, with the columns dead letters hold (each task writes and
-    orders its own, see sink.task_parts: no shuffle to sort them all)."""
+    orders its own, see sink.task_parts: no shuffle to sort them all): the raw value cut to
+    ``DEAD_LETTER_RAW_BYTES``, and its whole size."""
     return (df.filter(F.col("_error").isNotNull())
             .select(F.col("_topic").alias("topic"), F.col("_partition").alias("partition"),
                     F.col("_offset").alias("offset"), F.col("_error").alias("error"),
-                    F.base64("_raw").alias("raw_base64")))
+                    # one line, as the Arrow path writes it: Spark 4 chunks base64 into 76-character
+                    # MIME lines by default (spark.sql.chunkBase64String.enabled)
+                    F.regexp_replace(F.base64(F.substring("_raw", 1, DEAD_LETTER_RAW_BYTES)), r"[\r\n]", "")
+                    .alias("raw_base64"),
+                    F.length("_raw").cast("long").alias("raw_bytes")))

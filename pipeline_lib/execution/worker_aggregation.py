@@ -31,7 +31,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.aggregate import partials_frame
-from pipeline_lib.execution.epoch_reader import bad_records_frame, map_tasks
+from pipeline_lib.execution.epoch_reader import DEAD_LETTER_RAW_BYTES, bad_records_frame, map_tasks
 from pipeline_lib.execution.kafka_source import KafkaRangeReader
 from pipeline_lib.sink.task_parts import TaskParts, TaskPartWriter, WrittenParts
 from pipeline_lib.spec.models import FlowSpec
@@ -168,11 +168,15 @@ class EpochInWorker:
 
 
 def bad_records(batch: pa.RecordBatch) -> pa.Table:
-    """The error rows of a tolerant read, as the Spark path's ``bad_records_frame`` has them."""
+    """The error rows of a tolerant read, as the Spark path's ``bad_records_frame`` has them: the
+    raw value cut to ``DEAD_LETTER_RAW_BYTES``, and its whole size in ``raw_bytes``."""
     bad = batch.filter(batch.column("_error").is_valid())
-    raw = [None if r is None else base64.b64encode(r).decode("ascii") for r in bad.column("_raw").to_pylist()]
+    values = bad.column("_raw").to_pylist()
+    raw = [None if r is None else base64.b64encode(r[:DEAD_LETTER_RAW_BYTES]).decode("ascii") for r in values]
+    sizes = [None if r is None else len(r) for r in values]
     return pa.table([bad.column("_topic"), bad.column("_partition"), bad.column("_offset"), bad.column("_error"),
-                     pa.array(raw, pa.string())], names=["topic", "partition", "offset", "error", "raw_base64"])
+                     pa.array(raw, pa.string()), pa.array(sizes, pa.int64())],
+                    names=["topic", "partition", "offset", "error", "raw_base64", "raw_bytes"])
 
 
 def _blobs(output: int, table: pa.Table) -> Iterator[pa.RecordBatch]:

@@ -4,19 +4,24 @@ status, lag, latest snapshot, snapshot history and what recovery did. Read-only.
 Lag is the records between each pipeline's committed positions and the topic's end offsets,
 asked of the broker with a short timeout; a broker that does not answer leaves the page working
 and says so in the lag column instead.
+
+A view has a time budget: the pipelines (and lag) it has not reached when the budget runs out are
+shown as not read, and the overview says so, so that slow stores cannot hold a view for minutes.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pipeline_lib.checkpoint.inspect import list_snapshots
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.graph import build_graph
 from pipeline_lib.orchestration.job_specs import job_dag_id, load_spec_folder
+from pipeline_lib.orchestration.snapshot_rows import newest_snapshots
 from pipeline_lib.recovery.recovery_record import read_record
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec.models import JobSpec
@@ -43,7 +48,9 @@ class PipelineView:
     latest_at: str | None = None
     keys: int | None = None
     positions: dict[str, int] = field(default_factory=dict)  # committed: partition -> next offset
-    history: list[dict] = field(default_factory=list)  # every snapshot the store lists, newest first
+    history: list[dict] = field(default_factory=list)  # the newest snapshots the store lists, newest first
+    history_total: int = 0  # snapshots listed in all (the history shows at most HISTORY_ROWS)
+    retained: int = 0  # committed snapshots the head keeps: what a start-over discards
     recovery: str | None = None
 
 
@@ -63,34 +70,51 @@ class Overview:
     jobs: list[JobView]
     spec_errors: dict[str, str]
     generated_at: str
+    incomplete: str | None = None  # why some pipelines (or their lag) were not read
+
 
     def to_dict(self) -> dict:
         """Plain JSON-ready data for the UI's API."""
         return asdict(self)
 
 
+VIEW_BUDGET_S = 8.0  # what one build of the page may take (the page refreshes every 10 s)
+NOT_READ = "not read: this view's time budget ran out"
+Opener = Callable[[str, str, str, ConnectionSettings], SnapshotStore]
+
+
 def build_overview(specs_dir: Path, settings: ConnectionSettings, lag: bool = True,
-                   now: dt.datetime | None = None) -> Overview:
-    """Read every job's checkpoints (and Kafka lag if ``lag``) into the overview the UI renders."""
+                   now: dt.datetime | None = None, budget_s: float = VIEW_BUDGET_S,
+                   open_snapshots: Opener = SnapshotStore.open) -> Overview:
+    """Read every job's checkpoints (and Kafka lag if ``lag``) into the overview the UI renders,
+    within ``budget_s`` seconds: what is not reached by then is marked not read."""
     now = now or dt.datetime.now(dt.UTC)
+    deadline = time.monotonic() + budget_s
     folder = load_spec_folder(specs_dir)
-    jobs = [_job_view(path, spec, settings, now, lag) for path, spec in folder.specs.items()]
+    jobs = [_job_view(path, spec, settings, now, lag, deadline, open_snapshots) for path, spec in folder.specs.items()]
     errors = {path.name: error for path, error in folder.errors.items()}
-    return Overview(jobs, errors, now.strftime("%Y-%m-%d %H:%M:%S UTC"))
+    skipped = sum(1 for j in jobs for p in j.pipelines if p.reason == NOT_READ or p.lag_note == NOT_READ)
+    incomplete = (f"this view ran out of its {budget_s:g} s budget: {skipped} pipeline(s) not (fully) read; "
+                  "the next refresh tries again") if skipped else None
+    return Overview(jobs, errors, now.strftime("%Y-%m-%d %H:%M:%S UTC"), incomplete)
 
 
-def _job_view(path: Path, spec: JobSpec, settings: ConnectionSettings, now: dt.datetime, lag: bool) -> JobView:
+def _job_view(path: Path, spec: JobSpec, settings: ConnectionSettings, now: dt.datetime, lag: bool,
+              deadline: float, open_snapshots: Opener) -> JobView:
     sources = spec.all_sources()
     views = []
     for pipeline in build_graph(spec).pipelines():
         view = PipelineView(pipeline.name, list(pipeline.flows), sources[pipeline.source].kafka.topic, "UNKNOWN")
-        try:
-            _fill(view, SnapshotStore.open(spec.checkpoint.store, spec.name, pipeline.name, settings), now)
-        except Exception as exc:  # one unreachable store must not blank the page
-            view.reason = f"cannot read the checkpoint store: {exc}"
+        if time.monotonic() >= deadline:
+            view.reason = NOT_READ
+        else:
+            try:
+                _fill(view, open_snapshots(spec.checkpoint.store, spec.name, pipeline.name, settings), now)
+            except Exception as exc:  # one unreachable store must not blank the page
+                view.reason = f"cannot read the checkpoint store: {exc}"
         views.append(view)
     if lag:
-        _fill_lag(views, settings)
+        _fill_lag([v for v in views if v.reason != NOT_READ], settings, deadline)
     return JobView(spec.name, path.name, job_dag_id(spec.name), spec.checkpoint.store, views)
 
 
@@ -106,7 +130,7 @@ def _fill(view: PipelineView, snapshots: SnapshotStore, now: dt.datetime) -> Non
             view.heartbeat_age_s = round((now - status.heartbeat_at).total_seconds(), 1)
         if status.subtasks_total:
             view.subtasks = f"{status.subtasks_started}/{status.subtasks_total} started"
-    rows = list_snapshots(snapshots)
+    rows, view.history_total, view.retained = newest_snapshots(snapshots)
     view.history = [{k: r.get(k) for k in ("snapshot_id", "epoch", "created_at", "records_read", "keys", "status",
                                             "completed")} for r in rows]
     head = next((r for r in rows if r.get("head")), None)
@@ -137,23 +161,31 @@ def _recovery_text(record) -> str:
     return "; ".join(parts)
 
 
-def _fill_lag(views: list[PipelineView], settings: ConnectionSettings) -> None:
+def _fill_lag(views: list[PipelineView], settings: ConnectionSettings, deadline: float) -> None:
     if not settings.kafka_bootstrap:
         for v in views:
             v.lag_note = "no Kafka connection configured"
+        return
+    if not views or time.monotonic() >= deadline:
+        for v in views:
+            v.lag_note = NOT_READ
         return
     try:
         from pipeline_lib.plan import kafka_offsets
 
         with kafka_offsets.offsets_consumer(settings.kafka_bootstrap) as consumer:
             for v in views:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    v.lag_note = NOT_READ
+                    continue
                 try:
                     partitions = sorted(consumer.partitions_for_topic(v.topic) or [])
                     if not partitions:
                         v.lag_note = f"topic {v.topic} not found"
                         continue
                     # the fetch high watermark: Tansu's ListOffsets under-reports
-                    ends = kafka_offsets.confirmed_end_offsets(consumer, v.topic, partitions, timeout_s=5)
+                    ends = kafka_offsets.confirmed_end_offsets(consumer, v.topic, partitions, timeout_s=min(5, left))
                     done = {int(p): o for p, o in v.positions.items()}
                     v.lag = sum(max(0, end - done.get(p, 0)) for p, end in ends.items())
                 except Exception as exc:

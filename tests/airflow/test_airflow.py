@@ -226,8 +226,13 @@ def _alive(pid: int) -> bool:
 
 
 def test_the_pipelines_page_in_the_airflow_ui(airflow):
-    html = airflow.request("GET", "/pipeline-lib/").text
+    answer = airflow.request("GET", "/pipeline-lib/")
+    html = answer.text
     assert JOB in html and "STOPPED" in html and "Trigger restore" in html
+    # only Airflow's own UI may frame it (the iframe test below shows 'self' keeps that working)
+    assert answer.headers["Content-Security-Policy"] == "frame-ancestors 'self'"
+    for docs in ("/pipeline-lib/docs", "/pipeline-lib/redoc", "/pipeline-lib/openapi.json"):
+        assert airflow.request("GET", docs, expect=None).status_code == 404, docs
     assert "last relaunch at" in html  # the recovery record
     overview = airflow.get("/pipeline-lib/api/overview")
     [pipeline] = overview["jobs"][0]["pipelines"]

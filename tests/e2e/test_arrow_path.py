@@ -5,6 +5,7 @@ path the read tasks write stateless rows and bad records themselves: those are r
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import math
@@ -18,6 +19,7 @@ from pyspark.sql import functions as F
 
 from pipeline_lib.execution.aggregate import partials_frame
 from pipeline_lib.execution.epoch_reader import (
+    DEAD_LETTER_RAW_BYTES,
     bad_records_frame,
     epoch_range_reader,
     range_reader,
@@ -44,6 +46,7 @@ FLOWS = [
     {"name": "per_n", "state": {"aggregate": {"key": ["n"], "values": {"events": "count(*)"}}}},
     {"name": "rows"},
 ]
+OVERSIZED = DEAD_LETTER_RAW_BYTES + 40_000  # a bad record a dead letter keeps only the start of
 
 
 def _event(rng: random.Random) -> dict:
@@ -72,7 +75,8 @@ def spark():
 
 @pytest.fixture(scope="module")
 def topics(local_stack):
-    """{"clean": topic, "dirty": topic with some records that are not JSON of the schema}."""
+    """{"clean": topic, "dirty": topic with some records that are not JSON of the schema, one of
+    them larger than what a dead letter keeps of it}."""
     rng = random.Random(11)
     made = {}
     for kind in ("clean", "dirty"):
@@ -81,7 +85,9 @@ def topics(local_stack):
         values = []
         for i in range(4_000):
             values.append(json.dumps(_event(rng)).encode())
-            if kind == "dirty" and i % 400 == 5:
+            if kind == "dirty" and i == 5:
+                values.append(b"x" * OVERSIZED)
+            elif kind == "dirty" and i % 400 == 5:
                 values.append(rng.choice([b"not json", b'{"user": "x", "amount": "ten"}', b"\xff\xfe"]))
         for p in range(3):
             produce_raw(local_stack.kafka_bootstrap, topic, values[p::3], partition=p)
@@ -162,6 +168,8 @@ def test_both_paths_give_equal_tables_for_every_flow_shape(spark, local_stack, t
         assert written.schema == spark_bad.schema
         in_order = [("partition", "ascending"), ("offset", "ascending")]
         assert written.sort_by(in_order).to_pylist() == spark_bad.sort_by(in_order).to_pylist()
+        [big] = [r for r in spark_bad.to_pylist() if r["raw_bytes"] == OVERSIZED]  # cut the same on both paths
+        assert base64.b64decode(big["raw_base64"]) == b"x" * DEAD_LETTER_RAW_BYTES
         first = spark_bad.sort_by(in_order).slice(0, 1).to_pylist()[0]
         assert arrow_bad.first_bad == {k: first[k] for k in ("topic", "partition", "offset", "error")}
     else:

@@ -16,6 +16,7 @@ from pyspark.sql import types as T
 from pipeline_lib.checkpoint.manifest import FileRef, sha256_hex
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution import worker_aggregation as wa
+from pipeline_lib.execution.epoch_reader import DEAD_LETTER_RAW_BYTES
 from pipeline_lib.execution.worker_aggregation import EpochInWorker, FlowInWorker, bad_records
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink import task_parts
@@ -92,9 +93,20 @@ def test_bad_records_keep_their_place_reason_and_raw_bytes():
                              "_raw": pa.array([None, b"\xff{", None], pa.binary())})
     assert bad_records(batch).to_pylist() == [
         {"topic": "t", "partition": 1, "offset": 8, "error": "not JSON",
-         "raw_base64": base64.b64encode(b"\xff{").decode()},
-        {"topic": "t", "partition": 1, "offset": 9, "error": "too big", "raw_base64": None},
+         "raw_base64": base64.b64encode(b"\xff{").decode(), "raw_bytes": 2},
+        {"topic": "t", "partition": 1, "offset": 9, "error": "too big", "raw_base64": None, "raw_bytes": None},
     ]
+
+
+def test_a_dead_letter_keeps_only_the_start_of_an_oversized_record_and_its_size():
+    huge = b"{" + b"x" * (3 << 20)  # 3 MiB: kept whole, each such record would copy itself into the sink
+    batch = pa.record_batch({"_topic": ["t"], "_partition": pa.array([0], pa.int32()),
+                             "_offset": pa.array([4], pa.int64()), "_error": ["record of 3145729 bytes exceeds"],
+                             "_raw": pa.array([huge], pa.binary())})
+    [row] = bad_records(batch).to_pylist()
+    assert base64.b64decode(row["raw_base64"]) == huge[:DEAD_LETTER_RAW_BYTES] and DEAD_LETTER_RAW_BYTES == 65536
+    assert row["raw_bytes"] == len(huge)
+    assert bad_records(batch).schema.field("raw_bytes").type == pa.int64()  # the Spark path's bigint
 
 
 @dataclass
