@@ -37,8 +37,9 @@ REPO = Path(__file__).resolve().parents[2]
 JOB = "af-spend"
 DAG = f"pipeline__{JOB}"
 SINK, STORE = f"s3://results/{JOB}", f"s3://checkpoints/{JOB}"
-REPORTED = ("af-reported", "af-reported-payments")  # (job, topic) of the downstream test
-REPORT_DAG = "af_reported_report"
+# (job, topic) of the downstream test: named to sort after JOB, whose row the page tests take first
+REPORTED = ("downstream", "downstream-payments")
+REPORT_DAG = "downstream_report"
 SCREENSHOT = REPO / "results" / "pipelines-page.png"  # the README's picture is a copy of it
 FRAME = "document.querySelector('iframe[title=Pipelines]').contentDocument"  # the page inside the Airflow UI
 
@@ -142,7 +143,7 @@ def test_killed_run_is_recovered_by_pipeline_recovery_to_an_exact_result(airflow
     # the dead run left RUNNING behind; once its lease expires it is LOST
     wait_for(lambda: status(stack_env).observed(dt.datetime.now(dt.UTC))[0] == "LOST", 30, "LOST")
 
-    recovery_run = airflow.trigger("pipeline_recovery", {})
+    recovery_run = airflow.trigger("pipeline_recovery", {"jobs": [JOB]})  # the downstream test's job aside
     assert airflow.wait_for_run("pipeline_recovery", recovery_run, timeout=180) == "success"
     [decision] = airflow.xcom("pipeline_recovery", recovery_run, "assess")
     assert decision["verdict"] == "relaunch" and decision["observed"] == "LOST", decision
@@ -160,7 +161,7 @@ def test_killed_run_is_recovered_by_pipeline_recovery_to_an_exact_result(airflow
     assert final.launch.launched_by == f"airflow:{DAG}/{relaunch_id}"
 
     # recovery again: healthy, nothing relaunched, the budget given back
-    again = airflow.trigger("pipeline_recovery", {})
+    again = airflow.trigger("pipeline_recovery", {"jobs": [JOB]})
     assert airflow.wait_for_run("pipeline_recovery", again, timeout=180) == "success"
     assert [d["verdict"] for d in airflow.xcom("pipeline_recovery", again, "assess")] == ["healthy"]
     record, _ = read_record(SnapshotStore.open(STORE, JOB, "main", ConnectionSettings.from_env(stack_env)))
@@ -197,7 +198,8 @@ def test_a_downstream_dag_runs_once_per_run_that_committed_epochs(airflow, stack
     again = airflow.trigger(f"pipeline__{job}", {"mode": "until_caught_up"})  # nothing new to read
     assert airflow.wait_for_run(f"pipeline__{job}", again, timeout=300) == "success"
     assert airflow.xcom(f"pipeline__{job}", again, "run_job")["pipelines"][0]["epochs"] == 0
-    recovery = airflow.trigger("pipeline_recovery", {"dry_run": True})  # a later scheduler loop, to wait on
+    # a later scheduler loop to wait on, after which an event would have made its run
+    recovery = airflow.trigger("pipeline_recovery", {"dry_run": True, "jobs": [job]})
     assert airflow.wait_for_run("pipeline_recovery", recovery, timeout=180) == "success"
     assert len(airflow.dag_runs(REPORT_DAG)) == 1
 
@@ -212,7 +214,7 @@ def test_stopping_a_continuous_run_in_airflow_stops_spark_and_is_not_recovered(a
     stopped = wait_for(lambda: (s := status(stack_env)) and s.state != "RUNNING" and s, 120, "the run to stop")
     assert stopped.state == "STOPPED" and stopped.reason == "stopped on request (stop file)", stopped
     wait_for(lambda: not _alive(running.pid), 60, "the Spark run's process to exit")
-    check = airflow.trigger("pipeline_recovery", {})
+    check = airflow.trigger("pipeline_recovery", {"jobs": [JOB]})
     assert airflow.wait_for_run("pipeline_recovery", check, timeout=180) == "success"
     assert [d["verdict"] for d in airflow.xcom("pipeline_recovery", check, "assess")] == ["healthy"]
 
