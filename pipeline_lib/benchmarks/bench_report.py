@@ -55,7 +55,7 @@ def write_plots(report: dict[str, Any], out: Path) -> None:
 
     # throughput bars
     rows = report["summary"]["throughput"]
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig, ax = plt.subplots(figsize=(11, 4.5))  # wide enough for the anchors' long labels
     labels = [r["what"].split(" (")[0] for r in rows]
     values = [r["events_per_s"] or 0 for r in rows]
     colors = ["#1f77b4", "#6baed6", "#d62728", "#ff9896", "#9467bd", "#c5b0d5", "#2ca02c", "#98df8a"]
