@@ -1,7 +1,7 @@
 """What a reader trusting ListOffsets sees of the benchmark's topic, and what it cannot see.
 
 The local stack's broker (Tansu) answers ListOffsets with an end short of the partition's end (by
-the last producer batch with its memory log, by most of a small topic with its S3 log); this
+the last producer batch with its memory log, by up to most of a small topic with its S3 log); this
 project confirms ends with a fetch's high watermark (plan/kafka_offsets.py), Spark's Kafka
 connector does not, so a ``Trigger.AvailableNow`` query stops there. The connector anchor is then
 checked against the events it could see: the reference minus the records between the listed and
