@@ -30,7 +30,8 @@ def test_bench_smoke(local_stack, tmp_path):
     assert report["structured_streaming"]["check"]["verified"], report["structured_streaming"]["check"]
     assert report["structured_streaming"]["records"] == 5_000
     # the connector reads up to the broker's ListOffsets ends, which Tansu's S3 log (this fixture's)
-    # answers short of the end (239 or 4,285 of 5,000 seen in two runs): checked against the events it saw, every event accounted for
+    # answers short of the end (239 or 4,285 of 5,000 seen in two runs): checked against the
+    # events it saw, every event accounted for
     kafka = report["structured_streaming_kafka"]
     assert kafka["check"]["verified"], kafka["check"]
     assert kafka["records"] > 0 and kafka["records"] + kafka["records_unseen"] == 5_000
