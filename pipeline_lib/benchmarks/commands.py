@@ -35,7 +35,9 @@ def throughput(
 ) -> None:
     """Throughput: this project's job vs Spark Structured Streaming vs raw kafka-python, with a report.
 
-    Both engines run on one embedded stack; report.md, report.json, plots and logs go to --out (see
+    Structured Streaming runs twice: with a Python Kafka source and a local checkpoint, and with
+    Spark's own Kafka connector and its checkpoint on the S3 server (s3a://). Every engine runs on
+    one embedded stack; report.md, report.json, plots and logs go to --out (see
     pipeline_lib/benchmarks/throughput.py for what each figure times). The sub-commands run the other
     benchmarks instead."""
     if ctx.invoked_subcommand is not None:

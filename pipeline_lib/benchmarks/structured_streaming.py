@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -36,6 +35,8 @@ from pathlib import Path
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from pipeline_lib.benchmarks.streaming_session import batch_figures, start_session
 
 SOURCE_NAME = "bench_kafka_stream"
 SCHEMA = "user string, amount long"
@@ -138,32 +139,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def run(args: argparse.Namespace) -> dict:
     """Run the query to the end of the topic and return its timings and the totals it wrote."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from pipeline_lib.execution.spark_session import LOG4J_CONFIG
-
     started = time.monotonic()
-    spark = (
-        SparkSession.builder.appName("bench-structured-streaming")
-        .master(f"local[{args.parallelism}]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
-        .config("spark.default.parallelism", str(args.parallelism))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J_CONFIG}")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = start_session("bench-structured-streaming", args.parallelism, args.shuffle_partitions)
     spark.dataSource.register(KafkaStreamDataSource)
     spark_ready = time.monotonic() - started
     output = str(Path(args.output).resolve())
@@ -189,16 +168,8 @@ def run(args: argparse.Namespace) -> dict:
         .start()
     )
     query.awaitTermination()
-    progress = [json.loads(p.json) if hasattr(p, "json") else dict(p) for p in query.recentProgress]
+    batches = batch_figures(query)
     spark.stop()
-    batches = [
-        {"batch": p["batchId"], "records": p.get("numInputRows", 0),
-         "seconds": p.get("durationMs", {}).get("triggerExecution", 0) / 1000.0,
-         "duration_ms": p.get("durationMs", {}),
-         "state": [{k: op.get(k) for k in ("numRowsTotal", "numRowsUpdated", "memoryUsedBytes", "commitTimeMs",
-                                           "allUpdatesTimeMs", "customMetrics")} for op in p.get("stateOperators", [])]}
-        for p in progress if p.get("numInputRows", 0) > 0
-    ]
     return {"spark_start_s": round(spark_ready, 3), "batches": batches,
             "records": sum(b["records"] for b in batches)}
 

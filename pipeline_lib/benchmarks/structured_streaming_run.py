@@ -1,14 +1,21 @@
-"""Running the alternative: Spark Structured Streaming (``structured_streaming.py``) as a whole
-subprocess on the benchmark's topic, timed from spawn to exit; then its batches' figures and its
-final table, read back from the parquet it wrote and checked against the reference."""
+"""Running the Structured Streaming anchors as whole subprocesses on the benchmark's topic, timed
+from spawn to exit; then their batches' figures and their final tables, read back from the parquet
+they wrote and checked against the reference.
+
+Two anchors: a Python Kafka source with a local checkpoint (structured_streaming.py), and Spark's
+own Kafka connector with its checkpoint and output on the S3 server through S3A
+(structured_streaming_kafka.py).
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,40 +23,83 @@ import pyarrow.parquet as pq
 
 from pipeline_lib.benchmarks.config import BenchConfig
 from pipeline_lib.benchmarks.measures import compare, rate, steady
+from pipeline_lib.settings import ConnectionSettings
+
+Table = dict[str, dict]
 
 
 def run_structured_streaming(bootstrap: str, env: dict[str, str], topic: str, cfg: BenchConfig, work: Path,
-                             logs: Path, expected: dict[str, dict]) -> dict[str, Any]:
-    """Time Structured Streaming in its own process (JVM start included) and check its totals against ``expected``."""
-    out_dir, ckpt, result = work / "sss-output", work / "sss-checkpoint", work / "sss-result.json"
-    args = [sys.executable, "-m", "pipeline_lib.benchmarks.structured_streaming",
-            "--bootstrap", bootstrap, "--topic", topic, "--checkpoint", str(ckpt), "--output", str(out_dir),
-            "--max-records-per-trigger", str(cfg.per_epoch), "--parallelism", str(cfg.parallelism),
+                             logs: Path, expected: Table) -> dict[str, Any]:
+    """Time Structured Streaming with a Python source and a local checkpoint in its own process
+    (JVM start included) and check its totals against ``expected``."""
+    out_dir, ckpt = work / "sss-output", work / "sss-checkpoint"
+
+    def table() -> Table:
+        return _rows(pq.read_table(d) for d in sorted(out_dir.glob("batch=*")))
+
+    figures = _timed_child("pipeline_lib.benchmarks.structured_streaming", "structured-streaming", bootstrap, env,
+                           topic, cfg, work, logs, str(ckpt), str(out_dir), table, expected)
+    figures["checkpoint_dir_bytes"] = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
+    return figures
+
+
+def run_structured_streaming_kafka(bootstrap: str, env: dict[str, str], topic: str, cfg: BenchConfig, work: Path,
+                                   logs: Path, expected: Table, settings: ConnectionSettings,
+                                   name: str) -> dict[str, Any]:
+    """Time Structured Streaming with Spark's Kafka connector, ``checkpointLocation`` and output on
+    the S3 server (``s3a://checkpoints/NAME``, ``s3a://results/NAME``), and check its totals
+    against ``expected`` (the events it can see: listed_ends.py)."""
+    from pipeline_lib.storage import open_store
+
+    results = open_store(f"s3://results/{name}", settings)
+    checkpoints = open_store(f"s3://checkpoints/{name}", settings)
+
+    def table() -> Table:
+        keys = sorted(k for k in results.list("") if k.endswith(".parquet"))
+        return _rows(pq.read_table(io.BytesIO(results.get(k))) for k in keys)
+
+    figures = _timed_child("pipeline_lib.benchmarks.structured_streaming_kafka", "structured-streaming-kafka",
+                           bootstrap, env, topic, cfg, work, logs, f"s3a://checkpoints/{name}",
+                           f"s3a://results/{name}", table, expected)
+    figures["checkpoint_dir_bytes"] = sum(checkpoints.size(k) for k in checkpoints.list(""))
+    return figures
+
+
+def _rows(tables) -> Table:
+    """The final table of an update-mode sink: the last row written for each user (batches in order)."""
+    table: Table = {}
+    for t in tables:
+        for row in t.to_pylist():
+            table[row["user"]] = {"user": row["user"], "total": row["total"], "n": row["n"]}
+    return table
+
+
+def _timed_child(module: str, label: str, bootstrap: str, env: dict[str, str], topic: str, cfg: BenchConfig,
+                 work: Path, logs: Path, checkpoint: str, output: str, table: Callable[[], Table],
+                 expected: Table) -> dict[str, Any]:
+    """Spawn ``module``, time it to its exit, and turn its result file into the report's figures."""
+    result = work / f"{label}-result.json"
+    args = [sys.executable, "-m", module, "--bootstrap", bootstrap, "--topic", topic, "--checkpoint", checkpoint,
+            "--output", output, "--max-records-per-trigger", str(cfg.per_epoch), "--parallelism", str(cfg.parallelism),
             "--shuffle-partitions", str(cfg.parallelism), "--result", str(result)]
     started = time.monotonic()
-    with (logs / "structured-streaming.log").open("w") as log:
+    with (logs / f"{label}.log").open("w") as log:
         rc = subprocess.run(args, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     wall = time.monotonic() - started
     if rc != 0:
-        raise RuntimeError(f"Structured Streaming run failed with exit code {rc}; "
-                           f"see {logs / 'structured-streaming.log'}")
+        raise RuntimeError(f"{label} run failed with exit code {rc}; see {logs / f'{label}.log'}")
     data = json.loads(result.read_text())
-    table: dict[str, dict] = {}
-    for batch_dir in sorted(out_dir.glob("batch=*")):
-        for row in pq.read_table(batch_dir).to_pylist():
-            table[row["user"]] = {"user": row["user"], "total": row["total"], "n": row["n"]}
     batches = [{"epoch": b["batch"], "records": b["records"], "seconds": b["seconds"], "duration_ms": b["duration_ms"],
                 "state": b["state"]} for b in data["batches"]]
     commit_ms = [sum(op.get("commitTimeMs") or 0 for op in b["state"]) for b in batches]
     # checkpoint work of a batch: offset log (walCommit), commit log (commitOffsets) and the state
     # store commit (commitTimeMs, summed over the state partitions, which commit in parallel tasks)
-    checkpoint = [(b["duration_ms"].get("walCommit", 0) + b["duration_ms"].get("commitOffsets", 0) + c) / 1000
-                  for b, c in zip(batches, commit_ms)]
+    checkpoint_s = [(b["duration_ms"].get("walCommit", 0) + b["duration_ms"].get("commitOffsets", 0) + c) / 1000
+                    for b, c in zip(batches, commit_ms)]
     return {"wall_s": round(wall, 3), "events_per_s": rate(data["records"], wall), "records": data["records"],
             "spark_start_s": data["spark_start_s"], "batches": batches, "steady": steady(batches),
             "state_commit_ms_per_batch": commit_ms,
-            "checkpoint_s_per_batch": [round(c, 4) for c in checkpoint],
-            "steady_checkpoint_mean_s": (round(statistics.fmean(checkpoint[1:] or checkpoint), 4)
-                                         if checkpoint else None),
-            "checkpoint_dir_bytes": sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file()),
-            "check": compare(table, expected)}
+            "checkpoint_s_per_batch": [round(c, 4) for c in checkpoint_s],
+            "steady_checkpoint_mean_s": (round(statistics.fmean(checkpoint_s[1:] or checkpoint_s), 4)
+                                         if checkpoint_s else None),
+            "check": compare(table(), expected)}

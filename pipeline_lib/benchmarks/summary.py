@@ -21,6 +21,10 @@ def summarize(r: dict[str, Any], cfg: BenchConfig) -> dict[str, Any]:
     inc = r["snapshots"]["incremental"].get("key_groups", {})
     inc_share = max((e["written_share"] for e in inc.get("epochs", []) if e["written_share"] is not None),
                     default=None)
+    kafka = r.get("structured_streaming_kafka")  # Spark's Kafka connector, S3A checkpoint
+    kafka_e2e = ours["events_per_s"] / kafka["events_per_s"] if kafka and kafka["events_per_s"] else None
+    kafka_steady = kafka["steady"]["events_per_s"] if kafka else None
+    kafka_steady_ratio = ours_steady / kafka_steady if ours_steady and kafka_steady else None
     million = next((x for x in r["restore"] if x["keys"] == 1_000_000), None)
     biggest = max(r["restore"], key=lambda x: x["keys"], default=None)
 
@@ -44,8 +48,15 @@ def summarize(r: dict[str, Any], cfg: BenchConfig) -> dict[str, Any]:
          "status": verdict(None if million is None else million["restore_s"] <= 5.0),
          "note": None if million else (f"largest size measured: {biggest['keys']:,} keys in "
                                        f"{biggest['restore_s']:.2f} s" if biggest else "no restore sizes measured")},
+        {"target": "end-to-end events/s, ours / Structured Streaming (Kafka connector, S3A checkpoint)",
+         "goal": ">= 1.5x", "measured": kafka_e2e, "unit": "x",
+         "status": verdict(None if kafka_e2e is None else kafka_e2e >= 1.5)},
+        {"target": "steady events/s, ours / Structured Streaming (Kafka connector, S3A checkpoint)",
+         "goal": ">= 2x", "measured": kafka_steady_ratio, "unit": "x",
+         "status": verdict(None if kafka_steady_ratio is None else kafka_steady_ratio >= 2.0)},
     ]
     correct = ours["check"]["verified"] and sss["check"]["verified"] and \
+        (kafka is None or kafka["check"]["verified"]) and \
         r["recovery"].get("check_after_all_runs", {"verified": True})["verified"]
     return {
         "throughput": [
@@ -57,6 +68,10 @@ def summarize(r: dict[str, Any], cfg: BenchConfig) -> dict[str, Any]:
              "seconds": sss["wall_s"]},
             {"what": "Structured Streaming, steady batches (2..n, triggerExecution)", "events_per_s": sss_steady,
              "seconds": sss["steady"]["seconds"]},
+            *([{"what": "Structured Streaming + Kafka connector + S3A checkpoint, end to end (whole process)",
+                "events_per_s": kafka["events_per_s"], "seconds": kafka["wall_s"]},
+               {"what": "Structured Streaming + Kafka connector + S3A checkpoint, steady batches (2..n)",
+                "events_per_s": kafka_steady, "seconds": kafka["steady"]["seconds"]}] if kafka else []),
             {"what": "raw kafka-python, 1 thread, no decoding", "events_per_s": raw_eps,
              "seconds": raw["no_decode"]["seconds"]},
             {"what": "raw kafka-python, 1 thread, json.loads", "events_per_s": raw["json_decode"]["records_per_s"],
@@ -66,10 +81,14 @@ def summarize(r: dict[str, Any], cfg: BenchConfig) -> dict[str, Any]:
             "ours (state files + manifest/head + GC, to the S3 server)": ours["steady_checkpoint_mean_s"],
             "Structured Streaming (offset log + commit log + state store commit, local disk)":
                 sss["steady_checkpoint_mean_s"],
+            **({"Structured Streaming, Kafka connector (offset log + commit log + state store commit, S3A)":
+                kafka["steady_checkpoint_mean_s"]} if kafka else {}),
         },
         "ratios": {
             "ours_vs_sss_end_to_end": e2e_ratio,
             "ours_vs_sss_steady": ours_steady / sss_steady if ours_steady and sss_steady else None,
+            "ours_vs_sss_kafka_end_to_end": kafka_e2e,
+            "ours_vs_sss_kafka_steady": kafka_steady_ratio,
             "ours_per_core_vs_raw_steady": per_core_steady,
             "ours_per_core_vs_raw_end_to_end": per_core_e2e,
             "cores": cores,
@@ -99,6 +118,9 @@ def format_summary(report: dict[str, Any]) -> str:
     ratios = s["ratios"]
     lines += ["", f"ours / Structured Streaming: end to end {_fmt(ratios['ours_vs_sss_end_to_end'])}, "
                   f"steady {_fmt(ratios['ours_vs_sss_steady'])}",
+              *([f"ours / Structured Streaming (Kafka connector, S3A checkpoint): end to end "
+                 f"{_fmt(ratios['ours_vs_sss_kafka_end_to_end'])}, steady {_fmt(ratios['ours_vs_sss_kafka_steady'])}"]
+                if "structured_streaming_kafka" in report else []),
               f"ours per core ({ratios['cores']} cores) / raw kafka-python: steady "
               f"{_fmt(ratios['ours_per_core_vs_raw_steady'], '%')}, end to end "
               f"{_fmt(ratios['ours_per_core_vs_raw_end_to_end'], '%')}",
@@ -109,6 +131,9 @@ def format_summary(report: dict[str, Any]) -> str:
         note = f" ({t['note']})" if t.get("note") else ""
         lines.append(f"| {t['target']}{note} | {t['goal']} | {_fmt(t['measured'], t['unit'])} | **{t['status']}** |")
     checks = [("ours", report["ours"]["check"]), ("Structured Streaming", report["structured_streaming"]["check"])]
+    if "structured_streaming_kafka" in report:
+        checks.append(("Structured Streaming (Kafka connector, S3A checkpoint), over the events it saw",
+                       report["structured_streaming_kafka"]["check"]))
     if "check_after_all_runs" in report["recovery"]:
         checks.append(("ours after incremental + SIGKILL/restore runs", report["recovery"]["check_after_all_runs"]))
     lines.append("")

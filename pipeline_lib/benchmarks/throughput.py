@@ -1,4 +1,4 @@
-"""Throughput benchmark: this project's job vs Spark Structured Streaming vs raw kafka-python.
+"""Throughput benchmark: this project's job vs Spark Structured Streaming (two anchors) vs raw kafka-python.
 
     pipeline-lib bench [--events N] [--keys K] [--per-epoch R] [--restore-keys 10000,100000,1000000]
                        [--partitions 4] [--parallelism 2] [--incremental key_groups,users] [--no-recovery]
@@ -19,6 +19,11 @@ in one topic (events.py):
    ``checkpointLocation``, at most R records per micro-batch, foreachBatch writing each batch's
    changed rows as parquet to a local directory, ``local[2]``, ``Trigger.AvailableNow``; the whole
    process is timed and its final table is checked against the same reference.
+   **Spark Structured Streaming with its Kafka connector** (structured_streaming_kafka.py): what
+   Spark users run: the same query with ``spark-sql-kafka-0-10`` as the source, ``from_json``, the
+   ``checkpointLocation`` and the foreachBatch parquet output on the same S3 server through
+   ``s3a://`` (jars: spark_connectors.py). Checked against the events it can see: it trusts
+   ListOffsets, which the local broker answers short of each partition's end (listed_ends.py).
 3. **raw kafka-python** (raw_kafka.py): one thread, assign + seek + poll over the same topic,
    without decoding and with ``json.loads`` of every value.
 4. **snapshot bytes**: from our manifests (bytes of the state files each epoch wrote vs the full
@@ -58,6 +63,7 @@ import pyarrow as pa
 from pipeline_lib.benchmarks.bench_report import write_report
 from pipeline_lib.benchmarks.config import BenchConfig
 from pipeline_lib.benchmarks.events import Ranges, incremental_batches, produce_payments
+from pipeline_lib.benchmarks.listed_ends import unseen_tail, without
 from pipeline_lib.benchmarks.measures import compare, snapshot_bytes
 from pipeline_lib.benchmarks.our_job import (
     child_env,
@@ -69,7 +75,7 @@ from pipeline_lib.benchmarks.our_job import (
 )
 from pipeline_lib.benchmarks.raw_kafka import raw_consume
 from pipeline_lib.benchmarks.restore_sizes import probe_restore, seed_state_snapshot
-from pipeline_lib.benchmarks.structured_streaming_run import run_structured_streaming
+from pipeline_lib.benchmarks.structured_streaming_run import run_structured_streaming, run_structured_streaming_kafka
 from pipeline_lib.benchmarks.summary import format_summary, summarize
 from pipeline_lib.checkpoint.manifest import Manifest
 from pipeline_lib.localstack import StackInfo, start_stack, stop_stack
@@ -163,6 +169,9 @@ def _bench(b: Bench) -> Report:
     report["structured_streaming"] = run_structured_streaming(b.info.kafka_bootstrap, b.env, b.topic, cfg, b.work,
                                                               b.logs, expected)
 
+    _say("Spark Structured Streaming with its Kafka connector, checkpoint on the S3 server (S3A) ...")
+    report["structured_streaming_kafka"] = _kafka_connector(b, produced.ranges, expected)
+
     main_manifests = manifests(store, b.job, b.settings)
     all_events = list(produced.events)
     report["snapshots"] = _incremental_runs(b, spec, store, main_manifests, all_events)
@@ -170,6 +179,17 @@ def _bench(b: Bench) -> Report:
     report["restore"] = _restore_sizes(b, store, main_manifests[-1], produced.ranges)
     report["summary"] = summarize(report, cfg)
     return report
+
+
+def _kafka_connector(b: Bench, ranges: Ranges, expected: dict[str, dict]) -> Report:
+    """2b. The anchor Spark users run, checked against the events it can see (listed_ends.py)."""
+    from pipeline_lib.benchmarks import spark_connectors
+
+    spark_connectors.connector_jars()  # fetched (once per machine) before the timed run
+    tail = unseen_tail(b.info.kafka_bootstrap, b.topic, ranges)
+    figures = run_structured_streaming_kafka(b.info.kafka_bootstrap, b.env, b.topic, b.cfg, b.work, b.logs,
+                                             without(expected, tail), b.settings, f"bench-sss-kafka-{b.tag}")
+    return {**figures, "records_unseen": len(tail), "connector": spark_connectors.versions()}
 
 
 def _machine() -> dict[str, Any]:

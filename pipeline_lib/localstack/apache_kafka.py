@@ -17,16 +17,15 @@ import subprocess
 import tempfile
 import time
 import uuid
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline_lib.localstack.broker import broker_ready
+from pipeline_lib.localstack.maven_jars import cache_dir, fetch_pom_jars, pom_property
 from pipeline_lib.localstack.ports import LOCALHOST, free_port
 from pipeline_lib.localstack.processes import StackError, start_daemon, stop_pid, wait_until_ready
 
 POM = Path(__file__).resolve().parents[2] / "tools" / "kafka-broker" / "pom.xml"
-_MAVEN_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 # A small heap and the serial collector: a test broker on a 2-core machine shared with Spark.
 JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
 LOG4J2 = """\
@@ -44,48 +43,18 @@ logger.kafka.level = info
 
 def kafka_version(pom: Path = POM) -> str:
     """The broker version the pom pins (its ``kafka.version`` property)."""
-    found = ET.parse(pom).getroot().find("m:properties/m:kafka.version", _MAVEN_NS)
-    if found is None or not (found.text or "").strip():
-        raise StackError(f"{pom} has no kafka.version property")
-    return found.text.strip()  # type: ignore[union-attr]
+    return pom_property(pom, "kafka.version")
 
 
 def jars_dir(version: str | None = None) -> Path:
     """Where the broker's jars are cached: ``$XDG_CACHE_HOME/pipeline-lib/kafka-VERSION``
     (``~/.cache`` by default), shared by every worktree and run of this machine."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "pipeline-lib" / f"kafka-{version or kafka_version()}"
+    return cache_dir(f"kafka-{version or kafka_version()}")
 
 
 def fetch_jars(*, timeout: float = 900.0) -> Path:
-    """The cached jars, fetched first with ``mvn dependency:copy-dependencies`` if absent.
-
-    Maven copies into a temporary directory renamed into place at the end, so an interrupted
-    fetch never leaves a half-filled cache that a later run would trust."""
-    target = jars_dir()
-    if target.is_dir():
-        return target
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise StackError("Apache Kafka's jars are not cached and Maven (mvn) is missing: install maven "
-                         f"(.ci/run does) or copy the jars of {POM} into {target}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.", dir=target.parent))
-    try:
-        done = subprocess.run([mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-                               f"-DoutputDirectory={staging}", "-DincludeScope=runtime"],
-                              capture_output=True, text=True, timeout=timeout, check=False)
-        if done.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
-            raise StackError(f"mvn could not fetch Apache Kafka's jars (exit {done.returncode}):\n"
-                             f"{(done.stdout + done.stderr)[-3000:]}")
-        try:
-            staging.rename(target)
-        except OSError:  # another process finished first: use its copy
-            if not target.is_dir():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    """The cached jars, fetched first with ``mvn dependency:copy-dependencies`` if absent (maven_jars.py)."""
+    return fetch_pom_jars(POM, jars_dir(), "kafka_2.13-*.jar", timeout=timeout)
 
 
 @dataclass(frozen=True)

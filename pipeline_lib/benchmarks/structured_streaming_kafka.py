@@ -1,0 +1,122 @@
+"""The anchor Spark users really run: Structured Streaming with Spark's own Kafka source and its
+checkpoint on S3 through S3A.
+
+    python -m pipeline_lib.benchmarks.structured_streaming_kafka --bootstrap HOST:PORT --topic T \\
+        --checkpoint s3a://BUCKET/PATH --output s3a://BUCKET/PATH [--max-records-per-trigger N] \\
+        [--parallelism 2] [--result FILE]
+
+The child process of the throughput benchmark (structured_streaming_run.py times it whole, JVM
+start included). The S3 server's address and keys come from the environment (``PIPELINE_S3_*``,
+as for this project's job) and go into the session's Hadoop settings only, never to the output.
+
+    readStream.format("kafka")                                # spark-sql-kafka-0-10 (spark_connectors.py)
+      .option("subscribe", T).option("startingOffsets", "earliest")
+      .option("maxOffsetsPerTrigger", N)                      # batches of our job's epoch size
+      .select(from_json(value, "user string, amount long"))
+      .groupBy("user").agg(sum("amount") as total, count(*) as n)
+      .writeStream.outputMode("update")
+      .option("checkpointLocation", "s3a://checkpoints/...")  # offsets, commits, state store on S3
+      .foreachBatch(each batch's changed rows as parquet to s3a://results/.../batch=<id>)
+      .trigger(availableNow=True)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from pipeline_lib.benchmarks.spark_connectors import connector_jars
+from pipeline_lib.benchmarks.streaming_session import batch_figures, start_session
+from pipeline_lib.settings import ConnectionSettings
+
+SCHEMA = "user string, amount long"
+
+
+def s3a_settings(settings: ConnectionSettings) -> dict[str, str]:
+    """Hadoop's S3A settings for the project's S3 server: its endpoint, path-style buckets (the
+    local server has no per-bucket host names), the stack's keys through the simple provider."""
+    endpoint, access, secret = settings.require_s3()
+    return {
+        "spark.hadoop.fs.s3a.endpoint": endpoint,
+        "spark.hadoop.fs.s3a.endpoint.region": settings.s3_region,
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https")).lower(),
+        "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        "spark.hadoop.fs.s3a.access.key": access,
+        "spark.hadoop.fs.s3a.secret.key": secret,
+    }
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Run the query to the end of the topic and return its timings."""
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    # The driver's class path, not spark.jars: in local mode the executor is the driver's JVM, and
+    # spark.jars would make it copy the 0.7 GB AWS SDK bundle through Spark's file server first.
+    classpath = ":".join(str(p) for p in connector_jars())
+    extra = {"spark.driver.extraClassPath": classpath, **s3a_settings(ConnectionSettings.from_env())}
+    spark = start_session("bench-structured-streaming-kafka", args.parallelism, args.shuffle_partitions, extra)
+    spark_ready = time.monotonic() - started
+    output = args.output.rstrip("/")
+
+    def write_batch(batch_df, batch_id: int) -> None:
+        # overwrite: a batch replayed after a crash rewrites the same rows (idempotent sink)
+        batch_df.write.mode("overwrite").parquet(f"{output}/batch={batch_id:08d}")
+
+    source = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("subscribe", args.topic)
+        .option("startingOffsets", "earliest")
+    )
+    if args.max_records_per_trigger > 0:
+        source = source.option("maxOffsetsPerTrigger", str(args.max_records_per_trigger))
+    counts = (
+        source.load()
+        .select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("e"))
+        .select("e.user", "e.amount")
+        .groupBy("user")
+        .agg(F.sum("amount").alias("total"), F.count(F.lit(1)).alias("n"))
+    )
+    query = (
+        counts.writeStream.outputMode("update")
+        .option("checkpointLocation", args.checkpoint)
+        .foreachBatch(write_batch)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    batches = batch_figures(query)
+    spark.stop()
+    return {"spark_start_s": round(spark_ready, 3), "batches": batches,
+            "records": sum(b["records"] for b in batches)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry of the child process; prints its figures as JSON (and writes them to ``--result``)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--checkpoint", required=True, help="s3a:// checkpointLocation")
+    parser.add_argument("--output", required=True, help="s3a:// folder for the batches' parquet files")
+    parser.add_argument("--max-records-per-trigger", type=int, default=0)
+    parser.add_argument("--parallelism", type=int, default=2, help="local[N]")
+    parser.add_argument("--shuffle-partitions", type=int, default=2,
+                        help="spark.sql.shuffle.partitions = number of state store partitions")
+    parser.add_argument("--result", help="write the run's figures (batches, state metrics) to this JSON file")
+    args = parser.parse_args(argv)
+    result = run(args)
+    text = json.dumps(result, indent=1)
+    if args.result:
+        Path(args.result).write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
