@@ -42,6 +42,7 @@ REPORTED = ("downstream", "downstream-payments")
 REPORT_DAG = "downstream_report"
 SCREENSHOT = REPO / "results" / "pipelines-page.png"  # the README's picture is a copy of it
 FRAME = "document.querySelector('iframe[title=Pipelines]').contentDocument"  # the page inside the Airflow UI
+SECTION = f"{FRAME}.querySelector('section[data-job=\"{JOB}\"]')"  # the job's part of the page
 
 
 def button(text: str, within: str = "document") -> str:
@@ -259,24 +260,24 @@ def test_the_pipelines_page_used_in_the_browser(airflow, stack_env):
     head = next(r for r in listed if r["head"])
     runs_before = len(airflow.dag_runs(DAG))
     with HeadlessChromium() as browser, browser.page(f"{airflow.base_url}/plugin/pipelines") as page:
-        page.wait_for(f"!!(document.querySelector('iframe[title=Pipelines]') && {FRAME} && "
-                      f"{FRAME}.querySelector('form.restore'))", 90, "the Pipelines page in its iframe")
+        page.wait_for(f"!!(document.querySelector('iframe[title=Pipelines]') && {FRAME} && {SECTION} && "
+                      f"{SECTION}.querySelector('form.restore'))", 90, "the Pipelines page in its iframe")
 
         # the history: every snapshot the store lists, each with its key count
-        rows = page.evaluate(f"Array.from({FRAME}.querySelectorAll('details tr'), r => Array.from(r.cells, "
+        rows = page.evaluate(f"Array.from({SECTION}.querySelectorAll('details tr'), r => Array.from(r.cells, "
                              "c => c.textContent.trim())).slice(1)")
         assert [(r[0], r[4]) for r in rows] == [(s["snapshot_id"], str(s["keys"])) for s in listed]
         assert live_cell(page, "epoch") == str(head["epoch"])
 
         # start over asks first, naming what it discards; cancelled, nothing is triggered
-        form = f"{FRAME}.querySelector('form.restore')"
+        form = f"{SECTION}.querySelector('form.restore')"
         page.evaluate(f"{form}.restore.value = 'none'")
         page.click(f"{form}.querySelector('button[type=submit]')")
-        question = page.wait_for(f"!{FRAME}.querySelector('.confirm').hidden && "
-                                 f"{FRAME}.querySelector('.confirm').innerText", 10, "the start-over question")
+        question = page.wait_for(f"!{SECTION}.querySelector('.confirm').hidden && "
+                                 f"{SECTION}.querySelector('.confirm').innerText", 10, "the start-over question")
         assert f"latest {head['snapshot_id']}, epoch {head['epoch']}" in question and "retracts every epoch" in question
-        page.click(button("Cancel", FRAME))
-        assert page.evaluate(f"{FRAME}.querySelector('.msg').textContent") == "start over cancelled"
+        page.click(button("Cancel", SECTION))
+        assert page.evaluate(f"{SECTION}.querySelector('.msg').textContent") == "start over cancelled"
 
         # the page refreshes itself and keeps a choice being made
         page.evaluate(f"{form}.restore.value = {listed[-1]['snapshot_id']!r}")
@@ -287,10 +288,10 @@ def test_the_pipelines_page_used_in_the_browser(airflow, stack_env):
         # a restore from the page: its run says where it came from, and its link opens the run in Airflow
         page.evaluate(f"{form}.restore.value = 'latest'")
         page.click(f"{form}.querySelector('button[type=submit]')")
-        page.wait_for(f"!!{FRAME}.querySelector('.msg a')", 30, "the triggered run's link")
-        run_id = page.evaluate(f"{FRAME}.querySelector('.msg a').textContent").removeprefix("run ")
+        page.wait_for(f"!!{SECTION}.querySelector('.msg a')", 30, "the triggered run's link")
+        run_id = page.evaluate(f"{SECTION}.querySelector('.msg a').textContent").removeprefix("run ")
         assert run_id.startswith("pipelines_page__main__latest__")
-        page.click(f"{FRAME}.querySelector('.msg a')")
+        page.click(f"{SECTION}.querySelector('.msg a')")
         page.wait_for(f"decodeURIComponent(location.pathname) === '/dags/{DAG}/runs/{run_id}'", 30,
                       "the Airflow UI to open the run")
         assert airflow.dag_run(DAG, run_id)["conf"]["reason"] == "Pipelines page: restore latest of pipeline main"
@@ -299,8 +300,8 @@ def test_the_pipelines_page_used_in_the_browser(airflow, stack_env):
 
         # back on the page: the run's end reads "caught up"; the DAG link opens the DAG in Airflow
         page.goto(f"{airflow.base_url}/plugin/pipelines")
-        page.wait_for(f"!!({FRAME} && {FRAME}.querySelector('form.restore'))", 90, "the Pipelines page")
+        page.wait_for(f"!!({FRAME} && {SECTION} && {SECTION}.querySelector('form.restore'))", 90, "the Pipelines page")
         status = live_cell(page, "status")
         assert "STOPPED" in status and "caught up" in status and f"airflow:{DAG}/{run_id}" in status, status
-        page.click(f"{FRAME}.querySelector('a[data-airflow-link]')")
+        page.click(f"{SECTION}.querySelector('a[data-airflow-link]')")
         page.wait_for(f"location.pathname === '/dags/{DAG}'", 30, "the Airflow UI to open the DAG")
