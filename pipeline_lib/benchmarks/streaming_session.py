@@ -7,9 +7,12 @@ checkpoint location), so the session settings and the progress parsing live here
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -56,3 +59,49 @@ def batch_figures(query) -> list[dict[str, Any]]:
                                            "allUpdatesTimeMs", "customMetrics")} for op in p.get("stateOperators", [])]}
         for p in progress if p.get("numInputRows", 0) > 0
     ]
+
+
+def run_update_query(spark, counts, checkpoint: str, output: str, spark_ready: float) -> dict[str, Any]:
+    """Run the per-user totals ``counts`` in update mode to the end of the topic, each batch's
+    changed rows written as parquet to ``output``/batch=<id>; then stop the session and return
+    the figures both anchors report."""
+
+    def write_batch(batch_df, batch_id: int) -> None:
+        # overwrite: a batch replayed after a crash rewrites the same rows (idempotent sink)
+        batch_df.write.mode("overwrite").parquet(f"{output}/batch={batch_id:08d}")
+
+    query = (
+        counts.writeStream.outputMode("update")
+        .option("checkpointLocation", checkpoint)
+        .foreachBatch(write_batch)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    batches = batch_figures(query)
+    spark.stop()
+    return {"spark_start_s": round(spark_ready, 3), "batches": batches,
+            "records": sum(b["records"] for b in batches)}
+
+
+def child_main(doc: str | None, run: Callable[[argparse.Namespace], dict], where: str,
+               argv: list[str] | None = None) -> int:
+    """The command line of an anchor's child process (``where``: what ``--checkpoint`` and
+    ``--output`` name); prints its figures as JSON, or writes them to ``--result``."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--checkpoint", required=True, help=f"{where} checkpointLocation")
+    parser.add_argument("--output", required=True, help=f"{where} folder for the batches' parquet files")
+    parser.add_argument("--max-records-per-trigger", type=int, default=0)
+    parser.add_argument("--parallelism", type=int, default=2, help="local[N]")
+    parser.add_argument("--shuffle-partitions", type=int, default=2,
+                        help="spark.sql.shuffle.partitions = number of state store partitions")
+    parser.add_argument("--result", help="write the run's figures (batches, state metrics) to this JSON file")
+    args = parser.parse_args(argv)
+    text = json.dumps(run(args), indent=1)
+    if args.result:
+        Path(args.result).write_text(text)
+    else:
+        print(text)
+    return 0

@@ -27,7 +27,6 @@ watermark, as the project does, because the local broker under-reports ListOffse
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Iterator
@@ -36,7 +35,7 @@ from pathlib import Path
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from pipeline_lib.benchmarks.streaming_session import batch_figures, start_session
+from pipeline_lib.benchmarks.streaming_session import child_main, run_update_query, start_session
 
 SOURCE_NAME = "bench_kafka_stream"
 SCHEMA = "user string, amount long"
@@ -147,10 +146,6 @@ def run(args: argparse.Namespace) -> dict:
     spark_ready = time.monotonic() - started
     output = str(Path(args.output).resolve())
 
-    def write_batch(batch_df, batch_id: int) -> None:
-        # overwrite: a batch replayed after a crash rewrites the same rows (idempotent sink)
-        batch_df.write.mode("overwrite").parquet(f"{output}/batch={batch_id:08d}")
-
     counts = (
         spark.readStream.format(SOURCE_NAME)
         .option("bootstrap", args.bootstrap)
@@ -160,40 +155,12 @@ def run(args: argparse.Namespace) -> dict:
         .groupBy("user")
         .agg(F.sum("amount").alias("total"), F.count(F.lit(1)).alias("n"))
     )
-    query = (
-        counts.writeStream.outputMode("update")
-        .option("checkpointLocation", str(Path(args.checkpoint).resolve()))
-        .foreachBatch(write_batch)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    batches = batch_figures(query)
-    spark.stop()
-    return {"spark_start_s": round(spark_ready, 3), "batches": batches,
-            "records": sum(b["records"] for b in batches)}
+    return run_update_query(spark, counts, str(Path(args.checkpoint).resolve()), output, spark_ready)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry of the child process; prints its figures as JSON (and writes them to ``--result``)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--checkpoint", required=True, help="local checkpointLocation directory")
-    parser.add_argument("--output", required=True, help="local directory for the batches' parquet files")
-    parser.add_argument("--max-records-per-trigger", type=int, default=0)
-    parser.add_argument("--parallelism", type=int, default=2, help="local[N]")
-    parser.add_argument("--shuffle-partitions", type=int, default=2,
-                        help="spark.sql.shuffle.partitions = number of state store partitions")
-    parser.add_argument("--result", help="write the run's figures (batches, state metrics) to this JSON file")
-    args = parser.parse_args(argv)
-    result = run(args)
-    text = json.dumps(result, indent=1)
-    if args.result:
-        Path(args.result).write_text(text)
-    else:
-        print(text)
-    return 0
+    return child_main(__doc__, run, "a local", argv)
 
 
 if __name__ == "__main__":

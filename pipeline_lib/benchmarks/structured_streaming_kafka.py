@@ -23,13 +23,11 @@ as for this project's job) and go into the session's Hadoop settings only, never
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 from pipeline_lib.benchmarks.spark_connectors import connector_jars
-from pipeline_lib.benchmarks.streaming_session import batch_figures, start_session
+from pipeline_lib.benchmarks.streaming_session import child_main, run_update_query, start_session
 from pipeline_lib.settings import ConnectionSettings
 
 SCHEMA = "user string, amount long"
@@ -63,10 +61,6 @@ def run(args: argparse.Namespace) -> dict:
     spark_ready = time.monotonic() - started
     output = args.output.rstrip("/")
 
-    def write_batch(batch_df, batch_id: int) -> None:
-        # overwrite: a batch replayed after a crash rewrites the same rows (idempotent sink)
-        batch_df.write.mode("overwrite").parquet(f"{output}/batch={batch_id:08d}")
-
     source = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", args.bootstrap)
@@ -82,40 +76,12 @@ def run(args: argparse.Namespace) -> dict:
         .groupBy("user")
         .agg(F.sum("amount").alias("total"), F.count(F.lit(1)).alias("n"))
     )
-    query = (
-        counts.writeStream.outputMode("update")
-        .option("checkpointLocation", args.checkpoint)
-        .foreachBatch(write_batch)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    batches = batch_figures(query)
-    spark.stop()
-    return {"spark_start_s": round(spark_ready, 3), "batches": batches,
-            "records": sum(b["records"] for b in batches)}
+    return run_update_query(spark, counts, args.checkpoint, output, spark_ready)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry of the child process; prints its figures as JSON (and writes them to ``--result``)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--checkpoint", required=True, help="s3a:// checkpointLocation")
-    parser.add_argument("--output", required=True, help="s3a:// folder for the batches' parquet files")
-    parser.add_argument("--max-records-per-trigger", type=int, default=0)
-    parser.add_argument("--parallelism", type=int, default=2, help="local[N]")
-    parser.add_argument("--shuffle-partitions", type=int, default=2,
-                        help="spark.sql.shuffle.partitions = number of state store partitions")
-    parser.add_argument("--result", help="write the run's figures (batches, state metrics) to this JSON file")
-    args = parser.parse_args(argv)
-    result = run(args)
-    text = json.dumps(result, indent=1)
-    if args.result:
-        Path(args.result).write_text(text)
-    else:
-        print(text)
-    return 0
+    return child_main(__doc__, run, "an s3a://", argv)
 
 
 if __name__ == "__main__":
