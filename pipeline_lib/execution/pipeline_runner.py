@@ -549,7 +549,7 @@ class PipelineRunner:
             raise
 
     def _loop(self, spark, epoch, base_id, history, head_version) -> int:
-        with kafka_offsets.offsets_consumer(self.settings.require_kafka()) as consumer:
+        with kafka_offsets.offsets_consumer(self.settings.require_kafka(), self.source.isolation_level) as consumer:
             positions, stops = self._positions_and_stops(consumer)
             latest = kafka_offsets.confirmed_end_offsets(consumer, self.topic, sorted(positions))
             targets = self._targets(latest, stops)
