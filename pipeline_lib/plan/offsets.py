@@ -49,7 +49,8 @@ class EpochPlan(BaseModel):
 
     @property
     def records(self) -> int:
-        """Offsets the epoch reads, over all its ranges."""
+        """Offsets the epoch reads, over all its ranges: an upper bound on its data records, as
+        transaction markers, aborted and compacted records take offsets too."""
         return sum(r.size for r in self.ranges)
 
     def end_positions(self) -> dict[int, int]:
