@@ -48,7 +48,17 @@ class _ClosedOnFailedStart:
 
 
 class Consumer(_ClosedOnFailedStart, KafkaConsumer):
-    """``KafkaConsumer`` that stops its IO thread when it fails to start."""
+    """``KafkaConsumer`` that stops its IO thread when it fails to start, and never creates a
+    topic: kafka-python's metadata requests ask brokers to auto-create the topics they name
+    (``allow_auto_create_topics``), so a misspelt or deleted topic would come back empty and be
+    read as if nothing had been written. Here a missing topic stays missing, and is reported.
+    kafka-python 3.0.12 does not hand that setting to the metadata it keeps (ClusterMetadata is
+    built from three other settings), so it is set there too."""
+
+    def __init__(self, *args: Any, **configs: Any) -> None:
+        configs.setdefault("allow_auto_create_topics", False)
+        super().__init__(*args, **configs)
+        self._client.cluster.config["allow_auto_create_topics"] = self.config["allow_auto_create_topics"]
 
 
 class AdminClient(_ClosedOnFailedStart, KafkaAdminClient):

@@ -63,6 +63,14 @@ def topic_partitions(consumer: KafkaConsumer, topic: str, timeout_s: float = 15.
         time.sleep(0.2)
 
 
+def topic_id(consumer: KafkaConsumer, topic: str) -> str | None:
+    """The topic's id (a UUID Kafka gives each topic when it is created, so a topic deleted and
+    created again under the same name has a new one) from the metadata topic_partitions read;
+    None from a broker that reports none (all zeros)."""
+    found = consumer._client.cluster.topic_id(topic)
+    return None if found is None or found.int == 0 else str(found)
+
+
 def earliest_offsets(consumer: KafkaConsumer, topic: str, partitions: list[int]) -> dict[int, int]:
     """Each partition's first offset still in the log (where a source without a snapshot starts)."""
     tps = [TopicPartition(topic, p) for p in partitions]
