@@ -6,8 +6,9 @@ client, and its daemon thread keeps reconnecting and logging ``ECONNREFUSED`` un
 exits, after its log handlers are closed. These subclasses close what the constructor started
 before the error propagates. Every Kafka client the library opens is one of them.
 
-``watermark_consumer`` is the planner's: it needs only the high watermarks a fetch response
-carries, and never decodes or decompresses the records it fetches.
+``watermark_consumer`` is the planner's: it needs only the offsets a fetch response carries
+(the high watermark, and the last stable offset for read_committed), and never decodes or
+decompresses the records it fetches.
 """
 
 from __future__ import annotations
@@ -47,7 +48,17 @@ class _ClosedOnFailedStart:
 
 
 class Consumer(_ClosedOnFailedStart, KafkaConsumer):
-    """``KafkaConsumer`` that stops its IO thread when it fails to start."""
+    """``KafkaConsumer`` that stops its IO thread when it fails to start, and never creates a
+    topic: kafka-python's metadata requests ask brokers to auto-create the topics they name
+    (``allow_auto_create_topics``), so a misspelt or deleted topic would come back empty and be
+    read as if nothing had been written. Here a missing topic stays missing, and is reported.
+    kafka-python 3.0.12 does not hand that setting to the metadata it keeps (ClusterMetadata is
+    built from three other settings), so it is set there too."""
+
+    def __init__(self, *args: Any, **configs: Any) -> None:
+        configs.setdefault("allow_auto_create_topics", False)
+        super().__init__(*args, **configs)
+        self._client.cluster.config["allow_auto_create_topics"] = self.config["allow_auto_create_topics"]
 
 
 class AdminClient(_ClosedOnFailedStart, KafkaAdminClient):
@@ -68,9 +79,27 @@ class _WatermarkPartitionRecords(Fetcher.PartitionRecords):
 
 
 def watermark_consumer(**config: Any) -> KafkaConsumer:
-    """A Consumer (same configuration keys) for offset look-ups and fetch high watermarks:
+    """A Consumer (same configuration keys) for offset look-ups and fetch watermarks:
     whatever its fetches bring (any codec, any size, corrupt or not) is never decompressed or
-    decoded, so planning neither needs the codec libraries nor expands a hostile batch."""
+    decoded, so planning neither needs the codec libraries nor expands a hostile batch.
+    kafka-python keeps a fetch's high watermark (``highwater``) but drops its last stable
+    offset; this consumer keeps that too (``last_stable_offset``)."""
     consumer = Consumer(**config)
-    consumer._fetcher.PartitionRecords = _WatermarkPartitionRecords
+    fetcher = consumer._fetcher
+    fetcher.PartitionRecords = _WatermarkPartitionRecords
+    fetcher.last_stable_offsets = {}
+    parse = fetcher._parse_fetched_data
+
+    def parse_keeping_lso(completed_fetch):
+        data = completed_fetch.partition_data
+        if data.error_code == 0 and data.last_stable_offset is not None and data.last_stable_offset >= 0:
+            fetcher.last_stable_offsets[completed_fetch.topic_partition] = data.last_stable_offset
+        return parse(completed_fetch)
+
+    fetcher._parse_fetched_data = parse_keeping_lso
     return consumer
+
+
+def last_stable_offset(consumer: KafkaConsumer, tp: Any) -> int | None:
+    """The last stable offset the latest fetch of ``tp`` reported (a watermark_consumer's), if any."""
+    return getattr(consumer._fetcher, "last_stable_offsets", {}).get(tp)

@@ -166,7 +166,7 @@ def _manifest(owner: CommitOwner, plan: EpochPlan, snapshot_id: str, commits: di
     return Manifest(
         job=owner.job, pipeline=owner.pipeline, snapshot_id=snapshot_id, epoch=plan.epoch,
         attempt=owner.attempt, created_at=dt.datetime.now(dt.UTC), spec_fingerprint=owner.spec_fingerprint,
-        topic=owner.topic, positions=positions, stop_offsets=plan.stop_offsets,
+        topic=owner.topic, topic_id=plan.topic_id, positions=positions, stop_offsets=plan.stop_offsets,
         completed_splits=completed_splits(positions, plan.stop_offsets),
         completed=source_completed(positions, plan.stop_offsets), flows=commits,
         bad_records=bad_records, dead_letters=dead_letters,

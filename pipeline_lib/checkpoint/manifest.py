@@ -139,6 +139,9 @@ class Manifest(Frozen):
     created_at: dt.datetime
     spec_fingerprint: str
     topic: str
+    # The topic's id (Kafka's UUID of it): positions are offsets of that topic, not of one deleted
+    # and created again under the same name. None from brokers that report no id.
+    topic_id: str | None = None
     positions: dict[int, int]  # partition -> next offset to read
     stop_offsets: dict[int, int] | None = None  # bounded source: partition -> stop offset
     completed_splits: list[int] = []  # partitions that reached their stop offset
@@ -155,7 +158,8 @@ class Manifest(Frozen):
         return validate_snapshot_id(value)
 
     def _body(self) -> bytes:
-        data = self.model_dump(mode="json", exclude={"checksum"})
+        # without a topic id the body is what it was before manifests had one: their checksums hold
+        data = self.model_dump(mode="json", exclude={"checksum"} | ({"topic_id"} if self.topic_id is None else set()))
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
     def sealed(self) -> Manifest:

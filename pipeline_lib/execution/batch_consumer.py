@@ -8,12 +8,20 @@ batch CRC that does not match is refused, control batches are skipped, records b
 fetch offset (the head of a batch the broker sent whole) are dropped. Each batch decompresses
 to at most the consumer's ``max_batch_bytes`` (bound_decompression).
 
+With ``isolation_level='read_committed'`` (the readers' default) aborted transactions are
+dropped the way the Kafka protocol defines it, as kafka-python's own record path does: the fetch
+response lists each aborted transaction of the fetched range as (producer id, first offset); a
+transactional batch of such a producer id, from that first offset up to the producer's ABORT
+marker (a control batch), is skipped unread. The broker itself stops a read_committed fetch at
+the last stable offset, so records of a transaction still open are never served.
+
 This relies on ``Fetcher.PartitionRecords`` of kafka-python 3.0.12, which pyproject.toml pins
 exactly; tests/e2e/test_kafka_source.py compares the two paths record by record.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 
 from kafka import KafkaConsumer
@@ -40,8 +48,7 @@ class _ColumnPartitionRecords(Fetcher.PartitionRecords):
         return False  # done per batch in _unpack_records
 
     def _unpack_records(self, tp, records, key_deserializer, value_deserializer) -> Iterator[ColumnBatch]:
-        if self.isolation_level == IsolationLevel.READ_COMMITTED:  # aborted-transaction filtering is not here
-            raise ValueError("columnar fetches read uncommitted records only")
+        read_committed = self.isolation_level == IsolationLevel.READ_COMMITTED
         batch = records.next_batch()
         last_batch = None
         while batch is not None:
@@ -51,6 +58,10 @@ class _ColumnPartitionRecords(Fetcher.PartitionRecords):
                                          "failed crc check")
             if batch.magic == 2:
                 self.leader_epoch = batch.leader_epoch
+                if read_committed and batch.has_producer_id() and self._aborted(tp, batch):
+                    self.next_fetch_offset = batch.next_offset
+                    batch = records.next_batch()
+                    continue
                 if batch.is_control_batch:  # transaction markers are not records
                     self.next_fetch_offset = batch.next_offset
                     batch = records.next_batch()
@@ -75,6 +86,31 @@ class _ColumnPartitionRecords(Fetcher.PartitionRecords):
         if last_batch is not None and last_batch.magic == 2:
             self.next_fetch_offset = last_batch.next_offset  # past records removed by compaction
         self.drain()
+
+    def _aborted(self, tp, batch) -> bool:
+        """Whether ``batch`` (one with a producer id) belongs to an aborted transaction. The fetch
+        response's aborted transactions that begin at or before the batch's last offset make
+        their producer ids aborted; that producer's ABORT marker ends it. kafka-python's rule
+        (Fetcher.PartitionRecords), with a marker that cannot be read named like any bad batch."""
+        self._consume_aborted_transactions_up_to(batch.last_offset)
+        if batch.is_control_batch:
+            if self._is_abort_marker(tp, batch):
+                self.aborted_producer_ids.discard(batch.producer_id)
+            return False
+        return self._is_batch_aborted(batch)
+
+    @staticmethod
+    def _is_abort_marker(tp, batch) -> bool:
+        """The marker's one record says ABORT (type 0) or COMMIT (1); brokers write markers
+        uncompressed, so a compressed one is refused rather than expanded without a cap."""
+        where = f"{tp.topic}[{tp.partition}]: control batch at offset {batch.base_offset}"
+        if batch.compression_type:
+            raise CorruptRecordError(f"{where} is compressed (codec {batch.compression_type})")
+        try:
+            record = next(batch, None)
+            return record is not None and bool(record.abort)
+        except (struct.error, ValueError, IndexError, TypeError, AttributeError, CorruptRecordError) as exc:
+            raise CorruptRecordError(f"{where} is corrupt: {type(exc).__name__}: {exc}") from None
 
 
 def _naming(tp, exc: CorruptRecordError) -> CorruptRecordError:

@@ -30,7 +30,7 @@ def range_reader(bootstrap: str, source: KafkaSourceSpec, schema: StructType,
     return KafkaRangeReader(bootstrap=bootstrap, tasks=tasks, schema=schema, format=source.format,
                             fields=[(f.name, f.dataType.simpleString()) for f in user_fields], epoch=epoch,
                             tolerant=on_error != "fail", max_record_bytes=max_record_bytes,
-                            max_batch_bytes=max_batch_bytes)
+                            max_batch_bytes=max_batch_bytes, isolation_level=source.isolation_level)
 
 
 def map_tasks(spark: SparkSession, tasks: int, fn: Callable, schema: StructType | str) -> DataFrame:

@@ -5,6 +5,12 @@ task reads ``[start, end)`` ranges of Kafka partitions with kafka-python (assign
 consumer group) inside the executor's Python worker. kafka-python fetches; its record batches
 are decoded straight into columns (batch_consumer, kafka_batches) and handed to Spark as Arrow
 batches, with no Python object per record on the way.
+
+Reads are ``read_committed`` unless the source says otherwise: records of aborted transactions
+are dropped and transaction markers skipped (batch_consumer), and ranges end at most at the last
+stable offset the planner saw (kafka_offsets), below which every transaction is decided. Offsets
+taken by markers and aborted records hold no data, so a range can end on one: its read ends once
+the consumer's position passes the range's end, whether or not a record sat at the last offset.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ ERROR_DDL = "_error string, _raw binary"  # only with on_error: dead_letter | sk
 STALL_TIMEOUT_S = 60.0
 POLL_MAX_RECORDS = 10_000  # records per poll of kafka-python's records (the columnar read counts batches)
 FETCH_MAX_WAIT_MS = 100  # planned ranges are in the log already: the broker only waits at its end
+READ_COMMITTED = "read_committed"  # the default isolation level of every read (the spec's source.kafka)
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ class KafkaRangeReader:
     tolerant: bool
     max_record_bytes: int
     max_batch_bytes: int | None = None  # what one Kafka batch may decompress to; None: max_batch_bytes_for
+    isolation_level: str = READ_COMMITTED  # or read_uncommitted (the source's isolation_level)
 
     def __call__(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The ``mapInArrow`` function: read every range of the tasks this partition holds."""
@@ -86,7 +94,7 @@ class KafkaRangeReader:
                                     topic, kafka_partition)
             cap = self.max_batch_bytes or max_batch_bytes_for(self.max_record_bytes)
             for columns in read_range_batches(self.bootstrap, topic, kafka_partition, start, end,
-                                              max_batch_bytes=cap):
+                                              max_batch_bytes=cap, isolation_level=self.isolation_level):
                 yield batches.build(columns)
 
 
@@ -178,25 +186,30 @@ class RecordBatcher:
         return rows
 
 
-def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int) -> Iterator:
-    """Yield kafka-python's records of ``[start, end)``; offsets may have gaps (compaction, markers)."""
-    for records in read_range_chunks(bootstrap, topic, partition, start, end):
+def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+               isolation_level: str = READ_COMMITTED) -> Iterator:
+    """Yield kafka-python's records of ``[start, end)``; offsets may have gaps (compaction,
+    transaction markers, aborted records)."""
+    for records in read_range_chunks(bootstrap, topic, partition, start, end, isolation_level=isolation_level):
         yield from records
 
 
-def read_range_chunks(bootstrap: str, topic: str, partition: int, start: int, end: int) -> Iterator[list]:
+def read_range_chunks(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+                      isolation_level: str = READ_COMMITTED) -> Iterator[list]:
     """kafka-python's records of ``[start, end)``, one list per poll (never empty), in offset order."""
-    return _read_polls(bootstrap, topic, partition, start, end, _RECORDS)
+    return _read_polls(bootstrap, topic, partition, start, end, _RECORDS, isolation_level=isolation_level)
 
 
 def read_range_batches(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
-                       max_batch_bytes: int | None = None) -> Iterator[list[ColumnBatch]]:
+                       max_batch_bytes: int | None = None,
+                       isolation_level: str = READ_COMMITTED) -> Iterator[list[ColumnBatch]]:
     """The records of ``[start, end)`` as columns (see batch_consumer), one list per poll (never
     empty), in offset order: what the source reads, without an object per record. A batch that
     decompresses to more than ``max_batch_bytes`` (default: max_batch_bytes_for the default
     max_record_bytes) fails the read naming topic, partition and offsets."""
     cap = max_batch_bytes or max_batch_bytes_for(DEFAULT_MAX_RECORD_BYTES)
-    return _read_polls(bootstrap, topic, partition, start, end, _COLUMNS, max_batch_bytes=cap)
+    return _read_polls(bootstrap, topic, partition, start, end, _COLUMNS, max_batch_bytes=cap,
+                       isolation_level=isolation_level)
 
 
 def max_batch_bytes_for(max_record_bytes: int) -> int:
@@ -235,13 +248,14 @@ def _fetch_bytes(records: int, bytes_per_record: float) -> int:
 
 
 def _read_polls(bootstrap: str, topic: str, partition: int, start: int, end: int, shape: _PollShape,
-                max_batch_bytes: int | None = None) -> Iterator[list]:
+                max_batch_bytes: int | None = None, isolation_level: str = READ_COMMITTED) -> Iterator[list]:
     from kafka import TopicPartition
     from kafka.errors import KafkaError
 
     if start >= end:
         return
-    cached = _take_consumer(bootstrap, topic, partition, shape.columnar)
+    key = (bootstrap, topic, partition, shape.columnar, isolation_level)
+    cached = _take_consumer(key)
     consumer, tp = cached.consumer, TopicPartition(topic, partition)
     if max_batch_bytes is not None:
         bound_decompression(consumer, max_batch_bytes)
@@ -280,7 +294,9 @@ def _read_polls(bootstrap: str, topic: str, partition: int, start: int, end: int
                 if last >= end:  # fetched past the range: kept for a next range starting at ``end``
                     tail, position = shape.between(got, end, _NO_END), end
                     continue
-            position = max(position, consumer.position(tp) or position)
+            moved = consumer.position(tp) or position  # past markers and aborted records, which yield nothing
+            if moved > position:
+                position, last_progress = moved, time.monotonic()
             if time.monotonic() - last_progress > STALL_TIMEOUT_S:
                 raise PipelineError(
                     f"reading {topic}[{partition}] stalled at offset {position} (planned end {end}) "
@@ -291,7 +307,7 @@ def _read_polls(bootstrap: str, topic: str, partition: int, start: int, end: int
     finally:
         if finished:
             cached.tail_from, cached.tail, cached.resume_at, cached.used = end, tail, resume_at, time.monotonic()
-            _give_back(bootstrap, topic, partition, shape.columnar, cached)
+            _give_back(key, cached)
         else:  # an error, a stall, or a reader that stopped early: never reuse this connection
             _close_quietly(consumer)
 
@@ -332,11 +348,12 @@ class _CachedConsumer:
 # consumer's tail; FETCH_MAX_WAIT_MS bounds the wait when it comes sooner.
 CONSUMER_IDLE_S = 60.0  # older ones are closed rather than trusted (brokers drop idle connections)
 CONSUMER_CACHE_SIZE = 8
-_consumers: dict[tuple[str, str, int, bool], _CachedConsumer] = {}  # (..., columnar)
+_ConsumerKey = tuple[str, str, int, bool, str]  # bootstrap, topic, partition, columnar, isolation level
+_consumers: dict[_ConsumerKey, _CachedConsumer] = {}
 _consumers_pid = os.getpid()
 
 
-def _take_consumer(bootstrap: str, topic: str, partition: int, columnar: bool) -> _CachedConsumer:
+def _take_consumer(key: _ConsumerKey) -> _CachedConsumer:
     from pipeline_lib.kafka_clients import Consumer
 
     global _consumers_pid
@@ -344,13 +361,13 @@ def _take_consumer(bootstrap: str, topic: str, partition: int, columnar: bool) -
         _consumers.clear()
         _consumers_pid = os.getpid()
     now = time.monotonic()
-    for key, cached in list(_consumers.items()):
+    for idle, cached in list(_consumers.items()):
         if now - cached.used > CONSUMER_IDLE_S:
-            del _consumers[key]
+            del _consumers[idle]
             _close_quietly(cached.consumer)
-    key = (bootstrap, topic, partition, columnar)
     if key in _consumers:
         return _consumers.pop(key)
+    bootstrap, topic, partition, columnar, isolation_level = key
     return _CachedConsumer((columnar_consumer if columnar else Consumer)(
         bootstrap_servers=bootstrap,
         group_id=None,
@@ -360,11 +377,11 @@ def _take_consumer(bootstrap: str, topic: str, partition: int, columnar: bool) -
         max_partition_fetch_bytes=FETCH_MAX_BYTES,
         fetch_max_bytes=16 * 1024 * 1024,
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+        isolation_level=isolation_level,
     ))
 
 
-def _give_back(bootstrap: str, topic: str, partition: int, columnar: bool, cached: _CachedConsumer) -> None:
-    key = (bootstrap, topic, partition, columnar)
+def _give_back(key: _ConsumerKey, cached: _CachedConsumer) -> None:
     previous = _consumers.pop(key, None)
     if previous is not None:  # another reader of the same partition finished first
         _close_quietly(previous.consumer)

@@ -161,6 +161,7 @@ class PipelineRunner:
             raise PipelineError(f"parallelism {self.parallelism} must be between 1 and max_parallelism {self.maxp}")
         self.source = job.all_sources()[pipeline.source].kafka
         self.topic = self.source.topic
+        self.topic_id: str | None = None  # the topic's Kafka id, read when planning starts
         self.snapshots = SnapshotStore.open(job.checkpoint.store, job.name, pipeline.name, settings)
         self.flows: list[FlowRuntime] = []
         for flow in job.all_flows():
@@ -296,12 +297,15 @@ class PipelineRunner:
     # -- planning ---------------------------------------------------------------------------
     def _positions_and_stops(self, consumer) -> tuple[dict[int, int], dict[int, int] | None]:
         partitions = kafka_offsets.topic_partitions(consumer, self.topic)
+        self.topic_id = kafka_offsets.topic_id(consumer, self.topic)
         earliest = kafka_offsets.earliest_offsets(consumer, self.topic, partitions)
         if self.restored is not None:
             m = self.restored.manifest
+            self._same_topic(m.topic_id, f"snapshot {m.snapshot_id}")
             return {p: m.positions.get(p, earliest[p]) for p in partitions}, m.stop_offsets
         first_plan = self.snapshots.load_plan(1) if self.options.restore == "latest" else None
         if first_plan is not None:  # a first attempt planned epoch 1 and died before committing it
+            self._same_topic(first_plan.topic_id, "the plan of epoch 1")
             return {p: first_plan.positions.get(p, earliest[p]) for p in partitions}, first_plan.stop_offsets
         if self.source.starting_offsets == "latest":
             positions = kafka_offsets.confirmed_end_offsets(consumer, self.topic, partitions)
@@ -320,6 +324,16 @@ class PipelineRunner:
             stops = None
         return positions, stops
 
+    def _same_topic(self, topic_id: str | None, where: str) -> None:
+        """Offsets saved for a topic mean nothing for another one of the same name: a topic
+        deleted and created again starts its offsets over, and resuming at the old positions
+        would skip its first records or wait for offsets that never come."""
+        if topic_id is not None and self.topic_id is not None and topic_id != self.topic_id:
+            raise SnapshotError(
+                f"Kafka topic {self.topic!r} was deleted and created again: {where} read topic id {topic_id}, "
+                f"the topic now has id {self.topic_id}, and its offsets are not this topic's; use --restore none "
+                "to start over (the sink's earlier output stays)")
+
     def _plan(self, epoch: int, base: str | None, positions: dict[int, int], targets: dict[int, int],
               stops: dict[int, int] | None) -> EpochPlan:
         planned = self.snapshots.load_plan(epoch)
@@ -327,7 +341,8 @@ class PipelineRunner:
             # replay exactly what an earlier attempt planned, from the snapshot this attempt builds on
             # (the earlier attempt may have planned it on a snapshot of its own that never committed)
             return planned.model_copy(update={"base_snapshot": base})
-        plan = plan_epoch(epoch, base, self.topic, positions, targets, self.job.trigger.max_records_per_epoch, stops)
+        plan = plan_epoch(epoch, base, self.topic, positions, targets, self.job.trigger.max_records_per_epoch, stops,
+                          self.topic_id)
         if plan.records:
             self.snapshots.save_plan(plan)
         return plan
@@ -549,7 +564,7 @@ class PipelineRunner:
             raise
 
     def _loop(self, spark, epoch, base_id, history, head_version) -> int:
-        with kafka_offsets.offsets_consumer(self.settings.require_kafka()) as consumer:
+        with kafka_offsets.offsets_consumer(self.settings.require_kafka(), self.source.isolation_level) as consumer:
             positions, stops = self._positions_and_stops(consumer)
             latest = kafka_offsets.confirmed_end_offsets(consumer, self.topic, sorted(positions))
             targets = self._targets(latest, stops)

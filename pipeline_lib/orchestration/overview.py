@@ -184,7 +184,7 @@ def _fill_lag(views: list[PipelineView], settings: ConnectionSettings, deadline:
                     if not partitions:
                         v.lag_note = f"topic {v.topic} not found"
                         continue
-                    # the fetch high watermark: Tansu's ListOffsets under-reports
+                    # confirmed by a fetch (Tansu's ListOffsets under-reports), to the last stable offset
                     ends = kafka_offsets.confirmed_end_offsets(consumer, v.topic, partitions, timeout_s=min(5, left))
                     done = {int(p): o for p, o in v.positions.items()}
                     v.lag = sum(max(0, end - done.get(p, 0)) for p, end in ends.items())

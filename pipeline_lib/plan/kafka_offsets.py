@@ -1,11 +1,15 @@
 """Ask the broker where a topic's partitions begin and end.
 
 ListOffsets(LATEST) is not trusted on its own: the Tansu broker under-reports it when producer
-batches hold several records. The high watermark carried by FETCH responses is
-correct, so the end of every partition is confirmed with a fetch; on real Kafka both agree and
-the extra fetch costs one round trip. The records such a fetch brings are never decoded
-(kafka_clients.watermark_consumer): planning works whatever the codec and cannot be made to
-expand a hostile batch.
+batches hold several records. The offset a FETCH response carries is correct, so the end of
+every partition is confirmed with a fetch; on real Kafka both agree and the extra fetch costs one
+round trip. The records such a fetch brings are never decoded (kafka_clients.watermark_consumer):
+planning works whatever the codec and cannot be made to expand a hostile batch.
+
+The end depends on the isolation level. read_committed (the default) plans to the last stable
+offset: ListOffsets with isolation level READ_COMMITTED and a read_committed fetch both report it,
+and below it every transaction has committed or aborted, so a planned range never waits for an
+open transaction nor reads its records. read_uncommitted plans to the high watermark.
 """
 
 from __future__ import annotations
@@ -19,14 +23,18 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 from pipeline_lib.errors import PipelineError
-from pipeline_lib.kafka_clients import watermark_consumer
+from pipeline_lib.kafka_clients import last_stable_offset, watermark_consumer
 
 log = logging.getLogger(__name__)
 
 
+READ_COMMITTED = "read_committed"
+
+
 @contextmanager
-def offsets_consumer(bootstrap: str) -> Iterator[KafkaConsumer]:
-    """A consumer for offset look-ups only (no group, no commits, tiny fetches); closed on exit."""
+def offsets_consumer(bootstrap: str, isolation_level: str = READ_COMMITTED) -> Iterator[KafkaConsumer]:
+    """A consumer for offset look-ups only (no group, no commits, tiny fetches); closed on exit.
+    Its ``isolation_level`` decides which end confirmed_end_offsets gives."""
     consumer = watermark_consumer(
         bootstrap_servers=bootstrap,
         group_id=None,
@@ -35,6 +43,7 @@ def offsets_consumer(bootstrap: str) -> Iterator[KafkaConsumer]:
         request_timeout_ms=30_000,
         max_partition_fetch_bytes=1024,  # we only want the watermark, not the data
         fetch_max_bytes=64 * 1024,
+        isolation_level=isolation_level,
     )
     try:
         yield consumer
@@ -54,6 +63,14 @@ def topic_partitions(consumer: KafkaConsumer, topic: str, timeout_s: float = 15.
         time.sleep(0.2)
 
 
+def topic_id(consumer: KafkaConsumer, topic: str) -> str | None:
+    """The topic's id (a UUID Kafka gives each topic when it is created, so a topic deleted and
+    created again under the same name has a new one) from the metadata topic_partitions read;
+    None from a broker that reports none (all zeros)."""
+    found = consumer._client.cluster.topic_id(topic)
+    return None if found is None or found.int == 0 else str(found)
+
+
 def earliest_offsets(consumer: KafkaConsumer, topic: str, partitions: list[int]) -> dict[int, int]:
     """Each partition's first offset still in the log (where a source without a snapshot starts)."""
     tps = [TopicPartition(topic, p) for p in partitions]
@@ -63,7 +80,9 @@ def earliest_offsets(consumer: KafkaConsumer, topic: str, partitions: list[int])
 def confirmed_end_offsets(
     consumer: KafkaConsumer, topic: str, partitions: list[int], timeout_s: float = 30.0
 ) -> dict[int, int]:
-    """Latest offsets, each the max of ListOffsets and a fetch's high watermark."""
+    """Latest offsets, each the max of ListOffsets and a fetch's watermark: the last stable offset
+    for a read_committed consumer (the high watermark only if the broker reports none), else the
+    high watermark."""
     tps = [TopicPartition(topic, p) for p in partitions]
     listed = {tp.partition: off for tp, off in consumer.end_offsets(tps).items()}
     begin = earliest_offsets(consumer, topic, partitions)
@@ -71,6 +90,7 @@ def confirmed_end_offsets(
     for tp in tps:
         consumer.seek(tp, max(begin[tp.partition], listed[tp.partition] - 1))
     watermarks: dict[int, int] = {}
+    committed = consumer.config.get("isolation_level") == READ_COMMITTED
     deadline = time.monotonic() + timeout_s
     while len(watermarks) < len(tps):
         try:
@@ -80,7 +100,8 @@ def confirmed_end_offsets(
         for tp in tps:
             hw = consumer.highwater(tp)
             if hw is not None:
-                watermarks[tp.partition] = hw
+                lso = last_stable_offset(consumer, tp) if committed else None
+                watermarks[tp.partition] = hw if lso is None else lso
         if time.monotonic() > deadline:
             missing = sorted(set(partitions) - set(watermarks))
             raise PipelineError(f"no fetch high watermark for {topic} partitions {missing} in {timeout_s}s")
@@ -88,5 +109,5 @@ def confirmed_end_offsets(
     ends = {p: max(listed[p], watermarks[p]) for p in partitions}
     for p in partitions:
         if watermarks[p] != listed[p]:
-            log.debug("%s[%d]: ListOffsets said %d, fetch high watermark %d", topic, p, listed[p], watermarks[p])
+            log.debug("%s[%d]: ListOffsets said %d, fetch watermark %d", topic, p, listed[p], watermarks[p])
     return ends

@@ -46,10 +46,12 @@ class EpochPlan(BaseModel):
     positions: dict[int, int]  # every partition's next offset before the epoch
     ranges: list[OffsetRange]
     stop_offsets: dict[int, int] | None = None  # a bounded source's stops, fixed at its first start
+    topic_id: str | None = None  # the topic's id when planned (None: the broker reports none)
 
     @property
     def records(self) -> int:
-        """Offsets the epoch reads, over all its ranges."""
+        """Offsets the epoch reads, over all its ranges: an upper bound on its data records, as
+        transaction markers, aborted and compacted records take offsets too."""
         return sum(r.size for r in self.ranges)
 
     def end_positions(self) -> dict[int, int]:
@@ -95,6 +97,7 @@ def plan_epoch(
     targets: Mapping[int, int],
     max_records: int,
     stop_offsets: Mapping[int, int] | None = None,
+    topic_id: str | None = None,
 ) -> EpochPlan:
     """Ranges from ``positions`` towards ``targets`` holding at most ``max_records`` records."""
     lags = {p: max(0, targets.get(p, pos) - pos) for p, pos in positions.items()}
@@ -105,7 +108,7 @@ def plan_epoch(
         if shares[p] > 0
     ]
     return EpochPlan(epoch=epoch, base_snapshot=base_snapshot, positions=dict(positions), ranges=ranges,
-                     stop_offsets=dict(stop_offsets) if stop_offsets is not None else None)
+                     stop_offsets=dict(stop_offsets) if stop_offsets is not None else None, topic_id=topic_id)
 
 
 def split_for_parallelism(ranges: list[OffsetRange], parallelism: int, min_size: int = 2_000) -> list[OffsetRange]:

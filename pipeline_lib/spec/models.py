@@ -47,6 +47,10 @@ class KafkaSourceSpec(StrictModel):
     # Bounded sources: "latest" = the end offsets seen at the first start (kept in the snapshot),
     # or explicit {partition: stop offset}. A partition that reached its stop is COMPLETED.
     stop: Literal["latest"] | dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]] | None = None
+    # read_committed: records of aborted transactions are dropped and epochs are planned up to the
+    # last stable offset, so a transaction still open is read once it commits (Kafka's rule for
+    # exactly-once producers). read_uncommitted reads every record up to the high watermark.
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

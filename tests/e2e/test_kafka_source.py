@@ -8,6 +8,7 @@ import pytest
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution import kafka_source
+from pipeline_lib.execution.kafka_source import READ_COMMITTED
 from pipeline_lib.samples import create_topic, produce_raw
 
 
@@ -43,21 +44,22 @@ def test_a_partition_s_consumer_reads_range_after_range(two_partitions):
     bootstrap, topic, values = two_partitions
     assert [r.value for r in kafka_source.read_range(bootstrap, topic, 0, 0, 1000)] == values[0][:1000]
     assert [r.value for r in kafka_source.read_range(bootstrap, topic, 1, 0, 10)] == values[1][:10]
-    consumers = {p: kafka_source._consumers[(bootstrap, topic, p, False)].consumer for p in (0, 1)}
+    consumers = {p: kafka_source._consumers[(bootstrap, topic, p, False, READ_COMMITTED)].consumer for p in (0, 1)}
     assert consumers[0] is not consumers[1]
     for partition, start, end in [(0, 1000, 1500), (1, 10, 700), (1, 1499, 1500), (0, 3, 4), (0, 0, 1500)]:
         records = list(kafka_source.read_range(bootstrap, topic, partition, start, end))
         assert [r.offset for r in records] == list(range(start, end))
         assert [r.value for r in records] == values[partition][start:end]
         # seeked, not reopened
-        assert kafka_source._consumers[(bootstrap, topic, partition, False)].consumer is consumers[partition]
+        assert kafka_source._consumers[(bootstrap, topic, partition, False, READ_COMMITTED)].consumer \
+            is consumers[partition]
     chunks = list(kafka_source.read_range_chunks(bootstrap, topic, 1, 0, 1500))
     assert all(chunks) and [r.offset for c in chunks for r in c] == list(range(1500))
 
 
 def test_a_consumer_that_failed_is_closed_not_reused(two_partitions, monkeypatch):
     bootstrap, topic, values = two_partitions
-    key = (bootstrap, topic, 0, False)
+    key = (bootstrap, topic, 0, False, READ_COMMITTED)
     list(kafka_source.read_range(bootstrap, topic, 0, 0, 10))
     consumer = kafka_source._consumers[key].consumer
     # Offsets past the log's end: real Kafka answers OFFSET_OUT_OF_RANGE (no silent reset), this
@@ -74,12 +76,12 @@ def test_a_consumer_that_failed_is_closed_not_reused(two_partitions, monkeypatch
 
 def test_a_reader_that_stops_early_does_not_give_its_consumer_back(two_partitions):
     bootstrap, topic, values = two_partitions
-    _drop_cached((bootstrap, topic, 0, False))
+    _drop_cached((bootstrap, topic, 0, False, READ_COMMITTED))
     chunks = kafka_source.read_range_chunks(bootstrap, topic, 0, 0, 1500)
     first = next(chunks)
     assert first[0].value == values[0][0]
     chunks.close()  # e.g. a failed task: the consumer's position is mid-range
-    assert (bootstrap, topic, 0, False) not in kafka_source._consumers
+    assert (bootstrap, topic, 0, False, READ_COMMITTED) not in kafka_source._consumers
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +115,7 @@ def test_columnar_reads_equal_kafka_python_records_and_continue_without_a_seek(g
     bootstrap, topic = gzip_topic
     expected = [(r.offset, r.timestamp, r.key, r.value) for r in kafka_source.read_range(bootstrap, topic, 0, 0, 3000)]
     assert len(expected) == 3000
-    key = (bootstrap, topic, 0, True)
+    key = (bootstrap, topic, 0, True, READ_COMMITTED)
     _drop_cached(key)
     got = []
     for start, end in [(0, 1), (1, 700), (700, 701), (701, 2999), (2999, 3000)]:  # each range where the last ended

@@ -1,5 +1,6 @@
 """Keyed state merging, state files, manifests and record decoding: pure logic."""
 
+import json
 import math
 import random
 from decimal import Decimal
@@ -120,6 +121,25 @@ def test_manifest_checksum_detects_tampering():
     assert not tampered.verify_checksum()
     with pytest.raises(ValueError):
         m.model_copy(update={}).model_validate({**m.model_dump(), "snapshot_id": "../../etc"})
+
+
+def test_a_manifest_s_topic_id_is_sealed_and_one_without_keeps_its_checksum():
+    """A manifest written before manifests carried the topic's id verifies as it did; a topic id,
+    when there is one, is covered by the checksum like any other field."""
+    m = Manifest(
+        job="j", snapshot_id="0000000001-a1", epoch=1, attempt=1, created_at="2026-01-01T00:00:00Z",
+        pipeline="main", spec_fingerprint="x", topic="t", positions={0: 5},
+        flows={"j": FlowCommit(state=None, rows_written=0, sink=SinkCommit(location="file:///tmp/s", epoch=1,
+                                                                           marker="epoch=1/_SUCCESS", files=[]))},
+        lineage=Lineage(base_snapshot=None, plan_digest="d", ranges=[], records_read=5),
+    )
+    older = json.loads(m.sealed().to_bytes())
+    del older["topic_id"]  # as stored before the field existed
+    assert Manifest.model_validate(older).verify_checksum()
+    with_id = m.model_copy(update={"topic_id": "1b9a2f0e-5c1d-4a57-9f00-3c2b8e6d7a11"}).sealed()
+    assert Manifest.from_bytes(with_id.to_bytes()).verify_checksum()
+    swapped = with_id.to_bytes().replace(b"1b9a2f0e", b"2b9a2f0e")
+    assert not Manifest.from_bytes(swapped).verify_checksum()
 
 
 @pytest.mark.parametrize("value", ["0000000001-a1\n", "0000000001-a1\r\n", "000000000\u0661-a1",
