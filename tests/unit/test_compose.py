@@ -20,7 +20,7 @@ import subprocess
 import tomllib
 import types
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,7 +29,14 @@ import pytest
 import yaml
 
 from pipeline_lib import settings as settings_module
-from pipeline_lib.orchestration.connections import CONNECTION_IDS, settings_from_connections
+from pipeline_lib.orchestration.connections import (
+    CONN_KAFKA,
+    CONN_S3,
+    CONN_S3_UI,
+    CONN_SPARK,
+    CONNECTION_IDS,
+    settings_from_connections,
+)
 from pipeline_lib.settings import ConnectionSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -597,10 +604,28 @@ def test_data_lives_in_named_volumes(raw_compose: dict[str, Any], services: dict
 # --------------------------------------------------------------------------- ports and connections
 
 
-def connection_objects(env: dict[str, str], where: str) -> dict[str, types.SimpleNamespace]:
+# Who holds which S3 key: the pipeline's (pipeline_s3, PIPELINE_S3_ACCESS_KEY/SECRET_KEY) only the
+# service that runs the tasks, the Pipelines page's read-only one (pipeline_s3_ui) only the api-server.
+TASK_RUNNER = "airflow-scheduler"  # LocalExecutor: every task, so every job, runs in the scheduler
+PAGE_SERVER = "airflow-apiserver"  # serves the Pipelines page (plugins/)
+PIPELINE_KEY_VARS = {settings_module.ENV_S3_ACCESS_KEY, settings_module.ENV_S3_SECRET_KEY}
+
+
+def connection_ids_of(service: str) -> set[str]:
+    """The connections a service must be given, and no others."""
+    ids = {CONN_KAFKA, CONN_SPARK}
+    if service == TASK_RUNNER:
+        ids.add(CONN_S3)
+    if service == PAGE_SERVER:
+        ids.add(CONN_S3_UI)
+    return ids
+
+
+def connection_objects(env: dict[str, str], where: str,
+                       conn_ids: Iterable[str] = CONNECTION_IDS) -> dict[str, types.SimpleNamespace]:
     """conn id -> an object with the fields of an Airflow Connection, from AIRFLOW_CONN_* JSON."""
     result = {}
-    for conn_id in CONNECTION_IDS:
+    for conn_id in conn_ids:
         name = f"AIRFLOW_CONN_{conn_id.upper()}"
         assert name in env, f"{where}: {name} is not set"
         try:
@@ -626,18 +651,21 @@ def test_airflow_services_get_every_setting_the_code_reads(services: dict[str, A
         v for k, v in vars(settings_module).items() if k.startswith("ENV_") and isinstance(v, str)
     )
     assert env_names, "pipeline_lib.settings defines no ENV_* names"
-    wanted_conns = {f"AIRFLOW_CONN_{conn_id.upper()}" for conn_id in CONNECTION_IDS}
     problems = []
     for name in sorted(AIRFLOW_SERVICES):
         env = env_of(services[name])
+        wanted_conns = {f"AIRFLOW_CONN_{conn_id.upper()}" for conn_id in connection_ids_of(name)}
         for var in env_names:
-            if not env.get(var):
+            if var in PIPELINE_KEY_VARS and name != TASK_RUNNER:
+                if var in env:
+                    problems.append(f"service {name}: holds {var}, the pipeline's key; only {TASK_RUNNER} may")
+            elif not env.get(var):
                 problems.append(f"service {name}: {var} (pipeline_lib.settings) is not set")
         conns = {k for k in env if k.startswith("AIRFLOW_CONN_")}
         if conns != wanted_conns:
             problems.append(
                 f"service {name}: AIRFLOW_CONN_* are {sorted(conns)}, "
-                f"the code's CONNECTION_IDS give {sorted(wanted_conns)}"
+                f"it must have {sorted(wanted_conns)} (connection_ids_of)"
             )
     assert not problems, "\n".join(problems)
 
@@ -646,19 +674,42 @@ def test_connections_and_fallback_variables_agree(services: dict[str, Any]) -> N
     for name in sorted(AIRFLOW_SERVICES):
         env = env_of(services[name])
         where = f"docker-compose.yml service {name}"
-        conns = connection_objects(env, where)
-        from_conns = settings_from_connections(conns.get, env={})
+        conns = connection_objects(env, where, connection_ids_of(name))
+        # what the tasks read (airflow_settings), and what the page reads (page_settings_from_connections)
+        from_conns = settings_from_connections(conns.get, env={}, s3_conn_ids=(CONN_S3, CONN_S3_UI))
         from_env = ConnectionSettings.from_env(env)
+        s3_given = bool({CONN_S3, CONN_S3_UI} & connection_ids_of(name))
         for field in ("kafka_bootstrap", "s3_endpoint", "spark_master", "s3_region"):
+            if field.startswith("s3_") and not s3_given:
+                continue
             a, b = getattr(from_conns, field), getattr(from_env, field)
             assert a and a == b, (
                 f"{where}: {field} is {a!r} from the AIRFLOW_CONN_* connections "
                 f"but {b!r} from the PIPELINE_* variables"
             )
-        assert from_conns.secrets() == from_env.secrets() and len(from_env.secrets()) == 2, (
-            f"{where}: the pipeline_s3 connection's login/password differ from "
-            "PIPELINE_S3_ACCESS_KEY/SECRET_KEY"
-        )
+        if name == TASK_RUNNER:
+            assert from_conns.secrets() == from_env.secrets() and len(from_env.secrets()) == 2, (
+                f"{where}: the pipeline_s3 connection's login/password differ from "
+                "PIPELINE_S3_ACCESS_KEY/SECRET_KEY"
+            )
+
+
+def test_only_the_task_runner_holds_the_pipeline_key(raw_compose: dict[str, Any],
+                                                      env_example: dict[str, str]) -> None:
+    """The pipeline's secret key (marked by a value of its own) reaches the scheduler, which runs
+    the jobs, and minio-init, which creates its user; the page's key only the api-server and
+    minio-init. Every Airflow service would otherwise hold a key that can rewrite snapshots."""
+    marked = {**env_example, "PIPELINE_S3_SECRET_KEY": "pipeline-key-marker-41",
+              "PIPELINE_S3_UI_SECRET_KEY": "page-key-marker-42"}
+    services = deep_interpolate(raw_compose["services"], marked)
+    holders: dict[str, set[str]] = {"pipeline-key-marker-41": set(), "page-key-marker-42": set()}
+    for name, service in services.items():
+        text = json.dumps(service)
+        for marker, names in holders.items():
+            if marker in text:
+                names.add(name)
+    assert holders["pipeline-key-marker-41"] == {TASK_RUNNER, "minio-init"}, holders
+    assert holders["page-key-marker-42"] == {PAGE_SERVER, "minio-init"}, holders
 
 
 def _listeners(value: str) -> dict[str, tuple[str, int]]:
@@ -672,12 +723,19 @@ def _listeners(value: str) -> dict[str, tuple[str, int]]:
 
 def airflow_services_point_at(services: dict[str, Any], conn_id: str, field: str, env_name: str, expected: str,
                               what: str) -> None:
-    """Every Airflow service's connection ``conn_id`` and its PIPELINE_* fallback give ``expected``."""
+    """Every Airflow service's connection ``conn_id`` (``pipeline_s3_ui`` too, where it is given)
+    and its PIPELINE_* fallback give ``expected``."""
     for name in sorted(AIRFLOW_SERVICES):
         env = env_of(services[name])
-        conn = connection_objects(env, f"service {name}")[conn_id]
-        value = getattr(settings_from_connections({conn_id: conn}.get, env={}), field)
-        assert value == expected, f"service {name}: AIRFLOW_CONN_{conn_id.upper()} gives {value!r}, {what} {expected}"
+        given = connection_ids_of(name)
+        for conn_id_given in sorted({conn_id, CONN_S3_UI} if conn_id == CONN_S3 else {conn_id}):
+            if conn_id_given not in given:
+                continue
+            conn = connection_objects(env, f"service {name}", [conn_id_given])[conn_id_given]
+            value = getattr(settings_from_connections({conn_id_given: conn}.get, env={},
+                                                      s3_conn_ids=(conn_id_given,)), field)
+            assert value == expected, (f"service {name}: AIRFLOW_CONN_{conn_id_given.upper()} gives {value!r}, "
+                                       f"{what} {expected}")
         assert env[env_name] == expected, f"service {name}: {env_name}={env[env_name]!r}, {what} {expected}"
 
 
@@ -724,7 +782,10 @@ def test_minio_port_matches_the_s3_settings(services: dict[str, Any]) -> None:
     init_script = " ".join(
         command_of(services["minio-init"], "entrypoint") + command_of(services["minio-init"])
     )
-    assert expected in init_script, f"service minio-init: does not talk to MinIO at {expected}"
+    mc_host = re.search(r'MC_HOST_stack="(http://)[^@"]*@([^"]+)"', init_script)
+    assert mc_host and mc_host.group(1) + mc_host.group(2) == expected, (
+        f"service minio-init: does not talk to MinIO at {expected}"
+    )
     assert any(target == port for _, target in published_ports(services["minio"])), (
         f"service minio: the S3 port {port} is not published for the host CLI"
     )
@@ -1032,8 +1093,13 @@ def test_airflow_services_refuse_the_example_secrets_at_start(services: dict[str
         run = subprocess.run(["bash", str(AIRFLOW_ENTRYPOINT), "version"], env=env, capture_output=True,
                              text=True, timeout=60)
         assert run.returncode == 1, f"service {name} starts with .env.example's secrets:\n{run.stderr}"
-        for variable in ("AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY",
-                         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "PIPELINE_S3_SECRET_KEY", "AIRFLOW_CONN_PIPELINE_S3"):
+        refused = ["AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY",
+                   "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+        if name == TASK_RUNNER:
+            refused += ["PIPELINE_S3_SECRET_KEY", "the password of AIRFLOW_CONN_PIPELINE_S3 "]
+        if name == PAGE_SERVER:
+            refused += ["the password of AIRFLOW_CONN_PIPELINE_S3_UI "]
+        for variable in refused:
             assert f"{variable}" in run.stderr, f"service {name}: {variable} is not refused:\n{run.stderr}"
         for value in env_of(service).values():
             if "change-me" in value:
@@ -1043,17 +1109,39 @@ def test_airflow_services_refuse_the_example_secrets_at_start(services: dict[str
 def test_minio_init_refuses_placeholder_passwords(services: dict[str, Any]) -> None:
     """The mc image has no Python: minio-init's shell check runs for real, before any mc call."""
     script = command_of(services["minio-init"])[0]
-    check = script[: script.index("mc alias set")]
+    check = script[: script.index("export MC_HOST_stack")]
+    calls = [line for line in check.splitlines() if re.match(r"\s*mc ", line)]
+    assert not calls, f"minio-init calls mc before its checks: {calls}"
     env = {**env_of(services["minio-init"]), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     refused = subprocess.run(["sh", "-c", check], env=env, capture_output=True, text=True, timeout=30)
     assert refused.returncode == 1 and "refusing to start: MINIO_ROOT_PASSWORD" in refused.stderr, refused.stderr
     assert "secrets.token_urlsafe" in refused.stderr and env["MINIO_ROOT_PASSWORD"] not in refused.stderr
-    good = {**env, "MINIO_ROOT_PASSWORD": "Q2v9x" * 6, "PIPELINE_S3_SECRET_KEY": "Zk3b1" * 6}
-    for name in ("MINIO_ROOT_PASSWORD", "PIPELINE_S3_SECRET_KEY"):
+    good = {**env, "MINIO_ROOT_PASSWORD": "Q2v9x" * 6, "PIPELINE_S3_SECRET_KEY": "Zk3b1" * 6,
+            "PIPELINE_S3_UI_SECRET_KEY": "Rt7w0" * 6}
+    for name in ("MINIO_ROOT_PASSWORD", "PIPELINE_S3_SECRET_KEY", "PIPELINE_S3_UI_SECRET_KEY"):
         assert subprocess.run(["sh", "-c", check], env={**good, name: "CHANGEME-please"}, capture_output=True,
                               text=True, timeout=30).returncode == 1, name
     accepted = subprocess.run(["sh", "-c", check], env=good, capture_output=True, text=True, timeout=30)
     assert accepted.returncode == 0, accepted.stderr
+    # one MinIO user for two roles would hand the page the pipeline's (or root's) rights
+    for a, b in (("PIPELINE_S3_UI_ACCESS_KEY", "PIPELINE_S3_ACCESS_KEY"), ("PIPELINE_S3_UI_ACCESS_KEY", "MINIO_ROOT_USER"),
+                 ("PIPELINE_S3_ACCESS_KEY", "MINIO_ROOT_USER")):
+        same = subprocess.run(["sh", "-c", check], env={**good, a: good[b]}, capture_output=True, text=True,
+                              timeout=30)
+        assert same.returncode == 1 and "three different names" in same.stderr, (a, b, same.stderr)
+
+
+def test_minio_init_keeps_secrets_out_of_mc_arguments(services: dict[str, Any]) -> None:
+    """Any user of the host sees a process's argv (ps): the root password reaches mc through
+    MC_HOST_stack, the users' secret keys through stdin."""
+    script = command_of(services["minio-init"])[0]
+    mc_calls = [part.strip() for line in script.splitlines() if not line.strip().startswith("#")
+                for part in re.split(r"\|\|?|;|&&", line) if part.strip().startswith("mc ")]
+    assert len(mc_calls) >= 6, mc_calls
+    for secret in ("MINIO_ROOT_PASSWORD", "PIPELINE_S3_SECRET_KEY", "PIPELINE_S3_UI_SECRET_KEY", "$2"):
+        for call in mc_calls:
+            assert secret not in call, f"service minio-init: {secret} is an argument of mc: {call}"
+    assert re.search(r"printf '%s\\n' \"\$2\" \| mc admin user add stack \"\$1\" ", script), script
 
 
 def test_no_login_free_admin_mode(services: dict[str, Any]) -> None:
