@@ -1124,8 +1124,8 @@ def test_minio_init_refuses_placeholder_passwords(services: dict[str, Any]) -> N
     accepted = subprocess.run(["sh", "-c", check], env=good, capture_output=True, text=True, timeout=30)
     assert accepted.returncode == 0, accepted.stderr
     # one MinIO user for two roles would hand the page the pipeline's (or root's) rights
-    for a, b in (("PIPELINE_S3_UI_ACCESS_KEY", "PIPELINE_S3_ACCESS_KEY"), ("PIPELINE_S3_UI_ACCESS_KEY", "MINIO_ROOT_USER"),
-                 ("PIPELINE_S3_ACCESS_KEY", "MINIO_ROOT_USER")):
+    for a, b in (("PIPELINE_S3_UI_ACCESS_KEY", "PIPELINE_S3_ACCESS_KEY"),
+                 ("PIPELINE_S3_UI_ACCESS_KEY", "MINIO_ROOT_USER"), ("PIPELINE_S3_ACCESS_KEY", "MINIO_ROOT_USER")):
         same = subprocess.run(["sh", "-c", check], env={**good, a: good[b]}, capture_output=True, text=True,
                               timeout=30)
         assert same.returncode == 1 and "three different names" in same.stderr, (a, b, same.stderr)
