@@ -17,6 +17,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tomllib
 import types
 from collections import Counter
@@ -401,6 +402,62 @@ def test_no_image_is_older_than_its_security_fix(services: dict[str, Any]) -> No
     for repo, minimum in MINIMUM_RELEASES.items():
         assert repo in pinned, f"no service runs {repo}"
         assert (pinned[repo] or "").removesuffix("-cpuv1") >= minimum, f"{repo}:{pinned[repo]} is older than {minimum}"
+
+
+# The newest minor release of each major the stack runs, as of the last bump: an older minor lacks
+# that release's security and bug fixes (minor updates keep the data directory).
+LATEST_MINORS = {"postgres": (16, 16)}  # PostgreSQL 16.16, 2026-11-12
+
+
+def test_postgres_runs_the_latest_minor_of_its_major(services: dict[str, Any]) -> None:
+    for repo, latest in LATEST_MINORS.items():
+        tags = [split_image(s["image"])[1] for s in services.values() if split_image(s.get("image") or "")[0] == repo]
+        assert tags, f"no service runs {repo}"
+        for tag in tags:
+            version = tuple(int(part) for part in re.match(r"(\d+)\.(\d+)", tag or "").groups())  # type: ignore[union-attr]
+            assert version[0] == latest[0] and version >= latest, f"{repo}:{tag} is older than {latest}"
+
+
+CONSTRAINTS = ROOT / "docker" / "constraints.txt"
+
+
+def _pip_installs(path: Path) -> list[str]:
+    return [line for line in dockerfile_resolved(path)[1] if re.search(r"\bpip install\b", line)]
+
+
+def test_images_install_python_packages_with_the_constraints_file() -> None:
+    """Every pip install of the images takes docker/constraints.txt, copied into the image, and that
+    file pins every package they name and every dependency of the project exactly."""
+    pins = dict(line.split("==", 1) for line in CONSTRAINTS.read_text().splitlines()
+                if line and not line.startswith("#"))
+    assert all(re.fullmatch(r"[a-z0-9-]+", name) and re.fullmatch(r"[0-9][\w.+!-]*", v) for name, v in pins.items())
+    dockerfiles = sorted((ROOT / "docker").glob("*.Dockerfile"))
+    assert dockerfiles
+    named: set[str] = set()
+    for path in dockerfiles:
+        installs = _pip_installs(path)
+        assert installs, f"{path.name}: no pip install"
+        copied = [line for line in dockerfile_resolved(path)[1]
+                  if line.startswith("COPY") and "docker/constraints.txt" in line]
+        assert copied, f"{path.name}: does not copy docker/constraints.txt"
+        target = copied[0].split()[-1].rstrip("/")
+        for line in installs:
+            m = re.search(r"(?:--constraint|-c)[ =](\S+)", line)
+            assert m and m.group(1) in (f"{target}/constraints.txt", target), (
+                f"{path.name}: pip install without --constraint {target}/constraints.txt: {line}")
+            named |= {re.sub(r"\[.*", "", n).lower().replace("_", "-")
+                      for n in re.findall(r'"([A-Za-z0-9_.\[\],-]+)==', line)}
+            for name, version in re.findall(r'"([A-Za-z0-9_.-]+)==([^"]+)"', line):
+                assert pins.get(name.lower()) == version, (
+                    f"{path.name}: {name}=={version}, constraints.txt has {pins.get(name.lower())}")
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    for requirement in project["dependencies"]:
+        named.add(re.split(r"[\[<>=!~;\s]", requirement, maxsplit=1)[0].lower())
+    missing = sorted(n for n in named if n not in pins)
+    assert not missing, f"docker/constraints.txt does not pin {missing}"
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "image_constraints.py"), "--check"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
 
 
 def test_every_image_is_pinned(services: dict[str, Any]) -> None:
