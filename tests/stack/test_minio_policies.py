@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from minio import Minio
 from minio.credentials import StaticProvider
+from minio.error import S3Error
 from minio.minioadmin import MinioAdmin
 from pydantic import SecretStr
 
@@ -66,6 +67,10 @@ def keys(minio_server: MinioServer) -> Iterator[dict[str, ConnectionSettings]]:
     yield users
 
 
+def minio_server_host(keys: dict[str, ConnectionSettings]) -> str:
+    return (keys["root"].s3_endpoint or "").removeprefix("http://")
+
+
 def store(uri: str, settings: ConnectionSettings) -> ObjectStore:
     return S3Store(parse_location(uri), settings, NO_RETRY)
 
@@ -104,7 +109,13 @@ def test_the_pipeline_key_is_refused_outside_the_jobs_prefixes(keys) -> None:
         refused(lambda s=s: s.get("HEAD"), f"get in {uri}")
         refused(lambda s=s: s.delete_many(["HEAD"]), f"delete in {uri}")
     assert root_writes.get("HEAD") == b"another job's head"  # the refused delete deleted nothing
-    refused(lambda: store("s3://elsewhere/spend-per-user", keys["pipeline"]).list(""), "list another bucket")
+    for uri in OUTSIDE:  # not even the names of other keys
+        refused(lambda uri=uri: store(uri, keys["pipeline"]).list(""), f"list {uri}")
+    client = Minio(minio_server_host(keys), keys["pipeline"].s3_access_key.get_secret_value(),
+                   keys["pipeline"].s3_secret_key.get_secret_value(), secure=False)
+    for bucket in ("checkpoints", "results"):  # a listing without a prefix is a listing of everything
+        with pytest.raises(S3Error, match="AccessDenied"):
+            list(client.list_objects(bucket, recursive=True))
 
 
 def test_the_page_key_reads_the_checkpoints_and_writes_nothing(keys) -> None:
@@ -118,6 +129,7 @@ def test_the_page_key_reads_the_checkpoints_and_writes_nothing(keys) -> None:
         refused(lambda page=page, v=version: page.put_if("HEAD", b"x", v), f"conditional put in {uri}")
         refused(lambda page=page: page.put_if("NEW", b"x", None), f"create in {uri}")
         refused(lambda page=page: page.delete_many(["HEAD"]), f"delete in {uri}")
+        refused(lambda uri=uri: store(f"{uri}-other", keys["ui"]).list(""), f"list beside {uri}")
         assert written.get("HEAD") == b"head"
         written.delete_many(["HEAD"])
     store(SINKS[-1], keys["pipeline"]).put("part", b"a sink's rows")
@@ -125,6 +137,7 @@ def test_the_page_key_reads_the_checkpoints_and_writes_nothing(keys) -> None:
         refused(lambda uri=uri: store(uri, keys["ui"]).get("part" if uri == SINKS[-1] else "HEAD"), f"get {uri}")
 
 
+@pytest.mark.slow  # a Spark job: minutes on a loaded 2-core machine
 def test_a_job_runs_with_the_pipeline_key_and_the_page_reads_it_with_its_own(
         keys, minio_server, local_stack, payments, tmp_path) -> None:
     """The job (Kafka of the embedded stack, S3 on MinIO) with the key and prefixes of the compose

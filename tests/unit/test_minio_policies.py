@@ -52,18 +52,28 @@ def spec_prefixes() -> tuple[set[str], set[str]]:
 
 
 def granted(doc: dict[str, Any]) -> dict[str, set[str]]:
-    """action -> what a policy allows it on: object prefixes as ``bucket/path/``, buckets as ``bucket``."""
+    """action -> what a policy allows it on: object prefixes as ``bucket/path/``, buckets as
+    ``bucket``; ``s3:ListBucket`` -> the prefixes it may list, as ``bucket/path/``."""
     assert doc.get("Version") == "2012-10-17", "AWS policy grammar, version 2012-10-17"
     allowed: dict[str, set[str]] = {}
     for statement in doc["Statement"]:
         assert statement["Effect"] == "Allow", statement
-        assert set(statement) <= {"Sid", "Effect", "Action", "Resource"}, statement
+        assert set(statement) <= {"Sid", "Effect", "Action", "Resource", "Condition"}, statement
         for resource in statement["Resource"]:
             m = re.fullmatch(r"arn:aws:s3:::([a-z0-9.-]+)(?:/(.*))?", resource)
             assert m, f"not an S3 ARN: {resource}"
             bucket, key = m.groups()
             assert bucket in BUCKETS, f"{resource}: names a bucket minio-init does not create"
             for action in statement["Action"]:
+                if action == "s3:ListBucket":  # only with a prefix condition: else every key name is listed
+                    assert key is None and set(statement.get("Condition", {})) == {"StringLike"}, statement
+                    prefixes = statement["Condition"]["StringLike"]["s3:prefix"]
+                    assert set(statement["Condition"]["StringLike"]) == {"s3:prefix"}, statement
+                    for prefix in prefixes:
+                        assert prefix.endswith("/*") and "*" not in prefix[:-1], prefix
+                    allowed.setdefault(action, set()).update(f"{bucket}/{p[:-1]}" for p in prefixes)
+                    continue
+                assert "Condition" not in statement, statement
                 if key is None:
                     assert action in BUCKET_ACTIONS, f"{action} on a bucket: {statement}"
                     allowed.setdefault(action, set()).add(bucket)
@@ -84,8 +94,8 @@ def test_the_pipeline_policy_names_exactly_the_jobs_prefixes() -> None:
         assert allowed[action] == checkpoints | outputs, (
             f"pipeline-rw.json: {action} on {sorted(allowed[action])}, the jobs of dags/pipelines "
             f"use {sorted(checkpoints | outputs)}")
-    # the store checks its bucket once; ListBucket also makes a missing key NoSuchKey, not AccessDenied
-    for action in BUCKET_ACTIONS:
+    assert allowed["s3:ListBucket"] == checkpoints | outputs, allowed["s3:ListBucket"]
+    for action in BUCKET_ACTIONS - {"s3:ListBucket"}:  # the store checks its bucket once
         assert allowed[action] == {p.split("/", 1)[0] for p in checkpoints | outputs} == BUCKETS, allowed[action]
 
 
@@ -95,8 +105,8 @@ def test_the_page_policy_reads_only_the_checkpoints() -> None:
     checkpoints, _ = spec_prefixes()
     allowed = granted(policy("ui-read"))
     assert set(allowed) == BUCKET_ACTIONS | READ_ACTIONS, sorted(allowed)
-    assert allowed["s3:GetObject"] == checkpoints
-    for action in BUCKET_ACTIONS:
+    assert allowed["s3:GetObject"] == allowed["s3:ListBucket"] == checkpoints
+    for action in BUCKET_ACTIONS - {"s3:ListBucket"}:
         assert allowed[action] == {"checkpoints"}, allowed[action]
 
 
