@@ -5,7 +5,7 @@ docker/minio/policies/*.json are what minio-init gives the pipeline's and the Pi
 MinIO users. A job added to dags/pipelines/ without its prefixes in pipeline-rw.json would be
 refused by MinIO at its first write; a prefix left in the policy after its job is gone keeps a
 key's rights wider than the jobs need. Whether MinIO really enforces these files is tested
-against a real server in tests/stack/test_minio_policies.py.
+against a real server in tests/stack/test_minio_enforcement.py.
 """
 
 from __future__ import annotations
