@@ -30,11 +30,12 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17
 
 # This project (the pipeline library, its CLI and PySpark), installed as the airflow user as the
 # image's docs require. Pinning apache-airflow to the image's own version keeps pip from
-# upgrading or downgrading Airflow while it resolves the project's dependencies.
+# upgrading or downgrading Airflow while it resolves the project's dependencies; the constraints
+# file (tools/image_constraints.py) holds every other package at the version the tests passed with.
 USER airflow
-COPY --chown=airflow:0 pyproject.toml README.md /opt/pipeline-lib/
+COPY --chown=airflow:0 pyproject.toml README.md docker/constraints.txt /opt/pipeline-lib/
 COPY --chown=airflow:0 pipeline_lib /opt/pipeline-lib/pipeline_lib
-RUN pip install --no-cache-dir \
+RUN pip install --no-cache-dir --constraint /opt/pipeline-lib/constraints.txt \
         "apache-airflow==${AIRFLOW_VERSION}" \
         "apache-airflow-providers-postgres==${POSTGRES_PROVIDER_VERSION}" \
         /opt/pipeline-lib

@@ -17,9 +17,12 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-COPY pyproject.toml README.md /opt/pipeline-lib/
+# The constraints file (tools/image_constraints.py) holds every package at the version the tests
+# passed with, the same as in the Airflow image.
+COPY pyproject.toml README.md docker/constraints.txt /opt/pipeline-lib/
 COPY pipeline_lib /opt/pipeline-lib/pipeline_lib
-RUN pip install --no-cache-dir "pyspark==${PYSPARK_VERSION}" /opt/pipeline-lib \
+RUN pip install --no-cache-dir --constraint /opt/pipeline-lib/constraints.txt \
+        "pyspark==${PYSPARK_VERSION}" /opt/pipeline-lib \
     && rm -rf /opt/pipeline-lib
 
 # pip's pyspark is a complete Spark distribution: spark-class and the jars live in the package.

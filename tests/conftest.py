@@ -37,6 +37,7 @@ import pytest  # noqa: E402
 
 from pipeline_lib.localstack import StackInfo, start_stack, stop_stack  # noqa: E402
 from pipeline_lib.localstack.apache_kafka import ApacheKafka, start_apache_kafka, stop_apache_kafka  # noqa: E402
+from pipeline_lib.localstack.minio_server import MinioServer, start_minio, stop_minio  # noqa: E402
 from pipeline_lib.samples import create_topic, payment_events, produce_json  # noqa: E402
 
 # At interpreter exit, objects of this process still log from __del__ (py4j's connections) and
@@ -50,7 +51,7 @@ TIERS = ("unit", "e2e", "cluster", "airflow", "stack")
 TESTS = Path(__file__).resolve().parent
 # Fixtures that start a service (everything else that needs one, stack_env, payments, cluster...,
 # depends on one of these): never in the unit tier.
-SERVICE_FIXTURES = frozenset({"local_stack", "spark_cluster", "apache_kafka"})
+SERVICE_FIXTURES = frozenset({"local_stack", "spark_cluster", "apache_kafka", "minio_server"})
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker
@@ -100,6 +101,18 @@ def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKaf
         yield kafka
     finally:
         stop_apache_kafka(kafka)
+
+
+@pytest.fixture(scope="session")
+def minio_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MinioServer]:
+    """A real MinIO server (the compose stack's object store, which enforces AWS policy documents;
+    the embedded stack's SeaweedFS does not), started once per session when a test asks for it and
+    stopped by PID at the end (see pipeline_lib/localstack/minio_server.py)."""
+    server = start_minio(tmp_path_factory.mktemp("minio"))
+    try:
+        yield server
+    finally:
+        stop_minio(server)
 
 
 @pytest.fixture

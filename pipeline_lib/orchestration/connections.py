@@ -8,6 +8,11 @@ without touching the broker address:
   ``password`` = secret key, ``extra.region_name``;
 * ``pipeline_spark``: ``host``/``port`` of a standalone master (``spark://spark-master:7077``).
 
+The Pipelines page, which runs in Airflow's api-server, reads the checkpoint stores through a
+fourth id, ``pipeline_s3_ui``, with the fields of ``pipeline_s3``: a key that may only read them,
+so that the process serving the UI holds no key that can write or delete a snapshot. Without
+``pipeline_s3_ui`` the page uses ``pipeline_s3``.
+
 A value missing from a connection falls back to its environment variable, field by field.
 """
 
@@ -26,6 +31,7 @@ CONN_KAFKA = "pipeline_kafka"
 CONN_S3 = "pipeline_s3"
 CONN_SPARK = "pipeline_spark"
 CONNECTION_IDS = (CONN_KAFKA, CONN_S3, CONN_SPARK)
+CONN_S3_UI = "pipeline_s3_ui"  # the Pipelines page's read-only key (docker/minio/policies/ui-read.json)
 
 
 class ConnectionLike(Protocol):
@@ -77,8 +83,10 @@ def kafka_bootstrap(conn: ConnectionLike) -> str | None:
 def settings_from_connections(
     lookup: Callable[[str], ConnectionLike | None],
     env: Mapping[str, str] | None = None,
+    s3_conn_ids: tuple[str, ...] = (CONN_S3,),
 ) -> ConnectionSettings:
-    """Merge the three connections over the environment's settings (connections win)."""
+    """Merge the three connections over the environment's settings (connections win). The S3
+    settings come from the first of ``s3_conn_ids`` that is defined."""
     base = ConnectionSettings.from_env(os.environ if env is None else env)
     values = base.model_dump()
 
@@ -86,7 +94,7 @@ def settings_from_connections(
     if kafka is not None and (bootstrap := kafka_bootstrap(kafka)):
         values["kafka_bootstrap"] = bootstrap
 
-    s3 = lookup(CONN_S3)
+    s3 = next((conn for conn_id in s3_conn_ids if (conn := lookup(conn_id)) is not None), None)
     if s3 is not None:
         extra = _extra(s3)
         endpoint = extra.get("endpoint_url") or _host_port(s3, "http")
@@ -106,3 +114,11 @@ def settings_from_connections(
             values["spark_master"] = host if host.startswith("local") else _host_port(spark, "spark")
 
     return ConnectionSettings(**values)
+
+
+def page_settings_from_connections(
+    lookup: Callable[[str], ConnectionLike | None],
+    env: Mapping[str, str] | None = None,
+) -> ConnectionSettings:
+    """The Pipelines page's settings: S3 from ``pipeline_s3_ui`` (read-only), else ``pipeline_s3``."""
+    return settings_from_connections(lookup, env, s3_conn_ids=(CONN_S3_UI, CONN_S3))

@@ -63,10 +63,12 @@ def default_specs_dir() -> Path:
 
 
 def _settings():
-    """Airflow Connections (read through the api-server's own secrets backends), env fallback."""
+    """Airflow Connections (read through the api-server's own secrets backends), env fallback.
+    S3 through ``pipeline_s3_ui`` when it is defined: the page only reads, and the api-server that
+    serves it should hold no key that can write a snapshot (docker-compose.yml gives it only that one)."""
     from airflow.models.connection import Connection
 
-    from pipeline_lib.orchestration.connections import settings_from_connections
+    from pipeline_lib.orchestration.connections import page_settings_from_connections
 
     def lookup(conn_id: str):
         try:
@@ -74,7 +76,7 @@ def _settings():
         except Exception:  # not defined: the PIPELINE_* variables apply
             return None
 
-    return settings_from_connections(lookup)
+    return page_settings_from_connections(lookup)
 
 
 def airflow_access():

@@ -17,10 +17,11 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tomllib
 import types
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,7 +30,14 @@ import pytest
 import yaml
 
 from pipeline_lib import settings as settings_module
-from pipeline_lib.orchestration.connections import CONNECTION_IDS, settings_from_connections
+from pipeline_lib.orchestration.connections import (
+    CONN_KAFKA,
+    CONN_S3,
+    CONN_S3_UI,
+    CONN_SPARK,
+    CONNECTION_IDS,
+    settings_from_connections,
+)
 from pipeline_lib.settings import ConnectionSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -387,13 +395,86 @@ def test_expected_services_exist(raw_services: dict[str, Any]) -> None:
 
 # Releases that carry a security fix the stack needs; an older pin reopens the hole.
 MINIMUM_RELEASES = {"minio/minio": "RELEASE.2025-10-15T17-29-55Z"}  # CVE-2025-62506
+MINIO_DOCKERFILE = "docker/minio.Dockerfile"
 
 
 def test_no_image_is_older_than_its_security_fix(services: dict[str, Any]) -> None:
+    """MinIO publishes no image of its fixed release: the minio service builds the server from
+    source, at the Go module version the tests run (minio_server.VERSION), which is that release's
+    commit or a later one (a pseudo-version carries its commit's UTC time)."""
+    from pipeline_lib.localstack import minio_server
+
+    minio = services["minio"]
+    assert build_dockerfile(minio) == ROOT / MINIO_DOCKERFILE, f"service minio: not built from {MINIO_DOCKERFILE}"
+    _, instructions = dockerfile_resolved(ROOT / MINIO_DOCKERFILE)
+    installs = [line for line in instructions if "go install" in line]
+    assert installs == [f'RUN CGO_ENABLED=0 GOBIN=/out go install "{minio_server.MODULE}@{minio_server.VERSION}"'], (
+        installs)
+    built_at = re.fullmatch(r"v0\.0\.0-(\d{14})-[0-9a-f]{12}", minio_server.VERSION)
+    assert built_at, minio_server.VERSION
+    release = re.fullmatch(r"RELEASE\.(\d{4})-(\d\d)-(\d\d)T(\d\d)-(\d\d)-(\d\d)Z", MINIMUM_RELEASES["minio/minio"])
+    assert release and built_at.group(1) >= "".join(release.groups()), (
+        f"MinIO {minio_server.VERSION} is older than {MINIMUM_RELEASES['minio/minio']}")
     pinned = {split_image(s["image"])[0]: split_image(s["image"])[1] for s in services.values() if s.get("image")}
-    for repo, minimum in MINIMUM_RELEASES.items():
-        assert repo in pinned, f"no service runs {repo}"
-        assert (pinned[repo] or "").removesuffix("-cpuv1") >= minimum, f"{repo}:{pinned[repo]} is older than {minimum}"
+    for repo, minimum in MINIMUM_RELEASES.items():  # a prebuilt MinIO image, should one come back
+        if repo in pinned:
+            assert (pinned[repo] or "").removesuffix("-cpuv1") >= minimum, f"{repo}:{pinned[repo]} is older"
+
+
+# The newest minor release of each major the stack runs, as of the last bump: an older minor lacks
+# that release's security and bug fixes (minor updates keep the data directory).
+LATEST_MINORS = {"postgres": (16, 16)}  # PostgreSQL 16.16, 2026-11-12
+
+
+def test_postgres_runs_the_latest_minor_of_its_major(services: dict[str, Any]) -> None:
+    for repo, latest in LATEST_MINORS.items():
+        tags = [split_image(s["image"])[1] for s in services.values() if split_image(s.get("image") or "")[0] == repo]
+        assert tags, f"no service runs {repo}"
+        for tag in tags:
+            version = tuple(int(part) for part in re.match(r"(\d+)\.(\d+)", tag or "").groups())  # type: ignore[union-attr]
+            assert version[0] == latest[0] and version >= latest, f"{repo}:{tag} is older than {latest}"
+
+
+CONSTRAINTS = ROOT / "docker" / "constraints.txt"
+
+
+def _pip_installs(path: Path) -> list[str]:
+    return [line for line in dockerfile_resolved(path)[1] if re.search(r"\bpip install\b", line)]
+
+
+def test_images_install_python_packages_with_the_constraints_file() -> None:
+    """Every pip install of the images takes docker/constraints.txt, copied into the image, and that
+    file pins every package they name and every dependency of the project exactly."""
+    pins = dict(line.split("==", 1) for line in CONSTRAINTS.read_text().splitlines()
+                if line and not line.startswith("#"))
+    assert all(re.fullmatch(r"[a-z0-9-]+", name) and re.fullmatch(r"[0-9][\w.+!-]*", v) for name, v in pins.items())
+    dockerfiles = sorted(p for p in (ROOT / "docker").glob("*.Dockerfile") if _pip_installs(p))
+    assert [p.name for p in dockerfiles] == ["airflow.Dockerfile", "spark.Dockerfile"], dockerfiles
+    named: set[str] = set()
+    for path in dockerfiles:
+        installs = _pip_installs(path)
+        assert installs, f"{path.name}: no pip install"
+        copied = [line for line in dockerfile_resolved(path)[1]
+                  if line.startswith("COPY") and "docker/constraints.txt" in line]
+        assert copied, f"{path.name}: does not copy docker/constraints.txt"
+        target = copied[0].split()[-1].rstrip("/")
+        for line in installs:
+            m = re.search(r"(?:--constraint|-c)[ =](\S+)", line)
+            assert m and m.group(1) in (f"{target}/constraints.txt", target), (
+                f"{path.name}: pip install without --constraint {target}/constraints.txt: {line}")
+            named |= {re.sub(r"\[.*", "", n).lower().replace("_", "-")
+                      for n in re.findall(r'"([A-Za-z0-9_.\[\],-]+)==', line)}
+            for name, version in re.findall(r'"([A-Za-z0-9_.-]+)==([^"]+)"', line):
+                assert pins.get(name.lower()) == version, (
+                    f"{path.name}: {name}=={version}, constraints.txt has {pins.get(name.lower())}")
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    for requirement in project["dependencies"]:
+        named.add(re.split(r"[\[<>=!~;\s]", requirement, maxsplit=1)[0].lower())
+    missing = sorted(n for n in named if n not in pins)
+    assert not missing, f"docker/constraints.txt does not pin {missing}"
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "image_constraints.py"), "--check"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
 
 
 def test_every_image_is_pinned(services: dict[str, Any]) -> None:
@@ -597,10 +678,28 @@ def test_data_lives_in_named_volumes(raw_compose: dict[str, Any], services: dict
 # --------------------------------------------------------------------------- ports and connections
 
 
-def connection_objects(env: dict[str, str], where: str) -> dict[str, types.SimpleNamespace]:
+# Who holds which S3 key: the pipeline's (pipeline_s3, PIPELINE_S3_ACCESS_KEY/SECRET_KEY) only the
+# service that runs the tasks, the Pipelines page's read-only one (pipeline_s3_ui) only the api-server.
+TASK_RUNNER = "airflow-scheduler"  # LocalExecutor: every task, so every job, runs in the scheduler
+PAGE_SERVER = "airflow-apiserver"  # serves the Pipelines page (plugins/)
+PIPELINE_KEY_VARS = {settings_module.ENV_S3_ACCESS_KEY, settings_module.ENV_S3_SECRET_KEY}
+
+
+def connection_ids_of(service: str) -> set[str]:
+    """The connections a service must be given, and no others."""
+    ids = {CONN_KAFKA, CONN_SPARK}
+    if service == TASK_RUNNER:
+        ids.add(CONN_S3)
+    if service == PAGE_SERVER:
+        ids.add(CONN_S3_UI)
+    return ids
+
+
+def connection_objects(env: dict[str, str], where: str,
+                       conn_ids: Iterable[str] = CONNECTION_IDS) -> dict[str, types.SimpleNamespace]:
     """conn id -> an object with the fields of an Airflow Connection, from AIRFLOW_CONN_* JSON."""
     result = {}
-    for conn_id in CONNECTION_IDS:
+    for conn_id in conn_ids:
         name = f"AIRFLOW_CONN_{conn_id.upper()}"
         assert name in env, f"{where}: {name} is not set"
         try:
@@ -626,18 +725,21 @@ def test_airflow_services_get_every_setting_the_code_reads(services: dict[str, A
         v for k, v in vars(settings_module).items() if k.startswith("ENV_") and isinstance(v, str)
     )
     assert env_names, "pipeline_lib.settings defines no ENV_* names"
-    wanted_conns = {f"AIRFLOW_CONN_{conn_id.upper()}" for conn_id in CONNECTION_IDS}
     problems = []
     for name in sorted(AIRFLOW_SERVICES):
         env = env_of(services[name])
+        wanted_conns = {f"AIRFLOW_CONN_{conn_id.upper()}" for conn_id in connection_ids_of(name)}
         for var in env_names:
-            if not env.get(var):
+            if var in PIPELINE_KEY_VARS and name != TASK_RUNNER:
+                if var in env:
+                    problems.append(f"service {name}: holds {var}, the pipeline's key; only {TASK_RUNNER} may")
+            elif not env.get(var):
                 problems.append(f"service {name}: {var} (pipeline_lib.settings) is not set")
         conns = {k for k in env if k.startswith("AIRFLOW_CONN_")}
         if conns != wanted_conns:
             problems.append(
                 f"service {name}: AIRFLOW_CONN_* are {sorted(conns)}, "
-                f"the code's CONNECTION_IDS give {sorted(wanted_conns)}"
+                f"it must have {sorted(wanted_conns)} (connection_ids_of)"
             )
     assert not problems, "\n".join(problems)
 
@@ -646,19 +748,42 @@ def test_connections_and_fallback_variables_agree(services: dict[str, Any]) -> N
     for name in sorted(AIRFLOW_SERVICES):
         env = env_of(services[name])
         where = f"docker-compose.yml service {name}"
-        conns = connection_objects(env, where)
-        from_conns = settings_from_connections(conns.get, env={})
+        conns = connection_objects(env, where, connection_ids_of(name))
+        # what the tasks read (airflow_settings), and what the page reads (page_settings_from_connections)
+        from_conns = settings_from_connections(conns.get, env={}, s3_conn_ids=(CONN_S3, CONN_S3_UI))
         from_env = ConnectionSettings.from_env(env)
+        s3_given = bool({CONN_S3, CONN_S3_UI} & connection_ids_of(name))
         for field in ("kafka_bootstrap", "s3_endpoint", "spark_master", "s3_region"):
+            if field.startswith("s3_") and not s3_given:
+                continue
             a, b = getattr(from_conns, field), getattr(from_env, field)
             assert a and a == b, (
                 f"{where}: {field} is {a!r} from the AIRFLOW_CONN_* connections "
                 f"but {b!r} from the PIPELINE_* variables"
             )
-        assert from_conns.secrets() == from_env.secrets() and len(from_env.secrets()) == 2, (
-            f"{where}: the pipeline_s3 connection's login/password differ from "
-            "PIPELINE_S3_ACCESS_KEY/SECRET_KEY"
-        )
+        if name == TASK_RUNNER:
+            assert from_conns.secrets() == from_env.secrets() and len(from_env.secrets()) == 2, (
+                f"{where}: the pipeline_s3 connection's login/password differ from "
+                "PIPELINE_S3_ACCESS_KEY/SECRET_KEY"
+            )
+
+
+def test_only_the_task_runner_holds_the_pipeline_key(raw_compose: dict[str, Any],
+                                                      env_example: dict[str, str]) -> None:
+    """The pipeline's secret key (marked by a value of its own) reaches the scheduler, which runs
+    the jobs, and minio-init, which creates its user; the page's key only the api-server and
+    minio-init. Every Airflow service would otherwise hold a key that can rewrite snapshots."""
+    marked = {**env_example, "PIPELINE_S3_SECRET_KEY": "pipeline-key-marker-41",
+              "PIPELINE_S3_UI_SECRET_KEY": "page-key-marker-42"}
+    services = deep_interpolate(raw_compose["services"], marked)
+    holders: dict[str, set[str]] = {"pipeline-key-marker-41": set(), "page-key-marker-42": set()}
+    for name, service in services.items():
+        text = json.dumps(service)
+        for marker, names in holders.items():
+            if marker in text:
+                names.add(name)
+    assert holders["pipeline-key-marker-41"] == {TASK_RUNNER, "minio-init"}, holders
+    assert holders["page-key-marker-42"] == {PAGE_SERVER, "minio-init"}, holders
 
 
 def _listeners(value: str) -> dict[str, tuple[str, int]]:
@@ -672,12 +797,19 @@ def _listeners(value: str) -> dict[str, tuple[str, int]]:
 
 def airflow_services_point_at(services: dict[str, Any], conn_id: str, field: str, env_name: str, expected: str,
                               what: str) -> None:
-    """Every Airflow service's connection ``conn_id`` and its PIPELINE_* fallback give ``expected``."""
+    """Every Airflow service's connection ``conn_id`` (``pipeline_s3_ui`` too, where it is given)
+    and its PIPELINE_* fallback give ``expected``."""
     for name in sorted(AIRFLOW_SERVICES):
         env = env_of(services[name])
-        conn = connection_objects(env, f"service {name}")[conn_id]
-        value = getattr(settings_from_connections({conn_id: conn}.get, env={}), field)
-        assert value == expected, f"service {name}: AIRFLOW_CONN_{conn_id.upper()} gives {value!r}, {what} {expected}"
+        given = connection_ids_of(name)
+        for conn_id_given in sorted({conn_id, CONN_S3_UI} if conn_id == CONN_S3 else {conn_id}):
+            if conn_id_given not in given:
+                continue
+            conn = connection_objects(env, f"service {name}", [conn_id_given])[conn_id_given]
+            value = getattr(settings_from_connections({conn_id_given: conn}.get, env={},
+                                                      s3_conn_ids=(conn_id_given,)), field)
+            assert value == expected, (f"service {name}: AIRFLOW_CONN_{conn_id_given.upper()} gives {value!r}, "
+                                       f"{what} {expected}")
         assert env[env_name] == expected, f"service {name}: {env_name}={env[env_name]!r}, {what} {expected}"
 
 
@@ -724,7 +856,10 @@ def test_minio_port_matches_the_s3_settings(services: dict[str, Any]) -> None:
     init_script = " ".join(
         command_of(services["minio-init"], "entrypoint") + command_of(services["minio-init"])
     )
-    assert expected in init_script, f"service minio-init: does not talk to MinIO at {expected}"
+    mc_host = re.search(r'MC_HOST_stack="(http://)[^@"]*@([^"]+)"', init_script)
+    assert mc_host and mc_host.group(1) + mc_host.group(2) == expected, (
+        f"service minio-init: does not talk to MinIO at {expected}"
+    )
     assert any(target == port for _, target in published_ports(services["minio"])), (
         f"service minio: the S3 port {port} is not published for the host CLI"
     )
@@ -1032,8 +1167,13 @@ def test_airflow_services_refuse_the_example_secrets_at_start(services: dict[str
         run = subprocess.run(["bash", str(AIRFLOW_ENTRYPOINT), "version"], env=env, capture_output=True,
                              text=True, timeout=60)
         assert run.returncode == 1, f"service {name} starts with .env.example's secrets:\n{run.stderr}"
-        for variable in ("AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY",
-                         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "PIPELINE_S3_SECRET_KEY", "AIRFLOW_CONN_PIPELINE_S3"):
+        refused = ["AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY",
+                   "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+        if name == TASK_RUNNER:
+            refused += ["PIPELINE_S3_SECRET_KEY", "the password of AIRFLOW_CONN_PIPELINE_S3 "]
+        if name == PAGE_SERVER:
+            refused += ["the password of AIRFLOW_CONN_PIPELINE_S3_UI "]
+        for variable in refused:
             assert f"{variable}" in run.stderr, f"service {name}: {variable} is not refused:\n{run.stderr}"
         for value in env_of(service).values():
             if "change-me" in value:
@@ -1043,17 +1183,39 @@ def test_airflow_services_refuse_the_example_secrets_at_start(services: dict[str
 def test_minio_init_refuses_placeholder_passwords(services: dict[str, Any]) -> None:
     """The mc image has no Python: minio-init's shell check runs for real, before any mc call."""
     script = command_of(services["minio-init"])[0]
-    check = script[: script.index("mc alias set")]
+    check = script[: script.index("export MC_HOST_stack")]
+    calls = [line for line in check.splitlines() if re.match(r"\s*mc ", line)]
+    assert not calls, f"minio-init calls mc before its checks: {calls}"
     env = {**env_of(services["minio-init"]), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     refused = subprocess.run(["sh", "-c", check], env=env, capture_output=True, text=True, timeout=30)
     assert refused.returncode == 1 and "refusing to start: MINIO_ROOT_PASSWORD" in refused.stderr, refused.stderr
     assert "secrets.token_urlsafe" in refused.stderr and env["MINIO_ROOT_PASSWORD"] not in refused.stderr
-    good = {**env, "MINIO_ROOT_PASSWORD": "Q2v9x" * 6, "PIPELINE_S3_SECRET_KEY": "Zk3b1" * 6}
-    for name in ("MINIO_ROOT_PASSWORD", "PIPELINE_S3_SECRET_KEY"):
+    good = {**env, "MINIO_ROOT_PASSWORD": "Q2v9x" * 6, "PIPELINE_S3_SECRET_KEY": "Zk3b1" * 6,
+            "PIPELINE_S3_UI_SECRET_KEY": "Rt7w0" * 6}
+    for name in ("MINIO_ROOT_PASSWORD", "PIPELINE_S3_SECRET_KEY", "PIPELINE_S3_UI_SECRET_KEY"):
         assert subprocess.run(["sh", "-c", check], env={**good, name: "CHANGEME-please"}, capture_output=True,
                               text=True, timeout=30).returncode == 1, name
     accepted = subprocess.run(["sh", "-c", check], env=good, capture_output=True, text=True, timeout=30)
     assert accepted.returncode == 0, accepted.stderr
+    # one MinIO user for two roles would hand the page the pipeline's (or root's) rights
+    for a, b in (("PIPELINE_S3_UI_ACCESS_KEY", "PIPELINE_S3_ACCESS_KEY"),
+                 ("PIPELINE_S3_UI_ACCESS_KEY", "MINIO_ROOT_USER"), ("PIPELINE_S3_ACCESS_KEY", "MINIO_ROOT_USER")):
+        same = subprocess.run(["sh", "-c", check], env={**good, a: good[b]}, capture_output=True, text=True,
+                              timeout=30)
+        assert same.returncode == 1 and "three different names" in same.stderr, (a, b, same.stderr)
+
+
+def test_minio_init_keeps_secrets_out_of_mc_arguments(services: dict[str, Any]) -> None:
+    """Any user of the host sees a process's argv (ps): the root password reaches mc through
+    MC_HOST_stack, the users' secret keys through stdin."""
+    script = command_of(services["minio-init"])[0]
+    mc_calls = [part.strip() for line in script.splitlines() if not line.strip().startswith("#")
+                for part in re.split(r"\|\|?|;|&&", line) if part.strip().startswith("mc ")]
+    assert len(mc_calls) >= 6, mc_calls
+    for secret in ("MINIO_ROOT_PASSWORD", "PIPELINE_S3_SECRET_KEY", "PIPELINE_S3_UI_SECRET_KEY", "$2"):
+        for call in mc_calls:
+            assert secret not in call, f"service minio-init: {secret} is an argument of mc: {call}"
+    assert re.search(r"printf '%s\\n' \"\$2\" \| mc admin user add stack \"\$1\" ", script), script
 
 
 def test_no_login_free_admin_mode(services: dict[str, Any]) -> None:

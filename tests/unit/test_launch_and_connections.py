@@ -13,7 +13,14 @@ import jsonschema
 import pytest
 
 from pipeline_lib.errors import SpecError
-from pipeline_lib.orchestration.connections import CONN_KAFKA, CONN_S3, CONN_SPARK, settings_from_connections
+from pipeline_lib.orchestration.connections import (
+    CONN_KAFKA,
+    CONN_S3,
+    CONN_S3_UI,
+    CONN_SPARK,
+    page_settings_from_connections,
+    settings_from_connections,
+)
 from pipeline_lib.orchestration.launch_request import LaunchRequest, param_schemas
 from pipeline_lib.orchestration.launcher import LaunchedRun, launch_command, launch_env
 from pipeline_lib.settings import ConnectionSettings
@@ -113,6 +120,23 @@ def test_a_local_master_and_an_endpoint_with_its_port_are_kept_as_given():
     assert s.spark_master == "local[2]"
     assert s.s3_endpoint == "https://s3.example:8443"
     assert s.kafka_bootstrap == "broker:19092"
+
+
+def test_the_page_reads_s3_with_its_own_key_and_the_tasks_never_do():
+    """The Pipelines page (api-server) takes pipeline_s3_ui, the read-only key, over pipeline_s3;
+    the tasks (airflow_settings) never take it, so a job cannot end up with a key that cannot write."""
+    conns = {CONN_S3: conn(host="minio", port=9000, login="pipeline-user", password="pipeline-secret"),
+             CONN_S3_UI: conn(host="minio", port=9000, login="page-user", password="page-secret")}
+    page = page_settings_from_connections(conns.get, {})
+    assert page.s3_access_key.get_secret_value() == "page-user"
+    assert page.s3_secret_key.get_secret_value() == "page-secret"
+    tasks = settings_from_connections(conns.get, {})
+    assert tasks.s3_access_key.get_secret_value() == "pipeline-user"
+    only_page = settings_from_connections({CONN_S3_UI: conns[CONN_S3_UI]}.get, {})
+    assert only_page.s3_access_key is None and only_page.s3_endpoint is None
+    # a deployment without pipeline_s3_ui keeps its page working on pipeline_s3
+    assert page_settings_from_connections({CONN_S3: conns[CONN_S3]}.get, {}).s3_access_key.get_secret_value() == (
+        "pipeline-user")
 
 
 # -- launch -------------------------------------------------------------------------------
