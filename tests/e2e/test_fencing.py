@@ -52,10 +52,10 @@ def _assert_committed_output_intact(settings: ConnectionSettings, name: str, sin
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 @pytest.mark.parametrize("hold_at, successor_parallelism", [
-    ("after_read@3", 3),
+    pytest.param("after_read@3", 3, marks=pytest.mark.full),  # make test: the other three
     ("after_head_check@3", 3),
     ("after_sink_files@3", 3),
-    ("after_manifest@3", 2),
+    pytest.param("after_manifest@3", 2, marks=pytest.mark.full),
     ("mid_snapshot_write@3", 2),
 ])
 def test_old_attempt_is_fenced_and_cannot_damage_committed_output(stack_env, local_stack, tmp_path, payments,
