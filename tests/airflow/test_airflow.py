@@ -54,10 +54,10 @@ def airflow_connections(stack) -> dict[str, str]:
     """The job's settings as Airflow Connections only (no PIPELINE_* variables in Airflow)."""
     host, port = stack.kafka_bootstrap.rsplit(":", 1)
     return {
-        "AIRFLOW_CONN_PIPELINE_KAFKA": json.dumps({"conn_type": "generic", "host": host, "port": int(port)}),
-        "AIRFLOW_CONN_PIPELINE_S3": json.dumps({"conn_type": "generic", "host": stack.s3_endpoint,
+        "AIRFLOW_CONN_PIPELINE_KAFKA": json.dumps({"conn_type": "pipeline_lib_kafka", "host": host, "port": int(port)}),
+        "AIRFLOW_CONN_PIPELINE_S3": json.dumps({"conn_type": "pipeline_lib_s3", "host": stack.s3_endpoint,
                                                 "login": stack.access_key, "password": stack.secret_key}),
-        "AIRFLOW_CONN_PIPELINE_SPARK": json.dumps({"conn_type": "generic", "host": "local[2]"}),
+        "AIRFLOW_CONN_PIPELINE_SPARK": json.dumps({"conn_type": "pipeline_lib_spark", "host": "local[2]"}),
     }
 
 

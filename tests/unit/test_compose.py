@@ -661,6 +661,17 @@ def test_connections_and_fallback_variables_agree(services: dict[str, Any]) -> N
         )
 
 
+def test_connections_have_the_providers_types(services: dict[str, Any]) -> None:
+    # the Connections page shows each with its own form (orchestration.provider), not "generic"
+    from pipeline_lib.orchestration.provider import CONNECTION_TYPES
+
+    wanted = {t["default_conn_id"]: conn_type for conn_type, t in CONNECTION_TYPES.items()}
+    assert set(wanted) == set(CONNECTION_IDS)
+    for name in sorted(AIRFLOW_SERVICES):
+        conns = connection_objects(env_of(services[name]), f"service {name}")
+        assert {c: conn.conn_type for c, conn in conns.items()} == wanted, f"service {name}"
+
+
 def _listeners(value: str) -> dict[str, tuple[str, int]]:
     result = {}
     for item in value.split(","):
