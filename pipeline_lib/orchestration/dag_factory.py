@@ -116,7 +116,8 @@ def job_dag(spec_path: Path, spec: JobSpec) -> DAG:
             log.info("launch request: %s", request.model_dump_json())
             return request.model_dump()
 
-        check_params() >> RunJobOperator(task_id="run_job", spec_path=str(spec_path), job_name=spec.name, retries=0)
+        check_params() >> RunJobOperator(task_id="run_job", spec_path=str(spec_path), job_name=spec.name,
+                                        request_task_id="check_params", retries=0)
     return dag
 
 
