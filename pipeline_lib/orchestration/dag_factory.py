@@ -74,8 +74,8 @@ def job_schedule(spec: JobSpec) -> Any:
 def overlap_skip_reason(run_type: str, running_runs: int) -> str | None:
     """Why a run must not start, or None. A run Airflow starts by itself (schedule, asset
     events) is skipped while another run of the job's DAG is running: its attempt would fence
-    the running one (a continuous run, say). Manual runs are the user's (and pipeline_recovery's)
-    call, as before; ``running_runs`` counts this run too."""
+    the running one (a continuous run, say). Manual runs are left to the user and to
+    pipeline_recovery, whose relaunches must reach a stuck run; ``running_runs`` counts this run too."""
     if run_type == "manual" or running_runs <= 1:
         return None
     return (f"a {run_type} run starts only when no other run of the job is running "

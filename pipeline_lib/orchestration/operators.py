@@ -66,7 +66,7 @@ class RunJobOperator(BaseOperator):
 
     def launch_request(self, spec: JobSpec, context) -> LaunchRequest:
         """The request of this run: the XCom of ``request_task_id``, or this operator's fields
-        checked against the spec as it is now (pipelines it has, parallelism within its bound)."""
+        checked against the spec as it is when the task runs (pipelines it has, parallelism within its bound)."""
         if self.request_task_id is not None:
             return LaunchRequest(**context["ti"].xcom_pull(task_ids=self.request_task_id))
         return LaunchRequest.from_conf(self.request_fields, spec)
