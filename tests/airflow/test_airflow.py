@@ -6,7 +6,9 @@ the lease expires (LOST) → trigger ``pipeline_recovery`` → it relaunches onl
 its latest snapshot → the output is exactly the failure-free answer. Then the UI page, rendered
 by headless Chromium inside the Airflow UI, and used there as a user would (real clicks and
 typing over the DevTools protocol): the trigger form refusing an out-of-range number, the page's
-links, refresh, start-over confirmation and a restore triggered from it.
+links, refresh, start-over confirmation and a restore triggered from it. Last, a user's own DAG
+file running a job with RunJobOperator alone, the job scheduled on its sink's asset, and the
+provider's connection types as the api-server serves them.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from tests.airflow.deployment import start_airflow
 from tests.airflow.rest_api import AirflowApiError
 from tests.support import result_table, spend_spec, wait_for, write_spec
 
-pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # 7 tests in about 10-13 minutes on 2 busy cores
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # 8 tests in about 12-19 minutes on 2 busy cores
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "af-spend"
