@@ -154,6 +154,7 @@ def run(
     from pipeline_lib.execution.job_runner import JobRunner
     from pipeline_lib.execution.pipeline_runner import RunOptions
     from pipeline_lib.metrics import RunMetrics
+    from pipeline_lib.otel_metrics import OtelRunMetrics
     from pipeline_lib.spec import load_spec
     from pipeline_lib.spec.spark_settings import parse_conf_overrides
 
@@ -175,18 +176,25 @@ def run(
                              parallelism=parallelism, max_epochs=max_epochs, skip_completed=not redeploy_completed,
                              lease_seconds=lease_seconds, startup_timeout_s=startup_timeout, launched_by=launched_by,
                              stall_seconds=stall_seconds)
-        metrics = RunMetrics.from_env(job.name)
+        statsd, otel = RunMetrics.from_env(job.name), OtelRunMetrics.from_env(job.name)
+        metrics: list[RunMetrics | OtelRunMetrics] = [m for m in (statsd,) if m is not None]
+        if otel is not None:
+            metrics.append(otel)
 
         def on_epoch(report) -> None:
             _print_epoch(report, timings)
-            if metrics is not None:
-                metrics.epoch(report)
+            for sink in metrics:
+                sink.epoch(report)
 
         runner = JobRunner(job, settings, options, on_epoch=on_epoch, only=pipeline, spark_conf=overrides)
-        with stop_on_request(runner.request_stop, stop_file):
-            summary = runner.run()
-        if metrics is not None:
-            metrics.run(summary)
+        try:
+            with stop_on_request(runner.request_stop, stop_file):
+                summary = runner.run()
+            for sink in metrics:
+                sink.run(summary)
+        finally:  # a failed run still exports the epochs it committed
+            if otel is not None:
+                otel.close()
     except PipelineError as exc:
         _fail(exc, settings)
     except KeyboardInterrupt:

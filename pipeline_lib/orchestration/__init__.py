@@ -1,7 +1,9 @@
 """Orchestration: how Airflow launches, watches and recovers jobs.
 
-Airflow is optional; nothing here imports it at module load except the pieces whose names say
-so (``dag_factory``, ``airflow_connections``), so the library and the CLI work without it.
+Airflow is optional; only the modules that define Airflow objects import it at module load
+(``dag_factory``, ``report_dag``, ``operators``, ``hooks``, ``assets``; ``airflow_connections``
+inside its functions), so the library and the CLI work without it. ``provider`` is read by
+Airflow's provider discovery and imports no Airflow at all.
 It is a top layer: it uses recovery's decisions and launches the CLI as a process, and no
 module below it (recovery included) imports it.
 """

@@ -1,9 +1,10 @@
-"""Read ``pipeline_kafka`` / ``pipeline_s3`` / ``pipeline_spark`` through Airflow (inside a task)."""
+"""Read a job's Kafka / S3 / Spark connections through Airflow (inside a task)."""
 
 from __future__ import annotations
 
-from pipeline_lib.orchestration.connections import ConnectionLike, settings_from_connections
+from pipeline_lib.orchestration.connections import DEFAULT_IDS, ConnectionLike, settings_from_connections
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.spec.models import AirflowConnectionsSpec
 
 
 def _lookup(conn_id: str) -> ConnectionLike | None:
@@ -16,6 +17,7 @@ def _lookup(conn_id: str) -> ConnectionLike | None:
         return None
 
 
-def airflow_settings() -> ConnectionSettings:
-    """Airflow Connections first, the ``PIPELINE_*`` environment variables as fallback."""
-    return settings_from_connections(_lookup)
+def airflow_settings(ids: AirflowConnectionsSpec = DEFAULT_IDS) -> ConnectionSettings:
+    """The connections ``ids`` (a spec's ``airflow.connections``; the ``pipeline_*`` ids by
+    default) first, the ``PIPELINE_*`` environment variables as fallback."""
+    return settings_from_connections(_lookup, ids=ids)

@@ -1,7 +1,8 @@
 """Connection settings from Airflow Connections, with the ``PIPELINE_*`` variables as fallback.
 
 Three connection ids, one per service, so that an operator can rotate the object-store key
-without touching the broker address:
+without touching the broker address. These are the default ids; a spec's ``airflow.connections``
+names others for a job that reads another cluster:
 
 * ``pipeline_kafka``: ``host``/``port`` of one broker, or ``extra.bootstrap_servers`` for a list;
 * ``pipeline_s3``: ``host`` = endpoint URL (``http://minio:9000``), ``login`` = access key,
@@ -26,10 +27,10 @@ from typing import Any, Protocol
 from pydantic import SecretStr
 
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.spec.models import AirflowConnectionsSpec
 
-CONN_KAFKA = "pipeline_kafka"
-CONN_S3 = "pipeline_s3"
-CONN_SPARK = "pipeline_spark"
+DEFAULT_IDS = AirflowConnectionsSpec()
+CONN_KAFKA, CONN_S3, CONN_SPARK = DEFAULT_IDS.kafka, DEFAULT_IDS.s3, DEFAULT_IDS.spark
 CONNECTION_IDS = (CONN_KAFKA, CONN_S3, CONN_SPARK)
 CONN_S3_UI = "pipeline_s3_ui"  # the Pipelines page's read-only key (docker/minio/policies/ui-read.json)
 
@@ -83,18 +84,20 @@ def kafka_bootstrap(conn: ConnectionLike) -> str | None:
 def settings_from_connections(
     lookup: Callable[[str], ConnectionLike | None],
     env: Mapping[str, str] | None = None,
-    s3_conn_ids: tuple[str, ...] = (CONN_S3,),
+    ids: AirflowConnectionsSpec = DEFAULT_IDS,
+    s3_conn_ids: tuple[str, ...] | None = None,
 ) -> ConnectionSettings:
-    """Merge the three connections over the environment's settings (connections win). The S3
-    settings come from the first of ``s3_conn_ids`` that is defined."""
+    """Merge the three connections ``ids`` (a job's ``airflow.connections``) over the environment's
+    settings (connections win). The S3 settings come from the first of ``s3_conn_ids`` that is
+    defined (default: ``ids.s3``)."""
     base = ConnectionSettings.from_env(os.environ if env is None else env)
     values = base.model_dump()
 
-    kafka = lookup(CONN_KAFKA)
+    kafka = lookup(ids.kafka)
     if kafka is not None and (bootstrap := kafka_bootstrap(kafka)):
         values["kafka_bootstrap"] = bootstrap
 
-    s3 = next((conn for conn_id in s3_conn_ids if (conn := lookup(conn_id)) is not None), None)
+    s3 = next((conn for conn_id in (s3_conn_ids or (ids.s3,)) if (conn := lookup(conn_id)) is not None), None)
     if s3 is not None:
         extra = _extra(s3)
         endpoint = extra.get("endpoint_url") or _host_port(s3, "http")
@@ -107,7 +110,7 @@ def settings_from_connections(
         if extra.get("region_name"):
             values["s3_region"] = str(extra["region_name"])
 
-    spark = lookup(CONN_SPARK)
+    spark = lookup(ids.spark)
     if spark is not None:
         host = (spark.host or "").strip()
         if host:
@@ -119,6 +122,8 @@ def settings_from_connections(
 def page_settings_from_connections(
     lookup: Callable[[str], ConnectionLike | None],
     env: Mapping[str, str] | None = None,
+    ids: AirflowConnectionsSpec = DEFAULT_IDS,
 ) -> ConnectionSettings:
-    """The Pipelines page's settings: S3 from ``pipeline_s3_ui`` (read-only), else ``pipeline_s3``."""
-    return settings_from_connections(lookup, env, s3_conn_ids=(CONN_S3_UI, CONN_S3))
+    """The Pipelines page's settings for a job reading ``ids``: S3 from the read-only
+    ``<ids.s3>_ui`` (``pipeline_s3_ui`` for the default ids) when it is defined, else ``ids.s3``."""
+    return settings_from_connections(lookup, env, ids=ids, s3_conn_ids=(f"{ids.s3}_ui", ids.s3))

@@ -2,7 +2,9 @@
 
 * ``pipeline__<job>``, one per spec: ``check_params`` (rejects a bad form before Spark starts)
   → ``run_job`` (``RunJobOperator``: the job as its own process, local Spark or ``spark-submit``;
-  stopping the task stops the run gracefully).
+  stopping the task stops the run gracefully). Manual only, unless the spec's ``airflow`` section
+  gives a schedule or assets; a run Airflow starts by itself takes the form's defaults and is
+  skipped while another run of the job is running (a second attempt would fence the first).
 * ``pipeline_recovery``, every few minutes and by hand: ``assess`` (judges every pipeline,
   claims relaunches by compare-and-swap) → ``relaunch`` (one ``pipeline__<job>`` run per
   claimed pipeline, restricted to that pipeline, restoring its latest valid snapshot).
@@ -17,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import DAG, Asset, Param, get_current_context, task
 
-from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import SpecError
 from pipeline_lib.orchestration.job_specs import RECOVERY_DAG_ID, job_dag_id, load_spec_folder
-from pipeline_lib.orchestration.launch_request import LaunchRequest, bounded, param_schemas
+from pipeline_lib.orchestration.launch_request import LaunchRequest, bounded, check_restore_target, param_schemas
 from pipeline_lib.orchestration.operators import RunJobOperator
 from pipeline_lib.spec import load_spec
 from pipeline_lib.spec.models import JobSpec
@@ -54,16 +55,31 @@ def _params(schemas: dict[str, dict[str, Any]]) -> dict[str, Param]:
     return {name: Param(s["default"], description=s["description"], **s["schema"]) for name, s in schemas.items()}
 
 
-def check_restore_target(spec: JobSpec, request: LaunchRequest, settings) -> None:
-    """A snapshot id must be one the pipeline still retains, before anything starts."""
-    if request.restore in ("latest", "none"):
-        return
-    pipeline = request.pipelines[0]
-    head, _ = SnapshotStore.open(spec.checkpoint.store, spec.name, pipeline, settings).read_head()
-    retained = [e.snapshot_id for e in head.history] if head else []
-    if request.restore not in retained:
-        raise SpecError(f"job {spec.name}: param restore: {request.restore} is not a retained snapshot of "
-                        f"pipeline {pipeline} (retained: {', '.join(retained) or 'none'})")
+def job_schedule(spec: JobSpec) -> Any:
+    """The DAG's ``schedule`` from the spec's ``airflow`` section: None (manual only), the cron
+    expression or preset, the assets (a run once each has an event since the last run), or both
+    (``AssetOrTimeSchedule``: on the cron, and on the assets' events). Assets are referenced by
+    URI (``Asset.ref``), so the one another DAG declares, a sink's name included, is the one used."""
+    from airflow.sdk import AssetAll, AssetOrTimeSchedule, CronTriggerTimetable
+
+    section = spec.airflow
+    if not section.assets:
+        return section.schedule
+    assets = AssetAll(*(Asset.ref(uri=uri) for uri in section.assets))
+    if section.schedule is None:
+        return assets
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(section.schedule, timezone="UTC"), assets=assets)
+
+
+def overlap_skip_reason(run_type: str, running_runs: int) -> str | None:
+    """Why a run must not start, or None. A run Airflow starts by itself (schedule, asset
+    events) is skipped while another run of the job's DAG is running: its attempt would fence
+    the running one (a continuous run, say). Manual runs are left to the user and to
+    pipeline_recovery, whose relaunches must reach a stuck run; ``running_runs`` counts this run too."""
+    if run_type == "manual" or running_runs <= 1:
+        return None
+    return (f"a {run_type} run starts only when no other run of the job is running "
+            f"({running_runs - 1} other running)")
 
 
 def job_dag(spec_path: Path, spec: JobSpec) -> DAG:
@@ -72,7 +88,8 @@ def job_dag(spec_path: Path, spec: JobSpec) -> DAG:
     reason = {"default": None, "description": "Why this run was launched (pipeline_recovery fills it in).",
               "schema": {"type": ["null", "string"], "maxLength": 500, "title": "Reason"}}
     with DAG(
-        dag_id=dag_id, schedule=None, start_date=START, catchup=False, max_active_runs=4, is_paused_upon_creation=False,
+        dag_id=dag_id, schedule=job_schedule(spec), start_date=START, catchup=False, max_active_runs=4,
+        is_paused_upon_creation=False,
         params=_params({**param_schemas(spec), "reason": reason}),
         tags=["pipeline-lib", f"job:{spec.name}"],
         doc_md=f"Job **{spec.name}** from `{spec_path.name}`: reads Kafka topic(s) "
@@ -82,16 +99,25 @@ def job_dag(spec_path: Path, spec: JobSpec) -> DAG:
 
         @task(task_id="check_params")
         def check_params() -> dict[str, Any]:
+            from airflow.exceptions import AirflowSkipException
+
             from pipeline_lib.orchestration.airflow_connections import airflow_settings
 
-            params = dict(get_current_context()["params"])
+            context = get_current_context()
+            run_type = str(getattr(context["dag_run"].run_type, "value", context["dag_run"].run_type))
+            if run_type != "manual":
+                running = context["ti"].get_dr_count(dag_id=dag_id, states=["running"])
+                if reason := overlap_skip_reason(run_type, running):
+                    raise AirflowSkipException(reason)
+            params = dict(context["params"])
             current = load_spec(spec_path)  # the spec as it is now, not as it was parsed
             request = LaunchRequest.from_conf(params, current)
-            check_restore_target(current, request, airflow_settings())
+            check_restore_target(current, request, airflow_settings(current.airflow.connections))
             log.info("launch request: %s", request.model_dump_json())
             return request.model_dump()
 
-        check_params() >> RunJobOperator(task_id="run_job", spec_path=str(spec_path), job_name=spec.name, retries=0)
+        check_params() >> RunJobOperator(task_id="run_job", spec_path=str(spec_path), job_name=spec.name,
+                                        request_task_id="check_params", retries=0)
     return dag
 
 
@@ -136,11 +162,12 @@ def recovery_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
             unknown = wanted - {s.name for s in folder.specs.values()}
             if unknown:
                 raise SpecError(f"param jobs: no job spec named {sorted(unknown)} in {specs_dir}")
-            settings, by = airflow_settings(), f"airflow:{RECOVERY_DAG_ID}/{context['run_id']}"
+            by = f"airflow:{RECOVERY_DAG_ID}/{context['run_id']}"
             decisions = []
             for spec in folder.specs.values():
                 if wanted and spec.name not in wanted:
                     continue
+                settings = airflow_settings(spec.airflow.connections)
                 for d in recover_job(spec, settings, policy, by, dry_run=params["dry_run"]):
                     log.info("%s/%s: %s (%s)%s", d.job, d.pipeline, d.verdict, d.reason,
                              f"; from {d.restore_from}, subtasks {d.subtasks}" if d.verdict == "relaunch" else "")

@@ -12,9 +12,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline_lib.checkpoint.manifest import SNAPSHOT_ID
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import SpecError
 from pipeline_lib.execution.lifecycle import DEFAULT_LEASE_SECONDS, DEFAULT_STALL_SECONDS
 from pipeline_lib.graph import build_graph
+from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec.models import JobSpec
 from pipeline_lib.spec.spark_settings import CONF_KEY, CREDENTIAL_PATTERN, check_conf_key
 
@@ -158,3 +160,15 @@ class LaunchRequest(BaseModel):
         if request.parallelism is not None and request.parallelism > maxp:
             raise SpecError(f"job {spec.name}: param parallelism: {request.parallelism} exceeds max_parallelism {maxp}")
         return request
+
+
+def check_restore_target(spec: JobSpec, request: LaunchRequest, settings: ConnectionSettings) -> None:
+    """A snapshot id must be one the pipeline still retains, before anything starts."""
+    if request.restore in ("latest", "none"):
+        return
+    pipeline = request.pipelines[0]
+    head, _ = SnapshotStore.open(spec.checkpoint.store, spec.name, pipeline, settings).read_head()
+    retained = [e.snapshot_id for e in head.history] if head else []
+    if request.restore not in retained:
+        raise SpecError(f"job {spec.name}: param restore: {request.restore} is not a retained snapshot of "
+                        f"pipeline {pipeline} (retained: {', '.join(retained) or 'none'})")

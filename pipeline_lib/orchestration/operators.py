@@ -6,6 +6,11 @@ gracefully (the epoch in flight commits, the pipelines record STOPPED, so ``pipe
 does not relaunch what a person stopped) and is killed as a group only if it does not stop.
 When the run committed epochs, the operator announces each sink of those pipelines as an asset
 event (orchestration.assets).
+
+The operator works in a user's own DAG file: ``RunJobOperator(task_id=..., spec_path=...)``
+with the trigger form's fields as arguments (their defaults are the form's), checked at parse
+time and again against the spec as it is when the task runs. The generated ``pipeline__<job>``
+DAGs instead pass ``request_task_id``: the request their ``check_params`` task validated.
 """
 
 from __future__ import annotations
@@ -15,24 +20,56 @@ from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator
+from pydantic import ValidationError
 
+from pipeline_lib.errors import SpecError
 from pipeline_lib.orchestration.assets import committed_events, job_alias
-from pipeline_lib.orchestration.launch_request import LaunchRequest
+from pipeline_lib.orchestration.launch_request import LaunchRequest, check_restore_target
 from pipeline_lib.orchestration.launcher import LaunchedRun
+from pipeline_lib.spec import load_spec
+from pipeline_lib.spec.models import JobSpec
 
 log = logging.getLogger(__name__)
 
 
 class RunJobOperator(BaseOperator):
-    """Launch the job of ``spec_path`` with the request validated by ``request_task_id``."""
+    """Launch the job of ``spec_path``: with the request fields given here (``mode``,
+    ``restore``, ``parallelism``, ``pipelines``, ``spark_conf``, ``lease_seconds``,
+    ``stall_seconds``, ``reason``; unset ones take the trigger form's defaults), or, when
+    ``request_task_id`` is set, with the request that task returned as its XCom."""
 
-    def __init__(self, *, spec_path: str, job_name: str, request_task_id: str = "check_params",
-                 stop_grace_s: float = 45.0, **kwargs: Any):
+    def __init__(self, *, spec_path: str, job_name: str | None = None, request_task_id: str | None = None,
+                 stop_grace_s: float = 45.0, mode: str | None = None, restore: str | None = None,
+                 parallelism: int | None = None, pipelines: list[str] | None = None,
+                 spark_conf: dict[str, str] | None = None, lease_seconds: float | None = None,
+                 stall_seconds: float | None = None, reason: str | None = None, **kwargs: Any):
+        if job_name is None:  # read once at parse time: the alias below needs the job's name
+            job_name = load_spec(Path(spec_path)).name
+        fields = {"mode": mode, "restore": restore, "parallelism": parallelism, "pipelines": pipelines,
+                  "spark_conf": spark_conf, "lease_seconds": lease_seconds, "stall_seconds": stall_seconds,
+                  "reason": reason}
+        self.request_fields = {k: v for k, v in fields.items() if v is not None}
+        if request_task_id is not None and self.request_fields:
+            raise ValueError(f"RunJobOperator: give request_task_id or the request's fields "
+                             f"({', '.join(sorted(self.request_fields))}), not both")
+        try:  # a bad value fails the DAG file's parse, not a run hours later
+            LaunchRequest.model_validate(self.request_fields)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "request"
+            raise ValueError(f"RunJobOperator for job {job_name}: {where}: {first['msg']}") from None
         kwargs.setdefault("outlets", [job_alias(job_name)])  # sink events, see orchestration.assets
         super().__init__(**kwargs)
         self.spec_path, self.job_name = spec_path, job_name
         self.request_task_id, self.stop_grace_s = request_task_id, stop_grace_s
         self._run: LaunchedRun | None = None
+
+    def launch_request(self, spec: JobSpec, context) -> LaunchRequest:
+        """The request of this run: the XCom of ``request_task_id``, or this operator's fields
+        checked against the spec as it is when the task runs (pipelines it has, parallelism within its bound)."""
+        if self.request_task_id is not None:
+            return LaunchRequest(**context["ti"].xcom_pull(task_ids=self.request_task_id))
+        return LaunchRequest.from_conf(self.request_fields, spec)
 
     def execute(self, context) -> dict[str, Any]:
         """Run the job to its end, streaming its log into the task's; fail the task if the run failed."""
@@ -40,9 +77,15 @@ class RunJobOperator(BaseOperator):
 
         from pipeline_lib.orchestration.airflow_connections import airflow_settings
 
-        request = LaunchRequest(**context["ti"].xcom_pull(task_ids=self.request_task_id))
+        spec = load_spec(Path(self.spec_path))
+        if spec.name != self.job_name:
+            raise SpecError(f"{self.spec_path} is job {spec.name}, not {self.job_name}")
+        request = self.launch_request(spec, context)
+        settings = airflow_settings(spec.airflow.connections)
+        if self.request_task_id is None:  # the generated DAGs' check_params made this check
+            check_restore_target(spec, request, settings)
         launched_by = f"airflow:{self.dag_id}/{context['run_id']}"
-        self._run = LaunchedRun(Path(self.spec_path), request, airflow_settings(), launched_by)
+        self._run = LaunchedRun(Path(self.spec_path), request, settings, launched_by)
         self._run.start(log.info)
         result = self._run.wait(log.info)
         if result.returncode != 0:
@@ -52,8 +95,6 @@ class RunJobOperator(BaseOperator):
 
     def _emit_sink_events(self, context, summary: dict[str, Any]) -> None:
         """An asset event per sink whose pipeline committed epochs in this run."""
-        from pipeline_lib.spec import load_spec
-
         alias = job_alias(self.job_name)
         if alias not in self.outlets:
             return

@@ -83,15 +83,18 @@ NOT_READ = "not read: this view's time budget ran out"
 Opener = Callable[[str, str, str, ConnectionSettings], SnapshotStore]
 
 
-def build_overview(specs_dir: Path, settings: ConnectionSettings, lag: bool = True,
-                   now: dt.datetime | None = None, budget_s: float = VIEW_BUDGET_S,
+def build_overview(specs_dir: Path, settings: ConnectionSettings | Callable[[JobSpec], ConnectionSettings],
+                   lag: bool = True, now: dt.datetime | None = None, budget_s: float = VIEW_BUDGET_S,
                    open_snapshots: Opener = SnapshotStore.open) -> Overview:
     """Read every job's checkpoints (and Kafka lag if ``lag``) into the overview the UI renders,
-    within ``budget_s`` seconds: what is not reached by then is marked not read."""
+    within ``budget_s`` seconds: what is not reached by then is marked not read. ``settings``
+    is one for all jobs, or a job's own (its spec's ``airflow.connections``)."""
     now = now or dt.datetime.now(dt.UTC)
     deadline = time.monotonic() + budget_s
     folder = load_spec_folder(specs_dir)
-    jobs = [_job_view(path, spec, settings, now, lag, deadline, open_snapshots) for path, spec in folder.specs.items()]
+    settings_of = settings if callable(settings) else (lambda _spec: settings)
+    jobs = [_job_view(path, spec, settings_of(spec), now, lag, deadline, open_snapshots)
+            for path, spec in folder.specs.items()]
     errors = {path.name: error for path, error in folder.errors.items()}
     skipped = sum(1 for j in jobs for p in j.pipelines if p.reason == NOT_READ or p.lag_note == NOT_READ)
     incomplete = (f"this view ran out of its {budget_s:g} s budget: {skipped} pipeline(s) not (fully) read; "

@@ -29,6 +29,8 @@ from pipeline_lib.orchestration.overview import (
     build_overview,
 )
 from pipeline_lib.orchestration.view_cache import ViewCache
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.spec.models import AirflowConnectionsSpec, JobSpec
 
 Readable = Callable[[set[str]], set[str]]  # the DAG ids of those given that the request's user may read
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")),
@@ -62,10 +64,11 @@ def default_specs_dir() -> Path:
     return Path(os.path.expanduser(conf.get("core", "dags_folder"))) / "pipelines"
 
 
-def _settings():
-    """Airflow Connections (read through the api-server's own secrets backends), env fallback.
-    S3 through ``pipeline_s3_ui`` when it is defined: the page only reads, and the api-server that
-    serves it should hold no key that can write a snapshot (docker-compose.yml gives it only that one)."""
+def _settings(ids: AirflowConnectionsSpec):
+    """The connections ``ids`` (read through the api-server's own secrets backends), env fallback.
+    S3 through ``<ids.s3>_ui`` (``pipeline_s3_ui``) when it is defined: the page only reads, and the
+    api-server that serves it should hold no key that can write a snapshot (docker-compose.yml gives
+    it only that one)."""
     from airflow.models.connection import Connection
 
     from pipeline_lib.orchestration.connections import page_settings_from_connections
@@ -76,7 +79,7 @@ def _settings():
         except Exception:  # not defined: the PIPELINE_* variables apply
             return None
 
-    return page_settings_from_connections(lookup)
+    return page_settings_from_connections(lookup, ids=ids)
 
 
 def airflow_access():
@@ -123,7 +126,14 @@ def create_app(specs_dir: Path | None = None, settings_factory=_settings, authen
 
     async def overview(readable: Readable, lag: bool = True) -> Overview:
         def build() -> Overview:
-            return build_overview(specs_dir or default_specs_dir(), settings_factory(), lag=lag, budget_s=budget_s,
+            read: dict[AirflowConnectionsSpec, ConnectionSettings] = {}  # jobs that share connections share a read
+
+            def settings_of(spec: JobSpec) -> ConnectionSettings:
+                ids = spec.airflow.connections
+                if ids not in read:
+                    read[ids] = settings_factory(ids)
+                return read[ids]
+            return build_overview(specs_dir or default_specs_dir(), settings_of, lag=lag, budget_s=budget_s,
                                   open_snapshots=open_snapshots)
         # the auth manager may ask the metadata DB: not on the event loop
         return await run_in_threadpool(visible, await cache.get(lag, build), readable)

@@ -6,7 +6,9 @@ the lease expires (LOST) → trigger ``pipeline_recovery`` → it relaunches onl
 its latest snapshot → the output is exactly the failure-free answer. Then the UI page, rendered
 by headless Chromium inside the Airflow UI, and used there as a user would (real clicks and
 typing over the DevTools protocol): the trigger form refusing an out-of-range number, the page's
-links, refresh, start-over confirmation and a restore triggered from it.
+links, refresh, start-over confirmation and a restore triggered from it. Last, a user's own DAG
+file running a job with RunJobOperator alone, the job scheduled on its sink's asset, and the
+provider's connection types as the api-server serves them.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from tests.airflow.deployment import start_airflow
 from tests.airflow.rest_api import AirflowApiError
 from tests.support import result_table, spend_spec, wait_for, write_spec
 
-pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # 7 tests in about 10-13 minutes on 2 busy cores
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # 8 tests in about 12-19 minutes on 2 busy cores
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "af-spend"
@@ -40,6 +42,9 @@ SINK, STORE = f"s3://results/{JOB}", f"s3://checkpoints/{JOB}"
 # (job, topic) of the downstream test: named to sort after JOB, whose row the page tests take first
 REPORTED = ("downstream", "downstream-payments")
 REPORT_DAG = "downstream_report"
+# a user's own DAG file running a job with RunJobOperator alone, through its own Spark connection
+USER_DAG, USER_JOB, USER_TOPIC = "user_run_job", "user-job", "user-payments"
+AFTER_USER = "user-job-after"  # a job whose DAG is scheduled on the user job's sink asset
 SCREENSHOT = REPO / "results" / "pipelines-page.png"  # the README's picture is a copy of it
 FRAME = "document.querySelector('iframe[title=Pipelines]').contentDocument"  # the page inside the Airflow UI
 SECTION = f"{FRAME}.querySelector('section[data-job=\"{JOB}\"]')"  # the job's part of the page
@@ -54,10 +59,10 @@ def airflow_connections(stack) -> dict[str, str]:
     """The job's settings as Airflow Connections only (no PIPELINE_* variables in Airflow)."""
     host, port = stack.kafka_bootstrap.rsplit(":", 1)
     return {
-        "AIRFLOW_CONN_PIPELINE_KAFKA": json.dumps({"conn_type": "generic", "host": host, "port": int(port)}),
-        "AIRFLOW_CONN_PIPELINE_S3": json.dumps({"conn_type": "generic", "host": stack.s3_endpoint,
+        "AIRFLOW_CONN_PIPELINE_KAFKA": json.dumps({"conn_type": "pipeline_lib_kafka", "host": host, "port": int(port)}),
+        "AIRFLOW_CONN_PIPELINE_S3": json.dumps({"conn_type": "pipeline_lib_s3", "host": stack.s3_endpoint,
                                                 "login": stack.access_key, "password": stack.secret_key}),
-        "AIRFLOW_CONN_PIPELINE_SPARK": json.dumps({"conn_type": "generic", "host": "local[2]"}),
+        "AIRFLOW_CONN_PIPELINE_SPARK": json.dumps({"conn_type": "pipeline_lib_spark", "host": "local[2]"}),
     }
 
 
@@ -76,17 +81,47 @@ def airflow(local_stack, payments, tmp_path_factory):
         "# An Airflow DAG (Airflow's safe mode parses only files that say so)\n"
         "from pathlib import Path\nfrom pipeline_lib.orchestration.report_dag import report_dag\n"
         f"dag = report_dag({REPORT_DAG!r}, Path(__file__).parent / 'pipelines' / '{REPORTED[0]}.yaml')\n")
+    create_topic(local_stack.kafka_bootstrap, USER_TOPIC, 2)
+    (root / "user_specs").mkdir()
+    user_spec = spend_spec(USER_JOB, USER_TOPIC, f"s3://results/{USER_JOB}", f"s3://checkpoints/{USER_JOB}",
+                           per_epoch=500)
+    user_spec["airflow"] = {"connections": {"spark": "user_spark"}}  # kafka and s3: the default ids
+    write_spec(root / "user_specs", user_spec)
+    after = spend_spec(AFTER_USER, USER_TOPIC, f"s3://results/{AFTER_USER}", f"s3://checkpoints/{AFTER_USER}",
+                       per_epoch=500)
+    after["airflow"] = {"assets": [f"s3://results/{USER_JOB}"]}
+    write_spec(dags / "pipelines", after)
+    (dags / "user_dag.py").write_text(USER_DAG_FILE.format(dag_id=USER_DAG, spec=root / "user_specs" /
+                                                           f"{USER_JOB}.yaml"))
     env = {k: "" for k in os.environ if k.startswith("PIPELINE_")}  # connections only
     env.update(airflow_connections(local_stack))
+    env["AIRFLOW_CONN_USER_SPARK"] = json.dumps({"conn_type": "pipeline_lib_spark", "host": "local[1]"})
     env["PIPELINE_RECOVERY_SCHEDULE"] = "none"  # this test decides when recovery runs
+    # an asset first made by an alias event is active (so an Asset.ref(uri=...) resolves to it) once the
+    # scheduler's cleanup loop has seen it: every 60 s by default
+    env["AIRFLOW__SCHEDULER__PARSING_CLEANUP_INTERVAL"] = "5"
     server = start_airflow(root / "home", dags, REPO / "plugins", env, all_admins=True, timeout=180)
     try:
-        for dag_id in (DAG, "pipeline_recovery", f"pipeline__{REPORTED[0]}", REPORT_DAG):
+        for dag_id in (DAG, "pipeline_recovery", f"pipeline__{REPORTED[0]}", REPORT_DAG, USER_DAG,
+                       f"pipeline__{AFTER_USER}"):
             server.wait_for_dag(dag_id, timeout=120)
             server.unpause(dag_id)
         yield server
     finally:
         server.stop()
+
+
+USER_DAG_FILE = """\
+# An Airflow DAG file as a user writes one: the operator alone, no form, no check_params task.
+import datetime as dt
+
+from airflow.sdk import DAG
+
+from pipeline_lib.orchestration.operators import RunJobOperator
+
+with DAG("{dag_id}", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), catchup=False):
+    RunJobOperator(task_id="run", spec_path="{spec}", lease_seconds=10)
+"""
 
 
 def status(stack_env):
@@ -305,3 +340,34 @@ def test_the_pipelines_page_used_in_the_browser(airflow, stack_env):
         assert "STOPPED" in status and "caught up" in status and f"airflow:{DAG}/{run_id}" in status, status
         page.click(f"{SECTION}.querySelector('a[data-airflow-link]')")
         page.wait_for(f"location.pathname === '/dags/{DAG}'", 30, "the Airflow UI to open the DAG")
+
+
+def test_a_users_own_dag_runs_a_job_with_run_job_operator_alone(airflow, stack_env, local_stack):
+    """RunJobOperator with spec_path only, in a DAG file of the user's: the form's defaults, the
+    spec's own Spark connection (user_spark, local[1]; the default one is local[2]), an exact result."""
+    events = payment_events(600, 20, seed=47)
+    produce_json(local_stack.kafka_bootstrap, USER_TOPIC, events)
+    run_id = airflow.trigger(USER_DAG, {})
+    assert airflow.wait_for_run(USER_DAG, run_id, timeout=300) == "success"
+    [pipeline] = airflow.xcom(USER_DAG, run_id, "run")["pipelines"]
+    assert pipeline["records"] == len(events) and pipeline["status"] == "RAN"
+    log = airflow.task_log(USER_DAG, run_id, "run")
+    assert "--master local[1]" in log and "--until-caught-up" in log and "--restore latest" in log
+    assert not any(secret in log for secret in (local_stack.secret_key, local_stack.access_key))
+    assert result_table(stack_env, f"s3://results/{USER_JOB}") == spend_per_user(events)
+
+    # its sink's asset event starts the job scheduled on that asset (airflow.assets), with the form's defaults
+    after_dag = f"pipeline__{AFTER_USER}"
+    [after] = wait_for(lambda: airflow.dag_runs(after_dag) or None, 180, "the asset-scheduled job's run")
+    assert after["run_type"] == "asset_triggered"
+    assert airflow.wait_for_run(after_dag, after["dag_run_id"], timeout=300) == "success"
+    assert airflow.xcom(after_dag, after["dag_run_id"], "check_params")["mode"] == "until_caught_up"
+    assert airflow.xcom(after_dag, after["dag_run_id"], "run_job")["pipelines"][0]["records"] == len(events)
+
+    # the provider, as the deployment's api-server sees it: listed, and its Connections forms
+    assert "pipeline-lib" in {p["package_name"] for p in airflow.get("/api/v2/providers")["providers"]}
+    forms = {h["connection_type"]: h for h in airflow.get("/ui/connections/hook_meta")}
+    assert forms["pipeline_lib_s3"]["hook_name"] == "pipeline-lib S3"
+    assert forms["pipeline_lib_s3"]["standard_fields"]["login"]["title"] == "Access key"
+    assert forms["pipeline_lib_kafka"]["standard_fields"]["password"]["hidden"] is True
+    assert "bootstrap_servers" in json.dumps(forms["pipeline_lib_kafka"]["extra_fields"])

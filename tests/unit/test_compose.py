@@ -786,6 +786,19 @@ def test_only_the_task_runner_holds_the_pipeline_key(raw_compose: dict[str, Any]
     assert holders["page-key-marker-42"] == {PAGE_SERVER, "minio-init"}, holders
 
 
+def test_connections_have_the_providers_types(services: dict[str, Any]) -> None:
+    # the Connections page shows each with its own form (orchestration.provider), not "generic"
+    from pipeline_lib.orchestration.provider import CONNECTION_TYPES
+
+    wanted = {t["default_conn_id"]: conn_type for conn_type, t in CONNECTION_TYPES.items()}
+    assert set(wanted) == set(CONNECTION_IDS)
+    wanted[CONN_S3_UI] = wanted[CONN_S3]  # the page's read-only key is an S3 connection too
+    for name in sorted(AIRFLOW_SERVICES):
+        given = connection_ids_of(name)
+        conns = connection_objects(env_of(services[name]), f"service {name}", sorted(given))
+        assert {c: conn.conn_type for c, conn in conns.items()} == {c: wanted[c] for c in given}, f"service {name}"
+
+
 def _listeners(value: str) -> dict[str, tuple[str, int]]:
     result = {}
     for item in value.split(","):

@@ -32,6 +32,8 @@ def test_every_dag_loads_without_import_errors(dagbag):
     for dag_id in ("pipeline__spend-per-user", "pipeline__shop"):
         dag = dagbag.dags[dag_id]
         assert [t.task_id for t in dag.tasks] == ["check_params", "run_job"]
+        assert dag.get_task("run_job").request_task_id == "check_params"  # the form's request, not defaults
+        assert dag.schedule is None  # the example specs have no airflow.schedule: manual only
     recovery = dagbag.dags["pipeline_recovery"]
     assert {t.task_id for t in recovery.tasks} == {"assess", "relaunch_requests", "relaunch"}
     assert recovery.schedule == "*/5 * * * *"  # every few minutes (PIPELINE_RECOVERY_SCHEDULE overrides)

@@ -139,6 +139,20 @@ def test_the_page_reads_s3_with_its_own_key_and_the_tasks_never_do():
         "pipeline-user")
 
 
+def test_a_job_with_its_own_s3_connection_is_read_by_the_page_through_that_connection_s_ui_key():
+    """A job whose spec names ``airflow.connections.s3: lake_s3`` is shown through ``lake_s3_ui``
+    (or ``lake_s3``), never through the default ``pipeline_s3_ui``, which may hold another store's key."""
+    from pipeline_lib.spec.models import AirflowConnectionsSpec
+
+    ids = AirflowConnectionsSpec(s3="lake_s3")
+    conns = {"lake_s3": conn(host="lake", port=9000, login="lake-writer", password="lake-secret-1"),
+             "lake_s3_ui": conn(host="lake", port=9000, login="lake-reader", password="lake-secret-2"),
+             CONN_S3_UI: conn(host="minio", port=9000, login="page-user", password="page-secret")}
+    assert page_settings_from_connections(conns.get, {}, ids=ids).s3_access_key.get_secret_value() == "lake-reader"
+    del conns["lake_s3_ui"]
+    assert page_settings_from_connections(conns.get, {}, ids=ids).s3_access_key.get_secret_value() == "lake-writer"
+
+
 # -- launch -------------------------------------------------------------------------------
 def test_local_mode_runs_the_cli_and_a_master_means_spark_submit(tmp_path):
     request = LaunchRequest.from_conf({"mode": "continuous", "pipelines": ["payments"], "parallelism": 3,

@@ -53,7 +53,7 @@ def _bearer(auth_manager, role: str | None, teams: list[str] | None = None) -> d
 
 
 def test_without_a_signed_in_user_every_route_is_refused(tmp_path, auth_manager):
-    client = TestClient(create_app(_specs(tmp_path, "spend"), settings_factory=lambda: SETTINGS))
+    client = TestClient(create_app(_specs(tmp_path, "spend"), settings_factory=lambda _ids: SETTINGS))
     for route in ROUTES:
         answer = client.get(route, params={"lag": "false"})
         assert answer.status_code == 401, route
@@ -62,7 +62,7 @@ def test_without_a_signed_in_user_every_route_is_refused(tmp_path, auth_manager)
 
 
 def test_each_user_sees_only_the_jobs_airflow_lets_them_read(tmp_path, auth_manager):
-    client = TestClient(create_app(_specs(tmp_path, "spend", "other"), settings_factory=lambda: SETTINGS))
+    client = TestClient(create_app(_specs(tmp_path, "spend", "other"), settings_factory=lambda _ids: SETTINGS))
 
     viewer = client.get("/api/overview", params={"lag": "false"}, headers=_bearer(auth_manager, "VIEWER")).json()
     assert sorted(job["name"] for job in viewer["jobs"]) == ["other", "spend"]
@@ -77,7 +77,7 @@ def test_each_user_sees_only_the_jobs_airflow_lets_them_read(tmp_path, auth_mana
 
 def test_the_app_is_closed_when_airflow_login_cannot_be_imported(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "airflow.api_fastapi.core_api.security", None)  # import raises ImportError
-    client = TestClient(create_app(_specs(tmp_path, "spend"), settings_factory=lambda: SETTINGS))
+    client = TestClient(create_app(_specs(tmp_path, "spend"), settings_factory=lambda _ids: SETTINGS))
     for route in ROUTES:
         answer = client.get(route, params={"lag": "false"})
         assert answer.status_code == 503, route
@@ -86,13 +86,14 @@ def test_the_app_is_closed_when_airflow_login_cannot_be_imported(tmp_path, monke
 
 @pytest.mark.parametrize("authenticated", [True, False])
 def test_no_openapi_docs_answer(tmp_path, authenticated):
-    client = TestClient(create_app(_specs(tmp_path), settings_factory=lambda: SETTINGS, authenticated=authenticated))
+    client = TestClient(create_app(_specs(tmp_path), settings_factory=lambda _ids: SETTINGS,
+                                   authenticated=authenticated))
     for route in ["/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"]:
         assert client.get(route).status_code == 404, route
 
 
 def test_no_other_origin_may_frame_the_page_or_the_api(tmp_path, auth_manager):
-    client = TestClient(create_app(_specs(tmp_path, "spend"), settings_factory=lambda: SETTINGS))
+    client = TestClient(create_app(_specs(tmp_path, "spend"), settings_factory=lambda _ids: SETTINGS))
     viewer = _bearer(auth_manager, "VIEWER")
     for answer in [client.get(r, params={"lag": "false"}, headers=viewer) for r in ROUTES] + [client.get("/")]:
         assert answer.headers["Content-Security-Policy"] == "frame-ancestors 'self'"

@@ -44,7 +44,7 @@ def test_a_view_loads_only_the_manifests_it_shows_and_views_share_one_read(tmp_p
     _spec_file(specs, "job", tmp_path, retain=30)
     run_epochs(new_attempt(job_spec(tmp_path, retain=30)), [{f"user{i}": i} for i in range(1, 26)])  # 25 snapshots
     log: list = []
-    client = TestClient(create_app(specs, settings_factory=lambda: SETTINGS, authenticated=False,
+    client = TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False,
                                    open_snapshots=_watching(log)))
 
     page = client.get("/", params=NO_LAG).text
@@ -68,7 +68,7 @@ def test_the_cache_expires(tmp_path):
     _spec_file(specs, "job", tmp_path)
     run_epochs(new_attempt(job_spec(tmp_path)), [{"a": 1}])
     log: list = []
-    client = TestClient(create_app(specs, settings_factory=lambda: SETTINGS, authenticated=False, cache_s=0.3,
+    client = TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False, cache_s=0.3,
                                    open_snapshots=_watching(log)))
     client.get("/", params=NO_LAG)
     once = len(log)
@@ -86,7 +86,7 @@ def test_a_view_out_of_time_shows_what_it_has_and_says_so(tmp_path):
         _spec_file(specs, job, tmp_path)
     log: list = []
     slow = _watching(log, after=lambda op, key: time.sleep(0.2))  # a store that answers slowly
-    client = TestClient(create_app(specs, settings_factory=lambda: SETTINGS, authenticated=False, budget_s=0.3,
+    client = TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False, budget_s=0.3,
                                    open_snapshots=slow))
 
     started = time.monotonic()

@@ -39,7 +39,7 @@ def test_the_page_shows_every_retained_snapshot_its_keys_and_the_latest_epoch(tm
                             lease_seconds=30, launch=LaunchInfo(mode="forever", parallelism=2))
     assert snapshots.swap_status(status, None)
 
-    page = TestClient(create_app(specs, settings_factory=lambda: SETTINGS, authenticated=False)).get(
+    page = TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False)).get(
         "/", params={"lag": "false"}).text
 
     assert "built-in method" not in page

@@ -29,7 +29,7 @@ def test_a_stalled_pipeline_shows_as_stalled_with_the_reason(tmp_path):
                             progress_at=now - dt.timedelta(hours=1), lag=1234, stall_seconds=600,
                             launch=LaunchInfo(mode="forever", parallelism=2))
     assert snapshots.swap_status(status, None)
-    client = TestClient(create_app(specs, settings_factory=lambda: SETTINGS, authenticated=False))
+    client = TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False))
 
     page = client.get("/", params={"lag": "false"})
     assert page.status_code == 200
