@@ -12,9 +12,12 @@ import pytest
 
 from pipeline_lib.checkpoint.epoch_commit import CommitOwner, FlowOutput, commit_epoch
 from pipeline_lib.checkpoint.manifest import StateSnapshot, snapshot_id_for
-from pipeline_lib.checkpoint.restore import restore_snapshot
+from pipeline_lib.checkpoint.restore import read_state_files, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.checkpoint.state_files import decode_state_file
+from pipeline_lib.checkpoint.state_spans import spans_of, write_state_files
 from pipeline_lib.errors import SnapshotError
+from pipeline_lib.execution.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.owner_epochs import OwnedFlow
 from pipeline_lib.execution.owner_task import (
     OWNER_LABEL,
@@ -209,3 +212,27 @@ def test_the_driver_commits_the_owner_references_and_a_restore_reads_them(tmp_pa
     assert rows.keys() == expected.keys()
     assert all(rows[u][0] == expected[u][0] and rows[u][2] == expected[u][2]
                and rows[u][1] == pytest.approx(expected[u][1]) for u in rows)
+
+
+def test_owners_build_on_a_snapshot_the_driver_path_wrote(tmp_path):
+    """A manifest of the driver path (one pack of every span, spans of another size): the owners,
+    at another parallelism, take each span's rows from it and the merge is exact."""
+
+    first, second = [_events(8)], [_events(9)]
+    state = KeyedAggregateState(["user"], _flow(tmp_path).functions(), MAXP)
+    state.merge(_partial_of(first[0]))
+    by_group = state.slots_by_key_group()
+    snapshots = SnapshotStore.open(f"file://{tmp_path}/ckpt", "job", "main", SETTINGS)
+
+    def span_rows(span):
+        slots = state.slots_in(by_group, range(*span))
+        return state.table(slots, SCHEMA), state.key_groups(slots)
+
+    spans = sorted(spans_of(np.unique(by_group[1]).tolist(), 16, MAXP))
+    base = list(write_state_files(snapshots.store, snapshot_id_for(1, 1), "spend", spans, span_rows))
+    assert len({f.key for f in base}) == 1 and not base[0].key.endswith("-t0.pack")  # the driver path's one pack
+    owned = _run_all(tmp_path, SpanOwners(3, MAXP, 4), 2, second, base=base)
+    rows = pa.concat_tables([decode_state_file(d)[0] for d in read_state_files(snapshots, list(owned.files))])
+    got = {r["user"]: (r["total"], r["n"]) for r in rows.to_pylist()}
+    assert got == {u: (t, n) for u, (t, _, n) in _expected(first + second).items()}
+    assert owned.keys == len(got) and all(f.key_group_end - f.key_group_start == 4 for f in owned.files)
