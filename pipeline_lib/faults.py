@@ -46,6 +46,7 @@ POINTS = (
     "after_plan",
     "during_read",
     "after_task_parts",  # in a read task: its parts of stateless rows or dead letters written, not yet reported
+    "after_owner_files",  # in an owner task: its sink part and state files written, not yet reported
     "after_read",
     "after_head_check",  # past the one head check, before anything visible is written
     "mid_sink_write",

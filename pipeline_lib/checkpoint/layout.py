@@ -11,6 +11,7 @@ Every pipeline of a job has a folder of its own, ``pipelines/<pipeline>/``, hold
     state/<snapshot id>/<flow>/kg-<a>-<b>.pack  the state files (one Parquet file per key-group span)
                                           that snapshot rewrote, back to back, spans within [a, b);
                                           later snapshots reference a span's bytes while unchanged
+    state/<snapshot id>/<flow>/kg-<a>-<b>-t<n>.pack  the same, written by an owner task (attempt n)
     state/<snapshot id>/<flow>/kg-<a>-<b>.parquet  one span's state file (snapshots before packs)
 """
 
@@ -46,9 +47,12 @@ def pipeline_root(pipeline: str) -> str:
     return f"{PIPELINES_PREFIX}{pipeline}"
 
 
-def state_pack_key(snapshot_id: str, flow: str, start: int, end: int) -> str:
-    """The pack of ``flow``'s state files that ``snapshot_id`` wrote, spans within [start, end)."""
-    return f"{STATE_PREFIX}{snapshot_id}/{flow}/kg-{start:05d}-{end:05d}.pack"
+def state_pack_key(snapshot_id: str, flow: str, start: int, end: int, task_attempt: int | None = None) -> str:
+    """The pack of ``flow``'s state files that ``snapshot_id`` wrote, spans within [start, end);
+    an owner task's (``task_attempt`` given) ends ``-t<task attempt>``, so that two attempts of
+    one owner task never write the same object."""
+    attempt = "" if task_attempt is None else f"-t{task_attempt}"
+    return f"{STATE_PREFIX}{snapshot_id}/{flow}/kg-{start:05d}-{end:05d}{attempt}.pack"
 
 
 def snapshot_of_state_key(key: str) -> str:

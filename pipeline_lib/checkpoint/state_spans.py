@@ -77,9 +77,11 @@ def spans_to_fold(kept: dict[Span, StateFileRef], limit: int = MAX_OLDER_PACKS) 
 
 
 def write_state_files(store: ObjectStore, snapshot_id: str, flow: str, spans: Sequence[Span],
-                      span_rows: Callable[[Span], tuple[pa.Table, np.ndarray]]) -> Iterator[StateFileRef]:
+                      span_rows: Callable[[Span], tuple[pa.Table, np.ndarray]],
+                      task_attempt: int | None = None) -> Iterator[StateFileRef]:
     """Write one state file per span (its rows and their key groups from ``span_rows``) into packs
     in ``snapshot_id``'s folder; yield each file's manifest entry in span order once it is stored.
+    ``task_attempt``: the Spark task attempt of the owner task writing them (see layout).
 
     Every file is encoded first, in this thread, and then the packs are uploaded (in parallel
     when there are several): encoding beside running uploads would have them contend for the GIL."""
@@ -95,7 +97,7 @@ def write_state_files(store: ObjectStore, snapshot_id: str, flow: str, spans: Se
         size += len(data)
 
     def upload(pack: list[tuple[Span, pa.Table, bytes]]) -> list[StateFileRef]:
-        key = state_pack_key(snapshot_id, flow, pack[0][0][0], pack[-1][0][1])
+        key = state_pack_key(snapshot_id, flow, pack[0][0][0], pack[-1][0][1], task_attempt)
         refs, offset = [], 0
         for span, table, data in pack:
             refs.append(StateFileRef(key=key, rows=table.num_rows, bytes=len(data), sha256=sha256_hex(data),

@@ -198,9 +198,10 @@ class KeyedAggregateState:
         return list(self._keys)
 
     # -- writing --------------------------------------------------------------------------
-    def merge(self, partials: pa.Table) -> np.ndarray:
+    def merge(self, partials: pa.Table, key_groups: np.ndarray | None = None) -> np.ndarray:
         """Merge an epoch's partial aggregate (key columns, then one partial value per function,
-        at most one row per key); return the slots of the keys it changed."""
+        at most one row per key); return the slots of the keys it changed. ``key_groups``: each
+        row's key group, when the caller has them already (computed again for new keys if not)."""
         slots = self._find_in_arrow(partials)
         if slots is None:
             keys = self._key_tuples(partials)
@@ -211,7 +212,8 @@ class KeyedAggregateState:
         merged = self._merged_values(partials, known, slots[known]) if len(known) else []
         if new.any():
             positions = np.flatnonzero(new)
-            slots[positions] = self._add_keys(self._key_tuples(partials.take(pa.array(positions))), None)
+            slots[positions] = self._add_keys(self._key_tuples(partials.take(pa.array(positions))),
+                                              None if key_groups is None else key_groups[positions])
             self._put(partials, positions, slots[positions], count_nulls_as_zero=True)
         if merged:
             assert self._columns is not None, "merged values without value columns"  # set with the first keys

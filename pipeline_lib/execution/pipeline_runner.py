@@ -12,9 +12,10 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 import numpy as np
@@ -32,6 +33,7 @@ from pipeline_lib.checkpoint.epoch_commit import (
 )
 from pipeline_lib.checkpoint.layout import snapshot_of_state_key
 from pipeline_lib.checkpoint.manifest import (
+    FileRef,
     HistoryEntry,
     LaunchInfo,
     LifecycleState,
@@ -54,7 +56,10 @@ from pipeline_lib.execution.lifecycle import (
     DEFAULT_STARTUP_TIMEOUT_SECONDS,
     Lifecycle,
 )
+from pipeline_lib.execution.owner_epochs import OwnedFlow, OwnerEpochs
+from pipeline_lib.execution.owner_task import OWNER_LABEL, CheckpointAt, OwnerFlow, OwnerTask
 from pipeline_lib.execution.read_ahead import ReadAhead
+from pipeline_lib.execution.span_owners import SpanOwners
 from pipeline_lib.execution.spark_errors import clear_spark_errors
 from pipeline_lib.execution.startup import start_pipeline
 from pipeline_lib.execution.transforms import apply_transforms
@@ -105,6 +110,7 @@ class EpochReport:
     seconds: float
     completed_splits: int
     bad_records: int = 0
+    task_result_bytes: int | None = None  # what the epoch's tasks sent the driver (known on owner tasks)
     state_bytes: int = 0  # every state file the snapshot references
     state_bytes_written: int = 0  # of which this epoch wrote (the incremental snapshot)
     # Wall seconds of the epoch's phases, in commit order (see PipelineRunner._run_epoch, checkpoint.epoch_commit):
@@ -118,25 +124,37 @@ class EpochReport:
 
 @dataclass
 class FlowRuntime:
-    """A flow's live parts: its sink, its keyed state and the state files of the last snapshot."""
+    """A flow's live parts: its sink, its keyed state (on the driver; None for a stateless flow
+    and for one whose state lives on owner tasks) and the state files of the last snapshot."""
 
     spec: FlowSpec
     sink: FilesSink
     state: KeyedAggregateState | None
     state_schema: pa.Schema | None = None
     state_files: dict[tuple[int, int], StateFileRef] = field(default_factory=dict)
+    owned_keys: int = 0  # the keys of a state on owner tasks, as their last results counted them
+
+    @property
+    def stateful(self) -> bool:
+        """True for a flow with a keyed aggregate, wherever its state lives."""
+        return self.spec.state is not None
+
+    def keys(self) -> int:
+        """The keys of the flow's state."""
+        return len(self.state) if self.state is not None else self.owned_keys
 
 
 @dataclass(frozen=True)
 class EpochRead:
     """What the Spark jobs of one epoch brought to the driver: the dead-letter parts the read
     tasks wrote and the bad records they counted (None when bad records fail the run), and
-    each flow's result: a stateful flow's partials, or the parts tasks wrote of a stateless
-    flow's rows (see sink.task_parts)."""
+    each flow's result: a stateful flow's partials (or, on owner tasks, the references of what
+    they wrote), or the parts tasks wrote of a stateless flow's rows (see sink.task_parts)."""
 
     plan: EpochPlan
     bad: WrittenParts | None
-    flows: dict[str, pa.Table | WrittenParts]
+    flows: dict[str, pa.Table | OwnedFlow | WrittenParts]
+    result_bytes: int | None = None  # task results the driver received, when counted (owner tasks)
 
 
 def _state_files(manifest: Manifest) -> list[StateFileRef]:
@@ -180,6 +198,8 @@ class PipelineRunner:
         self.fingerprint = spec_fingerprint(job)
         self.restored: Restored | None = None
         self.arrow_epochs: ArrowEpochs | None = None  # the Arrow path, when every flow can take it (set by run)
+        self.owner_epochs: OwnerEpochs | None = None  # keyed state on owner tasks (set by run, see _choose_path)
+        self._stored_groups_apply = True  # the restored state's key groups are this run's (max_parallelism)
         self.attempt = 0
         self.lifecycle: Lifecycle | None = None
         self._head_version: str | None = None
@@ -249,6 +269,8 @@ class PipelineRunner:
             commit = restored.manifest.flows[flow.spec.name]
             if flow.state is not None and commit.state is not None:
                 same_groups = commit.state.max_parallelism == self.maxp  # the stored key groups still apply
+                self._stored_groups_apply &= same_groups
+                flow.owned_keys = commit.state.keys
                 if loaded.tables:
                     flow.state.load(loaded.table(), loaded.key_groups() if same_groups else None)
                     flow.state_schema = loaded.schema
@@ -365,27 +387,95 @@ class PipelineRunner:
         """Spark's part of a flow: its output rows written by the tasks (stateless, ``writer``)
         or its partial aggregates per key."""
         df = apply_transforms(df, flow.spec.transforms, where=f"flow {flow.spec.name}: " if len(self.flows) > 1 else "")
-        if flow.state is None:
+        if not flow.stateful:
             return collected(df.mapInArrow(WriteRows(writer), WRITTEN_DDL).toArrow())
         assert flow.spec.state is not None
         return epoch_partials(df, flow.spec.state.aggregate)
 
+    def _choose_path(self, spark, schema, tolerant: bool) -> None:
+        """The one place that picks an epoch's path. The Arrow path when no flow needs Spark SQL
+        (see worker_aggregation); on it, keyed state lives on owner tasks (owner_epochs), unless
+        the restored state was stored under another max_parallelism (every key's group must be
+        computed again, which the driver's merge does). On owner tasks the driver holds no
+        state: what the restore loaded is dropped, its state files and key counts kept."""
+        self.arrow_epochs, why = ArrowEpochs.for_flows(spark, schema, [f.spec for f in self.flows], tolerant)
+        stateful = [f for f in self.flows if f.stateful]
+        path = "Arrow path" if self.arrow_epochs else "Spark SQL path"
+        if self.arrow_epochs is not None and stateful and self._stored_groups_apply:
+            self.owner_epochs = OwnerEpochs(self.arrow_epochs, self.parallelism)
+            for flow in stateful:
+                flow.owned_keys, flow.state = flow.keys(), None
+            if self.restored is not None:
+                self.restored.flows.clear()
+            path += " with keyed state on owner tasks"
+        log.info("pipeline %s: epochs take the %s (%s)", self.pipeline.name, path, why)
+
+    def _owner_tasks(self, epoch: int, records: int, base: bool = True) -> tuple[OwnerTask | None, ...]:
+        """Per flow, the owner side of an epoch of ``records`` records (None: a stateless flow;
+        empty off owner tasks): owners of spans sized to the state's keys before the epoch (to
+        the records, for a first epoch), building on the flow's latest state files (none when
+        not ``base``: the warm-up's tasks, which must write nothing)."""
+        if self.owner_epochs is None:
+            return ()
+        arrow = self.owner_epochs.arrow
+        checkpoint = CheckpointAt(self.job.checkpoint.store, self.job.name, self.pipeline.name, self.settings)
+        tasks: list[OwnerTask | None] = []
+        for index, flow in enumerate(self.flows):
+            if not flow.stateful:
+                tasks.append(None)
+                continue
+            per_file = self.job.checkpoint.state_file_key_groups(flow.owned_keys or records)
+            sink = TaskPartWriter.for_sink(flow.sink, self.settings, epoch, self.attempt, OWNER_LABEL)
+            files = tuple(flow.state_files.values()) if base else ()
+            owned = OwnerFlow(flow.spec.name, arrow.flows[index], flow.state_schema or arrow.schemas[index], sink,
+                              files)
+            tasks.append(OwnerTask(checkpoint, snapshot_id_for(epoch, self.attempt), epoch,
+                                   SpanOwners(self.parallelism, self.maxp, per_file), owned))
+        return tuple(tasks)
+
+    def _adopt(self, read: EpochRead) -> None:
+        """Take the state files and key counts the owner tasks of ``read`` returned as each
+        flow's latest: its commit references them, and the next epoch's owners build on them
+        (its read may start before this epoch commits, see ReadAhead)."""
+        for flow in self.flows:
+            result = read.flows.get(flow.spec.name)
+            if isinstance(result, OwnedFlow):
+                flow.state_files = {(f.key_group_start, f.key_group_end): f for f in result.files}
+                flow.owned_keys = result.keys
+
+    def _owned_state(self, flow: FlowRuntime, epoch: int, snapshot_id: str) -> StateSnapshot | None:
+        """A flow's state in the snapshot, from the references its owner tasks returned (they
+        wrote the files, under this snapshot id)."""
+        if flow.spec.state is None:
+            return None
+        if snapshot_id != snapshot_id_for(epoch, self.attempt):
+            raise AssertionError(f"owner tasks wrote epoch {epoch}'s state for another snapshot than {snapshot_id}")
+        fault_point("mid_snapshot_write", epoch)  # the state files exist; no manifest references them yet
+        agg = flow.spec.state.aggregate
+        return StateSnapshot(
+            key_columns=agg.key, value_columns={n: str(f) for n, f in agg.functions().items()},
+            max_parallelism=self.maxp, parallelism=self.parallelism, keys=flow.owned_keys,
+            files=sorted(flow.state_files.values(), key=lambda f: f.key_group_start),
+        )
+
     def _task_writers(self, epoch: int) -> tuple[list[TaskPartWriter | None], TaskPartWriter | None]:
         """Where the read tasks of ``epoch`` write each stateless flow's rows (None for a
         stateful flow) and the bad records (None: only counted)."""
-        flows = [None if flow.state is not None else
+        flows = [None if flow.stateful else
                  TaskPartWriter.for_sink(flow.sink, self.settings, epoch, self.attempt, "r") for flow in self.flows]
         dead = (TaskPartWriter.for_sink(self.dead_letters, self.settings, epoch, self.attempt, "d")
                 if self.dead_letters is not None else None)
         return flows, dead
 
-    def _flow_merge(self, flow: FlowRuntime, rows: pa.Table | WrittenParts
-                    ) -> tuple[list[pa.Table], set[int], WrittenParts | None]:
+    def _flow_merge(self, flow: FlowRuntime, rows: pa.Table | OwnedFlow | WrittenParts
+                    ) -> tuple[list[pa.Table], set[int], Sequence[FileRef]]:
         """A flow's sink parts for the driver to write (one per subtask), the key groups it
-        changed, and the parts the tasks wrote (a stateless flow's)."""
+        changed, and the parts the tasks wrote (a stateless flow's, or the owner tasks')."""
         p = self.parallelism
         if isinstance(rows, WrittenParts):
-            return [], set(), rows
+            return [], set(), rows.files
+        if isinstance(rows, OwnedFlow):  # the owner tasks merged and wrote; their files are taken in _adopt
+            return [], set(), rows.sink
         assert flow.state is not None  # a stateful flow's result is its partials
         if flow.state_schema is None:
             flow.state_schema = rows.schema
@@ -393,7 +483,7 @@ class PipelineRunner:
         key_groups = flow.state.key_groups(changed)
         subtasks = subtask_of(key_groups, p, self.maxp)  # element-wise on arrays
         parts = [flow.state.table(changed[subtasks == i], flow.state_schema) for i in range(p)]
-        return parts, set(np.unique(key_groups).tolist()), None
+        return parts, set(np.unique(key_groups).tolist()), ()
 
     def _write_state(self, flow: FlowRuntime, snapshot_id: str, epoch: int, dirty: set[int]) -> StateSnapshot | None:
         """Rewrite the state files of the spans holding a key group changed this epoch; reference
@@ -427,16 +517,21 @@ class PipelineRunner:
             files=sorted(files.values(), key=lambda f: f.key_group_start),
         )
 
-    def _read(self, spark, schema, plan: EpochPlan) -> EpochRead:
+    def _read(self, spark, schema, plan: EpochPlan, owners: Sequence[OwnerTask | None] = ()) -> EpochRead:
         """The Spark jobs of an epoch: read its ranges, decode, transform, aggregate per flow, and
-        bring the results to the driver; on the Arrow path (``arrow_epochs``) the workers aggregate.
-        A function of the plan alone (it changes no state), so it may run while the epoch before
-        commits (see ReadAhead)."""
+        bring the results to the driver; on the Arrow path (``arrow_epochs``) the workers aggregate,
+        and with ``owner_epochs`` the ``owners`` (``_owner_tasks``) merge and write the keyed state.
+        A function of the plan (and of the state files of the epoch before, which ``owners`` holds),
+        so it may run while the epoch before commits (see ReadAhead)."""
         with clear_spark_errors(f"epoch {plan.epoch} of pipeline {self.pipeline.name}"):
             spark.sparkContext.addJobTag(self.job_tag)  # on the calling thread: this one or a read-ahead's
             reader = epoch_range_reader(self.settings.require_kafka(), self.source, schema, plan, self.parallelism,
                                         self.job.on_error, self.job.max_record_bytes, self.job.max_batch_bytes)
             writers, dead_letters = self._task_writers(plan.epoch)
+            if self.owner_epochs is not None:
+                owned = self.owner_epochs.read(spark, reader, writers, dead_letters, owners)
+                return EpochRead(plan, owned.bad, {flow.spec.name: r for flow, r in zip(self.flows, owned.flows)},
+                                 owned.result_bytes)
             if self.arrow_epochs is not None:
                 bad, results = self.arrow_epochs.read(spark, reader, writers, dead_letters)
                 return EpochRead(plan, bad, {flow.spec.name: r for flow, r in zip(self.flows, results)})
@@ -478,16 +573,17 @@ class PipelineRunner:
         return CommitOwner(job=self.job.name, pipeline=self.pipeline.name, attempt=self.attempt,
                            spec_fingerprint=self.fingerprint, topic=self.topic, retain=self.job.checkpoint.retain)
 
-    def _commit(self, plan: EpochPlan, outputs: dict[str, tuple[list[pa.Table], set[int], WrittenParts | None]],
+    def _commit(self, plan: EpochPlan, outputs: dict[str, tuple[list[pa.Table], set[int], Sequence[FileRef]]],
                 bad: WrittenParts | None, history: list[HistoryEntry], head_version: str | None) -> CommittedEpoch:
         """Commit each flow's sink parts with the state files of the key groups it changed, and the
         dead-letter parts the tasks wrote; the clean-up runs beside the next epoch."""
 
         def flow_output(flow: FlowRuntime) -> FlowOutput:
             parts, dirty, written = outputs[flow.spec.name]
+            write_state = (partial(self._owned_state, flow, plan.epoch) if self.owner_epochs is not None
+                           else partial(self._write_state, flow, epoch=plan.epoch, dirty=dirty))
             return FlowOutput(flow.spec.name, flow.sink, self.sink_digest(plan, flow.sink.format), parts,
-                              lambda snapshot_id: self._write_state(flow, snapshot_id, plan.epoch, dirty),
-                              written.files if written is not None else ())
+                              write_state, written)
 
         dead_letters = (DeadLetterOutput(self.dead_letters, self.sink_digest(plan, "dead-letters"), bad.files)
                         if self.dead_letters is not None and bad is not None else None)
@@ -508,7 +604,8 @@ class PipelineRunner:
         if following.records == 0:
             return None
         fault_point("after_plan", following.epoch)
-        ahead.submit(following.epoch, lambda: self._read(spark, schema, following))
+        owners = self._owner_tasks(following.epoch, following.records)  # with this epoch's files (see _adopt)
+        ahead.submit(following.epoch, lambda: self._read(spark, schema, following, owners))
         return following
 
     def _status(self, state: LifecycleState, epoch: int, reason: str | None = None) -> None:
@@ -574,9 +671,7 @@ class PipelineRunner:
                 tolerant = self.job.on_error != "fail"
                 with clear_spark_errors(f"parsing the schema of source {self.pipeline.source}"):
                     schema = source_schema(spark, self.source, tolerant=tolerant)
-                self.arrow_epochs, why = ArrowEpochs.for_flows(spark, schema, [f.spec for f in self.flows], tolerant)
-                log.info("pipeline %s: epochs take the %s (%s)", self.pipeline.name,
-                         "Arrow path" if self.arrow_epochs else "Spark SQL path", why)
+                self._choose_path(spark, schema, tolerant)
                 return schema
 
             try:
@@ -624,14 +719,15 @@ class PipelineRunner:
             with self._timed("spark"):  # the read's own time, or only the wait for it when read ahead
                 read = ahead.take(epoch) if planned is not None else None
                 if read is None:
-                    read = self._read(spark, schema, plan)
+                    read = self._read(spark, schema, plan, self._owner_tasks(plan.epoch, plan.records))
+            self._adopt(read)
             planned = self._read_next(spark, schema, ahead, plan, targets, stops)
             manifest, head, head_version = self._run_epoch(read, history, head_version)
             history, base_id, positions = head.history, manifest.snapshot_id, manifest.positions
             report = EpochReport(
                 pipeline=self.pipeline.name, epoch=epoch, snapshot_id=base_id, records=plan.records,
                 rows_written=sum(c.rows_written for c in manifest.flows.values()),
-                keys=sum(len(f.state) for f in self.flows if f.state is not None),
+                keys=sum(f.keys() for f in self.flows if f.stateful), task_result_bytes=read.result_bytes,
                 lag=sum(max(0, targets.get(p, 0) - o) for p, o in positions.items()),
                 seconds=time.monotonic() - started, completed_splits=len(manifest.completed_splits),
                 bad_records=manifest.bad_records, phases=dict(self._phases),

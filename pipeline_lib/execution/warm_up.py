@@ -47,7 +47,10 @@ class WarmUp:
             reader = range_reader(runner.settings.require_kafka(), runner.source, self._schema,
                                   [[] for _ in range(runner.parallelism)], 0,
                                   runner.job.on_error, runner.job.max_record_bytes, runner.job.max_batch_bytes)
-            if runner.arrow_epochs is not None:  # the Arrow path: the same query whatever the flows
+            if runner.owner_epochs is not None:  # keyed state on owner tasks: both stages, writing nothing
+                runner.owner_epochs.read(self._spark, reader, *runner._task_writers(0),
+                                         runner._owner_tasks(0, 0, base=False))
+            elif runner.arrow_epochs is not None:  # the Arrow path: the same query whatever the flows
                 runner.arrow_epochs.read(self._spark, reader, *runner._task_writers(0))  # reads, so writes, nothing
             else:
                 self._spark_sql_path(read_tasks(self._spark, reader))

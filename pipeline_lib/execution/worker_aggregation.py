@@ -139,6 +139,17 @@ class EpochInWorker:
 
     def run_task(self, ranges: Sequence[tuple[str, int, int, int]]) -> Iterator[pa.RecordBatch]:
         """One task: read its ranges and yield each flow's output (and the bad records) as IPC rows."""
+        partials, written = self.task_outputs(ranges)
+        for index, table in partials.items():
+            yield from _blobs(index, table)
+        for index, parts in written.items():
+            yield _written(index, parts)
+
+    def task_outputs(self, ranges: Sequence[tuple[str, int, int, int]]
+                     ) -> tuple[dict[int, pa.Table], dict[int, WrittenParts]]:
+        """One task: read its ranges; (each stateful flow's partials, one row per key, by flow
+        index; what it wrote of each stateless flow's rows, by flow index, then of the bad
+        records, under BAD_RECORDS)."""
         partials: dict[int, list[pa.Table]] = defaultdict(list)  # a stateful flow's partials so far
         rows = {index: TaskParts(self.writers[index], self.schemas[index])
                 for index, flow in enumerate(self.flows) if not flow.stateful}
@@ -159,12 +170,11 @@ class EpochInWorker:
                 kept.append(flow.partials(table))
                 if len(kept) > 1 and sum(t.num_rows for t in kept) > COMBINE_AT_ROWS:
                     kept[:] = [flow.combined(kept)]
-        for index, kept in partials.items():
-            yield from _blobs(index, self.flows[index].combined(kept))
-        for index, parts in rows.items():
-            yield _written(index, parts.finish())
+        combined = {index: self.flows[index].combined(kept) for index, kept in partials.items()}
+        written = {index: parts.finish() for index, parts in rows.items()}
         if bad is not None:
-            yield _written(BAD_RECORDS, bad.finish())
+            written[BAD_RECORDS] = bad.finish()
+        return combined, written
 
 
 def bad_records(batch: pa.RecordBatch) -> pa.Table:
@@ -179,8 +189,8 @@ def bad_records(batch: pa.RecordBatch) -> pa.Table:
                     names=["topic", "partition", "offset", "error", "raw_base64", "raw_bytes"])
 
 
-def _blobs(output: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
-    """``table`` as rows of ``OUTPUT_DDL``, cut so that no IPC value grows past MAX_BLOB_BYTES."""
+def ipc_pieces(table: pa.Table) -> Iterator[bytes]:
+    """``table`` as Arrow IPC streams, cut so that none grows past MAX_BLOB_BYTES (at least one)."""
     step = MAX_ROWS_PER_BLOB
     if table.nbytes > MAX_BLOB_BYTES:
         step = max(1, min(step, MAX_BLOB_BYTES * table.num_rows // table.nbytes))
@@ -189,7 +199,13 @@ def _blobs(output: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
         part = table.slice(start, step)
         with pa.ipc.new_stream(sink, part.schema) as writer:
             writer.write_table(part)
-        yield pa.record_batch([pa.array([output], pa.int32()), pa.array([sink.getvalue().to_pybytes()], pa.binary()),
+        yield sink.getvalue().to_pybytes()
+
+
+def _blobs(output: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
+    """``table`` as rows of ``OUTPUT_DDL``, one per IPC piece."""
+    for ipc in ipc_pieces(table):
+        yield pa.record_batch([pa.array([output], pa.int32()), pa.array([ipc], pa.binary()),
                                pa.nulls(1, pa.string())], schema=_OUTPUT_SCHEMA)
 
 
@@ -235,13 +251,17 @@ class ArrowEpochs:
             return None, f"Spark rejects the query: {str(exc).splitlines()[0]}"
         return cls(tuple(in_worker), schemas, bad_schema), "no flow needs Spark SQL"
 
+    def in_worker(self, reader: KafkaRangeReader, writers: Sequence[TaskPartWriter | None],
+                  dead_letters: TaskPartWriter | None = None) -> EpochInWorker:
+        """The read tasks' function for ``reader``, writing stateless flows' rows with ``writers``."""
+        return EpochInWorker(reader, self.flows, tuple(writers), tuple(self.schemas), dead_letters, self.bad_schema)
+
     def read(self, spark: SparkSession, reader: KafkaRangeReader, writers: Sequence[TaskPartWriter | None],
              dead_letters: TaskPartWriter | None = None) -> tuple[WrittenParts | None, list[pa.Table | WrittenParts]]:
         """(what the tasks did with the bad records, or None when the read is not tolerant; each
         flow's result in flow order: a stateful flow's partials as a table, a stateless flow's
         parts as the tasks wrote them with ``writers``)."""
-        task = EpochInWorker(reader, self.flows, tuple(writers), tuple(self.schemas), dead_letters, self.bad_schema)
-        rows = map_tasks(spark, len(reader.tasks), task, OUTPUT_DDL).toArrow()
+        rows = map_tasks(spark, len(reader.tasks), self.in_worker(reader, writers, dead_letters), OUTPUT_DDL).toArrow()
         parts: dict[int, list[pa.Table]] = defaultdict(list)
         written: dict[int, list[WrittenParts]] = defaultdict(list)
         for output, ipc, text in zip(rows.column("output").to_pylist(), rows.column("ipc").to_pylist(),

@@ -1,0 +1,190 @@
+"""An owner task: one stateful flow's keyed state for the spans one owner holds, for one epoch.
+
+It takes the partial aggregates the read tasks cut for it (see span_owners), merges them in a
+fixed order (read task index, then sequence) so a retried task writes the same bytes, loads the
+previous state of the spans it must rewrite from the checkpoint store (every SHA-256 checked),
+writes the changed keys' sink part and those spans' new whole-span state files, and returns only
+references and counts (``OwnedSpans``): the driver commits them, never the rows.
+
+Spans it does not rewrite keep their previous file: those without a changed key, unless their
+file is off the epoch's span grid or sits in a sparsely referenced older pack
+(``state_spans.spans_to_fold``, counted per owner).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline_lib.checkpoint.manifest import FileRef, StateFileRef
+from pipeline_lib.checkpoint.restore import read_state_files
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.checkpoint.state_files import KEY_GROUP_COLUMN, decode_state_file
+from pipeline_lib.checkpoint.state_spans import Span, spans_to_fold, write_state_files
+from pipeline_lib.execution.keyed_state import KeyedAggregateState
+from pipeline_lib.execution.span_owners import SpanOwners, without_key_groups
+from pipeline_lib.execution.worker_aggregation import FlowInWorker
+from pipeline_lib.faults import fault_point
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.task_parts import ROWS_PER_PART, TaskPartWriter
+from pipeline_lib.spec.aggregates import AggregateFunction
+from pipeline_lib.storage import open_store
+
+OWNER_LABEL = "o"  # sink parts of owner tasks: part-o<owner>-<sequence>-t<task attempt>-a<attempt>
+
+
+@dataclass(frozen=True)
+class CheckpointAt:
+    """Where a pipeline's snapshots live, as a task opens them (the settings travel in the
+    task's closure, never in Spark conf, argv or the environment)."""
+
+    store: str
+    job: str
+    pipeline: str
+    settings: ConnectionSettings
+
+    def open(self) -> SnapshotStore:
+        """The pipeline's snapshot store."""
+        return SnapshotStore.open(self.store, self.job, self.pipeline, self.settings)
+
+
+@dataclass(frozen=True)
+class OwnerFlow:
+    """What the owner tasks of an epoch need of one stateful flow: its aggregate, the schema of
+    its state rows, where its sink parts go, and the state files of the snapshot it builds on."""
+
+    name: str
+    aggregate: FlowInWorker
+    schema: pa.Schema
+    sink: TaskPartWriter
+    base: tuple[StateFileRef, ...]
+
+    def functions(self) -> dict[str, AggregateFunction]:
+        """The flow's aggregates by output name, as the keyed state takes them."""
+        return {name: AggregateFunction(fn, column) for name, fn, column in self.aggregate.aggregates}  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class OwnedSpans:
+    """An owner task's result for one flow: the sink parts it wrote, the state file of every span
+    it holds (written now or kept from the base), and the keys in them. References only."""
+
+    owner: int
+    sink: tuple[FileRef, ...] = ()
+    rows: int = 0
+    files: tuple[StateFileRef, ...] = ()
+    keys: int = 0
+
+    def to_json(self) -> str:
+        """The task's result value."""
+        return json.dumps({"owner": self.owner, "sink": [f.model_dump() for f in self.sink], "rows": self.rows,
+                           "files": [f.model_dump(exclude_none=True) for f in self.files], "keys": self.keys})
+
+    @classmethod
+    def from_json(cls, text: str) -> OwnedSpans:
+        """A task's result value, as the driver collects it."""
+        data = json.loads(text)
+        return cls(data["owner"], tuple(FileRef.model_validate(f) for f in data["sink"]), data["rows"],
+                   tuple(StateFileRef.model_validate(f) for f in data["files"]), data["keys"])
+
+
+@dataclass(frozen=True)
+class Partial:
+    """One piece of a read task's partials for an owner: merged in (task, sequence) order."""
+
+    task: int
+    sequence: int
+    table: pa.Table  # key columns, partial values, then ``_key_group``
+
+
+def merged_partials(flow: OwnerFlow, partials: Sequence[Partial]) -> tuple[pa.Table, np.ndarray]:
+    """The partials of every read task folded into one row per key, always in the same order
+    (read task, then sequence: whatever order the shuffle delivered them in), cast to the
+    flow's partial schema; and each row's key group."""
+    ordered = [p.table for p in sorted(partials, key=lambda p: (p.task, p.sequence)) if p.table.num_rows]
+    if not ordered:
+        return flow.schema.empty_table(), np.zeros(0, dtype=np.int32)
+    with_groups = replace(flow.aggregate, keys=(*flow.aggregate.keys, KEY_GROUP_COLUMN))
+    table, key_groups = without_key_groups(with_groups.combined(ordered))
+    return table.cast(flow.schema), key_groups
+
+
+@dataclass(frozen=True)
+class OwnerTask:
+    """One epoch's owner side of a flow, pickled into the owner tasks: everything but the partials."""
+
+    checkpoint: CheckpointAt
+    snapshot_id: str
+    epoch: int
+    owners: SpanOwners
+    flow: OwnerFlow
+
+    def run(self, owner: int, task_attempt: int, partials: Sequence[Partial]) -> OwnedSpans:
+        """Merge, write and reference ``owner``'s share of the flow (see the module docstring)."""
+        owned = self.owners.owned(owner)
+        table, key_groups = merged_partials(self.flow, partials)
+        base = [ref for ref in self.flow.base
+                if ref.key_group_start < owned.stop and ref.key_group_end > owned.start]
+        on_grid = {(r.key_group_start, r.key_group_end): r for r in base
+                   if self.owners.span_of(r.key_group_start) == (r.key_group_start, r.key_group_end)}
+        dirty = {self.owners.span_of(kg) for kg in np.unique(key_groups).tolist()}
+        off_grid = {span for r in base if (r.key_group_start, r.key_group_end) not in on_grid
+                    for span in self.owners.spans_covering(max(r.key_group_start, owned.start),
+                                                           min(r.key_group_end, owned.stop))}
+        kept = {span: ref for span, ref in on_grid.items() if span not in dirty}
+        folded = spans_to_fold(kept)
+        kept = {span: ref for span, ref in kept.items() if span not in folded}
+        rewrite = dirty | off_grid | folded
+        if not rewrite:
+            return OwnedSpans(owner, files=tuple(sorted(kept.values(), key=lambda r: r.key_group_start)),
+                              keys=sum(r.rows for r in kept.values()))
+        snapshots = self.checkpoint.open()
+        state = KeyedAggregateState(list(self.flow.aggregate.keys), self.flow.functions(),
+                                    self.owners.max_parallelism)
+        self._load(state, snapshots, base, rewrite, owned)
+        changed = state.merge(table, key_groups) if table.num_rows else np.zeros(0, dtype=np.int64)
+        sink, rows = self._write_sink(state.table(changed, self.flow.schema), owner, task_attempt)
+        by_group = state.slots_by_key_group()
+
+        def span_rows(span: Span) -> tuple[pa.Table, np.ndarray]:
+            slots = state.slots_in(by_group, range(*span))
+            return state.table(slots, self.flow.schema), state.key_groups(slots)
+
+        holding = sorted(s for s in rewrite if len(state.slots_in(by_group, range(*s))))
+        written = list(write_state_files(snapshots.store, self.snapshot_id, self.flow.name, holding, span_rows,
+                                         task_attempt))
+        if written:
+            fault_point("after_owner_files", self.epoch)  # written, but Spark has no result yet
+        files = sorted([*kept.values(), *written], key=lambda r: r.key_group_start)
+        return OwnedSpans(owner, sink, rows, tuple(files), sum(r.rows for r in files))
+
+    def _load(self, state: KeyedAggregateState, snapshots: SnapshotStore, base: list[StateFileRef],
+              rewrite: set[Span], owned: range) -> None:
+        """Load into ``state`` the previous rows of the spans in ``rewrite``, from every base file
+        that holds some (checked against their SHA-256, see restore.read_state_files)."""
+        starts = np.array(sorted(s for s, _ in rewrite))
+        needed = [r for r in base if any(s < r.key_group_end and e > r.key_group_start for s, e in rewrite)]
+        tables, groups = [], []
+        for data in read_state_files(snapshots, needed):
+            table, key_groups = decode_state_file(data)
+            span_starts = key_groups - key_groups % self.owners.per_file
+            keep = np.isin(span_starts, starts) & (key_groups >= owned.start) & (key_groups < owned.stop)
+            tables.append(table.filter(pa.array(keep)) if not keep.all() else table)
+            groups.append(key_groups[keep])
+        if tables:
+            state.load(pa.concat_tables(tables).cast(self.flow.schema), np.concatenate(groups))
+
+    def _write_sink(self, table: pa.Table, owner: int, task_attempt: int) -> tuple[tuple[FileRef, ...], int]:
+        """The changed keys' rows as sink parts (a new one past ROWS_PER_PART rows)."""
+        if not table.num_rows:
+            return (), 0
+        store = open_store(self.flow.sink.location, self.flow.sink.settings)
+        refs = []
+        for sequence, start in enumerate(range(0, table.num_rows, ROWS_PER_PART)):
+            refs.append(self.flow.sink.write(store, table.slice(start, ROWS_PER_PART), owner, sequence, task_attempt))
+            fault_point("mid_sink_write", self.epoch)
+        return tuple(refs), table.num_rows

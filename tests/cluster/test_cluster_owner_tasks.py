@@ -1,0 +1,50 @@
+"""On a Spark standalone cluster, a keyed flow's state and sink parts are written by owner tasks on
+the executors; an executor lost right after its owner task wrote its files is replaced, Spark
+reruns what it lost, and the run ends exact against plain Python, with every state and sink
+object in the stores one that a committed marker or a retained manifest lists."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.files_sink import SuccessMarker
+from pipeline_lib.sink.table_reader import committed_epochs
+from pipeline_lib.storage import open_store
+from tests.cluster.test_cluster_exactly_once import _assert_exact, _job
+from tests.support import run_cli
+
+pytestmark = pytest.mark.cluster
+
+
+def test_an_owner_task_lost_after_writing_its_files_is_rerun_and_only_committed_objects_remain(
+        cluster, cluster_env, local_stack, tmp_path, cluster_payments):
+    name, sink, store, spec = _job(tmp_path, cluster_payments)
+    fault_log = tmp_path / "faults.log"
+    lose_one_executor = ["--conf", "spark.executorEnv.PIPELINE_FAULT_POINTS=after_owner_files@2!",
+                         "--conf", f"spark.executorEnv.PIPELINE_FAULT_LOG={fault_log}"]
+    result = run_cli(["run", str(spec), *lose_one_executor], cluster_env, timeout=420)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "with keyed state on owner tasks" in result.stderr
+    [injected] = [line for line in fault_log.read_text().splitlines() if line.startswith("FAULT INJECTED")]
+    assert "after_owner_files epoch=2" in injected and " executor=" in injected  # an executor was lost
+    _assert_exact(cluster_env, local_stack, cluster_payments, name, sink, store)
+
+    settings = ConnectionSettings.from_env(cluster_env)
+    snapshots = SnapshotStore.open(store, name, "main", settings)
+    head, _ = snapshots.read_head()
+    assert head is not None
+    manifests = [snapshots.load_manifest(e.snapshot_id, e.manifest_sha256) for e in head.history]
+    referenced = {f.key for m in manifests for f in m.flows[name].state.files}
+    assert set(snapshots.store.list("state/")) == referenced  # the lost attempt's files were collected
+    assert all(key.rsplit("-", 1)[-1].startswith("t") for key in referenced)  # written by owner tasks
+
+    out = open_store(sink, settings)
+    committed_sinks = {m.epoch: m.flows[name].sink.files for m in manifests}
+    for epoch in committed_epochs(out):
+        listed = SuccessMarker.model_validate_json(out.get(f"epoch={epoch}/_SUCCESS")).files
+        assert {k for k in out.list(f"epoch={epoch}/") if "/part-" in k} == {f.key for f in listed}, epoch
+        assert all("/part-o" in f.key for f in listed)  # written by the owner tasks
+        if epoch in committed_sinks:
+            assert committed_sinks[epoch] == listed
