@@ -346,6 +346,11 @@ class JobSpec(StrictModel):
     # What one Kafka record batch may decompress to (a decompression bomb fails the read naming
     # topic, partition and offset); None: 64 MiB, or twice max_record_bytes if that is more.
     max_batch_bytes: Annotated[int | None, Field(ge=1_024, le=4_294_967_296)] = None
+    # Where keyed state lives on the Arrow path: on owner tasks (executors; the driver gets
+    # references only), on the driver, or auto: owner tasks on a Spark cluster, the driver in local
+    # mode, where one process holds everything anyway and owner tasks, with no executor cache yet,
+    # re-read the state they rewrite from S3 every epoch (docs/distributed-state.md).
+    keyed_state: Literal["auto", "owners", "driver"] = "auto"
     spark: SparkSpec | None = None
     airflow: AirflowSpec = AirflowSpec()
 

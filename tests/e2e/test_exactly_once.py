@@ -34,10 +34,10 @@ def _every_epoch_exact(stack_env, local_stack, locations) -> int:
     return len(assert_every_epoch_exact(stack_env, name, sink, store, local_stack.kafka_bootstrap))
 
 
-def _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fault: str):
+def _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fault: str, extra: dict | None = None):
     topic, events = payments
     name, sink, store = locations
-    spec = write_spec(tmp_path, spend_spec(name, topic, sink, store))
+    spec = write_spec(tmp_path, spend_spec(name, topic, sink, store, extra=extra))
     fault_log = tmp_path / "faults.log"
     crashed = run_cli(["run", str(spec), "--until-caught-up"],
                       {**stack_env, "PIPELINE_FAULT_POINTS": fault, "PIPELINE_FAULT_LOG": str(fault_log)})
@@ -46,6 +46,8 @@ def _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fau
     restored = run_cli(["run", str(spec), "--until-caught-up"], stack_env)
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert "restored from" in restored.stderr
+    if extra and extra.get("keyed_state") == "owners":
+        assert "with keyed state on owner tasks" in crashed.stderr + restored.stderr
     assert result_table(stack_env, sink) == spend_per_user(events)
     assert _every_epoch_exact(stack_env, local_stack, locations) == 6
     return restored
@@ -55,6 +57,15 @@ def _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fau
 @pytest.mark.parametrize("fault", KILL_POINTS)
 def test_sigkill_at_each_point_then_restore_is_exact(stack_env, local_stack, tmp_path, payments, locations, fault):
     _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fault)
+
+
+@pytest.mark.parametrize("locations", ["s3"], indirect=True)
+@pytest.mark.parametrize("fault", ["after_sink_success@3", "mid_snapshot_write@3"])
+def test_keyed_state_on_owner_tasks_survives_a_sigkill_exactly(stack_env, local_stack, tmp_path, payments, locations,
+                                                                fault):
+    """The same on the owner path, which local mode takes only when asked (keyed_state: owners):
+    owner tasks wrote the epoch's sink parts and state packs; the driver committed their references."""
+    _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fault, extra={"keyed_state": "owners"})
 
 
 @pytest.mark.parametrize("locations", ["file"], indirect=True)
