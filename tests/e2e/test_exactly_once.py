@@ -14,14 +14,15 @@ from pipeline_lib.samples import spend_per_user
 from tests.changelog import assert_every_epoch_exact
 from tests.support import result_table, run_cli, spend_spec, write_spec
 
-# 24k events at 4k per epoch = 6 epochs; kill during epoch 3. `make test` runs four points; the
-# others (marked full) are also crashed at by test_two_crashes_in_a_row (after_sink_success@2,
-# after_manifest@4) and the local-directory test, and all eight run in `make full`.
+# 24k events at 4k per epoch = 6 epochs; kill during epoch 3. `make test` runs three points (in
+# the read, mid-snapshot, after the head move); the others (marked full) are crashed at by other
+# tests too (two crashes in a row, the local directory, fencing, crash shapes), and all eight run
+# in `make full`.
 KILL_POINTS = [
     "during_read@3",
     pytest.param("after_read@3", marks=pytest.mark.full),
     pytest.param("mid_sink_write@3", marks=pytest.mark.full),
-    "after_sink_files@3",
+    pytest.param("after_sink_files@3", marks=pytest.mark.full),  # fencing and crash_shapes crash there too
     pytest.param("after_sink_success@3", marks=pytest.mark.full),
     "mid_snapshot_write@3",
     pytest.param("after_manifest@3", marks=pytest.mark.full),
@@ -60,11 +61,13 @@ def test_sigkill_at_each_point_then_restore_is_exact(stack_env, local_stack, tmp
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-@pytest.mark.parametrize("fault", ["after_sink_success@3", "mid_snapshot_write@3"])
+@pytest.mark.parametrize("fault", [pytest.param("after_sink_success@3", marks=pytest.mark.full),
+                                   "mid_snapshot_write@3"])
 def test_keyed_state_on_owner_tasks_survives_a_sigkill_exactly(stack_env, local_stack, tmp_path, payments, locations,
                                                                 fault):
     """The same on the owner path, which local mode takes only when asked (keyed_state: owners):
-    owner tasks wrote the epoch's sink parts and state packs; the driver committed their references."""
+    owner tasks wrote the epoch's sink parts and state packs; the driver committed their references.
+    (Every test of tests/cluster takes the owner path too: `auto` on a cluster.)"""
     _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fault, extra={"keyed_state": "owners"})
 
 
