@@ -16,7 +16,7 @@ from tests.support import result_table, run_cli, spend_spec, write_spec
 
 # 24k events at 4k per epoch = 6 epochs; kill during epoch 3. `make test` runs three points (in
 # the read, mid-snapshot, after the head move); the others (marked full) are crashed at by other
-# tests too (two crashes in a row, the local directory, fencing, crash shapes), and all eight run
+# tests too (two crashes in a row, fencing, crash shapes), and all eight run
 # in `make full`.
 KILL_POINTS = [
     "during_read@3",
@@ -72,8 +72,10 @@ def test_keyed_state_on_owner_tasks_survives_a_sigkill_exactly(stack_env, local_
 
 
 @pytest.mark.parametrize("locations", ["file"], indirect=True)
-@pytest.mark.parametrize("fault", [pytest.param("after_sink_success@3", marks=pytest.mark.full),
-                                   "after_manifest@3"])
+# The commit protocol's unit tests (tests/unit/test_commit_protocol_*.py) run on the local store:
+# `make test` leaves this run of the whole job on it to `make full`.
+@pytest.mark.full
+@pytest.mark.parametrize("fault", ["after_sink_success@3", "after_manifest@3"])
 def test_local_directory_store_has_the_same_semantics(stack_env, local_stack, tmp_path, payments, locations, fault):
     _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fault)
 
