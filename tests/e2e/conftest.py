@@ -27,3 +27,17 @@ def broker_bootstrap(request) -> str:
     if request.param == "apache_kafka":
         return request.getfixturevalue("apache_kafka").bootstrap
     return request.getfixturevalue("local_stack").kafka_bootstrap
+
+
+@pytest.fixture(scope="module")
+def close_cached_consumers():
+    """Reads run in the test process cache the reader's consumers here, as in a Python worker:
+    close them when the module ends. Left open, their IO threads would reconnect to the broker
+    stopped at the end of the session and log every ECONNREFUSED after the summary. A module
+    that reads in-process uses it with ``pytestmark = pytest.mark.usefixtures(...)``."""
+    from pipeline_lib.execution import kafka_source
+
+    yield
+    while kafka_source._consumers:
+        _, cached = kafka_source._consumers.popitem()
+        cached.consumer.close()

@@ -20,13 +20,7 @@ CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 RECORDS = 2000
 
 
-@pytest.fixture(scope="module", autouse=True)
-def close_cached_consumers():
-    """The reader caches its consumers in this process, as in a Python worker: close them at the end."""
-    yield
-    while kafka_source._consumers:
-        _, cached = kafka_source._consumers.popitem()
-        cached.consumer.close()
+pytestmark = pytest.mark.usefixtures("close_cached_consumers")  # see tests/e2e/conftest.py
 
 
 def _produce(bootstrap: str, topic: str, codec: str) -> list[tuple[int, int, bytes | None, bytes | None]]:

@@ -11,16 +11,7 @@ from pipeline_lib.execution import kafka_source
 from pipeline_lib.execution.kafka_source import READ_COMMITTED
 from pipeline_lib.samples import create_topic, produce_raw
 
-
-@pytest.fixture(scope="module", autouse=True)
-def close_cached_consumers():
-    """The reads below run in this process, so the reader's consumers are cached here, as in a
-    Python worker: close them when the module ends. Left open, their IO threads would reconnect to
-    the broker stopped at the end of the session and log every ECONNREFUSED after the summary."""
-    yield
-    while kafka_source._consumers:
-        _, cached = kafka_source._consumers.popitem()
-        cached.consumer.close()
+pytestmark = pytest.mark.usefixtures("close_cached_consumers")  # see tests/e2e/conftest.py
 
 
 def _drop_cached(key: tuple) -> None:

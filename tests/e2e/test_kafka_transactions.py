@@ -95,13 +95,7 @@ def produce_interleaved(bootstrap: str, topic: str, seed: int, rounds: int = 8) 
     return done
 
 
-@pytest.fixture(scope="module", autouse=True)
-def close_cached_consumers():
-    """The reader caches its consumers in this process, as in a Python worker: close them at the end."""
-    yield
-    while kafka_source._consumers:
-        _, cached = kafka_source._consumers.popitem()
-        cached.consumer.close()
+pytestmark = pytest.mark.usefixtures("close_cached_consumers")  # see tests/e2e/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -108,14 +108,19 @@ def test_restore_loads_the_stored_key_groups_and_refuses_a_key_twice():
     assert len(restored) == 500
 
 
-def test_manifest_checksum_detects_tampering():
-    m = Manifest(
+def _one_manifest() -> Manifest:
+    """A small unsealed manifest: one flow, no state, one partition."""
+    return Manifest(
         job="j", snapshot_id="0000000001-a1", epoch=1, attempt=1, created_at="2026-01-01T00:00:00Z",
         pipeline="main", spec_fingerprint="x", topic="t", positions={0: 5},
         flows={"j": FlowCommit(state=None, rows_written=0, sink=SinkCommit(location="file:///tmp/s", epoch=1,
                                                                            marker="epoch=1/_SUCCESS", files=[]))},
         lineage=Lineage(base_snapshot=None, plan_digest="d", ranges=[], records_read=5),
-    ).sealed()
+    )
+
+
+def test_manifest_checksum_detects_tampering():
+    m = _one_manifest().sealed()
     assert Manifest.from_bytes(m.to_bytes()).verify_checksum()
     tampered = Manifest.from_bytes(m.to_bytes().replace(b'"0": 5', b'"0": 6'))
     assert not tampered.verify_checksum()
@@ -126,13 +131,7 @@ def test_manifest_checksum_detects_tampering():
 def test_a_manifest_s_topic_id_is_sealed_and_one_without_keeps_its_checksum():
     """A manifest written before manifests carried the topic's id verifies as it did; a topic id,
     when there is one, is covered by the checksum like any other field."""
-    m = Manifest(
-        job="j", snapshot_id="0000000001-a1", epoch=1, attempt=1, created_at="2026-01-01T00:00:00Z",
-        pipeline="main", spec_fingerprint="x", topic="t", positions={0: 5},
-        flows={"j": FlowCommit(state=None, rows_written=0, sink=SinkCommit(location="file:///tmp/s", epoch=1,
-                                                                           marker="epoch=1/_SUCCESS", files=[]))},
-        lineage=Lineage(base_snapshot=None, plan_digest="d", ranges=[], records_read=5),
-    )
+    m = _one_manifest()
     older = json.loads(m.sealed().to_bytes())
     del older["topic_id"]  # as stored before the field existed
     assert Manifest.model_validate(older).verify_checksum()
