@@ -41,8 +41,9 @@ def binary_path(version: str = VERSION) -> Path:
 def _go() -> str:
     go = shutil.which("go") or (str(GO_FALLBACK) if GO_FALLBACK.is_file() else None)
     if go is None:
-        raise StackError(f"MinIO {VERSION} is not built and Go is missing: install Go 1.24+ (.ci/run expects "
-                         f"{GO_FALLBACK}) or put a minio binary at {binary_path()}")
+        raise StackError(f"MinIO {VERSION} is not built and Go is missing: install Go 1.24+ "
+                         f"(python tools/install_go.py puts it at {GO_FALLBACK}) or put a minio binary at "
+                         f"{binary_path()}")
     return go
 
 
