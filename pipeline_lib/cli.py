@@ -229,6 +229,9 @@ def run(
 def _print_epoch(report, timings: bool = False) -> None:
     phases = (" [" + ", ".join(f"{name} {s:.3f}s" for name, s in report.phases.items()) + "]"
               if timings and report.phases else "")
+    reads = report.state_reads
+    if timings and reads is not None:  # owner tasks: the previous state from the executor cache or the store
+        phases += f" [state files: {reads.cached} cached, {reads.fetched} fetched ({reads.fetched_bytes} bytes)]"
     _report(
         f"epoch {report.epoch} committed: {report.records} records, {report.rows_written} rows out, "
         f"{report.keys} keys, lag {report.lag}, {report.seconds:.2f}s"
@@ -238,6 +241,8 @@ def _print_epoch(report, timings: bool = False) -> None:
         records=report.records, rows_written=report.rows_written, keys=report.keys, lag=report.lag,
         seconds=round(report.seconds, 3), bad_records=report.bad_records,
         phases={k: round(v, 3) for k, v in report.phases.items()},
+        **({"state_files_cached": reads.cached, "state_files_fetched": reads.fetched,
+            "state_bytes_fetched": reads.fetched_bytes} if reads is not None else {}),
     )
 
 

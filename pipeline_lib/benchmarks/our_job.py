@@ -35,7 +35,8 @@ JVM_CHATTER = ("WARNING: Using incubator modules", "Setting default log level", 
 EPOCH_LINE = re.compile(
     r"^epoch (?P<epoch>\d+) committed: (?P<records>\d+) records, (?P<rows>\d+) rows out, (?P<keys>\d+) keys, "
     r"lag (?P<lag>\d+), (?P<seconds>[\d.]+)s.*?\(pipeline (?P<pipeline>[^,]+), snapshot (?P<snapshot>[^)]+)\)"
-    r"(?: \[(?P<phases>[^\]]*)\])?\s*$"
+    r"(?: \[(?P<phases>[^\]]*)\])?"
+    r"(?: \[state files: (?P<cached>\d+) cached, (?P<fetched>\d+) fetched \((?P<fetched_bytes>\d+) bytes\)\])?\s*$"
 )
 CHECKPOINT_PHASES = ("state", "commit", "cleanup")  # snapshot work of an epoch (the sink is output)
 
@@ -69,7 +70,9 @@ def parse_epoch_line(line: str) -> dict[str, Any] | None:
             phases[name] = float(value.rstrip("s"))
     return {"epoch": int(m.group("epoch")), "records": int(m.group("records")), "rows_out": int(m.group("rows")),
             "keys": int(m.group("keys")), "lag": int(m.group("lag")), "seconds": float(m.group("seconds")),
-            "snapshot": m.group("snapshot"), "phases": phases}
+            "snapshot": m.group("snapshot"), "phases": phases,
+            **({"state_files_cached": int(m.group("cached")), "state_files_fetched": int(m.group("fetched")),
+                "state_bytes_fetched": int(m.group("fetched_bytes"))} if m.group("cached") is not None else {})}
 
 
 @dataclass

@@ -159,6 +159,11 @@ def check_part_files(sink: ObjectStore, commit: SinkCommit, what: str) -> None:
 def read_state_files(snapshots: SnapshotStore, refs: list[StateFileRef]) -> list[memoryview]:
     """Each state file's bytes, checked against its SHA-256; every object is read once, in
     parallel (a pack holds the files of several spans)."""
+    return read_state_files_counted(snapshots, refs)[0]
+
+
+def read_state_files_counted(snapshots: SnapshotStore, refs: list[StateFileRef]) -> tuple[list[memoryview], int]:
+    """``read_state_files``, and the bytes of the objects read for them (whole packs)."""
     keys = list(dict.fromkeys(ref.key for ref in refs))
     objects = dict(zip(keys, in_parallel(snapshots.read_state_object, keys)))
     files = []
@@ -171,7 +176,7 @@ def read_state_files(snapshots: SnapshotStore, refs: list[StateFileRef]) -> list
                 f" of key groups [{ref.key_group_start}, {ref.key_group_end}) at bytes {ref.offset}+{ref.bytes}"
             raise SnapshotError(f"state file {ref.key} is corrupt (checksum mismatch{where})")
         files.append(data)
-    return files
+    return files, sum(len(data) for data in objects.values())
 
 
 def restore_snapshot(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], which: str) -> Restored | None:

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 
 from pipeline_lib.checkpoint.manifest import FileRef, StateFileRef
 from pipeline_lib.execution.kafka_source import KafkaRangeReader
-from pipeline_lib.execution.owner_task import OwnedSpans, OwnerTask, Partial
+from pipeline_lib.execution.owner_task import OwnedSpans, OwnerTask, Partial, StateReads
 from pipeline_lib.execution.span_owners import cut_by_owner, key_groups_of_rows
 from pipeline_lib.execution.worker_aggregation import BAD_RECORDS, ArrowEpochs, EpochInWorker, ipc_pieces
 from pipeline_lib.execution.worker_heap import freeze_imported_heap
@@ -113,6 +113,11 @@ class OwnedFlow:
     def keys(self) -> int:
         """The keys of the flow's whole state."""
         return sum(o.keys for o in self.owners)
+
+    @property
+    def reads(self) -> StateReads:
+        """Where the owners found the previous state: the executor cache or the store."""
+        return sum((o.reads for o in self.owners), StateReads())
 
 
 @dataclass(frozen=True)

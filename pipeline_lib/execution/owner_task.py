@@ -9,24 +9,29 @@ references and counts (``OwnedSpans``): the driver commits them, never the rows.
 Spans it does not rewrite keep their previous file: those without a changed key, unless their
 file is off the epoch's span grid or sits in a sparsely referenced older pack
 (``state_spans.spans_to_fold``, counted per owner).
+
+Previous state comes from the executor's state cache when it holds it (``state_cache``; the
+files an owner writes go into it too, so a steady epoch on the same executor reads nothing
+from S3), else from the store, checked and then cached.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
 
 from pipeline_lib.checkpoint.manifest import FileRef, StateFileRef
-from pipeline_lib.checkpoint.restore import read_state_files
+from pipeline_lib.checkpoint.restore import read_state_files_counted
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import KEY_GROUP_COLUMN, decode_state_file
 from pipeline_lib.checkpoint.state_spans import Span, spans_to_fold, write_state_files
 from pipeline_lib.execution.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.span_owners import SpanOwners, without_key_groups
+from pipeline_lib.execution.state_cache import StateCache
 from pipeline_lib.execution.worker_aggregation import FlowInWorker
 from pipeline_lib.faults import fault_point
 from pipeline_lib.settings import ConnectionSettings
@@ -69,6 +74,20 @@ class OwnerFlow:
 
 
 @dataclass(frozen=True)
+class StateReads:
+    """Where an owner task found the previous state it merged into: state files from the
+    executor cache, state files from the store, and the bytes of the objects read for those."""
+
+    cached: int = 0
+    fetched: int = 0
+    fetched_bytes: int = 0
+
+    def __add__(self, other: StateReads) -> StateReads:
+        return StateReads(self.cached + other.cached, self.fetched + other.fetched,
+                          self.fetched_bytes + other.fetched_bytes)
+
+
+@dataclass(frozen=True)
 class OwnedSpans:
     """An owner task's result for one flow: the sink parts it wrote, the state file of every span
     it holds (written now or kept from the base), and the keys in them. References only."""
@@ -78,18 +97,21 @@ class OwnedSpans:
     rows: int = 0
     files: tuple[StateFileRef, ...] = ()
     keys: int = 0
+    reads: StateReads = field(default_factory=lambda: StateReads())
 
     def to_json(self) -> str:
         """The task's result value."""
         return json.dumps({"owner": self.owner, "sink": [f.model_dump() for f in self.sink], "rows": self.rows,
-                           "files": [f.model_dump(exclude_none=True) for f in self.files], "keys": self.keys})
+                           "files": [f.model_dump(exclude_none=True) for f in self.files], "keys": self.keys,
+                           "reads": asdict(self.reads)})
 
     @classmethod
     def from_json(cls, text: str) -> OwnedSpans:
         """A task's result value, as the driver collects it."""
         data = json.loads(text)
         return cls(data["owner"], tuple(FileRef.model_validate(f) for f in data["sink"]), data["rows"],
-                   tuple(StateFileRef.model_validate(f) for f in data["files"]), data["keys"])
+                   tuple(StateFileRef.model_validate(f) for f in data["files"]), data["keys"],
+                   StateReads(**data["reads"]))
 
 
 @dataclass(frozen=True)
@@ -122,6 +144,7 @@ class OwnerTask:
     epoch: int
     owners: SpanOwners
     flow: OwnerFlow
+    cache_bytes: int = 0  # the executor's state cache bound (checkpoint.cache_bytes); 0: no cache
 
     def run(self, owner: int, task_attempt: int, partials: Sequence[Partial]) -> OwnedSpans:
         """Merge, write and reference ``owner``'s share of the flow (see the module docstring)."""
@@ -143,40 +166,57 @@ class OwnerTask:
             return OwnedSpans(owner, files=tuple(sorted(kept.values(), key=lambda r: r.key_group_start)),
                               keys=sum(r.rows for r in kept.values()))
         snapshots = self.checkpoint.open()
+        cache = StateCache.in_executor(self.cache_bytes)
         state = KeyedAggregateState(list(self.flow.aggregate.keys), self.flow.functions(),
                                     self.owners.max_parallelism)
-        self._load(state, snapshots, base, rewrite, owned)
+        reads = self._load(state, snapshots, cache, base, rewrite, owned)
         changed = state.merge(table, key_groups) if table.num_rows else np.zeros(0, dtype=np.int64)
         sink, rows = self._write_sink(state.table(changed, self.flow.schema), owner, task_attempt)
         by_group = state.slots_by_key_group()
 
+        rows_of: dict[Span, tuple[pa.Table, np.ndarray]] = {}
+
         def span_rows(span: Span) -> tuple[pa.Table, np.ndarray]:
             slots = state.slots_in(by_group, range(*span))
-            return state.table(slots, self.flow.schema), state.key_groups(slots)
+            rows_of[span] = state.table(slots, self.flow.schema), state.key_groups(slots)
+            return rows_of[span]
 
         holding = sorted(s for s in rewrite if len(state.slots_in(by_group, range(*s))))
         written = list(write_state_files(snapshots.store, self.snapshot_id, self.flow.name, holding, span_rows,
                                          task_attempt))
         if written:
             fault_point("after_owner_files", self.epoch)  # written, but Spark has no result yet
+        if cache is not None:  # the next epoch's base, should it run on this executor
+            for ref in written:
+                cache.put(ref.sha256, *rows_of[(ref.key_group_start, ref.key_group_end)])
+            cache.trim()
         files = sorted([*kept.values(), *written], key=lambda r: r.key_group_start)
-        return OwnedSpans(owner, sink, rows, tuple(files), sum(r.rows for r in files))
+        return OwnedSpans(owner, sink, rows, tuple(files), sum(r.rows for r in files), reads)
 
-    def _load(self, state: KeyedAggregateState, snapshots: SnapshotStore, base: list[StateFileRef],
-              rewrite: set[Span], owned: range) -> None:
+    def _load(self, state: KeyedAggregateState, snapshots: SnapshotStore, cache: StateCache | None,
+              base: list[StateFileRef], rewrite: set[Span], owned: range) -> StateReads:
         """Load into ``state`` the previous rows of the spans in ``rewrite``, from every base file
-        that holds some (checked against their SHA-256, see restore.read_state_files)."""
+        that holds some: from ``cache`` when it has the file, else from the store (checked
+        against their SHA-256, see restore.read_state_files_counted, then cached)."""
         starts = np.array(sorted(s for s, _ in rewrite))
         needed = [r for r in base if any(s < r.key_group_end and e > r.key_group_start for s, e in rewrite)]
+        found = {r.sha256: rows for r in needed if cache is not None and (rows := cache.get(r.sha256)) is not None}
+        missing = [r for r in needed if r.sha256 not in found]
+        fetched, fetched_bytes = read_state_files_counted(snapshots, missing)
+        for ref, data in zip(missing, fetched):
+            found[ref.sha256] = decode_state_file(data)
+            if cache is not None:
+                cache.put(ref.sha256, *found[ref.sha256])
         tables, groups = [], []
-        for data in read_state_files(snapshots, needed):
-            table, key_groups = decode_state_file(data)
+        for ref in needed:
+            table, key_groups = found[ref.sha256]
             span_starts = key_groups - key_groups % self.owners.per_file
             keep = np.isin(span_starts, starts) & (key_groups >= owned.start) & (key_groups < owned.stop)
             tables.append(table.filter(pa.array(keep)) if not keep.all() else table)
             groups.append(key_groups[keep])
         if tables:
             state.load(pa.concat_tables(tables).cast(self.flow.schema), np.concatenate(groups))
+        return StateReads(len(needed) - len(missing), len(missing), fetched_bytes)
 
     def _write_sink(self, table: pa.Table, owner: int, task_attempt: int) -> tuple[tuple[FileRef, ...], int]:
         """The changed keys' rows as sink parts (a new one past ROWS_PER_PART rows)."""

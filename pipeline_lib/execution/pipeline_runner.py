@@ -57,7 +57,7 @@ from pipeline_lib.execution.lifecycle import (
     Lifecycle,
 )
 from pipeline_lib.execution.owner_epochs import OwnedFlow, OwnerEpochs
-from pipeline_lib.execution.owner_task import OWNER_LABEL, CheckpointAt, OwnerFlow, OwnerTask
+from pipeline_lib.execution.owner_task import OWNER_LABEL, CheckpointAt, OwnerFlow, OwnerTask, StateReads
 from pipeline_lib.execution.read_ahead import ReadAhead
 from pipeline_lib.execution.span_owners import SpanOwners
 from pipeline_lib.execution.spark_errors import clear_spark_errors
@@ -111,6 +111,7 @@ class EpochReport:
     completed_splits: int
     bad_records: int = 0
     task_result_bytes: int | None = None  # what the epoch's tasks sent the driver (known on owner tasks)
+    state_reads: StateReads | None = None  # where owner tasks found the state they merged into (cache or store)
     state_bytes: int = 0  # every state file the snapshot references
     state_bytes_written: int = 0  # of which this epoch wrote (the incremental snapshot)
     # Wall seconds of the epoch's phases, in commit order (see PipelineRunner._run_epoch, checkpoint.epoch_commit):
@@ -155,6 +156,11 @@ class EpochRead:
     bad: WrittenParts | None
     flows: dict[str, pa.Table | OwnedFlow | WrittenParts]
     result_bytes: int | None = None  # task results the driver received, when counted (owner tasks)
+
+    def state_reads(self) -> StateReads | None:
+        """Where the owner tasks found the previous state (None off owner tasks)."""
+        owned = [r.reads for r in self.flows.values() if isinstance(r, OwnedFlow)]
+        return sum(owned, StateReads()) if owned else None
 
 
 def _state_files(manifest: Manifest) -> list[StateFileRef]:
@@ -433,7 +439,8 @@ class PipelineRunner:
             owned = OwnerFlow(flow.spec.name, arrow.flows[index], flow.state_schema or arrow.schemas[index], sink,
                               files)
             tasks.append(OwnerTask(checkpoint, snapshot_id_for(epoch, self.attempt), epoch,
-                                   SpanOwners(self.parallelism, self.maxp, per_file), owned))
+                                   SpanOwners(self.parallelism, self.maxp, per_file), owned,
+                                   self.job.checkpoint.cache_bytes))
         return tuple(tasks)
 
     def _adopt(self, read: EpochRead) -> None:
@@ -731,6 +738,7 @@ class PipelineRunner:
                 pipeline=self.pipeline.name, epoch=epoch, snapshot_id=base_id, records=plan.records,
                 rows_written=sum(c.rows_written for c in manifest.flows.values()),
                 keys=sum(f.keys() for f in self.flows if f.stateful), task_result_bytes=read.result_bytes,
+                state_reads=read.state_reads(),
                 lag=sum(max(0, targets.get(p, 0) - o) for p, o in positions.items()),
                 seconds=time.monotonic() - started, completed_splits=len(manifest.completed_splits),
                 bad_records=manifest.bad_records, phases=dict(self._phases),

@@ -192,6 +192,9 @@ class CheckpointSpec(StrictModel):
     # files whose key groups it touched (incremental snapshots). Unset: sized to the state (see
     # state_file_key_groups).
     key_groups_per_state_file: Annotated[int, Field(ge=1, le=32_768)] | None = None
+    # Bytes of decoded state each executor keeps on its local disk for owner tasks (keyed_state:
+    # owners), least recently used evicted; 0 turns the cache off and every epoch reads from the store.
+    cache_bytes: Annotated[int, Field(ge=0, le=1 << 50)] = 2 << 30
 
     @model_validator(mode="after")
     def _file_within_groups(self) -> CheckpointSpec:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline_lib.benchmarks.our_job import parse_epoch_line
 from pipeline_lib.samples import spend_per_user
 from tests.changelog import assert_every_epoch_exact
 from tests.support import result_table, run_cli, spend_spec, write_spec
@@ -44,11 +45,17 @@ def _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fau
                       {**stack_env, "PIPELINE_FAULT_POINTS": fault, "PIPELINE_FAULT_LOG": str(fault_log)})
     assert crashed.returncode == -9, crashed.stderr[-2000:]
     assert f"FAULT INJECTED: {fault.split('@')[0]} epoch=3" in fault_log.read_text()
-    restored = run_cli(["run", str(spec), "--until-caught-up"], stack_env)
+    owners = bool(extra and extra.get("keyed_state") == "owners")
+    restored = run_cli(["run", str(spec), "--until-caught-up", *(["--timings"] if owners else [])], stack_env)
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert "restored from" in restored.stderr
-    if extra and extra.get("keyed_state") == "owners":
+    if owners:
         assert "with keyed state on owner tasks" in crashed.stderr + restored.stderr
+        reads = [(e["state_files_cached"], e["state_files_fetched"]) for e in map(parse_epoch_line, restored.stderr
+                 .splitlines()) if e is not None and "state_files_cached" in e]
+        # the restore's first epoch reads the state from S3; the next find what it wrote in the executor cache
+        assert len(reads) > 1 and reads[0] == (0, reads[0][1]) and reads[0][1] > 0, reads
+        assert all(cached > 0 for cached, _ in reads[1:]), reads
     assert result_table(stack_env, sink) == spend_per_user(events)
     assert _every_epoch_exact(stack_env, local_stack, locations) == 6
     return restored

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 from rich.console import Console
 
@@ -10,6 +11,7 @@ from pipeline_lib import cli
 from pipeline_lib.benchmarks.config import parse_keys, parse_kinds
 from pipeline_lib.benchmarks.measures import steady
 from pipeline_lib.benchmarks.our_job import parse_epoch_line
+from pipeline_lib.execution.owner_task import StateReads
 from pipeline_lib.execution.pipeline_runner import EPOCH_PHASES, EpochReport
 
 
@@ -30,6 +32,10 @@ def test_epoch_line_with_and_without_timings_parses(monkeypatch):
     assert timed == {"epoch": 3, "records": 20000, "rows_out": 4980, "keys": 5000, "lag": 60000, "seconds": 0.71,
                      "snapshot": "0000000003-a2", "phases": phases}
     assert parse_epoch_line("pipeline main: RAN, attempt 1, 4 epoch(s), 80000 records") is None
+    owned = replace(report, state_reads=StateReads(cached=60, fetched=4, fetched_bytes=123_456))
+    assert parse_epoch_line(_printed(owned, True, monkeypatch)) == {
+        **timed, "state_files_cached": 60, "state_files_fetched": 4, "state_bytes_fetched": 123_456}
+    assert parse_epoch_line(_printed(owned, False, monkeypatch)) == {**plain}
 
 
 def test_steady_skips_the_first_epoch_and_arguments_parse():

@@ -111,12 +111,12 @@ def test_the_merge_order_is_fixed_whatever_order_the_shuffle_delivers(tmp_path):
         assert again.equals(merged) and again_groups.tolist() == groups.tolist()  # float sums bit for bit
 
 
-def _task(root, owners: SpanOwners, epoch: int, base=()) -> OwnerTask:
+def _task(root, owners: SpanOwners, epoch: int, base=(), cache_bytes: int = 0) -> OwnerTask:
     flow = _flow(root, base)
     flow = OwnerFlow(flow.name, flow.aggregate, flow.schema,
                      TaskPartWriter(flow.sink.location, SETTINGS, "jsonl", epoch, 1, OWNER_LABEL), flow.base)
     return OwnerTask(CheckpointAt(f"file://{root}/ckpt", "job", "main", SETTINGS), snapshot_id_for(epoch, 1), epoch,
-                     owners, flow)
+                     owners, flow, cache_bytes)
 
 
 def _expected(events: list[pa.Table]) -> dict[str, tuple]:
@@ -128,8 +128,9 @@ def _expected(events: list[pa.Table]) -> dict[str, tuple]:
     return out
 
 
-def _run_all(root, owners: SpanOwners, epoch: int, tasks: list[pa.Table], base=(), attempt: int = 0) -> OwnedFlow:
-    results = [_task(root, owners, epoch, base).run(o, attempt, _pieces(owners, o, tasks))
+def _run_all(root, owners: SpanOwners, epoch: int, tasks: list[pa.Table], base=(), attempt: int = 0,
+             cache_bytes: int = 0) -> OwnedFlow:
+    results = [_task(root, owners, epoch, base, cache_bytes).run(o, attempt, _pieces(owners, o, tasks))
                for o in range(owners.parallelism)]
     for result in results:  # references and counts only, and they survive the trip to the driver
         assert OwnedSpans.from_json(result.to_json()) == result
