@@ -160,7 +160,10 @@ def markdown(r: dict[str, Any]) -> str:
     L: list[str] = []
     add = L.append
     add("# Throughput benchmark: pipeline-lib vs Spark Structured Streaming vs raw kafka-python\n")
-    add(f"Run {m['started_at']} on {m['cpus']} CPUs, Python {m['python']}, pyspark {m.get('pyspark', '?')}. "
+    broker = {"kafka": "Apache Kafka " + m.get("kafka", ""), "tansu": "Tansu (the embedded broker)"}.get(
+        cfg.get("broker", "tansu"), cfg.get("broker", "?"))
+    add(f"Run {m['started_at']} on {m['cpus']} CPUs, Python {m['python']}, pyspark {m.get('pyspark', '?')}, "
+        f"broker {broker.strip()}. "
         f"{cfg['events']:,} JSON events over {cfg['keys']:,} users in one topic of {cfg['partitions']} partitions "
         f"(produced at {r['produce']['events_per_s']:,.0f} events/s); epochs / micro-batches of at most "
         f"{cfg['per_epoch']:,} records; every engine `local[{cfg['parallelism']}]`. One run: on a shared or busy "
@@ -171,7 +174,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"--events {cfg['events']} --keys {cfg['keys']} --per-epoch {cfg['per_epoch']} "
         f"--restore-keys {','.join(str(k) for k in cfg['restore_keys'])} --partitions {cfg['partitions']}"
         f"{'' if cfg['parallelism'] == 2 else ' --parallelism ' + str(cfg['parallelism'])}"
-        f"{incremental}{'' if cfg['recovery'] else ' --no-recovery'}`\n")
+        f"{incremental}{'' if cfg['recovery'] else ' --no-recovery'}"
+        f"{' --broker tansu' if cfg.get('broker') == 'tansu' else ''}`\n")
     add("## Summary")
     add(format_summary(r))
     add("")
@@ -207,9 +211,11 @@ def markdown(r: dict[str, Any]) -> str:
             "schema, `checkpointLocation` **on the same S3 server** through `s3a://` (hadoop-aws "
             + kafka.get("connector", {}).get("hadoop", "?") + "), foreachBatch writing each batch's changed rows "
             "as parquet to the same S3 server through S3A. Timed as a whole subprocess (the jars are cached "
-            "before). The connector trusts ListOffsets, which the local broker (Tansu) answers short of each "
-            f"partition's end: it read {kafka['records']:,} events ({kafka.get('records_unseen', 0):,} "
-            "unseen) and its table is checked against the reference of those.")
+            "before)." + (
+                " The connector trusts ListOffsets, which the local broker (Tansu) answers short of each "
+                f"partition's end: it read {kafka['records']:,} events ({kafka.get('records_unseen', 0):,} "
+                "unseen) and its table is checked against the reference of those."
+                if kafka.get("records_unseen") else f" It read all {kafka['records']:,} events."))
     add("* **raw kafka-python**: one thread in the harness process, assign + seek + poll(max_records=5000) with "
         "the fetch sizes our reader uses; *no decoding* counts records, *json.loads* decodes every value. "
         f"Per core = our events/s divided by {r['summary']['ratios']['cores']} (the Spark cores we use).")

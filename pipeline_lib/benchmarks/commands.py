@@ -30,6 +30,9 @@ def throughput(
     incremental: Annotated[str, typer.Option(
         help="Small incremental runs: key_groups,users (or none).")] = "key_groups,users",
     no_recovery: Annotated[bool, typer.Option("--no-recovery", help="Skip the SIGKILL/restart measurement.")] = False,
+    broker: Annotated[str, typer.Option(
+        help="kafka (Apache Kafka from Maven Central jars, what production runs) or tansu (the embedded broker).")
+    ] = "kafka",
     out: Annotated[Path, typer.Option(
         help="Folder for report.md, report.json, plots and logs.")] = Path("results/bench"),
 ) -> None:
@@ -59,7 +62,8 @@ def throughput(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--incremental") from None
     cfg = BenchConfig(events=events, keys=keys, per_epoch=per_epoch, restore_keys=sizes, partitions=partitions,
-                      parallelism=parallelism, incremental=kinds, recovery=not no_recovery, out=out)
+                      parallelism=parallelism, incremental=kinds, recovery=not no_recovery, out=out,
+                      broker=broker)
     raise typer.Exit(report_and_exit(run_bench(cfg), cfg))
 
 

@@ -28,6 +28,7 @@ class BenchConfig:
     recovery: bool = True
     seed: int = 2026
     out: Path = Path("results/bench")
+    broker: str = "kafka"  # of the stack the bench starts: Apache Kafka, or tansu (the embedded default)
     stack: StackInfo | None = None  # use a running stack (tests); otherwise start one and stop it
 
     def recorded(self) -> dict[str, object]:

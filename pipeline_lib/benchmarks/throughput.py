@@ -5,7 +5,8 @@
                        [--out results/bench]
     make bench BENCH_ARGS="..."
 
-One invocation, on one embedded stack (broker + S3 server on free 127.0.0.1 ports, stopped by PID),
+One invocation, on one local stack (Apache Kafka, or with ``--broker tansu`` the embedded Tansu
+broker, + the S3 server, on free 127.0.0.1 ports, stopped by PID),
 on the same freshly produced JSON payments ``{"user": ..., "amount": ...}`` with K distinct users
 in one topic (events.py):
 
@@ -23,7 +24,8 @@ in one topic (events.py):
    Spark users run: the same query with ``spark-sql-kafka-0-10`` as the source, ``from_json``, the
    ``checkpointLocation`` and the foreachBatch parquet output on the same S3 server through
    ``s3a://`` (jars: spark_connectors.py). Checked against the events it can see: it trusts
-   ListOffsets, which the local broker answers short of each partition's end (listed_ends.py).
+   ListOffsets, which Tansu answers short of each partition's end (listed_ends.py; Apache Kafka
+   answers it exactly, and every event is seen).
 3. **raw kafka-python** (raw_kafka.py): one thread, assign + seek + poll over the same topic,
    without decoding and with ``json.loads`` of every value.
 4. **snapshot bytes**: from our manifests (bytes of the state files each epoch wrote vs the full
@@ -121,8 +123,8 @@ def run_bench(cfg: BenchConfig) -> Report:
         work = Path(tmp)
         info = cfg.stack
         if info is None:
-            _say("starting the embedded stack (broker: memory log) ...")
-            info = start_stack(work / "stack", broker_storage="memory")
+            _say(f"starting the local stack (broker: {cfg.broker}) ...")
+            info = start_stack(work / "stack", broker_storage="memory", broker=cfg.broker)
         try:
             report = _bench(Bench(cfg, info, work, out / "logs", secrets.token_hex(3), child_env(info),
                                   ConnectionSettings.from_env(info.env())))
@@ -145,7 +147,7 @@ def report_and_exit(report: Report, cfg: BenchConfig) -> int:
 
 def _bench(b: Bench) -> Report:
     cfg = b.cfg
-    report: Report = {"config": cfg.recorded(), "machine": _machine()}
+    report: Report = {"config": {**cfg.recorded(), "broker": b.info.broker}, "machine": _machine(b.info.broker)}
     _say(f"producing {cfg.events:,} events over {cfg.keys:,} users into {b.topic} ({cfg.partitions} partitions) ...")
     produced = produce_payments(b.info.kafka_bootstrap, b.topic, cfg.events, cfg.keys, cfg.partitions, cfg.seed)
     expected = spend_per_user(produced.events)
@@ -192,9 +194,13 @@ def _kafka_connector(b: Bench, ranges: Ranges, expected: dict[str, dict]) -> Rep
     return {**figures, "records_unseen": len(tail), "connector": spark_connectors.versions()}
 
 
-def _machine() -> dict[str, Any]:
+def _machine(broker: str) -> dict[str, Any]:
     machine: dict[str, Any] = {"cpus": os.cpu_count(), "python": platform.python_version(),
                                "platform": platform.platform(), "started_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if broker == "kafka":
+        from pipeline_lib.localstack.apache_kafka import kafka_version
+
+        machine["kafka"] = kafka_version()
     try:
         import pyspark
         machine["pyspark"] = pyspark.__version__

@@ -1,5 +1,10 @@
 """The embedded local stack: S3 server + Kafka-protocol broker, recorded in DATA_DIR/stack.json.
 
+The broker is Tansu by default (one binary, ready in about a second), or with ``broker="kafka"``
+a real Apache Kafka KRaft node from Maven Central jars (apache_kafka.py; 7-10 s to start, the
+broker a production cluster runs: transaction markers, ListOffsets and every codec as Kafka has
+them).
+
 stack.json (mode 0600: it holds the S3 secret) lets another process — ``pipeline-lib stack
 down|status|env``, a test session — find and stop the stack by PID. One stack per data dir:
 ``start_stack`` refuses to start a second one while a recorded process is still alive.
@@ -18,6 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.localstack.apache_kafka import start_apache_kafka
 from pipeline_lib.localstack.broker import STORAGE_ENGINES, TANSU_BUCKET, BrokerConfig, restart_broker, start_broker
 from pipeline_lib.localstack.moto_s3 import MOTO_SERVER, start_moto_s3_server
 from pipeline_lib.localstack.ports import GRPC_OFFSET, LOCALHOST, free_port, free_port_pairs
@@ -37,6 +43,8 @@ from pipeline_lib.settings import ENV_KAFKA_BOOTSTRAP, ENV_S3_ACCESS_KEY, ENV_S3
 log = logging.getLogger(__name__)
 STACK_FILE = "stack.json"
 BUCKETS = (TANSU_BUCKET, "checkpoints", "results")
+TANSU, APACHE_KAFKA = "tansu", "kafka"
+BROKERS = (TANSU, APACHE_KAFKA)
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,7 @@ class StackInfo:
     broker_bin: str = ""
     s3_bin: str = ""
     s3_server: str = SEAWEEDFS_SERVER  # or MOTO_SERVER: the fallback where no `weed` exists
+    broker: str = TANSU  # or APACHE_KAFKA (its log lives in data_dir/kafka; broker_storage does not apply)
 
     def env(self) -> dict[str, str]:
         """The PIPELINE_* connection variables for this stack."""
@@ -139,8 +148,11 @@ def _stop(info: StackInfo) -> bool:
 
 # -- public API -------------------------------------------------------------------------------
 def start_stack(data_dir: Path, broker_storage: str = "s3", *, timeout: float = 60.0,
-                s3_server: str | None = None) -> StackInfo:
+                s3_server: str | None = None, broker: str = TANSU) -> StackInfo:
     """Start the S3 server, create the buckets, start the broker; record and return the stack.
+
+    ``broker``: ``tansu`` (``broker_storage`` says where its log goes) or ``kafka`` (Apache Kafka,
+    its jars fetched with Maven on first use).
 
     ``s3_server`` (else $PIPELINE_LOCAL_S3_SERVER, else ``auto``): SeaweedFS where its ``weed``
     exists, else the in-memory moto server, announced by one warning (see ``choose_s3_server``).
@@ -149,6 +161,8 @@ def start_stack(data_dir: Path, broker_storage: str = "s3", *, timeout: float = 
     """
     if broker_storage not in STORAGE_ENGINES:
         raise StackError(f"unknown broker storage {broker_storage!r}; choose one of {', '.join(STORAGE_ENGINES)}")
+    if broker not in BROKERS:
+        raise StackError(f"unknown broker {broker!r}; choose one of {', '.join(BROKERS)}")
     server_kind, note = choose_s3_server(s3_server)
     if note:
         log.warning("%s", note)
@@ -171,15 +185,20 @@ def start_stack(data_dir: Path, broker_storage: str = "s3", *, timeout: float = 
             s3 = start_s3_server(data_dir, ports=weed_ports, timeout=timeout)
         # Recorded at once, so that `stack down` can clean up even if this process dies mid-start.
         info = StackInfo(data_dir, f"{LOCALHOST}:{ports['broker']}", s3.endpoint, s3.access_key, s3.secret_key,
-                         None, s3.pid, ports, broker_storage, "", s3.binary, server_kind)
+                         None, s3.pid, ports, broker_storage, "", s3.binary, server_kind, broker)
         _save(info)
         try:
             create_buckets(s3.endpoint, s3.access_key, s3.secret_key, BUCKETS)
-            broker_pid, broker_bin = start_broker(info.broker_config(), timeout=timeout)
+            if broker == APACHE_KAFKA:
+                kafka = start_apache_kafka(data_dir / "kafka", timeout=max(timeout, 120.0))
+                info = replace(info, kafka_bootstrap=kafka.bootstrap, broker_pid=kafka.pid, broker_bin=kafka.java,
+                               ports={**ports, "broker": kafka.port, "controller": kafka.controller_port})
+            else:
+                broker_pid, broker_bin = start_broker(info.broker_config(), timeout=timeout)
+                info = replace(info, broker_pid=broker_pid, broker_bin=broker_bin)
         except BaseException:
             _stop(info)
             raise
-        info = replace(info, broker_pid=broker_pid, broker_bin=broker_bin)
         _save(info)
         return info
 
@@ -205,6 +224,8 @@ def restart_stack_broker(stack: StackInfo | Path, *, down_seconds: float = 0.0, 
         info = load_stack(data_dir)
         if info is None:
             raise StackError(f"no stack recorded in {data_dir}")
+        if info.broker != TANSU:
+            raise StackError(f"restarting the broker is for the Tansu stack; this one runs {info.broker}")
         new_pid = restart_broker(info.broker_config(), info.broker_pid or 0, info.broker_bin,
                                  down_seconds=down_seconds, timeout=timeout)
         info = replace(info, broker_pid=new_pid)
@@ -223,8 +244,9 @@ def stack_status(data_dir: Path) -> dict[str, Any]:
         "data_dir": str(data_dir),
         "recorded": True,
         "running": broker_alive and s3_alive,
-        "broker": {"pid": info.broker_pid, "alive": broker_alive, "bootstrap": info.kafka_bootstrap,
-                   "storage": info.broker_storage},
+        "broker": {"kind": info.broker, "pid": info.broker_pid, "alive": broker_alive,
+                   "bootstrap": info.kafka_bootstrap,
+                   "storage": info.broker_storage if info.broker == TANSU else str(data_dir / "kafka")},
         "s3": {"pid": info.s3_pid, "alive": s3_alive, "endpoint": info.s3_endpoint, "server": info.s3_server},
         "ports": info.ports,
     }
