@@ -314,16 +314,24 @@ def verify(
     pipeline: Annotated[list[str] | None, typer.Option(
         "--pipeline", help="Verify only this pipeline (repeatable).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    record: Annotated[bool, typer.Option(
+        "--record", help="Also write each pipeline's VERIFIED record (what the Pipelines page shows).")] = False,
 ) -> None:
     """Check every committed epoch's part files (size and SHA-256 against its _SUCCESS marker) and
-    every retained snapshot (manifest, state files, markers, lineage). Changes nothing; exits 1
-    when anything is lost or damaged."""
+    every retained snapshot (manifest, state files, markers, lineage). Changes nothing (but the
+    VERIFIED records, with --record); exits 1 when anything is lost or damaged."""
+    from pipeline_lib.recovery.verification_record import record_verification
     from pipeline_lib.recovery.verify import OK, verify_job
     from pipeline_lib.spec import load_spec
 
     settings = ConnectionSettings.from_env()
     try:
-        findings = verify_job(load_spec(spec), settings, only=pipeline)
+        if record and pipeline:
+            raise PipelineError("--record verifies every pipeline of the job: leave out --pipeline")
+        job = load_spec(spec)
+        findings = verify_job(job, settings, only=pipeline)
+        if record:
+            record_verification(job, settings, findings, by=f"cli:{os.environ.get('USER', 'unknown')}")
     except PipelineError as exc:
         _fail(exc, settings)
     bad = [f for f in findings if f.status != OK]

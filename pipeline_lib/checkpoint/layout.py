@@ -4,6 +4,7 @@ Every pipeline of a job has a folder of its own, ``pipelines/<pipeline>/``, hold
 
     STATUS                                lifecycle record (SCHEDULING / RUNNING / … + reason, lease)
     RECOVERY                              what the recovery DAG did: relaunch claims, budget, backoff
+    VERIFIED                              what the last scheduled verification found (a report)
     HEAD                                  head pointer (moved by compare-and-swap = the commit)
     attempts/<n>                          one object per run attempt, created exclusively
     plans/<epoch>.json                    the epoch's offset ranges, written before it runs
@@ -21,6 +22,7 @@ PIPELINES_PREFIX = "pipelines/"
 HEAD_KEY = "HEAD"
 STATUS_KEY = "STATUS"
 RECOVERY_KEY = "RECOVERY"
+VERIFIED_KEY = "VERIFIED"
 ATTEMPTS_PREFIX = "attempts/"
 PLANS_PREFIX = "plans/"
 MANIFESTS_PREFIX = "manifests/"

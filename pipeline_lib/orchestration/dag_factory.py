@@ -8,6 +8,9 @@
 * ``pipeline_recovery``, every few minutes and by hand: ``assess`` (judges every pipeline,
   claims relaunches by compare-and-swap) → ``relaunch`` (one ``pipeline__<job>`` run per
   claimed pipeline, restricted to that pipeline, restoring its latest valid snapshot).
+* ``pipeline_verify``, daily and by hand: ``verify`` checks every committed epoch's part files
+  and every retained snapshot of every job (``pipeline-lib verify``), writes each pipeline's
+  VERIFIED record (the Pipelines page shows it) and fails when anything is lost or damaged.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import DAG, Asset, Param, get_current_context, task
 
 from pipeline_lib.errors import SpecError
-from pipeline_lib.orchestration.job_specs import RECOVERY_DAG_ID, job_dag_id, load_spec_folder
+from pipeline_lib.orchestration.job_specs import RECOVERY_DAG_ID, VERIFY_DAG_ID, job_dag_id, load_spec_folder
 from pipeline_lib.orchestration.launch_request import LaunchRequest, bounded, check_restore_target, param_schemas
 from pipeline_lib.orchestration.operators import RunJobOperator
 from pipeline_lib.spec import load_spec
@@ -33,12 +36,23 @@ log = logging.getLogger(__name__)
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 ENV_RECOVERY_SCHEDULE = "PIPELINE_RECOVERY_SCHEDULE"  # a cron expression, or "none" (manual only)
 DEFAULT_RECOVERY_SCHEDULE = "*/5 * * * *"
+ENV_VERIFY_SCHEDULE = "PIPELINE_VERIFY_SCHEDULE"  # a cron expression or preset, or "none" (manual only)
+DEFAULT_VERIFY_SCHEDULE = "@daily"
+
+
+def _schedule_from_env(name: str, default: str) -> str | None:
+    value = os.environ.get(name, "").strip() or default
+    return None if value.lower() == "none" else value
 
 
 def recovery_schedule() -> str | None:
     """The recovery DAG's schedule from the environment; ``none`` turns it off (manual runs only)."""
-    value = os.environ.get(ENV_RECOVERY_SCHEDULE, "").strip() or DEFAULT_RECOVERY_SCHEDULE
-    return None if value.lower() == "none" else value
+    return _schedule_from_env(ENV_RECOVERY_SCHEDULE, DEFAULT_RECOVERY_SCHEDULE)
+
+
+def verify_schedule() -> str | None:
+    """The verification DAG's schedule from the environment; ``none`` turns it off (manual runs only)."""
+    return _schedule_from_env(ENV_VERIFY_SCHEDULE, DEFAULT_VERIFY_SCHEDULE)
 
 
 def build_dags(specs_dir: Path) -> dict[str, DAG]:
@@ -47,7 +61,9 @@ def build_dags(specs_dir: Path) -> dict[str, DAG]:
     for path, error in folder.errors.items():
         log.error("job spec %s is not loaded: %s", path, error)
     dags = {job_dag_id(spec.name): job_dag(path, spec) for path, spec in folder.specs.items()}
-    dags[RECOVERY_DAG_ID] = recovery_dag(specs_dir, sorted(spec.name for spec in folder.specs.values()))
+    names = sorted(spec.name for spec in folder.specs.values())
+    dags[RECOVERY_DAG_ID] = recovery_dag(specs_dir, names)
+    dags[VERIFY_DAG_ID] = verify_dag(specs_dir, names)
     return dags
 
 
@@ -157,16 +173,9 @@ def recovery_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
             params = context["params"]
             policy = RecoveryPolicy(max_relaunches=params["max_relaunches"],
                                     backoff_base_s=params["backoff_base_seconds"])
-            folder = load_spec_folder(specs_dir)
-            wanted = set(params["jobs"] or [])
-            unknown = wanted - {s.name for s in folder.specs.values()}
-            if unknown:
-                raise SpecError(f"param jobs: no job spec named {sorted(unknown)} in {specs_dir}")
             by = f"airflow:{RECOVERY_DAG_ID}/{context['run_id']}"
             decisions = []
-            for spec in folder.specs.values():
-                if wanted and spec.name not in wanted:
-                    continue
+            for spec in _wanted_jobs(specs_dir, params["jobs"]):
                 settings = airflow_settings(spec.airflow.connections)
                 for d in recover_job(spec, settings, policy, by, dry_run=params["dry_run"]):
                     log.info("%s/%s: %s (%s)%s", d.job, d.pipeline, d.verdict, d.reason,
@@ -184,4 +193,58 @@ def recovery_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
         TriggerDagRunOperator.partial(
             task_id="relaunch", logical_date=None, skip_when_already_exists=True, fail_when_dag_is_paused=True,
         ).expand_kwargs(relaunch_requests(assess()))  # type: ignore[arg-type]  # @task takes XComArgs for its args
+    return dag
+
+
+def _wanted_jobs(specs_dir: Path, jobs: list[str] | None) -> list[JobSpec]:
+    """The specs of the folder, only ``jobs`` when given (SpecError naming unknown ones)."""
+    folder = load_spec_folder(specs_dir)
+    wanted = set(jobs or [])
+    unknown = wanted - {s.name for s in folder.specs.values()}
+    if unknown:
+        raise SpecError(f"param jobs: no job spec named {sorted(unknown)} in {specs_dir}")
+    return [spec for spec in folder.specs.values() if not wanted or spec.name in wanted]
+
+
+def verify_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
+    """The DAG that verifies every job's committed output and retained snapshots, records what
+    it found beside each pipeline's snapshots (VERIFIED) and fails when anything is lost or damaged."""
+    with DAG(
+        dag_id=VERIFY_DAG_ID, schedule=verify_schedule(), start_date=START, catchup=False, max_active_runs=1,
+        is_paused_upon_creation=False,
+        tags=["pipeline-lib", "verify"],
+        params={
+            "jobs": Param([], type=["null", "array"], items={"type": "string"}, uniqueItems=True,
+                          examples=job_names or [], title="Jobs",
+                          description="Only these jobs; empty verifies every job in dags/pipelines."),
+        },
+        doc_md="Reads every part file of every committed epoch (size and SHA-256 against its `_SUCCESS` "
+               "marker) and every retained snapshot (manifest, state files, markers, lineage), like "
+               "`pipeline-lib verify`. Records each pipeline's findings (the Pipelines page shows them) and "
+               "fails when anything is lost or damaged. Changes nothing else.",
+    ) as dag:
+
+        @task(task_id="verify", retries=0)
+        def verify() -> dict[str, dict[str, int]]:
+            from pipeline_lib.errors import PipelineError
+            from pipeline_lib.orchestration.airflow_connections import airflow_settings
+            from pipeline_lib.recovery.verification_record import record_verification
+            from pipeline_lib.recovery.verify import verify_job
+
+            context = get_current_context()
+            by = f"airflow:{VERIFY_DAG_ID}/{context['run_id']}"
+            summary, damaged = {}, []
+            for spec in _wanted_jobs(specs_dir, context["params"]["jobs"]):
+                settings = airflow_settings(spec.airflow.connections)
+                for record in record_verification(spec, settings, verify_job(spec, settings), by):
+                    log.info("%s/%s: %s", record.job, record.pipeline, record.text())
+                    summary[f"{record.job}/{record.pipeline}"] = {"checked": record.checked, "bad": record.bad}
+                    if record.bad:
+                        damaged.append(f"{record.job}/{record.pipeline} ({record.bad})")
+            if damaged:
+                raise PipelineError(f"lost or damaged output or snapshots in {', '.join(damaged)}: "
+                                    "see the task log, the Pipelines page or `pipeline-lib verify`")
+            return summary
+
+        verify()
     return dag

@@ -15,6 +15,7 @@ from pipeline_lib.spec.models import JobSpec
 
 DAG_PREFIX = "pipeline__"
 RECOVERY_DAG_ID = "pipeline_recovery"
+VERIFY_DAG_ID = "pipeline_verify"
 
 
 def job_dag_id(job: str) -> str:

@@ -1,5 +1,6 @@
 """What the Airflow UI page shows: every job of the specs folder, its pipelines, their observed
-status, lag, latest snapshot, snapshot history and what recovery did. Read-only.
+status, lag, latest snapshot, snapshot history, what recovery did and what the last verification
+found. Read-only.
 
 Lag is the records between each pipeline's committed positions and the topic's end offsets,
 asked of the broker with a short timeout; a broker that does not answer leaves the page working
@@ -23,6 +24,7 @@ from pipeline_lib.graph import build_graph
 from pipeline_lib.orchestration.job_specs import job_dag_id, load_spec_folder
 from pipeline_lib.orchestration.snapshot_rows import newest_snapshots
 from pipeline_lib.recovery.recovery_record import read_record
+from pipeline_lib.recovery.verification_record import read_verification
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec.models import JobSpec
 
@@ -52,6 +54,8 @@ class PipelineView:
     history_total: int = 0  # snapshots listed in all (the history shows at most HISTORY_ROWS)
     retained: int = 0  # committed snapshots the head keeps: what a start-over discards
     recovery: str | None = None
+    verified: str | None = None  # the last verification (pipeline_verify), one line
+    verified_ok: bool | None = None  # None: never verified
 
 
 @dataclass
@@ -145,6 +149,9 @@ def _fill(view: PipelineView, snapshots: SnapshotStore, now: dt.datetime) -> Non
     record, version = read_record(snapshots)
     if version is not None and record.history:
         view.recovery = _recovery_text(record)
+    verification = read_verification(snapshots)
+    if verification is not None:
+        view.verified, view.verified_ok = verification.text(), not verification.bad
 
 
 def _recovery_text(record) -> str:

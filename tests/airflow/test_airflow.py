@@ -97,12 +97,13 @@ def airflow(local_stack, payments, tmp_path_factory):
     env.update(airflow_connections(local_stack))
     env["AIRFLOW_CONN_USER_SPARK"] = json.dumps({"conn_type": "pipeline_lib_spark", "host": "local[1]"})
     env["PIPELINE_RECOVERY_SCHEDULE"] = "none"  # this test decides when recovery runs
+    env["PIPELINE_VERIFY_SCHEDULE"] = "none"  # and when verification does
     # an asset first made by an alias event is active (so an Asset.ref(uri=...) resolves to it) once the
     # scheduler's cleanup loop has seen it: every 60 s by default
     env["AIRFLOW__SCHEDULER__PARSING_CLEANUP_INTERVAL"] = "5"
     server = start_airflow(root / "home", dags, REPO / "plugins", env, all_admins=True, timeout=180)
     try:
-        for dag_id in (DAG, "pipeline_recovery", f"pipeline__{REPORTED[0]}", REPORT_DAG, USER_DAG,
+        for dag_id in (DAG, "pipeline_recovery", "pipeline_verify", f"pipeline__{REPORTED[0]}", REPORT_DAG, USER_DAG,
                        f"pipeline__{AFTER_USER}"):
             server.wait_for_dag(dag_id, timeout=120)
             server.unpause(dag_id)
@@ -264,9 +265,14 @@ def _alive(pid: int) -> bool:
 
 
 def test_the_pipelines_page_in_the_airflow_ui(airflow):
+    verify_run = airflow.trigger("pipeline_verify", {"jobs": [JOB]})  # its findings show on the page
+    assert airflow.wait_for_run("pipeline_verify", verify_run, timeout=180) == "success"
+    [(pipeline_id, counts)] = airflow.xcom("pipeline_verify", verify_run, "verify").items()
+    assert pipeline_id == f"{JOB}/main" and counts["checked"] > 0 and counts["bad"] == 0, counts
     answer = airflow.request("GET", "/pipeline-lib/")
     html = answer.text
     assert JOB in html and "STOPPED" in html and "Trigger restore" in html
+    assert f"UTC: ok ({counts['checked']} checked)" in html
     # only Airflow's own UI may frame it (the iframe test below shows 'self' keeps that working)
     assert answer.headers["Content-Security-Policy"] == "frame-ancestors 'self'"
     for docs in ("/pipeline-lib/docs", "/pipeline-lib/redoc", "/pipeline-lib/openapi.json"):

@@ -28,7 +28,7 @@ def dagbag():
 def test_every_dag_loads_without_import_errors(dagbag):
     assert dagbag.import_errors == {}
     assert set(dagbag.dag_ids) == {"pipeline__spend-per-user", "pipeline__shop", "pipeline_recovery",
-                                   "spend_per_user_report"}
+                                   "pipeline_verify", "spend_per_user_report"}
     for dag_id in ("pipeline__spend-per-user", "pipeline__shop"):
         dag = dagbag.dags[dag_id]
         assert [t.task_id for t in dag.tasks] == ["check_params", "run_job"]
@@ -37,6 +37,9 @@ def test_every_dag_loads_without_import_errors(dagbag):
     recovery = dagbag.dags["pipeline_recovery"]
     assert {t.task_id for t in recovery.tasks} == {"assess", "relaunch_requests", "relaunch"}
     assert recovery.schedule == "*/5 * * * *"  # every few minutes (PIPELINE_RECOVERY_SCHEDULE overrides)
+    verify = dagbag.dags["pipeline_verify"]
+    assert [t.task_id for t in verify.tasks] == ["verify"]
+    assert verify.schedule == "@daily"  # PIPELINE_VERIFY_SCHEDULE overrides
 
 
 def test_the_trigger_form_has_typed_params_with_defaults_and_descriptions(dagbag):
@@ -52,7 +55,7 @@ def test_the_trigger_form_has_typed_params_with_defaults_and_descriptions(dagbag
     assert params.get_param("pipelines").schema["items"]["enum"] == ["payments", "refunds"]
 
 
-@pytest.mark.parametrize("dag_id", ["pipeline__shop", "pipeline_recovery"])
+@pytest.mark.parametrize("dag_id", ["pipeline__shop", "pipeline_recovery", "pipeline_verify"])
 def test_the_forms_show_titles_and_descriptions_not_raw_names(dagbag, dag_id):
     params = dagbag.dags[dag_id].params
     for name in params.keys():
@@ -132,7 +135,7 @@ def test_a_broken_spec_does_not_hide_the_other_jobs(tmp_path):
     bag = DagBag(dag_folder=str(dags))
     assert bag.import_errors == {}
     assert set(bag.dag_ids) == {"pipeline__spend-per-user", "pipeline__shop", "pipeline_recovery",
-                                "spend_per_user_report"}
+                                "pipeline_verify", "spend_per_user_report"}
     from pipeline_lib.orchestration.job_specs import load_spec_folder
 
     errors = load_spec_folder(dags / "pipelines").errors

@@ -51,7 +51,7 @@ def test_a_view_loads_only_the_manifests_it_shows_and_views_share_one_read(tmp_p
     manifests = [key for _, op, key in log if op == "get" and key.startswith(layout.MANIFESTS_PREFIX)]
     assert len(manifests) == HISTORY_ROWS == 10  # not 25
     assert manifests == [layout.manifest_key(sid) for sid in sorted({k[10:-5] for k in manifests}, reverse=True)]
-    assert len(log) <= HISTORY_ROWS + 4, log  # + status, head, one listing, the recovery record
+    assert len(log) <= HISTORY_ROWS + 5, log  # + status, head, one listing, the recovery and verification records
     assert "history (10 newest of 25)" in page
     assert "This discards its 25 retained snapshots" in page  # what a start-over discards is all of them
 

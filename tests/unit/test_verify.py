@@ -6,6 +6,7 @@ replaced. Each is reported on its own row, naming the object, and nothing is cha
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -128,3 +129,48 @@ def test_a_snapshot_that_does_not_follow_the_one_before_it_is_reported(committed
     snapshots.store.put(layout.HEAD_KEY, Head(job="job", history=history).model_dump_json().encode())
     [finding] = [f for f in verify_job(committed, SETTINGS) if f.status != OK]
     assert (finding.snapshot, finding.status) == ("0000000003-a1", DAMAGED) and detail in finding.detail
+
+
+def test_recorded_findings_reach_the_pipelines_page(committed, tmp_path):
+    """`verify --record` (what the pipeline_verify DAG runs) writes each pipeline's VERIFIED
+    record; the page, which only reads the checkpoint store, shows the last verification."""
+    import yaml
+    from fastapi.testclient import TestClient
+
+    from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+    from pipeline_lib.orchestration.ui_app import create_app
+    from pipeline_lib.recovery.verification_record import read_verification
+
+    data = json.loads(committed.model_dump_json(by_alias=True, exclude_none=True))
+    spec = write_spec(tmp_path, data)
+    specs = tmp_path / "pipelines"
+    specs.mkdir()
+    (specs / "job.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    snapshots = SnapshotStore.open(committed.checkpoint.store, committed.name, "main", SETTINGS)
+    assert read_verification(snapshots) is None
+
+    def page() -> str:
+        return TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False)).get(
+            "/", params={"lag": "false"}).text
+
+    assert "data-verified" not in page()  # never verified: nothing shown
+    refused = CliRunner().invoke(app, ["verify", str(spec), "--record", "--pipeline", "main"])
+    assert refused.exit_code == 2 and "--record verifies every pipeline" in refused.output
+    assert read_verification(snapshots) is None
+
+    intact = CliRunner().invoke(app, ["verify", str(spec), "--record"])
+    assert intact.exit_code == 0, intact.output
+    record = read_verification(snapshots)
+    assert record is not None and (record.checked, record.bad, record.findings) == (9, 0, [])
+    assert re.search(r'data-verified="ok"[^>]*>verified \S+ \S+ UTC: ok \(9 checked\)<', page())
+
+    key = _part(tmp_path, "out", 2)
+    (tmp_path / "out" / key).unlink()
+    damaged = CliRunner().invoke(app, ["verify", str(spec), "--record"])
+    assert damaged.exit_code == 1
+    record = read_verification(snapshots)
+    assert record is not None and (record.checked, record.bad) == (9, 2)
+    assert [(f.what, f.epoch, f.status) for f in record.findings] == [("flow job", 2, LOST), ("snapshot", 2, LOST)]
+    shown = re.search(r'data-verified="damaged"[^>]*>([^<]*)<', page())
+    assert shown is not None and f"2 of 9 LOST or DAMAGED: flow job epoch 2 LOST: part {key} is missing; " \
+        f"snapshot epoch 2 snapshot 0000000002-a1 LOST: part file {key}" in shown.group(1)
