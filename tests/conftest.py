@@ -124,11 +124,21 @@ def stack_env(local_stack: StackInfo) -> dict[str, str]:
 PAYMENTS_EVENTS, PAYMENTS_USERS, PAYMENTS_PARTITIONS = 24_000, 700, 3
 
 
+def _shared_payments(bootstrap: str) -> tuple[str, list[dict]]:
+    events = payment_events(PAYMENTS_EVENTS, PAYMENTS_USERS, seed=2026)
+    create_topic(bootstrap, "payments-e2e", PAYMENTS_PARTITIONS)
+    produce_json(bootstrap, "payments-e2e", events)
+    return "payments-e2e", events
+
+
 @pytest.fixture(scope="session")
 def payments(local_stack):
     """(topic, events): one shared topic of sample payments, produced once, only ever read by the
     tests (e2e and airflow)."""
-    events = payment_events(PAYMENTS_EVENTS, PAYMENTS_USERS, seed=2026)
-    create_topic(local_stack.kafka_bootstrap, "payments-e2e", PAYMENTS_PARTITIONS)
-    produce_json(local_stack.kafka_bootstrap, "payments-e2e", events)
-    return "payments-e2e", events
+    return _shared_payments(local_stack.kafka_bootstrap)
+
+
+@pytest.fixture(scope="session")
+def apache_kafka_payments(apache_kafka):
+    """The same topic of the same payments on the real Apache Kafka broker."""
+    return _shared_payments(apache_kafka.bootstrap)

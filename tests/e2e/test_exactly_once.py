@@ -31,13 +31,17 @@ KILL_POINTS = [
 ]
 
 
-def _every_epoch_exact(stack_env, local_stack, locations) -> int:
+def _every_epoch_exact(stack_env, local_stack, locations, bootstrap: str | None = None) -> int:
     name, sink, store = locations
-    return len(assert_every_epoch_exact(stack_env, name, sink, store, local_stack.kafka_bootstrap))
+    return len(assert_every_epoch_exact(stack_env, name, sink, store, bootstrap or local_stack.kafka_bootstrap))
 
 
-def _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fault: str, extra: dict | None = None):
+def _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fault: str, extra: dict | None = None,
+                      bootstrap: str | None = None):
+    """``bootstrap``: another broker than the stack's (the real Apache Kafka), holding ``payments`` too."""
     topic, events = payments
+    if bootstrap is not None:
+        stack_env = {**stack_env, "PIPELINE_KAFKA_BOOTSTRAP": bootstrap}
     name, sink, store = locations
     spec = write_spec(tmp_path, spend_spec(name, topic, sink, store, extra=extra))
     fault_log = tmp_path / "faults.log"
@@ -57,7 +61,7 @@ def _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fau
         assert len(reads) > 1 and reads[0] == (0, reads[0][1]) and reads[0][1] > 0, reads
         assert all(cached > 0 for cached, _ in reads[1:]), reads
     assert result_table(stack_env, sink) == spend_per_user(events)
-    assert _every_epoch_exact(stack_env, local_stack, locations) == 6
+    assert _every_epoch_exact(stack_env, local_stack, locations, bootstrap) == 6
     return restored
 
 
@@ -76,6 +80,16 @@ def test_keyed_state_on_owner_tasks_survives_a_sigkill_exactly(stack_env, local_
     owner tasks wrote the epoch's sink parts and state packs; the driver committed their references.
     (Every test of tests/cluster takes the owner path too: `auto` on a cluster.)"""
     _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fault, extra={"keyed_state": "owners"})
+
+
+@pytest.mark.parametrize("locations", ["s3"], indirect=True)
+@pytest.mark.parametrize("fault", ["mid_snapshot_write@3", pytest.param("during_read@3", marks=pytest.mark.full),
+                                   pytest.param("after_head_move@3", marks=pytest.mark.full)])
+def test_on_apache_kafka_a_sigkill_then_restore_is_exact(stack_env, local_stack, tmp_path, apache_kafka,
+                                                          apache_kafka_payments, locations, fault):
+    """The same on the real Apache Kafka broker (the S3 server of the embedded stack)."""
+    _kill_and_restore(stack_env, local_stack, tmp_path, apache_kafka_payments, locations, fault,
+                      bootstrap=apache_kafka.bootstrap)
 
 
 @pytest.mark.parametrize("locations", ["file"], indirect=True)
