@@ -37,6 +37,7 @@ from pipeline_lib.execution.kafka_batches import ColumnBatch
 from pipeline_lib.execution.record_decoding import BRACKET_FREE_BYTES, FastJsonDecoder, StringRecordDecoder
 from pipeline_lib.execution.worker_heap import freeze_imported_heap
 from pipeline_lib.faults import fault_point
+from pipeline_lib.kafka_connection import KafkaConnection, client_config
 
 METADATA_DDL = "_topic string, _partition int, _offset long, _timestamp_ms long"
 ERROR_DDL = "_error string, _raw binary"  # only with on_error: dead_letter | skip
@@ -56,9 +57,10 @@ class KafkaRangeReader:
     without starting Python processes on the driver, and nothing has to be registered when the
     session starts, which keeps both out of start-up and the first query.
     ``tolerant`` (on_error dead_letter | skip): a bad record becomes a row with ``_error`` and
-    ``_raw`` set instead of failing the task."""
+    ``_raw`` set instead of failing the task. ``bootstrap`` carries the cluster's security
+    settings (a KafkaConnection) to the executors inside the pickled function."""
 
-    bootstrap: str
+    bootstrap: str | KafkaConnection
     tasks: list[list[tuple[str, int, int, int]]]
     schema: StructType
     format: str
@@ -186,7 +188,7 @@ class RecordBatcher:
         return rows
 
 
-def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+def read_range(bootstrap: str | KafkaConnection, topic: str, partition: int, start: int, end: int, *,
                isolation_level: str = READ_COMMITTED) -> Iterator:
     """Yield kafka-python's records of ``[start, end)``; offsets may have gaps (compaction,
     transaction markers, aborted records)."""
@@ -194,13 +196,13 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
         yield from records
 
 
-def read_range_chunks(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+def read_range_chunks(bootstrap: str | KafkaConnection, topic: str, partition: int, start: int, end: int, *,
                       isolation_level: str = READ_COMMITTED) -> Iterator[list]:
     """kafka-python's records of ``[start, end)``, one list per poll (never empty), in offset order."""
     return _read_polls(bootstrap, topic, partition, start, end, _RECORDS, isolation_level=isolation_level)
 
 
-def read_range_batches(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+def read_range_batches(bootstrap: str | KafkaConnection, topic: str, partition: int, start: int, end: int, *,
                        max_batch_bytes: int | None = None,
                        isolation_level: str = READ_COMMITTED) -> Iterator[list[ColumnBatch]]:
     """The records of ``[start, end)`` as columns (see batch_consumer), one list per poll (never
@@ -247,7 +249,7 @@ def _fetch_bytes(records: int, bytes_per_record: float) -> int:
     return int(min(FETCH_MAX_BYTES, max(FETCH_MIN_BYTES, records * bytes_per_record * 1.1)))
 
 
-def _read_polls(bootstrap: str, topic: str, partition: int, start: int, end: int, shape: _PollShape,
+def _read_polls(bootstrap: str | KafkaConnection, topic: str, partition: int, start: int, end: int, shape: _PollShape,
                 max_batch_bytes: int | None = None, isolation_level: str = READ_COMMITTED) -> Iterator[list]:
     from kafka import TopicPartition
     from kafka.errors import KafkaError
@@ -348,7 +350,7 @@ class _CachedConsumer:
 # consumer's tail; FETCH_MAX_WAIT_MS bounds the wait when it comes sooner.
 CONSUMER_IDLE_S = 60.0  # older ones are closed rather than trusted (brokers drop idle connections)
 CONSUMER_CACHE_SIZE = 8
-_ConsumerKey = tuple[str, str, int, bool, str]  # bootstrap, topic, partition, columnar, isolation level
+_ConsumerKey = tuple[str | KafkaConnection, str, int, bool, str]  # cluster, topic, partition, columnar, isolation
 _consumers: dict[_ConsumerKey, _CachedConsumer] = {}
 _consumers_pid = os.getpid()
 
@@ -368,8 +370,8 @@ def _take_consumer(key: _ConsumerKey) -> _CachedConsumer:
     if key in _consumers:
         return _consumers.pop(key)
     bootstrap, topic, partition, columnar, isolation_level = key
-    return _CachedConsumer((columnar_consumer if columnar else Consumer)(
-        bootstrap_servers=bootstrap,
+    return _CachedConsumer((columnar_consumer if columnar else Consumer)(**client_config(
+        bootstrap,
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="none",  # never jump silently: a missing offset is an error
@@ -378,7 +380,7 @@ def _take_consumer(key: _ConsumerKey) -> _CachedConsumer:
         fetch_max_bytes=16 * 1024 * 1024,
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         isolation_level=isolation_level,
-    ))
+    )))
 
 
 def _give_back(key: _ConsumerKey, cached: _CachedConsumer) -> None:
