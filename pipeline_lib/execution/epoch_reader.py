@@ -12,7 +12,7 @@ from pyspark.sql.types import StructType
 from pipeline_lib.execution.kafka_source import ERROR_DDL, METADATA_DDL, KafkaRangeReader
 from pipeline_lib.kafka_connection import KafkaConnection
 from pipeline_lib.plan.offsets import EpochPlan, group_into_tasks, split_for_parallelism
-from pipeline_lib.spec.models import KafkaSourceSpec
+from pipeline_lib.spec.models import ERROR_COLUMNS, METADATA_COLUMNS, KafkaSourceSpec
 
 
 def source_schema(spark: SparkSession, source: KafkaSourceSpec, tolerant: bool = False) -> StructType:
@@ -27,11 +27,12 @@ def range_reader(bootstrap: str | KafkaConnection, source: KafkaSourceSpec, sche
                  tasks: list[list[tuple[str, int, int, int]]], epoch: int, on_error: str = "fail",
                  max_record_bytes: int = 1 << 20, max_batch_bytes: int | None = None) -> KafkaRangeReader:
     """The reader of one epoch's planned ranges, ``tasks`` per Spark task, for the source's schema."""
-    user_fields = [f for f in schema.fields if not f.name.startswith("_")]
+    user_fields = [f for f in schema.fields if f.name not in METADATA_COLUMNS + ERROR_COLUMNS]
     return KafkaRangeReader(bootstrap=bootstrap, tasks=tasks, schema=schema, format=source.format,
                             fields=[(f.name, f.dataType.simpleString()) for f in user_fields], epoch=epoch,
                             tolerant=on_error != "fail", max_record_bytes=max_record_bytes,
-                            max_batch_bytes=max_batch_bytes, isolation_level=source.isolation_level)
+                            max_batch_bytes=max_batch_bytes, isolation_level=source.isolation_level,
+                            key_encoding=source.key_encoding)
 
 
 def map_tasks(spark: SparkSession, tasks: int, fn: Callable, schema: StructType | str) -> DataFrame:
