@@ -81,15 +81,20 @@ class ColumnBatch:
         """Each record's key bytes (None for a null key), sliced out of the shared buffer."""
         return _slices(self.data, self.key_starts, self.key_lengths)
 
+    def with_headers(self) -> np.ndarray:
+        """The positions of the records that have headers (a v2 record's header count follows its
+        value; a zero byte there is a count of 0)."""
+        if not self.v2 or not len(self):
+            return np.zeros(0, np.int64)
+        counts_at = self.value_starts + np.maximum(self.value_lengths, 0)
+        return np.flatnonzero(np.frombuffer(self.data, np.uint8)[counts_at] != 0)
+
     def headers(self) -> list[list[tuple[bytes, bytes | None]]]:
         """Each record's headers, (key, value) in order (a value may be null); read from the bytes
         after each value, which decode_batch has already checked add up to the record."""
-        if not self.v2 or not len(self):
-            return [[] for _ in range(len(self))]
-        counts_at = self.value_starts + np.maximum(self.value_lengths, 0)
-        buf = np.frombuffer(self.data, np.uint8)
         out: list[list[tuple[bytes, bytes | None]]] = [[] for _ in range(len(self))]
-        for i in np.flatnonzero(buf[counts_at] != 0).tolist():  # a zero byte is a header count of 0
+        counts_at = self.value_starts + np.maximum(self.value_lengths, 0)
+        for i in self.with_headers().tolist():
             out[i] = _read_headers(self.data, int(counts_at[i]))
         return out
 

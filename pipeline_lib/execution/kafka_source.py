@@ -180,7 +180,7 @@ class RecordBatcher:
         its row becomes an error row, unless its value already made it one."""
         if self.key_encoding == "none":
             return pa.nulls(len(offsets), pa.string())
-        keys = pa.array([k for c in chunks for k in c.keys()], pa.binary())
+        keys = pa.concat_arrays([_key_bytes(c) for c in chunks]) if chunks else pa.array([], pa.large_binary())
         if self.key_encoding == "base64":
             return pa.array([None if k is None else base64.b64encode(k).decode("ascii") for k in keys.to_pylist()],
                             pa.string())
@@ -207,10 +207,10 @@ class RecordBatcher:
     def _headers(self, chunks: Sequence[ColumnBatch], n: int) -> pa.Array:
         """The _headers column: a list of (key, value) per record; header keys are decoded as UTF-8
         (Kafka's clients write them from strings), an undecodable byte as U+FFFD."""
-        per_record = [h for c in chunks for h in c.headers()]
-        if not any(per_record):
+        if not any(len(c.with_headers()) for c in chunks):  # the common case: no record has headers
             return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
                                             pa.array([], self.headers_type.value_type), type=self.headers_type)
+        per_record = [h for c in chunks for h in c.headers()]
         return pa.array([[{"key": k.decode("utf-8", "replace"), "value": v} for k, v in headers]
                          for headers in per_record], self.headers_type)
 
@@ -265,6 +265,19 @@ def read_range_batches(bootstrap: str | KafkaConnection, topic: str, partition: 
     cap = max_batch_bytes or max_batch_bytes_for(DEFAULT_MAX_RECORD_BYTES)
     return _read_polls(bootstrap, topic, partition, start, end, _COLUMNS, max_batch_bytes=cap,
                        isolation_level=isolation_level)
+
+
+def _key_bytes(batch: ColumnBatch) -> pa.Array:
+    """The batch's keys as one binary array (null for a null key), gathered with NumPy from the
+    shared buffer rather than sliced one by one."""
+    lengths = np.maximum(batch.key_lengths, 0)
+    offsets = np.zeros(len(batch) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    gather = np.repeat(batch.key_starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+    data = np.frombuffer(batch.data, np.uint8)[gather]
+    valid = pa.py_buffer(np.packbits(batch.key_lengths >= 0, bitorder="little"))  # Arrow's validity bitmap
+    return pa.Array.from_buffers(pa.large_binary(), len(batch), [valid, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=int((batch.key_lengths < 0).sum()))
 
 
 def _timestamps(stamps: np.ndarray) -> pa.Array:
