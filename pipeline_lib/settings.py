@@ -103,6 +103,10 @@ class ConnectionSettings(BaseModel, frozen=True):
             if mechanism not in SASL_MECHANISMS:
                 raise ConfigError(f"{ENV_KAFKA_SASL_MECHANISM} is {self.kafka_sasl_mechanism!r}: choose one of "
                                   f"{', '.join(SASL_MECHANISMS)}")
+            assert self.kafka_sasl_password is not None
+            if PLACEHOLDER.search(self.kafka_sasl_password.get_secret_value()):
+                raise ConfigError(f"{ENV_KAFKA_SASL_PASSWORD} is a placeholder (a change-me value): set the Kafka "
+                                  "user's real password")
         elif given:
             raise ConfigError(f"{', '.join(given)} set but {ENV_KAFKA_SECURITY_PROTOCOL} is {protocol}: set it to "
                               "SASL_SSL (or SASL_PLAINTEXT) to log in")

@@ -86,6 +86,7 @@ def test_a_plain_cluster_needs_no_security_setting():
     ({"PIPELINE_KAFKA_SSL_CAFILE": "/nonexistent/ca.pem"},
      "PIPELINE_KAFKA_SSL_CAFILE: cannot read /nonexistent/ca.pem"),
     ({"PIPELINE_KAFKA_BOOTSTRAP": "k1:9093,k2"}, "PIPELINE_KAFKA_BOOTSTRAP: 'k2' is not host:port"),
+    ({"PIPELINE_KAFKA_SASL_PASSWORD": "change-me"}, "PIPELINE_KAFKA_SASL_PASSWORD is a placeholder"),
 ])
 def test_a_wrong_or_missing_setting_is_refused_naming_its_variable(ca_file, overrides, message):
     with pytest.raises(ConfigError, match="^" + message.replace("(", r"\(")) as caught:
