@@ -95,8 +95,10 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]
 @pytest.fixture(scope="session")
 def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
     """A real Apache Kafka broker (one KRaft node), started once per session when a test asks for
-    it, and stopped by PID at the end (see pipeline_lib/localstack/apache_kafka.py)."""
-    kafka = start_apache_kafka(tmp_path_factory.mktemp("apache-kafka"))
+    it, and stopped by PID at the end (see pipeline_lib/localstack/apache_kafka.py). Besides its
+    PLAINTEXT listener (``bootstrap``) it listens for TLS and SASL over TLS (``security``), so the
+    secured-cluster tests need no broker of their own."""
+    kafka = start_apache_kafka(tmp_path_factory.mktemp("apache-kafka"), secured=True)
     try:
         yield kafka
     finally:

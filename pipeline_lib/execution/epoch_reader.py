@@ -10,8 +10,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from pipeline_lib.execution.kafka_source import ERROR_DDL, METADATA_DDL, KafkaRangeReader
+from pipeline_lib.kafka_connection import KafkaConnection
 from pipeline_lib.plan.offsets import EpochPlan, group_into_tasks, split_for_parallelism
-from pipeline_lib.spec.models import KafkaSourceSpec
+from pipeline_lib.spec.models import ERROR_COLUMNS, METADATA_COLUMNS, KafkaSourceSpec
 
 
 def source_schema(spark: SparkSession, source: KafkaSourceSpec, tolerant: bool = False) -> StructType:
@@ -22,15 +23,16 @@ def source_schema(spark: SparkSession, source: KafkaSourceSpec, tolerant: bool =
     return spark.createDataFrame([], f"{user_ddl}, {METADATA_DDL}{extra}").schema
 
 
-def range_reader(bootstrap: str, source: KafkaSourceSpec, schema: StructType,
+def range_reader(bootstrap: str | KafkaConnection, source: KafkaSourceSpec, schema: StructType,
                  tasks: list[list[tuple[str, int, int, int]]], epoch: int, on_error: str = "fail",
                  max_record_bytes: int = 1 << 20, max_batch_bytes: int | None = None) -> KafkaRangeReader:
     """The reader of one epoch's planned ranges, ``tasks`` per Spark task, for the source's schema."""
-    user_fields = [f for f in schema.fields if not f.name.startswith("_")]
+    user_fields = [f for f in schema.fields if f.name not in METADATA_COLUMNS + ERROR_COLUMNS]
     return KafkaRangeReader(bootstrap=bootstrap, tasks=tasks, schema=schema, format=source.format,
                             fields=[(f.name, f.dataType.simpleString()) for f in user_fields], epoch=epoch,
                             tolerant=on_error != "fail", max_record_bytes=max_record_bytes,
-                            max_batch_bytes=max_batch_bytes, isolation_level=source.isolation_level)
+                            max_batch_bytes=max_batch_bytes, isolation_level=source.isolation_level,
+                            key_encoding=source.key_encoding)
 
 
 def map_tasks(spark: SparkSession, tasks: int, fn: Callable, schema: StructType | str) -> DataFrame:
@@ -44,7 +46,7 @@ def read_tasks(spark: SparkSession, reader: KafkaRangeReader) -> DataFrame:
     return map_tasks(spark, len(reader.tasks), reader, reader.schema)
 
 
-def epoch_range_reader(bootstrap: str, source: KafkaSourceSpec, schema: StructType, plan: EpochPlan,
+def epoch_range_reader(bootstrap: str | KafkaConnection, source: KafkaSourceSpec, schema: StructType, plan: EpochPlan,
                        parallelism: int, on_error: str = "fail", max_record_bytes: int = 1 << 20,
                        max_batch_bytes: int | None = None) -> KafkaRangeReader:
     """The reader of ``plan``'s ranges, cut into ``parallelism`` tasks of about equal sizes."""

@@ -18,6 +18,7 @@ from pipeline_lib.execution.pipeline_runner import EpochReport, PipelineRunner, 
 from pipeline_lib.execution.spark_session import start_spark
 from pipeline_lib.faults import remember_runner_group
 from pipeline_lib.graph import build_graph
+from pipeline_lib.kafka_login import check_login
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec.models import JobSpec
 
@@ -74,7 +75,7 @@ class JobRunner:
                  spark_conf: dict[str, str] | None = None):
         self.spec, self.settings, self.options = spec, settings, options
         self.spark_conf = spark_conf or {}  # --conf: over the spec's spark section
-        settings.require_kafka()
+        check_login(settings.require_kafka())  # a wrong password or CA fails here, before Spark starts
         spec.check_shared_storage(settings.spark_master)
         pipelines = build_graph(spec, options.parallelism).pipelines()
         names = [p.name for p in pipelines]

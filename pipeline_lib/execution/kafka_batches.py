@@ -52,6 +52,7 @@ class ColumnBatch:
     key_lengths: np.ndarray
     value_starts: np.ndarray
     value_lengths: np.ndarray
+    v2: bool = True  # a v2 batch: each value is followed by its record's headers (v0/v1 have none)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -59,12 +60,13 @@ class ColumnBatch:
     @staticmethod
     def empty() -> ColumnBatch:
         """A batch of no records, for a poll that brought none."""
-        return ColumnBatch(b"", *(np.zeros(0, np.int64) for _ in range(6)))
+        none = np.zeros(0, np.int64)
+        return ColumnBatch(b"", none, none, none, none, none, none)
 
     def take(self, lo: int, hi: int) -> ColumnBatch:
         """Records ``lo..hi-1`` (positions, not offsets); shares the bytes."""
         return ColumnBatch(self.data, self.offsets[lo:hi], self.timestamps[lo:hi], self.key_starts[lo:hi],
-                           self.key_lengths[lo:hi], self.value_starts[lo:hi], self.value_lengths[lo:hi])
+                           self.key_lengths[lo:hi], self.value_starts[lo:hi], self.value_lengths[lo:hi], self.v2)
 
     def between(self, start: int, end: int) -> ColumnBatch:
         """The records with ``start <= offset < end``."""
@@ -79,9 +81,40 @@ class ColumnBatch:
         """Each record's key bytes (None for a null key), sliced out of the shared buffer."""
         return _slices(self.data, self.key_starts, self.key_lengths)
 
+    def with_headers(self) -> np.ndarray:
+        """The positions of the records that have headers (a v2 record's header count follows its
+        value; a zero byte there is a count of 0)."""
+        if not self.v2 or not len(self):
+            return np.zeros(0, np.int64)
+        counts_at = self.value_starts + np.maximum(self.value_lengths, 0)
+        return np.flatnonzero(np.frombuffer(self.data, np.uint8)[counts_at] != 0)
+
+    def headers(self) -> list[list[tuple[bytes, bytes | None]]]:
+        """Each record's headers, (key, value) in order (a value may be null); read from the bytes
+        after each value, which decode_batch has already checked add up to the record."""
+        out: list[list[tuple[bytes, bytes | None]]] = [[] for _ in range(len(self))]
+        counts_at = self.value_starts + np.maximum(self.value_lengths, 0)
+        for i in self.with_headers().tolist():
+            out[i] = _read_headers(self.data, int(counts_at[i]))
+        return out
+
     def sizes(self) -> np.ndarray:
         """Key plus value bytes of each record (a null counts 0)."""
         return np.maximum(self.key_lengths, 0) + np.maximum(self.value_lengths, 0)
+
+
+def _read_headers(data: bytes, pos: int) -> list[tuple[bytes, bytes | None]]:
+    raw, pos = _varint_at(data, pos, len(data), "header count")
+    headers = []
+    for _ in range((raw >> 1) ^ -(raw & 1)):
+        parts = []
+        for part in ("header key", "header value"):
+            raw, pos = _varint_at(data, pos, len(data), part)
+            length = (raw >> 1) ^ -(raw & 1)
+            parts.append(data[pos:pos + length] if length >= 0 else None)
+            pos += max(length, 0)
+        headers.append((parts[0] or b"", parts[1]))
+    return headers
 
 
 def _slices(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> list[bytes | None]:
@@ -156,7 +189,7 @@ def decode_legacy_batch(batch: LegacyRecordBatch, max_bytes: int = DEFAULT_MAX_B
     offsets = [r[0] for r in records]
     stamps = [r[1] for r in records]
     arrays = [np.array(a, np.int64) for a in (offsets, stamps, key_starts, key_lengths, value_starts, value_lengths)]
-    return ColumnBatch(bytes(data), *arrays)
+    return ColumnBatch(bytes(data), arrays[0], arrays[1], arrays[2], arrays[3], arrays[4], arrays[5], v2=False)
 
 
 def _legacy_wrapped(batch: LegacyRecordBatch, key_offset: int) -> memoryview:

@@ -15,6 +15,7 @@ the consumer's position passes the range's end, whether or not a record sat at t
 
 from __future__ import annotations
 
+import base64
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -37,8 +38,14 @@ from pipeline_lib.execution.kafka_batches import ColumnBatch
 from pipeline_lib.execution.record_decoding import BRACKET_FREE_BYTES, FastJsonDecoder, StringRecordDecoder
 from pipeline_lib.execution.worker_heap import freeze_imported_heap
 from pipeline_lib.faults import fault_point
+from pipeline_lib.kafka_connection import KafkaConnection, client_config
 
-METADATA_DDL = "_topic string, _partition int, _offset long, _timestamp_ms long"
+# The record's metadata after its fields (spec.models.METADATA_COLUMNS): where it was read, its
+# timestamp (in milliseconds, and as a timestamp, null for a v0 message, which has none), its key
+# (see key_encoding) and its headers in order (a key may repeat).
+METADATA_DDL = ("_topic string, _partition int, _offset long, _timestamp_ms long, _timestamp timestamp, "
+                "_key string, _headers array<struct<key: string, value: binary>>")
+KEY_ENCODINGS = ("utf8", "base64", "none")
 ERROR_DDL = "_error string, _raw binary"  # only with on_error: dead_letter | skip
 STALL_TIMEOUT_S = 60.0
 POLL_MAX_RECORDS = 10_000  # records per poll of kafka-python's records (the columnar read counts batches)
@@ -56,9 +63,10 @@ class KafkaRangeReader:
     without starting Python processes on the driver, and nothing has to be registered when the
     session starts, which keeps both out of start-up and the first query.
     ``tolerant`` (on_error dead_letter | skip): a bad record becomes a row with ``_error`` and
-    ``_raw`` set instead of failing the task."""
+    ``_raw`` set instead of failing the task. ``bootstrap`` carries the cluster's security
+    settings (a KafkaConnection) to the executors inside the pickled function."""
 
-    bootstrap: str
+    bootstrap: str | KafkaConnection
     tasks: list[list[tuple[str, int, int, int]]]
     schema: StructType
     format: str
@@ -68,6 +76,7 @@ class KafkaRangeReader:
     max_record_bytes: int
     max_batch_bytes: int | None = None  # what one Kafka batch may decompress to; None: max_batch_bytes_for
     isolation_level: str = READ_COMMITTED  # or read_uncommitted (the source's isolation_level)
+    key_encoding: str = "utf8"  # how a key becomes _key (KEY_ENCODINGS; the source's key_encoding)
 
     def __call__(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The ``mapInArrow`` function: read every range of the tasks this partition holds."""
@@ -91,7 +100,7 @@ class KafkaRangeReader:
         fault_point("during_read", self.epoch)
         for topic, kafka_partition, start, end in ranges:
             batches = RecordBatcher(self.schema, self.format, self.fields, self.tolerant, self.max_record_bytes,
-                                    topic, kafka_partition)
+                                    topic, kafka_partition, self.key_encoding)
             cap = self.max_batch_bytes or max_batch_bytes_for(self.max_record_bytes)
             for columns in read_range_batches(self.bootstrap, topic, kafka_partition, start, end,
                                               max_batch_bytes=cap, isolation_level=self.isolation_level):
@@ -101,8 +110,8 @@ class KafkaRangeReader:
 class RecordBatcher:
     """Records of one Kafka partition (ColumnBatch es) → Arrow record batches of the reader's schema.
 
-    Gives exactly what PySpark makes of the same records as Python rows (user fields, then
-    _topic, _partition, _offset, _timestamp_ms, then _error/_raw when tolerant): the same Arrow
+    Gives exactly what PySpark makes of the same records as Python rows (user fields, then the
+    metadata of METADATA_DDL, then _error/_raw when tolerant): the same Arrow
     schema (the one the worker checks a batch against), PySpark's own per-type value converters
     for the types that need one, and ``RecordBatch.from_arrays`` over the same Python values,
     without a Python row per record. When no record needs a closer look (all values present,
@@ -111,7 +120,7 @@ class RecordBatcher:
     """
 
     def __init__(self, schema: StructType, fmt: str, fields: list[tuple[str, str]], tolerant: bool,
-                 max_record_bytes: int, topic: str, partition: int):
+                 max_record_bytes: int, topic: str, partition: int, key_encoding: str = "utf8"):
         from pyspark.sql.conversion import LocalDataToArrowConversion
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -124,6 +133,10 @@ class RecordBatcher:
         ]
         self.topic, self.partition = topic, partition
         self.tolerant, self.max_record_bytes = tolerant, max_record_bytes
+        if key_encoding not in KEY_ENCODINGS:
+            raise ValueError(f"key_encoding {key_encoding!r} is not one of {KEY_ENCODINGS}")
+        self.key_encoding = key_encoding
+        self.headers_type = self.arrow_schema.field("_headers").type
         self.decode_all = None
         if fmt == "json":
             json_decoder = FastJsonDecoder(fields)
@@ -150,14 +163,56 @@ class RecordBatcher:
         if rows is None:  # record by record: the first bad one raises, or becomes an error row
             rows = self._rows_one_by_one(offsets, keys, values, sizes, errors, raws)
         n = len(offsets)
+        record_keys = self._record_keys(chunks, offsets, values, rows, errors, raws)
         columns: list[Any] = [list(c) for c in zip(*rows)] if rows else [[] for _ in range(self.width)]
-        columns += [pa.repeat(topic, n), pa.repeat(pa.scalar(partition, pa.int32()), n), offsets, stamps]
+        columns += [pa.repeat(topic, n), pa.repeat(pa.scalar(partition, pa.int32()), n), offsets, stamps,
+                    _timestamps(stamps), record_keys, self._headers(chunks, n)]
         if self.tolerant:
             columns += [errors, raws]
         for i, convert in enumerate(self.converters):
             if convert is not None and isinstance(columns[i], list):  # metadata columns are arrays already
                 columns[i] = [convert(v) for v in columns[i]]
         return pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
+
+    def _record_keys(self, chunks: Sequence[ColumnBatch], offsets: np.ndarray, values: list, rows: list,
+                     errors: list, raws: list) -> pa.Array:
+        """The _key column. Under utf8, a key that is not UTF-8 is a bad record: it raises, or (tolerant)
+        its row becomes an error row, unless its value already made it one."""
+        if self.key_encoding == "none":
+            return pa.nulls(len(offsets), pa.string())
+        keys = pa.concat_arrays([_key_bytes(c) for c in chunks]) if chunks else pa.array([], pa.large_binary())
+        if self.key_encoding == "base64":
+            return pa.array([None if k is None else base64.b64encode(k).decode("ascii") for k in keys.to_pylist()],
+                            pa.string())
+        try:
+            return keys.cast(pa.string())  # checks every key is UTF-8, in one pass
+        except pa.ArrowInvalid:
+            pass
+        decoded: list[str | None] = []
+        empty = (None,) * self.width
+        for i, key in enumerate(keys.to_pylist()):
+            try:
+                decoded.append(None if key is None else key.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                error = RecordError(self.topic, self.partition, int(offsets[i]),
+                                    f"key is not UTF-8 ({exc.reason} at byte {exc.start}): set the source's "
+                                    "key_encoding to base64 (or none) to read binary keys")
+                if not self.tolerant:
+                    raise error from None
+                decoded.append(None)
+                if errors[i] is None:
+                    rows[i], errors[i], raws[i] = empty, error.reason, values[i]
+        return pa.array(decoded, pa.string())
+
+    def _headers(self, chunks: Sequence[ColumnBatch], n: int) -> pa.Array:
+        """The _headers column: a list of (key, value) per record; header keys are decoded as UTF-8
+        (Kafka's clients write them from strings), an undecodable byte as U+FFFD."""
+        if not any(len(c.with_headers()) for c in chunks):  # the common case: no record has headers
+            return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
+                                            pa.array([], self.headers_type.value_type), type=self.headers_type)
+        per_record = [h for c in chunks for h in c.headers()]
+        return pa.array([[{"key": k.decode("utf-8", "replace"), "value": v} for k, v in headers]
+                         for headers in per_record], self.headers_type)
 
     def _all_rows(self, chunks: Sequence[ColumnBatch], values: list) -> list[tuple] | None:
         """Every row in one go when no record needs a closer look, else None."""
@@ -186,7 +241,7 @@ class RecordBatcher:
         return rows
 
 
-def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+def read_range(bootstrap: str | KafkaConnection, topic: str, partition: int, start: int, end: int, *,
                isolation_level: str = READ_COMMITTED) -> Iterator:
     """Yield kafka-python's records of ``[start, end)``; offsets may have gaps (compaction,
     transaction markers, aborted records)."""
@@ -194,13 +249,13 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
         yield from records
 
 
-def read_range_chunks(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+def read_range_chunks(bootstrap: str | KafkaConnection, topic: str, partition: int, start: int, end: int, *,
                       isolation_level: str = READ_COMMITTED) -> Iterator[list]:
     """kafka-python's records of ``[start, end)``, one list per poll (never empty), in offset order."""
     return _read_polls(bootstrap, topic, partition, start, end, _RECORDS, isolation_level=isolation_level)
 
 
-def read_range_batches(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+def read_range_batches(bootstrap: str | KafkaConnection, topic: str, partition: int, start: int, end: int, *,
                        max_batch_bytes: int | None = None,
                        isolation_level: str = READ_COMMITTED) -> Iterator[list[ColumnBatch]]:
     """The records of ``[start, end)`` as columns (see batch_consumer), one list per poll (never
@@ -210,6 +265,24 @@ def read_range_batches(bootstrap: str, topic: str, partition: int, start: int, e
     cap = max_batch_bytes or max_batch_bytes_for(DEFAULT_MAX_RECORD_BYTES)
     return _read_polls(bootstrap, topic, partition, start, end, _COLUMNS, max_batch_bytes=cap,
                        isolation_level=isolation_level)
+
+
+def _key_bytes(batch: ColumnBatch) -> pa.Array:
+    """The batch's keys as one binary array (null for a null key), gathered with NumPy from the
+    shared buffer rather than sliced one by one."""
+    lengths = np.maximum(batch.key_lengths, 0)
+    offsets = np.zeros(len(batch) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    gather = np.repeat(batch.key_starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+    data = np.frombuffer(batch.data, np.uint8)[gather]
+    valid = pa.py_buffer(np.packbits(batch.key_lengths >= 0, bitorder="little"))  # Arrow's validity bitmap
+    return pa.Array.from_buffers(pa.large_binary(), len(batch), [valid, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=int((batch.key_lengths < 0).sum()))
+
+
+def _timestamps(stamps: np.ndarray) -> pa.Array:
+    """Milliseconds as Spark's timestamps (microseconds, UTC); a v0 message's NO_TIMESTAMP (-1) is null."""
+    return pa.array(stamps * 1000, pa.timestamp("us", tz="UTC"), mask=stamps < 0)
 
 
 def max_batch_bytes_for(max_record_bytes: int) -> int:
@@ -247,7 +320,7 @@ def _fetch_bytes(records: int, bytes_per_record: float) -> int:
     return int(min(FETCH_MAX_BYTES, max(FETCH_MIN_BYTES, records * bytes_per_record * 1.1)))
 
 
-def _read_polls(bootstrap: str, topic: str, partition: int, start: int, end: int, shape: _PollShape,
+def _read_polls(bootstrap: str | KafkaConnection, topic: str, partition: int, start: int, end: int, shape: _PollShape,
                 max_batch_bytes: int | None = None, isolation_level: str = READ_COMMITTED) -> Iterator[list]:
     from kafka import TopicPartition
     from kafka.errors import KafkaError
@@ -348,7 +421,7 @@ class _CachedConsumer:
 # consumer's tail; FETCH_MAX_WAIT_MS bounds the wait when it comes sooner.
 CONSUMER_IDLE_S = 60.0  # older ones are closed rather than trusted (brokers drop idle connections)
 CONSUMER_CACHE_SIZE = 8
-_ConsumerKey = tuple[str, str, int, bool, str]  # bootstrap, topic, partition, columnar, isolation level
+_ConsumerKey = tuple[str | KafkaConnection, str, int, bool, str]  # cluster, topic, partition, columnar, isolation
 _consumers: dict[_ConsumerKey, _CachedConsumer] = {}
 _consumers_pid = os.getpid()
 
@@ -368,8 +441,8 @@ def _take_consumer(key: _ConsumerKey) -> _CachedConsumer:
     if key in _consumers:
         return _consumers.pop(key)
     bootstrap, topic, partition, columnar, isolation_level = key
-    return _CachedConsumer((columnar_consumer if columnar else Consumer)(
-        bootstrap_servers=bootstrap,
+    return _CachedConsumer((columnar_consumer if columnar else Consumer)(**client_config(
+        bootstrap,
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="none",  # never jump silently: a missing offset is an error
@@ -378,7 +451,7 @@ def _take_consumer(key: _ConsumerKey) -> _CachedConsumer:
         fetch_max_bytes=16 * 1024 * 1024,
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         isolation_level=isolation_level,
-    ))
+    )))
 
 
 def _give_back(key: _ConsumerKey, cached: _CachedConsumer) -> None:

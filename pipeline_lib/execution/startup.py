@@ -31,6 +31,7 @@ from pyspark.sql.types import StructType
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.transforms import apply_transforms
+from pipeline_lib.kafka_connection import KafkaConnection
 from pipeline_lib.plan.keygroups import key_group_range
 
 log = logging.getLogger(__name__)
@@ -94,21 +95,24 @@ def executor_name() -> str:
         return f"executor ({where})"
 
 
-def _source_on_start(index: int, bootstrap: str, topic: str, parallelism: int, timeout_ms: int,
+def _source_on_start(index: int, kafka: str | KafkaConnection, topic: str, parallelism: int, timeout_ms: int,
                      driver_versions: Versions):
     """Runs on an executor: check it has the driver's versions, connect to Kafka and find this
     subtask's partitions."""
     try:
         from pipeline_lib.faults import fault_point  # the executors must have the library
         from pipeline_lib.kafka_clients import Consumer
+        from pipeline_lib.kafka_connection import client_config
+        from pipeline_lib.kafka_login import check_login
 
         mismatch = version_mismatch(driver_versions, library_versions(), executor_name())
         if mismatch:
             return [(index, False, mismatch)]
         fault_point("during_startup")
 
-        consumer = Consumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                 client_id=f"pipeline-lib-start-{index}", request_timeout_ms=timeout_ms)
+        check_login(kafka, timeout_s=timeout_ms / 1000)  # this executor reaches, trusts and logs in to the cluster
+        consumer = Consumer(**client_config(kafka, group_id=None, enable_auto_commit=False,
+                                            client_id=f"pipeline-lib-start-{index}", request_timeout_ms=timeout_ms))
         try:
             partitions = sorted(consumer.partitions_for_topic(topic) or [])
         finally:
@@ -122,7 +126,7 @@ def _source_on_start(index: int, bootstrap: str, topic: str, parallelism: int, t
         return [(index, False, text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}")]
 
 
-def start_source_subtasks(spark, bootstrap: str, source_vertex: str, topic: str, parallelism: int,
+def start_source_subtasks(spark, kafka: str | KafkaConnection, source_vertex: str, topic: str, parallelism: int,
                           timeout_s: float, pool: str | None = None) -> list[SubtaskCheck]:
     """One Spark task per source subtask, in the FAIR scheduler ``pool`` of its pipeline;
     cancelled (and reported) when the deadline passes."""
@@ -136,7 +140,7 @@ def start_source_subtasks(spark, bootstrap: str, source_vertex: str, topic: str,
     timer.start()
     try:
         rows = (sc.parallelize(range(parallelism), parallelism)
-                .mapPartitionsWithIndex(lambda i, _: _source_on_start(i, bootstrap, topic, parallelism, timeout_ms,
+                .mapPartitionsWithIndex(lambda i, _: _source_on_start(i, kafka, topic, parallelism, timeout_ms,
                                                                       versions))
                 .collect())
     except Exception as exc:

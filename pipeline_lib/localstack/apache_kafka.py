@@ -6,24 +6,33 @@ one. Its jars come from Maven Central through ``tools/kafka-broker/pom.xml`` int
 directory reused between runs (no jars in git); the storage is formatted with Kafka's own
 StorageTool, the broker runs as ``java -cp JARS/* kafka.Kafka server.properties`` on two free
 ports and is stopped by PID.
+
+With ``secured=True`` it also listens for TLS (``SSL``) and for SASL over TLS (``SASL_SSL``:
+PLAIN and SCRAM-SHA-256/512), with a CA and a broker certificate made in its data directory
+(tls_files) and one user whose random password is set for every mechanism. The password reaches
+the broker through 0600 files (server.properties' JAAS line for PLAIN) except for SCRAM, whose
+credentials Kafka's StorageTool only takes as a ``--add-scram`` argument at format time: it is in
+that short-lived process's argv, visible to local users of the machine, for test passwords only.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline_lib.localstack.broker import broker_ready
 from pipeline_lib.localstack.maven_jars import cache_dir, fetch_pom_jars, pom_property
 from pipeline_lib.localstack.ports import LOCALHOST, free_port
 from pipeline_lib.localstack.processes import StackError, start_daemon, stop_pid, wait_until_ready
+from pipeline_lib.localstack.tls_files import TlsFiles, make_tls_files
 
 POM = Path(__file__).resolve().parents[2] / "tools" / "kafka-broker" / "pom.xml"
 # A small heap and the serial collector: a test broker on a 2-core machine shared with Spark.
@@ -57,6 +66,32 @@ def fetch_jars(*, timeout: float = 900.0) -> Path:
     return fetch_pom_jars(POM, jars_dir(), "kafka_2.13-*.jar", timeout=timeout)
 
 
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SCRAM_ITERATIONS = 8192
+
+
+@dataclass(frozen=True)
+class BrokerSecurity:
+    """The secured listeners of a broker: their ports, the TLS files (``tls.ca_cert`` is what a
+    client trusts) and the one SASL user, valid for PLAIN and both SCRAM mechanisms."""
+
+    ssl_port: int
+    sasl_ssl_port: int
+    tls: TlsFiles
+    username: str
+    password: str = field(repr=False)
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        """The TLS listener (no SASL)."""
+        return f"{LOCALHOST}:{self.ssl_port}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        """The SASL over TLS listener."""
+        return f"{LOCALHOST}:{self.sasl_ssl_port}"
+
+
 @dataclass(frozen=True)
 class ApacheKafka:
     """A running broker: where clients connect, and what is needed to stop it."""
@@ -68,6 +103,7 @@ class ApacheKafka:
     java: str
     version: str
     ready_seconds: float  # from starting the JVM (after formatting) to a client's first metadata answer
+    security: BrokerSecurity | None = None  # the TLS and SASL listeners, when started with secured=True
 
     @property
     def bootstrap(self) -> str:
@@ -80,18 +116,25 @@ class ApacheKafka:
         return self.data_dir / "kafka.log"
 
 
-def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+def server_properties(data_dir: Path, port: int, controller_port: int, security: BrokerSecurity | None = None) -> str:
     """One node as broker and controller, listening on 127.0.0.1 only; replication factors of 1
-    for the internal topics (offsets, transactions, share groups), which default to 3."""
+    for the internal topics (offsets, transactions, share groups), which default to 3. The broker
+    and controller talk PLAINTEXT to each other; clients may also use ``security``'s listeners."""
+    listeners = [f"PLAINTEXT://{LOCALHOST}:{port}"]
+    protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+    if security is not None:
+        listeners += [f"SSL://{security.ssl_bootstrap}", f"SASL_SSL://{security.sasl_ssl_bootstrap}"]
+        protocols += ["SSL:SSL", "SASL_SSL:SASL_SSL"]
     return "\n".join([
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.bootstrap.servers={LOCALHOST}:{controller_port}",
-        f"listeners=PLAINTEXT://{LOCALHOST}:{port},CONTROLLER://{LOCALHOST}:{controller_port}",
-        f"advertised.listeners=PLAINTEXT://{LOCALHOST}:{port}",
+        f"listeners={','.join(listeners)},CONTROLLER://{LOCALHOST}:{controller_port}",
+        f"advertised.listeners={','.join(listeners)}",
         "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"listener.security.protocol.map={','.join(protocols)}",
+        *(_security_properties(security) if security is not None else []),
         f"log.dirs={data_dir / 'log'}",
         "num.partitions=1",
         "num.network.threads=2",
@@ -108,6 +151,46 @@ def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
     ])
 
 
+def _security_properties(security: BrokerSecurity) -> list[str]:
+    """TLS from PEM files, SASL PLAIN (its users in the JAAS line) and SCRAM (users in the
+    metadata log, added at format time)."""
+    plain = (f'org.apache.kafka.common.security.plain.PlainLoginModule required '
+             f'user_{security.username}="{security.password}";')
+    return [
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={security.tls.broker_chain.parent / 'broker-keystore.pem'}",
+        "ssl.client.auth=none",
+        f"sasl.enabled.mechanisms={','.join(SASL_MECHANISMS)}",
+        f"listener.name.sasl_ssl.plain.sasl.jaas.config={plain}",
+        "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config="
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+    ]
+
+
+def _make_security(data_dir: Path, exclude: set[int]) -> BrokerSecurity:
+    """Certificates in ``data_dir/tls``, a PEM keystore (key, then chain), two free ports and a
+    user with a random password."""
+    tls = make_tls_files(data_dir / "tls")
+    keystore = tls.broker_chain.parent / "broker-keystore.pem"
+    keystore.write_text(tls.broker_key.read_text() + tls.broker_chain.read_text())
+    os.chmod(keystore, 0o600)
+    ssl_port = free_port(exclude=exclude)
+    sasl_port = free_port(exclude={*exclude, ssl_port})
+    return BrokerSecurity(ssl_port, sasl_port, tls, "pipeline", secrets.token_urlsafe(18))
+
+
+def _scram_arguments(security: BrokerSecurity) -> list[str]:
+    return [arg for mechanism in SASL_MECHANISMS if mechanism.startswith("SCRAM")
+            for arg in ("--add-scram", f"{mechanism}=[name={security.username},password={security.password},"
+                                       f"iterations={SCRAM_ITERATIONS}]")]
+
+
+def _hidden(text: str, security: BrokerSecurity | None) -> str:
+    return text.replace(security.password, "***") if security is not None else text
+
+
 def _java() -> str:
     java = shutil.which("java")
     if java is None:
@@ -120,26 +203,29 @@ def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def start_apache_kafka(data_dir: Path, *, timeout: float = 120.0) -> ApacheKafka:
+def start_apache_kafka(data_dir: Path, *, timeout: float = 120.0, secured: bool = False) -> ApacheKafka:
     """Fetch (or reuse) the jars, format a fresh KRaft log in ``data_dir`` and start the broker;
     return once a Kafka client gets metadata. On failure the JVM is stopped and StackError quotes
-    the log."""
+    the log. ``secured``: also the SSL and SASL_SSL listeners (BrokerSecurity)."""
     jars = fetch_jars()
     java, version = _java(), kafka_version()
     data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     controller_port = free_port(exclude={port})
+    security = _make_security(data_dir, {port, controller_port}) if secured else None
     config = data_dir / "server.properties"
-    config.write_text(server_properties(data_dir, port, controller_port))
+    config.touch(mode=0o600)  # it holds the PLAIN user's password when secured
+    config.write_text(server_properties(data_dir, port, controller_port, security))
     (data_dir / "log4j2.properties").write_text(LOG4J2)
     jvm = [java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={data_dir / 'log4j2.properties'}",
            "-cp", f"{jars}/*"]
     formatted = subprocess.run([*jvm, "kafka.tools.StorageTool", "format", "--standalone",
-                                "-t", _cluster_id(), "-c", str(config)],
+                                "-t", _cluster_id(), "-c", str(config),
+                                *(_scram_arguments(security) if security is not None else [])],
                                capture_output=True, text=True, timeout=timeout, check=False)
     if formatted.returncode != 0:
         raise StackError(f"formatting Kafka's storage failed (exit {formatted.returncode}):\n"
-                         f"{(formatted.stdout + formatted.stderr)[-3000:]}")
+                         f"{_hidden((formatted.stdout + formatted.stderr)[-3000:], security)}")
     log_path = data_dir / "kafka.log"
     started = time.monotonic()
     pid = start_daemon([*jvm, "kafka.Kafka", str(config)], log_path, cwd=data_dir,
@@ -150,7 +236,7 @@ def start_apache_kafka(data_dir: Path, *, timeout: float = 120.0) -> ApacheKafka
     except BaseException:
         stop_pid(pid, java)
         raise
-    return ApacheKafka(data_dir, port, controller_port, pid, java, version, time.monotonic() - started)
+    return ApacheKafka(data_dir, port, controller_port, pid, java, version, time.monotonic() - started, security)
 
 
 def stop_apache_kafka(kafka: ApacheKafka, *, timeout: float = 30.0) -> bool:

@@ -5,6 +5,9 @@ without touching the broker address. These are the default ids; a spec's ``airfl
 names others for a job that reads another cluster:
 
 * ``pipeline_kafka``: ``host``/``port`` of one broker, or ``extra.bootstrap_servers`` for a list;
+  for a secured cluster ``login``/``password`` = SASL user and password, ``extra.security_protocol``
+  (``SSL``, ``SASL_SSL``...), ``extra.sasl_mechanism`` and ``extra.ssl_cafile`` (a PEM file on the
+  machine that runs the job);
 * ``pipeline_s3``: ``host`` = endpoint URL (``http://minio:9000``), ``login`` = access key,
   ``password`` = secret key, ``extra.region_name``;
 * ``pipeline_spark``: ``host``/``port`` of a standalone master (``spark://spark-master:7077``).
@@ -81,6 +84,25 @@ def kafka_bootstrap(conn: ConnectionLike) -> str | None:
     return _host_port(conn, None)
 
 
+KAFKA_EXTRAS = {"security_protocol": "kafka_security_protocol", "sasl_mechanism": "kafka_sasl_mechanism",
+                "ssl_cafile": "kafka_ssl_cafile"}
+
+
+def kafka_security(conn: ConnectionLike) -> dict[str, Any]:
+    """The security settings a Kafka connection sets (its SASL user and password, and the
+    ``KAFKA_EXTRAS`` of its extra), as ConnectionSettings fields; what it leaves blank is absent."""
+    values: dict[str, Any] = {}
+    extra = _extra(conn)
+    for key, name in KAFKA_EXTRAS.items():
+        if value := str(extra.get(key) or "").strip():
+            values[name] = value
+    if login := (conn.login or "").strip():
+        values["kafka_sasl_username"] = login
+    if conn.password:
+        values["kafka_sasl_password"] = SecretStr(conn.password)
+    return values
+
+
 def settings_from_connections(
     lookup: Callable[[str], ConnectionLike | None],
     env: Mapping[str, str] | None = None,
@@ -94,8 +116,10 @@ def settings_from_connections(
     values = base.model_dump()
 
     kafka = lookup(ids.kafka)
-    if kafka is not None and (bootstrap := kafka_bootstrap(kafka)):
-        values["kafka_bootstrap"] = bootstrap
+    if kafka is not None:
+        if bootstrap := kafka_bootstrap(kafka):
+            values["kafka_bootstrap"] = bootstrap
+        values.update(kafka_security(kafka))
 
     s3 = next((conn for conn_id in (s3_conn_ids or (ids.s3,)) if (conn := lookup(conn_id)) is not None), None)
     if s3 is not None:

@@ -26,11 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.logs import scrub
 from pipeline_lib.orchestration.launch_request import LaunchRequest
 from pipeline_lib.settings import (
     ENV_KAFKA_BOOTSTRAP,
+    ENV_KAFKA_SASL_MECHANISM,
+    ENV_KAFKA_SASL_PASSWORD,
+    ENV_KAFKA_SASL_USERNAME,
+    ENV_KAFKA_SECURITY_PROTOCOL,
+    ENV_KAFKA_SSL_CAFILE,
     ENV_S3_ACCESS_KEY,
     ENV_S3_ENDPOINT,
     ENV_S3_REGION,
@@ -111,6 +118,10 @@ def inherited_env(base: Mapping[str, str]) -> dict[str, str]:
             if name in INHERITED_NAMES or name.startswith(INHERITED_PREFIXES)}
 
 
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value else None
+
+
 def launch_env(settings: ConnectionSettings, base: Mapping[str, str] | None = None,
                python: str = sys.executable) -> dict[str, str]:
     """The child's environment: the allowlisted part of the worker's (``inherited_env``), and the
@@ -118,6 +129,11 @@ def launch_env(settings: ConnectionSettings, base: Mapping[str, str] | None = No
     env = inherited_env(os.environ if base is None else base)
     values = {
         ENV_KAFKA_BOOTSTRAP: settings.kafka_bootstrap,
+        ENV_KAFKA_SECURITY_PROTOCOL: settings.kafka_security_protocol,
+        ENV_KAFKA_SASL_MECHANISM: settings.kafka_sasl_mechanism,
+        ENV_KAFKA_SASL_USERNAME: settings.kafka_sasl_username,
+        ENV_KAFKA_SASL_PASSWORD: _secret(settings.kafka_sasl_password),
+        ENV_KAFKA_SSL_CAFILE: settings.kafka_ssl_cafile,
         ENV_S3_ENDPOINT: settings.s3_endpoint,
         ENV_S3_ACCESS_KEY: settings.s3_access_key.get_secret_value() if settings.s3_access_key else None,
         ENV_S3_SECRET_KEY: settings.s3_secret_key.get_secret_value() if settings.s3_secret_key else None,

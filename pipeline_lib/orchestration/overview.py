@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.errors import PipelineError
 from pipeline_lib.graph import build_graph
 from pipeline_lib.orchestration.job_specs import job_dag_id, load_spec_folder
 from pipeline_lib.orchestration.snapshot_rows import newest_snapshots
@@ -181,9 +182,12 @@ def _fill_lag(views: list[PipelineView], settings: ConnectionSettings, deadline:
             v.lag_note = NOT_READ
         return
     try:
+        from pipeline_lib.kafka_login import LOGIN_TIMEOUT_S, check_login
         from pipeline_lib.plan import kafka_offsets
 
-        with kafka_offsets.offsets_consumer(settings.kafka_bootstrap) as consumer:
+        kafka = settings.require_kafka()
+        check_login(kafka, timeout_s=max(1.0, min(LOGIN_TIMEOUT_S, deadline - time.monotonic())))
+        with kafka_offsets.offsets_consumer(kafka) as consumer:
             for v in views:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -202,4 +206,6 @@ def _fill_lag(views: list[PipelineView], settings: ConnectionSettings, deadline:
                     v.lag_note = f"lag unknown: {str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}"
     except Exception as exc:
         for v in views:
-            v.lag_note = v.lag_note or f"broker unreachable: {type(exc).__name__}"
+            # the login check's and the settings' errors name what is wrong and hold no secret
+            why = str(exc)[:200] if isinstance(exc, PipelineError) else type(exc).__name__
+            v.lag_note = v.lag_note or f"broker unreachable: {why}"

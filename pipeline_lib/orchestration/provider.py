@@ -29,12 +29,20 @@ CONNECTION_TYPES: dict[str, dict[str, Any]] = {
         "default_conn_id": CONN_KAFKA,
         "hook": "PipelineKafkaHook",
         "hook_name": "pipeline-lib Kafka",
-        "fields": {"bootstrap_servers": _text(
-            "Bootstrap servers", "host:port of several brokers, comma-separated; wins over Host and Port")},
+        "fields": {
+            "bootstrap_servers": _text(
+                "Bootstrap servers", "host:port of several brokers, comma-separated; wins over Host and Port"),
+            "security_protocol": _text("Security protocol", "PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL"),
+            "sasl_mechanism": _text("SASL mechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with SASL_*)"),
+            "ssl_cafile": _text("CA certificate file", "a PEM file on the machine that runs the job; default: the "
+                                                       "system's trusted CAs"),
+        },
         "behaviour": {
-            "hidden_fields": ["schema", "login", "password", "extra"],
-            "relabeling": {"host": "Broker host", "port": "Broker port"},
-            "placeholders": {"host": "kafka", "port": "9092", "bootstrap_servers": "k1:9092,k2:9092"},
+            "hidden_fields": ["schema", "extra"],
+            "relabeling": {"host": "Broker host", "port": "Broker port", "login": "SASL user name",
+                           "password": "SASL password"},
+            "placeholders": {"host": "kafka", "port": "9092", "bootstrap_servers": "k1:9092,k2:9092",
+                             "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512"},
         },
     },
     "pipeline_lib_s3": {

@@ -24,6 +24,7 @@ from kafka.errors import KafkaError
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.kafka_clients import last_stable_offset, watermark_consumer
+from pipeline_lib.kafka_connection import KafkaConnection, client_config
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +33,12 @@ READ_COMMITTED = "read_committed"
 
 
 @contextmanager
-def offsets_consumer(bootstrap: str, isolation_level: str = READ_COMMITTED) -> Iterator[KafkaConsumer]:
-    """A consumer for offset look-ups only (no group, no commits, tiny fetches); closed on exit.
-    Its ``isolation_level`` decides which end confirmed_end_offsets gives."""
-    consumer = watermark_consumer(
-        bootstrap_servers=bootstrap,
+def offsets_consumer(kafka: str | KafkaConnection, isolation_level: str = READ_COMMITTED) -> Iterator[KafkaConsumer]:
+    """A consumer of ``kafka`` (a bootstrap address, or one with its security settings) for offset
+    look-ups only (no group, no commits, tiny fetches); closed on exit. Its ``isolation_level``
+    decides which end confirmed_end_offsets gives."""
+    consumer = watermark_consumer(**client_config(
+        kafka,
         group_id=None,
         enable_auto_commit=False,
         client_id="pipeline-lib-planner",
@@ -44,7 +46,7 @@ def offsets_consumer(bootstrap: str, isolation_level: str = READ_COMMITTED) -> I
         max_partition_fetch_bytes=1024,  # we only want the watermark, not the data
         fetch_max_bytes=64 * 1024,
         isolation_level=isolation_level,
-    )
+    ))
     try:
         yield consumer
     finally:

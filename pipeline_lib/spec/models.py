@@ -20,7 +20,10 @@ from pipeline_lib.storage.uri import parse_location
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # matched whole: $ would let a trailing newline in
 TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
-METADATA_COLUMNS = ("_topic", "_partition", "_offset", "_timestamp_ms")
+# The columns a Kafka source adds to each record's fields (kafka_source.METADATA_DDL, same order),
+# and those a tolerant source adds to a bad record's row: no schema field may take these names.
+METADATA_COLUMNS = ("_topic", "_partition", "_offset", "_timestamp_ms", "_timestamp", "_key", "_headers")
+ERROR_COLUMNS = ("_error", "_raw")
 
 
 class FieldsError(ValueError):
@@ -51,6 +54,9 @@ class KafkaSourceSpec(StrictModel):
     # last stable offset, so a transaction still open is read once it commits (Kafka's rule for
     # exactly-once producers). read_uncommitted reads every record up to the high watermark.
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    # How the record key becomes the _key column: utf8 decodes it (a key that is not UTF-8 is a bad
+    # record, handled by on_error); base64 gives every key's bytes in base64; none never reads keys.
+    key_encoding: Literal["utf8", "base64", "none"] = "utf8"
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -58,7 +64,11 @@ class KafkaSourceSpec(StrictModel):
     @classmethod
     def _schema_is_ddl(cls, value: str | None) -> str | None:
         if value is not None:
-            parse_schema_ddl(value)
+            taken = [name for name, _ in parse_schema_ddl(value) if name in METADATA_COLUMNS + ERROR_COLUMNS]
+            if taken:
+                raise ValueError(f"schema field {taken[0]!r} has the name of a column the source adds "
+                                 f"({', '.join(METADATA_COLUMNS + ERROR_COLUMNS)}); a JSON field of that name "
+                                 "cannot be read: rename it in the records, or leave it out of the schema")
         return value
 
     @model_validator(mode="after")

@@ -269,7 +269,10 @@ SPARK_TYPES = {"string": T.StringType(), "bigint": T.LongType(), "int": T.Intege
                "tinyint": T.ByteType(), "double": T.DoubleType(), "float": T.FloatType(), "boolean": T.BooleanType(),
                "varchar(10)": T.StringType(), "timestamp": T.TimestampType(), "date": T.DateType()}
 META = [T.StructField("_topic", T.StringType()), T.StructField("_partition", T.IntegerType()),
-        T.StructField("_offset", T.LongType()), T.StructField("_timestamp_ms", T.LongType())]
+        T.StructField("_offset", T.LongType()), T.StructField("_timestamp_ms", T.LongType()),
+        T.StructField("_timestamp", T.TimestampType()), T.StructField("_key", T.StringType()),
+        T.StructField("_headers", T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
+                                                            T.StructField("value", T.BinaryType())])))]
 ERRORS = [T.StructField("_error", T.StringType()), T.StructField("_raw", T.BinaryType())]
 
 
@@ -291,8 +294,15 @@ def rows_as_before(records, fields, fmt, tolerant, limit, topic, part):
         decode = lambda rec: string_decoder.decode_kv(topic, part, rec.offset, rec.key, rec.value)  # noqa: E731
         width = 2
     ok_tail = (None, None) if tolerant else ()
+    def utf8(key):
+        try:
+            return None if key is None else key.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
     for rec in records:
-        meta = (topic, part, rec.offset, rec.timestamp)
+        stamp = dt.datetime.fromtimestamp(rec.timestamp / 1000, dt.UTC)
+        meta = (topic, part, rec.offset, rec.timestamp, stamp, utf8(rec.key), [])
         try:
             size = len(rec.value or b"") + len(rec.key or b"")
             if size > limit:
