@@ -184,6 +184,7 @@ class PipelineRunner:
         if not 1 <= self.parallelism <= self.maxp:
             raise PipelineError(f"parallelism {self.parallelism} must be between 1 and max_parallelism {self.maxp}")
         self.source = job.all_sources()[pipeline.source].kafka
+        self.source = self.source.model_copy(update={"key_encoding": job.key_encoding_of(pipeline.source)})
         self.topic = self.source.topic
         self.topic_id: str | None = None  # the topic's Kafka id, read when planning starts
         self.snapshots = SnapshotStore.open(job.checkpoint.store, job.name, pipeline.name, settings)

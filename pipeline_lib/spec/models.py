@@ -55,8 +55,10 @@ class KafkaSourceSpec(StrictModel):
     # exactly-once producers). read_uncommitted reads every record up to the high watermark.
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
     # How the record key becomes the _key column: utf8 decodes it (a key that is not UTF-8 is a bad
-    # record, handled by on_error); base64 gives every key's bytes in base64; none never reads keys.
-    key_encoding: Literal["utf8", "base64", "none"] = "utf8"
+    # record, handled by on_error); base64 gives every key's bytes in base64; none never reads keys;
+    # auto: utf8 when a flow reading this source names _key, else none (keys it never uses, such as
+    # binary serdes' keys, neither cost time nor make bad records).
+    key_encoding: Literal["auto", "utf8", "base64", "none"] = "auto"
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -477,6 +479,15 @@ class JobSpec(StrictModel):
         if self.sources is not None:
             return dict(self.sources)
         return {SINGLE_SOURCE: self.source} if self.source else {}
+
+    def key_encoding_of(self, source: str) -> str:
+        """``source``'s key encoding, ``auto`` resolved: utf8 when a flow reading it names
+        ``_key`` anywhere (transforms, aggregate keys and columns, as a whole word), else none."""
+        encoding = self.all_sources()[source].kafka.key_encoding
+        if encoding != "auto":
+            return encoding
+        named = any(re.search(r"\b_key\b", f.model_dump_json()) for f in self.all_flows() if f.source == source)
+        return "utf8" if named else "none"
 
     def all_flows(self) -> list[FlowSpec]:
         """The flows, the single-flow form included, so callers handle one shape."""

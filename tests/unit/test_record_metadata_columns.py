@@ -124,3 +124,18 @@ def test_other_fields_starting_with_an_underscore_are_read():
     kafka = spec.source.kafka
     assert kafka.columns()[:2] == ["_id", "user"] and "_key" in kafka.columns()
     assert kafka.key_encoding == "base64"
+
+
+def test_auto_reads_keys_only_for_a_source_whose_flows_name_the_key_column():
+    unused = parse_spec(SPEC, "job.yaml")
+    assert unused.source.kafka.key_encoding == "auto" and unused.key_encoding_of("main") == "none"
+    grouped = parse_spec({**SPEC, "state": {"aggregate": {"key": ["_key"], "values": {"n": "count(*)"}}}},
+                         "job.yaml")
+    assert grouped.key_encoding_of("main") == "utf8"
+    named_in_a_filter = parse_spec({**SPEC, "transforms": [{"filter": "_key IS NOT NULL"}]}, "job.yaml")
+    assert named_in_a_filter.key_encoding_of("main") == "utf8"
+    lookalike = parse_spec({**SPEC, "transforms": [{"filter": "_key_id IS NOT NULL"}]}, "job.yaml")
+    assert lookalike.key_encoding_of("main") == "none"  # a whole word only
+    explicit = parse_spec({**SPEC, "source": {"kafka": {"topic": "t", "schema": "user string",
+                                                        "key_encoding": "base64"}}}, "job.yaml")
+    assert explicit.key_encoding_of("main") == "base64"
