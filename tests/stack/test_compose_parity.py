@@ -26,6 +26,7 @@ import os
 import re
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -273,6 +274,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         print(f"airflow-init and Airflow's four services on PostgreSQL: {time.monotonic() - started:.1f} s")
         scheduler_health = requests.get(f"http://{LOCALHOST}:{health_port}/health", timeout=10)
         assert scheduler_health.status_code == 200, scheduler_health.text
+        for name in ("airflow-dag-processor", "airflow-triggerer"):  # their healthchecks, as Docker runs them
+            kind, command = services[name]["healthcheck"]["test"]
+            assert kind == "CMD-SHELL", services[name]["healthcheck"]
+            # $HOSTNAME is what a container's shell has: the machine's host name.
+            env = {**os.environ, **blank, **common, **envs[AIRFLOW[name]], **test_only,
+                   "HOSTNAME": socket.gethostname()}
+            check = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=120)
+            assert check.returncode == 0, f"{name}'s healthcheck: {check.stdout[-2000:]}{check.stderr[-2000:]}"
 
         s3 = json.loads(envs["scheduler"]["AIRFLOW_CONN_PIPELINE_S3"])
         settings = ConnectionSettings.from_env({"PIPELINE_S3_ENDPOINT": f"{s3['host']}:{s3['port']}",
