@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -203,24 +204,41 @@ def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def start_apache_kafka(data_dir: Path, *, timeout: float = 120.0, secured: bool = False) -> ApacheKafka:
+def merge_properties(defaults: str, overrides: Mapping[str, str]) -> str:
+    """``defaults`` (server.properties text) with ``overrides`` set. A static quorum
+    (``controller.quorum.voters``) replaces the dynamic one's bootstrap servers."""
+    props = dict(line.split("=", 1) for line in defaults.splitlines() if line)
+    if "controller.quorum.voters" in overrides:
+        props.pop("controller.quorum.bootstrap.servers", None)
+    props.update(overrides)
+    return "".join(f"{key}={value}\n" for key, value in props.items())
+
+
+def start_apache_kafka(data_dir: Path, *, timeout: float = 120.0, secured: bool = False, port: int | None = None,
+                       controller_port: int | None = None, overrides: Mapping[str, str] | None = None,
+                       cluster_id: str | None = None) -> ApacheKafka:
     """Fetch (or reuse) the jars, format a fresh KRaft log in ``data_dir`` and start the broker;
-    return once a Kafka client gets metadata. On failure the JVM is stopped and StackError quotes
-    the log. ``secured``: also the SSL and SASL_SSL listeners (BrokerSecurity)."""
+    return once a Kafka client gets metadata on ``port``. On failure the JVM is stopped and
+    StackError quotes the log. ``secured``: also the SSL and SASL_SSL listeners (BrokerSecurity).
+
+    ``overrides`` are broker properties over the defaults here (e.g. the compose file's, listeners
+    and all, on ``port`` and ``controller_port``); with a static quorum the log is formatted for it
+    rather than ``--standalone``."""
     jars = fetch_jars()
     java, version = _java(), kafka_version()
     data_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    controller_port = free_port(exclude={port})
+    port = port or free_port()
+    controller_port = controller_port or free_port(exclude={port})
     security = _make_security(data_dir, {port, controller_port}) if secured else None
     config = data_dir / "server.properties"
     config.touch(mode=0o600)  # it holds the PLAIN user's password when secured
-    config.write_text(server_properties(data_dir, port, controller_port, security))
+    config.write_text(merge_properties(server_properties(data_dir, port, controller_port, security), overrides or {}))
+    standalone = [] if "controller.quorum.voters" in (overrides or {}) else ["--standalone"]
     (data_dir / "log4j2.properties").write_text(LOG4J2)
     jvm = [java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={data_dir / 'log4j2.properties'}",
            "-cp", f"{jars}/*"]
-    formatted = subprocess.run([*jvm, "kafka.tools.StorageTool", "format", "--standalone",
-                                "-t", _cluster_id(), "-c", str(config),
+    formatted = subprocess.run([*jvm, "kafka.tools.StorageTool", "format", *standalone,
+                                "-t", cluster_id or _cluster_id(), "-c", str(config),
                                 *(_scram_arguments(security) if security is not None else [])],
                                capture_output=True, text=True, timeout=timeout, check=False)
     if formatted.returncode != 0:

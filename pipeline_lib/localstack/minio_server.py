@@ -100,14 +100,16 @@ def _live(endpoint: str) -> bool:
         return bool(response.status == 200)
 
 
-def start_minio(data_dir: Path, *, timeout: float = 60.0) -> MinioServer:
-    """Build (or reuse) the binary and start one server on a free port with random root
-    credentials; return once it answers its liveness check. On failure it is stopped and
-    StackError quotes its log."""
+def start_minio(data_dir: Path, *, timeout: float = 60.0, root_user: str | None = None,
+                root_password: str | None = None) -> MinioServer:
+    """Build (or reuse) the binary and start one server on a free port with the given root
+    credentials (random ones by default); return once it answers its liveness check. On failure
+    it is stopped and StackError quotes its log."""
     binary = str(fetch_minio())
     data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    root_user, root_password = f"root-{secrets.token_hex(6)}", secrets.token_urlsafe(24)
+    root_user = root_user or f"root-{secrets.token_hex(6)}"
+    root_password = root_password or secrets.token_urlsafe(24)
     log_path = data_dir / "minio.log"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(data_dir),
            "MINIO_ROOT_USER": root_user, "MINIO_ROOT_PASSWORD": root_password,

@@ -40,8 +40,9 @@ def log_tail(path: Path, lines: int = 40) -> str:
 
 
 def start_daemon(argv: Sequence[str], log_path: Path, *, env: Mapping[str, str] | None = None,
-                 cwd: Path | None = None) -> int:
-    """Start ``argv`` detached (new session), stdout+stderr appended to ``log_path``; return its PID."""
+                 cwd: Path | None = None, user: str | None = None) -> int:
+    """Start ``argv`` detached (new session), stdout+stderr appended to ``log_path``; return its PID.
+    ``user``: run it as that user (and its group), for a server that refuses to run as root."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n".encode())
@@ -49,11 +50,19 @@ def start_daemon(argv: Sequence[str], log_path: Path, *, env: Mapping[str, str] 
         try:
             proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env=dict(env) if env is not None else None, cwd=cwd,
-                                    start_new_session=True)
+                                    start_new_session=True, user=user,
+                                    group=None if user is None else _group_of(user),
+                                    extra_groups=None if user is None else [])
         except OSError as exc:
             raise StackError(f"cannot start {argv[0]}: {exc}") from exc
     _CHILDREN[proc.pid] = proc
     return proc.pid
+
+
+def _group_of(user: str) -> int:
+    import pwd
+
+    return pwd.getpwnam(user).pw_gid
 
 
 def _cmdline(pid: int, binary: str) -> list[str] | None:

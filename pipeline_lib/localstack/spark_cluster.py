@@ -86,6 +86,7 @@ class SparkCluster:
     cores_per_worker: int
     memory_per_worker: str
     workers: list[Worker] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # over _daemon_env's, for every daemon
 
     @property
     def master_url(self) -> str:
@@ -133,7 +134,7 @@ class SparkCluster:
                             "--port", str(port), "--webui-port", str(webui_port),
                             "--cores", str(self.cores_per_worker), "--memory", self.memory_per_worker,
                             "--work-dir", str(work_dir)],
-                           log, env=_daemon_env(work_dir), cwd=self.data_dir)
+                           log, env={**_daemon_env(work_dir), **self.env}, cwd=self.data_dir)
         worker = Worker(index, pid, port, webui_port, work_dir, log)
         self.workers.append(worker)
         _wait(lambda: port in self.alive_worker_ports(), pid, f"spark worker {index}", log, timeout)
@@ -187,8 +188,9 @@ def _wait(ready, pid: int, what: str, log: Path, timeout: float) -> None:
 
 
 def start_spark_cluster(data_dir: Path, workers: int = 2, *, cores: int = 1, memory: str = "2g",
-                        timeout: float = 120.0) -> SparkCluster:
+                        timeout: float = 120.0, env: dict[str, str] | None = None) -> SparkCluster:
     """A master and ``workers`` workers of ``cores`` cores each, ready (all ALIVE) on return.
+    ``env`` is set for every daemon (and so for the executors and their Python workers).
 
     On a failure everything started so far is stopped before the error is raised."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -196,8 +198,8 @@ def start_spark_cluster(data_dir: Path, workers: int = 2, *, cores: int = 1, mem
     webui_port = free_port({port})
     log = data_dir / "master.log"
     pid = start_daemon([str(SPARK_CLASS), MASTER_CLASS, "--host", LOCALHOST, "--port", str(port),
-                        "--webui-port", str(webui_port)], log, env=_daemon_env(), cwd=data_dir)
-    cluster = SparkCluster(data_dir, port, webui_port, pid, cores, memory)
+                        "--webui-port", str(webui_port)], log, env={**_daemon_env(), **(env or {})}, cwd=data_dir)
+    cluster = SparkCluster(data_dir, port, webui_port, pid, cores, memory, env=dict(env or {}))
     try:
         _wait(lambda: cluster.state()["status"] == "ALIVE", pid, "spark master", log, timeout)
         for _ in range(workers):

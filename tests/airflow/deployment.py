@@ -94,6 +94,8 @@ class AirflowServer(AirflowRestApi):
     env: dict[str, str]
     all_admins: bool = False
     request_timeout: float = 30.0
+    username: str = "admin"  # whom token() signs in as
+    component_env: dict[str, dict[str, str]] = field(default_factory=dict)  # per component, over env
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     _log_files: list[IO[bytes]] = field(default_factory=list, repr=False)
     _session: requests.Session = field(default_factory=requests.Session, repr=False)
@@ -118,6 +120,12 @@ class AirflowServer(AirflowRestApi):
         return self.home / f"{component}.log"
 
     @property
+    def passwords_file(self) -> Path:
+        """The simple auth manager's passwords: the configured file, else the one it generates."""
+        configured = self.env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE")
+        return Path(configured) if configured else self.home / "simple_auth_manager_passwords.json.generated"
+
+    @property
     def task_logs_folder(self) -> Path:
         """Task logs: ``dag_id=D/run_id=R/task_id=T/attempt=N.log`` below this folder."""
         return self.home / "logs"
@@ -125,7 +133,7 @@ class AirflowServer(AirflowRestApi):
     def logs_tail(self, lines: int = 40, first: str | None = None) -> str:
         """The last lines of every component's log (``first``'s log first), for failure messages."""
         parts = []
-        names = [*self.processes, "db-migrate"]
+        names = [*self.processes, "db-migrate", "init"]
         if first in names:
             names.remove(first)
             names.insert(0, first)
@@ -141,7 +149,8 @@ class AirflowServer(AirflowRestApi):
         self._log_files.append(log)
         self.processes[name] = subprocess.Popen(
             [sys.executable, "-m", "airflow", *args],
-            env=self.env, cwd=self.home, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env={**self.env, **self.component_env.get(name, {})}, cwd=self.home, stdin=subprocess.DEVNULL,
+            stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
@@ -394,13 +403,20 @@ def airflow_env(home: Path, dags_folder: Path, plugins_folder: Path | None, port
 
 def start_airflow(home: Path, dags_folder: Path, plugins_folder: Path | None = None,
                   extra_env: Mapping[str, str] | None = None, *, all_admins: bool = False,
-                  triggerer: bool = False, timeout: float = 90.0) -> AirflowServer:
+                  triggerer: bool = False, timeout: float = 90.0, port: int | None = None,
+                  init_command: list[str] | None = None,
+                  component_env: Mapping[str, Mapping[str, str]] | None = None,
+                  username: str = "admin") -> AirflowServer:
     """Migrate an SQLite DB in ``home`` (used as AIRFLOW_HOME, created if missing), start the
     api-server, scheduler and dag-processor (plus a triggerer if asked) and wait until
     ``/api/v2/monitor/health`` reports them healthy. ``extra_env`` overrides/extends the
-    environment of every Airflow process (and so of the tasks). ``all_admins=True``: no login,
-    every request is an admin (for UI screenshots). On failure, everything started is stopped and
-    AirflowHarnessError carries the logs' tails."""
+    environment of every Airflow process (and so of the tasks), e.g. another metadata DB's
+    ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``; ``component_env`` that of one component
+    ("api-server", "scheduler"...). ``init_command`` runs instead of ``airflow db migrate`` (a
+    deployment's own init, e.g. one that also writes the admin's password); ``port`` is the
+    api-server's, chosen when the environment must name it; ``username`` signs in for the REST
+    calls. ``all_admins=True``: no login, every request is an admin (for UI screenshots). On
+    failure, everything started is stopped and AirflowHarnessError carries the logs' tails."""
     home = Path(home).resolve()
     home.mkdir(parents=True, exist_ok=True)
     dags_folder = Path(dags_folder).resolve()
@@ -414,18 +430,21 @@ def start_airflow(home: Path, dags_folder: Path, plugins_folder: Path | None = N
         return env
 
     # The API port is chosen after the migration (seconds), to keep the window for a clash short.
-    server = AirflowServer(home=home, dags_folder=dags_folder, port=0, env=make_env(free_port()),
-                           all_admins=all_admins)
+    server = AirflowServer(home=home, dags_folder=dags_folder, port=0, env=make_env(port or free_port()),
+                           all_admins=all_admins, username=username,
+                           component_env={k: dict(v) for k, v in (component_env or {}).items()})
     try:
-        with open(server.log_path("db-migrate"), "ab") as log:
+        command = init_command or [sys.executable, "-m", "airflow", "db", "migrate"]
+        with open(server.log_path("init" if init_command else "db-migrate"), "ab") as log:
             migrate = subprocess.run(
-                [sys.executable, "-m", "airflow", "db", "migrate"], env=server.env, cwd=home,
+                command, env={**server.env, **server.component_env.get("init", {})}, cwd=home,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 timeout=max(timeout, 180), start_new_session=True)
         if migrate.returncode != 0:
             raise AirflowHarnessError(
-                f"airflow db migrate failed ({migrate.returncode})\n{server.logs_tail()}")
-        server.port = free_port()
+                f"{'the init command' if init_command else 'airflow db migrate'} failed ({migrate.returncode})\n"
+                f"{server.logs_tail()}")
+        server.port = port or free_port()
         server.env = make_env(server.port)
         server._started_at = time.time()
         server._spawn("api-server", ["api-server", "--host", "127.0.0.1", "--port", str(server.port)])

@@ -53,6 +53,8 @@ class AirflowRestApi:
     home: Path
     all_admins: bool
     request_timeout: float
+    username: str
+    passwords_file: Path
     _session: requests.Session
     _token: str | None
 
@@ -72,7 +74,7 @@ class AirflowRestApi:
         if self.all_admins:
             r = self._session.get(f"{self.base_url}/auth/token", timeout=self.request_timeout)
         else:
-            r = self._session.post(f"{self.base_url}/auth/token", json=self.credentials(),
+            r = self._session.post(f"{self.base_url}/auth/token", json=self.credentials(self.username),
                                    timeout=self.request_timeout)
         if r.status_code not in (200, 201):
             raise AirflowApiError(f"/auth/token answered {r.status_code}: {r.text}", r)
@@ -80,8 +82,8 @@ class AirflowRestApi:
         return self._token
 
     def credentials(self, username: str = "admin", timeout: float = 30.0) -> dict[str, str]:
-        """The simple auth manager's generated password of ``username``."""
-        path = self.home / "simple_auth_manager_passwords.json.generated"
+        """The simple auth manager's password of ``username`` (generated, or from the configured file)."""
+        path = self.passwords_file
         deadline = time.monotonic() + timeout
         while True:
             try:
