@@ -250,7 +250,7 @@ def _fetch_bytes(records: int, bytes_per_record: float) -> int:
 def _read_polls(bootstrap: str, topic: str, partition: int, start: int, end: int, shape: _PollShape,
                 max_batch_bytes: int | None = None, isolation_level: str = READ_COMMITTED) -> Iterator[list]:
     from kafka import TopicPartition
-    from kafka.errors import KafkaError
+    from kafka.errors import KafkaError, OffsetOutOfRangeError
 
     if start >= end:
         return
@@ -277,6 +277,12 @@ def _read_polls(bootstrap: str, topic: str, partition: int, start: int, end: int
                 bound_fetches(consumer, tp, end, _fetch_bytes(end - position, cached.bytes_per_record))
             try:
                 polled = consumer.poll(timeout_ms=500, max_records=shape.max_records)
+            except OffsetOutOfRangeError as exc:
+                raise PipelineError(
+                    f"reading {topic}[{partition}] offsets [{start}, {end}): offset {position} is no longer in "
+                    "the log (deleted by retention or a records deletion while the epoch was planned); the next run "
+                    "checks its offsets against the log's start and fails or skips as the source's on_data_loss says"
+                ) from exc
             except KafkaError as exc:
                 raise PipelineError(
                     f"reading {topic}[{partition}] offsets [{start}, {end}) failed at {position}: {exc}"

@@ -51,6 +51,9 @@ class KafkaSourceSpec(StrictModel):
     # last stable offset, so a transaction still open is read once it commits (Kafka's rule for
     # exactly-once producers). read_uncommitted reads every record up to the high watermark.
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    # Records a run had still to read that the broker deleted first (retention, DeleteRecords):
+    # fail names them; skip goes on from the log's start and records the lost range in the snapshot.
+    on_data_loss: Literal["fail", "skip"] = "fail"
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
