@@ -82,7 +82,8 @@ class ApacheKafka:
 
 def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
     """One node as broker and controller, listening on 127.0.0.1 only; replication factors of 1
-    for the internal topics (offsets, transactions, share groups), which default to 3."""
+    for the internal topics (offsets, transactions, share groups), which default to 3; a log
+    cleaner that looks for work every second."""
     return "\n".join([
         "process.roles=broker,controller",
         "node.id=1",
@@ -104,6 +105,7 @@ def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
         "share.coordinator.state.topic.replication.factor=1",
         "share.coordinator.state.topic.min.isr=1",
         "group.initial.rebalance.delay.ms=0",
+        "log.cleaner.backoff.ms=1000",  # a compacted topic's test waits for the cleaner (default 15 s)
         "",
     ])
 
