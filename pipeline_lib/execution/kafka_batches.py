@@ -52,6 +52,9 @@ class ColumnBatch:
     key_lengths: np.ndarray
     value_starts: np.ndarray
     value_lengths: np.ndarray
+    # Set on a batch that could not be decoded, under on_error dead_letter | skip (undecodable):
+    # its one row stands for the whole batch, and this says why.
+    error: str | None = None
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -64,7 +67,7 @@ class ColumnBatch:
     def take(self, lo: int, hi: int) -> ColumnBatch:
         """Records ``lo..hi-1`` (positions, not offsets); shares the bytes."""
         return ColumnBatch(self.data, self.offsets[lo:hi], self.timestamps[lo:hi], self.key_starts[lo:hi],
-                           self.key_lengths[lo:hi], self.value_starts[lo:hi], self.value_lengths[lo:hi])
+                           self.key_lengths[lo:hi], self.value_starts[lo:hi], self.value_lengths[lo:hi], self.error)
 
     def between(self, start: int, end: int) -> ColumnBatch:
         """The records with ``start <= offset < end``."""
@@ -82,6 +85,18 @@ class ColumnBatch:
     def sizes(self) -> np.ndarray:
         """Key plus value bytes of each record (a null counts 0)."""
         return np.maximum(self.key_lengths, 0) + np.maximum(self.value_lengths, 0)
+
+
+def undecodable(offset: int, next_offset: int, raw: bytes | bytearray | memoryview, reason: str) -> ColumnBatch:
+    """One row for a whole batch that could not be decoded (unknown codec, corrupt, a CRC that does
+    not match, over the decompression cap), for on_error dead_letter | skip: at the batch's first
+    offset, no key, its raw bytes as the value (what a dead letter keeps of it), ``error`` naming
+    its offsets ``[offset, next_offset)`` and why."""
+    raw = bytes(raw)
+    one = np.zeros(1, np.int64)
+    return ColumnBatch(raw, np.array([offset], np.int64), np.full(1, NO_TIMESTAMP, np.int64), one, np.full(1, -1, np.int64),
+                       one, np.array([len(raw)], np.int64),
+                       f"undecodable record batch of offsets [{offset}, {next_offset}): {reason}")
 
 
 def _slices(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> list[bytes | None]:
