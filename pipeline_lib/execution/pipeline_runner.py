@@ -735,8 +735,12 @@ class PipelineRunner:
                     break
                 if self.stop_requested.wait(self.options.poll_interval_s):
                     break
-                partitions = kafka_offsets.topic_partitions(consumer, self.topic)
+                partitions = kafka_offsets.current_partitions(consumer, self.topic)
                 earliest = kafka_offsets.earliest_offsets(consumer, self.topic, partitions)
+                added = sorted(set(partitions) - set(positions))
+                if added:  # partitions added to the topic: read from their start, like every other one
+                    log.info("pipeline %s: topic %s has new partitions %s, read from offsets %s", self.pipeline.name,
+                             self.topic, added, [earliest[p] for p in added])
                 positions = {p: positions.get(p, earliest[p]) for p in partitions}
                 targets = self._targets(kafka_offsets.confirmed_end_offsets(consumer, self.topic, partitions), stops)
                 continue
