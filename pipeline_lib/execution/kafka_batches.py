@@ -62,7 +62,8 @@ class ColumnBatch:
     @staticmethod
     def empty() -> ColumnBatch:
         """A batch of no records, for a poll that brought none."""
-        return ColumnBatch(b"", *(np.zeros(0, np.int64) for _ in range(6)))
+        z = np.zeros(0, np.int64)
+        return ColumnBatch(b"", z, z, z, z, z, z)
 
     def take(self, lo: int, hi: int) -> ColumnBatch:
         """Records ``lo..hi-1`` (positions, not offsets); shares the bytes."""
@@ -93,9 +94,9 @@ def undecodable(offset: int, next_offset: int, raw: bytes | bytearray | memoryvi
     offset, no key, its raw bytes as the value (what a dead letter keeps of it), ``error`` naming
     its offsets ``[offset, next_offset)`` and why."""
     raw = bytes(raw)
-    one = np.zeros(1, np.int64)
-    return ColumnBatch(raw, np.array([offset], np.int64), np.full(1, NO_TIMESTAMP, np.int64), one, np.full(1, -1, np.int64),
-                       one, np.array([len(raw)], np.int64),
+    zero, offsets = np.zeros(1, np.int64), np.array([offset], np.int64)
+    return ColumnBatch(raw, offsets, np.full(1, NO_TIMESTAMP, np.int64), zero, np.full(1, -1, np.int64),
+                       zero, np.array([len(raw)], np.int64),
                        f"undecodable record batch of offsets [{offset}, {next_offset}): {reason}")
 
 
@@ -170,8 +171,9 @@ def decode_legacy_batch(batch: LegacyRecordBatch, max_bytes: int = DEFAULT_MAX_B
             data += blob or b""
     offsets = [r[0] for r in records]
     stamps = [r[1] for r in records]
-    arrays = [np.array(a, np.int64) for a in (offsets, stamps, key_starts, key_lengths, value_starts, value_lengths)]
-    return ColumnBatch(bytes(data), *arrays)
+    o, t, ks, kl, vs, vl = (np.array(a, np.int64) for a in (offsets, stamps, key_starts, key_lengths, value_starts,
+                                                              value_lengths))
+    return ColumnBatch(bytes(data), o, t, ks, kl, vs, vl)
 
 
 def _legacy_wrapped(batch: LegacyRecordBatch, key_offset: int) -> memoryview:

@@ -179,8 +179,9 @@ class RecordBatcher:
         rows = []
         for i, (offset, key, value, size) in enumerate(zip(offsets.tolist(), keys, values, sizes.tolist())):
             try:
-                if batch_errors is not None and batch_errors[i] is not None:
-                    raise RecordError(topic, partition, offset, batch_errors[i])
+                batch_error = batch_errors[i] if batch_errors is not None else None
+                if batch_error is not None:
+                    raise RecordError(topic, partition, offset, batch_error)
                 if size > limit:
                     raise RecordError(topic, partition, offset,
                                       f"record of {size} bytes exceeds max_record_bytes {limit}")

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from pipeline_lib.checkpoint.manifest import PipelineStatus
-from pipeline_lib.errors import DATA_LOSS
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.errors import DATA_LOSS
 from pipeline_lib.graph import build_graph
 from pipeline_lib.recovery.recovery_record import (
     RecoveryEvent,

@@ -16,7 +16,7 @@ import pytest
 from kafka import TopicPartition
 from kafka.admin import NewTopic
 
-from pipeline_lib.errors import DATA_LOSS
+from pipeline_lib.errors import DATA_LOSS, PipelineError
 from pipeline_lib.execution import kafka_source
 from pipeline_lib.kafka_clients import AdminClient, Producer
 from pipeline_lib.samples import create_topic, payment_events, spend_per_user
@@ -48,7 +48,7 @@ def delete_records_before(bootstrap: str, topic: str, partition: int, offset: in
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 def test_records_deleted_before_they_were_read_fail_the_run_or_are_skipped_and_recorded(
-        stack_env, apache_kafka, tmp_path, locations):
+        stack_env, apache_kafka, tmp_path, locations, close_cached_consumers):
     bootstrap, topic = apache_kafka.bootstrap, "retained-topic"
     name, sink, store = locations
     env = {**stack_env, "PIPELINE_KAFKA_BOOTSTRAP": bootstrap}
@@ -62,6 +62,9 @@ def test_records_deleted_before_they_were_read_fail_the_run_or_are_skipped_and_r
 
     second = produce_to_partitions(bootstrap, topic, payment_events(400, 15, seed=22))  # offsets 200..399 each
     delete_records_before(bootstrap, topic, 0, 250)  # 50 records of partition 0 never read
+    with pytest.raises(PipelineError, match=rf"reading {topic}\[0\] offsets \[200, 260\): offset 200 is no longer "
+                                            "in the log"):  # a read planned before the deletion
+        list(kafka_source.read_range_batches(bootstrap, topic, 0, 200, 260))
 
     failed = run_cli(["run", str(path)], env)
     said = " ".join(failed.stderr.split())  # as printed, whatever the console's width
