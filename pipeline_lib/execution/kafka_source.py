@@ -291,9 +291,10 @@ def _read_polls(bootstrap: str, topic: str, partition: int, start: int, end: int
                 polled = consumer.poll(timeout_ms=500, max_records=shape.max_records)
             except OffsetOutOfRangeError as exc:
                 raise PipelineError(
-                    f"reading {topic}[{partition}] offsets [{start}, {end}): offset {position} is no longer in "
-                    "the log (deleted by retention or a records deletion while the epoch was planned); the next run "
-                    "checks its offsets against the log's start and fails or skips as the source's on_data_loss says"
+                    f"reading {topic}[{partition}] offsets [{start}, {end}) failed at {position}: the offset is out "
+                    "of the log's range (deleted by retention or a records deletion since the epoch was planned, or "
+                    "past the log's end); a next run checks its offsets against the log's start and fails or skips "
+                    "as the source's on_data_loss says"
                 ) from exc
             except KafkaError as exc:
                 raise PipelineError(
