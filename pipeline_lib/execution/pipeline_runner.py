@@ -693,6 +693,8 @@ class PipelineRunner:
         with kafka_offsets.offsets_consumer(self.settings.require_kafka(), self.source.isolation_level) as consumer:
             self._offsets = consumer
             positions, stops = self._positions_and_stops(consumer)
+            if self.source.on_data_loss == "fail":  # refused before any subtask starts (each plan checks again)
+                self._past_lost_data(self.restored.manifest.snapshot_id if self.restored else None, positions)
             latest = kafka_offsets.confirmed_end_offsets(consumer, self.topic, sorted(positions))
             targets = self._targets(latest, stops)
             warm_up, ahead = WarmUp(spark, self), ReadAhead[EpochRead](spark, self.pipeline.name)
