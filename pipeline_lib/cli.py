@@ -470,6 +470,9 @@ def snapshots_show(
     out.print(f"source {manifest.topic}: next offsets {manifest.positions}"
               + (f", stop offsets {manifest.stop_offsets}, completed splits {manifest.completed_splits}"
                  if manifest.stop_offsets is not None else ""))
+    for r in manifest.data_lost:
+        out.print(f"data lost before it was read (on_data_loss: skip): {r.topic}[{r.partition}] offsets "
+                  f"{r.start} to {r.end} ({r.size} offsets skipped)")
     for name, flow in manifest.flows.items():
         if flow.state:
             out.print(f"flow {name} state: {flow.state.keys} keys in {len(flow.state.files)} file(s), "

@@ -39,3 +39,13 @@ class TransformError(PipelineError):
 
 class FencedError(PipelineError):
     """Another runner committed first: this one must stop without writing anything visible."""
+
+
+# The start of a DataLossError's message, and so of the FAILED reason it leaves: recovery reads it
+# to leave such a pipeline to a person (a relaunch would fail the same way).
+DATA_LOSS = "Kafka records were deleted before they were read"
+
+
+class DataLossError(PipelineError):
+    """Records a pipeline had still to read are gone from the topic (retention, DeleteRecords)
+    and its source says ``on_data_loss: fail``."""

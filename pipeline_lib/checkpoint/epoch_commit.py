@@ -169,7 +169,7 @@ def _manifest(owner: CommitOwner, plan: EpochPlan, snapshot_id: str, commits: di
         topic=owner.topic, topic_id=plan.topic_id, positions=positions, stop_offsets=plan.stop_offsets,
         completed_splits=completed_splits(positions, plan.stop_offsets),
         completed=source_completed(positions, plan.stop_offsets), flows=commits,
-        bad_records=bad_records, dead_letters=dead_letters,
+        bad_records=bad_records, dead_letters=dead_letters, data_lost=plan.data_lost,
         lineage=Lineage(base_snapshot=plan.base_snapshot, plan_digest=plan.digest(), ranges=plan.ranges,
                         records_read=plan.records),
     ).sealed()

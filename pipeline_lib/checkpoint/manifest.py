@@ -148,6 +148,9 @@ class Manifest(Frozen):
     completed: bool = False  # every split reached its stop and every sink committed it
     flows: dict[str, FlowCommit]
     bad_records: int = 0  # records of this epoch dead-lettered or skipped (on_error)
+    # Offsets deleted from the topic before they were read, skipped before this epoch's ranges
+    # (the source's on_data_loss: skip).
+    data_lost: list[OffsetRange] = []
     dead_letters: SinkCommit | None = None
     lineage: Lineage
     checksum: str = ""
@@ -158,8 +161,11 @@ class Manifest(Frozen):
         return validate_snapshot_id(value)
 
     def _body(self) -> bytes:
-        # without a topic id the body is what it was before manifests had one: their checksums hold
-        data = self.model_dump(mode="json", exclude={"checksum"} | ({"topic_id"} if self.topic_id is None else set()))
+        # without a topic id or lost data the body is what it was before manifests had them:
+        # their checksums hold
+        absent = {"topic_id"} if self.topic_id is None else set()
+        absent |= set() if self.data_lost else {"data_lost"}
+        data = self.model_dump(mode="json", exclude={"checksum"} | absent)
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
     def sealed(self) -> Manifest:

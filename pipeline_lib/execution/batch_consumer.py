@@ -6,7 +6,11 @@ leaders, retries, offset-out-of-range errors) and its bookkeeping after it (the 
 next fetch offset, metrics) stay kafka-python's. The batch loop keeps kafka-python's rules: a
 batch CRC that does not match is refused, control batches are skipped, records before the
 fetch offset (the head of a batch the broker sent whole) are dropped. Each batch decompresses
-to at most the consumer's ``max_batch_bytes`` (bound_decompression).
+to at most the consumer's ``max_batch_bytes`` (bound_decompression). A batch that cannot be
+decoded fails the read naming topic, partition and offset, or, for a tolerant reader
+(tolerate_bad_batches: on_error dead_letter | skip), becomes one error row and the read goes on
+after it. A batch whose length field is broken cannot be stepped over (where the next one starts
+is unknown): kafka-python's framing refuses it either way.
 
 With ``isolation_level='read_committed'`` (the readers' default) aborted transactions are
 dropped the way the Kafka protocol defines it, as kafka-python's own record path does: the fetch
@@ -29,7 +33,13 @@ from kafka.consumer.fetcher import Fetcher
 from kafka.errors import CorruptRecordError
 from kafka.protocol.consumer import IsolationLevel
 
-from pipeline_lib.execution.kafka_batches import DEFAULT_MAX_BATCH_BYTES, ColumnBatch, decode_batch, decode_legacy_batch
+from pipeline_lib.execution.kafka_batches import (
+    DEFAULT_MAX_BATCH_BYTES,
+    ColumnBatch,
+    decode_batch,
+    decode_legacy_batch,
+    undecodable,
+)
 from pipeline_lib.kafka_clients import Consumer
 
 # Kafka record batches per poll: enough to take a whole fetch response (max_partition_fetch_bytes),
@@ -43,49 +53,56 @@ class _ColumnPartitionRecords(Fetcher.PartitionRecords):
     current broker serves only from old logs, are turned into columns record by record."""
 
     max_batch_bytes = DEFAULT_MAX_BATCH_BYTES  # set per consumer (a subclass each) by bound_decompression
+    tolerant = False  # set per consumer by tolerate_bad_batches: a bad batch becomes an error row
 
     def _maybe_skip_record(self, record) -> bool:
         return False  # done per batch in _unpack_records
 
     def _unpack_records(self, tp, records, key_deserializer, value_deserializer) -> Iterator[ColumnBatch]:
-        read_committed = self.isolation_level == IsolationLevel.READ_COMMITTED
-        batch = records.next_batch()
+        batch = _next_batch(tp, records)
         last_batch = None
         while batch is not None:
             last_batch = batch
-            if self.check_crcs and not batch.validate_crc():
-                raise CorruptRecordError(f"Record batch for partition {tp} at offset {batch.base_offset} "
-                                         "failed crc check")
-            if batch.magic == 2:
-                self.leader_epoch = batch.leader_epoch
-                if read_committed and batch.has_producer_id() and self._aborted(tp, batch):
-                    self.next_fetch_offset = batch.next_offset
-                    batch = records.next_batch()
-                    continue
-                if batch.is_control_batch:  # transaction markers are not records
-                    self.next_fetch_offset = batch.next_offset
-                    batch = records.next_batch()
-                    continue
-                try:
-                    columns = decode_batch(batch, self.max_batch_bytes)
-                except CorruptRecordError as exc:
+            raw = batch._buffer  # before decoding, which may replace it (a legacy set's decompression)
+            try:
+                columns = self._columns(tp, batch)
+            except CorruptRecordError as exc:
+                if not self.tolerant:
                     raise _naming(tp, exc) from None
-            else:
-                try:
-                    columns = decode_legacy_batch(batch, self.max_batch_bytes)
-                except CorruptRecordError as exc:
-                    raise _naming(tp, exc) from None
-            if len(columns):
+                following = batch.next_offset if batch.magic == 2 else batch.base_offset + 1
+                columns = undecodable(batch.base_offset, following, raw, exc.args[0] if exc.args else str(exc))
+                self.next_fetch_offset = following
+            if columns is None:  # a transaction marker, or a batch of an aborted transaction
+                self.next_fetch_offset = batch.next_offset
+                batch = _next_batch(tp, records)
+                continue
+            if len(columns) and columns.error is None:
                 self.next_fetch_offset = int(columns.offsets[-1]) + 1
+            if len(columns):
                 columns = columns.between(self.fetch_offset, self.next_fetch_offset)
             if len(columns):
                 self.records_read += len(columns)
                 self.bytes_read += len(columns.data)
                 yield columns
-            batch = records.next_batch()
+            batch = _next_batch(tp, records)
         if last_batch is not None and last_batch.magic == 2:
             self.next_fetch_offset = last_batch.next_offset  # past records removed by compaction
         self.drain()
+
+    def _columns(self, tp, batch) -> ColumnBatch | None:
+        """A batch's records as columns; None for one that holds no data records (a marker, an
+        aborted transaction's); CorruptRecordError for one that cannot be decoded."""
+        if self.check_crcs and not batch.validate_crc():
+            raise CorruptRecordError(f"batch at offset {batch.base_offset} failed its CRC check")
+        if batch.magic != 2:
+            return decode_legacy_batch(batch, self.max_batch_bytes)
+        self.leader_epoch = batch.leader_epoch
+        read_committed = self.isolation_level == IsolationLevel.READ_COMMITTED
+        if read_committed and batch.has_producer_id() and self._aborted(tp, batch):
+            return None
+        if batch.is_control_batch:  # transaction markers are not records
+            return None
+        return decode_batch(batch, self.max_batch_bytes)
 
     def _aborted(self, tp, batch) -> bool:
         """Whether ``batch`` (one with a producer id) belongs to an aborted transaction. The fetch
@@ -111,6 +128,19 @@ class _ColumnPartitionRecords(Fetcher.PartitionRecords):
             return record is not None and bool(record.abort)
         except (struct.error, ValueError, IndexError, TypeError, AttributeError, CorruptRecordError) as exc:
             raise CorruptRecordError(f"{where} is corrupt: {type(exc).__name__}: {exc}") from None
+
+
+def _next_batch(tp, records):
+    """The fetch's next batch (None after the last), or CorruptRecordError naming topic,
+    partition and the batch's offset when its header cannot even be read (a batch shorter than
+    its header): kafka-python's framing would raise a bare struct.error."""
+    start = records._next_slice
+    try:
+        return records.next_batch()
+    except (struct.error, ValueError, IndexError, TypeError, AssertionError, CorruptRecordError) as exc:
+        offset = struct.unpack_from(">q", start)[0] if start is not None and len(start) >= 8 else "?"
+        raise CorruptRecordError(f"{tp.topic}[{tp.partition}]: batch at offset {offset} cannot be read: "
+                                 f"{type(exc).__name__}: {exc}") from None
 
 
 def _naming(tp, exc: CorruptRecordError) -> CorruptRecordError:
@@ -148,6 +178,13 @@ def bound_fetches(consumer: KafkaConsumer, tp, below: int, max_bytes: int) -> No
     Spark tasks that are reading."""
     consumer._fetcher.fetch_below[tp] = below
     consumer._fetcher.config["max_partition_fetch_bytes"] = max_bytes
+
+
+def tolerate_bad_batches(consumer: KafkaConsumer, tolerant: bool) -> None:
+    """With ``tolerant`` (on_error dead_letter | skip), a batch of ``consumer`` (a columnar one)
+    that cannot be decoded is returned as one error row (kafka_batches.undecodable) and the
+    read goes on after it; otherwise it fails the read naming topic, partition and offset."""
+    consumer._fetcher.PartitionRecords.tolerant = tolerant
 
 
 def bound_decompression(consumer: KafkaConsumer, max_batch_bytes: int) -> None:

@@ -53,6 +53,9 @@ class ColumnBatch:
     value_starts: np.ndarray
     value_lengths: np.ndarray
     v2: bool = True  # a v2 batch: each value is followed by its record's headers (v0/v1 have none)
+    # Set on a batch that could not be decoded, under on_error dead_letter | skip (undecodable):
+    # its one row stands for the whole batch, and this says why.
+    error: str | None = None
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -66,7 +69,8 @@ class ColumnBatch:
     def take(self, lo: int, hi: int) -> ColumnBatch:
         """Records ``lo..hi-1`` (positions, not offsets); shares the bytes."""
         return ColumnBatch(self.data, self.offsets[lo:hi], self.timestamps[lo:hi], self.key_starts[lo:hi],
-                           self.key_lengths[lo:hi], self.value_starts[lo:hi], self.value_lengths[lo:hi], self.v2)
+                           self.key_lengths[lo:hi], self.value_starts[lo:hi], self.value_lengths[lo:hi],
+                           self.v2, self.error)
 
     def between(self, start: int, end: int) -> ColumnBatch:
         """The records with ``start <= offset < end``."""
@@ -115,6 +119,18 @@ def _read_headers(data: bytes, pos: int) -> list[tuple[bytes, bytes | None]]:
             pos += max(length, 0)
         headers.append((parts[0] or b"", parts[1]))
     return headers
+
+
+def undecodable(offset: int, next_offset: int, raw: bytes | bytearray | memoryview, reason: str) -> ColumnBatch:
+    """One row for a whole batch that could not be decoded (unknown codec, corrupt, a CRC that does
+    not match, over the decompression cap), for on_error dead_letter | skip: at the batch's first
+    offset, no key, its raw bytes as the value (what a dead letter keeps of it), ``error`` naming
+    its offsets ``[offset, next_offset)`` and why."""
+    raw = bytes(raw)
+    zero, offsets = np.zeros(1, np.int64), np.array([offset], np.int64)
+    return ColumnBatch(raw, offsets, np.full(1, NO_TIMESTAMP, np.int64), zero, np.full(1, -1, np.int64),
+                       zero, np.array([len(raw)], np.int64), v2=False,
+                       error=f"undecodable record batch of offsets [{offset}, {next_offset}): {reason}")
 
 
 def _slices(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> list[bytes | None]:

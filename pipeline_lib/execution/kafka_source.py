@@ -33,6 +33,7 @@ from pipeline_lib.execution.batch_consumer import (
     bound_decompression,
     bound_fetches,
     columnar_consumer,
+    tolerate_bad_batches,
 )
 from pipeline_lib.execution.kafka_batches import ColumnBatch
 from pipeline_lib.execution.record_decoding import BRACKET_FREE_BYTES, FastJsonDecoder, StringRecordDecoder
@@ -103,7 +104,8 @@ class KafkaRangeReader:
                                     topic, kafka_partition, self.key_encoding)
             cap = self.max_batch_bytes or max_batch_bytes_for(self.max_record_bytes)
             for columns in read_range_batches(self.bootstrap, topic, kafka_partition, start, end,
-                                              max_batch_bytes=cap, isolation_level=self.isolation_level):
+                                              max_batch_bytes=cap, isolation_level=self.isolation_level,
+                                              tolerant=self.tolerant):
                 yield batches.build(columns)
 
 
@@ -157,11 +159,12 @@ class RecordBatcher:
         values = [v for c in chunks for v in c.values()]
         keys = [k for c in chunks for k in c.keys()] if self.needs_keys else [None] * len(values)
         sizes = np.concatenate([c.sizes() for c in chunks])
-        rows = self._all_rows(chunks, values) if not (sizes > limit).any() else None
+        batch_errors = [c.error for c in chunks for _ in range(len(c))] if any(c.error for c in chunks) else None
+        rows = self._all_rows(chunks, values) if not (sizes > limit).any() and batch_errors is None else None
         errors: list = [None] * len(values)
         raws: list = [None] * len(values)
         if rows is None:  # record by record: the first bad one raises, or becomes an error row
-            rows = self._rows_one_by_one(offsets, keys, values, sizes, errors, raws)
+            rows = self._rows_one_by_one(offsets, keys, values, sizes, errors, raws, batch_errors)
         n = len(offsets)
         record_keys = self._record_keys(chunks, offsets, values, rows, errors, raws)
         columns: list[Any] = [list(c) for c in zip(*rows)] if rows else [[] for _ in range(self.width)]
@@ -223,12 +226,17 @@ class RecordBatcher:
         return self.decode_all(values, all(c.data.isascii() for c in chunks))
 
     def _rows_one_by_one(self, offsets: np.ndarray, keys: list, values: list, sizes: np.ndarray,
-                         errors: list, raws: list) -> list[tuple]:
+                         errors: list, raws: list, batch_errors: list[str | None] | None = None) -> list[tuple]:
+        """``batch_errors``: per row, why the batch it stands for could not be decoded (see
+        kafka_batches.undecodable), or None for a record."""
         topic, partition, limit, decode = self.topic, self.partition, self.max_record_bytes, self.decode
         tolerant, empty = self.tolerant, (None,) * self.width
         rows = []
         for i, (offset, key, value, size) in enumerate(zip(offsets.tolist(), keys, values, sizes.tolist())):
             try:
+                batch_error = batch_errors[i] if batch_errors is not None else None
+                if batch_error is not None:
+                    raise RecordError(topic, partition, offset, batch_error)
                 if size > limit:
                     raise RecordError(topic, partition, offset,
                                       f"record of {size} bytes exceeds max_record_bytes {limit}")
@@ -256,15 +264,16 @@ def read_range_chunks(bootstrap: str | KafkaConnection, topic: str, partition: i
 
 
 def read_range_batches(bootstrap: str | KafkaConnection, topic: str, partition: int, start: int, end: int, *,
-                       max_batch_bytes: int | None = None,
-                       isolation_level: str = READ_COMMITTED) -> Iterator[list[ColumnBatch]]:
+                       max_batch_bytes: int | None = None, isolation_level: str = READ_COMMITTED,
+                       tolerant: bool = False) -> Iterator[list[ColumnBatch]]:
     """The records of ``[start, end)`` as columns (see batch_consumer), one list per poll (never
     empty), in offset order: what the source reads, without an object per record. A batch that
-    decompresses to more than ``max_batch_bytes`` (default: max_batch_bytes_for the default
-    max_record_bytes) fails the read naming topic, partition and offsets."""
+    cannot be decoded, or decompresses to more than ``max_batch_bytes`` (default:
+    max_batch_bytes_for the default max_record_bytes), fails the read naming topic, partition
+    and offsets; ``tolerant``, it is one error row (a ColumnBatch with ``error``) instead."""
     cap = max_batch_bytes or max_batch_bytes_for(DEFAULT_MAX_RECORD_BYTES)
     return _read_polls(bootstrap, topic, partition, start, end, _COLUMNS, max_batch_bytes=cap,
-                       isolation_level=isolation_level)
+                       isolation_level=isolation_level, tolerant=tolerant)
 
 
 def _key_bytes(batch: ColumnBatch) -> pa.Array:
@@ -321,9 +330,10 @@ def _fetch_bytes(records: int, bytes_per_record: float) -> int:
 
 
 def _read_polls(bootstrap: str | KafkaConnection, topic: str, partition: int, start: int, end: int, shape: _PollShape,
-                max_batch_bytes: int | None = None, isolation_level: str = READ_COMMITTED) -> Iterator[list]:
+                max_batch_bytes: int | None = None, isolation_level: str = READ_COMMITTED,
+                tolerant: bool = False) -> Iterator[list]:
     from kafka import TopicPartition
-    from kafka.errors import KafkaError
+    from kafka.errors import KafkaError, OffsetOutOfRangeError
 
     if start >= end:
         return
@@ -332,6 +342,8 @@ def _read_polls(bootstrap: str | KafkaConnection, topic: str, partition: int, st
     consumer, tp = cached.consumer, TopicPartition(topic, partition)
     if max_batch_bytes is not None:
         bound_decompression(consumer, max_batch_bytes)
+    if shape.columnar:
+        tolerate_bad_batches(consumer, tolerant)
     finished = False
     try:
         resumes = cached.resume_at
@@ -350,6 +362,13 @@ def _read_polls(bootstrap: str | KafkaConnection, topic: str, partition: int, st
                 bound_fetches(consumer, tp, end, _fetch_bytes(end - position, cached.bytes_per_record))
             try:
                 polled = consumer.poll(timeout_ms=500, max_records=shape.max_records)
+            except OffsetOutOfRangeError as exc:
+                raise PipelineError(
+                    f"reading {topic}[{partition}] offsets [{start}, {end}) failed at {position}: the offset is out "
+                    "of the log's range (deleted by retention or a records deletion since the epoch was planned, or "
+                    "past the log's end); a next run checks its offsets against the log's start and fails or skips "
+                    "as the source's on_data_loss says"
+                ) from exc
             except KafkaError as exc:
                 raise PipelineError(
                     f"reading {topic}[{partition}] offsets [{start}, {end}) failed at {position}: {exc}"

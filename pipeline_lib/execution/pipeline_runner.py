@@ -45,7 +45,7 @@ from pipeline_lib.checkpoint.manifest import (
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, Restored, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_spans import Span, spans_of, spans_to_fold, write_state_files
-from pipeline_lib.errors import FencedError, PipelineError, SnapshotError
+from pipeline_lib.errors import DATA_LOSS, DataLossError, FencedError, PipelineError, SnapshotError
 from pipeline_lib.execution.aggregate import epoch_partials
 from pipeline_lib.execution.background_cleanup import BackgroundCleanup
 from pipeline_lib.execution.epoch_reader import bad_records_frame, epoch_range_reader, read_tasks, source_schema
@@ -69,7 +69,7 @@ from pipeline_lib.faults import fault_point
 from pipeline_lib.graph import Pipeline
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.keygroups import subtask_of
-from pipeline_lib.plan.offsets import EpochPlan, plan_epoch
+from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, lost_ranges, plan_epoch
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import FilesSink
 from pipeline_lib.sink.task_parts import WRITTEN_DDL, TaskPartWriter, WriteRows, WrittenParts, collected
@@ -216,6 +216,7 @@ class PipelineRunner:
         self._phases: dict[str, float] = {}  # the running epoch's phase timings
         self._cleanup: BackgroundCleanup  # each epoch's clean-up, beside the next epoch (set by run)
         self._spark = None  # set by run, so that a fenced attempt can cancel its own Spark jobs
+        self._offsets = None  # the planner's consumer while the epochs run (set by _loop)
 
     @property
     def job_tag(self) -> str:
@@ -365,6 +366,7 @@ class PipelineRunner:
 
     def _plan(self, epoch: int, base: str | None, positions: dict[int, int], targets: dict[int, int],
               stops: dict[int, int] | None) -> EpochPlan:
+        positions, lost = self._past_lost_data(base, positions)
         planned = self.snapshots.load_plan(epoch)
         if planned is not None and planned.positions == positions:
             # replay exactly what an earlier attempt planned, from the snapshot this attempt builds on
@@ -372,9 +374,33 @@ class PipelineRunner:
             return planned.model_copy(update={"base_snapshot": base})
         plan = plan_epoch(epoch, base, self.topic, positions, targets, self.job.trigger.max_records_per_epoch, stops,
                           self.topic_id)
+        if lost:
+            plan = plan.model_copy(update={"data_lost": lost})
         if plan.records:
             self.snapshots.save_plan(plan)
         return plan
+
+    def _past_lost_data(self, base: str | None, positions: dict[int, int]
+                        ) -> tuple[dict[int, int], list[OffsetRange]]:
+        """``positions``, moved past offsets the broker deleted (retention, DeleteRecords) before
+        they were read, with those ranges, under ``on_data_loss: skip``; DataLossError under
+        ``fail``. Asked of every plan, a saved one too: retention runs at any time."""
+        if self._offsets is None:
+            return positions, []
+        starts = kafka_offsets.earliest_offsets(self._offsets, self.topic, sorted(positions))
+        lost = lost_ranges(self.topic, positions, starts)
+        if not lost:
+            return positions, []
+        where = f"snapshot {base}" if base else "the pipeline's first plan"
+        gone = "; ".join(f"{r.topic}[{r.partition}]: {where} resumes at offset {r.start}, the log starts at "
+                         f"offset {r.end} ({r.size} offsets lost)" for r in lost)
+        if self.source.on_data_loss == "fail":
+            raise DataLossError(
+                f"{DATA_LOSS} (retention or a records deletion): {gone}. Set on_data_loss: skip on source "
+                f"{self.pipeline.source} to go on from the log's start and record the skipped offsets in the next "
+                "snapshot, or run with --restore none to start over")
+        log.warning("pipeline %s: %s (on_data_loss: skip): %s", self.pipeline.name, DATA_LOSS, gone)
+        return {**positions, **{r.partition: r.end for r in lost}}, lost
 
     def sink_digest(self, plan: EpochPlan, kind: str) -> str:
         """What an epoch's sink output is a function of: its planned input, the job's spec (a
@@ -673,7 +699,10 @@ class PipelineRunner:
 
     def _loop(self, spark, epoch, base_id, history, head_version) -> int:
         with kafka_offsets.offsets_consumer(self.settings.require_kafka(), self.source.isolation_level) as consumer:
+            self._offsets = consumer
             positions, stops = self._positions_and_stops(consumer)
+            if self.source.on_data_loss == "fail":  # refused before any subtask starts (each plan checks again)
+                self._past_lost_data(self.restored.manifest.snapshot_id if self.restored else None, positions)
             latest = kafka_offsets.confirmed_end_offsets(consumer, self.topic, sorted(positions))
             targets = self._targets(latest, stops)
             warm_up, ahead = WarmUp(spark, self), ReadAhead[EpochRead](spark, self.pipeline.name)
@@ -716,8 +745,12 @@ class PipelineRunner:
                     break
                 if self.stop_requested.wait(self.options.poll_interval_s):
                     break
-                partitions = kafka_offsets.topic_partitions(consumer, self.topic)
+                partitions = kafka_offsets.current_partitions(consumer, self.topic)
                 earliest = kafka_offsets.earliest_offsets(consumer, self.topic, partitions)
+                added = sorted(set(partitions) - set(positions))
+                if added:  # partitions added to the topic: read from their start, like every other one
+                    log.info("pipeline %s: topic %s has new partitions %s, read from offsets %s", self.pipeline.name,
+                             self.topic, added, [earliest[p] for p in added])
                 positions = {p: positions.get(p, earliest[p]) for p in partitions}
                 targets = self._targets(kafka_offsets.confirmed_end_offsets(consumer, self.topic, partitions), stops)
                 continue

@@ -119,8 +119,9 @@ class ApacheKafka:
 
 def server_properties(data_dir: Path, port: int, controller_port: int, security: BrokerSecurity | None = None) -> str:
     """One node as broker and controller, listening on 127.0.0.1 only; replication factors of 1
-    for the internal topics (offsets, transactions, share groups), which default to 3. The broker
-    and controller talk PLAINTEXT to each other; clients may also use ``security``'s listeners."""
+    for the internal topics (offsets, transactions, share groups), which default to 3; a log
+    cleaner that looks for work every second. The broker and controller talk PLAINTEXT to each
+    other; clients may also use ``security``'s listeners."""
     listeners = [f"PLAINTEXT://{LOCALHOST}:{port}"]
     protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
     if security is not None:
@@ -148,6 +149,7 @@ def server_properties(data_dir: Path, port: int, controller_port: int, security:
         "share.coordinator.state.topic.replication.factor=1",
         "share.coordinator.state.topic.min.isr=1",
         "group.initial.rebalance.delay.ms=0",
+        "log.cleaner.backoff.ms=1000",  # a compacted topic's test waits for the cleaner (default 15 s)
         "",
     ])
 

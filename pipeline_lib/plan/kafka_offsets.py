@@ -65,6 +65,20 @@ def topic_partitions(consumer: KafkaConsumer, topic: str, timeout_s: float = 15.
         time.sleep(0.2)
 
 
+def current_partitions(consumer: KafkaConsumer, topic: str, timeout_s: float = 15.0) -> list[int]:
+    """The topic's partitions as the broker reports them now. kafka-python answers from metadata
+    up to ``metadata_max_age_ms`` old (5 minutes), so partitions added to a running topic would
+    go unseen that long; this asks for the topic's metadata first (never creating the topic:
+    kafka_clients.Consumer)."""
+    cluster = consumer._cluster
+    cluster.add_topic(topic)
+    try:
+        consumer._net.run(consumer._manager.wait_for, cluster.request_update(), int(timeout_s * 1000))
+    except KafkaError as exc:
+        raise PipelineError(f"cannot refresh the metadata of Kafka topic {topic!r}: {exc}") from exc
+    return topic_partitions(consumer, topic, timeout_s)
+
+
 def topic_id(consumer: KafkaConsumer, topic: str) -> str | None:
     """The topic's id (a UUID Kafka gives each topic when it is created, so a topic deleted and
     created again under the same name has a new one) from the metadata topic_partitions read;

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pipeline_lib.checkpoint.manifest import PipelineStatus
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.errors import DATA_LOSS
 from pipeline_lib.graph import build_graph
 from pipeline_lib.recovery.recovery_record import (
     RecoveryEvent,
@@ -100,6 +101,9 @@ def _recover_pipeline(spec, pipeline, snapshots: SnapshotStore, policy: Recovery
         return Decision(job, name, "healthy", f"attempt {status.attempt} is {observed}", observed)
 
     why = why or f"attempt {status.attempt} is {observed}"
+    if _lost_data_refused(spec, pipeline, status):
+        return Decision(job, name, "gave_up", f"{why}; a relaunch would fail the same way: set on_data_loss: skip "
+                        "on the source to accept the loss, then launch it by hand", observed)
     if observed == "LOST" and status.state != "LOST" and not dry_run:
         lost = status.model_copy(update={"state": "LOST", "reason": why, "updated_at": now})
         if snapshots.swap_status(lost, status_version) is None:
@@ -151,6 +155,15 @@ def _recover_pipeline(spec, pipeline, snapshots: SnapshotStore, policy: Recovery
         return decision
     log.info("recovery: relaunching %s/%s from %s (%s)", job, name, plan.snapshot or "the beginning", why)
     return decision
+
+
+def _lost_data_refused(spec: JobSpec, pipeline, status: PipelineStatus) -> bool:
+    """The attempt failed on records deleted before they were read, and the source still says
+    ``on_data_loss: fail``: every relaunch would fail on them again. A spec changed to ``skip``
+    since is relaunched."""
+    source = spec.all_sources()[pipeline.source].kafka
+    return (status.state == "FAILED" and (status.reason or "").startswith(DATA_LOSS)
+            and source.on_data_loss == "fail")
 
 
 def _parallelism(spec: JobSpec, status: PipelineStatus) -> int:

@@ -59,6 +59,9 @@ class KafkaSourceSpec(StrictModel):
     # auto: utf8 when a flow reading this source names _key, else none (keys it never uses, such as
     # binary serdes' keys, neither cost time nor make bad records).
     key_encoding: Literal["auto", "utf8", "base64", "none"] = "auto"
+    # Records a run had still to read that the broker deleted first (retention, DeleteRecords):
+    # fail names them; skip goes on from the log's start and records the lost range in the snapshot.
+    on_data_loss: Literal["fail", "skip"] = "fail"
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

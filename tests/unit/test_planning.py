@@ -5,7 +5,14 @@ import random
 import pytest
 
 from pipeline_lib.plan.keygroups import key_group_of, key_group_range, subtask_of
-from pipeline_lib.plan.offsets import OffsetRange, fair_shares, group_into_tasks, plan_epoch, split_for_parallelism
+from pipeline_lib.plan.offsets import (
+    OffsetRange,
+    fair_shares,
+    group_into_tasks,
+    lost_ranges,
+    plan_epoch,
+    split_for_parallelism,
+)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -73,3 +80,13 @@ def test_key_group_is_stable_and_type_sensitive():
     assert 0 <= key_group_of(("bob", 3), 128) < 128
     groups = {key_group_of((f"user-{i}",), 128) for i in range(2000)}
     assert len(groups) == 128  # spreads over every group
+
+
+def test_lost_ranges_are_the_offsets_below_each_log_start_and_travel_with_the_plan():
+    lost = lost_ranges("t", {0: 100, 1: 50, 2: 7}, {0: 150, 1: 20, 2: 7})
+    assert lost == [OffsetRange(topic="t", partition=0, start=100, end=150)]
+    assert lost_ranges("t", {0: 5}, {}) == []  # a partition the broker did not answer for loses nothing
+    plan = plan_epoch(3, "0000000002-a1", "t", {0: 150, 1: 50}, {0: 200, 1: 60}, 1_000).model_copy(
+        update={"data_lost": lost})
+    assert plan.model_validate_json(plan.model_dump_json()) == plan
+    assert plan.digest() == plan.model_copy(update={"data_lost": []}).digest()  # the input is the ranges

@@ -11,6 +11,7 @@ import pytest
 
 from pipeline_lib.checkpoint.manifest import LaunchInfo, PipelineStatus
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.errors import DATA_LOSS
 from pipeline_lib.recovery.recover import recover_job
 from pipeline_lib.recovery.recovery_record import RecoveryPolicy, read_record
 from pipeline_lib.samples import spend_job_spec
@@ -170,3 +171,19 @@ def test_a_stalled_pipeline_is_relaunched_and_its_live_status_is_left_to_be_fenc
     # the next recovery run waits for that relaunch instead of launching a second one
     verdict, reason = verdicts(spec, now + dt.timedelta(seconds=60))[0]
     assert verdict == "waiting" and "pending" in reason
+
+
+def test_a_failure_on_deleted_records_is_left_to_a_person_until_the_source_skips_them(job):
+    spec, snapshots = job
+    reason = f"{DATA_LOSS} (retention or a records deletion): payments[0]: snapshot 0000000002-a1 resumes at offset 7"
+    put_status(snapshots, "FAILED", attempt=2, reason=reason)
+    [decision] = recover_job(spec, SETTINGS, RecoveryPolicy(), "r1", now=T0 + dt.timedelta(minutes=10))
+    assert decision.verdict == "gave_up" and decision.reason.startswith(reason)
+    assert "set on_data_loss: skip" in decision.reason and decision.conf is None
+    assert read_record(snapshots)[1] is None  # no relaunch claimed, no budget spent
+    skipping = spec.model_copy(update={"source": spec.source.model_copy(update={
+        "kafka": spec.source.kafka.model_copy(update={"on_data_loss": "skip"})})})
+    [decision] = recover_job(skipping, SETTINGS, RecoveryPolicy(), "r2", now=T0 + dt.timedelta(minutes=10))
+    assert decision.verdict == "relaunch"
+    put_status(snapshots, "FAILED", attempt=3, reason="reading payments[0] failed: broker gone")
+    assert verdicts(spec, T0 + dt.timedelta(hours=2))[0][0] in ("relaunch", "waiting")  # any other failure: as before
