@@ -320,26 +320,20 @@ def test_a_tolerant_fetch_makes_each_undecodable_batch_one_error_row_and_reads_o
 def test_a_bad_batch_s_row_becomes_an_error_row_or_fails_naming_topic_partition_and_offset():
     """The source's rows (RecordBatcher): tolerant, the batch is an error row whose raw value is
     the batch (a dead letter keeps its first 64 KiB and its size); otherwise a RecordError."""
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
     from pipeline_lib.errors import RecordError
     from pipeline_lib.execution.kafka_batches import undecodable
     from pipeline_lib.execution.kafka_source import RecordBatcher
+    from tests.unit.test_fast_decoding import schema_for
 
     good = decode_batch(DefaultRecordBatch(build([(0, 1, None, b'{"user":"u","amount":4}', [])], base_offset=2)))
     row = undecodable(3, 5, b"\x00raw batch", "batch at offset 3: unknown codec 7")
     fields = [("user", "string"), ("amount", "long")]
-    schema = StructType([StructField("user", StringType()), StructField("amount", LongType()),
-                         StructField("_topic", StringType()), StructField("_partition", __import__(
-                             "pyspark.sql.types", fromlist=["IntegerType"]).IntegerType()),
-                         StructField("_offset", LongType()), StructField("_timestamp_ms", LongType()),
-                         StructField("_error", StringType()), StructField("_raw", __import__(
-                             "pyspark.sql.types", fromlist=["BinaryType"]).BinaryType())])
+    schema = schema_for([("user", "string"), ("amount", "bigint")], tolerant=True)
     batch = RecordBatcher(schema, "json", fields, True, MiB, "t", 4).build([good, row]).to_pylist()
     assert [(r["_offset"], r["user"], r["_error"], r["_raw"]) for r in batch] == [
         (2, "u", None, None),
         (3, None, "undecodable record batch of offsets [3, 5): batch at offset 3: unknown codec 7", b"\x00raw batch")]
-    strict = StructType(schema.fields[:6])
+    strict = schema_for([("user", "string"), ("amount", "bigint")], tolerant=False)
     with pytest.raises(RecordError, match=r"bad record at t\[4\]@3: undecodable record batch of offsets \[3, 5\)"):
         RecordBatcher(strict, "json", fields, False, MiB, "t", 4).build([good, row])
 
