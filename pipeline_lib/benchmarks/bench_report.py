@@ -135,7 +135,8 @@ def write_plots(report: dict[str, Any], out: Path) -> None:
 def _batches(title: str, sss: dict[str, Any]) -> list[str]:
     """A Structured Streaming anchor's batches as a Markdown section."""
     lines = [f"## {title}\n",
-             f"Spark session ready after {sss['spark_start_s']} s; whole process {sss['wall_s']} s; "
+             f"Spark session ready after {sss['spark_start_s']} s of its run ({_num(sss.get('startup_s'), '.2f')} s "
+             f"after its spawn); whole process {sss['wall_s']} s; "
              f"checkpoint directory {sss['checkpoint_dir_bytes'] / 1e6:,.2f} MB at the end.\n",
              "| batch | records | seconds | addBatch ms | walCommit ms | commitOffsets ms | state commit ms "
              "| state rows |",
