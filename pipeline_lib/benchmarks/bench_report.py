@@ -55,13 +55,12 @@ def write_plots(report: dict[str, Any], out: Path) -> None:
 
     # throughput bars
     rows = report["summary"]["throughput"]
-    fig, ax = plt.subplots(figsize=(11, 4.5))  # wide enough for the anchors' long labels
+    fig, ax = plt.subplots(figsize=(11, 6))  # wide enough for the anchors' long labels
     labels = [r["what"].split(" (")[0] for r in rows]
     values = [r["events_per_s"] or 0 for r in rows]
-    colors = ["#1f77b4", "#6baed6", "#d62728", "#ff9896", "#9467bd", "#c5b0d5", "#2ca02c", "#98df8a"]
-    if len(rows) == 6:  # without the Kafka-connector anchor
-        colors = colors[:4] + colors[6:]
-    ax.barh(labels[::-1], values[::-1], color=colors[: len(values)][::-1])
+    palette = plt.get_cmap("tab20")  # dark/light pairs: an engine's end-to-end and steady rows side by side
+    colors = [palette(i % 20) for i in range(len(rows))]
+    ax.barh(labels[::-1], values[::-1], color=colors[::-1])
     for i, v in enumerate(values[::-1]):
         ax.text(v, i, f" {v:,.0f}", va="center", fontsize=8)
     cfg = report["config"]
@@ -136,7 +135,8 @@ def write_plots(report: dict[str, Any], out: Path) -> None:
 def _batches(title: str, sss: dict[str, Any]) -> list[str]:
     """A Structured Streaming anchor's batches as a Markdown section."""
     lines = [f"## {title}\n",
-             f"Spark session ready after {sss['spark_start_s']} s; whole process {sss['wall_s']} s; "
+             f"Spark session ready after {sss['spark_start_s']} s of its run ({_num(sss.get('startup_s'), '.2f')} s "
+             f"after its spawn); whole process {sss['wall_s']} s; "
              f"checkpoint directory {sss['checkpoint_dir_bytes'] / 1e6:,.2f} MB at the end.\n",
              "| batch | records | seconds | addBatch ms | walCommit ms | commitOffsets ms | state commit ms "
              "| state rows |",
@@ -151,15 +151,37 @@ def _batches(title: str, sss: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _short_runs(short: dict[str, Any] | None) -> list[str]:
+    """The short scheduled runs as a Markdown section (none when not measured)."""
+    if not short:
+        return []
+    ours, sss = short["ours"], short["structured_streaming_kafka"]
+    return ["## Short scheduled runs\n",
+            f"A fresh topic of {short['events']:,} events, read by a new job of ours (`pipeline-lib run SPEC "
+            "--until-caught-up --timings`) and by Structured Streaming with its Kafka connector and an S3A "
+            "checkpoint (availableNow), each a whole process timed from spawn to exit: the start-up is most of "
+            "such a run.\n",
+            "| engine | whole process s | Spark session up s | epoch 1 / batch 1 committed s |",
+            "|---|---:|---:|---:|",
+            f"| ours | {ours['wall_s']:.2f} | {_num(ours['spark_session_up_s'], '.2f')} | "
+            f"{_num(ours['first_epoch_committed_s'], '.2f')} |",
+            f"| Structured Streaming (Kafka connector, S3A) | {sss['wall_s']:.2f} | {_num(sss['startup_s'], '.2f')} "
+            "| n/a |",
+            "",
+            f"Ours {_num(short['ours_speedup'], '.2f')}x as fast; its epoch 1 committed "
+            f"{_num(ours['first_epoch_after_session_s'], '.2f')} s after its Spark session was up.\n"]
+
+
 # -- markdown ---------------------------------------------------------------------------------------
 def markdown(r: dict[str, Any]) -> str:
     """The report as Markdown for results/bench/report.md: setup, machine, then each comparison with its ratio."""
     cfg, m, ours, sss = r["config"], r["machine"], r["ours"], r["structured_streaming"]
     kafka = r.get("structured_streaming_kafka")
+    local = r.get("structured_streaming_kafka_local")
     raw = r["raw_kafka"]
     L: list[str] = []
     add = L.append
-    add("# Throughput benchmark: pipeline-lib vs Spark Structured Streaming vs raw kafka-python\n")
+    add("# Throughput benchmark: pipeline-lib vs Spark Structured Streaming vs raw Kafka consumers\n")
     broker = {"kafka": "Apache Kafka " + m.get("kafka", ""), "tansu": "Tansu (the embedded broker)"}.get(
         cfg.get("broker", "tansu"), cfg.get("broker", "?"))
     add(f"Run {m['started_at']} on {m['cpus']} CPUs, Python {m['python']}, pyspark {m.get('pyspark', '?')}, "
@@ -175,6 +197,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"--restore-keys {','.join(str(k) for k in cfg['restore_keys'])} --partitions {cfg['partitions']}"
         f"{'' if cfg['parallelism'] == 2 else ' --parallelism ' + str(cfg['parallelism'])}"
         f"{incremental}{'' if cfg['recovery'] else ' --no-recovery'}"
+        f"{'' if cfg.get('short_events', 50_000) == 50_000 else ' --short-events ' + str(cfg['short_events'])}"
         f"{' --broker tansu' if cfg.get('broker') == 'tansu' else ''}`\n")
     add("## Summary")
     add(format_summary(r))
@@ -216,9 +239,20 @@ def markdown(r: dict[str, Any]) -> str:
                 f"partition's end: it read {kafka['records']:,} events ({kafka.get('records_unseen', 0):,} "
                 "unseen) and its table is checked against the reference of those."
                 if kafka.get("records_unseen") else f" It read all {kafka['records']:,} events."))
+    if local:
+        add("* **Structured Streaming (Kafka connector, local checkpoint)**: the same query and module, with "
+            "`checkpointLocation` and the foreachBatch parquet output on **local disk**: the difference from the "
+            "row above is what S3A costs it.")
     add("* **raw kafka-python**: one thread in the harness process, assign + seek + poll(max_records=5000) with "
         "the fetch sizes our reader uses; *no decoding* counts records, *json.loads* decodes every value. "
         f"Per core = our events/s divided by {r['summary']['ratios']['cores']} (the Spark cores we use).")
+    if "raw_confluent" in r:
+        add("* **raw confluent-kafka** (librdkafka): the same in one thread, assign at the start offsets + "
+            "consume(num_messages=5000) with the same fetch sizes: the input path's limit with a C client.")
+    add("* **start-up**: seconds from an engine's spawn to its Spark session being up (ours: the \"pipeline ... "
+        "attempt\" log line; Structured Streaming: the child reads the system-wide monotonic clock when "
+        "`getOrCreate()` returns) and to being ready to process (ours: epoch 1 begun; Structured Streaming "
+        "starts its query at once).")
     add("* Every result table is compared key by key with `spend_per_user(events)` computed in plain Python.\n")
 
     add("## Ours: where the time goes\n")
@@ -281,14 +315,19 @@ def markdown(r: dict[str, Any]) -> str:
     L += _batches("Spark Structured Streaming batches (Python source, local checkpoint)", sss)
     if kafka:
         L += _batches("Spark Structured Streaming batches (Kafka connector, S3A checkpoint)", kafka)
+    if local:
+        L += _batches("Spark Structured Streaming batches (Kafka connector, local checkpoint)", local)
 
-    add("## Raw kafka-python\n")
-    add("| variant | records | seconds | records/s |")
-    add("|---|---:|---:|---:|")
-    for key, label in (("no_decode", "no decoding"), ("json_decode", "json.loads every value")):
-        x = raw[key]
-        add(f"| {label} | {x['records']:,} | {x['seconds']:.2f} | {x['records_per_s']:,.0f} |")
+    add("## Raw consumers\n")
+    add("| client | variant | records | seconds | records/s |")
+    add("|---|---|---:|---:|---:|")
+    for client, figures in (("kafka-python", raw), ("confluent-kafka", r.get("raw_confluent"))):
+        for key, label in (("no_decode", "no decoding"), ("json_decode", "json.loads every value")):
+            if figures:
+                x = figures[key]
+                add(f"| {client} | {label} | {x['records']:,} | {x['seconds']:.2f} | {x['records_per_s']:,.0f} |")
     add("")
+    L += _short_runs(r.get("short_runs"))
 
     add("## Snapshot bytes vs key count\n")
     add("Full = every state file the manifest references; written = the files that epoch wrote itself (the others "

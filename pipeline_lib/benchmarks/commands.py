@@ -30,16 +30,21 @@ def throughput(
     incremental: Annotated[str, typer.Option(
         help="Small incremental runs: key_groups,users (or none).")] = "key_groups,users",
     no_recovery: Annotated[bool, typer.Option("--no-recovery", help="Skip the SIGKILL/restart measurement.")] = False,
+    short_events: Annotated[int, typer.Option(
+        min=0, help="Backlog of the short scheduled runs (ours --until-caught-up vs Structured Streaming); "
+                    "0 skips them.")] = 50_000,
     broker: Annotated[str, typer.Option(
         help="kafka (Apache Kafka from Maven Central jars, what production runs) or tansu (the embedded broker).")
     ] = "kafka",
     out: Annotated[Path, typer.Option(
         help="Folder for report.md, report.json, plots and logs.")] = Path("results/bench"),
 ) -> None:
-    """Throughput: this project's job vs Spark Structured Streaming vs raw kafka-python, with a report.
+    """Throughput: this project's job vs Spark Structured Streaming vs raw Kafka consumers, with a report.
 
-    Structured Streaming runs twice: with a Python Kafka source and a local checkpoint, and with
-    Spark's own Kafka connector and its checkpoint on the S3 server (s3a://). Every engine runs on
+    Structured Streaming runs three times: with a Python Kafka source and a local checkpoint, and
+    with Spark's own Kafka connector and its checkpoint on the S3 server (s3a://) or on local disk.
+    Raw consumption runs with kafka-python and confluent-kafka. A short scheduled run over a small
+    fresh backlog (--short-events) times both engines' whole processes. Every engine runs on
     one embedded stack; report.md, report.json, plots and logs go to --out (see
     pipeline_lib/benchmarks/throughput.py for what each figure times). The sub-commands run the other
     benchmarks instead."""
@@ -63,7 +68,7 @@ def throughput(
         raise typer.BadParameter(str(exc), param_hint="--incremental") from None
     cfg = BenchConfig(events=events, keys=keys, per_epoch=per_epoch, restore_keys=sizes, partitions=partitions,
                       parallelism=parallelism, incremental=kinds, recovery=not no_recovery, out=out,
-                      broker=broker)
+                      broker=broker, short_events=short_events)
     raise typer.Exit(report_and_exit(run_bench(cfg), cfg))
 
 

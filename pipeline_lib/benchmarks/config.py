@@ -26,6 +26,7 @@ class BenchConfig:
     incremental_share: float = 0.05
     incremental: tuple[str, ...] = INCREMENTAL_KINDS  # which small incremental runs
     recovery: bool = True
+    short_events: int = 50_000  # the short scheduled run's backlog (short_runs.py); 0: not measured
     seed: int = 2026
     out: Path = Path("results/bench")
     broker: str = "kafka"  # of the stack the bench starts: Apache Kafka, or tansu (the embedded default)

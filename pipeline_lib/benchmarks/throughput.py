@@ -1,8 +1,9 @@
-"""Throughput benchmark: this project's job vs Spark Structured Streaming (two anchors) vs raw kafka-python.
+"""Throughput benchmark: this project's job vs Spark Structured Streaming (three anchors) vs raw
+kafka-python and confluent-kafka.
 
     pipeline-lib bench [--events N] [--keys K] [--per-epoch R] [--restore-keys 10000,100000,1000000]
                        [--partitions 4] [--parallelism 2] [--incremental key_groups,users] [--no-recovery]
-                       [--out results/bench]
+                       [--short-events 50000] [--out results/bench]
     make bench BENCH_ARGS="..."
 
 One invocation, on one local stack (Apache Kafka, or with ``--broker tansu`` the embedded Tansu
@@ -25,9 +26,12 @@ in one topic (events.py):
    ``checkpointLocation`` and the foreachBatch parquet output on the same S3 server through
    ``s3a://`` (jars: spark_connectors.py). Checked against the events it can see: it trusts
    ListOffsets, which Tansu answers short of each partition's end (listed_ends.py; Apache Kafka
-   answers it exactly, and every event is seen).
-3. **raw kafka-python** (raw_kafka.py): one thread, assign + seek + poll over the same topic,
-   without decoding and with ``json.loads`` of every value.
+   answers it exactly, and every event is seen). It runs a second time with its checkpoint and
+   output on local disk (the same module, local paths). Every Structured Streaming child reports
+   when its session was up, so each engine's start-up time counts from its spawn.
+3. **raw kafka-python** (raw_kafka.py) and **raw confluent-kafka** (raw_confluent.py, librdkafka):
+   one thread each over the same topic and ranges, without decoding and with ``json.loads`` of
+   every value.
 4. **snapshot bytes**: from our manifests (bytes of the state files each epoch wrote vs the full
    snapshot it references), plus two small incremental epochs: one touching ~5% of the key groups
    (one event for every user of 5% of the key groups) and one touching a random 5% of the users.
@@ -41,6 +45,9 @@ in one topic (events.py):
    the middle of the run's second epoch, and it is run once more; recovery time = from the kill to
    the first epoch committed by the new process (its start-up, restore and the replay of the
    killed epoch). The final table is checked against the reference over every event produced.
+7. **short scheduled runs** (short_runs.py): a fresh topic of ``--short-events`` events, read by a
+   new job of ours with ``--until-caught-up`` and by the Kafka-connector anchor (S3A), each a whole
+   process; their ratio, and how long after its Spark session was up our epoch 1 committed.
 
 Writes ``report.md``, ``report.json``, the runs' logs and PNG plots to the output folder
 (bench_report.py) and prints the summary table with the issue's targets marked PASS / FAIL
@@ -75,9 +82,15 @@ from pipeline_lib.benchmarks.our_job import (
     upsert_table_ours,
     write_spec,
 )
+from pipeline_lib.benchmarks.raw_confluent import raw_consume_confluent
 from pipeline_lib.benchmarks.raw_kafka import raw_consume
 from pipeline_lib.benchmarks.restore_sizes import probe_restore, seed_state_snapshot
-from pipeline_lib.benchmarks.structured_streaming_run import run_structured_streaming, run_structured_streaming_kafka
+from pipeline_lib.benchmarks.short_runs import short_runs
+from pipeline_lib.benchmarks.structured_streaming_run import (
+    run_structured_streaming,
+    run_structured_streaming_kafka,
+    run_structured_streaming_kafka_local,
+)
 from pipeline_lib.benchmarks.summary import format_summary, summarize
 from pipeline_lib.checkpoint.manifest import Manifest
 from pipeline_lib.localstack import StackInfo, start_stack, stop_stack
@@ -157,6 +170,10 @@ def _bench(b: Bench) -> Report:
     _say("raw kafka-python consumption (one thread) ...")
     report["raw_kafka"] = {"no_decode": raw_consume(b.info.kafka_bootstrap, b.topic, produced.ranges, decode=False),
                            "json_decode": raw_consume(b.info.kafka_bootstrap, b.topic, produced.ranges, decode=True)}
+    _say("raw confluent-kafka (librdkafka) consumption (one thread) ...")
+    report["raw_confluent"] = {
+        "no_decode": raw_consume_confluent(b.info.kafka_bootstrap, b.topic, produced.ranges, decode=False),
+        "json_decode": raw_consume_confluent(b.info.kafka_bootstrap, b.topic, produced.ranges, decode=True)}
 
     spec, sink, store = write_spec(b.work / f"{b.job}.yaml", b.job, b.topic, cfg)
     _say(f"ours: pipeline-lib run ({cfg.events:,} events, epochs of {cfg.per_epoch:,}) ...")
@@ -172,26 +189,36 @@ def _bench(b: Bench) -> Report:
                                                               b.logs, expected)
 
     _say("Spark Structured Streaming with its Kafka connector, checkpoint on the S3 server (S3A) ...")
-    report["structured_streaming_kafka"] = _kafka_connector(b, produced.ranges, expected)
+    tail = unseen_tail(b.info.kafka_bootstrap, b.topic, produced.ranges)  # what the connector cannot see
+    report["structured_streaming_kafka"] = _kafka_connector(b, without(expected, tail), len(tail))
+    _say("Spark Structured Streaming with its Kafka connector, checkpoint on local disk ...")
+    report["structured_streaming_kafka_local"] = {
+        **run_structured_streaming_kafka_local(b.info.kafka_bootstrap, b.env, b.topic, cfg, b.work, b.logs,
+                                               without(expected, tail)),
+        "records_unseen": len(tail)}
 
     main_manifests = manifests(store, b.job, b.settings)
     all_events = list(produced.events)
     report["snapshots"] = _incremental_runs(b, spec, store, main_manifests, all_events)
     report["recovery"] = _recovery(b, spec, sink, ours, all_events)
     report["restore"] = _restore_sizes(b, store, main_manifests[-1], produced.ranges)
+    if cfg.short_events:
+        _say(f"short scheduled runs: a fresh backlog of {cfg.short_events:,} events, ours --until-caught-up "
+             "and Structured Streaming (Kafka connector, S3A), each a whole process ...")
+        report["short_runs"] = short_runs(b.info.kafka_bootstrap, b.env, b.settings, cfg, b.work, b.logs, b.tag)
     report["summary"] = summarize(report, cfg)
     return report
 
 
-def _kafka_connector(b: Bench, ranges: Ranges, expected: dict[str, dict]) -> Report:
-    """2b. The anchor Spark users run, checked against the events it can see (listed_ends.py)."""
+def _kafka_connector(b: Bench, seen: dict[str, dict], unseen: int) -> Report:
+    """2b. The anchor Spark users run, checked against the reference of the events it can see
+    (``seen``; ``unseen`` events lie past the ends ListOffsets gives: listed_ends.py)."""
     from pipeline_lib.benchmarks import spark_connectors
 
     spark_connectors.connector_jars()  # fetched (once per machine) before the timed run
-    tail = unseen_tail(b.info.kafka_bootstrap, b.topic, ranges)
     figures = run_structured_streaming_kafka(b.info.kafka_bootstrap, b.env, b.topic, b.cfg, b.work, b.logs,
-                                             without(expected, tail), b.settings, f"bench-sss-kafka-{b.tag}")
-    return {**figures, "records_unseen": len(tail), "connector": spark_connectors.versions()}
+                                             seen, b.settings, f"bench-sss-kafka-{b.tag}")
+    return {**figures, "records_unseen": unseen, "connector": spark_connectors.versions()}
 
 
 def _machine(broker: str) -> dict[str, Any]:
