@@ -63,6 +63,7 @@ def damaged_topic(apache_kafka):
     return events[:BATCH] + events[2 * BATCH:], raw
 
 
+@pytest.mark.full  # unit tests decode hostile batches; this damages the broker's segment file; `make full`
 def test_an_undecodable_batch_is_dead_lettered_or_fails_the_run_naming_it(stack_env, apache_kafka, tmp_path,
                                                                          damaged_topic):
     readable, raw = damaged_topic

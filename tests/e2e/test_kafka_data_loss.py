@@ -117,6 +117,7 @@ def kafka_source_records(bootstrap: str, topic: str, partition: int, start: int,
     return [(r.offset, r.value) for r in kafka_source.read_range(bootstrap, topic, partition, start, end)]
 
 
+@pytest.mark.full  # a regression test of the readers on a compacted topic; `make full` (docs/testing.md)
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 def test_ranges_ending_in_offsets_removed_by_compaction_finish(stack_env, apache_kafka, tmp_path, locations,
                                                                 monkeypatch, close_cached_consumers):

@@ -29,6 +29,7 @@ def _produce(bootstrap: str, events: list[dict], partitions: list[int]) -> None:
         producer.close()
 
 
+@pytest.mark.full  # a long --continuous run on the real broker; `make full` (docs/testing.md)
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 def test_a_running_job_reads_partitions_added_to_its_topic_from_their_start(stack_env, apache_kafka, tmp_path,
                                                                             locations):

@@ -52,6 +52,7 @@ def _table(env: dict, sink: str, key: list[str]) -> dict:
     return read_upsert_table(open_store(sink, ConnectionSettings.from_env(env)), key)
 
 
+@pytest.mark.full  # two whole runs; unit tests read the columns from real batches; `make full`
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 def test_a_job_groups_by_key_and_header_exactly_on_both_paths(stack_env, apache_kafka, keyed, tmp_path, locations):
     name, sink, store = locations

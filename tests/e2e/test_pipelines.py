@@ -130,6 +130,7 @@ def test_bounded_job_restores_only_unfinished_splits_then_is_skipped(stack_env, 
     assert {s["action"] for s in plan["restore"][0]["subtasks"]} == {"skip"}
 
 
+@pytest.mark.full  # rescale on restore is also run on the cluster tier (2 to 3); `make full`
 def test_rescale_on_restore_1_to_3_to_2_gives_identical_results(stack_env, tmp_path, payments):
     topic, events = payments
     name, store_uri, sink = "rescale", "s3://checkpoints/rescale", "s3://results/rescale"
