@@ -32,7 +32,13 @@ def range_reader(bootstrap: str | KafkaConnection, source: KafkaSourceSpec, sche
                             fields=[(f.name, f.dataType.simpleString()) for f in user_fields], epoch=epoch,
                             tolerant=on_error != "fail", max_record_bytes=max_record_bytes,
                             max_batch_bytes=max_batch_bytes, isolation_level=source.isolation_level,
-                            key_encoding=source.key_encoding)
+                            key_encoding=_concrete(source.key_encoding))
+
+
+def _concrete(key_encoding: str) -> str:
+    """The job resolves ``auto`` from its flows (JobSpec.key_encoding_of, as the runner does); a
+    reader given the spec's ``auto`` itself reads keys as UTF-8, the column it offers."""
+    return "utf8" if key_encoding == "auto" else key_encoding
 
 
 def map_tasks(spark: SparkSession, tasks: int, fn: Callable, schema: StructType | str) -> DataFrame:
