@@ -375,5 +375,9 @@ def test_a_users_own_dag_runs_a_job_with_run_job_operator_alone(airflow, stack_e
     forms = {h["connection_type"]: h for h in airflow.get("/ui/connections/hook_meta")}
     assert forms["pipeline_lib_s3"]["hook_name"] == "pipeline-lib S3"
     assert forms["pipeline_lib_s3"]["standard_fields"]["login"]["title"] == "Access key"
-    assert forms["pipeline_lib_kafka"]["standard_fields"]["password"]["hidden"] is True
-    assert "bootstrap_servers" in json.dumps(forms["pipeline_lib_kafka"]["extra_fields"])
+    kafka_password = forms["pipeline_lib_kafka"]["standard_fields"]["password"]
+    assert kafka_password["title"] == "SASL password" and kafka_password["hidden"] is False
+    assert forms["pipeline_lib_spark"]["standard_fields"]["password"]["hidden"] is True
+    kafka_extra = json.dumps(forms["pipeline_lib_kafka"]["extra_fields"])
+    assert all(name in kafka_extra for name in ("bootstrap_servers", "security_protocol", "sasl_mechanism",
+                                                 "ssl_cafile"))
