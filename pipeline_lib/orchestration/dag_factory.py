@@ -137,6 +137,12 @@ def job_dag(spec_path: Path, spec: JobSpec) -> DAG:
     return dag
 
 
+def _jobs_param(job_names: list[str] | None, does: str) -> Param:
+    """The form's "Jobs" field of a DAG that acts on every job of the folder, ``job_names`` offered."""
+    return Param([], type=["null", "array"], items={"type": "string"}, uniqueItems=True, examples=job_names or [],
+                 title="Jobs", description=f"Only these jobs; empty {does} every job in dags/pipelines.")
+
+
 def recovery_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
     """The DAG that assesses every job's pipelines and relaunches the failed or lost ones;
     ``job_names`` are offered in its form (any job in the folder when it runs is accepted)."""
@@ -145,9 +151,7 @@ def recovery_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
         is_paused_upon_creation=False,
         tags=["pipeline-lib", "recovery"],
         params={
-            "jobs": Param([], type=["null", "array"], items={"type": "string"}, uniqueItems=True,
-                          examples=job_names or [], title="Jobs",
-                          description="Only these jobs; empty assesses every job in dags/pipelines."),
+            "jobs": _jobs_param(job_names, "assesses"),
             "dry_run": Param(False, type="boolean", title="Dry run",
                              description="Report what would be relaunched; change nothing."),
             "max_relaunches": Param(5, type="integer", **bounded(0, 100), title="Relaunches before giving up",
@@ -214,9 +218,7 @@ def verify_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
         is_paused_upon_creation=False,
         tags=["pipeline-lib", "verify"],
         params={
-            "jobs": Param([], type=["null", "array"], items={"type": "string"}, uniqueItems=True,
-                          examples=job_names or [], title="Jobs",
-                          description="Only these jobs; empty verifies every job in dags/pipelines."),
+            "jobs": _jobs_param(job_names, "verifies"),
         },
         doc_md="Reads every part file of every committed epoch (size and SHA-256 against its `_SUCCESS` "
                "marker) and every retained snapshot (manifest, state files, markers, lineage), like "
