@@ -4,7 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 
 .PHONY: install demo test full unit e2e cluster airflow airflow-up bench bench-restore bench-cluster soak mutation lint typecheck clean
-N ?= 200
+N ?= 100
+SOAK_ARGS ?= --cluster 2
 BENCH_ARGS ?=
 AIRFLOW_UP_ARGS ?=
 MUTATION_ARGS ?=
@@ -59,9 +60,10 @@ bench-restore: install
 bench-cluster: install
 	$(BIN)/pipeline-lib bench cluster $(BENCH_ARGS)
 
-# N random crash/restore cycles with a report in results/soak.md (records lost and duplicated must be 0).
+# N random fault cycles on a standalone cluster of two one-core workers (driver, executor and worker
+# loss) with a report in results/soak.md (records lost and duplicated must be 0); local mode: SOAK_ARGS=.
 soak: install
-	$(BIN)/python -m pipeline_lib.soak --cycles $(N) --report results/soak.md
+	$(BIN)/python -m pipeline_lib.soak --cycles $(N) $(SOAK_ARGS) --report results/soak.md
 
 # Remove each safety line of the commit protocol (tools/mutants.py) in turn: the unit tests must
 # catch every one (e.g. make mutation MUTATION_ARGS="--only head-cas-plain-put -j 1").

@@ -232,6 +232,9 @@ def _print_epoch(report, timings: bool = False) -> None:
     reads = report.state_reads
     if timings and reads is not None:  # owner tasks: the previous state from the executor cache or the store
         phases += f" [state files: {reads.cached} cached, {reads.fetched} fetched ({reads.fetched_bytes} bytes)]"
+    if timings:  # what the driver received from the epoch's tasks, and the snapshot's size and increment
+        received = "" if report.task_result_bytes is None else f"driver received {report.task_result_bytes} bytes, "
+        phases += f" [{received}state {report.state_bytes} bytes, {report.state_bytes_written} written]"
     _report(
         f"epoch {report.epoch} committed: {report.records} records, {report.rows_written} rows out, "
         f"{report.keys} keys, lag {report.lag}, {report.seconds:.2f}s"
@@ -240,7 +243,8 @@ def _print_epoch(report, timings: bool = False) -> None:
         event="epoch_committed", pipeline=report.pipeline, epoch=report.epoch, snapshot=report.snapshot_id,
         records=report.records, rows_written=report.rows_written, keys=report.keys, lag=report.lag,
         seconds=round(report.seconds, 3), bad_records=report.bad_records,
-        phases={k: round(v, 3) for k, v in report.phases.items()},
+        phases={k: round(v, 3) for k, v in report.phases.items()}, task_result_bytes=report.task_result_bytes,
+        state_bytes=report.state_bytes, state_bytes_written=report.state_bytes_written,
         **({"state_files_cached": reads.cached, "state_files_fetched": reads.fetched,
             "state_bytes_fetched": reads.fetched_bytes} if reads is not None else {}),
     )

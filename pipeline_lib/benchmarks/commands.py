@@ -1,8 +1,9 @@
 """``pipeline-lib bench``: the benchmarks' one command line, mounted by the CLI.
 
 ``pipeline-lib bench [OPTIONS]`` runs the throughput benchmark (throughput.py);
-``pipeline-lib bench restore`` and ``pipeline-lib bench cluster`` run the restore and cluster
-benchmarks (restore_completed.py, cluster_vs_local.py). The Makefile's bench targets call these.
+``pipeline-lib bench restore``, ``pipeline-lib bench cluster`` and ``pipeline-lib bench driver`` run
+the restore, cluster and driver-load benchmarks (restore_completed.py, cluster_vs_local.py,
+driver_load.py). The Makefile's bench targets call these.
 Each benchmark's modules load only when it runs, so mounting this costs other commands nothing.
 """
 
@@ -110,3 +111,30 @@ def cluster(
 
     raise typer.Exit(cluster_vs_local(events=events, users=users, per_epoch=per_epoch, workers=workers,
                                       parallelism=parallelism, repeat=repeat))
+
+
+@bench_app.command("driver")
+def driver(
+    keys: Annotated[str, typer.Option(help="State sizes (distinct users), comma-separated.")] = "10000,100000,1000000",
+    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch.")] = 100_000,
+    workers: Annotated[int, typer.Option(min=1, help="One-core workers of the standalone cluster.")] = 2,
+    parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism.")] = 2,
+    modes: Annotated[str, typer.Option(
+        help="Where keyed state lives: owners,driver (either or both).")] = "owners,driver",
+    out: Annotated[Path, typer.Option(help="Folder for report.md and report.json.")] = Path("results/bench-driver"),
+) -> None:
+    """What the driver receives, its CPU and its memory as the keyed state grows, owner tasks vs the driver path.
+
+    On a standalone cluster started here (see pipeline_lib/benchmarks/driver_load.py)."""
+    from pipeline_lib.benchmarks.config import parse_keys
+    from pipeline_lib.benchmarks.driver_load import MODES, driver_load
+
+    try:
+        sizes = parse_keys(keys)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--keys") from None
+    chosen = tuple(m.strip() for m in modes.split(",") if m.strip())
+    if not chosen or set(chosen) - set(MODES):
+        raise typer.BadParameter(f"{modes!r}: choose from {', '.join(MODES)}", param_hint="--modes")
+    raise typer.Exit(driver_load(sizes, per_epoch=per_epoch, workers=workers, parallelism=parallelism,
+                                 modes=chosen, out=out))

@@ -36,7 +36,8 @@ EPOCH_LINE = re.compile(
     r"^epoch (?P<epoch>\d+) committed: (?P<records>\d+) records, (?P<rows>\d+) rows out, (?P<keys>\d+) keys, "
     r"lag (?P<lag>\d+), (?P<seconds>[\d.]+)s.*?\(pipeline (?P<pipeline>[^,]+), snapshot (?P<snapshot>[^)]+)\)"
     r"(?: \[(?P<phases>[^\]]*)\])?"
-    r"(?: \[state files: (?P<cached>\d+) cached, (?P<fetched>\d+) fetched \((?P<fetched_bytes>\d+) bytes\)\])?\s*$"
+    r"(?: \[state files: (?P<cached>\d+) cached, (?P<fetched>\d+) fetched \((?P<fetched_bytes>\d+) bytes\)\])?"
+    r"(?: \[(?:driver received (?P<received>\d+) bytes, )?state (?P<state>\d+) bytes, (?P<written>\d+) written\])?\s*$"
 )
 CHECKPOINT_PHASES = ("state", "commit", "cleanup")  # snapshot work of an epoch (the sink is output)
 
@@ -72,7 +73,10 @@ def parse_epoch_line(line: str) -> dict[str, Any] | None:
             "keys": int(m.group("keys")), "lag": int(m.group("lag")), "seconds": float(m.group("seconds")),
             "snapshot": m.group("snapshot"), "phases": phases,
             **({"state_files_cached": int(m.group("cached")), "state_files_fetched": int(m.group("fetched")),
-                "state_bytes_fetched": int(m.group("fetched_bytes"))} if m.group("cached") is not None else {})}
+                "state_bytes_fetched": int(m.group("fetched_bytes"))} if m.group("cached") is not None else {}),
+            **({"state_bytes": int(m.group("state")), "state_bytes_written": int(m.group("written"))}
+               if m.group("state") is not None else {}),
+            **({"task_result_bytes": int(m.group("received"))} if m.group("received") is not None else {})}
 
 
 @dataclass

@@ -366,8 +366,8 @@ class JobSpec(StrictModel):
     max_batch_bytes: Annotated[int | None, Field(ge=1_024, le=4_294_967_296)] = None
     # Where keyed state lives on the Arrow path: on owner tasks (executors; the driver gets
     # references only), on the driver, or auto: owner tasks on a Spark cluster, the driver in local
-    # mode, where one process holds everything anyway and owner tasks, with no executor cache yet,
-    # re-read the state they rewrite from S3 every epoch (docs/distributed-state.md).
+    # mode, where one process holds everything anyway and the owner tasks' shuffle and second stage
+    # cost more than they save (docs/distributed-state.md).
     keyed_state: Literal["auto", "owners", "driver"] = "auto"
     spark: SparkSpec | None = None
     airflow: AirflowSpec = AirflowSpec()

@@ -25,16 +25,20 @@ def _printed(report: EpochReport, timings: bool, monkeypatch) -> str:
 def test_epoch_line_with_and_without_timings_parses(monkeypatch):
     phases = {name: 0.001 * (i + 1) for i, name in enumerate(EPOCH_PHASES)}
     report = EpochReport(pipeline="main", epoch=3, snapshot_id="0000000003-a2", records=20000, rows_written=4980,
-                         keys=5000, lag=60000, seconds=0.71, completed_splits=0, bad_records=2, phases=phases)
+                         keys=5000, lag=60000, seconds=0.71, completed_splits=0, bad_records=2, phases=phases,
+                         state_bytes=90_000, state_bytes_written=4_500)
     plain = parse_epoch_line(_printed(report, False, monkeypatch))
     assert plain is not None and plain["phases"] == {}
     timed = parse_epoch_line(_printed(report, True, monkeypatch))
     assert timed == {"epoch": 3, "records": 20000, "rows_out": 4980, "keys": 5000, "lag": 60000, "seconds": 0.71,
-                     "snapshot": "0000000003-a2", "phases": phases}
+                     "snapshot": "0000000003-a2", "phases": phases, "state_bytes": 90_000,
+                     "state_bytes_written": 4_500}
     assert parse_epoch_line("pipeline main: RAN, attempt 1, 4 epoch(s), 80000 records") is None
-    owned = replace(report, state_reads=StateReads(cached=60, fetched=4, fetched_bytes=123_456))
+    owned = replace(report, state_reads=StateReads(cached=60, fetched=4, fetched_bytes=123_456),
+                    task_result_bytes=11_571)
     assert parse_epoch_line(_printed(owned, True, monkeypatch)) == {
-        **timed, "state_files_cached": 60, "state_files_fetched": 4, "state_bytes_fetched": 123_456}
+        **timed, "state_files_cached": 60, "state_files_fetched": 4, "state_bytes_fetched": 123_456,
+        "task_result_bytes": 11_571}
     assert parse_epoch_line(_printed(owned, False, monkeypatch)) == {**plain}
 
 
