@@ -445,7 +445,8 @@ def snapshots_list(
     table.columns[0].no_wrap = table.columns[4].no_wrap = True
     for r in rows:
         table.add_row(r["snapshot_id"], str(r["epoch"]), str(r.get("attempt", "")), "yes" if r["committed"] else "no",
-                      r.get("created_at", ""), str(r.get("keys", "")), str(r.get("records_read", "")), r["status"])
+                      r.get("created_at", ""), str(r.get("keys", "")), str(r.get("records_read", "")),
+                      r["status"] + (f", {r['data_lost']} offsets lost" if r.get("data_lost") else ""))
     out.print(table)
 
 

@@ -140,7 +140,7 @@ def _fill(view: PipelineView, snapshots: SnapshotStore, now: dt.datetime) -> Non
             view.subtasks = f"{status.subtasks_started}/{status.subtasks_total} started"
     rows, view.history_total, view.retained = newest_snapshots(snapshots)
     view.history = [{k: r.get(k) for k in ("snapshot_id", "epoch", "created_at", "records_read", "keys", "status",
-                                            "completed")} for r in rows]
+                                            "completed", "data_lost")} for r in rows]
     head = next((r for r in rows if r.get("head")), None)
     if head is not None:
         view.latest_snapshot, view.latest_at, view.keys = head["snapshot_id"], head.get("created_at"), head.get("keys")

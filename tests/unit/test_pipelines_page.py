@@ -7,6 +7,7 @@ tests/airflow/test_airflow.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 
@@ -16,9 +17,10 @@ from fastapi.testclient import TestClient
 from pipeline_lib.checkpoint.manifest import LaunchInfo, PipelineStatus
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.orchestration.ui_app import REFRESH_SECONDS, create_app
+from pipeline_lib.plan.offsets import OffsetRange
 from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
-from tests.unit.test_commit_protocol_commit import TOPIC, job_spec, new_attempt, run_epochs
+from tests.unit.test_commit_protocol_commit import TOPIC, epoch_read, job_spec, new_attempt, run_epochs
 
 SETTINGS = ConnectionSettings()
 HISTORY_ROW = re.compile(r'<tr><td><code>(\d{10}-a\d+)</code></td><td class="num">(\d+)</td><td>[^<]*</td>\s*'
@@ -56,3 +58,24 @@ def test_the_page_shows_every_retained_snapshot_its_keys_and_the_latest_epoch(tm
             f"every epoch of its output; the run then reads topic {TOPIC} from its earliest offset") in page
     assert f'data-refresh-seconds="{REFRESH_SECONDS}"' in page and REFRESH_SECONDS == 10
     assert "pipelines_page__" in page and "Pipelines page: restore " in page  # what a restore run carries
+
+
+def test_a_snapshot_that_skipped_offsets_lost_to_retention_says_so_on_the_page(tmp_path):
+    """Under on_data_loss: skip an epoch records the ranges it skipped in its manifest; the page's
+    history names how many offsets that snapshot lost, and the snapshots before it lost none."""
+    specs = tmp_path / "pipelines"
+    specs.mkdir()
+    spec = spend_job_spec("job", TOPIC, f"file://{tmp_path}/out", f"file://{tmp_path}/ckpt")
+    (specs / "job.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    runner = new_attempt(job_spec(tmp_path))
+    history, version = run_epochs(runner, [{"user1": 1}, {"user2": 2}])
+    read = epoch_read(runner, {"user3": 3}, history)
+    lost = [OffsetRange(topic=TOPIC, partition=1, start=20, end=1_520)]
+    skipped = dataclasses.replace(read, plan=read.plan.model_copy(update={"data_lost": lost}))
+    runner._run_epoch(skipped, history, version)
+    runner._cleanup.wait()
+
+    page = TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False)).get(
+        "/", params={"lag": "false"}).text
+    assert page.count('class="data-lost"') == 1
+    assert "1,500 offsets lost before they were read" in page
