@@ -120,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", type=int, default=0, metavar="WORKERS",
                         help="run on a Spark standalone cluster of this many one-core workers (keyed state on "
                              "owner tasks), with executor and worker loss among the faults; 0: local mode")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="start no cycle after this many minutes (the last job is then finished and checked)")
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--report", type=Path, default=Path("results/soak.md"))
     args = parser.parse_args(argv)
@@ -144,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
             expected = spend_per_user(events)
             round_no, spec = 0, None
             for cycle_no in range(1, args.cycles + 1):
+                if args.minutes is not None and time.monotonic() - started > args.minutes * 60:
+                    break
+                tally["cycles run"] += 1
                 if spec is None:
                     round_no += 1
                     name = f"soak-{round_no}"
@@ -162,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                     tally["unexpected failure"] += 1
                 if rc == 0:  # the job is done: check it, then start a fresh one
                     rounds[-1].update(check_round(settings, round_no, expected))
+                    print(f"round {round_no} checked: {rounds[-1]}", flush=True)
                     spec = None
                 if cluster is not None:
                     settle(cluster, args.cluster)
@@ -182,22 +188,25 @@ def write_report(args: argparse.Namespace, tally: collections.Counter, rounds: l
     dup = sum(r.get("duplicated", 0) for r in rounds)
     mismatches = sum(1 for r in rounds if r.get("wrong_keys", 0) or r.get("lost", 0) or r.get("duplicated", 0))
     faults = sum(v for k, v in tally.items() if k.startswith(("fault:", "sigkill:", "executor lost:", "worker lost")))
+    cycles = tally["cycles run"]
     mode = f"a Spark standalone cluster of {args.cluster} one-core workers" if args.cluster else "Spark local mode"
     lines = [
         f"# Soak report (seed {args.seed})", "",
         f"- `python -m pipeline_lib.soak --cycles {args.cycles} --seed {args.seed} --events {args.events} "
         f"--per-epoch {args.per_epoch}" + (f" --cluster {args.cluster}" if args.cluster else "")
+        + (f" --minutes {args.minutes:g}" if args.minutes is not None else "")
         + f"`, on {mode}, {seconds / 60:.0f} min",
-        f"- cycles: {args.cycles}, faults injected: {faults}, jobs completed and checked: {len(rounds)}",
+        f"- cycles: {cycles}, faults injected: {faults}, jobs completed and checked: {len(rounds)}",
         f"- events per job: {args.events:,} in epochs of {args.per_epoch:,}",
         f"- final-output mismatches: **{mismatches}**, records lost: **{lost}**, records counted twice: **{dup}**",
         f"- unexpected failures: {tally['unexpected failure']}", "", "| how a cycle ended | count |", "|---|---|",
-    ] + [f"| {k} | {v} |" for k, v in sorted(tally.items()) if k != "unexpected failure"]
+    ] + [f"| {k} | {v} |" for k, v in sorted(tally.items()) if k not in ("unexpected failure", "cycles run")]
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text("\n".join(lines) + "\n")
     args.report.with_suffix(".json").write_text(json.dumps(
-        {"seed": args.seed, "cycles": args.cycles, "cluster_workers": args.cluster, "crashes": faults,
-         "ended": dict(tally), "rounds": rounds, "mismatches": mismatches, "lost": lost, "duplicated": dup,
+        {"seed": args.seed, "cycles": cycles, "cluster_workers": args.cluster, "crashes": faults,
+         "ended": {k: v for k, v in tally.items() if k != "cycles run"},
+         "rounds": rounds, "mismatches": mismatches, "lost": lost, "duplicated": dup,
          "unexpected": tally["unexpected failure"], "seconds": round(seconds, 1)}, indent=1))
     print("\n".join(lines))
     return 0 if mismatches == 0 and tally["unexpected failure"] == 0 else 1
