@@ -314,6 +314,8 @@ class PipelineRunner:
                              self.pipeline.name, flow.spec.name, commit.state.parallelism, self.parallelism)
                 if same_groups:  # spans still on the grid and unchanged keep referencing these files
                     flow.state_files = {(f.key_group_start, f.key_group_end): f for f in commit.state.files}
+                if not restored.state_loaded:  # bound for owner tasks (or for _load_restored_state)
+                    flow.state = None
         self.restored = restored
         if restored.state_loaded:
             self._log_driver_state_bytes()
