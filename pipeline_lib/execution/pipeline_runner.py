@@ -337,6 +337,7 @@ class PipelineRunner:
                                                  self.job.checkpoint.state_file_key_groups(flow.owned_keys))
                       for flow in self.flows if flow.stateful}
             checkpoint = CheckpointAt(self.job.checkpoint.store, self.job.name, self.pipeline.name, self.settings)
+            started = time.monotonic()
             try:
                 verified = verify_on_executors(spark, checkpoint, restored.manifest, owners, self.parallelism,
                                                self.job.checkpoint.cache_bytes, self.options.startup_timeout_s)
@@ -349,7 +350,7 @@ class PipelineRunner:
                 flow.state_schema = verified.schemas.get(flow.spec.name, flow.state_schema)
             self._state_verified = True  # the owners load it, from their caches
             self._log_driver_state_bytes(f"; {verified.files} state files ({verified.fetched_bytes} bytes) "
-                                         "verified on the executors")
+                                         f"verified on the executors in {time.monotonic() - started:.1f}s")
 
     def _load_restored_state(self) -> None:
         """The driver's keyed state, from a restore verified on the executors: the epochs take
