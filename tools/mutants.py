@@ -28,6 +28,7 @@ LIFECYCLE = "pipeline_lib/execution/lifecycle.py"
 RUNNER = "pipeline_lib/execution/pipeline_runner.py"
 EPOCH_COMMIT = "pipeline_lib/checkpoint/epoch_commit.py"
 LOCAL = "pipeline_lib/storage/local.py"
+VERIFICATION = "pipeline_lib/execution/restore_verification.py"
 OFFSETS = "pipeline_lib/plan/offsets.py"
 KEYGROUPS = "pipeline_lib/plan/keygroups.py"
 
@@ -208,6 +209,23 @@ MUTANTS: list[Mutant] = [
            "            if exact:\n                raise SnapshotError(f\"snapshot {exact} cannot be restored",
            "            if False:\n                raise SnapshotError(f\"snapshot {exact} cannot be restored",
            "a restore of an explicit snapshot id refuses instead of silently restoring an older one"),
+    Mutant("restore-after-exact-id-falls-back", RESTORE,
+           "    if exact:\n        raise SnapshotError(f\"snapshot {exact} cannot be restored: {reason}\")",
+           "    if False:\n        raise SnapshotError(f\"snapshot {exact} cannot be restored: {reason}\")",
+           "an explicit snapshot id whose state the executors refuse is refused, not an older one restored"),
+    # -- restore verification on the executors (the owner path) -----------------------------
+    Mutant("verification-ignores-a-problem", VERIFICATION,
+           "if check.problem is not None:",
+           "if False:",
+           "a span an owner found missing or corrupt refuses the snapshot"),
+    Mutant("verification-skips-file-check", VERIFICATION,
+           "check_state_file(ref, table, key_groups)",
+           "None",
+           "the executors check each state file's rows and key groups against the manifest"),
+    Mutant("verification-skips-key-count", VERIFICATION,
+           "if rows != commit.state.keys:",
+           "if False:",
+           "the owners' rows of a flow must be the manifest's key count"),
     # -- garbage collection ------------------------------------------------------------------
     Mutant("gc-deletes-newer-manifests", SNAPSHOTS,
            "if sid not in retained and layout.epoch_of_snapshot(sid) <= latest.epoch:",

@@ -4,11 +4,17 @@ Verification covers the manifest checksum, every state file's checksum, and ever
 commit: its marker and each part file it lists, with its size. A snapshot that fails is skipped
 with a log line naming why, and the previous one is tried: never a silent restore from damaged
 files.
+
+A restore whose keyed state will live on owner tasks leaves the state files to the executors
+(``load_state`` says so per manifest): the driver checks the manifest and the sink commits only,
+and ``restore_after`` continues the same fall-back when the executors' verification job
+(execution.restore_verification) finds a span missing or corrupt.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,12 +64,18 @@ class FlowState:
 @dataclass
 class Restored:
     """A verified snapshot and its flows' state; ``fell_back_from`` lists the newer snapshots that
-    were unusable and skipped."""
+    were unusable and skipped. With ``state_loaded`` False the flows hold no rows: the state
+    files are still to be verified, on the executors."""
 
     manifest: Manifest
     history: list[HistoryEntry]  # this snapshot and the committed ones before it, newest first
     flows: dict[str, FlowState]
     fell_back_from: list[str]
+    state_loaded: bool = True
+    driver_state_bytes: int = 0  # bytes of state objects this restore read on the driver
+
+
+LoadState = Callable[[Manifest], bool]  # whether the driver loads (and so verifies) a manifest's state files
 
 
 def candidates(snapshots: SnapshotStore, which: str) -> list[HistoryEntry]:
@@ -96,6 +108,14 @@ def verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore],
     """One snapshot, checked as a restore needs it (manifest checksum, markers, part sizes, every
     state file's SHA-256, rows and key groups) and its state loaded; SnapshotError naming what
     is wrong."""
+    manifest = verify_commits(snapshots, sinks, entry)
+    return manifest, load_state(snapshots, manifest)[0]
+
+
+def verify_commits(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], entry: HistoryEntry) -> Manifest:
+    """The half of a snapshot's check that reads no state file: the manifest against its
+    checksum, each sink commit's marker and its part files' sizes; SnapshotError naming what is
+    wrong."""
     manifest = snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256 or None)
     if manifest.dead_letters is not None:
         dlq = sinks.get(DEAD_LETTERS)
@@ -103,7 +123,6 @@ def verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore],
             raise SnapshotError(f"dead-letter commit marker {manifest.dead_letters.marker} "
                                 f"of epoch {manifest.epoch} is missing")
         check_part_files(dlq, manifest.dead_letters, "dead letters")
-    loaded: dict[str, FlowState] = {}
     for name, commit in manifest.flows.items():
         sink = sinks.get(name)
         if sink is None or name == DEAD_LETTERS:
@@ -112,18 +131,34 @@ def verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore],
             raise SnapshotError(f"sink commit marker {commit.sink.marker} of flow {name} "
                                 f"epoch {manifest.epoch} is missing")
         check_part_files(sink, commit.sink, f"flow {name}")
+    return manifest
+
+
+def check_state_file(ref: StateFileRef, file_table: pa.Table, file_groups: np.ndarray) -> None:
+    """A decoded state file holds the rows the manifest says, in its span's key groups;
+    SnapshotError naming the file otherwise (on the driver and in the executors' verification)."""
+    if file_table.num_rows != ref.rows:
+        raise SnapshotError(f"state file {ref.describe()} has {file_table.num_rows} rows, "
+                            f"manifest says {ref.rows}")
+    outside = file_groups[(file_groups < ref.key_group_start) | (file_groups >= ref.key_group_end)]
+    if len(outside):
+        raise SnapshotError(f"state file {ref.describe()} holds key group {outside[0]}, outside its range "
+                            f"[{ref.key_group_start}, {ref.key_group_end})")
+
+
+def load_state(snapshots: SnapshotStore, manifest: Manifest) -> tuple[dict[str, FlowState], int]:
+    """Every flow's state files read (SHA-256 checked), decoded and checked on this process; and
+    the bytes of the objects read for them."""
+    loaded: dict[str, FlowState] = {}
+    read_bytes = 0
+    for name, commit in manifest.flows.items():
         flow = loaded[name] = FlowState()
         if commit.state:
             files = commit.state.files
-            for ref, (file_table, file_groups) in zip(files, in_parallel(decode_state_file,
-                                                                         read_state_files(snapshots, files))):
-                if file_table.num_rows != ref.rows:
-                    raise SnapshotError(f"state file {ref.describe()} has {file_table.num_rows} rows, "
-                                        f"manifest says {ref.rows}")
-                outside = file_groups[(file_groups < ref.key_group_start) | (file_groups >= ref.key_group_end)]
-                if len(outside):
-                    raise SnapshotError(f"state file {ref.describe()} holds key group {outside[0]}, outside its range "
-                                        f"[{ref.key_group_start}, {ref.key_group_end})")
+            data, size = read_state_files_counted(snapshots, files)
+            read_bytes += size
+            for ref, (file_table, file_groups) in zip(files, in_parallel(decode_state_file, data)):
+                check_state_file(ref, file_table, file_groups)
                 if flow.schema is not None and file_table.schema != flow.schema:
                     raise SnapshotError(f"state file {ref.describe()} has columns {file_table.schema}, "
                                         f"the flow's other state files have {flow.schema}")
@@ -131,9 +166,9 @@ def verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore],
                 flow.tables.append(file_table)
                 flow.key_group_arrays.append(file_groups)
             if flow.rows != commit.state.keys:
-                raise SnapshotError(f"snapshot {entry.snapshot_id} flow {name} holds {flow.rows} keys, "
+                raise SnapshotError(f"snapshot {manifest.snapshot_id} flow {name} holds {flow.rows} keys, "
                                     f"manifest says {commit.state.keys}")
-    return manifest, loaded
+    return loaded, read_bytes
 
 
 def _size_or_none(sink: ObjectStore, key: str) -> int | None:
@@ -179,8 +214,11 @@ def read_state_files_counted(snapshots: SnapshotStore, refs: list[StateFileRef])
     return files, sum(len(data) for data in objects.values())
 
 
-def restore_snapshot(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], which: str) -> Restored | None:
-    """``which`` is ``latest``, ``none`` or a snapshot id. Returns None to start fresh."""
+def restore_snapshot(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], which: str,
+                     load: LoadState = lambda manifest: True) -> Restored | None:
+    """``which`` is ``latest``, ``none`` or a snapshot id. Returns None to start fresh. ``load``
+    says, per manifest, whether the driver reads its state (False: the executors verify it,
+    and ``restore_after`` goes on should they refuse it)."""
     if which == "none":
         return None
     history = candidates(snapshots, which)
@@ -189,10 +227,32 @@ def restore_snapshot(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], wh
         if exact:
             raise SnapshotError(f"snapshot {exact} not found")
         return None
-    failures: list[str] = []
+    return _first_usable(snapshots, sinks, history, exact, load, [])
+
+
+def restore_after(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], which: str, unusable: Restored,
+                  reason: Exception, load: LoadState = lambda manifest: True) -> Restored:
+    """The restore that follows once ``unusable``, chosen without reading its state, proved
+    unusable (``reason``, found by the executors): the same log line, then the snapshots before
+    it, as ``restore_snapshot`` would have gone on; an explicit snapshot id refuses instead."""
+    exact = None if which == "latest" else which
+    snapshot_id = unusable.manifest.snapshot_id
+    if exact:
+        raise SnapshotError(f"snapshot {exact} cannot be restored: {reason}")
+    rest = unusable.history[1:]
+    log.error("pipeline %s: snapshot %s is unusable (%s); falling back to %s",
+              snapshots.pipeline, snapshot_id, reason, rest[0].snapshot_id if rest else "nothing")
+    return _first_usable(snapshots, sinks, rest, None, load, [*unusable.fell_back_from, snapshot_id])
+
+
+def _first_usable(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], history: list[HistoryEntry],
+                  exact: str | None, load: LoadState, failures: list[str]) -> Restored:
+    """The newest of ``history`` that verifies, after the ``failures`` already skipped."""
     for i, entry in enumerate(history):
         try:
-            manifest, flows = verify_and_load(snapshots, sinks, entry)
+            manifest = verify_commits(snapshots, sinks, entry)
+            loaded, read_bytes = (load_state(snapshots, manifest) if load(manifest)
+                                  else ({name: FlowState() for name in manifest.flows}, None))
         except (SnapshotError, NotFound) as exc:
             if exact:
                 raise SnapshotError(f"snapshot {exact} cannot be restored: {exc}") from None
@@ -201,8 +261,8 @@ def restore_snapshot(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], wh
                       snapshots.pipeline, entry.snapshot_id, exc, nxt)
             failures.append(entry.snapshot_id)
             continue
-        return Restored(manifest, history[i:], flows, failures)
+        return Restored(manifest, history[i:], loaded, failures, read_bytes is not None, read_bytes or 0)
     raise SnapshotError(
-        f"none of the {len(history)} retained snapshots of pipeline {snapshots.pipeline} of job {snapshots.job} "
+        f"none of the {len(failures)} retained snapshots of pipeline {snapshots.pipeline} of job {snapshots.job} "
         f"could be restored ({', '.join(failures)}); use --restore none to start over from the source"
     )

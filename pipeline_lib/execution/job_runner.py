@@ -144,6 +144,8 @@ class JobRunner:
                             outcome.status, outcome.reason = "FAILED", reason
                             outcome.fenced = isinstance(exc, FencedError)
                         outcome.attempt, outcome.epochs = runner.attempt, runner.epochs
+                        # the executors' verification of the restored state may have fallen back
+                        outcome.restored_from = runner.restored.manifest.snapshot_id if runner.restored else None
                         status = runner.snapshots.read_status()
                         if outcome.status != "FAILED" and status and status.state == "COMPLETED":
                             outcome.status = "COMPLETED"

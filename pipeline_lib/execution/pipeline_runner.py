@@ -42,7 +42,7 @@ from pipeline_lib.checkpoint.manifest import (
     StateSnapshot,
     snapshot_id_for,
 )
-from pipeline_lib.checkpoint.restore import DEAD_LETTERS, Restored, restore_snapshot
+from pipeline_lib.checkpoint.restore import DEAD_LETTERS, Restored, load_state, restore_after, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_spans import Span, spans_of, spans_to_fold, write_state_files
 from pipeline_lib.errors import DATA_LOSS, DataLossError, FencedError, PipelineError, SnapshotError
@@ -59,6 +59,7 @@ from pipeline_lib.execution.lifecycle import (
 from pipeline_lib.execution.owner_epochs import OwnedFlow, OwnerEpochs
 from pipeline_lib.execution.owner_task import OWNER_LABEL, CheckpointAt, OwnerFlow, OwnerTask, StateReads
 from pipeline_lib.execution.read_ahead import ReadAhead
+from pipeline_lib.execution.restore_verification import verify_on_executors
 from pipeline_lib.execution.span_owners import SpanOwners
 from pipeline_lib.execution.spark_errors import clear_spark_errors
 from pipeline_lib.execution.startup import start_pipeline
@@ -207,6 +208,7 @@ class PipelineRunner:
         self.arrow_epochs: ArrowEpochs | None = None  # the Arrow path, when every flow can take it (set by run)
         self.owner_epochs: OwnerEpochs | None = None  # keyed state on owner tasks (set by run, see _choose_path)
         self._stored_groups_apply = True  # the restored state's key groups are this run's (max_parallelism)
+        self._state_verified = False  # the restored state was verified on the executors (_verify_restored_state)
         self.attempt = 0
         self.lifecycle: Lifecycle | None = None
         self._head_version: str | None = None
@@ -260,17 +262,42 @@ class PipelineRunner:
         return manifest.snapshot_id if manifest.completed else None
 
     def restore(self) -> Restored | None:
-        """Load the chosen snapshot into the flows' state and sinks, or None to start from the beginning."""
-        sinks = {f.spec.name: f.sink.store for f in self.flows}
-        if self.dead_letters is not None:
-            sinks[DEAD_LETTERS] = self.dead_letters.store
-        restored = restore_snapshot(self.snapshots, sinks, self.options.restore)
+        """Load the chosen snapshot into the flows' state and sinks, or None to start from the
+        beginning. A state bound for owner tasks is not read here: ``_verify_restored_state``
+        has the executors verify it once Spark runs."""
+        restored = restore_snapshot(self.snapshots, self._restore_sinks(), self.options.restore,
+                                    self._state_on_driver)
         if restored is None:
             if self.options.restore == "none":
                 self.snapshots.discard_plans_from(1)
             return None
+        self._adopt_restored(restored)
+        return restored
+
+    def _restore_sinks(self) -> dict:
+        sinks = {f.spec.name: f.sink.store for f in self.flows}
+        if self.dead_letters is not None:
+            sinks[DEAD_LETTERS] = self.dead_letters.store
+        return sinks
+
+    def _state_on_driver(self, manifest: Manifest) -> bool:
+        """Whether a restore of ``manifest`` reads its state on the driver: unless the spec puts
+        keyed state on owner tasks (``_choose_path``, as far as it can be told before Spark
+        starts: no flow with transforms) and the stored key groups still apply."""
+        owners = self.job.keyed_state == "owners" or (
+            self.job.keyed_state == "auto" and not (self.settings.spark_master or "local").startswith("local"))
+        same_groups = all(c.state is None or c.state.max_parallelism == self.maxp for c in manifest.flows.values())
+        return not (owners and same_groups and not any(f.spec.transforms for f in self.flows))
+
+    def _adopt_restored(self, restored: Restored) -> None:
+        """Make ``restored`` the flows' starting point: their state (when the restore loaded it),
+        state files and key counts; ``_stored_groups_apply`` says whether its key groups are ours."""
         self._check_compatible(restored.manifest)
+        self._stored_groups_apply = True
         for flow in self.flows:
+            agg = flow.spec.state.aggregate if flow.spec.state else None
+            flow.state = KeyedAggregateState(agg.key, agg.functions(), self.maxp) if agg else None
+            flow.state_schema, flow.state_files, flow.owned_keys = None, {}, 0
             loaded = restored.flows.get(flow.spec.name)
             if loaded is None:  # a flow added to the spec since: it starts empty from this position
                 continue
@@ -287,8 +314,52 @@ class PipelineRunner:
                              self.pipeline.name, flow.spec.name, commit.state.parallelism, self.parallelism)
                 if same_groups:  # spans still on the grid and unchanged keep referencing these files
                     flow.state_files = {(f.key_group_start, f.key_group_end): f for f in commit.state.files}
+                if not restored.state_loaded:  # bound for owner tasks (or for _load_restored_state)
+                    flow.state = None
         self.restored = restored
-        return restored
+        if restored.state_loaded:
+            self._log_driver_state_bytes()
+
+    def _log_driver_state_bytes(self, beside: str = "") -> None:
+        """The measure that the owner path's restore decodes no state on the driver."""
+        assert self.restored is not None
+        log.info("pipeline %s: restore of snapshot %s read %d bytes of state on the driver%s", self.pipeline.name,
+                 self.restored.manifest.snapshot_id, self.restored.driver_state_bytes, beside)
+
+    def _verify_restored_state(self, spark) -> None:
+        """A restore that left its state to the executors has them verify it now, before anything
+        of this attempt is visible (see execution.restore_verification); a missing or corrupt span
+        falls back to the snapshot before, as a restore on the driver does. The owners are this
+        run's: a rescale only changes which task checks which span."""
+        while self.restored is not None and not self.restored.state_loaded and not self._state_verified:
+            restored = self.restored
+            owners = {flow.spec.name: SpanOwners(self.parallelism, self.maxp,
+                                                 self.job.checkpoint.state_file_key_groups(flow.owned_keys))
+                      for flow in self.flows if flow.stateful}
+            checkpoint = CheckpointAt(self.job.checkpoint.store, self.job.name, self.pipeline.name, self.settings)
+            started = time.monotonic()
+            try:
+                verified = verify_on_executors(spark, checkpoint, restored.manifest, owners, self.parallelism,
+                                               self.job.checkpoint.cache_bytes, self.options.startup_timeout_s)
+            except SnapshotError as exc:
+                self.restored = None  # until the fall-back succeeds (it raises when nothing is left)
+                self._adopt_restored(restore_after(self.snapshots, self._restore_sinks(), self.options.restore,
+                                                   restored, exc, self._state_on_driver))
+                continue
+            for flow in self.flows:
+                flow.state_schema = verified.schemas.get(flow.spec.name, flow.state_schema)
+            self._state_verified = True  # the owners load it, from their caches
+            self._log_driver_state_bytes(f"; {verified.files} state files ({verified.fetched_bytes} bytes) "
+                                         f"verified on the executors in {time.monotonic() - started:.1f}s")
+
+    def _load_restored_state(self) -> None:
+        """The driver's keyed state, from a restore verified on the executors: the epochs take
+        the driver path after all (a flow the Arrow path cannot take)."""
+        assert self.restored is not None
+        flows, self.restored.driver_state_bytes = load_state(self.snapshots, self.restored.manifest)
+        self.restored.flows.update(flows)
+        self.restored.state_loaded = True
+        self._adopt_restored(self.restored)
 
     def _start_over(self) -> None:
         """A run without a snapshot starts the output over. First the head is reset by
@@ -444,6 +515,8 @@ class PipelineRunner:
             if self.restored is not None:
                 self.restored.flows.clear()
             path += " with keyed state on owner tasks"
+        elif self.restored is not None and not self.restored.state_loaded:  # verified, but not for owner tasks
+            self._load_restored_state()
         log.info("pipeline %s: epochs take the %s (%s)", self.pipeline.name, path, why)
 
     def _owner_tasks(self, epoch: int, records: int, base: bool = True) -> tuple[OwnerTask | None, ...]:
@@ -669,16 +742,17 @@ class PipelineRunner:
         if self.lifecycle is None:
             self.schedule()
         assert self.lifecycle is not None
-        restored = self.restored
-        history = restored.history if restored else []
-        base_id = restored.manifest.snapshot_id if restored else None
-        epoch = restored.manifest.epoch if restored else 0
-        log.info("pipeline %s of job %s attempt %d: %s", self.pipeline.name, self.job.name, self.attempt,
-                 f"restored snapshot {base_id} (epoch {epoch})" if base_id else "starting without a snapshot")
         self._cleanup = BackgroundCleanup(f"pipeline {self.pipeline.name}")
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", self.pipeline.name)  # FAIR: a pool per pipeline
         self._spark = spark
         try:
+            self._verify_restored_state(spark)  # may fall back to an older snapshot
+            restored = self.restored
+            history = restored.history if restored else []
+            base_id = restored.manifest.snapshot_id if restored else None
+            epoch = restored.manifest.epoch if restored else 0
+            log.info("pipeline %s of job %s attempt %d: %s", self.pipeline.name, self.job.name, self.attempt,
+                     f"restored snapshot {base_id} (epoch {epoch})" if base_id else "starting without a snapshot")
             if restored is None:
                 self._start_over()
             epoch = self._loop(spark, epoch, base_id, history, self._head_version)

@@ -9,12 +9,16 @@ loss are held deterministically with the fault points' pause file, never with sl
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 from pathlib import Path
 
 import pytest
 
+from pipeline_lib.checkpoint import layout
 from pipeline_lib.samples import spend_per_user
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.storage import open_store, parse_location
 from tests.changelog import assert_every_epoch_exact
 from tests.support import CliRun, result_table, run_cli, spend_spec, wait_for, write_spec
 
@@ -108,6 +112,31 @@ def test_a_restore_on_the_cluster_rescales_from_2_to_3(cluster, cluster_env, loc
     restored = run_cli(["run", str(spec), "--parallelism", "3"], cluster_env)
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert "restored from" in restored.stderr
+    assert "rescaling keyed state from 2 to 3 subtasks" in restored.stderr  # only the spans' owners change
+    assert "read 0 bytes of state on the driver" in restored.stderr
+    _assert_exact(cluster_env, local_stack, cluster_payments, name, sink, store)
+
+
+def test_a_corrupt_span_on_restore_is_found_by_the_executors_and_the_restore_falls_back_exactly(
+        cluster, cluster_env, local_stack, tmp_path, cluster_payments):
+    """The driver reads only the manifest; the executors' verification job finds a span epoch 2
+    wrote corrupt, and the run falls back to epoch 1's snapshot before anything is visible."""
+    name, sink, store, spec = _job(tmp_path, cluster_payments)
+    first = run_cli(["run", str(spec), "--max-epochs", "2"], cluster_env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    checkpoints = open_store(parse_location(store).child(layout.pipeline_root("main")),
+                             ConnectionSettings.from_env(cluster_env))
+    manifest = json.loads(checkpoints.get(layout.manifest_key("0000000002-a1")))
+    ref = next(f for f in manifest["flows"][name]["state"]["files"]
+               if layout.snapshot_of_state_key(f["key"]) == "0000000002-a1")
+    data, end = checkpoints.get(ref["key"]), (ref.get("offset") or 0) + ref["bytes"]
+    checkpoints.put(ref["key"], data[:end - 7] + b"garbage" + data[end:])
+    restored = run_cli(["run", str(spec)], cluster_env)
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    assert f"snapshot 0000000002-a1 is unusable (flow {name} span [" in restored.stderr
+    assert f"state file {ref['key']} is corrupt" in restored.stderr
+    assert "restored from 0000000001-a1" in restored.stderr
+    assert "restore of snapshot 0000000001-a1 read 0 bytes of state on the driver" in restored.stderr
     _assert_exact(cluster_env, local_stack, cluster_payments, name, sink, store)
 
 

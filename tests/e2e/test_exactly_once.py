@@ -57,9 +57,11 @@ def _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fau
         assert "with keyed state on owner tasks" in crashed.stderr + restored.stderr
         reads = [(e["state_files_cached"], e["state_files_fetched"]) for e in map(parse_epoch_line, restored.stderr
                  .splitlines()) if e is not None and "state_files_cached" in e]
-        # the restore's first epoch reads the state from S3; the next find what it wrote in the executor cache
-        assert len(reads) > 1 and reads[0] == (0, reads[0][1]) and reads[0][1] > 0, reads
+        # the restore's verification job filled the executor cache, so its first epoch reads no state
+        # from S3; the next find what the epoch before wrote there
+        assert len(reads) > 1 and reads[0] == (reads[0][0], 0) and reads[0][0] > 0, reads
         assert all(cached > 0 for cached, _ in reads[1:]), reads
+        assert "read 0 bytes of state on the driver" in restored.stderr
     assert result_table(stack_env, sink) == spend_per_user(events)
     assert _every_epoch_exact(stack_env, local_stack, locations, bootstrap) == 6
     return restored

@@ -5,6 +5,7 @@ restore replays to the same result."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 
 import pytest
@@ -60,6 +61,9 @@ def test_damaged_latest_snapshot_falls_back_to_previous(stack_env, tmp_path, pay
     assert f"snapshot {head['snapshot_id']} is unusable" in rerun.stderr
     assert "falling back to 0000000002-a1" in rerun.stderr
     assert "restored from 0000000002-a1" in rerun.stderr
+    # the driver path reads the state on the driver (the owner path reads none there: test_owner_restore)
+    assert re.search(r"restore of snapshot 0000000002-a1 read [1-9]\d* bytes of state on the driver$",
+                     rerun.stderr, re.MULTILINE), rerun.stderr[-3000:]
     assert result_table(stack_env, sink) == spend_per_user(events)
 
 

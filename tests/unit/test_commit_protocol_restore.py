@@ -21,11 +21,14 @@ import pytest
 
 from pipeline_lib.checkpoint import layout
 from pipeline_lib.checkpoint.manifest import Head, Manifest
-from pipeline_lib.checkpoint.restore import DEAD_LETTERS, restore_snapshot
+from pipeline_lib.checkpoint.restore import DEAD_LETTERS, restore_after, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import SnapshotError
 from pipeline_lib.execution.background_cleanup import BackgroundCleanup
 from pipeline_lib.execution.pipeline_runner import EpochRead, PipelineRunner, RunOptions
+from pipeline_lib.execution.restore_verification import check_owned, check_results, owned_files
+from pipeline_lib.execution.span_owners import SpanOwners
+from pipeline_lib.execution.state_cache import StateCache
 from pipeline_lib.graph import build_graph
 from pipeline_lib.recovery.restore_plan import plan_pipeline
 from pipeline_lib.samples import spend_job_spec
@@ -265,3 +268,65 @@ def test_a_damaged_pack_shared_by_both_snapshots_leaves_nothing_to_restore(job):
     job.snapshots.store.put(shared.key, bytes(data))
     with pytest.raises(SnapshotError, match="could be restored"):
         job.restore()
+
+
+# -- the owner path: the driver reads the manifest, the executors' verification job the state ---------
+def restore_on_executors(job: Job, which: str = "latest", parallelism: int = 2, cache: StateCache | None = None):
+    """The owner path's restore without Spark: the manifest and sink commits on the driver, then
+    each owner's part of the verification job as its task runs it, then the fall-back."""
+    restored = restore_snapshot(job.snapshots, job.sinks, which, lambda manifest: False)
+    while True:
+        assert not restored.state_loaded and restored.driver_state_bytes == 0 and not restored.flows["job"].tables
+        state = restored.manifest.flows["job"].state
+        owners = {"job": SpanOwners(parallelism, state.max_parallelism, 8)}
+        owned = owned_files(restored.manifest, owners, parallelism)
+        try:
+            check_results(restored.manifest, [check_owned(job.snapshots, i, files, cache)
+                                              for i, files in enumerate(owned)])
+            return restored
+        except SnapshotError as exc:
+            restored = restore_after(job.snapshots, job.sinks, which, restored, exc, lambda manifest: False)
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_on_the_owner_path_the_executors_find_the_same_damage_and_the_restore_falls_back(job, caplog, damage):
+    spoil, problem = DAMAGE[damage]
+    assert restore_on_executors(job).manifest.snapshot_id == NEWER
+    spoil(job)
+    with caplog.at_level(logging.ERROR, logger="pipeline_lib.checkpoint.restore"):
+        restored = restore_on_executors(job)
+    assert restored.manifest.snapshot_id == OLDER and restored.fell_back_from == [NEWER]
+    assert [e.snapshot_id for e in restored.history] == [OLDER]
+    [line] = [r.getMessage() for r in caplog.records if "is unusable" in r.getMessage()]
+    assert line.startswith(f"pipeline main: snapshot {NEWER} is unusable (")
+    assert line.endswith(f"falling back to {OLDER}")
+    assert re.search(problem, line)
+    with pytest.raises(SnapshotError, match=f"snapshot {NEWER} cannot be restored: .*{problem}"):
+        restore_on_executors(job, NEWER)
+
+
+def test_on_the_owner_path_a_span_found_damaged_is_named_and_nothing_older_means_refusal(job):
+    shared = next(f for f in job.manifest().flows["job"].state.files if layout.snapshot_of_state_key(f.key) == OLDER)
+    data = bytearray(job.snapshots.store.get(shared.key))
+    data[shared.offset + shared.bytes // 2] ^= 0xFF
+    job.snapshots.store.put(shared.key, bytes(data))
+    with pytest.raises(SnapshotError, match=rf"none of the 2 retained snapshots .* \({NEWER}, {OLDER}\)"):
+        restore_on_executors(job)
+    with pytest.raises(SnapshotError, match=rf"flow job span \[{shared.key_group_start}, {shared.key_group_end}\): "
+                                            rf"state file {shared.key} is corrupt"):
+        restore_on_executors(job, NEWER)
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 3])
+def test_the_verification_checks_every_state_file_once_at_any_parallelism_and_fills_the_cache(job, tmp_path,
+                                                                                             parallelism):
+    """A rescale only changes which owner checks which span; every file is checked and cached."""
+    manifest = job.manifest()
+    files = manifest.flows["job"].state.files
+    owned = owned_files(manifest, {"job": SpanOwners(parallelism, 128, 8)}, parallelism)
+    assert sorted(ref.key_group_start for part in owned for _, ref in part) == [f.key_group_start for f in files]
+    cache = StateCache(tmp_path / "cache", 1 << 30)
+    assert restore_on_executors(job, parallelism=parallelism, cache=cache).manifest.snapshot_id == NEWER
+    for ref in files:
+        rows = cache.get(ref.sha256)
+        assert rows is not None and rows[0].num_rows == ref.rows
