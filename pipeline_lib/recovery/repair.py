@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from pipeline_lib.checkpoint.manifest import sha256_hex
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, read_state_files
 from pipeline_lib.checkpoint.state_files import decode_state_file
-from pipeline_lib.errors import NotFound, PipelineError
+from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
 from pipeline_lib.execution.epoch_reader import source_schema
 from pipeline_lib.execution.owner_task import OWNER_LABEL
 from pipeline_lib.execution.pipeline_runner import FlowRuntime, PipelineRunner, RunOptions
@@ -99,10 +99,17 @@ def repair(job: JobSpec, settings: ConnectionSettings, repairs: list[EpochRepair
             rebuilder: _Rebuilder | None = None
             for r in todo:
                 assert r.plan is not None and r.parallelism is not None
-                if rebuilder is None or not rebuilder.continues(r):
-                    rebuilder = _Rebuilder(job, pipelines[r.pipeline], settings, r.parallelism, location, spark)
-                    rebuilder.start(r)
-                outcomes.extend(_write_back(r, rebuilder.rebuild(r)))
+                try:
+                    if rebuilder is None or not rebuilder.continues(r):
+                        rebuilder = None
+                        rebuilder = _Rebuilder(job, pipelines[r.pipeline], settings, r.parallelism, location, spark)
+                        rebuilder.start(r)
+                    regenerated = rebuilder.rebuild(r)
+                except (SnapshotError, NotFound) as exc:  # e.g. a snapshot garbage-collected since planning
+                    r.refused, rebuilder = f"its state could not be rebuilt: {exc}", None
+                    outcomes.extend(dry_run([r]))
+                    continue
+                outcomes.extend(_write_back(r, regenerated))
         finally:
             spark.stop()
     return sorted(outcomes, key=lambda o: (o.pipeline, o.epoch, o.what, o.part))
