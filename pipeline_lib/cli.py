@@ -365,8 +365,8 @@ def repair(
         "--dry-run", help="Say which epochs can be rebuilt and which cannot, and why; read no input, write nothing.",
     )] = False,
     scratch: Annotated[str | None, typer.Option(
-        help="Where Spark tasks write regenerated parts before they are checked (default: a temporary local "
-             "directory; an s3:// location on a cluster). Emptied afterwards.")] = None,
+        help="Where Spark tasks write regenerated parts before they are checked, in a new folder deleted "
+             "afterwards (default: a temporary local directory; an s3:// location on a cluster).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Rebuild the lost or damaged part files of committed epochs, byte for byte: each is written

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -117,15 +118,16 @@ def repair(job: JobSpec, settings: ConnectionSettings, repairs: list[EpochRepair
 
 @contextmanager
 def _scratch(scratch: str | None, settings: ConnectionSettings) -> Iterator[str]:
-    """The scratch location, emptied afterwards (a temporary directory is removed)."""
+    """A fresh folder for this repair's regenerated parts (under ``scratch``, or a temporary
+    directory), deleted afterwards; nothing else under ``scratch`` is touched."""
     made = tempfile.mkdtemp(prefix="pipeline-lib-repair-") if scratch is None else None
-    location = f"file://{made}" if made else str(scratch)
+    location = f"file://{made}" if made else str(parse_location(str(scratch)).child(f"repair-{uuid.uuid4().hex}"))
     store = open_store(location, settings)
     try:
         yield location
     finally:
-        if made:
-            shutil.rmtree(made, ignore_errors=True)
+        if location.startswith("file://"):
+            shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
         else:
             store.delete_many(list(store.list()))
 

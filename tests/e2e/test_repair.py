@@ -26,6 +26,7 @@ from tests.e2e.test_kafka_data_loss import delete_records_before
 from tests.support import CliRun, run_cli, wait_for, write_spec
 
 PARTITIONS = 2
+LOADED = 600  # seconds a CLI call may take on a busy 2-core machine (a run takes ~30 s on an idle one)
 BAD = [b"not json", b'{"user": "x", "amount": "many"}']
 
 
@@ -122,7 +123,7 @@ def test_repair_rebuilds_randomly_damaged_parts_byte_identical(kafka_env, apache
     events = payment_events(3_000, 150, seed=seed)
     _produce(apache_kafka.bootstrap, topic, events)
     spec = write_spec(tmp_path, _spec(name, topic))
-    ran = run_cli(["run", str(spec)], kafka_env)
+    ran = run_cli(["run", str(spec)], kafka_env, timeout=LOADED)
     assert ran.returncode == 0, ran.stderr[-3000:]
     sinks = _sinks(kafka_env, name)
     original = _committed_parts(sinks)
@@ -132,16 +133,16 @@ def test_repair_rebuilds_randomly_damaged_parts_byte_identical(kafka_env, apache
     print("damaged:", damaged)
     assert _named_by_verify(kafka_env, spec) == {key for _, key in damaged}
 
-    dry = run_cli(["repair", str(spec), "--dry-run", "--json"], kafka_env)
+    dry = run_cli(["repair", str(spec), "--dry-run", "--json"], kafka_env, timeout=LOADED)
     assert dry.returncode == 0, dry.stdout + dry.stderr[-3000:]
     assert {o["part"] for o in json.loads(dry.stdout) if o["status"] == "rebuildable"} == {k for _, k in damaged}
     assert _named_by_verify(kafka_env, spec) == {key for _, key in damaged}  # a dry run writes nothing
 
-    repaired = run_cli(["repair", str(spec), "--json"], kafka_env)
+    repaired = run_cli(["repair", str(spec), "--json"], kafka_env, timeout=LOADED)
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr[-3000:]
     assert {o["part"]: o["status"] for o in json.loads(repaired.stdout)} == {k: "restored" for _, k in damaged}
     assert _committed_parts(sinks) == original  # byte for byte, and nothing else changed
-    clean = run_cli(["verify", str(spec)], kafka_env)
+    clean = run_cli(["verify", str(spec)], kafka_env, timeout=LOADED)
     assert clean.returncode == 0 and " 0 lost or damaged" in clean.stdout, clean.stdout + clean.stderr[-3000:]
     _check_output(kafka_env, name, events)
 
@@ -163,7 +164,7 @@ def test_repair_of_an_epoch_whose_input_retention_deleted_reports_it_and_changes
     events = payment_events(3_000, 150, seed=7)
     _produce(apache_kafka.bootstrap, topic, events)
     spec = write_spec(tmp_path, _spec(name, topic, per_epoch=1_000))
-    ran = run_cli(["run", str(spec)], kafka_env)
+    ran = run_cli(["run", str(spec)], kafka_env, timeout=LOADED)
     assert ran.returncode == 0, ran.stderr[-3000:]
     sinks = _sinks(kafka_env, name)
     first = SuccessMarker.model_validate_json(sinks["big"].get("epoch=1/_SUCCESS")).files[0].key
@@ -171,7 +172,7 @@ def test_repair_of_an_epoch_whose_input_retention_deleted_reports_it_and_changes
     delete_records_before(apache_kafka.bootstrap, topic, 0, 100)  # epoch 1 read partition 0 from offset 0
     before = _store_bytes(kafka_env, name)
 
-    refused = run_cli(["repair", str(spec), "--json"], kafka_env)
+    refused = run_cli(["repair", str(spec), "--json"], kafka_env, timeout=LOADED)
     assert refused.returncode == 1, refused.stdout + refused.stderr[-3000:]
     [outcome] = json.loads(refused.stdout)
     assert (outcome["epoch"], outcome["part"], outcome["status"]) == (1, first, "REFUSED")
@@ -197,7 +198,7 @@ def test_a_repair_racing_a_live_run_leaves_both_exact(kafka_env, apache_kafka, t
                 damaged[(what, key)] = sinks[what].get(key)
                 sinks[what].delete(key)
         _produce(apache_kafka.bootstrap, topic, second)  # the live run keeps committing while repair runs
-        repaired = run_cli(["repair", str(spec), "--epochs", "1..2", "--json"], kafka_env)
+        repaired = run_cli(["repair", str(spec), "--epochs", "1..2", "--json"], kafka_env, timeout=LOADED)
         assert repaired.returncode == 0, repaired.stdout + repaired.stderr[-3000:]
         assert {o["part"]: o["status"] for o in json.loads(repaired.stdout)} == \
             {key: "restored" for _, key in damaged}
@@ -209,6 +210,6 @@ def test_a_repair_racing_a_live_run_leaves_both_exact(kafka_env, apache_kafka, t
     finally:
         live.kill()
     assert {(what, key): sinks[what].get(key) for what, key in damaged} == damaged
-    clean = run_cli(["verify", str(spec)], kafka_env)
+    clean = run_cli(["verify", str(spec)], kafka_env, timeout=LOADED)
     assert clean.returncode == 0 and " 0 lost or damaged" in clean.stdout, clean.stdout + clean.stderr[-3000:]
     _check_output(kafka_env, name, first + second)

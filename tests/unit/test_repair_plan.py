@@ -146,3 +146,17 @@ def test_epoch_ranges_and_part_slots_and_key_order():
     assert part_slot("epoch=3/notes.txt") is None
     table = pa.table({"user": ["b", None, "a"], "n": [1, 2, 3]})
     assert key_order(table, ["user"]).column("user").to_pylist() == ["a", "b", None]
+
+
+def test_a_given_scratch_location_keeps_what_it_held(tmp_path):
+    from pipeline_lib.recovery.repair import _scratch
+
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "scratch" / "keep.txt").write_text("someone's file")
+    with _scratch(f"file://{tmp_path}/scratch", SETTINGS) as location:
+        assert location.startswith(f"file://{tmp_path}/scratch/repair-")
+        open_store(location, SETTINGS).put("epoch=1/part-r00000-0000-t0-a0.jsonl", b"{}\n")
+    assert [p.name for p in (tmp_path / "scratch").rglob("*") if p.is_file()] == ["keep.txt"]
+    with _scratch(None, SETTINGS) as location:
+        made = location.removeprefix("file://")
+    assert not (tmp_path / made).exists()
