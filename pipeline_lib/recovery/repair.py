@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pipeline_lib.checkpoint.manifest import sha256_hex
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, read_state_files
@@ -231,21 +230,26 @@ class _Rebuilder(PipelineRunner):
         return out
 
     def _owner_parts(self, flow: FlowRuntime, parts: list[pa.Table], keys_before: int) -> dict[Slot, bytes]:
-        """The epoch's parts as owner tasks cut them: each owner's changed keys (its whole spans
-        of key groups, sized to the state before the epoch) in key order, every ROWS_PER_PART rows."""
+        """The epoch's parts as owner tasks cut them, spans sized to the state before the epoch."""
         assert flow.spec.state is not None
-        table = pa.concat_tables([t for t in parts if t.num_rows]) if any(t.num_rows for t in parts) else None
-        if table is None:
-            return {}
-        columns = flow.spec.state.aggregate.key
         owners = SpanOwners(self.parallelism, self.maxp, self.job.checkpoint.state_file_key_groups(keys_before))
-        of_row = owners.owner_of(key_groups_of_rows(table, columns, self.maxp))
-        slots: dict[Slot, bytes] = {}
-        for owner in np.unique(of_row).tolist():
-            rows = key_order(table.filter(pc.equal(pa.array(of_row), owner)), columns)
-            for sequence, start in enumerate(range(0, rows.num_rows, ROWS_PER_PART)):
-                slots[(OWNER_LABEL, owner, sequence)] = encode_part(rows.slice(start, ROWS_PER_PART), flow.sink.format)
-        return slots
+        changed = [t for t in parts if t.num_rows]
+        if not changed:
+            return {}
+        return owner_parts(pa.concat_tables(changed), flow.spec.state.aggregate.key, flow.sink.format, owners)
+
+
+def owner_parts(changed: pa.Table, key_columns: list[str], fmt: str, owners: SpanOwners) -> dict[Slot, bytes]:
+    """An epoch's sink parts as its owner tasks write them, from the rows of every key it
+    changed (in any order): each owner's keys (its whole spans of key groups) in key order, a
+    part every ROWS_PER_PART rows (see execution.owner_task and sink.part_layout)."""
+    of_row = owners.owner_of(key_groups_of_rows(changed, key_columns, owners.max_parallelism))
+    slots: dict[Slot, bytes] = {}
+    for owner in np.unique(of_row).tolist():
+        rows = key_order(changed.filter(pa.array(of_row == owner)), key_columns)
+        for sequence, start in enumerate(range(0, rows.num_rows, ROWS_PER_PART)):
+            slots[(OWNER_LABEL, owner, sequence)] = encode_part(rows.slice(start, ROWS_PER_PART), fmt)
+    return slots
 
 
 def _write_back(repair: EpochRepair, regenerated: dict[str, dict[Slot, bytes]]) -> list[PartOutcome]:
