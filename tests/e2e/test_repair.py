@@ -30,7 +30,7 @@ LOADED = 600  # seconds a CLI call may take on a busy 2-core machine (a run take
 BAD = [b"not json", b'{"user": "x", "amount": "many"}']
 
 
-def _spec(name: str, topic: str, per_epoch: int = 700) -> dict:
+def _spec(name: str, topic: str, per_epoch: int = 700, retain: int = 10) -> dict:
     return {
         "name": name,
         "sources": {"main": {"kafka": {"topic": topic, "schema": "user string, amount long"}}},
@@ -43,7 +43,7 @@ def _spec(name: str, topic: str, per_epoch: int = 700) -> dict:
         ],
         "on_error": "dead_letter",
         "dead_letter": {"path": f"s3://results/{name}-dead"},
-        "checkpoint": {"store": f"s3://checkpoints/{name}"},
+        "checkpoint": {"store": f"s3://checkpoints/{name}", "retain": retain},
         "trigger": {"max_records_per_epoch": per_epoch},
         "parallelism": 2,
     }
@@ -186,10 +186,10 @@ def test_a_repair_racing_a_live_run_leaves_both_exact(kafka_env, apache_kafka, t
     create_topic(apache_kafka.bootstrap, topic, PARTITIONS)
     first, second = payment_events(3_000, 150, seed=11), payment_events(3_000, 150, seed=12)
     _produce(apache_kafka.bootstrap, topic, first)
-    spec = write_spec(tmp_path, _spec(name, topic, per_epoch=500))
+    spec = write_spec(tmp_path, _spec(name, topic, per_epoch=500, retain=20))  # plans 1-2 outlive the race
     live = CliRun(["run", str(spec), "--continuous"], kafka_env, tmp_path / "live.log")
     try:
-        live.until(lambda: "epoch 3 committed" in live.stderr(), 240, "epoch 3 committed")
+        live.until(lambda: "epoch 3 committed" in live.stderr(), LOADED, "epoch 3 committed")
         sinks = _sinks(kafka_env, name)
         damaged = {}
         for what in ("spend", "big"):  # one part of each of the first two epochs
@@ -203,10 +203,10 @@ def test_a_repair_racing_a_live_run_leaves_both_exact(kafka_env, apache_kafka, t
         assert {o["part"]: o["status"] for o in json.loads(repaired.stdout)} == \
             {key: "restored" for _, key in damaged}
         spend = sinks["spend"]
-        wait_for(lambda: sum(r["n"] for r in read_upsert_table(spend, ["user"]).values()) == 6_000, 240,
+        wait_for(lambda: sum(r["n"] for r in read_upsert_table(spend, ["user"]).values()) == 6_000, LOADED,
                  "the live run to commit every record")
         os.kill(live.pid, signal.SIGTERM)
-        assert live.wait(120) == 0, live.stderr()[-3000:]
+        assert live.wait(LOADED) == 0, live.stderr()[-3000:]
     finally:
         live.kill()
     assert {(what, key): sinks[what].get(key) for what, key in damaged} == damaged
