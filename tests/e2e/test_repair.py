@@ -114,6 +114,7 @@ def kafka_env(stack_env, apache_kafka):
     return {**stack_env, "PIPELINE_KAFKA_BOOTSTRAP": apache_kafka.bootstrap}
 
 
+@pytest.mark.timeout(1200)  # a run, a repair and four verifies: minutes on 2 cores other runs share
 def test_repair_rebuilds_randomly_damaged_parts_byte_identical(kafka_env, apache_kafka, tmp_path):
     seed = int(os.environ.get("REPAIR_SEED", random.randrange(1 << 30)))
     print(f"damage seed: {seed} (REPAIR_SEED={seed} repeats it)")
@@ -181,15 +182,17 @@ def test_repair_of_an_epoch_whose_input_retention_deleted_reports_it_and_changes
     assert _store_bytes(kafka_env, name) == before
 
 
+@pytest.mark.full  # a continuous run and a repair's Spark side by side: the longest of the three; `make full`
+@pytest.mark.timeout(1500)  # two Spark applications at once on 2 cores that other runs share
 def test_a_repair_racing_a_live_run_leaves_both_exact(kafka_env, apache_kafka, tmp_path):
     name, topic = "repair-race", "repair-race"
     create_topic(apache_kafka.bootstrap, topic, PARTITIONS)
     first, second = payment_events(3_000, 150, seed=11), payment_events(3_000, 150, seed=12)
     _produce(apache_kafka.bootstrap, topic, first)
-    spec = write_spec(tmp_path, _spec(name, topic, per_epoch=500, retain=20))  # plans 1-2 outlive the race
+    spec = write_spec(tmp_path, _spec(name, topic, per_epoch=1_000, retain=20))  # plans 1-2 outlive the race
     live = CliRun(["run", str(spec), "--continuous"], kafka_env, tmp_path / "live.log")
     try:
-        live.until(lambda: "epoch 3 committed" in live.stderr(), LOADED, "epoch 3 committed")
+        live.until(lambda: "epoch 2 committed" in live.stderr(), LOADED, "epoch 2 committed")
         sinks = _sinks(kafka_env, name)
         damaged = {}
         for what in ("spend", "big"):  # one part of each of the first two epochs
