@@ -355,6 +355,56 @@ def verify(
 
 
 @app.command()
+def repair(
+    spec: Annotated[Path, typer.Argument(help="Job spec YAML.")],
+    epochs: Annotated[str | None, typer.Option(
+        "--epochs", help="Only these committed epochs: N..M, N.., ..M or N (default: all).")] = None,
+    pipeline: Annotated[list[str] | None, typer.Option(
+        "--pipeline", help="Repair only this pipeline (repeatable).")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Say which epochs can be rebuilt and which cannot, and why; read no input, write nothing.",
+    )] = False,
+    scratch: Annotated[str | None, typer.Option(
+        help="Where Spark tasks write regenerated parts before they are checked, in a new folder deleted "
+             "afterwards (default: a temporary local directory; an s3:// location on a cluster).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Rebuild the lost or damaged part files of committed epochs, byte for byte: each is written
+    back only if it equals the size and SHA-256 its _SUCCESS recorded. Never touches markers,
+    manifests, state or HEAD. Exits 1 when a damaged part cannot be rebuilt."""
+    from pipeline_lib.recovery import repair as repairing
+    from pipeline_lib.recovery.repair_plan import kafka_logs, parse_epochs, plan_repairs
+    from pipeline_lib.spec import load_spec
+
+    settings = ConnectionSettings.from_env()
+    try:
+        job = load_spec(spec)
+        planned = plan_repairs(job, settings, kafka_logs(settings), parse_epochs(epochs), only=pipeline)
+        outcomes = repairing.dry_run(planned) if dry_run else repairing.repair(job, settings, planned, scratch)
+    except PipelineError as exc:
+        _fail(exc, settings)
+    except Exception as exc:  # Spark/py4j errors: show the first line, not a JVM stack trace
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        _fail(RuntimeError(f"repair of job {spec} failed: {first}"), settings)
+    failed = [o for o in outcomes if o.status == repairing.REFUSED]
+    if as_json:
+        out.print_json(json.dumps([o.to_dict() for o in outcomes]))
+    else:
+        for name in dict.fromkeys(o.pipeline for o in outcomes):
+            table = Table("object", "epoch", "part", "status", "detail", title=f"pipeline {name}")
+            for o in outcomes:
+                if o.pipeline == name:
+                    table.add_row(o.what, str(o.epoch), o.part, o.status, scrub(o.detail, settings.secrets()))
+            out.print(table)
+        done = "rebuildable" if dry_run else "restored"
+        out.print(f"{len(outcomes)} lost or damaged part(s): "
+                  f"{sum(o.status in (repairing.RESTORED, repairing.WOULD_RESTORE) for o in outcomes)} {done}, "
+                  f"{len(failed)} cannot be rebuilt")
+    if failed:
+        raise typer.Exit(code=1)
+
+
+@app.command()
 def lineage(
     spec: Annotated[Path, typer.Argument(help="Job spec YAML.")],
     key: Annotated[list[str], typer.Option("--key", help="COLUMN=VALUE of the key (repeat for each key column).")],

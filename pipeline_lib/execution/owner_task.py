@@ -35,6 +35,7 @@ from pipeline_lib.execution.state_cache import StateCache
 from pipeline_lib.execution.worker_aggregation import FlowInWorker
 from pipeline_lib.faults import fault_point
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.part_layout import key_order
 from pipeline_lib.sink.task_parts import ROWS_PER_PART, TaskPartWriter
 from pipeline_lib.spec.aggregates import AggregateFunction
 from pipeline_lib.storage import open_store
@@ -171,7 +172,8 @@ class OwnerTask:
                                     self.owners.max_parallelism)
         reads = self._load(state, snapshots, cache, base, rewrite, owned)
         changed = state.merge(table, key_groups) if table.num_rows else np.zeros(0, dtype=np.int64)
-        sink, rows = self._write_sink(state.table(changed, self.flow.schema), owner, task_attempt)
+        sink, rows = self._write_sink(key_order(state.table(changed, self.flow.schema), self.flow.aggregate.keys),
+                                      owner, task_attempt)
         by_group = state.slots_by_key_group()
 
         rows_of: dict[Span, tuple[pa.Table, np.ndarray]] = {}

@@ -73,6 +73,7 @@ from pipeline_lib.plan.keygroups import subtask_of
 from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, lost_ranges, plan_epoch
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import FilesSink
+from pipeline_lib.sink.part_layout import key_order
 from pipeline_lib.sink.task_parts import WRITTEN_DDL, TaskPartWriter, WriteRows, WrittenParts, collected
 from pipeline_lib.spec.models import FlowSpec, JobSpec
 from pipeline_lib.storage import open_store, parse_location
@@ -167,6 +168,14 @@ class EpochRead:
 def _state_files(manifest: Manifest) -> list[StateFileRef]:
     """Every state file a snapshot references, over its flows."""
     return [f for flow in manifest.flows.values() if flow.state is not None for f in flow.state.files]
+
+
+def sink_digest(plan: EpochPlan, fingerprint: str, parallelism: int, kind: str) -> str:
+    """What an epoch's sink output is a function of: its planned input, the job's spec (a
+    changed transform or aggregate gives other rows from the same input), the parallelism
+    (how rows are cut into parts) and the sink's format, or ``dead-letters``. A marker is
+    reused only for an equal digest; repair regenerates an epoch only for an equal one."""
+    return hashlib.sha256(f"{plan.digest()}|{fingerprint}|{parallelism}|{kind}".encode()).hexdigest()
 
 
 def spec_fingerprint(spec: JobSpec) -> str:
@@ -474,11 +483,8 @@ class PipelineRunner:
         return {**positions, **{r.partition: r.end for r in lost}}, lost
 
     def sink_digest(self, plan: EpochPlan, kind: str) -> str:
-        """What an epoch's sink output is a function of: its planned input, the job's spec (a
-        changed transform or aggregate gives other rows from the same input), the parallelism
-        (how rows are cut into parts) and the sink's format, or ``dead-letters``. A marker is
-        reused only for an equal digest."""
-        return hashlib.sha256(f"{plan.digest()}|{self.fingerprint}|{self.parallelism}|{kind}".encode()).hexdigest()
+        """The digest an epoch's marker records (see ``sink_digest``)."""
+        return sink_digest(plan, self.fingerprint, self.parallelism, kind)
 
     @staticmethod
     def _targets(latest: dict[int, int], stops: dict[int, int] | None) -> dict[int, int]:
@@ -592,7 +598,8 @@ class PipelineRunner:
         changed = flow.state.merge(rows)
         key_groups = flow.state.key_groups(changed)
         subtasks = subtask_of(key_groups, p, self.maxp)  # element-wise on arrays
-        parts = [flow.state.table(changed[subtasks == i], flow.state_schema) for i in range(p)]
+        keys = flow.state.key_columns  # rows in key order: a part is a function of the plan (sink.part_layout)
+        parts = [key_order(flow.state.table(changed[subtasks == i], flow.state_schema), keys) for i in range(p)]
         return parts, set(np.unique(key_groups).tolist()), ()
 
     def _write_state(self, flow: FlowRuntime, snapshot_id: str, epoch: int, dirty: set[int]) -> StateSnapshot | None:

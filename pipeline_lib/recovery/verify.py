@@ -54,7 +54,7 @@ def verify_job(job: JobSpec, settings: ConnectionSettings, only: list[str] | Non
     for pipeline in pipelines:
         if only and pipeline.name not in only:
             continue
-        sinks = _sinks(job, pipeline, settings)
+        sinks = pipeline_sinks(job, pipeline, settings)
         for what, store in sinks.items():
             findings.extend(_verify_sink(pipeline.name, "dead letters" if what == DEAD_LETTERS else f"flow {what}",
                                          store))
@@ -63,7 +63,7 @@ def verify_job(job: JobSpec, settings: ConnectionSettings, only: list[str] | Non
     return findings
 
 
-def _sinks(job: JobSpec, pipeline: Pipeline, settings: ConnectionSettings) -> dict[str, ObjectStore]:
+def pipeline_sinks(job: JobSpec, pipeline: Pipeline, settings: ConnectionSettings) -> dict[str, ObjectStore]:
     """The pipeline's sink stores by flow name, and its dead-letter store (if the job has one)."""
     flows = {f.name: f for f in job.all_flows()}
     sinks = {name: open_store(flows[name].sink.files.path, settings) for name in pipeline.flows}
@@ -82,14 +82,14 @@ def _verify_sink(pipeline: str, what: str, store: ObjectStore) -> Iterator[Findi
         except ValueError as exc:
             yield Finding(pipeline, what, epoch, DAMAGED, f"{MARKER} is unreadable: {str(exc).splitlines()[0]}")
             continue
-        problems = [p for p in in_parallel(lambda ref: _check_part(store, ref), marker.files) if p is not None]
+        problems = [p for p in in_parallel(lambda ref: check_part(store, ref), marker.files) if p is not None]
         if not problems:
             yield Finding(pipeline, what, epoch, OK, f"{len(marker.files)} part(s)")
         for status, detail in problems:
             yield Finding(pipeline, what, epoch, status, detail)
 
 
-def _check_part(store: ObjectStore, ref: FileRef) -> tuple[str, str] | None:
+def check_part(store: ObjectStore, ref: FileRef) -> tuple[str, str] | None:
     """(status, detail) of a damaged or lost part, None when it is intact."""
     try:
         data = store.get(ref.key)

@@ -23,8 +23,8 @@ from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import FilesSink, encode_part
 from pipeline_lib.storage import ObjectStore, open_store
 
-ROWS_PER_PART = 1_000_000  # a task starts a new part past this many rows...
-BYTES_PER_PART = 128 << 20  # ...or this many bytes of Arrow data, so a part is never too big to encode at once
+ROWS_PER_PART = 1_000_000  # a part holds this many rows, the last one of a task the rest (see sink.part_layout)...
+BYTES_PER_PART = 128 << 20  # ...unless this many bytes of Arrow data come first: then the part ends at a batch
 WRITTEN_DDL = "written string"  # the one column a writing task returns: WrittenParts as JSON
 BAD_RECORD_ORDER = [("partition", "ascending"), ("offset", "ascending")]
 
@@ -132,7 +132,7 @@ class TaskParts:
         self._pending_rows += table.num_rows
         self._pending_bytes += table.nbytes
         if self._pending_rows >= ROWS_PER_PART or self._pending_bytes >= BYTES_PER_PART:
-            self._flush()
+            self._flush(whole=self._pending_rows < ROWS_PER_PART)
 
     def finish(self) -> WrittenParts:
         """Write what is pending; the task's result for this output."""
@@ -148,15 +148,28 @@ class TaskParts:
                 (self._first["partition"], self._first["offset"]):
             self._first = candidate
 
-    def _flush(self) -> None:
+    def _flush(self, whole: bool = True) -> None:
+        """Write what is pending: all of it (``whole``), or parts of exactly ``ROWS_PER_PART``
+        rows, keeping the rest pending, so parts are cut where the rows are, not where the
+        reader's batches happened to end (which a repair's read cannot reproduce)."""
         if not self._pending or self.writer is None:
             return
         table = pa.concat_tables(self._pending)
         self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
         if self.schema is not None:
             table = table.cast(self.schema)
-        if self.bad_records:
+        if self.bad_records:  # rows come in (partition, offset) order already: a task reads its ranges in order
             table = table.sort_by(BAD_RECORD_ORDER)
+        while not whole and table.num_rows >= ROWS_PER_PART:
+            self._write(table.slice(0, ROWS_PER_PART))
+            table = table.slice(ROWS_PER_PART)
+        if whole:
+            self._write(table)
+        elif table.num_rows:
+            self._pending, self._pending_rows, self._pending_bytes = [table], table.num_rows, table.nbytes
+
+    def _write(self, table: pa.Table) -> None:
+        assert self.writer is not None
         if self._store is None:
             self._store = open_store(self.writer.location, self.writer.settings)
         task, task_attempt = task_identity()

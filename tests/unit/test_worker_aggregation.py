@@ -161,9 +161,24 @@ def test_a_task_yields_one_partial_per_stateful_flow_and_writes_every_row_of_a_s
     stateful = [t for i, t in out if i == 0]
     assert len(stateful) == 1 and _by_key(stateful[0]) == _expected(rows)
     [written] = [w for i, w in out if i == 1]
-    assert written.rows == 5_000 and len(written.files) == 3  # 2 000, 2 000 and 1 000 rows
-    assert [f.key for f in written.files] == [f"epoch=4/part-r00000-000{n}-t0-a7.parquet" for n in range(3)]
+    assert written.rows == 5_000 and len(written.files) == 4  # 1 500, 1 500, 1 500 and 500 rows
+    assert [f.key for f in written.files] == [f"epoch=4/part-r00000-000{n}-t0-a7.parquet" for n in range(4)]
+    assert [f.rows for f in written.files] == [1_500, 1_500, 1_500, 500]
     assert _read_parts(tmp_path, "r", written).to_pylist() == rows
+
+
+def test_a_task_cuts_parts_where_the_rows_are_not_where_its_batches_end(monkeypatch, tmp_path):
+    """``pipeline-lib repair`` regenerates a part from a new read, whose polls end elsewhere:
+    the same rows in batches of other sizes give the same parts, byte for byte."""
+    rows = _rows(5_000, seed=4)
+    monkeypatch.setattr(task_parts, "ROWS_PER_PART", 1_200)
+    written = []
+    for size in (1_000, 333, 5_000):
+        batches = [pa.RecordBatch.from_pylist(rows[i:i + size], schema=SCHEMA) for i in range(0, 5_000, size)]
+        run = EpochInWorker(_Reader([batches]), (FlowInWorker(),), (_writer(tmp_path / str(size), "r"),), (SCHEMA,))
+        [(_, parts)] = _outputs(list(run(iter([pa.record_batch({"id": [0]})]))))
+        written.append([(f.key, f.rows, f.bytes, f.sha256) for f in parts.files])
+    assert written[0] == written[1] == written[2] and len(written[0]) == 5
 
 
 def test_a_tolerant_task_writes_bad_records_apart_and_aggregates_only_good_ones(tmp_path):
