@@ -746,24 +746,43 @@ class PipelineRunner:
             self._choose_path(spark, schema, tolerant)
             return schema
 
+        first: list[EpochPlan] = []  # the first epoch's plan, once its read has started
+
+        def beside(schema) -> None:
+            """While the subtasks start: the first epoch's read, which pays Spark's first-query
+            costs itself; with nothing to read yet, the warm-up pays them for a later epoch
+            (continuous mode only: a run until caught up ends at once)."""
+            if self.options.max_epochs is not None and self.options.max_epochs < 1:
+                return
+            plan = self._plan(epoch + 1, base_id, positions, targets, stops)
+            if plan.records == 0:
+                if self.options.mode == "forever":
+                    warm_up.start(schema)
+                return
+            fault_point("after_plan", plan.epoch)
+            owners = self._owner_tasks(plan.epoch, plan.records)
+            ahead.submit(plan.epoch, lambda: self._read(spark, schema, plan, owners))
+            first.append(plan)
+
         try:
             with clear_spark_errors(f"starting the subtasks of pipeline {self.pipeline.name}"):
                 started, schema = start_pipeline(self, spark, self.options.startup_timeout_s, parse_schema,
-                                                 beside=warm_up.start)
+                                                 beside=beside)
             assert self.lifecycle is not None
             self.lifecycle.started(started)
             return self._epochs(spark, schema, consumer, warm_up, ahead, epoch, base_id, history,
-                                head_version, positions, stops, targets)
+                                head_version, positions, stops, targets, first[0] if first else None)
         finally:
             ahead.close()
             warm_up.cancel()
 
     def _epochs(self, spark, schema, consumer, warm_up: WarmUp, ahead: ReadAhead[EpochRead], epoch, base_id,
-                history, head_version, positions, stops, targets) -> int:
+                history, head_version, positions, stops, targets, planned: EpochPlan | None = None) -> int:
         """Plan, read and commit epochs until caught up, stopped, completed or ``max_epochs``; each
-        epoch's successor is read while it commits (see ReadAhead)."""
+        epoch's successor is read while it commits (see ReadAhead). ``planned``: the next
+        epoch's plan when its read is in flight (the first epoch's, started beside the subtasks'
+        start)."""
         assert self.lifecycle is not None
-        planned: EpochPlan | None = None  # the next epoch's plan, when its read is in flight
         while self.options.max_epochs is None or len(self.epochs) < self.options.max_epochs:
             if self.stop_requested.is_set():
                 break
