@@ -10,17 +10,22 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from pipeline_lib.execution.kafka_source import ERROR_DDL, METADATA_DDL, KafkaRangeReader
+from pipeline_lib.execution.schema_types import python_schema
 from pipeline_lib.kafka_connection import KafkaConnection
 from pipeline_lib.plan.offsets import EpochPlan, group_into_tasks, split_for_parallelism
 from pipeline_lib.spec.models import ERROR_COLUMNS, METADATA_COLUMNS, KafkaSourceSpec
 
 
 def source_schema(spark: SparkSession, source: KafkaSourceSpec, tolerant: bool = False) -> StructType:
-    """The source's Spark schema, parsed by Spark itself from the spec's DDL; with a tolerant
-    error policy it also carries each bad record's ``_error`` and ``_raw`` bytes."""
+    """The source's Spark schema from the spec's DDL: built in Python where its meaning is
+    known exactly (schema_types), else parsed by Spark itself; with a tolerant error policy it
+    also carries each bad record's ``_error`` and ``_raw`` bytes."""
     user_ddl = source.schema_ if source.format == "json" else "key string, value string"
     extra = f", {ERROR_DDL}" if tolerant else ""
-    return spark.createDataFrame([], f"{user_ddl}, {METADATA_DDL}{extra}").schema
+    ddl = f"{user_ddl}, {METADATA_DDL}{extra}"
+    ntz = spark.sparkContext.getConf().get("spark.sql.timestampType", "TIMESTAMP_LTZ").upper() == "TIMESTAMP_NTZ"
+    built = python_schema(ddl, timestamp_ntz=ntz)
+    return built if built is not None else spark.createDataFrame([], ddl).schema
 
 
 def range_reader(bootstrap: str | KafkaConnection, source: KafkaSourceSpec, schema: StructType,

@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pipeline_lib.errors import FencedError, PipelineError
-from pipeline_lib.execution.pipeline_runner import EpochReport, PipelineRunner, RunOptions
+from pipeline_lib.execution.pipeline_runner import EpochReport, PipelineRunner, Prepared, RunOptions
 from pipeline_lib.execution.spark_session import start_spark
 from pipeline_lib.faults import remember_runner_group
 from pipeline_lib.graph import build_graph
@@ -65,6 +65,15 @@ class JobSummary:
              "last_epoch": p.epochs[-1].epoch if p.epochs else None,
              "last_snapshot": p.epochs[-1].snapshot_id if p.epochs else p.restored_from}
             for p in self.pipelines]}
+
+
+def _abandon(prepared: Future[Prepared]) -> None:
+    """Close what a pipeline's ``prepare`` opened when its run will not happen (Spark did not
+    start); its own error, if it failed, no longer matters."""
+    try:
+        prepared.result().resources.close()
+    except Exception as exc:
+        log.debug("a pipeline's start-up work failed beside Spark's failed start: %s", exc)
 
 
 class JobRunner:
@@ -122,18 +131,24 @@ class JobRunner:
             remember_runner_group()
             for runner in to_deploy:  # SCHEDULING, with a lease, before anything can hang
                 runner.schedule()
+            # Each pipeline's start-up work that needs no Spark runs while Spark starts (its run waits for it).
+            preparing = ThreadPoolExecutor(max_workers=len(to_deploy), thread_name_prefix="prepare")
+            prepared = {r.pipeline.name: preparing.submit(r.prepare) for r in to_deploy}
+            preparing.shutdown(wait=False)  # the submitted work goes on; the threads end with it
             try:
                 spark = start_spark(f"pipeline-lib:{self.spec.name}", self.settings.spark_master,
                                     max(r.parallelism for r in to_deploy), self.spec.spark, self.spark_conf)
             except Exception as exc:
                 first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
                 for runner in to_deploy:
+                    _abandon(prepared[runner.pipeline.name])
                     assert runner.lifecycle is not None
                     runner.lifecycle.fail(f"start-up failed: Spark did not start: {first}")
                 raise
             try:
                 with ThreadPoolExecutor(max_workers=len(to_deploy), thread_name_prefix="pipeline") as pool:
-                    futures = {r.pipeline.name: (r, pool.submit(r.run, spark)) for r in to_deploy}
+                    futures = {r.pipeline.name: (r, pool.submit(r.run, spark, prepared[r.pipeline.name]))
+                               for r in to_deploy}
                     for name, (runner, future) in futures.items():
                         outcome = outcomes[name]
                         try:

@@ -13,7 +13,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from concurrent.futures import Future
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal
@@ -163,6 +164,19 @@ class EpochRead:
         """Where the owner tasks found the previous state (None off owner tasks)."""
         owned = [r.reads for r in self.flows.values() if isinstance(r, OwnedFlow)]
         return sum(owned, StateReads()) if owned else None
+
+
+@dataclass
+class Prepared:
+    """What a pipeline's start-up learns before it needs Spark (PipelineRunner.prepare): the
+    planner's open Kafka consumer (closed with ``resources``), where each partition resumes, the
+    stops of a bounded source and the ends the run reads to."""
+
+    resources: ExitStack
+    consumer: object
+    positions: dict[int, int]
+    stops: dict[int, int] | None
+    targets: dict[int, int]
 
 
 def _state_files(manifest: Manifest) -> list[StateFileRef]:
@@ -743,9 +757,33 @@ class PipelineRunner:
         subtasks = sum(v.parallelism for v in self.pipeline.vertices)
         self.lifecycle.schedule(epoch, subtasks, opts.startup_timeout_s)
 
-    def run(self, spark) -> None:
+    def prepare(self) -> Prepared:
+        """Start-up's part that needs no Spark, so that it runs beside Spark's start (JobRunner):
+        a run without a snapshot starts over (the head reset that fences older attempts, then
+        the sinks' retraction), then the planner's consumer finds where each partition resumes,
+        refuses lost data, and confirms the ends. Everything here finishes before any epoch is
+        planned or read; after ``schedule``, whose attempt the retraction writes as."""
+        assert self.lifecycle is not None, "schedule() claims the attempt first"
+        if self.restored is None:
+            self._start_over()
+        resources = ExitStack()
+        try:
+            consumer = resources.enter_context(
+                kafka_offsets.offsets_consumer(self.settings.require_kafka(), self.source.isolation_level))
+            self._offsets = consumer
+            positions, stops = self._positions_and_stops(consumer)
+            if self.source.on_data_loss == "fail":  # refused before any subtask starts (each plan checks again)
+                self._past_lost_data(self.restored.manifest.snapshot_id if self.restored else None, positions)
+            latest = kafka_offsets.confirmed_end_offsets(consumer, self.topic, sorted(positions))
+            return Prepared(resources, consumer, positions, stops, self._targets(latest, stops))
+        except BaseException:
+            resources.close()
+            raise
+
+    def run(self, spark, prepared: Future[Prepared] | None = None) -> None:
         """Start every subtask, then process epochs until caught up (or forever, or until a
-        bounded source completes)."""
+        bounded source completes). ``prepared``: ``prepare`` already running (beside Spark's
+        start); its error is this run's."""
         if self.lifecycle is None:
             self.schedule()
         assert self.lifecycle is not None
@@ -753,16 +791,24 @@ class PipelineRunner:
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", self.pipeline.name)  # FAIR: a pool per pipeline
         self._spark = spark
         try:
-            self._verify_restored_state(spark)  # may fall back to an older snapshot
+            ready = prepared.result() if prepared is not None else self.prepare()
+            before = self.restored
+            try:
+                self._verify_restored_state(spark)  # may fall back to an older snapshot
+                if self.restored is not before:  # it did: each partition resumes elsewhere
+                    ready.resources.close()
+                    ready = self.prepare()
+            except BaseException:
+                ready.resources.close()
+                raise
             restored = self.restored
             history = restored.history if restored else []
             base_id = restored.manifest.snapshot_id if restored else None
             epoch = restored.manifest.epoch if restored else 0
             log.info("pipeline %s of job %s attempt %d: %s", self.pipeline.name, self.job.name, self.attempt,
                      f"restored snapshot {base_id} (epoch {epoch})" if base_id else "starting without a snapshot")
-            if restored is None:
-                self._start_over()
-            epoch = self._loop(spark, epoch, base_id, history, self._head_version)
+            with ready.resources:
+                epoch = self._loop(spark, ready, epoch, base_id, history, self._head_version)
             self._cleanup.close()
         except FencedError:
             self._cleanup.close(quiet=True)
@@ -778,41 +824,54 @@ class PipelineRunner:
             self.lifecycle.fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             raise
 
-    def _loop(self, spark, epoch, base_id, history, head_version) -> int:
-        with kafka_offsets.offsets_consumer(self.settings.require_kafka(), self.source.isolation_level) as consumer:
-            self._offsets = consumer
-            positions, stops = self._positions_and_stops(consumer)
-            if self.source.on_data_loss == "fail":  # refused before any subtask starts (each plan checks again)
-                self._past_lost_data(self.restored.manifest.snapshot_id if self.restored else None, positions)
-            latest = kafka_offsets.confirmed_end_offsets(consumer, self.topic, sorted(positions))
-            targets = self._targets(latest, stops)
-            warm_up, ahead = WarmUp(spark, self), ReadAhead[EpochRead](spark, self.pipeline.name)
+    def _loop(self, spark, ready: Prepared, epoch, base_id, history, head_version) -> int:
+        consumer, positions, stops, targets = ready.consumer, ready.positions, ready.stops, ready.targets
+        warm_up, ahead = WarmUp(spark, self), ReadAhead[EpochRead](spark, self.pipeline.name)
 
-            def parse_schema():
-                tolerant = self.job.on_error != "fail"
-                with clear_spark_errors(f"parsing the schema of source {self.pipeline.source}"):
-                    schema = source_schema(spark, self.source, tolerant=tolerant)
-                self._choose_path(spark, schema, tolerant)
-                return schema
+        def parse_schema():
+            tolerant = self.job.on_error != "fail"
+            with clear_spark_errors(f"parsing the schema of source {self.pipeline.source}"):
+                schema = source_schema(spark, self.source, tolerant=tolerant)
+            self._choose_path(spark, schema, tolerant)
+            return schema
 
-            try:
-                with clear_spark_errors(f"starting the subtasks of pipeline {self.pipeline.name}"):
-                    started, schema = start_pipeline(self, spark, self.options.startup_timeout_s, parse_schema,
-                                                     beside=warm_up.start)
-                assert self.lifecycle is not None
-                self.lifecycle.started(started)
-                return self._epochs(spark, schema, consumer, warm_up, ahead, epoch, base_id, history,
-                                    head_version, positions, stops, targets)
-            finally:
-                ahead.close()
-                warm_up.cancel()
+        first: list[EpochPlan] = []  # the first epoch's plan, once its read has started
+
+        def beside(schema) -> None:
+            """While the subtasks start: the first epoch's read, which pays Spark's first-query
+            costs itself; with nothing to read yet, the warm-up pays them for a later epoch
+            (continuous mode only: a run until caught up ends at once)."""
+            if self.options.max_epochs is not None and self.options.max_epochs < 1:
+                return
+            plan = self._plan(epoch + 1, base_id, positions, targets, stops)
+            if plan.records == 0:
+                if self.options.mode == "forever":
+                    warm_up.start(schema)
+                return
+            fault_point("after_plan", plan.epoch)
+            owners = self._owner_tasks(plan.epoch, plan.records)
+            ahead.submit(plan.epoch, lambda: self._read(spark, schema, plan, owners))
+            first.append(plan)
+
+        try:
+            with clear_spark_errors(f"starting the subtasks of pipeline {self.pipeline.name}"):
+                started, schema = start_pipeline(self, spark, self.options.startup_timeout_s, parse_schema,
+                                                 beside=beside)
+            assert self.lifecycle is not None
+            self.lifecycle.started(started)
+            return self._epochs(spark, schema, consumer, warm_up, ahead, epoch, base_id, history,
+                                head_version, positions, stops, targets, first[0] if first else None)
+        finally:
+            ahead.close()
+            warm_up.cancel()
 
     def _epochs(self, spark, schema, consumer, warm_up: WarmUp, ahead: ReadAhead[EpochRead], epoch, base_id,
-                history, head_version, positions, stops, targets) -> int:
+                history, head_version, positions, stops, targets, planned: EpochPlan | None = None) -> int:
         """Plan, read and commit epochs until caught up, stopped, completed or ``max_epochs``; each
-        epoch's successor is read while it commits (see ReadAhead)."""
+        epoch's successor is read while it commits (see ReadAhead). ``planned``: the next
+        epoch's plan when its read is in flight (the first epoch's, started beside the subtasks'
+        start)."""
         assert self.lifecycle is not None
-        planned: EpochPlan | None = None  # the next epoch's plan, when its read is in flight
         while self.options.max_epochs is None or len(self.epochs) < self.options.max_epochs:
             if self.stop_requested.is_set():
                 break

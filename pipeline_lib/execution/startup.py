@@ -159,7 +159,8 @@ def start_pipeline(runner, spark, timeout_s: float, parse_schema: Callable[[], S
                    beside: Callable[[StructType], None] = lambda schema: None) -> tuple[int, StructType]:
     """Run every subtask's on_start; return how many started and the source schema, or raise
     StartupError. The source subtasks' Spark job runs while the driver parses the source schema
-    (``parse_schema``) and then calls ``beside(schema)`` (the warm-up): they overlap."""
+    (``parse_schema``) and then calls ``beside(schema)`` (the first epoch's read, or the
+    warm-up): they overlap. Nothing ``beside`` starts may commit before this returns."""
     pipeline, p = runner.pipeline, runner.parallelism
     source_vertex = next(v for v in pipeline.vertices if v.kind == "source")
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"on-start-{pipeline.name}") as pool:

@@ -1,9 +1,12 @@
-"""Run a pipeline's epoch query once over no records while its subtasks start.
+"""Run a pipeline's epoch query once over no records while its subtasks start, when there is no
+epoch to read yet.
 
 Spark's first query of a shape pays one-time costs: code generation and class loading in the
-JVM, the Python worker's Arrow path. Run beside the subtasks' ``on_start`` job, those costs
-overlap it (much of either is waiting: for a worker process, for the brokers, for one JVM thread)
-instead of landing on epoch 1, which waits for what is left (``wait``) rather than compete with it.
+JVM, the Python worker's Arrow path. When the first epoch has records, its own read runs beside
+the subtasks' ``on_start`` job and pays them (PipelineRunner._loop). A continuous run that starts
+with nothing to read runs this query instead, so that those costs overlap the start-up rather
+than land on the first epoch that comes, which waits for what is left (``wait``) rather than
+compete with it.
 
 Nothing here decides anything. The query reads no Kafka range, writes nothing, and a failure is
 only logged (the real epoch reports real errors); a Python transform hook is never called for it.

@@ -97,7 +97,7 @@ def _stop(processes: dict[str, subprocess.Popen], grace: float = 30.0) -> None:
     """SIGTERM each component's process group (the api-server last, so that tasks can still report),
     then SIGKILL whatever of their process trees is left, also a run's Spark processes, which live
     in sessions of their own. ``grace`` lets a running job finish its epoch and stop cleanly."""
-    import psutil  # type: ignore[import-untyped]  # no stubs; an Airflow dependency
+    import psutil  # an Airflow dependency
 
     tree: dict[int, psutil.Process] = {}
     for proc in processes.values():

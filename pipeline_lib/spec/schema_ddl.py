@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 # Type names without parameters, lowercase (Spark matches them case-insensitively).
 PRIMITIVE_TYPES = {
@@ -32,6 +33,23 @@ _TOKEN = re.compile(r"""
   | (?P<word>[A-Za-z0-9_]+)
   | (?P<punct>[<>(),:])
 """, re.VERBOSE | re.DOTALL)
+
+
+# A parsed type: (lowercase type name, *parameters), e.g. ("long",), ("decimal", 10, 2),
+# ("array", element), ("map", key, value), ("struct", (Column, ...)), ("string", "collate").
+TypeTree = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column (or struct field) of a schema: its name, its type as written and as parsed,
+    whether it may be null (no ``NOT NULL``) and whether it carries a ``COMMENT``."""
+
+    name: str
+    dtype: str
+    tree: TypeTree
+    nullable: bool = True
+    commented: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,7 +112,7 @@ class _Parser:
         return ValueError(f"{problem} at {found} (position {token.pos}) of schema {self.ddl!r}")
 
     # -- grammar ----------------------------------------------------------------------------
-    def columns(self) -> list[tuple[str, str]]:
+    def columns(self) -> list[Column]:
         fields = [self.column()]
         while self.at(","):
             self.take()
@@ -103,7 +121,7 @@ class _Parser:
             raise self.error("expected ',' or the end of the schema")
         return fields
 
-    def column(self) -> tuple[str, str]:
+    def column(self) -> Column:
         """``name [:] type [NOT NULL] [COMMENT 'text']``, in a schema or a struct's fields."""
         token = self.peek()
         if token.kind == "end" or self.at(","):
@@ -114,18 +132,21 @@ class _Parser:
         if self.peek().kind == "end" or self.at(",") or self.at(">"):
             raise ValueError(f"column {name!r} needs a type, e.g. '{name} string'")
         start = self.peek().pos
-        self.data_type(name)
+        tree = self.data_type(name)
         dtype = self.ddl[start:self.peek().pos].strip()
+        nullable, commented = True, False
         if self.at_word("not"):
             self.take()
             self.expect_word("null")
+            nullable = False
         if self.at_word("comment"):
             self.take()
             if self.peek().kind != "string":
                 raise self.error("expected a quoted comment after COMMENT")
             while self.peek().kind == "string":
                 self.take()
-        return name, dtype
+            commented = True
+        return Column(name, dtype, tree, nullable, commented)
 
     def name(self) -> str:
         token = self.peek()
@@ -140,45 +161,48 @@ class _Parser:
             raise ValueError(f"a column name is empty in schema {self.ddl!r}")
         return name
 
-    def data_type(self, column: str) -> None:
+    def data_type(self, column: str) -> TypeTree:
         token = self.peek()
         if token.kind != "word":
             raise self.error(f"expected the type of column {column!r}")
         word = self.take().text.lower()
         if word in PRIMITIVE_TYPES:
-            return
+            return (word,)
         nested = {"array": self.array_type, "map": self.map_type, "struct": self.struct_type,
                   "decimal": self.decimal_type, "dec": self.decimal_type, "numeric": self.decimal_type,
                   "string": self.string_type, "timestamp": self.timestamp_type, "interval": self.interval_type,
                   "time": self.time_type}
         if word in nested:
-            nested[word](column)
-            return
+            return nested[word](column)
         if word in CHAR_TYPES:
             raise ValueError(f"column {column!r} has type {token.text!r}: Spark accepts char and varchar only in "
                              "table schemas, not in a DataFrame's; use string")
         raise ValueError(f"column {column!r} has unknown type {token.text!r} in schema {self.ddl!r}")
 
-    def array_type(self, column: str) -> None:
+    def array_type(self, column: str) -> TypeTree:
         self.expect("<", "after ARRAY")
-        self.data_type(column)
+        element = self.data_type(column)
         self.expect(">", "to close ARRAY<")
+        return ("array", element)
 
-    def map_type(self, column: str) -> None:
+    def map_type(self, column: str) -> TypeTree:
         self.expect("<", "after MAP")
-        self.data_type(column)
+        key = self.data_type(column)
         self.expect(",", "between a MAP's key and value types")
-        self.data_type(column)
+        value = self.data_type(column)
         self.expect(">", "to close MAP<")
+        return ("map", key, value)
 
-    def struct_type(self, column: str) -> None:
+    def struct_type(self, column: str) -> TypeTree:
         self.expect("<", "after STRUCT")
+        fields = []
         if not self.at(">"):
-            self.column()
+            fields.append(self.column())
             while self.at(","):
                 self.take()
-                self.column()
+                fields.append(self.column())
         self.expect(">", "to close STRUCT<")
+        return ("struct", tuple(fields))
 
     def integers(self, most: int) -> list[int]:
         """``(n[, m])``, if present: at most ``most`` integers."""
@@ -197,7 +221,7 @@ class _Parser:
         self.expect(")", "to close the type's parameters")
         return values
 
-    def decimal_type(self, column: str) -> None:
+    def decimal_type(self, column: str) -> TypeTree:
         values = self.integers(2)
         precision = values[0] if values else 10
         scale = values[1] if len(values) > 1 else 0
@@ -205,51 +229,64 @@ class _Parser:
             raise ValueError(f"column {column!r}: decimal precision {precision} exceeds {MAX_DECIMAL_PRECISION}")
         if scale > precision:
             raise ValueError(f"column {column!r}: decimal scale {scale} exceeds its precision {precision}")
+        return ("decimal", precision, scale)
 
-    def time_type(self, column: str) -> None:
+    def time_type(self, column: str) -> TypeTree:
         self.integers(1)
+        return ("time",)
 
-    def string_type(self, column: str) -> None:
+    def string_type(self, column: str) -> TypeTree:
         if self.at_word("collate"):  # the collation's name is Spark's to check
             self.take()
             if self.peek().kind not in ("word", "quoted"):
                 raise self.error("expected a collation name after COLLATE")
             self.take()
+            return ("string", "collate")
+        return ("string",)
 
-    def timestamp_type(self, column: str) -> None:
+    def timestamp_type(self, column: str) -> TypeTree:
         """``timestamp``, ``timestamp without time zone`` or ``timestamp with local time zone``."""
         if self.at_word("without"):
             self.take()
+            kind = "timestamp_ntz"
         elif self.at_word("with"):
             self.take()
             self.expect_word("local")
+            kind = "timestamp_ltz"
         else:
-            return
+            return ("timestamp",)  # which of the two is the session's spark.sql.timestampType
         self.expect_word("time")
         self.expect_word("zone")
+        return (kind,)
 
-    def interval_type(self, column: str) -> None:
+    def interval_type(self, column: str) -> TypeTree:
         """``interval``, ``interval UNIT`` or ``interval UNIT to LATER_UNIT`` within year-month or
         day-time units."""
         if not self.at_word(*YEAR_MONTH, *DAY_TIME):
-            return
+            return ("interval",)
         start = self.take().text.lower()
         if not self.at_word("to"):
-            return
+            return ("interval",)
         self.take()
         units = YEAR_MONTH if start in YEAR_MONTH else DAY_TIME
         later = units[units.index(start) + 1:]
         if not later:
             raise self.error(f"an INTERVAL {start.upper()} has no TO")
         self.expect_word(*later)
+        return ("interval",)
+
+
+def parse_schema_columns(ddl: str) -> list[Column]:
+    """The schema's columns with their parsed types, or ValueError naming the bad column or position."""
+    fields = _Parser(ddl).columns()
+    seen: set[str] = set()
+    for column in fields:
+        if column.name in seen:
+            raise ValueError(f"column {column.name!r} appears twice")
+        seen.add(column.name)
+    return fields
 
 
 def parse_schema_ddl(ddl: str) -> list[tuple[str, str]]:
     """Return [(column, type)] or raise ValueError naming the bad column or position."""
-    fields = _Parser(ddl).columns()
-    seen: set[str] = set()
-    for name, _ in fields:
-        if name in seen:
-            raise ValueError(f"column {name!r} appears twice")
-        seen.add(name)
-    return fields
+    return [(c.name, c.dtype) for c in parse_schema_columns(ddl)]

@@ -1,6 +1,8 @@
 """Start-up warm-up and read-ahead on the real CLI, broker, S3 server and Spark: the next epoch
-is read while this one commits, a stop drops that read and a later run replays its plan exactly,
-and the warm-up query never calls a user's Python hook."""
+is read while this one commits, a stop drops that read and a later run replays its plan exactly;
+the first epoch is read while the subtasks start (no warm-up then), a crash in that read is
+replayed exactly, and the warm-up query of a continuous run with nothing to read never calls a
+user's Python hook."""
 
 from __future__ import annotations
 
@@ -49,17 +51,58 @@ def test_the_next_epoch_is_read_while_this_one_commits_and_a_stop_drops_that_rea
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-def test_the_warm_up_runs_a_query_but_never_calls_a_python_hook(stack_env, tmp_path, payments, locations):
+def test_a_one_epoch_backlog_is_read_beside_the_start_up_without_a_warm_up(stack_env, tmp_path, payments, locations):
     topic, events = payments
     name, sink, store = locations
-    spec = spend_spec(name, topic, sink, store, per_epoch=12_000)
+    spec = spend_spec(name, topic, sink, store, per_epoch=len(events))  # the whole backlog in one epoch
     spec["transforms"] = [{"python": "tests.hooks_example:counted"}]
     calls = tmp_path / "hook-calls"
-    run = run_cli(["-v", "run", str(write_spec(tmp_path, spec))], {**stack_env, "HOOK_CALLS": str(calls)})
+    run = run_cli(["-v", "run", str(write_spec(tmp_path, spec)), "--until-caught-up"],
+                  {**stack_env, "HOOK_CALLS": str(calls)})
     assert run.returncode == 0, run.stderr[-3000:]
-    epochs = len(re.findall(r"^epoch \d+ committed", run.stderr, re.M))
-    assert epochs == 2
-    assert "pipeline main: warm-up query ran in" in run.stderr
-    # once when its subtasks start (its plan analysed against the source schema), once per epoch
-    assert calls.read_text().count("called") == 1 + epochs
+    assert re.findall(r"^epoch (\d+) committed", run.stderr, re.M) == ["1"], run.stderr[-3000:]
+    assert "warm-up query" not in run.stderr  # the first epoch's read paid Spark's first-query costs
+    # once when its subtasks start (its plan analysed against the source schema), once for the epoch
+    assert calls.read_text().count("called") == 2
     assert result_table(stack_env, sink) == spend_per_user(events)
+    assert status_of(stack_env, store, name).state == "STOPPED"
+
+
+@pytest.mark.parametrize("locations", ["s3"], indirect=True)
+def test_a_crash_in_the_first_epochs_read_beside_the_start_up_is_replayed_exactly(stack_env, tmp_path, payments,
+                                                                                   locations):
+    topic, events = payments
+    name, sink, store = locations
+    spec = write_spec(tmp_path, spend_spec(name, topic, sink, store, per_epoch=12_000))
+    fault_log = tmp_path / "faults.log"
+    crashed = run_cli(["run", str(spec), "--until-caught-up"],
+                      {**stack_env, "PIPELINE_FAULT_POINTS": "during_read@1", "PIPELINE_FAULT_LOG": str(fault_log)})
+    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    assert "FAULT INJECTED: during_read epoch=1" in fault_log.read_text()
+    assert "epoch 1 committed" not in crashed.stderr
+    again = run_cli(["run", str(spec), "--until-caught-up"], stack_env)  # replays epoch 1's saved plan
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert re.findall(r"^epoch (\d+) committed", again.stderr, re.M) == ["1", "2"], again.stderr[-3000:]
+    assert result_table(stack_env, sink) == spend_per_user(events)
+
+
+@pytest.mark.parametrize("locations", ["s3"], indirect=True)
+def test_the_warm_up_of_a_continuous_run_with_nothing_to_read_never_calls_a_python_hook(stack_env, tmp_path,
+                                                                                        payments, locations):
+    topic, _ = payments
+    name, sink, store = locations
+    spec = spend_spec(name, topic, sink, store)
+    spec["source"]["kafka"]["starting_offsets"] = "latest"  # nothing to read: the warm-up runs instead
+    spec["transforms"] = [{"python": "tests.hooks_example:counted"}]
+    calls, stop_file = tmp_path / "hook-calls", tmp_path / "stop"
+    run = CliRun(["-v", "run", str(write_spec(tmp_path, spec)), "--continuous", "--stop-file", str(stop_file)],
+                 {**stack_env, "HOOK_CALLS": str(calls)}, tmp_path / "run.log")
+    try:
+        run.until(lambda: "warm-up query ran in" in run.stderr(), 240, "the warm-up query to run")
+        stop_file.touch()
+        run.wait(120)
+    finally:
+        run.kill()
+    assert run.returncode == 0, run.stderr()[-3000:]
+    assert "epoch 1 committed" not in run.stderr()
+    assert calls.read_text().count("called") == 1  # on_start analysed the hook; the warm-up did not call it

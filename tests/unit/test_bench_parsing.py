@@ -50,3 +50,18 @@ def test_steady_skips_the_first_epoch_and_arguments_parse():
     assert steady(timed) == {"epochs": 2, "records": 400, "seconds": 2.5, "events_per_s": 160.0}
     assert parse_keys("10000,100_000, 1000000") == [10_000, 100_000, 1_000_000]
     assert parse_kinds("none") == () and parse_kinds("users,key_groups") == ("users", "key_groups")
+
+
+def test_the_startup_probe_reads_the_milestones_of_a_run_log_and_takes_medians():
+    from pipeline_lib.benchmarks.startup_probe import medians, milestones
+
+    log = ("$ pipeline-lib run spec.yaml --until-caught-up --timings\n"
+           "[   9.600s] 2026-11-24 04:45:01,000 INFO pipeline main of job j attempt 1: starting without a snapshot\n"
+           "[  11.200s] 2026-11-24 04:45:02,600 INFO pipeline main: epochs take the Arrow path (no flow …)\n"
+           "[  12.900s] 2026-11-24 04:45:04,300 INFO pipeline main: 6 subtasks started\n"
+           "[  20.000s] pipeline main: 6 subtasks started\n")
+    assert milestones(log) == {"session_up_s": 9.6, "path_chosen_s": 11.2, "subtasks_started_s": 12.9}
+    runs = [{"load_1m": 1.0, "wall_s": 3.0, "correct": True}, {"load_1m": 2.0, "wall_s": 1.0, "correct": True},
+            {"load_1m": 0.5, "wall_s": 2.0, "correct": False}]
+    assert medians(runs) == {"load_1m": 1.0, "wall_s": 2.0, "runs": 3, "loads": [1.0, 2.0, 0.5],
+                             "all_correct": False}
