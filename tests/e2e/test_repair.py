@@ -158,6 +158,7 @@ def _store_bytes(env: dict, name: str) -> dict[str, bytes]:
     return out
 
 
+@pytest.mark.full  # the planning's refusal is unit-tested (tests/unit/test_repair_plan.py)
 def test_repair_of_an_epoch_whose_input_retention_deleted_reports_it_and_changes_nothing(
         kafka_env, apache_kafka, tmp_path):
     name, topic = "repair-retention", "repair-retention"
