@@ -1,7 +1,8 @@
 """``pipeline-lib repair`` against the real Apache Kafka broker, the S3 server and Spark: part
 files of committed epochs deleted, cut short or with a flipped byte, chosen at random (seeded,
 the seed printed); ``verify`` names exactly those, ``repair`` puts back byte-identical files,
-``verify`` is clean and the output equals plain Python. A repair racing a live run of the same
+``verify`` is clean and the output equals plain Python; then a damaged state file of the latest
+snapshot is named by ``verify`` and a restore falls back past it. A repair racing a live run of the same
 pipeline leaves both exact; an epoch whose input retention deleted is reported and nothing changes.
 
 The job has every kind of part: a keyed flow's (the driver's, one per subtask, JSON Lines), a
@@ -88,12 +89,16 @@ def _damage(sinks: dict[str, ObjectStore], parts: dict[tuple[str, str], bytes], 
     return kinds
 
 
-def _named_by_verify(env: dict, spec) -> set[str]:
-    """The part keys ``verify --json`` reports lost or damaged in the sinks (snapshots aside)."""
+def _verify_json(env: dict, spec) -> list[dict]:
+    """Every finding of ``verify --json``."""
     found = run_cli(["verify", str(spec), "--json"], env)
     assert found.returncode in (0, 1), found.stderr[-3000:]
-    return {f["detail"].split()[1] for f in json.loads(found.stdout)
-            if f["status"] != "ok" and f["what"] != "snapshot"}
+    return json.loads(found.stdout)
+
+
+def _named_by_verify(env: dict, spec) -> set[str]:
+    """The part keys ``verify --json`` reports lost or damaged in the sinks (snapshots aside)."""
+    return {f["detail"].split()[1] for f in _verify_json(env, spec) if f["status"] != "ok" and f["what"] != "snapshot"}
 
 
 def _expected_big(events: list[dict]) -> list[tuple[str, int]]:
@@ -145,6 +150,21 @@ def test_repair_rebuilds_randomly_damaged_parts_byte_identical(kafka_env, apache
     assert _committed_parts(sinks) == original  # byte for byte, and nothing else changed
     clean = run_cli(["verify", str(spec)], kafka_env, timeout=LOADED)
     assert clean.returncode == 0 and " 0 lost or damaged" in clean.stdout, clean.stdout + clean.stderr[-3000:]
+    _check_output(kafka_env, name, events)
+
+    # a state file of the latest snapshot gets a flipped byte: verify names that snapshot, and a
+    # restore falls back to the one before it and gives the same output
+    checkpoints = open_store(f"s3://checkpoints/{name}", ConnectionSettings.from_env(kafka_env))
+    snapshots = [f for f in _verify_json(kafka_env, spec) if f["what"] == "snapshot"]
+    latest = max(snapshots, key=lambda f: f["epoch"])["snapshot"]
+    [pack] = [k for k in checkpoints.list() if latest in k and k.endswith(".pack")]
+    data = checkpoints.get(pack)
+    checkpoints.put(pack, data[:-1] + bytes([data[-1] ^ 1]))
+    findings = [f for f in _verify_json(kafka_env, spec) if f["status"] != "ok"]
+    assert [(f["what"], f["snapshot"]) for f in findings] == [("snapshot", latest)], findings
+    rerun = run_cli(["run", str(spec)], kafka_env, timeout=LOADED)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"snapshot {latest} is unusable" in rerun.stderr and "falling back to" in rerun.stderr
     _check_output(kafka_env, name, events)
 
 
