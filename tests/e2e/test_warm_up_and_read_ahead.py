@@ -86,7 +86,7 @@ def test_a_crash_in_the_first_epochs_read_beside_the_start_up_is_replayed_exactl
     assert result_table(stack_env, sink) == spend_per_user(events)
 
 
-@pytest.mark.full  # a Python hook in the warm-up is refused by construction (warm_up.py); `make full`
+@pytest.mark.full  # the warm-up stops before a flow's Python hook (warm_up.py); `make full`
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 def test_the_warm_up_of_a_continuous_run_with_nothing_to_read_never_calls_a_python_hook(stack_env, tmp_path,
                                                                                         payments, locations):
