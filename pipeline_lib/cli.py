@@ -342,16 +342,22 @@ def verify(
     if as_json:
         out.print_json(json.dumps([f.to_dict() for f in findings]))
     else:
-        for name in dict.fromkeys(f.pipeline for f in findings):
-            table = Table("object", "epoch", "snapshot", "status", "detail", title=f"pipeline {name}")
-            for f in findings:
-                if f.pipeline == name:
-                    table.add_row(f.what, str(f.epoch), f.snapshot or "", f.status,
-                                  scrub(f.detail, settings.secrets()))
-            out.print(table)
+        _print_per_pipeline(findings, ("object", "epoch", "snapshot", "status", "detail"),
+                            lambda f: (f.what, str(f.epoch), f.snapshot or "", f.status,
+                                       scrub(f.detail, settings.secrets())))
         out.print(f"{len(findings)} checked, {len(bad)} lost or damaged")
     if bad:
         raise typer.Exit(code=1)
+
+
+def _print_per_pipeline(rows, columns: tuple[str, ...], cells) -> None:
+    """One table per pipeline, in the order the rows name them (verify's findings, repair's outcomes)."""
+    for name in dict.fromkeys(r.pipeline for r in rows):
+        table = Table(*columns, title=f"pipeline {name}")
+        for r in rows:
+            if r.pipeline == name:
+                table.add_row(*cells(r))
+        out.print(table)
 
 
 @app.command()
@@ -390,12 +396,8 @@ def repair(
     if as_json:
         out.print_json(json.dumps([o.to_dict() for o in outcomes]))
     else:
-        for name in dict.fromkeys(o.pipeline for o in outcomes):
-            table = Table("object", "epoch", "part", "status", "detail", title=f"pipeline {name}")
-            for o in outcomes:
-                if o.pipeline == name:
-                    table.add_row(o.what, str(o.epoch), o.part, o.status, scrub(o.detail, settings.secrets()))
-            out.print(table)
+        _print_per_pipeline(outcomes, ("object", "epoch", "part", "status", "detail"),
+                            lambda o: (o.what, str(o.epoch), o.part, o.status, scrub(o.detail, settings.secrets())))
         done = "rebuildable" if dry_run else "restored"
         out.print(f"{len(outcomes)} lost or damaged part(s): "
                   f"{sum(o.status in (repairing.RESTORED, repairing.WOULD_RESTORE) for o in outcomes)} {done}, "

@@ -16,26 +16,17 @@ from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import SuccessMarker
 from pipeline_lib.sink.part_layout import key_order, part_slot
 from pipeline_lib.storage import open_store
-from tests.unit.test_commit_protocol_commit import bad_records, commit_epoch, job_spec, new_attempt
+from tests.unit.test_commit_protocol_commit import job_spec, new_attempt
+from tests.unit.test_verify import commit_three
 
 SETTINGS = ConnectionSettings()
 WHOLE_LOG = TopicLog({0: 0, 1: 0})
 
 
-def _commit_three(spec):
-    runner = new_attempt(spec)
-    history, version = [], None
-    for epoch, amounts in enumerate([{"a": 1, "b": 2}, {"a": 5}, {"c": 7}], start=1):
-        _, head, version = commit_epoch(runner, amounts, history, version, bad=bad_records(epoch))
-        history = head.history
-    runner._cleanup.close()
-    return spec
-
-
 @pytest.fixture
 def committed(tmp_path):
     """Three epochs of the spend job with dead letters, every snapshot retained."""
-    return _commit_three(job_spec(tmp_path, dead_letters=True))
+    return commit_three(job_spec(tmp_path, dead_letters=True))
 
 
 def _delete_part(tmp_path, sink: str, epoch: int) -> str:
@@ -95,7 +86,7 @@ def test_input_deleted_by_retention_is_named_with_its_offsets(committed, tmp_pat
 
 
 def test_epochs_before_the_retained_snapshots_cannot_be_rebuilt(tmp_path):
-    spec = _commit_three(job_spec(tmp_path, retain=1, dead_letters=True))
+    spec = commit_three(job_spec(tmp_path, retain=1, dead_letters=True))
     _delete_part(tmp_path, "out", 2)
     _delete_part(tmp_path, "out", 3)
     _delete_part(tmp_path, "dlq/main", 3)

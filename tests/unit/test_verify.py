@@ -22,10 +22,8 @@ from tests.unit.test_commit_protocol_commit import bad_records, commit_epoch, jo
 SETTINGS = ConnectionSettings()
 
 
-@pytest.fixture
-def committed(tmp_path):
-    """Three epochs of the spend job with dead letters, committed to stores under ``tmp_path``."""
-    spec = job_spec(tmp_path, dead_letters=True)
+def commit_three(spec):
+    """Three epochs of ``spec`` (the spend job), each with dead letters, committed by the real runner."""
     runner = new_attempt(spec)
     history, version = [], None
     for epoch, amounts in enumerate([{"a": 1, "b": 2}, {"a": 5}, {"c": 7}], start=1):
@@ -33,6 +31,12 @@ def committed(tmp_path):
         history = head.history
     runner._cleanup.close()
     return spec
+
+
+@pytest.fixture
+def committed(tmp_path):
+    """Three epochs of the spend job with dead letters, committed to stores under ``tmp_path``."""
+    return commit_three(job_spec(tmp_path, dead_letters=True))
 
 
 def _statuses(findings) -> list[tuple[str, int, str]]:
