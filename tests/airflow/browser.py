@@ -168,22 +168,33 @@ class DevToolsPage:
             time.sleep(0.25)
         raise TimeoutError(f"waited {timeout or self.timeout:.0f}s for {what or expression}; last: {last!r}")
 
-    def click(self, element: str) -> None:
+    def click(self, element: str, settle: float = 10.0) -> None:
         """A real left click in the middle of ``element`` (a JavaScript expression for an Element, also
-        one inside same-origin iframes), scrolled into view first."""
-        x, y = self.evaluate(f"""(() => {{
+        one inside same-origin iframes), scrolled into view first. The click waits until the element
+        stands still and is the one under that point: a dialog that is still opening or re-laying out
+        would otherwise take the click somewhere else, and on a loaded machine that is a lost click."""
+        locate = f"""(() => {{
             const el = {element};
             if (!el) throw new Error("no element to click");
             el.scrollIntoView({{block: "center"}});
             const r = el.getClientRects()[0] || el.getBoundingClientRect();  // a wrapped link: its first line
             let x = r.left + r.width / 2, y = r.top + r.height / 2, win = el.ownerDocument.defaultView;
+            const hit = el.contains(el.ownerDocument.elementFromPoint(x, y));
             while (win.frameElement) {{
                 const f = win.frameElement.getBoundingClientRect();
                 x += f.left + win.frameElement.clientLeft; y += f.top + win.frameElement.clientTop;
                 win = win.parent;
             }}
-            return [x, y];
-        }})()""")
+            return [x, y, hit];
+        }})()"""
+        deadline = time.monotonic() + settle
+        previous = None
+        while True:
+            x, y, hit = self.evaluate(locate)
+            if (hit and previous == (x, y)) or time.monotonic() > deadline:
+                break
+            previous = (x, y)
+            time.sleep(0.1)
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
             self._call("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left",
                                                     "clickCount": 0 if kind == "mouseMoved" else 1},
