@@ -52,8 +52,8 @@ def _assert_committed_output_intact(settings: ConnectionSettings, name: str, sin
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 @pytest.mark.parametrize("hold_at, successor_parallelism", [
-    pytest.param("after_read@3", 3, marks=pytest.mark.full),  # make test: the other two
-    ("after_head_check@3", 3),
+    pytest.param("after_read@3", 3, marks=pytest.mark.full),  # make test: the last one (a rescale too)
+    pytest.param("after_head_check@3", 3, marks=pytest.mark.full),
     pytest.param("after_sink_files@3", 3, marks=pytest.mark.full),
     pytest.param("after_manifest@3", 2, marks=pytest.mark.full),
     ("mid_snapshot_write@3", 2),

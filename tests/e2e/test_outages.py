@@ -43,7 +43,8 @@ def _after_epoch(run: CliRun, epoch: int) -> None:
     run.until(lambda: re.search(rf"^epoch {epoch} committed", run.stderr(), re.M), 300, f"epoch {epoch} committed")
 
 
-@pytest.mark.parametrize("budget,outcome", [(120, "rides it out"), (5, "fails cleanly")])
+@pytest.mark.parametrize("budget,outcome", [(120, "rides it out"),
+                                             pytest.param(5, "fails cleanly", marks=pytest.mark.full)])
 def test_s3_server_away_for_30s(own_stack, tmp_path, budget, outcome):
     info, env, events = own_stack("memory")  # the broker's log must not live in the S3 server here
     env = {**env, "PIPELINE_S3_RETRY_SECONDS": str(budget)}

@@ -56,6 +56,7 @@ def test_moto_conditional_writes_are_a_compare_and_swap(tmp_path: Path) -> None:
         assert stop_pid(server.pid, server.binary)
 
 
+@pytest.mark.full  # make test keeps moto's compare-and-swap test above; the demo runs on weed there
 @pytest.mark.slow  # the demo's four CLI runs: about a minute, two under load
 def test_demo_runs_on_moto_when_weed_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 caplog: pytest.LogCaptureFixture) -> None:
