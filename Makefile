@@ -10,10 +10,12 @@ BENCH_ARGS ?=
 AIRFLOW_UP_ARGS ?=
 MUTATION_ARGS ?=
 
-$(BIN)/pipeline-lib: pyproject.toml
+# docker/constraints.txt holds the versions the tests pass with (the images install with it too):
+# a fresh install takes them, not whatever the index serves that day.
+$(BIN)/pipeline-lib: pyproject.toml docker/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[local,airflow,test]'
+	$(BIN)/pip install -q -c docker/constraints.txt -e '.[local,airflow,test]'
 	touch $@
 
 install: $(BIN)/pipeline-lib
