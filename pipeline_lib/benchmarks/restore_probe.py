@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-    from pipeline_lib.execution import pipeline_runner
-    from pipeline_lib.execution.pipeline_runner import PipelineRunner, RunOptions
+    from pipeline_lib.execution.runtime import pipeline_runner
+    from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner, RunOptions
     from pipeline_lib.graph import build_graph
     from pipeline_lib.settings import ConnectionSettings
     from pipeline_lib.spec import load_spec

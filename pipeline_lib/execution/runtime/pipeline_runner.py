@@ -47,26 +47,26 @@ from pipeline_lib.checkpoint.restore import DEAD_LETTERS, Restored, load_state, 
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_spans import Span, spans_of, spans_to_fold, write_state_files
 from pipeline_lib.errors import DATA_LOSS, DataLossError, FencedError, PipelineError, SnapshotError
-from pipeline_lib.execution.aggregate import epoch_partials
-from pipeline_lib.execution.background_cleanup import BackgroundCleanup
-from pipeline_lib.execution.epoch_reader import bad_records_frame, epoch_range_reader, read_tasks, source_schema
-from pipeline_lib.execution.keyed_state import KeyedAggregateState
-from pipeline_lib.execution.lifecycle import (
+from pipeline_lib.execution.engine.aggregate import epoch_partials
+from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
+from pipeline_lib.execution.engine.transforms import apply_transforms
+from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
+from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
+from pipeline_lib.execution.runtime.lifecycle import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_STALL_SECONDS,
     DEFAULT_STARTUP_TIMEOUT_SECONDS,
     Lifecycle,
 )
-from pipeline_lib.execution.owner_epochs import OwnedFlow, OwnerEpochs
-from pipeline_lib.execution.owner_task import OWNER_LABEL, CheckpointAt, OwnerFlow, OwnerTask, StateReads
-from pipeline_lib.execution.read_ahead import ReadAhead
-from pipeline_lib.execution.restore_verification import verify_on_executors
-from pipeline_lib.execution.span_owners import SpanOwners
-from pipeline_lib.execution.spark_errors import clear_spark_errors
-from pipeline_lib.execution.startup import start_pipeline
-from pipeline_lib.execution.transforms import apply_transforms
-from pipeline_lib.execution.warm_up import WarmUp
-from pipeline_lib.execution.worker_aggregation import ArrowEpochs
+from pipeline_lib.execution.runtime.read_ahead import ReadAhead
+from pipeline_lib.execution.runtime.startup import start_pipeline
+from pipeline_lib.execution.runtime.warm_up import WarmUp
+from pipeline_lib.execution.source.epoch_reader import bad_records_frame, epoch_range_reader, read_tasks, source_schema
+from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
+from pipeline_lib.execution.state.owner_epochs import OwnedFlow, OwnerEpochs
+from pipeline_lib.execution.state.owner_task import OWNER_LABEL, CheckpointAt, OwnerFlow, OwnerTask, StateReads
+from pipeline_lib.execution.state.restore_verification import verify_on_executors
+from pipeline_lib.execution.state.span_owners import SpanOwners
 from pipeline_lib.faults import fault_point
 from pipeline_lib.graph import Pipeline
 from pipeline_lib.plan import kafka_offsets
@@ -351,7 +351,7 @@ class PipelineRunner:
 
     def _verify_restored_state(self, spark) -> None:
         """A restore that left its state to the executors has them verify it now, before anything
-        of this attempt is visible (see execution.restore_verification); a missing or corrupt span
+        of this attempt is visible (see execution.state.restore_verification); a missing or corrupt span
         falls back to the snapshot before, as a restore on the driver does. The owners are this
         run's: a rescale only changes which task checks which span."""
         while self.restored is not None and not self.restored.state_loaded and not self._state_verified:
