@@ -152,7 +152,7 @@ def run(
     """Run a job: restore each pipeline, then process epochs, committing a snapshot after each."""
     from pipeline_lib.execution.runtime.graceful_stop import stop_on_request
     from pipeline_lib.execution.runtime.job_runner import JobRunner
-    from pipeline_lib.execution.runtime.pipeline_runner import RunOptions
+    from pipeline_lib.execution.runtime.runner_types import RunOptions
     from pipeline_lib.metrics import RunMetrics
     from pipeline_lib.otel_metrics import OtelRunMetrics
     from pipeline_lib.spec import load_spec

@@ -19,7 +19,7 @@ from statsd import StatsClient
 
 if TYPE_CHECKING:
     from pipeline_lib.execution.runtime.job_runner import JobSummary
-    from pipeline_lib.execution.runtime.pipeline_runner import EpochReport
+    from pipeline_lib.execution.runtime.runner_types import EpochReport
 
 ENV_STATSD_HOST = "PIPELINE_STATSD_HOST"
 ENV_STATSD_PORT = "PIPELINE_STATSD_PORT"

@@ -24,7 +24,7 @@ from pipeline_lib.metrics import DEFAULT_PREFIX, METRICS
 
 if TYPE_CHECKING:
     from pipeline_lib.execution.runtime.job_runner import JobSummary
-    from pipeline_lib.execution.runtime.pipeline_runner import EpochReport
+    from pipeline_lib.execution.runtime.runner_types import EpochReport
 
 ENV_OTEL_ENDPOINT = "PIPELINE_OTEL_ENDPOINT"
 ENV_OTEL_INTERVAL_MS = "PIPELINE_OTEL_INTERVAL_MS"

@@ -30,7 +30,8 @@ from pipeline_lib.checkpoint.restore import DEAD_LETTERS, read_state_files
 from pipeline_lib.checkpoint.state_files import decode_state_file
 from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
 from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
-from pipeline_lib.execution.runtime.pipeline_runner import FlowRuntime, PipelineRunner, RunOptions
+from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+from pipeline_lib.execution.runtime.runner_types import FlowRuntime, RunOptions
 from pipeline_lib.execution.source.epoch_reader import source_schema
 from pipeline_lib.execution.state.owner_task import OWNER_LABEL
 from pipeline_lib.execution.state.span_owners import SpanOwners, key_groups_of_rows

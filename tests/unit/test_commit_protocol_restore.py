@@ -25,7 +25,8 @@ from pipeline_lib.checkpoint.restore import DEAD_LETTERS, restore_after, restore
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import SnapshotError
 from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
-from pipeline_lib.execution.runtime.pipeline_runner import EpochRead, PipelineRunner, RunOptions
+from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+from pipeline_lib.execution.runtime.runner_types import EpochRead, RunOptions
 from pipeline_lib.execution.state.restore_verification import check_owned, check_results, owned_files
 from pipeline_lib.execution.state.span_owners import SpanOwners
 from pipeline_lib.execution.state.state_cache import StateCache
