@@ -18,7 +18,7 @@ from rich.text import Text
 
 from pipeline_lib.benchmarks.commands import bench_app
 from pipeline_lib.errors import PipelineError
-from pipeline_lib.execution.lifecycle import (
+from pipeline_lib.execution.runtime.lifecycle import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_STALL_SECONDS,
     DEFAULT_STARTUP_TIMEOUT_SECONDS,
@@ -150,9 +150,9 @@ def run(
     )] = None,
 ) -> None:
     """Run a job: restore each pipeline, then process epochs, committing a snapshot after each."""
-    from pipeline_lib.execution.graceful_stop import stop_on_request
-    from pipeline_lib.execution.job_runner import JobRunner
-    from pipeline_lib.execution.pipeline_runner import RunOptions
+    from pipeline_lib.execution.runtime.graceful_stop import stop_on_request
+    from pipeline_lib.execution.runtime.job_runner import JobRunner
+    from pipeline_lib.execution.runtime.runner_types import RunOptions
     from pipeline_lib.metrics import RunMetrics
     from pipeline_lib.otel_metrics import OtelRunMetrics
     from pipeline_lib.spec import load_spec

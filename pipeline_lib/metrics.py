@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from statsd import StatsClient
 
 if TYPE_CHECKING:
-    from pipeline_lib.execution.job_runner import JobSummary
-    from pipeline_lib.execution.pipeline_runner import EpochReport
+    from pipeline_lib.execution.runtime.job_runner import JobSummary
+    from pipeline_lib.execution.runtime.runner_types import EpochReport
 
 ENV_STATSD_HOST = "PIPELINE_STATSD_HOST"
 ENV_STATSD_PORT = "PIPELINE_STATSD_PORT"

@@ -23,8 +23,8 @@ from pipeline_lib.errors import PipelineError
 from pipeline_lib.metrics import DEFAULT_PREFIX, METRICS
 
 if TYPE_CHECKING:
-    from pipeline_lib.execution.job_runner import JobSummary
-    from pipeline_lib.execution.pipeline_runner import EpochReport
+    from pipeline_lib.execution.runtime.job_runner import JobSummary
+    from pipeline_lib.execution.runtime.runner_types import EpochReport
 
 ENV_OTEL_ENDPOINT = "PIPELINE_OTEL_ENDPOINT"
 ENV_OTEL_INTERVAL_MS = "PIPELINE_OTEL_INTERVAL_MS"

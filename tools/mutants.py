@@ -24,11 +24,12 @@ SNAPSHOTS = "pipeline_lib/checkpoint/snapshot_store.py"
 RESTORE = "pipeline_lib/checkpoint/restore.py"
 MANIFEST = "pipeline_lib/checkpoint/manifest.py"
 SINK = "pipeline_lib/sink/files_sink.py"
-LIFECYCLE = "pipeline_lib/execution/lifecycle.py"
-RUNNER = "pipeline_lib/execution/pipeline_runner.py"
+LIFECYCLE = "pipeline_lib/execution/runtime/lifecycle.py"
+RUNNER_TYPES = "pipeline_lib/execution/runtime/runner_types.py"
+RUNNER_PLANNING = "pipeline_lib/execution/runtime/runner_planning.py"
 EPOCH_COMMIT = "pipeline_lib/checkpoint/epoch_commit.py"
 LOCAL = "pipeline_lib/storage/local.py"
-VERIFICATION = "pipeline_lib/execution/restore_verification.py"
+VERIFICATION = "pipeline_lib/execution/state/restore_verification.py"
 OFFSETS = "pipeline_lib/plan/offsets.py"
 KEYGROUPS = "pipeline_lib/plan/keygroups.py"
 
@@ -108,11 +109,11 @@ MUTANTS: list[Mutant] = [
            "if self._parts_intact(existing):",
            "if True:",
            "a marker is reused only while every part it lists is there with its size"),
-    Mutant("sink-digest-ignores-spec", RUNNER,
+    Mutant("sink-digest-ignores-spec", RUNNER_TYPES,
            'f"{plan.digest()}|{fingerprint}|{parallelism}|{kind}"',
            'f"{plan.digest()}|{parallelism}|{kind}"',
            "a sink epoch is reused only under the same spec (other transforms give other rows)"),
-    Mutant("replayed-plan-keeps-old-base", RUNNER,
+    Mutant("replayed-plan-keeps-old-base", RUNNER_PLANNING,
            'return planned.model_copy(update={"base_snapshot": base})',
            "return planned",
            "a replayed plan's lineage names the snapshot it was really built on"),

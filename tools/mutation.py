@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.list:
         for m in MUTANTS:
-            print(f"{m.id:40} {m.file:45} {m.removes}")
+            print(f"{m.id:40} {m.file:51} {m.removes}")
         return 0
     ids = [m.id for m in MUTANTS]
     if len(set(ids)) != len(ids):

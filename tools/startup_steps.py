@@ -46,8 +46,8 @@ def _wrap(owner: Any, name: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Wrap the start-up steps, then run the CLI with ``argv``."""
     from pipeline_lib import cli
-    from pipeline_lib.execution import job_runner, pipeline_runner, startup, warm_up
-    from pipeline_lib.execution.pipeline_runner import PipelineRunner
+    from pipeline_lib.execution.runtime import job_runner, pipeline_runner, startup, warm_up
+    from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
 
     _stamp("imports done")
     _wrap(job_runner, "start_spark")

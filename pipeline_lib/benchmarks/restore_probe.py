@@ -34,8 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-    from pipeline_lib.execution import pipeline_runner
-    from pipeline_lib.execution.pipeline_runner import PipelineRunner, RunOptions
+    from pipeline_lib.execution.runtime import runner_restore
+    from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+    from pipeline_lib.execution.runtime.runner_types import RunOptions
     from pipeline_lib.graph import build_graph
     from pipeline_lib.settings import ConnectionSettings
     from pipeline_lib.spec import load_spec
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     timings = {"fetch_thread_s": 0.0, "read_s": 0.0}
 
     read_state_object = SnapshotStore.read_state_object
-    restore_snapshot = pipeline_runner.restore_snapshot
+    restore_snapshot = runner_restore.restore_snapshot
 
     def timed_read(self, key):
         started = time.monotonic()
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             timings["read_s"] += time.monotonic() - started
 
     SnapshotStore.read_state_object = timed_read  # type: ignore[method-assign]
-    pipeline_runner.restore_snapshot = timed_restore
+    runner_restore.restore_snapshot = timed_restore
     started = time.monotonic()
     restored = runner.restore()
     total = time.monotonic() - started

@@ -28,7 +28,8 @@ def seed_state_snapshot(spec_path: Path, settings: ConnectionSettings, keys: int
     """Commit epoch 1 of the spec's job from nothing, holding ``keys`` random keys at ``positions``;
     its figures: state files, bytes, and the seconds spent writing the state files."""
     from pipeline_lib.checkpoint.epoch_commit import FlowOutput, commit_epoch
-    from pipeline_lib.execution.pipeline_runner import PipelineRunner, RunOptions
+    from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+    from pipeline_lib.execution.runtime.runner_types import RunOptions
     from pipeline_lib.graph import build_graph
     from pipeline_lib.plan.offsets import EpochPlan
     from pipeline_lib.spec import load_spec

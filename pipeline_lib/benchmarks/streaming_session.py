@@ -24,7 +24,7 @@ def start_session(app: str, parallelism: int, shuffle_partitions: int, extra: di
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from pipeline_lib.execution.spark_session import LOG4J_CONFIG
+    from pipeline_lib.execution.engine.spark_session import LOG4J_CONFIG
 
     builder = (
         SparkSession.builder.appName(app)

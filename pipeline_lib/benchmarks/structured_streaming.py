@@ -126,8 +126,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- records (executor side) --------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         """The decoded rows of one partition's range, read with kafka-python as a user's source would."""
-        from pipeline_lib.execution.kafka_source import read_range
-        from pipeline_lib.execution.record_decoding import JsonRecordDecoder
+        from pipeline_lib.execution.source.kafka_source import read_range
+        from pipeline_lib.execution.source.record_decoding import JsonRecordDecoder
 
         assert isinstance(partition, KafkaRange)
         decoder = JsonRecordDecoder(FIELDS)

@@ -8,7 +8,7 @@ files.
 A restore whose keyed state will live on owner tasks leaves the state files to the executors
 (``load_state`` says so per manifest): the driver checks the manifest and the sink commits only,
 and ``restore_after`` continues the same fall-back when the executors' verification job
-(execution.restore_verification) finds a span missing or corrupt.
+(execution.state.restore_verification) finds a span missing or corrupt.
 """
 
 from __future__ import annotations

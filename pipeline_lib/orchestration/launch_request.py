@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pipeline_lib.checkpoint.manifest import SNAPSHOT_ID
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import SpecError
-from pipeline_lib.execution.lifecycle import DEFAULT_LEASE_SECONDS, DEFAULT_STALL_SECONDS
+from pipeline_lib.execution.runtime.lifecycle import DEFAULT_LEASE_SECONDS, DEFAULT_STALL_SECONDS
 from pipeline_lib.graph import build_graph
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec.models import JobSpec

@@ -29,11 +29,12 @@ from pipeline_lib.checkpoint.manifest import sha256_hex
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, read_state_files
 from pipeline_lib.checkpoint.state_files import decode_state_file
 from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
-from pipeline_lib.execution.epoch_reader import source_schema
-from pipeline_lib.execution.owner_task import OWNER_LABEL
-from pipeline_lib.execution.pipeline_runner import FlowRuntime, PipelineRunner, RunOptions
-from pipeline_lib.execution.span_owners import SpanOwners, key_groups_of_rows
-from pipeline_lib.execution.worker_aggregation import ArrowEpochs
+from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
+from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+from pipeline_lib.execution.runtime.runner_types import FlowRuntime, RunOptions
+from pipeline_lib.execution.source.epoch_reader import source_schema
+from pipeline_lib.execution.state.owner_task import OWNER_LABEL
+from pipeline_lib.execution.state.span_owners import SpanOwners, key_groups_of_rows
 from pipeline_lib.graph import build_graph
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.recovery.repair_plan import EpochRepair
@@ -85,7 +86,7 @@ def repair(job: JobSpec, settings: ConnectionSettings, repairs: list[EpochRepair
     todo = [r for r in repairs if r.rebuildable]
     if not todo:
         return outcomes
-    from pipeline_lib.execution.spark_session import start_spark
+    from pipeline_lib.execution.engine.spark_session import start_spark
 
     master = settings.spark_master
     if scratch is None and master and not master.startswith("local"):
@@ -242,7 +243,7 @@ class _Rebuilder(PipelineRunner):
 def owner_parts(changed: pa.Table, key_columns: list[str], fmt: str, owners: SpanOwners) -> dict[Slot, bytes]:
     """An epoch's sink parts as its owner tasks write them, from the rows of every key it
     changed (in any order): each owner's keys (its whole spans of key groups) in key order, a
-    part every ROWS_PER_PART rows (see execution.owner_task and sink.part_layout)."""
+    part every ROWS_PER_PART rows (see execution.state.owner_task and sink.part_layout)."""
     of_row = owners.owner_of(key_groups_of_rows(changed, key_columns, owners.max_parallelism))
     slots: dict[Slot, bytes] = {}
     for owner in np.unique(of_row).tolist():

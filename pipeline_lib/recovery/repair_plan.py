@@ -18,7 +18,7 @@ from pipeline_lib.checkpoint.manifest import FileRef, HistoryEntry, Manifest
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, candidates, read_state_files
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
-from pipeline_lib.execution.pipeline_runner import sink_digest, spec_fingerprint
+from pipeline_lib.execution.runtime.runner_types import sink_digest, spec_fingerprint
 from pipeline_lib.graph import Pipeline, build_graph
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.recovery.verify import check_part, pipeline_sinks

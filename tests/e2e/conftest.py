@@ -35,7 +35,7 @@ def close_cached_consumers():
     close them when the module ends. Left open, their IO threads would reconnect to the broker
     stopped at the end of the session and log every ECONNREFUSED after the summary. A module
     that reads in-process uses it with ``pytestmark = pytest.mark.usefixtures(...)``."""
-    from pipeline_lib.execution import kafka_source
+    from pipeline_lib.execution.source import kafka_source
 
     yield
     while kafka_source._consumers:

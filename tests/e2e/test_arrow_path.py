@@ -17,8 +17,9 @@ import pytest
 from pyspark import SparkContext
 from pyspark.sql import functions as F
 
-from pipeline_lib.execution.aggregate import partials_frame
-from pipeline_lib.execution.epoch_reader import (
+from pipeline_lib.execution.engine.aggregate import partials_frame
+from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
+from pipeline_lib.execution.source.epoch_reader import (
     DEAD_LETTER_RAW_BYTES,
     bad_records_frame,
     epoch_range_reader,
@@ -26,7 +27,6 @@ from pipeline_lib.execution.epoch_reader import (
     read_tasks,
     source_schema,
 )
-from pipeline_lib.execution.worker_aggregation import ArrowEpochs
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.offsets import plan_epoch
 from pipeline_lib.samples import create_topic, produce_raw
@@ -59,7 +59,7 @@ def _event(rng: random.Random) -> dict:
 
 @pytest.fixture(scope="module")
 def spark():
-    from pipeline_lib.execution.spark_session import start_spark
+    from pipeline_lib.execution.engine.spark_session import start_spark
 
     session = start_spark("arrow-path-e2e", None, 2)
     gateway = session.sparkContext._gateway
@@ -194,7 +194,7 @@ def test_a_read_of_nothing_gives_empty_tables_of_the_same_schemas(spark, local_s
 
 def test_a_record_the_strict_path_cannot_read_fails_the_epoch_naming_it(spark, local_stack, topics):
     from pipeline_lib.errors import PipelineError
-    from pipeline_lib.execution.spark_errors import clear_spark_errors
+    from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
 
     topic = topics["dirty"]
     source = _source(topic)
@@ -216,9 +216,9 @@ def test_owner_tasks_keep_the_same_state_and_send_the_driver_only_references(spa
     from pipeline_lib.checkpoint.restore import read_state_files
     from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
     from pipeline_lib.checkpoint.state_files import decode_state_file
-    from pipeline_lib.execution.owner_epochs import OwnedFlow, OwnerEpochs
-    from pipeline_lib.execution.owner_task import OWNER_LABEL, CheckpointAt, OwnerFlow, OwnerTask
-    from pipeline_lib.execution.span_owners import SpanOwners
+    from pipeline_lib.execution.state.owner_epochs import OwnedFlow, OwnerEpochs
+    from pipeline_lib.execution.state.owner_task import OWNER_LABEL, CheckpointAt, OwnerFlow, OwnerTask
+    from pipeline_lib.execution.state.span_owners import SpanOwners
 
     topic = topics["clean"]
     source = _source(topic)

@@ -128,7 +128,7 @@ def test_tricky_records_are_read_as_the_reference_decoder_reads_them(stack_env, 
     """The fast read path (msgspec, Arrow batches) in real Spark workers: every row and every
     dead letter (offset, reason, raw bytes) is what the per-record reference decoder gives."""
     from pipeline_lib.errors import RecordError
-    from pipeline_lib.execution.record_decoding import JsonRecordDecoder
+    from pipeline_lib.execution.source.record_decoding import JsonRecordDecoder
 
     topic = "tricky-e2e"
     create_topic(local_stack.kafka_bootstrap, topic, 1)

@@ -17,7 +17,7 @@ from pipeline_lib.benchmarks.bench_report import PLOTS
 from pipeline_lib.benchmarks.config import BenchConfig
 from pipeline_lib.benchmarks.summary import format_summary
 from pipeline_lib.benchmarks.throughput import run_bench
-from pipeline_lib.execution.pipeline_runner import EPOCH_PHASES
+from pipeline_lib.execution.runtime.runner_types import EPOCH_PHASES
 
 
 @pytest.mark.slow  # every engine and raw kafka-python, each in a Spark run of its own

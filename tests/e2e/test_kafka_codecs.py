@@ -11,7 +11,7 @@ from kafka import TopicPartition
 from kafka.consumer.fetcher import Fetcher
 
 from pipeline_lib.errors import PipelineError
-from pipeline_lib.execution import kafka_source
+from pipeline_lib.execution.source import kafka_source
 from pipeline_lib.kafka_clients import Consumer, Producer
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.samples import create_topic

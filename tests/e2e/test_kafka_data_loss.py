@@ -17,7 +17,7 @@ from kafka import TopicPartition
 from kafka.admin import NewTopic
 
 from pipeline_lib.errors import DATA_LOSS, PipelineError
-from pipeline_lib.execution import kafka_source
+from pipeline_lib.execution.source import kafka_source
 from pipeline_lib.kafka_clients import AdminClient, Producer
 from pipeline_lib.samples import create_topic, payment_events, spend_per_user
 from tests.support import result_table, run_cli, spend_spec, wait_for, write_spec

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline_lib.errors import PipelineError
-from pipeline_lib.execution import kafka_source
-from pipeline_lib.execution.kafka_source import READ_COMMITTED
+from pipeline_lib.execution.source import kafka_source
+from pipeline_lib.execution.source.kafka_source import READ_COMMITTED
 from pipeline_lib.samples import create_topic, produce_raw
 
 pytestmark = pytest.mark.usefixtures("close_cached_consumers")  # see tests/e2e/conftest.py

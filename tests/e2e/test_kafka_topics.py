@@ -15,7 +15,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from pipeline_lib.errors import PipelineError
-from pipeline_lib.execution import kafka_source
+from pipeline_lib.execution.source import kafka_source
 from pipeline_lib.kafka_clients import AdminClient
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_per_user

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 from kafka import TopicPartition
 
-from pipeline_lib.execution import kafka_source
+from pipeline_lib.execution.source import kafka_source
 from pipeline_lib.kafka_clients import Consumer, Producer
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.samples import create_topic, spend_per_user

@@ -1,4 +1,4 @@
-"""The source schema built in Python (execution.schema_types) equals Spark's own parse of the
+"""The source schema built in Python (execution.source.schema_types) equals Spark's own parse of the
 same DDL, for every schema the spec's parser accepts and every source schema of the repository's
 example jobs, with the metadata (and error) columns the reader appends."""
 
@@ -10,8 +10,8 @@ import pytest
 import yaml
 from pyspark import SparkContext
 
-from pipeline_lib.execution.kafka_source import ERROR_DDL, METADATA_DDL
-from pipeline_lib.execution.schema_types import python_schema
+from pipeline_lib.execution.source.kafka_source import ERROR_DDL, METADATA_DDL
+from pipeline_lib.execution.source.schema_types import python_schema
 from tests.unit.test_spec_errors import ACCEPTED_BY_SPARK
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ SCHEMAS = list(ACCEPTED_BY_SPARK) + [f"{ddl}, {METADATA_DDL}{extra}" for ddl in 
 
 @pytest.fixture(scope="module")
 def spark():
-    from pipeline_lib.execution.spark_session import start_spark
+    from pipeline_lib.execution.engine.spark_session import start_spark
 
     session = start_spark("schema-types-e2e", None, 1)
     gateway = session.sparkContext._gateway

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from pipeline_lib.execution.background_cleanup import BackgroundCleanup
+from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
 
 
 def test_one_clean_up_at_a_time_and_its_error_surfaces_at_the_next_submit():

@@ -13,8 +13,8 @@ from kafka.errors import CorruptRecordError, UnsupportedCodecError
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuilder
 
-from pipeline_lib.execution.batch_decompression import CODEC_NAMES, DecompressionError, decompress
-from pipeline_lib.execution.kafka_batches import NO_TIMESTAMP, decode_batch, decode_legacy_batch
+from pipeline_lib.execution.source.batch_decompression import CODEC_NAMES, DecompressionError, decompress
+from pipeline_lib.execution.source.kafka_batches import NO_TIMESTAMP, decode_batch, decode_legacy_batch
 
 CODECS = sorted(CODEC_NAMES)  # gzip, snappy, lz4, zstd
 MiB = 1 << 20
@@ -206,7 +206,7 @@ def _partition_records(data: bytes, fetch_offset: int = 0):
     from kafka import TopicPartition
     from kafka.record.memory_records import MemoryRecords
 
-    from pipeline_lib.execution.batch_consumer import _ColumnPartitionRecords
+    from pipeline_lib.execution.source.batch_consumer import _ColumnPartitionRecords
 
     return _ColumnPartitionRecords(fetch_offset, TopicPartition("t", 0), MemoryRecords(data))
 
@@ -321,8 +321,8 @@ def test_a_bad_batch_s_row_becomes_an_error_row_or_fails_naming_topic_partition_
     """The source's rows (RecordBatcher): tolerant, the batch is an error row whose raw value is
     the batch (a dead letter keeps its first 64 KiB and its size); otherwise a RecordError."""
     from pipeline_lib.errors import RecordError
-    from pipeline_lib.execution.kafka_batches import undecodable
-    from pipeline_lib.execution.kafka_source import RecordBatcher
+    from pipeline_lib.execution.source.kafka_batches import undecodable
+    from pipeline_lib.execution.source.kafka_source import RecordBatcher
     from tests.unit.test_fast_decoding import schema_for
 
     good = decode_batch(DefaultRecordBatch(build([(0, 1, None, b'{"user":"u","amount":4}', [])], base_offset=2)))

@@ -11,8 +11,8 @@ from pipeline_lib import cli
 from pipeline_lib.benchmarks.config import parse_keys, parse_kinds
 from pipeline_lib.benchmarks.measures import steady
 from pipeline_lib.benchmarks.our_job import parse_epoch_line
-from pipeline_lib.execution.owner_task import StateReads
-from pipeline_lib.execution.pipeline_runner import EPOCH_PHASES, EpochReport
+from pipeline_lib.execution.runtime.runner_types import EPOCH_PHASES, EpochReport
+from pipeline_lib.execution.state.owner_task import StateReads
 
 
 def _printed(report: EpochReport, timings: bool, monkeypatch) -> str:

@@ -20,7 +20,7 @@ from pipeline_lib.checkpoint.restore import restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.cli import app
 from pipeline_lib.errors import SnapshotError
-from pipeline_lib.execution.job_runner import JobSummary
+from pipeline_lib.execution.runtime.job_runner import JobSummary
 from pipeline_lib.logs import MIN_SECRET_LENGTH, ScrubSecrets, scrub
 from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
@@ -180,7 +180,7 @@ class RecordingRunner:
 
 @pytest.fixture
 def recorded(monkeypatch):
-    from pipeline_lib.execution import job_runner
+    from pipeline_lib.execution.runtime import job_runner
 
     RecordingRunner.seen = []
     monkeypatch.setattr(job_runner, "JobRunner", RecordingRunner)

@@ -19,9 +19,10 @@ from pipeline_lib.checkpoint import layout
 from pipeline_lib.checkpoint.manifest import Head, HistoryEntry, LaunchInfo
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import FencedError
-from pipeline_lib.execution.background_cleanup import BackgroundCleanup
-from pipeline_lib.execution.lifecycle import Lifecycle
-from pipeline_lib.execution.pipeline_runner import EpochRead, PipelineRunner, RunOptions
+from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
+from pipeline_lib.execution.runtime.lifecycle import Lifecycle
+from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+from pipeline_lib.execution.runtime.runner_types import EpochRead, RunOptions
 from pipeline_lib.graph import build_graph
 from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings

@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline_lib.execution.keyed_state import KeyedAggregateState
-from pipeline_lib.execution.pipeline_runner import PipelineRunner
+from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.plan.keygroups import key_group_of, key_group_range, subtask_of
 from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, fair_shares, plan_epoch
 from pipeline_lib.spec.aggregates import parse_aggregate

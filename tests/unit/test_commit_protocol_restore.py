@@ -24,11 +24,12 @@ from pipeline_lib.checkpoint.manifest import Head, Manifest
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, restore_after, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import SnapshotError
-from pipeline_lib.execution.background_cleanup import BackgroundCleanup
-from pipeline_lib.execution.pipeline_runner import EpochRead, PipelineRunner, RunOptions
-from pipeline_lib.execution.restore_verification import check_owned, check_results, owned_files
-from pipeline_lib.execution.span_owners import SpanOwners
-from pipeline_lib.execution.state_cache import StateCache
+from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
+from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+from pipeline_lib.execution.runtime.runner_types import EpochRead, RunOptions
+from pipeline_lib.execution.state.restore_verification import check_owned, check_results, owned_files
+from pipeline_lib.execution.state.span_owners import SpanOwners
+from pipeline_lib.execution.state.state_cache import StateCache
 from pipeline_lib.graph import build_graph
 from pipeline_lib.recovery.restore_plan import plan_pipeline
 from pipeline_lib.samples import spend_job_spec

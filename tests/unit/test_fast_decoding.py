@@ -27,9 +27,9 @@ from pyspark.sql import types as T
 from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
 
 from pipeline_lib.errors import RecordError
-from pipeline_lib.execution.kafka_batches import ColumnBatch, decode_batch
-from pipeline_lib.execution.kafka_source import RecordBatcher
-from pipeline_lib.execution.record_decoding import (
+from pipeline_lib.execution.source.kafka_batches import ColumnBatch, decode_batch
+from pipeline_lib.execution.source.kafka_source import RecordBatcher
+from pipeline_lib.execution.source.record_decoding import (
     BRACKET_FREE_BYTES,
     FAST_MAX_OPENINGS,
     FastJsonDecoder,
@@ -283,7 +283,7 @@ def schema_for(fields, tolerant):
 
 def rows_as_before(records, fields, fmt, tolerant, limit, topic, part):
     """The row-by-row read that RecordBatcher replaced (KafkaRangeReader.read before Arrow batches)."""
-    from pipeline_lib.execution.record_decoding import StringRecordDecoder
+    from pipeline_lib.execution.source.record_decoding import StringRecordDecoder
 
     if fmt == "json":
         json_decoder = JsonRecordDecoder(fields)

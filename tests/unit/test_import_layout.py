@@ -122,8 +122,8 @@ def graph(of, typing_imports: bool) -> dict[str, dict[str, list[Import]]]:
 
 def test_the_graph_sees_module_and_function_level_imports():
     found = {(i.source, i.target) for i in _imports()}
-    assert ("pipeline_lib.execution.pipeline_runner", "pipeline_lib.checkpoint.epoch_commit") in found
-    assert ("pipeline_lib.cli", "pipeline_lib.execution.job_runner") in found  # inside the run command
+    assert ("pipeline_lib.execution.runtime.pipeline_runner", "pipeline_lib.checkpoint.epoch_commit") in found
+    assert ("pipeline_lib.cli", "pipeline_lib.execution.runtime.job_runner") in found  # inside the run command
     assert find_cycle({"a": {"b": []}, "b": {"c": []}, "c": {"a": []}}) == ["a", "b", "c", "a"]
 
 
@@ -131,6 +131,19 @@ def test_no_cycle_between_subpackages():
     edges = graph(layer_of, typing_imports=True)
     cycle = find_cycle(edges)
     assert cycle is None, "subpackages import each other round a loop:\n" + describe(cycle, edges)
+
+
+EXECUTION_LAYERS = ("source", "engine", "state", "runtime")  # execution's packages, lowest first
+
+
+def test_execution_packages_import_only_those_below_them():
+    """The Kafka source needs no Spark glue, the glue no keyed state, and only the runtime knows them all."""
+    rank = {package: i for i, package in enumerate(EXECUTION_LAYERS)}
+    inside = f"{PACKAGE}.execution."
+    upward = [f"{i.where}: {i.source} imports {i.target}" for i in _imports()
+              if i.source.startswith(inside) and i.target.startswith(inside)
+              and rank[i.source.split(".")[2]] < rank[i.target.split(".")[2]]]
+    assert not upward, "an execution package imports one above it:\n" + "\n".join(upward)
 
 
 def test_the_cli_is_the_top_layer():

@@ -9,7 +9,7 @@ import pytest
 from kafka.errors import CorruptRecordError
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from pipeline_lib.execution.kafka_batches import ColumnBatch, decode_batch
+from pipeline_lib.execution.source.kafka_batches import ColumnBatch, decode_batch
 
 GZIP = DefaultRecordBatch.CODEC_GZIP
 

@@ -7,7 +7,7 @@ import threading
 
 from pipeline_lib.checkpoint.manifest import LaunchInfo
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-from pipeline_lib.execution.lifecycle import Lifecycle
+from pipeline_lib.execution.runtime.lifecycle import Lifecycle
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.storage import open_store
 from tests.support import wait_for

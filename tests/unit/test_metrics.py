@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from pipeline_lib.execution.job_runner import JobSummary, PipelineOutcome
-from pipeline_lib.execution.pipeline_runner import EpochReport
+from pipeline_lib.execution.runtime.job_runner import JobSummary, PipelineOutcome
+from pipeline_lib.execution.runtime.runner_types import EpochReport
 from pipeline_lib.metrics import METRICS, RunMetrics
 
 

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from pipeline_lib.errors import PipelineError
-from pipeline_lib.execution.job_runner import JobSummary, PipelineOutcome
+from pipeline_lib.execution.runtime.job_runner import JobSummary, PipelineOutcome
 from pipeline_lib.metrics import METRICS
 from tests.unit.test_metrics import REPORT
 

@@ -17,9 +17,10 @@ from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import decode_state_file
 from pipeline_lib.checkpoint.state_spans import spans_of, write_state_files
 from pipeline_lib.errors import SnapshotError
-from pipeline_lib.execution.keyed_state import KeyedAggregateState
-from pipeline_lib.execution.owner_epochs import OwnedFlow
-from pipeline_lib.execution.owner_task import (
+from pipeline_lib.execution.engine.worker_aggregation import FlowInWorker
+from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
+from pipeline_lib.execution.state.owner_epochs import OwnedFlow
+from pipeline_lib.execution.state.owner_task import (
     OWNER_LABEL,
     CheckpointAt,
     OwnedSpans,
@@ -28,8 +29,7 @@ from pipeline_lib.execution.owner_task import (
     Partial,
     merged_partials,
 )
-from pipeline_lib.execution.span_owners import SpanOwners, cut_by_owner, key_groups_of_rows
-from pipeline_lib.execution.worker_aggregation import FlowInWorker
+from pipeline_lib.execution.state.span_owners import SpanOwners, cut_by_owner, key_groups_of_rows
 from pipeline_lib.plan.keygroups import key_group_of
 from pipeline_lib.plan.offsets import EpochPlan, OffsetRange
 from pipeline_lib.settings import ConnectionSettings

@@ -15,8 +15,8 @@ from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuil
 from pyspark.sql import types as T
 
 from pipeline_lib.errors import RecordError, SpecError
-from pipeline_lib.execution.kafka_batches import decode_batch, decode_legacy_batch
-from pipeline_lib.execution.kafka_source import RecordBatcher
+from pipeline_lib.execution.source.kafka_batches import decode_batch, decode_legacy_batch
+from pipeline_lib.execution.source.kafka_source import RecordBatcher
 from pipeline_lib.spec import parse_spec
 from pipeline_lib.spec.models import METADATA_COLUMNS
 from tests.unit.test_fast_decoding import ERRORS, META

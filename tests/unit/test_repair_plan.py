@@ -158,8 +158,8 @@ def test_owner_task_parts_are_regenerated_byte_for_byte_from_the_changed_rows(tm
     cuts the same rows into the same parts, whatever order its rows come in."""
     import random
 
-    from pipeline_lib.execution import owner_task
-    from pipeline_lib.execution.span_owners import SpanOwners
+    from pipeline_lib.execution.state import owner_task
+    from pipeline_lib.execution.state.span_owners import SpanOwners
     from pipeline_lib.recovery import repair as repairing
     from tests.unit.test_owner_tasks import AGG, MAXP, SCHEMA, _events, _run_all
 

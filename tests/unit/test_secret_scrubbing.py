@@ -16,7 +16,7 @@ from rich.console import Console
 
 from pipeline_lib.checkpoint.manifest import LaunchInfo
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-from pipeline_lib.execution.lifecycle import Lifecycle
+from pipeline_lib.execution.runtime.lifecycle import Lifecycle
 from pipeline_lib.logs import MIN_SECRET_LENGTH, scrub, setup_logging
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.storage import open_store

@@ -112,8 +112,8 @@ def test_max_batch_bytes_reaches_the_kafka_reader_of_each_epoch():
     (unset: the reader derives it from max_record_bytes)."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from pipeline_lib.execution.epoch_reader import epoch_range_reader
-    from pipeline_lib.execution.kafka_source import max_batch_bytes_for
+    from pipeline_lib.execution.source.epoch_reader import epoch_range_reader
+    from pipeline_lib.execution.source.kafka_source import max_batch_bytes_for
     from pipeline_lib.plan.offsets import plan_epoch
     from pipeline_lib.samples import spend_job_spec
 

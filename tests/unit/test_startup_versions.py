@@ -14,7 +14,7 @@ import sys
 import pyarrow
 
 import pipeline_lib
-from pipeline_lib.execution.startup import executor_name, library_versions, version_mismatch
+from pipeline_lib.execution.runtime.startup import executor_name, library_versions, version_mismatch
 
 DRIVER = ("0.1.0", "26.0.1")
 WHERE = "executor 3 (host w1, pid 42)"
@@ -47,7 +47,8 @@ def test_this_process_reports_its_own_versions_and_name():
 def test_under_an_executor_jvm_the_name_has_spark_s_executor_id():
     """A stand-in executor JVM (its command line holds the class and ``--executor-id 7``) runs a
     Python worker that names itself."""
-    worker = "import os; from pipeline_lib.execution.startup import executor_name; print(executor_name(), os.getpid())"
+    worker = ("import os; from pipeline_lib.execution.runtime.startup import executor_name; "
+              "print(executor_name(), os.getpid())")
     jvm = (f"import subprocess, sys; subprocess.run([sys.executable, '-c', {worker!r}], check=True)")
     out = subprocess.run([sys.executable, "-c", jvm, "org.apache.spark.executor.CoarseGrainedExecutorBackend",
                           "--executor-id", "7", "--hostname", "127.0.0.1"], capture_output=True, text=True,

@@ -12,8 +12,8 @@ import pytest
 from pipeline_lib.checkpoint.manifest import FlowCommit, Lineage, Manifest, SinkCommit, validate_snapshot_id
 from pipeline_lib.checkpoint.state_files import decode_state_file, encode_state_table
 from pipeline_lib.errors import PipelineError, RecordError
-from pipeline_lib.execution.keyed_state import KeyedAggregateState
-from pipeline_lib.execution.record_decoding import JsonRecordDecoder
+from pipeline_lib.execution.source.record_decoding import JsonRecordDecoder
+from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.plan.keygroups import key_group_of
 from pipeline_lib.plan.offsets import OffsetRange
 from pipeline_lib.spec.aggregates import parse_aggregate

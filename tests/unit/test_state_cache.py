@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 from pipeline_lib.checkpoint.manifest import sha256_hex
-from pipeline_lib.execution.owner_task import StateReads
-from pipeline_lib.execution.span_owners import SpanOwners
-from pipeline_lib.execution.state_cache import CACHE_DIR, STALE_TEMPORARY_S, StateCache
+from pipeline_lib.execution.state.owner_task import StateReads
+from pipeline_lib.execution.state.span_owners import SpanOwners
+from pipeline_lib.execution.state.state_cache import CACHE_DIR, STALE_TEMPORARY_S, StateCache
 from pipeline_lib.storage import open_store
 from tests.unit.test_owner_tasks import SETTINGS, _events, _run_all
 

@@ -16,7 +16,7 @@ from kafka.protocol.consumer import IsolationLevel
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from pipeline_lib.execution.batch_consumer import _ColumnPartitionRecords
+from pipeline_lib.execution.source.batch_consumer import _ColumnPartitionRecords
 
 TP = TopicPartition("payments", 3)
 ABORT, COMMIT = 0, 1

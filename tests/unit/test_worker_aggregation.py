@@ -15,9 +15,9 @@ from pyspark.sql import types as T
 
 from pipeline_lib.checkpoint.manifest import FileRef, sha256_hex
 from pipeline_lib.errors import PipelineError
-from pipeline_lib.execution import worker_aggregation as wa
-from pipeline_lib.execution.epoch_reader import DEAD_LETTER_RAW_BYTES
-from pipeline_lib.execution.worker_aggregation import EpochInWorker, FlowInWorker, bad_records
+from pipeline_lib.execution.engine import worker_aggregation as wa
+from pipeline_lib.execution.engine.worker_aggregation import EpochInWorker, FlowInWorker, bad_records
+from pipeline_lib.execution.source.epoch_reader import DEAD_LETTER_RAW_BYTES
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink import task_parts
 from pipeline_lib.sink.task_parts import TaskParts, TaskPartWriter, WrittenParts

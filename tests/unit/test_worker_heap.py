@@ -1,5 +1,5 @@
 """The worker's long-lived heap is frozen once per process, so Spark's gc.collect() after each task
-skips it (see execution/worker_heap)."""
+skips it (see execution/source/worker_heap)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 SCRIPT = """
 import gc
-from pipeline_lib.execution.worker_heap import freeze_imported_heap
+from pipeline_lib.execution.source.worker_heap import freeze_imported_heap
 import pyarrow, pyspark.sql  # what a worker has imported by its first task
 assert gc.get_freeze_count() == 0
 freeze_imported_heap()

@@ -33,7 +33,7 @@ from kafka.consumer.fetcher import Fetcher
 from kafka.errors import CorruptRecordError
 from kafka.protocol.consumer import IsolationLevel
 
-from pipeline_lib.execution.kafka_batches import (
+from pipeline_lib.execution.source.kafka_batches import (
     DEFAULT_MAX_BATCH_BYTES,
     ColumnBatch,
     decode_batch,

@@ -30,9 +30,9 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline_lib.errors import PipelineError
-from pipeline_lib.execution.aggregate import partials_frame
-from pipeline_lib.execution.epoch_reader import DEAD_LETTER_RAW_BYTES, bad_records_frame, map_tasks
-from pipeline_lib.execution.kafka_source import KafkaRangeReader
+from pipeline_lib.execution.engine.aggregate import partials_frame
+from pipeline_lib.execution.source.epoch_reader import DEAD_LETTER_RAW_BYTES, bad_records_frame, map_tasks
+from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
 from pipeline_lib.sink.task_parts import TaskParts, TaskPartWriter, WrittenParts
 from pipeline_lib.spec.models import FlowSpec
 

@@ -27,7 +27,7 @@ from kafka.errors import CorruptRecordError
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.legacy_records import LegacyRecordBatch
 
-from pipeline_lib.execution.batch_decompression import DecompressionError, decompress
+from pipeline_lib.execution.source.batch_decompression import DecompressionError, decompress
 
 LOG_APPEND_TIME = DefaultRecordBatch.LOG_APPEND_TIME
 MAX_VARINT_BYTES = 10  # a 64-bit varint

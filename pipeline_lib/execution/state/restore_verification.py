@@ -33,9 +33,9 @@ from pipeline_lib.checkpoint.restore import check_state_file, read_state_files_c
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import decode_state_file
 from pipeline_lib.errors import PipelineError, SnapshotError
-from pipeline_lib.execution.owner_task import CheckpointAt
-from pipeline_lib.execution.span_owners import SpanOwners
-from pipeline_lib.execution.state_cache import StateCache
+from pipeline_lib.execution.state.owner_task import CheckpointAt
+from pipeline_lib.execution.state.span_owners import SpanOwners
+from pipeline_lib.execution.state.state_cache import StateCache
 
 Owned = tuple[tuple[str, StateFileRef], ...]  # one owner's state files: (flow, reference)
 

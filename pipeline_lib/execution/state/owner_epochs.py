@@ -23,11 +23,11 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from pipeline_lib.checkpoint.manifest import FileRef, StateFileRef
-from pipeline_lib.execution.kafka_source import KafkaRangeReader
-from pipeline_lib.execution.owner_task import OwnedSpans, OwnerTask, Partial, StateReads
-from pipeline_lib.execution.span_owners import cut_by_owner, key_groups_of_rows
-from pipeline_lib.execution.worker_aggregation import BAD_RECORDS, ArrowEpochs, EpochInWorker, ipc_pieces
-from pipeline_lib.execution.worker_heap import freeze_imported_heap
+from pipeline_lib.execution.engine.worker_aggregation import BAD_RECORDS, ArrowEpochs, EpochInWorker, ipc_pieces
+from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
+from pipeline_lib.execution.source.worker_heap import freeze_imported_heap
+from pipeline_lib.execution.state.owner_task import OwnedSpans, OwnerTask, Partial, StateReads
+from pipeline_lib.execution.state.span_owners import cut_by_owner, key_groups_of_rows
 from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts, task_identity
 
 _PARTIALS, _WRITTEN, _OWNED = "p", "w", "o"  # the kinds of value between and after the stages

@@ -20,9 +20,9 @@ import uuid
 
 from pyspark import InheritableThread
 
-from pipeline_lib.execution.aggregate import epoch_partials
-from pipeline_lib.execution.epoch_reader import range_reader, read_tasks
-from pipeline_lib.execution.transforms import apply_transforms
+from pipeline_lib.execution.engine.aggregate import epoch_partials
+from pipeline_lib.execution.engine.transforms import apply_transforms
+from pipeline_lib.execution.source.epoch_reader import range_reader, read_tasks
 
 log = logging.getLogger(__name__)
 

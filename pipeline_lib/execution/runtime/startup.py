@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pyspark.sql.types import StructType
 
 from pipeline_lib.errors import PipelineError
-from pipeline_lib.execution.transforms import apply_transforms
+from pipeline_lib.execution.engine.transforms import apply_transforms
 from pipeline_lib.kafka_connection import KafkaConnection
 from pipeline_lib.plan.keygroups import key_group_range
 

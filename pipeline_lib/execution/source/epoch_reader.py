@@ -9,8 +9,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pipeline_lib.execution.kafka_source import ERROR_DDL, METADATA_DDL, KafkaRangeReader
-from pipeline_lib.execution.schema_types import python_schema
+from pipeline_lib.execution.source.kafka_source import ERROR_DDL, METADATA_DDL, KafkaRangeReader
+from pipeline_lib.execution.source.schema_types import python_schema
 from pipeline_lib.kafka_connection import KafkaConnection
 from pipeline_lib.plan.offsets import EpochPlan, group_into_tasks, split_for_parallelism
 from pipeline_lib.spec.models import ERROR_COLUMNS, METADATA_COLUMNS, KafkaSourceSpec

@@ -29,10 +29,10 @@ from pipeline_lib.checkpoint.restore import read_state_files_counted
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import KEY_GROUP_COLUMN, decode_state_file
 from pipeline_lib.checkpoint.state_spans import Span, spans_to_fold, write_state_files
-from pipeline_lib.execution.keyed_state import KeyedAggregateState
-from pipeline_lib.execution.span_owners import SpanOwners, without_key_groups
-from pipeline_lib.execution.state_cache import StateCache
-from pipeline_lib.execution.worker_aggregation import FlowInWorker
+from pipeline_lib.execution.engine.worker_aggregation import FlowInWorker
+from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
+from pipeline_lib.execution.state.span_owners import SpanOwners, without_key_groups
+from pipeline_lib.execution.state.state_cache import StateCache
 from pipeline_lib.faults import fault_point
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.part_layout import key_order

@@ -28,16 +28,16 @@ from kafka import KafkaConsumer
 from pyspark.sql.types import StringType, StructType
 
 from pipeline_lib.errors import PipelineError, RecordError
-from pipeline_lib.execution.batch_consumer import (
+from pipeline_lib.execution.source.batch_consumer import (
     POLL_MAX_BATCHES,
     bound_decompression,
     bound_fetches,
     columnar_consumer,
     tolerate_bad_batches,
 )
-from pipeline_lib.execution.kafka_batches import ColumnBatch
-from pipeline_lib.execution.record_decoding import BRACKET_FREE_BYTES, FastJsonDecoder, StringRecordDecoder
-from pipeline_lib.execution.worker_heap import freeze_imported_heap
+from pipeline_lib.execution.source.kafka_batches import ColumnBatch
+from pipeline_lib.execution.source.record_decoding import BRACKET_FREE_BYTES, FastJsonDecoder, StringRecordDecoder
+from pipeline_lib.execution.source.worker_heap import freeze_imported_heap
 from pipeline_lib.faults import fault_point
 from pipeline_lib.kafka_connection import KafkaConnection, client_config
 

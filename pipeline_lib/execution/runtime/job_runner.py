@@ -14,8 +14,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pipeline_lib.errors import FencedError, PipelineError
-from pipeline_lib.execution.pipeline_runner import EpochReport, PipelineRunner, Prepared, RunOptions
-from pipeline_lib.execution.spark_session import start_spark
+from pipeline_lib.execution.engine.spark_session import start_spark
+from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+from pipeline_lib.execution.runtime.runner_types import EpochReport, Prepared, RunOptions
 from pipeline_lib.faults import remember_runner_group
 from pipeline_lib.graph import build_graph
 from pipeline_lib.kafka_login import check_login

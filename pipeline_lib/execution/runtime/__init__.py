@@ -1,0 +1,1 @@
+"""The runtime: a job's pipelines, each one's restore, plan and epoch loop, its lifecycle and stop."""

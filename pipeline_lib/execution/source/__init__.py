@@ -1,0 +1,1 @@
+"""The Kafka source: planned offset ranges read and decoded into Arrow in Spark's Python workers."""
