@@ -12,9 +12,11 @@ keys. This measures it. It starts the embedded stack and a standalone cluster (m
 processes (the Python runner and the Spark driver JVM it starts; the executors are on the workers)
 are sampled every 0.2 s for CPU seconds and resident memory. Then a second run of the same job,
 with nothing new to read, times a restore of that state. Every table is checked against plain
-Python. Figures per mode and size: bytes of task results the driver received per epoch (counted
-on owner tasks), driver CPU seconds per million events, peak RSS, steady epoch seconds, state
-bytes and what a steady epoch wrote, and the restore run's wall time.
+Python. Figures per mode and size: bytes of task results the driver received per epoch (on owner
+tasks references and counts, on the driver path the per-key partials), driver CPU seconds for the
+whole run and per million events (the whole run's count includes the start-up, a few seconds that
+do not grow with state), peak RSS, steady epoch seconds, state bytes and what a steady epoch
+wrote, and the restore run's wall time.
 """
 
 from __future__ import annotations
@@ -138,6 +140,7 @@ def measure(keys: int, mode: str, topic: str, events: int, per_epoch: int, paral
         "mode": mode, "keys": keys, "events": events, "epochs": len(epochs), "verified": True,
         "wall_s": round(wall, 1), "events_per_s": round(events / wall),
         "received_bytes_per_epoch": _median(received),
+        "python_cpu_s": round(usage.python_cpu_s, 2), "jvm_cpu_s": round(usage.jvm_cpu_s, 2),
         "python_cpu_s_per_1m_events": round(usage.python_cpu_s / million, 2),
         "jvm_cpu_s_per_1m_events": round(usage.jvm_cpu_s / million, 2),
         "python_peak_rss_mb": round(usage.python_peak_rss / 2**20),
@@ -192,13 +195,15 @@ def report_table(rows: list[dict[str, Any]], per_epoch: int, workers: int) -> st
 
     lines = [f"Epochs of {per_epoch:,} events, a standalone cluster of {workers} one-core workers; every table "
              "equal to plain Python.", "",
-             "| mode | keys | events | events/s | driver received per epoch (bytes) | driver CPU s per 1M events: "
-             "Python / JVM | driver peak RSS MB: Python / JVM | steady epoch (s) | state bytes | written per "
-             "steady epoch | restore run (s) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| mode | keys | events | events/s | driver received per epoch (bytes) | driver CPU s, whole run: "
+             "Python / JVM | driver CPU s per 1M events: Python / JVM | driver peak RSS MB: Python / JVM | "
+             "steady epoch (s) | state bytes | written per steady epoch | restore run (s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r['mode']} | {r['keys']:,} | {r['events']:,} | {r['events_per_s']:,} | "
-            f"{num(r['received_bytes_per_epoch'])} | "
+            f"{num(r['received_bytes_per_epoch'], ',.0f')} | "
+            f"{num(r.get('python_cpu_s'))} / {num(r.get('jvm_cpu_s'))} | "
             f"{r['python_cpu_s_per_1m_events']} / {r['jvm_cpu_s_per_1m_events']} | "
             f"{r['python_peak_rss_mb']} / {r['jvm_peak_rss_mb']} | {num(r['steady_epoch_s'], '.2f')} | "
             f"{num(r['state_bytes'])} | {num(r['steady_state_bytes_written'])} | {r['restore_run_s']} |")

@@ -153,7 +153,9 @@ def test_both_paths_give_equal_tables_for_every_flow_shape(spark, local_stack, t
 
     spark_bad, spark_tables = _spark_path(spark, reader, flows, tolerant)
     writers, dead_letters = _writers(tmp_path, flows, tolerant)
-    arrow_bad, arrow_results = arrow.read(spark, reader, writers, dead_letters)
+    arrow_bad, arrow_results, received = arrow.read(spark, reader, writers, dead_letters)
+    # the driver received at least the keyed flows' partials (one row per key per task)
+    assert received >= sum(got.nbytes for flow, got in zip(flows, arrow_results) if flow.state)
 
     for flow, want, got in zip(flows, spark_tables, arrow_results):
         if not flow.state:  # the read tasks wrote the rows: read back what they wrote
@@ -183,7 +185,7 @@ def test_a_read_of_nothing_gives_empty_tables_of_the_same_schemas(spark, local_s
     arrow, _ = ArrowEpochs.for_flows(spark, schema, flows, True)
     reader = range_reader(local_stack.kafka_bootstrap, source, schema, [[], []], 0, "dead_letter")
     spark_bad, spark_tables = _spark_path(spark, reader, flows, True)
-    arrow_bad, arrow_results = arrow.read(spark, reader, *_writers(tmp_path, flows, True))
+    arrow_bad, arrow_results, _ = arrow.read(spark, reader, *_writers(tmp_path, flows, True))
     stateful = [(f, t) for f, t in zip(flows, arrow_results) if f.state]
     assert [t.schema for _, t in stateful] == [t.schema for f, t in zip(flows, spark_tables) if f.state]
     assert all(t.num_rows == 0 for t in spark_tables) and all(t.num_rows == 0 for _, t in stateful)

@@ -257,10 +257,12 @@ class ArrowEpochs:
         return EpochInWorker(reader, self.flows, tuple(writers), tuple(self.schemas), dead_letters, self.bad_schema)
 
     def read(self, spark: SparkSession, reader: KafkaRangeReader, writers: Sequence[TaskPartWriter | None],
-             dead_letters: TaskPartWriter | None = None) -> tuple[WrittenParts | None, list[pa.Table | WrittenParts]]:
+             dead_letters: TaskPartWriter | None = None
+             ) -> tuple[WrittenParts | None, list[pa.Table | WrittenParts], int]:
         """(what the tasks did with the bad records, or None when the read is not tolerant; each
         flow's result in flow order: a stateful flow's partials as a table, a stateless flow's
-        parts as the tasks wrote them with ``writers``)."""
+        parts as the tasks wrote them with ``writers``; the bytes of task results the driver
+        received, which grow with the keys an epoch changed, as the partials do)."""
         rows = map_tasks(spark, len(reader.tasks), self.in_worker(reader, writers, dead_letters), OUTPUT_DDL).toArrow()
         parts: dict[int, list[pa.Table]] = defaultdict(list)
         written: dict[int, list[WrittenParts]] = defaultdict(list)
@@ -278,7 +280,7 @@ class ArrowEpochs:
             got = parts.get(index)
             results.append(flow.combined(got).cast(schema) if got else schema.empty_table())
         bad = WrittenParts.combine(written.get(BAD_RECORDS, [])) if self.bad_schema is not None else None
-        return bad, results
+        return bad, results, rows.nbytes
 
 
 def _needs_spark(flow: FlowSpec, fields: dict[str, T.DataType]) -> str | None:

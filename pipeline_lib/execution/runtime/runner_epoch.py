@@ -50,8 +50,8 @@ class EpochSide(RunnerCore):
                 return EpochRead(plan, owned.bad, {flow.spec.name: r for flow, r in zip(self.flows, owned.flows)},
                                  owned.result_bytes)
             if self.arrow_epochs is not None:
-                bad, results = self.arrow_epochs.read(spark, reader, writers, dead_letters)
-                return EpochRead(plan, bad, {flow.spec.name: r for flow, r in zip(self.flows, results)})
+                bad, results, received = self.arrow_epochs.read(spark, reader, writers, dead_letters)
+                return EpochRead(plan, bad, {flow.spec.name: r for flow, r in zip(self.flows, results)}, received)
             df = read_tasks(spark, reader)
             tolerant = self.job.on_error != "fail"
             shared = len(self.flows) > 1 or tolerant

@@ -57,7 +57,7 @@ class EpochReport:
     seconds: float
     completed_splits: int
     bad_records: int = 0
-    task_result_bytes: int | None = None  # what the epoch's tasks sent the driver (known on owner tasks)
+    task_result_bytes: int | None = None  # what the epoch's tasks sent the driver (known on the Arrow path)
     state_reads: StateReads | None = None  # where owner tasks found the state they merged into (cache or store)
     state_bytes: int = 0  # every state file the snapshot references
     state_bytes_written: int = 0  # of which this epoch wrote (the incremental snapshot)
@@ -102,7 +102,7 @@ class EpochRead:
     plan: EpochPlan
     bad: WrittenParts | None
     flows: dict[str, pa.Table | OwnedFlow | WrittenParts]
-    result_bytes: int | None = None  # task results the driver received, when counted (owner tasks)
+    result_bytes: int | None = None  # task results the driver received (the Arrow path, with or without owners)
 
     def state_reads(self) -> StateReads | None:
         """Where the owner tasks found the previous state (None off owner tasks)."""
