@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -158,7 +159,7 @@ def driver_load(keys: list[int], per_epoch: int = 100_000, workers: int = 2, par
     """Every size in every mode; prints the table and writes report.md and report.json to ``out``."""
     root = Path(tempfile.mkdtemp(prefix="pipeline-bench-driver-"))
     stack = start_stack(root / "stack", broker_storage="memory")
-    cluster, rows = None, []
+    cluster, rows, finished = None, [], False
     try:
         cluster = start_spark_cluster(root / "cluster", workers, cores=1, memory="2g")
         env = {"SPARK_LOCAL_IP": "127.0.0.1", **os.environ, **stack.env(), ENV_SPARK_MASTER: cluster.master_url}
@@ -175,10 +176,15 @@ def driver_load(keys: list[int], per_epoch: int = 100_000, workers: int = 2, par
                 row = measure(k, mode, topic, events, per_epoch, parallelism, env, settings, expected, root)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
+        finished = True
     finally:
         if cluster is not None:
             cluster.stop()
         stop_stack(root / "stack")
+        if finished:  # the stack's data and the runs' logs: hundreds of MB at 10M keys
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"the runs' logs are kept in {root}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps({"per_epoch": per_epoch, "workers": workers,
                                                  "parallelism": parallelism, "rows": rows}, indent=1))
