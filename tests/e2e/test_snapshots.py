@@ -32,9 +32,10 @@ def _snapshots_json(env, spec) -> list[dict]:
 # The local-directory store in `make full` only: the same restore code reads both stores, and
 # test_exactly_once crashes on the local directory in `make test`.
 @pytest.mark.parametrize("locations", ["s3", pytest.param("file", marks=pytest.mark.full)], indirect=True)
-# A missing or corrupt manifest in `make full`: the unit tests of restore refuse 14 kinds of damage,
-# those two too; `make test` keeps a whole job falling back past a corrupt state file.
-@pytest.mark.parametrize("damage", ["corrupt_state_file", pytest.param("missing_manifest", marks=pytest.mark.full),
+# All in `make full`: the unit tests of restore refuse 14 kinds of damage, these three too, and
+# `make test` keeps a whole job falling back past a corrupt state pack in tests/e2e/test_repair.py.
+@pytest.mark.parametrize("damage", [pytest.param("corrupt_state_file", marks=pytest.mark.full),
+                                    pytest.param("missing_manifest", marks=pytest.mark.full),
                                     pytest.param("corrupt_manifest", marks=pytest.mark.full)])
 def test_damaged_latest_snapshot_falls_back_to_previous(stack_env, tmp_path, payments, locations, damage):
     topic, events = payments
