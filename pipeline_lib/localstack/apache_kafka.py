@@ -202,8 +202,12 @@ def _java() -> str:
 
 
 def _cluster_id() -> str:
-    """A random cluster id in Kafka's form (a UUID, base64 URL-safe without padding)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id in Kafka's form (a UUID, base64 URL-safe without padding). Never one
+    starting with "-" (1 in 64): the storage tool's argument parser reads it as an option, and
+    Kafka's own Uuid.randomUuid draws again for the same reason."""
+    while (cluster_id := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return cluster_id
 
 
 def merge_properties(defaults: str, overrides: Mapping[str, str]) -> str:
