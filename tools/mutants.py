@@ -30,6 +30,7 @@ RUNNER_PLANNING = "pipeline_lib/execution/runtime/runner_planning.py"
 EPOCH_COMMIT = "pipeline_lib/checkpoint/epoch_commit.py"
 LOCAL = "pipeline_lib/storage/local.py"
 VERIFICATION = "pipeline_lib/execution/state/restore_verification.py"
+STATE_FILES = "pipeline_lib/checkpoint/state_files.py"
 OFFSETS = "pipeline_lib/plan/offsets.py"
 KEYGROUPS = "pipeline_lib/plan/keygroups.py"
 
@@ -219,10 +220,22 @@ MUTANTS: list[Mutant] = [
            "if check.problem is not None:",
            "if False:",
            "a span an owner found missing or corrupt refuses the snapshot"),
-    Mutant("verification-skips-file-check", VERIFICATION,
-           "check_state_file(ref, table, key_groups)",
+    Mutant("span-skips-file-check", RESTORE,
+           "check_state_file(file_ref, file_table, file_groups)",
            "None",
-           "the executors check each state file's rows and key groups against the manifest"),
+           "the driver and the executors check each file of a span's chain (rows, key groups) against the manifest"),
+    Mutant("span-skips-key-count", RESTORE,
+           "if table.num_rows != ref.span_keys():",
+           "if False:",
+           "a span folded from its base and deltas must hold the keys its manifest entry says"),
+    Mutant("span-fold-keeps-oldest-value", STATE_FILES,
+           "rows = last[np.lexsort((first, key_groups[first]))]",
+           "rows = first[np.lexsort((first, key_groups[first]))]",
+           "a span's key takes its value from the newest delta holding it"),
+    Mutant("span-chain-reads-base-only", MANIFEST,
+           '        return [self.model_copy(update={"deltas": (), "keys": None}), *self.deltas]',
+           '        return [self.model_copy(update={"deltas": (), "keys": None})]',
+           "every reader of a span (restore, verification, owners, GC) takes its deltas too"),
     Mutant("verification-skips-key-count", VERIFICATION,
            "if rows != commit.state.keys:",
            "if False:",
@@ -240,6 +253,10 @@ MUTANTS: list[Mutant] = [
            "for entry in head.history:\n            refs = self._state_refs.get(entry.snapshot_id)",
            "for entry in head.history[:1]:\n            refs = self._state_refs.get(entry.snapshot_id)",
            "GC keeps what every retained snapshot references, not only the newest"),
+    Mutant("gc-ignores-deltas", SNAPSHOTS,
+           "for f in flow.state.files for part in f.chain()}",
+           "for f in flow.state.files for part in [f]}",
+           "GC keeps the packs holding a retained span's deltas, not only its base"),
     Mutant("gc-ignores-references", SNAPSHOTS,
            "referenced |= refs",
            "pass",

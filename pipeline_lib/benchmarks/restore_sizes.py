@@ -45,17 +45,16 @@ def seed_state_snapshot(spec_path: Path, settings: ConnectionSettings, keys: int
     changed = flow.state.merge(pa.Table.from_arrays(
         [pa.array([f"user-{i:07d}" for i in range(keys)]), pa.array([rng.randint(1, 10**7) for _ in range(keys)]),
          pa.array([rng.randint(1, 10**4) for _ in range(keys)])], schema=state_schema))
-    dirty = set(flow.state.key_groups(changed).tolist())
     plan = EpochPlan(epoch=1, base_snapshot=None, positions=positions, ranges=[])
     output = FlowOutput(flow.spec.name, flow.sink, runner.sink_digest(plan, flow.sink.format),
                         [state_schema.empty_table()],
-                        lambda snapshot_id: runner._write_state(flow, snapshot_id, plan.epoch, dirty))
+                        lambda snapshot_id: runner._write_state(flow, snapshot_id, plan.epoch, changed))
     phases: dict[str, float] = {}
     committed = commit_epoch(runner.snapshots, runner.commit_owner, plan, [output], None, [], None,
                              timed=_timer(phases))
     state = committed.manifest.flows[flow.spec.name].state
     assert state is not None
-    return {"keys": keys, "state_files": len(state.files), "state_bytes": sum(f.bytes for f in state.files),
+    return {"keys": keys, "state_files": len(state.files), "state_bytes": sum(f.chain_bytes() for f in state.files),
             "write_state_s": round(phases["state"], 4)}
 
 

@@ -20,6 +20,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 from pipeline_lib.plan.offsets import OffsetRange
@@ -65,19 +66,71 @@ class FileRef(Frozen):
 
 class StateFileRef(FileRef):
     """A state file: the Parquet bytes of one key-group span, the whole object ``key`` or, in a
-    pack of several spans written by one snapshot, its ``bytes`` from ``offset`` on."""
+    pack of several spans written by one snapshot, its ``bytes`` from ``offset`` on.
+
+    A span's entry in a manifest is its **base** (this file: every key of the span when it was
+    written) and its **deltas**, oldest first: files of the same span holding only the keys later
+    epochs changed, with their new values (see ``state_spans``). The span's state is the base
+    with each delta applied in order (``state_files.fold_chain``)."""
 
     key_group_start: int = Field(ge=0)
     key_group_end: int  # exclusive
     offset: int | None = Field(default=None, ge=0)  # None: the whole object (manifests before packs)
+    deltas: tuple[StateFileRef, ...] = ()
+    keys: int | None = Field(default=None, ge=0)  # the span's keys with its deltas applied (with deltas only)
+
+    @model_validator(mode="after")
+    def _flat_chain_of_one_span(self) -> StateFileRef:
+        if (self.keys is None) != (not self.deltas):
+            raise ValueError(f"state file {self.key}: a span's key count goes with its deltas, and only with them")
+        for delta in self.deltas:
+            if delta.deltas:
+                raise ValueError(f"delta {delta.key} of a state file has deltas itself")
+            if (delta.key_group_start, delta.key_group_end) != (self.key_group_start, self.key_group_end):
+                raise ValueError(f"delta {delta.key} covers key groups [{delta.key_group_start}, "
+                                 f"{delta.key_group_end}), its base [{self.key_group_start}, {self.key_group_end})")
+        return self
 
     @model_serializer(mode="wrap")
-    def _without_absent_offset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Leave ``offset`` out when absent, so a manifest sealed before it existed still verifies."""
+    def _without_absent_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave ``offset``, ``deltas`` and ``keys`` out when absent, so a manifest sealed before they
+        existed still verifies."""
         data: dict[str, Any] = handler(self)
         if self.offset is None:
             data.pop("offset", None)
+        if not self.deltas:
+            data.pop("deltas", None)
+            data.pop("keys", None)
         return data
+
+    def chain(self) -> list[StateFileRef]:
+        """The files that make up the span, in the order they apply: the base, then each delta."""
+        if not self.deltas:
+            return [self]
+        return [self.model_copy(update={"deltas": (), "keys": None}), *self.deltas]
+
+    def span_keys(self) -> int:
+        """Keys in the span: the base's rows, with deltas the count recorded beside them."""
+        return self.rows if self.keys is None else self.keys
+
+    def chain_rows(self) -> int:
+        """Rows of the deltas (the base's not counted): what compaction weighs against the base."""
+        return sum(delta.rows for delta in self.deltas)
+
+    def chain_bytes(self) -> int:
+        """Bytes of every file of the span: the base's and the deltas'."""
+        return self.bytes + sum(delta.bytes for delta in self.deltas)
+
+    def chain_digest(self) -> str:
+        """One SHA-256 for the span's whole chain: the base's own for a span without deltas, so
+        a cache keyed by it finds a base under its file's checksum."""
+        if not self.deltas:
+            return self.sha256
+        return sha256_hex(" ".join(ref.sha256 for ref in self.chain()).encode())
+
+    def with_delta(self, delta: StateFileRef, keys: int) -> StateFileRef:
+        """This span's entry with ``delta`` applied last, holding ``keys`` keys then."""
+        return StateFileRef.model_validate({**self.model_dump(), "deltas": [*self.deltas, delta], "keys": keys})
 
     def describe(self) -> str:
         """The key, and the byte range inside it for a span of a pack (for error messages)."""

@@ -14,7 +14,7 @@ and ``restore_after`` continues the same fall-back when the executors' verificat
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +29,7 @@ from pipeline_lib.checkpoint.manifest import (
     validate_snapshot_id,
 )
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-from pipeline_lib.checkpoint.state_files import decode_state_file
+from pipeline_lib.checkpoint.state_files import decode_state_file, fold_chain
 from pipeline_lib.checkpoint.state_spans import in_parallel
 from pipeline_lib.errors import NotFound, SnapshotError
 from pipeline_lib.storage import ObjectStore
@@ -146,19 +146,52 @@ def check_state_file(ref: StateFileRef, file_table: pa.Table, file_groups: np.nd
                             f"[{ref.key_group_start}, {ref.key_group_end})")
 
 
+def decode_span(ref: StateFileRef, files: Sequence[bytes | memoryview],
+                key_columns: int) -> tuple[pa.Table, np.ndarray]:
+    """A span's rows from the bytes of its chain's files (``ref.chain()``, checksums already
+    checked): each file decoded and checked (``check_state_file``), all with one schema, folded
+    into as many keys as the manifest says the span holds."""
+    decoded: list[tuple[pa.Table, np.ndarray]] = []
+    for file_ref, data in zip(ref.chain(), files, strict=True):
+        file_table, file_groups = decode_state_file(data)
+        check_state_file(file_ref, file_table, file_groups)
+        if decoded and file_table.schema != decoded[0][0].schema:
+            raise SnapshotError(f"state file {file_ref.describe()} has columns {file_table.schema}, "
+                                f"its span's base has {decoded[0][0].schema}")
+        decoded.append((file_table, file_groups))
+    table, key_groups = fold_chain(decoded, key_columns)
+    if table.num_rows != ref.span_keys():
+        raise SnapshotError(f"state file {ref.describe()} with its {len(ref.deltas)} delta(s) holds "
+                            f"{table.num_rows} keys, manifest says {ref.span_keys()}")
+    return table, key_groups
+
+
+def read_spans(snapshots: SnapshotStore, refs: Sequence[StateFileRef], key_columns: int,
+               objects: dict[str, bytes] | None = None) -> tuple[list[tuple[pa.Table, np.ndarray]], int]:
+    """Each span's rows (``decode_span``) with every file of its chain read and checked, every
+    object once (and once across calls sharing ``objects``); and the bytes of the objects read."""
+    chains = [ref.chain() for ref in refs]
+    data, size = read_state_files_counted(snapshots, [r for chain in chains for r in chain], objects)
+    cut, start = [], 0
+    for chain in chains:
+        cut.append(data[start:start + len(chain)])
+        start += len(chain)
+    spans = list(in_parallel(lambda item: decode_span(item[0], item[1], key_columns), list(zip(refs, cut))))
+    return spans, size
+
+
 def load_state(snapshots: SnapshotStore, manifest: Manifest) -> tuple[dict[str, FlowState], int]:
-    """Every flow's state files read (SHA-256 checked), decoded and checked on this process; and
-    the bytes of the objects read for them."""
+    """Every flow's state files read (SHA-256 checked), decoded, checked and folded into one
+    table per span on this process; and the bytes of the objects read for them."""
     loaded: dict[str, FlowState] = {}
     read_bytes = 0
     for name, commit in manifest.flows.items():
         flow = loaded[name] = FlowState()
         if commit.state:
             files = commit.state.files
-            data, size = read_state_files_counted(snapshots, files)
+            spans, size = read_spans(snapshots, files, len(commit.state.key_columns))
             read_bytes += size
-            for ref, (file_table, file_groups) in zip(files, in_parallel(decode_state_file, data)):
-                check_state_file(ref, file_table, file_groups)
+            for ref, (file_table, file_groups) in zip(files, spans):
                 if flow.schema is not None and file_table.schema != flow.schema:
                     raise SnapshotError(f"state file {ref.describe()} has columns {file_table.schema}, "
                                         f"the flow's other state files have {flow.schema}")
@@ -191,16 +224,20 @@ def check_part_files(sink: ObjectStore, commit: SinkCommit, what: str) -> None:
                                 f"its commit says {ref.bytes}")
 
 
-def read_state_files(snapshots: SnapshotStore, refs: list[StateFileRef]) -> list[memoryview]:
+def read_state_files(snapshots: SnapshotStore, refs: Sequence[StateFileRef]) -> list[memoryview]:
     """Each state file's bytes, checked against its SHA-256; every object is read once, in
     parallel (a pack holds the files of several spans)."""
     return read_state_files_counted(snapshots, refs)[0]
 
 
-def read_state_files_counted(snapshots: SnapshotStore, refs: list[StateFileRef]) -> tuple[list[memoryview], int]:
-    """``read_state_files``, and the bytes of the objects read for them (whole packs)."""
-    keys = list(dict.fromkeys(ref.key for ref in refs))
-    objects = dict(zip(keys, in_parallel(snapshots.read_state_object, keys)))
+def read_state_files_counted(snapshots: SnapshotStore, refs: Sequence[StateFileRef],
+                             objects: dict[str, bytes] | None = None) -> tuple[list[memoryview], int]:
+    """``read_state_files``, and the bytes of the objects read for them (whole packs). Objects
+    already in ``objects`` are not read again; those read are added to it."""
+    objects = {} if objects is None else objects
+    keys = [key for key in dict.fromkeys(ref.key for ref in refs) if key not in objects]
+    fetched = dict(zip(keys, in_parallel(snapshots.read_state_object, keys)))
+    objects.update(fetched)
     files = []
     for ref in refs:
         data = memoryview(objects[ref.key])
@@ -211,7 +248,7 @@ def read_state_files_counted(snapshots: SnapshotStore, refs: list[StateFileRef])
                 f" of key groups [{ref.key_group_start}, {ref.key_group_end}) at bytes {ref.offset}+{ref.bytes}"
             raise SnapshotError(f"state file {ref.key} is corrupt (checksum mismatch{where})")
         files.append(data)
-    return files, sum(len(data) for data in objects.values())
+    return files, sum(len(data) for data in fetched.values())
 
 
 def restore_snapshot(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], which: str,

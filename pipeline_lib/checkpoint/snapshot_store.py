@@ -215,7 +215,8 @@ class SnapshotStore:
                     manifest = self.load_manifest(entry.snapshot_id)
                 except SnapshotError:
                     continue
-                refs = {f.key for flow in manifest.flows.values() if flow.state for f in flow.state.files}
+                refs = {part.key for flow in manifest.flows.values() if flow.state
+                        for f in flow.state.files for part in f.chain()}
                 self._state_refs[entry.snapshot_id] = refs
             referenced |= refs
         oldest_epoch = min(e.epoch for e in head.history)

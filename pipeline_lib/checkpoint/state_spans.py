@@ -1,24 +1,31 @@
 """Keyed state cut into files of a few key groups each, so snapshots can be incremental.
 
-A state file holds the whole state of its key-group span, never a delta: an epoch rewrites only
-the spans whose key groups it changed and the manifest references the other spans' files from
-earlier snapshots, while a restore still reads exactly one file per span (no chain to replay).
 Spans are a grid over the key groups, independent of the parallelism, so rescaling keeps every
 file valid; its step (key groups per file) follows the state's size, and when it changes the next
 epoch writes every span once.
 
+A span is a **base** file (all its keys) and a chain of **deltas** (the keys one later epoch
+changed, with their new values), as LSM stores and incremental RocksDB checkpoints keep them: an
+epoch writes a delta for each span it changed, so what it writes follows the keys it changed,
+not the state's size, however many spans those keys fall in. A span is **compacted** (written
+whole as a new base) once its deltas would hold more rows than its base or number more than
+``MAX_DELTAS``: a restore then reads at most twice a span's rows, and every epoch's writes are
+the changed keys plus compactions amortised over the epochs between them (``plan_span_writes``).
+Unchanged spans reference the files of earlier snapshots.
+
 The files a snapshot writes go into one object, a pack (several past ``PACK_BYTES``): one request
 to the store per epoch instead of one per span, and one to delete it later; a request's fixed cost,
 on the driver and the S3 server, is what a many-span state would otherwise pay per epoch. A pack
-lives while any retained snapshot references a span in it, so the spans of
-sparsely referenced older packs are folded into the new one (``spans_to_fold``): a restore reads
-at most ``MAX_OLDER_PACKS`` + 1 objects per flow, and a pack's dead bytes stay bounded.
+lives while any retained snapshot references a file in it, so the spans referencing sparsely
+referenced older packs are compacted into the new one (``spans_to_fold``): a restore reads at
+most ``MAX_OLDER_PACKS`` + 1 objects per flow and owner, and a pack's dead bytes stay bounded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -31,7 +38,10 @@ from pipeline_lib.storage import ObjectStore
 
 IO_THREADS = 8  # concurrent object-store requests for state files; S3 latency, not CPU, bounds them
 PACK_BYTES = 64 << 20  # a snapshot's state files go into one pack until it holds this many bytes
-MAX_OLDER_PACKS = 4  # packs of earlier snapshots a snapshot may reference per flow (see spans_to_fold)
+MAX_DELTAS = 16  # deltas a span's chain may hold; one more compacts it
+# Packs of earlier snapshots a snapshot may reference per flow and owner (see spans_to_fold): a
+# span's chain alone may reference MAX_DELTAS + 1 of them.
+MAX_OLDER_PACKS = MAX_DELTAS + 4
 
 Span = tuple[int, int]  # key groups [start, end)
 T = TypeVar("T")
@@ -64,16 +74,59 @@ def in_parallel(fn: Callable[[T], R], items: Sequence[T], threads: int = IO_THRE
                 future.cancel()
 
 
-def spans_to_fold(kept: dict[Span, StateFileRef], limit: int = MAX_OLDER_PACKS) -> set[Span]:
-    """Spans to rewrite although unchanged, so that the ``kept`` ones reference at most ``limit``
-    older objects: the spans of the objects fewest kept spans still reference go first."""
+def spans_to_fold(kept: Mapping[Span, StateFileRef], limit: int = MAX_OLDER_PACKS) -> set[Span]:
+    """Spans to rewrite whole although unchanged, so that the ``kept`` ones (each with the
+    objects of its base and deltas) reference at most ``limit`` older objects: the spans of the
+    objects fewest kept spans still reference go first."""
     by_object: dict[str, list[Span]] = {}
     for span, ref in kept.items():
-        by_object.setdefault(ref.key, []).append(span)
+        for key in dict.fromkeys(r.key for r in ref.chain()):
+            by_object.setdefault(key, []).append(span)
     if len(by_object) <= limit:
         return set()
     sparse = sorted(by_object, key=lambda key: (len(by_object[key]), key))[: len(by_object) - limit]
     return {span for key in sparse for span in by_object[key]}
+
+
+@dataclass(frozen=True)
+class SpanWrites:
+    """What one snapshot writes of a flow's spans (all of them, or one owner's): ``bases``
+    written whole, ``deltas`` written as their changed keys onto the chain given, ``kept``
+    referenced as they are."""
+
+    bases: frozenset[Span]
+    deltas: Mapping[Span, StateFileRef]
+    kept: Mapping[Span, StateFileRef]
+
+    def to_write(self) -> list[Span]:
+        """Every span that gets a file in this snapshot, in span order."""
+        return sorted(self.bases | self.deltas.keys())
+
+    def entry(self, written: StateFileRef, keys: int) -> StateFileRef:
+        """The manifest entry of the span ``written`` was written for, holding ``keys`` keys now:
+        itself for a base, its chain with it appended for a delta."""
+        span = (written.key_group_start, written.key_group_end)
+        return self.deltas[span].with_delta(written, keys) if span in self.deltas else written
+
+
+def plan_span_writes(previous: Mapping[Span, StateFileRef], changed: Mapping[Span, int],
+                     whole: Iterable[Span] = ()) -> SpanWrites:
+    """Which spans an epoch writes whole, as deltas, or keeps. ``previous``: the span entries of
+    the snapshot it builds on that are on this epoch's grid; ``changed``: keys changed per span
+    (new keys included); ``whole``: spans to write whole whatever changed (on the grid now, held
+    by files off it before). A changed span takes a delta unless its chain would then be longer
+    than ``MAX_DELTAS`` or hold more rows than its base; spans of sparse older packs are folded."""
+    whole = set(whole)
+    deltas = {span: ref for span, count in changed.items()
+              if span not in whole and (ref := previous.get(span)) is not None
+              and len(ref.deltas) < MAX_DELTAS and ref.chain_rows() + count <= ref.rows}
+    kept = {span: ref for span, ref in previous.items() if span not in changed and span not in whole}
+    folded = spans_to_fold({**kept, **deltas})
+    return SpanWrites(
+        bases=frozenset(whole | (changed.keys() - deltas.keys()) | folded),
+        deltas={span: ref for span, ref in deltas.items() if span not in folded},
+        kept={span: ref for span, ref in kept.items() if span not in folded},
+    )
 
 
 def write_state_files(store: ObjectStore, snapshot_id: str, flow: str, spans: Sequence[Span],

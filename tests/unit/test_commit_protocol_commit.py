@@ -24,6 +24,7 @@ from pipeline_lib.execution.runtime.lifecycle import Lifecycle
 from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
 from pipeline_lib.execution.runtime.runner_types import EpochRead, RunOptions
 from pipeline_lib.graph import build_graph
+from pipeline_lib.plan.keygroups import key_group_of
 from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import parse_spec
@@ -126,7 +127,8 @@ def test_an_epoch_writes_parts_then_markers_then_state_then_manifest_then_moves_
     written = {key for _, op, key in log if op in ("put", "put_if")}
     commit = manifest.flows["job"]
     assert {f.key for f in commit.sink.files} | {commit.sink.marker} <= written
-    assert {f.key for f in commit.state.files} <= written and head.latest.snapshot_id == manifest.snapshot_id
+    own = {part.key for f in commit.state.files for part in f.chain() if manifest.snapshot_id in part.key}
+    assert own and own <= written and head.latest.snapshot_id == manifest.snapshot_id
     deleted = {key for _, op, key in log if op == "delete"}
     assert layout.manifest_key(history[0].snapshot_id) in deleted  # retain 1: the clean-up ran after HEAD
 
@@ -340,16 +342,27 @@ def _packs(snapshots: SnapshotStore) -> set[str]:
 
 
 def _referenced(snapshots: SnapshotStore, snapshot_id: str) -> set[str]:
+    """Every object ``snapshot_id``'s state references: its spans' bases and deltas."""
     manifest = snapshots.load_manifest(snapshot_id)
-    return {f.key for f in manifest.flows["job"].state.files}
+    return {part.key for f in manifest.flows["job"].state.files for part in f.chain()}
+
+
+def _span_mates(key: str, per_file: int = 8) -> dict[str, int]:
+    """Every user of ``USERS`` in ``key``'s span: changing them all compacts the span."""
+    def span(user: str) -> int:
+        kg = key_group_of((user,), 128)
+        return kg - kg % per_file
+    return {user: 1 for user in USERS if span(user) == span(key)}
 
 
 def test_collect_garbage_keeps_shared_packs_and_deletes_only_unreferenced_older_objects(tmp_path):
-    """Spans a later epoch did not change stay in the pack of an earlier snapshot: that pack
-    lives while any retained snapshot references it, even after its own manifest is gone."""
+    """Spans a later epoch did not change stay in the pack of an earlier snapshot, and a span's
+    deltas in the packs of the snapshots that wrote them: a pack lives while any retained
+    snapshot references it, even after its own manifest is gone. Here the second snapshot's
+    pack holds a delta of user-1's span, which the third compacts into a new base."""
     runner = new_attempt(job_spec(tmp_path, retain=10, per_file=8))
     snapshots = runner.snapshots
-    history, _ = run_epochs(runner, [USERS, {"user-1": 5}, {"user-1": 6}, {"user-1": 7}])
+    history, _ = run_epochs(runner, [USERS, {"user-1": 5}, _span_mates("user-1"), {"user-1": 7}])
     first, second, third, fourth = (e.snapshot_id for e in reversed(history))
     packs = {sid: {k for k in _packs(snapshots) if layout.snapshot_of_state_key(k) == sid}
              for sid in (first, second, third, fourth)}

@@ -27,7 +27,7 @@ from pipeline_lib.errors import SnapshotError
 from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
 from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
 from pipeline_lib.execution.runtime.runner_types import EpochRead, RunOptions
-from pipeline_lib.execution.state.restore_verification import check_owned, check_results, owned_files
+from pipeline_lib.execution.state.restore_verification import check_owned, check_results, key_columns, owned_files
 from pipeline_lib.execution.state.span_owners import SpanOwners
 from pipeline_lib.execution.state.state_cache import StateCache
 from pipeline_lib.graph import build_graph
@@ -70,9 +70,10 @@ class Job:
         return self.snapshots.load_manifest(snapshot_id)
 
     def own_state(self, snapshot_id: str = NEWER):
-        """State file refs of the spans ``snapshot_id`` wrote itself (in its own pack)."""
-        return [f for f in self.manifest(snapshot_id).flows["job"].state.files
-                if layout.snapshot_of_state_key(f.key) == snapshot_id]
+        """State files ``snapshot_id`` wrote itself (in its own pack): bases, and deltas of spans
+        whose base an earlier snapshot wrote."""
+        return [part for f in self.manifest(snapshot_id).flows["job"].state.files for part in f.chain()
+                if layout.snapshot_of_state_key(part.key) == snapshot_id]
 
     def restore(self, which: str = "latest"):
         return restore_snapshot(self.snapshots, self.sinks, which)
@@ -121,6 +122,7 @@ def job(committed, tmp_path) -> Job:
     built = Job(SnapshotStore.open(f"file://{root}/ckpt", "job", "main", SETTINGS), sinks)
     assert built.own_state()
     assert {f.key for f in built.manifest().flows["job"].state.files} - {f.key for f in built.own_state()}
+    assert any(f.deltas for f in built.manifest().flows["job"].state.files)  # a few users changed: deltas
     return built
 
 
@@ -140,19 +142,36 @@ def set_head_sha(job: Job, sha: str) -> None:
     job.snapshots.store.put(layout.HEAD_KEY, Head(job="job", history=entries).model_dump_json().encode())
 
 
+def _span_entry(data: dict, own: dict) -> dict:
+    """The manifest's entry (as JSON) of the span holding the state file ``own``."""
+    return next(f for f in data["flows"]["job"]["state"]["files"] if f["key_group_start"] == own["key_group_start"])
+
+
 def _state_file(data: dict, own: dict) -> dict:
-    return next(f for f in data["flows"]["job"]["state"]["files"] if f["key"] == own["key"]
-                and f["key_group_start"] == own["key_group_start"])
+    """The state file ``own`` in the manifest's JSON: a span's base, or one of its deltas."""
+    entry = _span_entry(data, own)
+    return next(f for f in [entry, *entry.get("deltas", [])] if f["key"] == own["key"])
 
 
 def _own(job: Job) -> dict:
     return next(f for f in job.own_state() if f.rows).model_dump(mode="json")
 
 
+def _own_delta(job: Job) -> dict:
+    """A delta the newer snapshot wrote onto a span whose base the older one wrote."""
+    return next(f for f in job.own_state() if f.key != next(
+        e for e in job.manifest().flows["job"].state.files if e.key_group_start == f.key_group_start).key
+    ).model_dump(mode="json")
+
+
 def _move_range(job: Job, data: dict) -> None:
-    ref = _state_file(data, _own(job))
-    width = ref["key_group_end"] - ref["key_group_start"]
-    ref["key_group_start"], ref["key_group_end"] = (ref["key_group_end"] % 128, ref["key_group_end"] % 128 + width)
+    """Give the span holding the newer snapshot's first state file another key-group range (its
+    base and deltas alike, as a manifest must)."""
+    entry = _span_entry(data, _own(job))
+    width = entry["key_group_end"] - entry["key_group_start"]
+    moved = entry["key_group_end"] % 128
+    for ref in [entry, *entry.get("deltas", [])]:
+        ref["key_group_start"], ref["key_group_end"] = moved, moved + width
 
 
 def _flip_a_byte(job: Job) -> None:
@@ -196,6 +215,8 @@ DAMAGE: dict[str, tuple[Callable[[Job], None], str]] = {
     "state missing": (lambda j: j.snapshots.store.delete(_own(j)["key"]), r"state file state/.* is missing"),
     "key count": (lambda j: rewrite_manifest(j, lambda d: d["flows"]["job"]["state"].update(keys=301)),
                   "flow job holds 300 keys, manifest says 301"),
+    "span key count": (lambda j: rewrite_manifest(j, lambda d: _span_entry(d, _own_delta(j)).update(
+        keys=_own_delta(j)["rows"] + 1000)), r"with its 1 delta\(s\) holds \d+ keys, manifest says \d+"),
     "key group outside its span": (lambda j: rewrite_manifest(j, lambda d: _move_range(j, d)),
                                    r"holds key group \d+, outside its range"),
 }
@@ -282,7 +303,8 @@ def restore_on_executors(job: Job, which: str = "latest", parallelism: int = 2, 
         owners = {"job": SpanOwners(parallelism, state.max_parallelism, 8)}
         owned = owned_files(restored.manifest, owners, parallelism)
         try:
-            check_results(restored.manifest, [check_owned(job.snapshots, i, files, cache)
+            keys = key_columns(restored.manifest)
+            check_results(restored.manifest, [check_owned(job.snapshots, i, files, cache, keys)
                                               for i, files in enumerate(owned)])
             return restored
         except SnapshotError as exc:
@@ -329,5 +351,5 @@ def test_the_verification_checks_every_state_file_once_at_any_parallelism_and_fi
     cache = StateCache(tmp_path / "cache", 1 << 30)
     assert restore_on_executors(job, parallelism=parallelism, cache=cache).manifest.snapshot_id == NEWER
     for ref in files:
-        rows = cache.get(ref.sha256)
-        assert rows is not None and rows[0].num_rows == ref.rows
+        rows = cache.get(ref.chain_digest())
+        assert rows is not None and rows[0].num_rows == ref.span_keys()

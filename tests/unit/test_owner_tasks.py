@@ -137,7 +137,7 @@ def _run_all(root, owners: SpanOwners, epoch: int, tasks: list[pa.Table], base=(
     return OwnedFlow(tuple(results))
 
 
-def test_owner_tasks_write_parts_and_whole_span_files_and_return_references(tmp_path):
+def test_owner_tasks_write_parts_and_span_files_and_deltas_and_return_references(tmp_path):
     owners = SpanOwners(2, MAXP, 4)
     first = [_events(1), _events(2)]
     epoch1 = _run_all(tmp_path, owners, 1, first)
@@ -151,20 +151,27 @@ def test_owner_tasks_write_parts_and_whole_span_files_and_return_references(tmp_
     spans = [(f.key_group_start, f.key_group_end) for f in epoch1.files]
     assert spans == sorted(spans) and all(e - s == 4 and s % 4 == 0 for s, e in spans)
 
-    # epoch 2 changes two users: only their spans are written again; the others are referenced
+    # epoch 2 changes two users: their spans get a delta of one row each; the others are referenced
     second = [pa.table({"user": ["u1", "u2"], "amount": [5, 6], "share": [0.5, 0.25]})]
     epoch2 = _run_all(tmp_path, owners, 2, second, base=epoch1.files)
-    rewritten = {(f.key_group_start, f.key_group_end) for f in epoch2.files if f.key.startswith("state/0000000002")}
+    new_parts = [part for f in epoch2.files for part in f.chain() if part.key.startswith("state/0000000002")]
+    rewritten = {(f.key_group_start, f.key_group_end) for f in new_parts}
     assert rewritten == {owners.span_of(key_group_of((u,), MAXP)) for u in ("u1", "u2")}
-    assert {f for f in epoch2.files if f.key.startswith("state/0000000001")} == \
-        {f for f in epoch1.files if (f.key_group_start, f.key_group_end) not in rewritten}
+    assert all(f.rows == 1 for f in new_parts)
+    by_span = {(f.key_group_start, f.key_group_end): f for f in epoch1.files}
+    for entry in epoch2.files:
+        span = (entry.key_group_start, entry.key_group_end)
+        if span in rewritten:  # the base of epoch 1, then the delta of epoch 2
+            assert entry.chain()[0] == by_span[span] and entry.span_keys() == by_span[span].rows
+        else:
+            assert entry == by_span[span]
     assert epoch2.rows == 2 and epoch2.keys == epoch1.keys
 
     # a retried owner task (task attempt 1) writes the same bytes under names of its own
     retried = _run_all(tmp_path, owners, 2, second, base=epoch1.files, attempt=1)
     assert [(f.sha256, f.bytes) for f in retried.sink] == [(f.sha256, f.bytes) for f in epoch2.sink]
-    fresh = [f for f in retried.files if f.key.startswith("state/0000000002")]
-    assert [f.sha256 for f in fresh] == [f.sha256 for f in epoch2.files if f.key.startswith("state/0000000002")]
+    fresh = [part for f in retried.files for part in f.chain() if part.key.startswith("state/0000000002")]
+    assert [f.sha256 for f in fresh] == [f.sha256 for f in new_parts]
     assert all(f.key.endswith("-t1.pack") for f in fresh)
 
 

@@ -84,7 +84,8 @@ def test_the_executor_cache_is_under_spark_s_local_directory_and_can_be_off(tmp_
 
 
 def _fresh_files(owned, epoch: int):
-    return sorted((f.key_group_start, f.sha256) for f in owned.files if f.key.startswith(f"state/{epoch:010d}"))
+    return sorted((f.key_group_start, f.sha256) for entry in owned.files for f in entry.chain()
+                  if f.key.startswith(f"state/{epoch:010d}"))
 
 
 def test_owner_tasks_with_the_cache_read_nothing_from_the_store_on_a_steady_epoch(tmp_path, monkeypatch):
@@ -102,9 +103,12 @@ def test_owner_tasks_with_the_cache_read_nothing_from_the_store_on_a_steady_epoc
     epoch1 = _run_all(cached, owners, 1, first, cache_bytes=bound)
     # the store's copy of epoch 1's state goes: epoch 2 can only have taken it from the cache
     checkpoints = open_store(f"file://{cached}/ckpt/pipelines/main", SETTINGS)
-    for key in {f.key for f in epoch1.files}:
+    kept_aside = {key: checkpoints.get(key) for key in {f.key for f in epoch1.files}}
+    for key in kept_aside:
         checkpoints.delete(key)
     epoch2 = _run_all(cached, owners, 2, second, base=epoch1.files, cache_bytes=bound)
+    for key, data in kept_aside.items():  # the bases epoch 2's deltas build on, for epoch 3
+        checkpoints.put(key, data)
     assert epoch2.reads == StateReads(cached=epoch2.reads.cached, fetched=0, fetched_bytes=0)
     assert epoch2.reads.cached == expected[1].reads.fetched
     assert _fresh_files(epoch2, 2) == _fresh_files(expected[1], 2)  # the same bytes as without a cache

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from pipeline_lib.checkpoint.epoch_commit import CommitOwner, CommittedEpoch, DeadLetterOutput, FlowOutput, commit_epoch
 from pipeline_lib.checkpoint.manifest import FileRef, HistoryEntry, StateSnapshot, snapshot_id_for
-from pipeline_lib.checkpoint.state_spans import Span, spans_of, spans_to_fold, write_state_files
+from pipeline_lib.checkpoint.state_spans import Span, plan_span_writes, span_of, spans_of, write_state_files
 from pipeline_lib.execution.engine.aggregate import epoch_partials
 from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
 from pipeline_lib.execution.engine.transforms import apply_transforms
@@ -30,6 +30,7 @@ from pipeline_lib.sink.part_layout import key_order
 from pipeline_lib.sink.task_parts import WRITTEN_DDL, TaskPartWriter, WriteRows, WrittenParts, collected
 
 log = logging.getLogger(__name__)
+NO_SLOTS = np.zeros(0, dtype=np.int64)  # a flow whose keyed state the driver does not hold changed none of it
 
 class EpochSide(RunnerCore):
     """One epoch after its plan: the Spark jobs that read it, each flow's merge into keyed
@@ -137,14 +138,15 @@ class EpochSide(RunnerCore):
         return self._commit(plan, outputs, bad, history, head_version)
 
     def _flow_merge(self, flow: FlowRuntime, rows: pa.Table | OwnedFlow | WrittenParts
-                    ) -> tuple[list[pa.Table], set[int], Sequence[FileRef]]:
-        """A flow's sink parts for the driver to write (one per subtask), the key groups it
-        changed, and the parts the tasks wrote (a stateless flow's, or the owner tasks')."""
+                    ) -> tuple[list[pa.Table], np.ndarray, Sequence[FileRef]]:
+        """A flow's sink parts for the driver to write (one per subtask), the slots of the keys
+        it changed in the driver's state, and the parts the tasks wrote (a stateless flow's, or
+        the owner tasks')."""
         p = self.parallelism
         if isinstance(rows, WrittenParts):
-            return [], set(), rows.files
+            return [], NO_SLOTS, rows.files
         if isinstance(rows, OwnedFlow):  # the owner tasks merged and wrote; their files are taken in _adopt
-            return [], set(), rows.sink
+            return [], NO_SLOTS, rows.sink
         assert flow.state is not None  # a stateful flow's result is its partials
         if flow.state_schema is None:
             flow.state_schema = rows.schema
@@ -153,31 +155,36 @@ class EpochSide(RunnerCore):
         subtasks = subtask_of(key_groups, p, self.maxp)  # element-wise on arrays
         keys = flow.state.key_columns  # rows in key order: a part is a function of the plan (sink.part_layout)
         parts = [key_order(flow.state.table(changed[subtasks == i], flow.state_schema), keys) for i in range(p)]
-        return parts, set(np.unique(key_groups).tolist()), ()
+        return parts, changed, ()
 
-    def _write_state(self, flow: FlowRuntime, snapshot_id: str, epoch: int, dirty: set[int]) -> StateSnapshot | None:
-        """Rewrite the state files of the spans holding a key group changed this epoch; reference
-        the previous snapshot's files for the rest (see checkpoint.state_spans)."""
+    def _write_state(self, flow: FlowRuntime, snapshot_id: str, epoch: int,
+                     changed: np.ndarray) -> StateSnapshot | None:
+        """Write a delta (or, when due, a new base) for each span holding a key changed this
+        epoch (the slots ``changed``); reference the previous snapshot's entries for the rest
+        (see checkpoint.state_spans)."""
         state = flow.state
         if state is None:
             return None
         assert flow.spec.state is not None and flow.state_schema is not None
         maxp, schema = self.maxp, flow.state_schema
         per_file = self.job.checkpoint.state_file_key_groups(len(state))
-        by_group = state.slots_by_key_group()
-        spans = spans_of(np.unique(by_group[1]).tolist(), per_file, maxp)
-        changed = spans_of(dirty, per_file, maxp)
-        files = {s: ref for s, ref in flow.state_files.items() if s in spans and s not in changed}
-        for span in spans_to_fold(files):  # bounds the older packs this snapshot keeps alive
-            del files[span]
+        every = state.slots_by_key_group()
+        changed_slots = state.slots_by_key_group(changed)
+        spans = spans_of(np.unique(every[1]).tolist(), per_file, maxp)
+        starts, counts = np.unique(changed_slots[1] - changed_slots[1] % per_file, return_counts=True)
+        writes = plan_span_writes({s: ref for s, ref in flow.state_files.items() if s in spans},
+                                  {span_of(start, per_file, maxp): count
+                                   for start, count in zip(starts.tolist(), counts.tolist())},
+                                  spans - flow.state_files.keys())
 
         def span_rows(span: Span) -> tuple[pa.Table, np.ndarray]:
-            slots = state.slots_in(by_group, range(*span))
+            slots = state.slots_in(changed_slots if span in writes.deltas else every, range(*span))
             return state.table(slots, schema), state.key_groups(slots)
 
-        for ref in write_state_files(self.snapshots.store, snapshot_id, flow.spec.name, sorted(spans - files.keys()),
-                                     span_rows):
-            files[(ref.key_group_start, ref.key_group_end)] = ref
+        files = dict(writes.kept)
+        for ref in write_state_files(self.snapshots.store, snapshot_id, flow.spec.name, writes.to_write(), span_rows):
+            span = (ref.key_group_start, ref.key_group_end)
+            files[span] = writes.entry(ref, len(state.slots_in(every, range(*span))))
             fault_point("mid_snapshot_write", epoch)
         flow.state_files = files
         agg = flow.spec.state.aggregate
@@ -212,15 +219,15 @@ class EpochSide(RunnerCore):
         return CommitOwner(job=self.job.name, pipeline=self.pipeline.name, attempt=self.attempt,
                            spec_fingerprint=self.fingerprint, topic=self.topic, retain=self.job.checkpoint.retain)
 
-    def _commit(self, plan: EpochPlan, outputs: dict[str, tuple[list[pa.Table], set[int], Sequence[FileRef]]],
+    def _commit(self, plan: EpochPlan, outputs: dict[str, tuple[list[pa.Table], np.ndarray, Sequence[FileRef]]],
                 bad: WrittenParts | None, history: list[HistoryEntry], head_version: str | None) -> CommittedEpoch:
         """Commit each flow's sink parts with the state files of the key groups it changed, and the
         dead-letter parts the tasks wrote; the clean-up runs beside the next epoch."""
 
         def flow_output(flow: FlowRuntime) -> FlowOutput:
-            parts, dirty, written = outputs[flow.spec.name]
+            parts, changed, written = outputs[flow.spec.name]
             write_state = (partial(self._owned_state, flow, plan.epoch) if self.owner_epochs is not None
-                           else partial(self._write_state, flow, epoch=plan.epoch, dirty=dirty))
+                           else partial(self._write_state, flow, epoch=plan.epoch, changed=changed))
             return FlowOutput(flow.spec.name, flow.sink, self.sink_digest(plan, flow.sink.format), parts,
                               write_state, written)
 

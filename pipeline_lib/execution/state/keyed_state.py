@@ -167,10 +167,15 @@ class KeyedAggregateState:
         """The key group of each slot (of every key when ``slots`` is None)."""
         return self._key_groups[: len(self)] if slots is None else self._key_groups[slots]
 
-    def slots_by_key_group(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every slot ordered by key group (keys in order of arrival within one), and the key
-        group of each: ``slots_in`` cuts spans out of it with two binary searches."""
-        order = np.argsort(self.key_groups(), kind="stable")
+    def slots_by_key_group(self, slots: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Every slot (or each of ``slots`` once) ordered by key group, keys in order of arrival
+        within one, and the key group of each: ``slots_in`` cuts spans out of it with two binary
+        searches. That order is how a span's state file, or its delta, holds its keys."""
+        if slots is None:
+            order = np.argsort(self.key_groups(), kind="stable")
+            return order, self._key_groups[order]
+        unique = np.unique(slots)
+        order = unique[np.argsort(self._key_groups[unique], kind="stable")]
         return order, self._key_groups[order]
 
     @staticmethod

@@ -2,13 +2,14 @@
 
 It takes the partial aggregates the read tasks cut for it (see span_owners), merges them in a
 fixed order (read task index, then sequence) so a retried task writes the same bytes, loads the
-previous state of the spans it must rewrite from the checkpoint store (every SHA-256 checked),
-writes the changed keys' sink part and those spans' new whole-span state files, and returns only
-references and counts (``OwnedSpans``): the driver commits them, never the rows.
+previous state of the spans it changes from the checkpoint store (every SHA-256 checked),
+writes the changed keys' sink part and, per changed span, a delta of its changed keys or, when
+the span's chain is due for compaction, a new base (``state_spans.plan_span_writes``), and
+returns only references and counts (``OwnedSpans``): the driver commits them, never the rows.
 
-Spans it does not rewrite keep their previous file: those without a changed key, unless their
-file is off the epoch's span grid or sits in a sparsely referenced older pack
-(``state_spans.spans_to_fold``, counted per owner).
+Spans without a changed key keep their entry, unless their files are off the epoch's span grid
+or sit in sparsely referenced older packs (``state_spans.spans_to_fold``, counted per owner):
+those are written whole.
 
 Previous state comes from the executor's state cache when it holds it (``state_cache``; the
 files an owner writes go into it too, so a steady epoch on the same executor reads nothing
@@ -25,10 +26,10 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline_lib.checkpoint.manifest import FileRef, StateFileRef
-from pipeline_lib.checkpoint.restore import read_state_files_counted
+from pipeline_lib.checkpoint.restore import read_spans
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-from pipeline_lib.checkpoint.state_files import KEY_GROUP_COLUMN, decode_state_file
-from pipeline_lib.checkpoint.state_spans import Span, spans_to_fold, write_state_files
+from pipeline_lib.checkpoint.state_files import KEY_GROUP_COLUMN
+from pipeline_lib.checkpoint.state_spans import Span, plan_span_writes, write_state_files
 from pipeline_lib.execution.engine.worker_aggregation import FlowInWorker
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.span_owners import SpanOwners, without_key_groups
@@ -155,70 +156,73 @@ class OwnerTask:
                 if ref.key_group_start < owned.stop and ref.key_group_end > owned.start]
         on_grid = {(r.key_group_start, r.key_group_end): r for r in base
                    if self.owners.span_of(r.key_group_start) == (r.key_group_start, r.key_group_end)}
-        dirty = {self.owners.span_of(kg) for kg in np.unique(key_groups).tolist()}
         off_grid = {span for r in base if (r.key_group_start, r.key_group_end) not in on_grid
                     for span in self.owners.spans_covering(max(r.key_group_start, owned.start),
                                                            min(r.key_group_end, owned.stop))}
-        kept = {span: ref for span, ref in on_grid.items() if span not in dirty}
-        folded = spans_to_fold(kept)
-        kept = {span: ref for span, ref in kept.items() if span not in folded}
-        rewrite = dirty | off_grid | folded
-        if not rewrite:
+        starts, counts = np.unique(key_groups - key_groups % self.owners.per_file, return_counts=True)
+        changed = {self.owners.span_of(start): count for start, count in zip(starts.tolist(), counts.tolist())}
+        writes = plan_span_writes(on_grid, changed, off_grid)
+        kept = writes.kept
+        if not writes.to_write():
             return OwnedSpans(owner, files=tuple(sorted(kept.values(), key=lambda r: r.key_group_start)),
-                              keys=sum(r.rows for r in kept.values()))
+                              keys=sum(r.span_keys() for r in kept.values()))
         snapshots = self.checkpoint.open()
         cache = StateCache.in_executor(self.cache_bytes)
         state = KeyedAggregateState(list(self.flow.aggregate.keys), self.flow.functions(),
                                     self.owners.max_parallelism)
-        reads = self._load(state, snapshots, cache, base, rewrite, owned)
-        changed = state.merge(table, key_groups) if table.num_rows else np.zeros(0, dtype=np.int64)
-        sink, rows = self._write_sink(key_order(state.table(changed, self.flow.schema), self.flow.aggregate.keys),
+        reads = self._load(state, snapshots, cache, base, set(writes.to_write()), owned)
+        merged = state.merge(table, key_groups) if table.num_rows else np.zeros(0, dtype=np.int64)
+        sink, rows = self._write_sink(key_order(state.table(merged, self.flow.schema), self.flow.aggregate.keys),
                                       owner, task_attempt)
-        by_group = state.slots_by_key_group()
-
-        rows_of: dict[Span, tuple[pa.Table, np.ndarray]] = {}
+        every = state.slots_by_key_group()
+        changed_slots = state.slots_by_key_group(merged)
 
         def span_rows(span: Span) -> tuple[pa.Table, np.ndarray]:
-            slots = state.slots_in(by_group, range(*span))
-            rows_of[span] = state.table(slots, self.flow.schema), state.key_groups(slots)
-            return rows_of[span]
+            slots = state.slots_in(changed_slots if span in writes.deltas else every, range(*span))
+            return state.table(slots, self.flow.schema), state.key_groups(slots)
 
-        holding = sorted(s for s in rewrite if len(state.slots_in(by_group, range(*s))))
-        written = list(write_state_files(snapshots.store, self.snapshot_id, self.flow.name, holding, span_rows,
-                                         task_attempt))
+        holding = [s for s in writes.to_write() if len(state.slots_in(every, range(*s)))]
+        written = [writes.entry(ref, len(state.slots_in(every, range(ref.key_group_start, ref.key_group_end))))
+                   for ref in write_state_files(snapshots.store, self.snapshot_id, self.flow.name, holding,
+                                                span_rows, task_attempt)]
         if written:
             fault_point("after_owner_files", self.epoch)  # written, but Spark has no result yet
-        if cache is not None:  # the next epoch's base, should it run on this executor
+        if cache is not None:  # the next epoch's state, should it run on this executor
             for ref in written:
-                cache.put(ref.sha256, *rows_of[(ref.key_group_start, ref.key_group_end)])
+                slots = state.slots_in(every, range(ref.key_group_start, ref.key_group_end))
+                cache.put(ref.chain_digest(), state.table(slots, self.flow.schema), state.key_groups(slots))
             cache.trim()
         files = sorted([*kept.values(), *written], key=lambda r: r.key_group_start)
-        return OwnedSpans(owner, sink, rows, tuple(files), sum(r.rows for r in files), reads)
+        return OwnedSpans(owner, sink, rows, tuple(files), sum(r.span_keys() for r in files), reads)
 
     def _load(self, state: KeyedAggregateState, snapshots: SnapshotStore, cache: StateCache | None,
               base: list[StateFileRef], rewrite: set[Span], owned: range) -> StateReads:
-        """Load into ``state`` the previous rows of the spans in ``rewrite``, from every base file
-        that holds some: from ``cache`` when it has the file, else from the store (checked
-        against their SHA-256, see restore.read_state_files_counted, then cached)."""
+        """Load into ``state`` the previous rows of the spans in ``rewrite``, from every span entry
+        that holds some: its rows from ``cache`` when it has them (by the chain's digest), else
+        its base and deltas from the store (each checked against its SHA-256, see
+        restore.read_spans, then folded and cached)."""
         starts = np.array(sorted(s for s, _ in rewrite))
         needed = [r for r in base if any(s < r.key_group_end and e > r.key_group_start for s, e in rewrite)]
-        found = {r.sha256: rows for r in needed if cache is not None and (rows := cache.get(r.sha256)) is not None}
-        missing = [r for r in needed if r.sha256 not in found]
-        fetched, fetched_bytes = read_state_files_counted(snapshots, missing)
-        for ref, data in zip(missing, fetched):
-            found[ref.sha256] = decode_state_file(data)
+        found = {r.chain_digest(): rows for r in needed
+                 if cache is not None and (rows := cache.get(r.chain_digest())) is not None}
+        missing = [r for r in needed if r.chain_digest() not in found]
+        fetched, fetched_bytes = read_spans(snapshots, missing, len(self.flow.aggregate.keys))
+        for ref, rows in zip(missing, fetched):
+            found[ref.chain_digest()] = rows
             if cache is not None:
-                cache.put(ref.sha256, *found[ref.sha256])
+                cache.put(ref.chain_digest(), *rows)
         tables, groups = [], []
         for ref in needed:
-            table, key_groups = found[ref.sha256]
+            table, key_groups = found[ref.chain_digest()]
             span_starts = key_groups - key_groups % self.owners.per_file
             keep = np.isin(span_starts, starts) & (key_groups >= owned.start) & (key_groups < owned.stop)
             tables.append(table.filter(pa.array(keep)) if not keep.all() else table)
             groups.append(key_groups[keep])
         if tables:
             state.load(pa.concat_tables(tables).cast(self.flow.schema), np.concatenate(groups))
-        return StateReads(len(needed) - len(missing), len(missing), fetched_bytes)
+        files = sum(len(r.chain()) for r in needed)
+        return StateReads(files - sum(len(r.chain()) for r in missing), sum(len(r.chain()) for r in missing),
+                          fetched_bytes)
 
     def _write_sink(self, table: pa.Table, owner: int, task_attempt: int) -> tuple[tuple[FileRef, ...], int]:
         """The changed keys' rows as sink parts (a new one past ROWS_PER_PART rows)."""

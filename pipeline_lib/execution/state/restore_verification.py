@@ -5,8 +5,9 @@ and sink commits only (``checkpoint.restore`` with its state left to the executo
 reads the state instead, once, in parallel: one task per owner of the restoring run, each
 taking the state files of the spans it owns at the run's parallelism (``span_owners``: a
 rescale only changes this mapping), reading the objects that hold them, checking every SHA-256,
-decoding each file and checking its rows and key groups (``restore.check_state_file``), and
-putting its rows in the executor's state cache, where the first epoch's owners find them.
+decoding each file of a span's base and deltas, checking its rows and key groups
+(``restore.check_state_file``) and folding them (``restore.read_spans``), and putting the span's
+rows in the executor's state cache, where the first epoch's owners find them.
 
 A task answers with counts, the rows' schema and the first problem it found, naming the flow
 and the span: a missing or corrupt span is a fact about the snapshot, not a task failure for
@@ -22,16 +23,15 @@ import base64
 import json
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from pipeline_lib.checkpoint.manifest import Manifest, StateFileRef
-from pipeline_lib.checkpoint.restore import check_state_file, read_state_files_counted
+from pipeline_lib.checkpoint.restore import read_spans
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-from pipeline_lib.checkpoint.state_files import decode_state_file
 from pipeline_lib.errors import PipelineError, SnapshotError
 from pipeline_lib.execution.state.owner_task import CheckpointAt
 from pipeline_lib.execution.state.span_owners import SpanOwners
@@ -62,30 +62,26 @@ class OwnerCheck:
         return cls(**json.loads(text))
 
 
-def check_owned(snapshots: SnapshotStore, owner: int, owned: Owned, cache: StateCache | None) -> OwnerCheck:
-    """Read, check and cache ``owned``, every object once; stop at the first missing or corrupt
-    span and name it."""
-    by_object: dict[str, list[tuple[str, StateFileRef]]] = {}
-    for flow, ref in owned:
-        by_object.setdefault(ref.key, []).append((flow, ref))
+def check_owned(snapshots: SnapshotStore, owner: int, owned: Owned, cache: StateCache | None,
+                key_columns: Mapping[str, int]) -> OwnerCheck:
+    """Read, check, fold and cache ``owned`` (every file of each span's chain, every object
+    once); stop at the first missing or corrupt span and name it. ``key_columns``: per flow."""
+    objects: dict[str, bytes] = {}
     rows: dict[str, int] = {}
     schemas: dict[str, pa.Schema] = {}
     files = fetched = 0
-    for group in by_object.values():
-        flow, ref = group[0]
+    for flow, ref in owned:
         try:
-            data, size = read_state_files_counted(snapshots, [r for _, r in group])
+            spans, size = read_spans(snapshots, [ref], key_columns[flow], objects)
             fetched += size
-            for (flow, ref), file_bytes in zip(group, data):
-                table, key_groups = decode_state_file(file_bytes)
-                check_state_file(ref, table, key_groups)
-                if schemas.setdefault(flow, table.schema) != table.schema:
-                    raise SnapshotError(f"state file {ref.describe()} has columns {table.schema}, "
-                                        f"the flow's other state files have {schemas[flow]}")
-                rows[flow] = rows.get(flow, 0) + table.num_rows
-                files += 1
-                if cache is not None:
-                    cache.put(ref.sha256, table, key_groups)
+            table, key_groups = spans[0]
+            if schemas.setdefault(flow, table.schema) != table.schema:
+                raise SnapshotError(f"state file {ref.describe()} has columns {table.schema}, "
+                                    f"the flow's other state files have {schemas[flow]}")
+            rows[flow] = rows.get(flow, 0) + table.num_rows
+            files += len(ref.chain())
+            if cache is not None:
+                cache.put(ref.chain_digest(), table, key_groups)
         except SnapshotError as exc:
             return OwnerCheck(owner, files, rows, None, fetched,
                               f"flow {flow} span [{ref.key_group_start}, {ref.key_group_end}): {exc}")
@@ -102,11 +98,12 @@ class CheckOwners:
     checkpoint: CheckpointAt
     owned: tuple[Owned, ...]
     cache_bytes: int
+    key_columns: Mapping[str, int]  # per flow
 
     def __call__(self, index: int, _: Iterable) -> Iterator[str]:
         """Spark calls this per owner."""
         cache = StateCache.in_executor(self.cache_bytes)
-        yield check_owned(self.checkpoint.open(), index, self.owned[index], cache).to_json()
+        yield check_owned(self.checkpoint.open(), index, self.owned[index], cache, self.key_columns).to_json()
 
 
 @dataclass(frozen=True)
@@ -132,6 +129,11 @@ def owned_files(manifest: Manifest, owners: dict[str, SpanOwners], parallelism: 
         for ref, owner in zip(refs, of_file.tolist()):
             owned[owner].append((flow, ref))
     return tuple(tuple(files) for files in owned)
+
+
+def key_columns(manifest: Manifest) -> dict[str, int]:
+    """How many key columns each stateful flow's state rows start with."""
+    return {flow: len(commit.state.key_columns) for flow, commit in manifest.flows.items() if commit.state}
 
 
 def check_results(manifest: Manifest, checks: Sequence[OwnerCheck]) -> VerifiedState:
@@ -171,7 +173,7 @@ def verify_on_executors(spark, checkpoint: CheckpointAt, manifest: Manifest, own
     timer.start()
     try:
         results = (sc.parallelize(range(parallelism), parallelism)
-                   .mapPartitionsWithIndex(CheckOwners(checkpoint, owned, cache_bytes))
+                   .mapPartitionsWithIndex(CheckOwners(checkpoint, owned, cache_bytes, key_columns(manifest)))
                    .collect())
     except Exception:
         if not timer.is_alive():
