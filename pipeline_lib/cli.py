@@ -537,6 +537,10 @@ def snapshots_show(
             for f in flow.state.files:
                 out.print(f"  key groups [{f.key_group_start}, {f.key_group_end}): "
                           f"{f.key} ({f.rows} rows, {f.bytes} B)")
+                for delta in f.deltas:
+                    out.print(f"    delta {delta.key} ({delta.rows} rows, {delta.bytes} B)")
+                if f.deltas:
+                    out.print(f"    {f.span_keys()} keys with its {len(f.deltas)} delta(s)")
         out.print(f"flow {name} sink {flow.sink.location} epoch {flow.sink.epoch}: {len(flow.sink.files)} file(s), "
                   f"{flow.rows_written} rows, marker {flow.sink.marker}")
     ranges = ", ".join(f"[{r.partition}] {r.start}..{r.end}" for r in manifest.lineage.ranges)

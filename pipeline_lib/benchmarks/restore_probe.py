@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"error": "no snapshot to restore"}))
         return 1
     keys = sum(len(f.state) for f in runner.flows if f.state is not None)
-    state_files = [ref for c in restored.manifest.flows.values() if c.state for ref in c.state.files]
+    state_files = [part for c in restored.manifest.flows.values() if c.state for ref in c.state.files
+                   for part in ref.chain()]
     print(json.dumps({
         "snapshot": restored.manifest.snapshot_id,
         "keys": keys,

@@ -15,9 +15,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pipeline_lib.checkpoint.manifest import Manifest, StateFileRef
-from pipeline_lib.checkpoint.restore import candidates, read_state_files
+from pipeline_lib.checkpoint.restore import candidates, read_spans
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-from pipeline_lib.checkpoint.state_files import decode_state_file
 from pipeline_lib.errors import PipelineError, SnapshotError
 from pipeline_lib.graph import build_graph
 from pipeline_lib.plan.keygroups import canonical_value, key_group_of
@@ -127,7 +126,7 @@ def explain_key(job: JobSpec, settings: ConnectionSettings, key: dict[str, str],
 
 def _state_value(lineage: KeyLineage, snapshots: SnapshotStore, manifest: Manifest, flow: str,
                  columns: list[str], typed: tuple) -> None:
-    """Read the one state file of the snapshot that holds the key's key group."""
+    """Read the one span of the snapshot that holds the key's key group (its base and deltas)."""
     commit = manifest.flows.get(flow)
     if commit is None or commit.state is None:
         return
@@ -136,7 +135,7 @@ def _state_value(lineage: KeyLineage, snapshots: SnapshotStore, manifest: Manife
     if not refs:
         return
     lineage.state_file = refs[0].describe()
-    table, _ = decode_state_file(read_state_files(snapshots, refs[:1])[0])
+    [(table, _)], _ = read_spans(snapshots, refs[:1], len(commit.state.key_columns))
     for row in table.to_pylist():
         if all(_matches(row.get(c), lineage.key[c]) for c in columns):
             lineage.state_value = {k: v for k, v in row.items() if k not in columns}

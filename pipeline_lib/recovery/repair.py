@@ -26,8 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline_lib.checkpoint.manifest import sha256_hex
-from pipeline_lib.checkpoint.restore import DEAD_LETTERS, read_state_files
-from pipeline_lib.checkpoint.state_files import decode_state_file
+from pipeline_lib.checkpoint.restore import DEAD_LETTERS, read_spans
 from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
 from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
 from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
@@ -179,7 +178,7 @@ class _Rebuilder(PipelineRunner):
                 commit = manifest.flows.get(flow.spec.name)
                 if flow.state is None or commit is None or commit.state is None or not commit.state.files:
                     continue
-                decoded = [decode_state_file(d) for d in read_state_files(self.snapshots, commit.state.files)]
+                decoded, _ = read_spans(self.snapshots, commit.state.files, len(commit.state.key_columns))
                 same_groups = commit.state.max_parallelism == self.maxp
                 flow.state.load(pa.concat_tables([t for t, _ in decoded]),
                                 np.concatenate([g for _, g in decoded]) if same_groups else None)

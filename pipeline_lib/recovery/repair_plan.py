@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline_lib.checkpoint.manifest import FileRef, HistoryEntry, Manifest
-from pipeline_lib.checkpoint.restore import DEAD_LETTERS, candidates, read_state_files
+from pipeline_lib.checkpoint.restore import DEAD_LETTERS, candidates, read_spans
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
 from pipeline_lib.execution.runtime.runner_types import sink_digest, spec_fingerprint
@@ -205,8 +205,9 @@ class _Planner:
         for entry in earlier:  # newest first: the fewest epochs to replay
             try:
                 manifest = self.snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256 or None)
-                read_state_files(self.snapshots, [f for flow in manifest.flows.values() if flow.state
-                                                  for f in flow.state.files])
+                for flow in manifest.flows.values():
+                    if flow.state:
+                        read_spans(self.snapshots, flow.state.files, len(flow.state.key_columns))
                 break
             except (SnapshotError, NotFound) as exc:
                 problems.append(f"snapshot {entry.snapshot_id}: {exc}")

@@ -48,8 +48,9 @@ log = logging.getLogger(__name__)
 
 
 def _state_files(manifest: Manifest) -> list[StateFileRef]:
-    """Every state file a snapshot references, over its flows."""
-    return [f for flow in manifest.flows.values() if flow.state is not None for f in flow.state.files]
+    """Every state file a snapshot references, over its flows: each span's base and deltas."""
+    return [part for flow in manifest.flows.values() if flow.state is not None for f in flow.state.files
+            for part in f.chain()]
 
 
 @dataclass
