@@ -42,13 +42,16 @@ def _transformed_table(events: list[dict]) -> dict[tuple, dict]:
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
+@pytest.mark.parametrize("keyed_state", [pytest.param("driver", marks=pytest.mark.full), "owners"])
 def test_a_sigkilled_flow_with_transforms_restores_every_epoch_exactly(stack_env, local_stack, tmp_path, payments,
-                                                                       locations):
+                                                                       locations, keyed_state):
     """Transforms take the Spark SQL path, not the Arrow path the spend job takes: its replay of
-    the crashed epoch must give the same output as the first attempt's committed sink files."""
+    the crashed epoch must give the same output as the first attempt's committed sink files,
+    with the keyed state merged on the driver or on owner tasks (the partials of Spark's
+    ``groupBy`` shuffled to them; their parts and state files written there)."""
     topic, events = payments
     name, sink, store = locations
-    spec = spend_spec(name, topic, sink, store, extra={"transforms": TRANSFORMS})
+    spec = spend_spec(name, topic, sink, store, extra={"transforms": TRANSFORMS, "keyed_state": keyed_state})
     spec["state"]["aggregate"]["values"] = TRANSFORMED_VALUES
     path = write_spec(tmp_path, spec)
     fault_log = tmp_path / "faults.log"
@@ -58,9 +61,15 @@ def test_a_sigkilled_flow_with_transforms_restores_every_epoch_exactly(stack_env
     assert "FAULT INJECTED: mid_snapshot_write epoch=3" in fault_log.read_text()
     restored = run_cli(["run", str(path)], stack_env)
     assert restored.returncode == 0, restored.stderr[-3000:]
+    path_taken = "Spark SQL path" + (" with keyed state on owner tasks" if keyed_state == "owners" else "")
     for run in (crashed, restored):
-        assert f"pipeline main: epochs take the Spark SQL path (flow {name} has transforms)" in run.stderr
+        assert f"pipeline main: epochs take the {path_taken} (flow {name} has transforms)" in run.stderr
     assert "restored from 0000000002-a1" in restored.stderr
+    if keyed_state == "owners":  # the owner tasks wrote every part; the driver read no state
+        assert "read 0 bytes of state on the driver" in restored.stderr, restored.stderr[-3000:]
+        out = open_store(sink, ConnectionSettings.from_env(stack_env))
+        parts = [k for k in out.list("epoch=") if "/part-" in k]
+        assert parts and all("/part-o" in k for k in parts), parts
     table = read_upsert_table(open_store(sink, ConnectionSettings.from_env(stack_env)), ["user"])
     assert table == _transformed_table(events)
     checks = assert_every_epoch_exact(stack_env, name, sink, store, local_stack.kafka_bootstrap,

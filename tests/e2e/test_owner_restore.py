@@ -52,7 +52,8 @@ def test_a_damaged_span_is_found_on_the_executors_and_the_restore_falls_back(sta
     latest, previous = "0000000003-a1", "0000000002-a1"
     store = _pipeline_store(stack_env, store_uri)
     files = _manifests(stack_env, store_uri)[3]["flows"][name]["state"]["files"]
-    ref = next(f for f in files if layout.snapshot_of_state_key(f["key"]) == latest)  # a span epoch 3 wrote
+    parts = [part for f in files for part in [f, *f.get("deltas", [])]]  # each span's base and deltas
+    ref = next(f for f in parts if layout.snapshot_of_state_key(f["key"]) == latest)  # a file epoch 3 wrote
     if damage == "corrupt_span":
         data, end = store.get(ref["key"]), (ref.get("offset") or 0) + ref["bytes"]
         store.put(ref["key"], data[:end - 7] + b"garbage" + data[end:])

@@ -102,10 +102,12 @@ def test_gc_racing_commits_never_deletes_what_a_retained_snapshot_needs(stack_en
     head, _ = snapshots.read_head()
     assert [e.epoch for e in head.history] == [EPOCHS, EPOCHS - 1]
     retained = [snapshots.load_manifest(e.snapshot_id, e.manifest_sha256) for e in head.history]
-    shared = {(m.snapshot_id, f.key) for m in retained for flow in m.flows.values() for f in flow.state.files
-              if layout.snapshot_of_state_key(f.key) != m.snapshot_id}
+    parts = {m.snapshot_id: [part for flow in m.flows.values() for f in flow.state.files for part in f.chain()]
+             for m in retained}  # each span's base and deltas
+    shared = {(sid, f.key) for sid, files in parts.items() for f in files
+              if layout.snapshot_of_state_key(f.key) != sid}
     assert any(layout.epoch_of_snapshot(layout.snapshot_of_state_key(key)) == 1 for _, key in shared), shared
-    referenced = {f.key for m in retained for flow in m.flows.values() for f in flow.state.files}
+    referenced = {f.key for files in parts.values() for f in files}
     present = set(snapshots.store.list(layout.STATE_PREFIX))
     assert present == referenced, f"referenced by a retained snapshot but gone: {sorted(referenced - present)}; " \
                                   f"referenced by none but kept: {sorted(present - referenced)}"

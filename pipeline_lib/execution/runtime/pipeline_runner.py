@@ -157,18 +157,21 @@ class PipelineRunner(RestoreSide, PlanningSide, EpochSide):
 
     def _choose_path(self, spark, schema, tolerant: bool) -> None:
         """The one place that picks an epoch's path. The Arrow path when no flow needs Spark SQL
-        (see worker_aggregation); on it, keyed state lives on owner tasks (owner_epochs) when the
-        spec's ``keyed_state`` asks for them (auto: on a cluster, not in local mode), unless
-        the restored state was stored under another max_parallelism (every key's group must be
-        computed again, which the driver's merge does). On owner tasks the driver holds no
-        state: what the restore loaded is dropped, its state files and key counts kept."""
+        (see worker_aggregation), else the Spark SQL path; on either, keyed state lives on owner
+        tasks (owner_epochs) when the spec's ``keyed_state`` asks for them (auto: on a cluster,
+        not in local mode), unless the restored state was stored under another max_parallelism
+        (every key's group must be computed again, which the driver's merge does). On owner
+        tasks the driver holds no state: what the restore loaded is dropped, its state files and
+        key counts kept."""
         self.arrow_epochs, why = ArrowEpochs.for_flows(spark, schema, [f.spec for f in self.flows], tolerant)
         stateful = [f for f in self.flows if f.stateful]
         path = "Arrow path" if self.arrow_epochs else "Spark SQL path"
         owners = self.job.keyed_state == "owners" or (
             self.job.keyed_state == "auto" and not spark.sparkContext.master.startswith("local"))
-        if self.arrow_epochs is not None and stateful and owners and self._stored_groups_apply:
-            self.owner_epochs = OwnerEpochs(self.arrow_epochs, self.parallelism)
+        if stateful and owners and self._stored_groups_apply:
+            self.owner_epochs = (OwnerEpochs(self.arrow_epochs, self.parallelism) if self.arrow_epochs is not None
+                                 else OwnerEpochs.on_spark_sql(spark, schema, [f.spec for f in self.flows], tolerant,
+                                                               self.parallelism))
             for flow in stateful:
                 flow.owned_keys, flow.state = flow.keys(), None
             if self.restored is not None:

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from pipeline_lib.checkpoint.epoch_commit import CommitOwner, CommittedEpoch, DeadLetterOutput, FlowOutput, commit_epoch
 from pipeline_lib.checkpoint.manifest import FileRef, HistoryEntry, StateSnapshot, snapshot_id_for
 from pipeline_lib.checkpoint.state_spans import Span, plan_span_writes, span_of, spans_of, write_state_files
-from pipeline_lib.execution.engine.aggregate import epoch_partials
+from pipeline_lib.execution.engine.aggregate import epoch_partials, partials_frame
 from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
 from pipeline_lib.execution.engine.transforms import apply_transforms
 from pipeline_lib.execution.runtime.runner_core import RunnerCore
@@ -46,7 +46,7 @@ class EpochSide(RunnerCore):
             reader = epoch_range_reader(self.settings.require_kafka(), self.source, schema, plan, self.parallelism,
                                         self.job.on_error, self.job.max_record_bytes, self.job.max_batch_bytes)
             writers, dead_letters = self._task_writers(plan.epoch)
-            if self.owner_epochs is not None:
+            if self.owner_epochs is not None and self.owner_epochs.arrow is not None:
                 owned = self.owner_epochs.read(spark, reader, writers, dead_letters, owners)
                 return EpochRead(plan, owned.bad, {flow.spec.name: r for flow, r in zip(self.flows, owned.flows)},
                                  owned.result_bytes)
@@ -64,20 +64,35 @@ class EpochSide(RunnerCore):
                     bad = collected(bad_records_frame(df).mapInArrow(WriteRows(dead_letters, bad_records=True),
                                                                      WRITTEN_DDL).toArrow())
                     df = df.filter(F.col("_error").isNull()).drop("_error", "_raw")
-                return EpochRead(plan, bad, {flow.spec.name: self._flow_rows(flow, df, writer)
-                                             for flow, writer in zip(self.flows, writers)})
+                return self._spark_sql_flows(spark, plan, bad, df, writers, owners)
             finally:
                 if shared:
                     df.unpersist()
 
-    def _flow_rows(self, flow: FlowRuntime, df, writer: TaskPartWriter | None) -> pa.Table | WrittenParts:
-        """Spark's part of a flow: its output rows written by the tasks (stateless, ``writer``)
-        or its partial aggregates per key."""
-        df = apply_transforms(df, flow.spec.transforms, where=f"flow {flow.spec.name}: " if len(self.flows) > 1 else "")
-        if not flow.stateful:
-            return collected(df.mapInArrow(WriteRows(writer), WRITTEN_DDL).toArrow())
-        assert flow.spec.state is not None
-        return epoch_partials(df, flow.spec.state.aggregate)
+    def _spark_sql_flows(self, spark, plan: EpochPlan, bad: WrittenParts | None, df,
+                         writers: Sequence[TaskPartWriter | None], owners: Sequence[OwnerTask | None]) -> EpochRead:
+        """The Spark SQL path's flows over the epoch's rows ``df``: stateless flows written by
+        the tasks, stateful ones' partials collected for the driver's merge or, with owner
+        tasks, shuffled to them (one job for every stateful flow)."""
+        results: dict[str, pa.Table | WrittenParts | OwnedFlow] = {}
+        to_owners = {}
+        for index, (flow, writer) in enumerate(zip(self.flows, writers)):
+            rows = apply_transforms(df, flow.spec.transforms,
+                                    where=f"flow {flow.spec.name}: " if len(self.flows) > 1 else "")
+            if not flow.stateful:
+                results[flow.spec.name] = collected(rows.mapInArrow(WriteRows(writer), WRITTEN_DDL).toArrow())
+                continue
+            assert flow.spec.state is not None
+            if self.owner_epochs is None:
+                results[flow.spec.name] = epoch_partials(rows, flow.spec.state.aggregate)
+            else:
+                to_owners[index] = partials_frame(rows, flow.spec.state.aggregate)
+        received = 0
+        if to_owners:
+            assert self.owner_epochs is not None
+            owned, received = self.owner_epochs.own_partials(spark, to_owners, owners)
+            results.update({self.flows[index].spec.name: result for index, result in owned.items()})
+        return EpochRead(plan, bad, {flow.spec.name: results[flow.spec.name] for flow in self.flows}, received)
 
     def _task_writers(self, epoch: int) -> tuple[list[TaskPartWriter | None], TaskPartWriter | None]:
         """Where the read tasks of ``epoch`` write each stateless flow's rows (None for a
@@ -95,7 +110,7 @@ class EpochSide(RunnerCore):
         not ``base``: the warm-up's tasks, which must write nothing)."""
         if self.owner_epochs is None:
             return ()
-        arrow = self.owner_epochs.arrow
+        sides = self.owner_epochs
         checkpoint = CheckpointAt(self.job.checkpoint.store, self.job.name, self.pipeline.name, self.settings)
         tasks: list[OwnerTask | None] = []
         for index, flow in enumerate(self.flows):
@@ -105,7 +120,7 @@ class EpochSide(RunnerCore):
             per_file = self.job.checkpoint.state_file_key_groups(flow.owned_keys or records)
             sink = TaskPartWriter.for_sink(flow.sink, self.settings, epoch, self.attempt, OWNER_LABEL)
             files = tuple(flow.state_files.values()) if base else ()
-            owned = OwnerFlow(flow.spec.name, arrow.flows[index], flow.state_schema or arrow.schemas[index], sink,
+            owned = OwnerFlow(flow.spec.name, sides.flows[index], flow.state_schema or sides.schemas[index], sink,
                               files)
             tasks.append(OwnerTask(checkpoint, snapshot_id_for(epoch, self.attempt), epoch,
                                    SpanOwners(self.parallelism, self.maxp, per_file), owned,

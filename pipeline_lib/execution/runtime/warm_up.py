@@ -50,7 +50,8 @@ class WarmUp:
             reader = range_reader(runner.settings.require_kafka(), runner.source, self._schema,
                                   [[] for _ in range(runner.parallelism)], 0,
                                   runner.job.on_error, runner.job.max_record_bytes, runner.job.max_batch_bytes)
-            if runner.owner_epochs is not None:  # keyed state on owner tasks: both stages, writing nothing
+            if runner.owner_epochs is not None and runner.owner_epochs.arrow is not None:
+                # keyed state on owner tasks of the Arrow path: both stages, writing nothing
                 runner.owner_epochs.read(self._spark, reader, *runner._task_writers(0),
                                          runner._owner_tasks(0, 0, base=False))
             elif runner.arrow_epochs is not None:  # the Arrow path: the same query whatever the flows

@@ -1,12 +1,15 @@
-"""An Arrow-path epoch whose keyed state lives on owner tasks: read tasks → shuffle → owner tasks.
+"""An epoch whose keyed state lives on owner tasks: partial aggregates → shuffle → owner tasks.
 
-Stage 1, one read task per share of the plan (as ``worker_aggregation.EpochInWorker``): Kafka
-ranges → decode → per-task partial aggregate, cut by owner (``span_owners``) into Arrow IPC
-values keyed by the owner index; a stateless flow's rows and the bad records are written by the
-task, which passes on only their references. ``RDD.partitionBy`` with the identity as partitioner
-brings owner ``o``'s values to partition ``o`` of stage 2, where one owner task per subtask merges
-them into its spans and writes the sink part and the state files (``owner_task``). The driver
-collects references and counts only: ``OwnerRead.result_bytes`` is what it received.
+On the Arrow path, stage 1 is one read task per share of the plan (as
+``worker_aggregation.EpochInWorker``): Kafka ranges → decode → per-task partial aggregate, cut by
+owner (``span_owners``) into Arrow IPC values keyed by the owner index; a stateless flow's rows
+and the bad records are written by the task, which passes on only their references. On the
+Spark SQL path, stage 1 is the flow's Spark query up to its ``groupBy``, whose partitions are
+cut by owner the same way (``CutForOwners``, a ``mapInArrow``; its few rows of IPC bytes become
+the same keyed values). ``RDD.partitionBy`` with the identity as partitioner brings owner
+``o``'s values to partition ``o`` of stage 2, where one owner task per subtask merges them into
+its spans and writes the sink part and the state files (``owner_task``). The driver collects
+references and counts only: ``OwnerRead.result_bytes`` is what it received.
 
 The RDD API rather than a DataFrame: the values are opaque bytes, which Spark need not turn into
 rows and back, and PySpark's ``partitionBy`` takes the partitioner this needs.
@@ -20,15 +23,27 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
+from pyspark import TaskContext
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline_lib.checkpoint.manifest import FileRef, StateFileRef
-from pipeline_lib.execution.engine.worker_aggregation import BAD_RECORDS, ArrowEpochs, EpochInWorker, ipc_pieces
+from pipeline_lib.execution.engine.aggregate import partials_frame
+from pipeline_lib.execution.engine.transforms import apply_transforms
+from pipeline_lib.execution.engine.worker_aggregation import (
+    BAD_RECORDS,
+    ArrowEpochs,
+    EpochInWorker,
+    FlowInWorker,
+    ipc_pieces,
+)
 from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
 from pipeline_lib.execution.source.worker_heap import freeze_imported_heap
 from pipeline_lib.execution.state.owner_task import OwnedSpans, OwnerTask, Partial, StateReads
 from pipeline_lib.execution.state.span_owners import cut_by_owner, key_groups_of_rows
 from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts, task_identity
+from pipeline_lib.spec.models import FlowSpec
 
 _PARTIALS, _WRITTEN, _OWNED = "p", "w", "o"  # the kinds of value between and after the stages
 
@@ -63,6 +78,45 @@ class ReadForOwners:
                     yield owner, (_PARTIALS, flow_index, index, sequence, ipc)
         for output, parts in written.items():
             yield index % self.parallelism, (_WRITTEN, output, parts.to_json())
+
+
+CUT_DDL = "owner int, flow int, task int, sequence int, ipc binary"  # CutForOwners' rows
+
+
+@dataclass(frozen=True)
+class CutForOwners:
+    """Stage 1 on the Spark SQL path, over one flow's partial aggregate (one row per key of the
+    epoch, from Spark's ``groupBy``): each partition's rows cut by owner into IPC pieces, one
+    row per piece (``CUT_DDL``), ordered by (partition, sequence) as the owner merges them."""
+
+    flow: int
+    keys: tuple[str, ...]
+    owner: OwnerTask
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Spark calls this per partition of the flow's partials."""
+        context = TaskContext.get()
+        assert context is not None, "CutForOwners runs in a Spark task"
+        task, sequence = context.partitionId(), 0
+        tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+        if not tables:
+            return
+        table = pa.concat_tables(tables)
+        key_groups = key_groups_of_rows(table, self.keys, self.owner.owners.max_parallelism)
+        rows: dict[str, list] = {"owner": [], "flow": [], "task": [], "sequence": [], "ipc": []}
+        for owner, cut in cut_by_owner(table, key_groups, self.owner.owners):
+            for ipc in ipc_pieces(cut):
+                for name, value in zip(rows, (owner, self.flow, task, sequence, ipc)):
+                    rows[name].append(value)
+                sequence += 1
+        yield pa.RecordBatch.from_pydict(rows, schema=pa.schema([
+            ("owner", pa.int32()), ("flow", pa.int32()), ("task", pa.int32()), ("sequence", pa.int32()),
+            ("ipc", pa.binary())]))
+
+
+def _keyed_value(row) -> tuple[int, tuple]:
+    """A row of ``CUT_DDL`` as the shuffle's (owner, value)."""
+    return row[0], (_PARTIALS, row[1], row[2], row[3], bytes(row[4]))
 
 
 @dataclass(frozen=True)
@@ -131,14 +185,41 @@ class OwnerRead:
 
 
 class OwnerEpochs:
-    """The driver's side of an epoch on owner tasks, for the flows of ``arrow``."""
+    """The driver's side of an epoch on owner tasks: per flow, what a worker makes of it
+    (``flows``) and the Arrow schema of its partials (``schemas``); ``arrow``: the Arrow path's
+    read, None on the Spark SQL path (``own_partials``)."""
 
-    def __init__(self, arrow: ArrowEpochs, parallelism: int):
+    def __init__(self, arrow: ArrowEpochs | None, parallelism: int, flows: Sequence[FlowInWorker] | None = None,
+                 schemas: Sequence[pa.Schema] | None = None):
         self.arrow, self.parallelism = arrow, parallelism
+        self.flows = tuple(flows if flows is not None else arrow.flows if arrow is not None else ())
+        self.schemas = tuple(schemas if schemas is not None else arrow.schemas if arrow is not None else ())
+
+    @classmethod
+    def on_spark_sql(cls, spark: SparkSession, schema: T.StructType, flows: Sequence[FlowSpec], tolerant: bool,
+                     parallelism: int) -> OwnerEpochs:
+        """Owner tasks for flows that need Spark SQL: each stateful flow's aggregate and the
+        schema of its partials, from Spark's analysis of the flow's query (no job runs)."""
+        large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
+        df = spark.createDataFrame([], schema)
+        good = df.drop("_error", "_raw") if tolerant else df
+        in_worker, schemas = [], []
+        for flow in flows:
+            agg = flow.state.aggregate if flow.state else None
+            if agg is None:
+                in_worker.append(FlowInWorker())
+                schemas.append(pa.schema([]))
+                continue
+            in_worker.append(FlowInWorker(tuple(agg.key),
+                                          tuple((name, f.name, f.column) for name, f in agg.functions().items())))
+            frame = partials_frame(apply_transforms(good, flow.transforms), agg)
+            schemas.append(to_arrow_schema(frame.schema, timezone="UTC", prefers_large_types=large))
+        return cls(None, parallelism, in_worker, schemas)
 
     def read(self, spark: SparkSession, reader: KafkaRangeReader, writers: Sequence[TaskPartWriter | None],
              dead_letters: TaskPartWriter | None, owners: Sequence[OwnerTask | None]) -> OwnerRead:
         """Run the epoch's two stages and collect their references (see the module docstring)."""
+        assert self.arrow is not None, "the Arrow path's read on the Spark SQL path"
         owners = tuple(owners)
         tasks = max(len(reader.tasks), 1)
         read = ReadForOwners(self.arrow.in_worker(reader, writers, dead_letters), owners, self.parallelism)
@@ -159,3 +240,21 @@ class OwnerEpochs:
             else WrittenParts.combine(written.get(i, [])) for i, flow in enumerate(self.arrow.flows)]
         bad = WrittenParts.combine(written.get(BAD_RECORDS, [])) if self.arrow.bad_schema is not None else None
         return OwnerRead(bad, flows, sum(len(json.dumps(r)) for r in results))
+
+    def own_partials(self, spark: SparkSession, partials: dict[int, DataFrame],
+                     owners: Sequence[OwnerTask | None]) -> tuple[dict[int, OwnedFlow], int]:
+        """The Spark SQL path's owner side: each stateful flow's partial aggregate (by flow
+        index) cut by owner, shuffled to the owner tasks, merged and written there; each flow's
+        references, and the bytes of task results the driver received."""
+        owners = tuple(owners)
+        cut = [frame.mapInArrow(CutForOwners(i, self.flows[i].keys, owner), CUT_DDL).rdd.map(_keyed_value)
+               for i, frame in partials.items() if (owner := owners[i]) is not None]
+        results = (spark.sparkContext.union(cut)
+                   .partitionBy(self.parallelism, _owner_index)
+                   .mapPartitionsWithIndex(OwnFlows(owners))
+                   .collect())
+        owned: dict[int, list[OwnedSpans]] = defaultdict(list)
+        for _, index, text in results:
+            owned[index].append(OwnedSpans.from_json(text))
+        return ({i: OwnedFlow(tuple(sorted(owned[i], key=lambda o: o.owner))) for i in partials},
+                sum(len(json.dumps(r)) for r in results))
