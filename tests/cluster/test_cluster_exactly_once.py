@@ -127,8 +127,8 @@ def test_a_corrupt_span_on_restore_is_found_by_the_executors_and_the_restore_fal
     checkpoints = open_store(parse_location(store).child(layout.pipeline_root("main")),
                              ConnectionSettings.from_env(cluster_env))
     manifest = json.loads(checkpoints.get(layout.manifest_key("0000000002-a1")))
-    ref = next(f for f in manifest["flows"][name]["state"]["files"]
-               if layout.snapshot_of_state_key(f["key"]) == "0000000002-a1")
+    ref = next(part for f in manifest["flows"][name]["state"]["files"] for part in [f, *f.get("deltas", [])]
+               if layout.snapshot_of_state_key(part["key"]) == "0000000002-a1")  # a base or delta epoch 2 wrote
     data, end = checkpoints.get(ref["key"]), (ref.get("offset") or 0) + ref["bytes"]
     checkpoints.put(ref["key"], data[:end - 7] + b"garbage" + data[end:])
     restored = run_cli(["run", str(spec)], cluster_env)

@@ -48,7 +48,9 @@ def test_damaged_latest_snapshot_falls_back_to_previous(stack_env, tmp_path, pay
     store = _pipeline_store(stack_env, store_uri)
     manifest = json.loads(store.get(layout.manifest_key(head["snapshot_id"])))
     if damage == "corrupt_state_file":
-        ref = manifest["flows"][name]["state"]["files"][0]  # a span's bytes, inside a pack or alone
+        parts = [part for f in manifest["flows"][name]["state"]["files"] for part in [f, *f.get("deltas", [])]]
+        # a span's base or delta the head snapshot wrote itself (bytes inside a pack or alone)
+        ref = next(f for f in parts if layout.snapshot_of_state_key(f["key"]) == head["snapshot_id"])
         data, end = store.get(ref["key"]), (ref.get("offset") or 0) + ref["bytes"]
         store.put(ref["key"], data[:end - 7] + b"garbage" + data[end:])
     elif damage == "missing_manifest":
@@ -79,7 +81,8 @@ def test_retention_keeps_last_k_and_only_referenced_state(stack_env, tmp_path, p
     assert [m.split("/")[1][:10] for m in manifests] == ["0000000005", "0000000006"]
     referenced = set()
     for key in manifests:
-        referenced |= {f["key"] for f in json.loads(store.get(key))["flows"][name]["state"]["files"]}
+        spans = json.loads(store.get(key))["flows"][name]["state"]["files"]
+        referenced |= {part["key"] for f in spans for part in [f, *f.get("deltas", [])]}  # bases and deltas
     assert set(store.list(layout.STATE_PREFIX)) == referenced
     assert result_table(stack_env, sink) == spend_per_user(events)
 

@@ -55,12 +55,12 @@ class RestoreSide(RunnerCore):
 
     def _state_on_driver(self, manifest: Manifest) -> bool:
         """Whether a restore of ``manifest`` reads its state on the driver: unless the spec puts
-        keyed state on owner tasks (``_choose_path``, as far as it can be told before Spark
-        starts: no flow with transforms) and the stored key groups still apply."""
+        keyed state on owner tasks (``_choose_path``, on either path) and the stored key groups
+        still apply."""
         owners = self.job.keyed_state == "owners" or (
             self.job.keyed_state == "auto" and not (self.settings.spark_master or "local").startswith("local"))
         same_groups = all(c.state is None or c.state.max_parallelism == self.maxp for c in manifest.flows.values())
-        return not (owners and same_groups and not any(f.spec.transforms for f in self.flows))
+        return not (owners and same_groups)
 
     def _adopt_restored(self, restored: Restored) -> None:
         """Make ``restored`` the flows' starting point: their state (when the restore loaded it),
