@@ -135,6 +135,7 @@ def measure(keys: int, mode: str, topic: str, events: int, per_epoch: int, paral
     if restore_rc != 0 or not any("restored from" in line for line in restore_lines):
         raise SystemExit(f"{name}: the restore run failed (exit {restore_rc}):\n{''.join(restore_lines[-30:])}")
     steady = epochs[1:]
+    late = [e["state_bytes_written"] for e in epochs[len(epochs) // 2:] if "state_bytes_written" in e]
     million = events / 1e6
     received = [e["task_result_bytes"] for e in epochs if "task_result_bytes" in e]
     return {
@@ -149,6 +150,9 @@ def measure(keys: int, mode: str, topic: str, events: int, per_epoch: int, paral
         "steady_epoch_s": _median([e["seconds"] for e in steady]),
         "state_bytes": epochs[-1].get("state_bytes"),
         "steady_state_bytes_written": _median([e["state_bytes_written"] for e in steady if "state_bytes_written" in e]),
+        # the second half's epochs, the state near its size: a typical epoch, and compactions amortised
+        "late_state_bytes_written_median": _median(late),
+        "late_state_bytes_written_mean": round(sum(late) / len(late)) if late else None,
         "restore_run_s": round(restore_wall, 1),
         "restore_python_peak_rss_mb": round(restore_usage.python_peak_rss / 2**20),
     }
@@ -203,8 +207,9 @@ def report_table(rows: list[dict[str, Any]], per_epoch: int, workers: int) -> st
              "equal to plain Python.", "",
              "| mode | keys | events | events/s | driver received per epoch (bytes) | driver CPU s, whole run: "
              "Python / JVM | driver CPU s per 1M events: Python / JVM | driver peak RSS MB: Python / JVM | "
-             "steady epoch (s) | state bytes | written per steady epoch | restore run (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "steady epoch (s) | state bytes | written per steady epoch | written per epoch, second half: "
+             "median / mean | restore run (s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r['mode']} | {r['keys']:,} | {r['events']:,} | {r['events_per_s']:,} | "
@@ -212,5 +217,7 @@ def report_table(rows: list[dict[str, Any]], per_epoch: int, workers: int) -> st
             f"{num(r.get('python_cpu_s'))} / {num(r.get('jvm_cpu_s'))} | "
             f"{r['python_cpu_s_per_1m_events']} / {r['jvm_cpu_s_per_1m_events']} | "
             f"{r['python_peak_rss_mb']} / {r['jvm_peak_rss_mb']} | {num(r['steady_epoch_s'], '.2f')} | "
-            f"{num(r['state_bytes'])} | {num(r['steady_state_bytes_written'])} | {r['restore_run_s']} |")
+            f"{num(r['state_bytes'])} | {num(r['steady_state_bytes_written'])} | "
+            f"{num(r.get('late_state_bytes_written_median'))} / {num(r.get('late_state_bytes_written_mean'))} | "
+            f"{r['restore_run_s']} |")
     return "\n".join(lines)

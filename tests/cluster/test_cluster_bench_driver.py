@@ -32,6 +32,8 @@ def test_bench_driver_reports_both_modes_and_the_owner_path_sends_the_driver_les
         assert row["python_cpu_s"] > 0 and row["jvm_cpu_s"] > 0
         assert row["python_peak_rss_mb"] > 0 and row["jvm_peak_rss_mb"] > 0
         assert row["state_bytes"] > 0 and row["steady_state_bytes_written"] > 0 and row["restore_run_s"] > 0
+        assert 0 < row["late_state_bytes_written_median"] <= row["state_bytes"]
+        assert 0 < row["late_state_bytes_written_mean"] <= row["state_bytes"]
     # owners send references and counts; the driver path sends every changed key's partials
     assert 0 < owners["received_bytes_per_epoch"] < driver["received_bytes_per_epoch"]
     assert "| owners | 2,000 | 4,000 |" in (out / "report.md").read_text()
