@@ -66,7 +66,14 @@ def one_run(checkout: Path, spec_dir: Path, logs: Path, topic: str, cfg: BenchCo
     child = {**env, "PYTHONPATH": os.pathsep.join([str(checkout), *filter(None, [os.environ.get("PYTHONPATH")])])}
     load = os.getloadavg()[0]
     log_path = logs / f"{job}.log"
-    run = run_cli(["run", str(spec), "--until-caught-up", "--timings"], child, log_path)
+    # ``python -m`` puts the working directory first on the import path, before PYTHONPATH: run in
+    # the checkout, or a run started from a source tree would measure that tree for every checkout.
+    here = os.getcwd()
+    os.chdir(checkout)
+    try:
+        run = run_cli(["run", str(spec), "--until-caught-up", "--timings"], child, log_path)
+    finally:
+        os.chdir(here)
     if run.returncode != 0:
         raise RuntimeError(f"run of {checkout} failed (exit {run.returncode}); see {log_path}")
     figures: dict[str, Any] = {"checkout": str(checkout), "job": job, "load_1m": round(load, 2),
