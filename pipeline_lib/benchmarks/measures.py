@@ -39,7 +39,7 @@ def snapshot_bytes(manifest: Manifest) -> dict[str, Any]:
     """Full snapshot = every state file the manifest references (spans' bases and deltas);
     written = the files this snapshot wrote itself (the rest are referenced from earlier
     snapshots)."""
-    files = [part for c in manifest.flows.values() if c.state for ref in c.state.files for part in ref.chain()]
+    files = manifest.state_files()
     own = [ref for ref in files if ref.key.startswith(f"state/{manifest.snapshot_id}/")]
     keys = sum(c.state.keys for c in manifest.flows.values() if c.state)
     return {"epoch": manifest.epoch, "snapshot": manifest.snapshot_id, "keys": keys,

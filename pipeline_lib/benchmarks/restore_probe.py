@@ -72,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"error": "no snapshot to restore"}))
         return 1
     keys = sum(len(f.state) for f in runner.flows if f.state is not None)
-    state_files = [part for c in restored.manifest.flows.values() if c.state for ref in c.state.files
-                   for part in ref.chain()]
+    state_files = restored.manifest.state_files()
     print(json.dumps({
         "snapshot": restored.manifest.snapshot_id,
         "keys": keys,

@@ -213,6 +213,11 @@ class Manifest(Frozen):
     def _valid_id(cls, value: str) -> str:
         return validate_snapshot_id(value)
 
+    def state_files(self) -> list[StateFileRef]:
+        """Every state file the snapshot references, over its flows: each span's base and deltas."""
+        return [part for flow in self.flows.values() if flow.state for ref in flow.state.files
+                for part in ref.chain()]
+
     def _body(self) -> bytes:
         # without a topic id or lost data the body is what it was before manifests had them:
         # their checksums hold

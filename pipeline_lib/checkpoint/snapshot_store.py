@@ -215,8 +215,7 @@ class SnapshotStore:
                     manifest = self.load_manifest(entry.snapshot_id)
                 except SnapshotError:
                     continue
-                refs = {part.key for flow in manifest.flows.values() if flow.state
-                        for f in flow.state.files for part in f.chain()}
+                refs = {f.key for f in manifest.state_files()}
                 self._state_refs[entry.snapshot_id] = refs
             referenced |= refs
         oldest_epoch = min(e.epoch for e in head.history)

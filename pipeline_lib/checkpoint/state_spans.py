@@ -59,6 +59,12 @@ def spans_of(key_groups: Iterable[int], per_file: int, max_parallelism: int) -> 
     return {span_of(kg, per_file, max_parallelism) for kg in key_groups}
 
 
+def changed_per_span(key_groups: np.ndarray, per_file: int, max_parallelism: int) -> dict[Span, int]:
+    """How many of the rows with these ``key_groups`` (one per changed key) fall in each span."""
+    starts, counts = np.unique(key_groups - key_groups % per_file, return_counts=True)
+    return {span_of(start, per_file, max_parallelism): count for start, count in zip(starts.tolist(), counts.tolist())}
+
+
 def in_parallel(fn: Callable[[T], R], items: Sequence[T], threads: int = IO_THREADS) -> Iterator[R]:
     """``map(fn, items)`` on a few threads, results in order; the first error stops the rest."""
     if len(items) <= 1:

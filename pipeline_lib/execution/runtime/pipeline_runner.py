@@ -22,8 +22,6 @@ from pipeline_lib.checkpoint.manifest import (
     HistoryEntry,
     LaunchInfo,
     LifecycleState,
-    Manifest,
-    StateFileRef,
     snapshot_id_for,
 )
 from pipeline_lib.errors import FencedError
@@ -46,11 +44,6 @@ from pipeline_lib.plan.offsets import EpochPlan
 
 log = logging.getLogger(__name__)
 
-
-def _state_files(manifest: Manifest) -> list[StateFileRef]:
-    """Every state file a snapshot references, over its flows: each span's base and deltas."""
-    return [part for flow in manifest.flows.values() if flow.state is not None for f in flow.state.files
-            for part in f.chain()]
 
 
 @dataclass
@@ -267,8 +260,8 @@ class PipelineRunner(RestoreSide, PlanningSide, EpochSide):
                 lag=sum(max(0, loop.targets.get(p, 0) - o) for p, o in loop.positions.items()),
                 seconds=time.monotonic() - started, completed_splits=len(manifest.completed_splits),
                 bad_records=manifest.bad_records, phases=dict(self._phases),
-                state_bytes=sum(f.bytes for f in _state_files(manifest)),
-                state_bytes_written=sum(f.bytes for f in _state_files(manifest)
+                state_bytes=sum(f.bytes for f in manifest.state_files()),
+                state_bytes_written=sum(f.bytes for f in manifest.state_files()
                                         if snapshot_of_state_key(f.key) == manifest.snapshot_id),
             )
             self.epochs.append(report)

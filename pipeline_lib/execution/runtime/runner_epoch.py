@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from pipeline_lib.checkpoint.epoch_commit import CommitOwner, CommittedEpoch, DeadLetterOutput, FlowOutput, commit_epoch
 from pipeline_lib.checkpoint.manifest import FileRef, HistoryEntry, StateSnapshot, snapshot_id_for
-from pipeline_lib.checkpoint.state_spans import Span, plan_span_writes, span_of, spans_of, write_state_files
+from pipeline_lib.checkpoint.state_spans import Span, changed_per_span, plan_span_writes, spans_of, write_state_files
 from pipeline_lib.execution.engine.aggregate import epoch_partials, partials_frame
 from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
 from pipeline_lib.execution.engine.transforms import apply_transforms
@@ -186,11 +186,8 @@ class EpochSide(RunnerCore):
         every = state.slots_by_key_group()
         changed_slots = state.slots_by_key_group(changed)
         spans = spans_of(np.unique(every[1]).tolist(), per_file, maxp)
-        starts, counts = np.unique(changed_slots[1] - changed_slots[1] % per_file, return_counts=True)
         writes = plan_span_writes({s: ref for s, ref in flow.state_files.items() if s in spans},
-                                  {span_of(start, per_file, maxp): count
-                                   for start, count in zip(starts.tolist(), counts.tolist())},
-                                  spans - flow.state_files.keys())
+                                  changed_per_span(changed_slots[1], per_file, maxp), spans - flow.state_files.keys())
 
         def span_rows(span: Span) -> tuple[pa.Table, np.ndarray]:
             slots = state.slots_in(changed_slots if span in writes.deltas else every, range(*span))

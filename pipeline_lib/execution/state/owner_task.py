@@ -29,7 +29,7 @@ from pipeline_lib.checkpoint.manifest import FileRef, StateFileRef
 from pipeline_lib.checkpoint.restore import read_spans
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import KEY_GROUP_COLUMN
-from pipeline_lib.checkpoint.state_spans import Span, plan_span_writes, write_state_files
+from pipeline_lib.checkpoint.state_spans import Span, changed_per_span, plan_span_writes, write_state_files
 from pipeline_lib.execution.engine.worker_aggregation import FlowInWorker
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.span_owners import SpanOwners, without_key_groups
@@ -159,9 +159,8 @@ class OwnerTask:
         off_grid = {span for r in base if (r.key_group_start, r.key_group_end) not in on_grid
                     for span in self.owners.spans_covering(max(r.key_group_start, owned.start),
                                                            min(r.key_group_end, owned.stop))}
-        starts, counts = np.unique(key_groups - key_groups % self.owners.per_file, return_counts=True)
-        changed = {self.owners.span_of(start): count for start, count in zip(starts.tolist(), counts.tolist())}
-        writes = plan_span_writes(on_grid, changed, off_grid)
+        writes = plan_span_writes(on_grid, changed_per_span(key_groups, self.owners.per_file,
+                                                            self.owners.max_parallelism), off_grid)
         kept = writes.kept
         if not writes.to_write():
             return OwnedSpans(owner, files=tuple(sorted(kept.values(), key=lambda r: r.key_group_start)),
