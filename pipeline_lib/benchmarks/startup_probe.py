@@ -11,9 +11,11 @@ one. Each run is a new job (fresh checkpoint and sink) over the same topic of ``
 events, ``pipeline-lib run SPEC --until-caught-up --timings`` as a whole process (run_cli); its
 table is checked against the plain-Python reference. The milestones come from its log lines,
 seconds after spawn: the Spark session up, the epoch path chosen, every subtask started, epoch
-1 begun and committed. ``--anchor`` also times the Kafka-connector anchor with an S3A
-checkpoint once per round (as ``pipeline-lib bench``'s short runs do). Prints one JSON line per
-run, then the medians per checkout with the load average seen at each run.
+1 begun and committed; from its epoch lines, the steady events/s and each phase's mean over
+the epochs after the first (so a larger ``--events`` A/Bs steady epochs too). ``--anchor`` also
+times the Kafka-connector anchor with an S3A checkpoint once per round (as ``pipeline-lib
+bench``'s short runs do). Prints one JSON line per run, then the medians per checkout with the
+load average seen at each run.
 """
 
 from __future__ import annotations
@@ -32,7 +34,14 @@ from pipeline_lib.benchmarks.config import BenchConfig
 from pipeline_lib.benchmarks.events import produce_payments
 from pipeline_lib.benchmarks.listed_ends import unseen_tail, without
 from pipeline_lib.benchmarks.measures import compare
-from pipeline_lib.benchmarks.our_job import PACKAGE_ROOT, child_env, run_cli, upsert_table_ours, write_spec
+from pipeline_lib.benchmarks.our_job import (
+    PACKAGE_ROOT,
+    child_env,
+    epoch_summary,
+    run_cli,
+    upsert_table_ours,
+    write_spec,
+)
 from pipeline_lib.localstack import start_stack, stop_stack
 from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
@@ -86,6 +95,10 @@ def one_run(checkout: Path, spec_dir: Path, logs: Path, topic: str, cfg: BenchCo
         figures["epoch1_s"] = first["seconds"]
         if "session_up_s" in figures:
             figures["epoch1_after_session_s"] = round(first["at_s"] - figures["session_up_s"], 3)
+    summary = epoch_summary(run, cfg.events)
+    figures["steady_events_per_s"] = summary["steady"]["events_per_s"]
+    figures["steady_checkpoint_mean_s"] = summary["steady_checkpoint_mean_s"]
+    figures.update({f"steady_{phase}_s": s for phase, s in summary["steady_phase_means_s"].items()})
     figures["correct"] = compare(upsert_table_ours(sink, settings), expected)["verified"]
     return figures
 
