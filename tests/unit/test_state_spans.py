@@ -22,9 +22,9 @@ def test_spans_tile_the_key_groups_and_the_last_one_is_cut_at_max_parallelism():
 def test_file_size_follows_the_state_size_unless_the_spec_sets_it():
     spec = CheckpointSpec(store="s3://ckpt/x")  # max_parallelism 128
     sizes = {keys: spec.state_file_key_groups(keys) for keys in (0, 1_000, 10_000, 100_000, 1_000_000)}
-    assert sizes == {0: 128, 1_000: 128, 10_000: 8, 100_000: 1, 1_000_000: 1}
-    for keys, per_file in sizes.items():  # files of at most ~1,024 keys, unless that needs more than 128 files
-        assert keys * per_file / 128 <= 1_024 or per_file == 1
+    assert sizes == {0: 128, 1_000: 128, 10_000: 32, 100_000: 4, 1_000_000: 1}
+    for keys, per_file in sizes.items():  # files of at most ~4,096 keys, unless that needs more than 128 files
+        assert keys * per_file / 128 <= 4_096 or per_file == 1
     assert CheckpointSpec(store="s3://ckpt/x", max_parallelism=4096).state_file_key_groups(10**7) == 32  # ≤ 128 files
     assert CheckpointSpec(store="s3://ckpt/x", max_parallelism=8).state_file_key_groups(10**6) == 1
     assert CheckpointSpec(store="s3://ckpt/x", key_groups_per_state_file=4).state_file_key_groups(10**6) == 4
