@@ -43,6 +43,13 @@ def _two_apps_with_a_core_each(cluster, name: str) -> list[dict] | None:
     return apps if len(apps) == 2 and all(a["cores"] == 1 for a in apps) else None
 
 
+def _an_executor_on_each_live_worker(cluster) -> bool:
+    """Each live worker runs an executor. Taken by liveness, not as workers 0 and 1: a worker an
+    earlier test lost is replaced by one with a new index."""
+    live = [w.index for w in cluster.workers if not w.lost]
+    return len(live) == 2 and all(cluster.executor_pids(i) for i in live)
+
+
 def _state_objects(snapshots: SnapshotStore, snapshot_id: str | None = None) -> set[str]:
     return set(snapshots.store.list(f"{layout.STATE_PREFIX}{snapshot_id}/" if snapshot_id else layout.STATE_PREFIX))
 
@@ -75,7 +82,7 @@ def test_an_old_attempt_on_the_cluster_is_fenced_after_its_owner_tasks_wrote(
                   "the old attempt's owner tasks to write epoch 4's state (its read ahead)")
         successor = CliRun(["run", str(spec), "--parallelism", str(successor_parallelism)], cluster_env,
                            tmp_path / "successor.log")
-        both = successor.until(lambda: cluster.executor_pids(0) and cluster.executor_pids(1)
+        both = successor.until(lambda: _an_executor_on_each_live_worker(cluster)
                                and _two_apps_with_a_core_each(cluster, name), 240,
                                "both attempts' applications on the cluster with a core and an executor each")
         assert len({a["id"] for a in both}) == 2
