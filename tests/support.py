@@ -1,5 +1,6 @@
 """Helpers shared by the tests that start services: run the real CLI in its own process group
-(CliRun, run_cli), wait for a condition, write specs, read results."""
+(CliRun, run_cli), wait for a condition, write specs, read results, check that a fenced attempt
+left the committed output as its successor committed it."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from pathlib import Path
 
 import yaml
 
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.files_sink import SuccessMarker
 from pipeline_lib.sink.table_reader import read_upsert_table
 from pipeline_lib.storage import open_store
 
@@ -147,6 +150,31 @@ def write_spec(directory: Path, spec: dict) -> Path:
 def result_table(env: dict, sink: str) -> dict[str, dict]:
     table = read_upsert_table(open_store(sink, ConnectionSettings.from_env(env)), ["user"])
     return {k[0]: {"user": v["user"], "total": v["total"], "n": v["n"]} for k, v in table.items()}
+
+
+def assert_committed_output_intact(settings: ConnectionSettings, name: str, sink: str, store: str, *,
+                                   epochs: int, held_epoch: int, successor_attempt: int, status_attempt: int) -> None:
+    """After a zombie attempt held in ``held_epoch`` was fenced: HEAD holds epochs 1..``epochs``,
+    the successor's snapshots from the held epoch on, STATUS is attempt ``status_attempt``'s and
+    STOPPED, and every epoch's marker lists exactly the parts its committed manifest lists, all
+    present with their sizes and nothing else in the epoch's folder."""
+    snapshots = SnapshotStore.open(store, name, "main", settings)
+    head, _ = snapshots.read_head()
+    assert head is not None and head.latest is not None and head.latest.epoch == epochs
+    assert [e.epoch for e in head.history] == list(range(epochs, 0, -1))
+    assert all(e.snapshot_id.endswith(f"-a{successor_attempt}") for e in head.history if e.epoch >= held_epoch), \
+        head.history
+    status = snapshots.read_status()
+    assert status is not None and (status.attempt, status.state) == (status_attempt, "STOPPED"), status
+    out = open_store(sink, settings)
+    for entry in head.history:
+        committed = snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256).flows[name].sink
+        marker = SuccessMarker.model_validate_json(out.get(committed.marker))
+        assert marker.files == committed.files, f"epoch {entry.epoch}: the marker no longer lists the committed parts"
+        for ref in marker.files:
+            assert out.size(ref.key) == ref.bytes, f"epoch {entry.epoch}: listed part {ref.key} damaged"
+        present = out.list(f"epoch={entry.epoch}/")
+        assert sorted(present) == sorted([f.key for f in marker.files] + [committed.marker]), present
 
 
 def dead_letters_written(runner, epoch: int, bad):

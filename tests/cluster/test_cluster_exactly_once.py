@@ -16,8 +16,11 @@ from pathlib import Path
 import pytest
 
 from pipeline_lib.checkpoint import layout
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.execution.state.span_owners import SpanOwners
 from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.part_layout import part_slot
 from pipeline_lib.storage import open_store, parse_location
 from tests.changelog import assert_every_epoch_exact
 from tests.support import CliRun, result_table, run_cli, spend_spec, wait_for, write_spec
@@ -30,7 +33,7 @@ LOOPBACK = {"spark.driver.host": "127.0.0.1"}  # every process of the tier is on
 
 
 def _job(tmp_path: Path, payments, *, parallelism: int = 2, spark: dict | None = None,
-         extra: dict | None = None) -> tuple[str, str, str, Path]:
+         checkpoint: dict | None = None, extra: dict | None = None) -> tuple[str, str, str, Path]:
     topic, _ = payments
     # unique across modules: the tier's other test files import this one again under another name,
     # so a module-level counter would start over there and reuse a finished job's store
@@ -39,6 +42,7 @@ def _job(tmp_path: Path, payments, *, parallelism: int = 2, spark: dict | None =
     section = {**(spark or {}), "conf": {**LOOPBACK, **(spark or {}).get("conf", {})}}
     spec = spend_spec(name, topic, sink, store, per_epoch=PER_EPOCH, parallelism=parallelism,
                       extra={"spark": section, **(extra or {})})
+    spec["checkpoint"].update(checkpoint or {})
     return name, sink, store, write_spec(tmp_path, spec)
 
 
@@ -105,16 +109,69 @@ def test_a_sigkilled_driver_frees_its_executors_and_a_restore_on_the_cluster_is_
     _assert_exact(cluster_env, local_stack, cluster_payments, name, sink, store)
 
 
-def test_a_restore_on_the_cluster_rescales_from_2_to_3(cluster, cluster_env, local_stack, tmp_path, cluster_payments):
-    name, sink, store, spec = _job(tmp_path, cluster_payments, parallelism=2)
-    crashed = run_cli(["run", str(spec)], {**cluster_env, "PIPELINE_FAULT_POINTS": "after_manifest@2"})
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
-    restored = run_cli(["run", str(spec), "--parallelism", "3"], cluster_env)
-    assert restored.returncode == 0, restored.stderr[-3000:]
-    assert "restored from" in restored.stderr
-    assert "rescaling keyed state from 2 to 3 subtasks" in restored.stderr  # only the spans' owners change
-    assert "read 0 bytes of state on the driver" in restored.stderr
+SPAN = 16  # key groups per state file in the rescale test: 8 spans for the owners to share
+# Each run of the rescale test: its parallelism, the point its driver is SIGKILLed at (None: it runs
+# to the end) and the snapshot it restores. Epoch 2 is killed after its owner tasks wrote their parts
+# and state and its marker is committed (the restore at 1 replaces that marker), epochs 3 and 4
+# after their manifest is written but before HEAD moves.
+RESCALES = [(2, "mid_snapshot_write@2", None), (1, "after_manifest@3", "0000000001-a1"),
+            (2, "after_manifest@4", "0000000002-a2"), (3, None, "0000000003-a3")]
+
+
+def test_restores_on_the_cluster_rescale_2_to_1_to_2_to_3_by_giving_spans_other_owners(
+        cluster, cluster_env, local_stack, tmp_path, cluster_payments):
+    """A run at parallelism 2 is SIGKILLed mid-run, restored at 1, killed, restored at 2, killed,
+    restored at 3 to the end. Each restore reads no state on the driver (the executors verify the
+    spans), and each epoch's sink parts and state packs are written by as many owner tasks as its
+    parallelism, each pack inside its owner's key groups: a rescale changes only which owner holds
+    which span. The table and every committed epoch are exact against plain Python."""
+    from tests.e2e.test_owner_restore import _restored_on_executors
+
+    # 8 spans of 16 key groups: the state of 500 keys would otherwise be one span, held by one owner
+    name, sink, store, spec = _job(tmp_path, cluster_payments, parallelism=RESCALES[0][0],
+                                   checkpoint={"key_groups_per_state_file": SPAN})
+    before = RESCALES[0][0]
+    for attempt, (parallelism, crash, restores) in enumerate(RESCALES, start=1):
+        env = {**cluster_env, "PIPELINE_FAULT_POINTS": crash} if crash else cluster_env
+        run = run_cli(["run", str(spec), "--parallelism", str(parallelism)], env, timeout=420)
+        assert run.returncode == (-9 if crash else 0), run.stderr[-3000:]
+        assert "with keyed state on owner tasks" in run.stderr, run.stderr[-3000:]
+        if restores is not None:
+            assert f"attempt {attempt}: restored snapshot {restores} (epoch" in run.stderr, run.stderr[-3000:]
+            assert f"rescaling keyed state from {before} to {parallelism} subtasks" in run.stderr
+            _restored_on_executors(run.stderr, restores)
+        before = parallelism
     _assert_exact(cluster_env, local_stack, cluster_payments, name, sink, store)
+
+    snapshots = SnapshotStore.open(store, name, "main", ConnectionSettings.from_env(cluster_env))
+    head, _ = snapshots.read_head()
+    assert head is not None
+    manifests = [snapshots.load_manifest(e.snapshot_id, e.manifest_sha256) for e in reversed(head.history)]
+    assert [(m.epoch, m.snapshot_id, getattr(m.flows[name].state, "parallelism", None)) for m in manifests] == \
+        [(1, "0000000001-a1", 2), (2, "0000000002-a2", 1), (3, "0000000003-a3", 2), (4, "0000000004-a4", 3)]
+    for m in manifests:
+        state = m.flows[name].state
+        assert state is not None
+        parts = [f.key for f in m.flows[name].sink.files]
+        slots = {slot[:2] if slot else None for slot in map(part_slot, parts)}  # (label, owner) of each part
+        assert slots == {("o", i) for i in range(state.parallelism)}, f"epoch {m.epoch}: parts {parts}"
+        packs: dict[str, list[tuple[int, int]]] = {}  # each pack this snapshot wrote -> the spans in it
+        for part in (part for f in state.files for part in f.chain()):
+            if layout.snapshot_of_state_key(part.key) == m.snapshot_id:
+                packs.setdefault(part.key, []).append((part.key_group_start, part.key_group_end))
+        assert [(f.key_group_start, f.key_group_end) for f in state.files] == \
+            [(start, start + SPAN) for start in range(0, state.max_parallelism, SPAN)], f"epoch {m.epoch}"
+        owners = SpanOwners(state.parallelism, state.max_parallelism, SPAN)
+        holders = sorted(_owner_holding(owners, spans) for spans in packs.values())
+        assert holders == list(range(state.parallelism)), f"epoch {m.epoch}: packs {packs}"
+        assert all(key.rpartition("-")[2].startswith("t") for key in packs)  # written by owner tasks
+
+
+def _owner_holding(owners: SpanOwners, spans: list[tuple[int, int]]) -> int:
+    """The owner whose key groups hold every one of ``spans``, -1 if no one owner does."""
+    held = [i for i in range(owners.parallelism)
+            if all(owners.owned(i).start <= start and end <= owners.owned(i).stop for start, end in spans)]
+    return held[0] if len(held) == 1 else -1
 
 
 def test_a_corrupt_span_on_restore_is_found_by_the_executors_and_the_restore_falls_back_exactly(

@@ -17,37 +17,12 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
-from pipeline_lib.sink.files_sink import SuccessMarker
-from pipeline_lib.storage import open_store
 from tests.changelog import assert_every_epoch_exact
-from tests.support import CliRun, result_table, run_cli, spend_spec, write_spec
+from tests.support import CliRun, assert_committed_output_intact, result_table, run_cli, spend_spec, write_spec
 
 EPOCHS = 6  # 24k events at 4k per epoch
-
-
-def _assert_committed_output_intact(settings: ConnectionSettings, name: str, sink: str, store: str,
-                                    status_attempt: int) -> None:
-    """HEAD holds the successor's snapshots from the held epoch on, STATUS is the last attempt's,
-    and every epoch's marker lists exactly the parts its committed manifest lists, all present."""
-    snapshots = SnapshotStore.open(store, name, "main", settings)
-    head, _ = snapshots.read_head()
-    assert head is not None and head.latest is not None and head.latest.epoch == EPOCHS
-    assert [e.epoch for e in head.history] == list(range(EPOCHS, 0, -1))
-    assert all(e.snapshot_id.endswith("-a2") for e in head.history if e.epoch >= 3), head.history
-    status = snapshots.read_status()
-    assert status is not None and (status.attempt, status.state) == (status_attempt, "STOPPED"), status
-    out = open_store(sink, settings)
-    for entry in head.history:
-        committed = snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256).flows[name].sink
-        marker = SuccessMarker.model_validate_json(out.get(committed.marker))
-        assert marker.files == committed.files, f"epoch {entry.epoch}: the marker no longer lists the committed parts"
-        for ref in marker.files:
-            assert out.size(ref.key) == ref.bytes, f"epoch {entry.epoch}: listed part {ref.key} damaged"
-        present = out.list(f"epoch={entry.epoch}/")
-        assert sorted(present) == sorted([f.key for f in marker.files] + [committed.marker]), present
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
@@ -83,8 +58,10 @@ def test_old_attempt_is_fenced_and_cannot_damage_committed_output(stack_env, loc
     assert old.returncode == 2, err[-3000:]
     assert "fenced" in err
     assert result_table(stack_env, sink) == spend_per_user(events), "the fenced attempt changed committed output"
-    _assert_committed_output_intact(settings, name, sink, store, status_attempt=2)
+    assert_committed_output_intact(settings, name, sink, store, epochs=EPOCHS, held_epoch=3, successor_attempt=2,
+                                   status_attempt=2)
     assert len(assert_every_epoch_exact(stack_env, name, sink, store, local_stack.kafka_bootstrap)) == EPOCHS
     again = run_cli(["run", str(spec)], stack_env)
     assert again.returncode == 0 and "0 epoch(s)" in again.stderr
-    _assert_committed_output_intact(settings, name, sink, store, status_attempt=3)
+    assert_committed_output_intact(settings, name, sink, store, epochs=EPOCHS, held_epoch=3, successor_attempt=2,
+                                   status_attempt=3)
