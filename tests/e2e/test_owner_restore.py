@@ -72,16 +72,19 @@ def test_a_damaged_span_is_found_on_the_executors_and_the_restore_falls_back(sta
     assert result_table(stack_env, sink) == spend_per_user(events)
 
 
-@pytest.mark.full  # the cluster tier rescales 2->3 on owner tasks in `make test`
+@pytest.mark.full  # the cluster tier rescales 2->1->2->3 on owner tasks in `make test`
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 def test_a_restore_at_another_parallelism_maps_spans_to_owners_and_is_exact(stack_env, tmp_path, payments,
                                                                              locations):
-    """2 -> 1 -> 2 subtasks: the state files of the snapshot restored are the ones its successor
-    keeps referencing where no key changed; the result is plain Python's."""
+    """2 -> 1 -> 2 subtasks over 8 spans (a state this small would otherwise be one span, which
+    one owner holds at any parallelism): the spans move between owners, the state files of the
+    snapshot restored are the ones its successor keeps referencing where no key changed; the
+    result is plain Python's."""
     topic, events = payments
     name, sink, store_uri = locations
-    spec = write_spec(tmp_path, spend_spec(name, topic, sink, store_uri, per_epoch=4_000, parallelism=2,
-                                           extra=OWNERS))
+    job = spend_spec(name, topic, sink, store_uri, per_epoch=4_000, parallelism=2, extra=OWNERS)
+    job["checkpoint"]["key_groups_per_state_file"] = 16
+    spec = write_spec(tmp_path, job)
     for parallelism, epochs in ((2, 2), (1, 2), (2, None)):
         args = ["run", str(spec), "--parallelism", str(parallelism)]
         if epochs:
@@ -98,4 +101,10 @@ def test_a_restore_at_another_parallelism_maps_spans_to_owners_and_is_exact(stac
     expected = {1: 2, 2: 2, 3: 1, 4: 1, 5: 2, 6: 2}  # the retained snapshots' parallelism
     assert {e: m["flows"][name]["state"]["parallelism"] for e, m in by_epoch.items()} == \
         {e: expected[e] for e in by_epoch} and 6 in by_epoch
+    for epoch, manifest in by_epoch.items():  # each epoch's new packs: one per owner that holds spans
+        files = manifest["flows"][name]["state"]["files"]
+        assert len(files) == 8, (epoch, len(files))
+        chains = [part for f in files for part in [f, *f.get("deltas", [])]]
+        written = {f["key"] for f in chains if f"/{manifest['snapshot_id']}/" in f["key"]}
+        assert len(written) == expected[epoch], (epoch, sorted(written))
     assert result_table(stack_env, sink) == spend_per_user(events)
