@@ -18,6 +18,7 @@ depends on its partitioning.
 from __future__ import annotations
 
 import base64
+import json
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.aggregate import partials_frame
 from pipeline_lib.execution.source.epoch_reader import DEAD_LETTER_RAW_BYTES, bad_records_frame, map_tasks
 from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
+from pipeline_lib.execution.source.subtask_start import SourceStart
 from pipeline_lib.sink.task_parts import TaskParts, TaskPartWriter, WrittenParts
 from pipeline_lib.spec.models import FlowSpec
 
@@ -41,6 +43,7 @@ from pipeline_lib.spec.models import FlowSpec
 OUTPUT_DDL = "output int, ipc binary, written string"
 _OUTPUT_SCHEMA = pa.schema([("output", pa.int32()), ("ipc", pa.binary()), ("written", pa.string())])
 BAD_RECORDS = -1  # the output index of bad records; flows are 0..n-1
+SOURCE_STARTED = -2  # the output index of a source subtask's start-up checks, as JSON [index, ok, detail]
 MAX_ROWS_PER_BLOB = 250_000  # rows per IPC value (a few MB of partials)
 MAX_BLOB_BYTES = 64 << 20  # and bytes per IPC value: far below Spark's 2 GB per value
 COMBINE_AT_ROWS = 1_000_000  # a task folds its partials into one table when they grow past this
@@ -131,11 +134,24 @@ class EpochInWorker:
     schemas: tuple[pa.Schema, ...]  # per flow: the Arrow schema the Spark path gives its rows
     dead_letters: TaskPartWriter | None = None  # None: bad records are only counted (on_error: skip)
     bad_schema: pa.Schema | None = None
+    start: SourceStart | None = None  # source subtask i's start-up checks, run by task i before it reads
 
     def __call__(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Spark calls this per task: one output batch per flow and task, built from the task's ranges."""
-        for ranges in self.reader.ranges_of(task_indexes):
-            yield from self.run_task(ranges)
+        for index in self.reader.indexes_of(task_indexes):
+            yield from self.checked_task(index)
+
+    def checked_task(self, index: int) -> Iterator[pa.RecordBatch]:
+        """Task ``index``: with ``start``, source subtask ``index``'s checks first (a row of
+        SOURCE_STARTED), and its read only when they passed; tasks past the reader's own hold
+        no ranges and only check."""
+        if self.start is not None:
+            checked = self.start(index)
+            yield pa.record_batch([pa.array([SOURCE_STARTED], pa.int32()), pa.nulls(1, pa.binary()),
+                                   pa.array([json.dumps(checked)], pa.string())], schema=_OUTPUT_SCHEMA)
+            if not checked[1]:
+                return
+        yield from self.run_task(self.reader.tasks[index] if index < len(self.reader.tasks) else [])
 
     def run_task(self, ranges: Sequence[tuple[str, int, int, int]]) -> Iterator[pa.RecordBatch]:
         """One task: read its ranges and yield each flow's output (and the bad records) as IPC rows."""
@@ -252,9 +268,11 @@ class ArrowEpochs:
         return cls(tuple(in_worker), schemas, bad_schema), "no flow needs Spark SQL"
 
     def in_worker(self, reader: KafkaRangeReader, writers: Sequence[TaskPartWriter | None],
-                  dead_letters: TaskPartWriter | None = None) -> EpochInWorker:
-        """The read tasks' function for ``reader``, writing stateless flows' rows with ``writers``."""
-        return EpochInWorker(reader, self.flows, tuple(writers), tuple(self.schemas), dead_letters, self.bad_schema)
+                  dead_letters: TaskPartWriter | None = None, start: SourceStart | None = None) -> EpochInWorker:
+        """The read tasks' function for ``reader``, writing stateless flows' rows with ``writers``
+        (and, with ``start``, running the source subtasks' start-up checks first)."""
+        return EpochInWorker(reader, self.flows, tuple(writers), tuple(self.schemas), dead_letters, self.bad_schema,
+                             start)
 
     def read(self, spark: SparkSession, reader: KafkaRangeReader, writers: Sequence[TaskPartWriter | None],
              dead_letters: TaskPartWriter | None = None
@@ -263,12 +281,27 @@ class ArrowEpochs:
         flow's result in flow order: a stateful flow's partials as a table, a stateless flow's
         parts as the tasks wrote them with ``writers``; the bytes of task results the driver
         received, which grow with the keys an epoch changed, as the partials do)."""
-        rows = map_tasks(spark, len(reader.tasks), self.in_worker(reader, writers, dead_letters), OUTPUT_DDL).toArrow()
+        _, bad, results, received = self.read_starting(spark, reader, writers, dead_letters, None)
+        return bad, results, received
+
+    def read_starting(self, spark: SparkSession, reader: KafkaRangeReader, writers: Sequence[TaskPartWriter | None],
+                      dead_letters: TaskPartWriter | None, start: SourceStart | None
+                      ) -> tuple[list[tuple[int, bool, str]], WrittenParts | None, list[pa.Table | WrittenParts], int]:
+        """``read``, its tasks running the source subtasks' start-up checks first (``start``; one
+        task per subtask at least): (each subtask's ``(index, ok, detail)``, then ``read``'s
+        result). A task whose checks failed reads nothing, so the caller must use no part of the
+        result unless every check passed."""
+        tasks = max(len(reader.tasks), start.parallelism if start is not None else 0)
+        rows = map_tasks(spark, tasks, self.in_worker(reader, writers, dead_letters, start), OUTPUT_DDL).toArrow()
         parts: dict[int, list[pa.Table]] = defaultdict(list)
         written: dict[int, list[WrittenParts]] = defaultdict(list)
+        checks: list[tuple[int, bool, str]] = []
         for output, ipc, text in zip(rows.column("output").to_pylist(), rows.column("ipc").to_pylist(),
                                      rows.column("written").to_pylist()):
-            if text is not None:
+            if output == SOURCE_STARTED:
+                index, ok, detail = json.loads(text)
+                checks.append((index, ok, detail))
+            elif text is not None:
                 written[output].append(WrittenParts.from_json(text))
             else:
                 parts[output].append(pa.ipc.open_stream(ipc).read_all())
@@ -280,7 +313,7 @@ class ArrowEpochs:
             got = parts.get(index)
             results.append(flow.combined(got).cast(schema) if got else schema.empty_table())
         bad = WrittenParts.combine(written.get(BAD_RECORDS, [])) if self.bad_schema is not None else None
-        return bad, results, rows.nbytes
+        return sorted(checks), bad, results, rows.nbytes
 
 
 def _needs_spark(flow: FlowSpec, fields: dict[str, T.DataType]) -> str | None:
