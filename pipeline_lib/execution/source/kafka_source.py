@@ -87,15 +87,10 @@ class KafkaRangeReader:
     def ranges_of(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[Sequence[tuple[str, int, int, int]]]:
         """The ranges of each task a ``mapInArrow`` partition holds (see epoch_reader.map_tasks),
         in a worker whose long-lived heap is frozen first (see worker_heap)."""
-        for i in self.indexes_of(task_indexes):
-            yield self.tasks[i]
-
-    def indexes_of(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[int]:
-        """The index of each task a ``mapInArrow`` partition holds, in a worker whose long-lived
-        heap is frozen first (see worker_heap)."""
         freeze_imported_heap()
         for batch in task_indexes:
-            yield from batch.column(0).to_pylist()
+            for i in batch.column(0).to_pylist():
+                yield self.tasks[i]
 
     def read_task(self, ranges: Sequence[tuple[str, int, int, int]]) -> Iterator[pa.RecordBatch]:
         """One Arrow batch per poll: Spark takes the batches as they are, instead of converting
