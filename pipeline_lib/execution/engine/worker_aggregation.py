@@ -3,12 +3,15 @@
 A flow without transforms needs nothing of Spark's SQL engine. Its partial aggregate can be made
 from the Arrow batches the Kafka reader decodes, with pyarrow's hash aggregation, in the worker
 that read them; a stateless flow's rows and the bad records are written to their sinks by that
-worker (sink.task_parts). Each task then hands Spark a few rows of Arrow IPC bytes or part
-references instead of every record as a Spark row, so the JVM does not turn every record from
-Arrow into a row, aggregate, shuffle and turn the result back into Arrow.
+worker (sink.task_parts). Each task then hands the driver a few values of Arrow IPC bytes or
+part references instead of every record as a Spark row, so the JVM does not turn every record
+from Arrow into a row, aggregate, shuffle and turn the result back into Arrow. Those values go
+through a plain RDD job: nothing of Spark SQL (its session state, planning, code generation)
+is needed, which on a short scheduled run is seconds of start-up.
 
 The result is the one the Spark path gives: it is cast to the Arrow schema Spark gives that
-query (taken once from Spark's own analysis of it), and a flow whose types the two could
+query (built in Python by Spark's typing rules, ``_python_schemas``, which a test holds equal to
+Spark's own analysis; Spark analyses it when a name repeats), and a flow whose types the two could
 treat differently takes the Spark path: floating-point or decimal keys (Spark folds -0.0 into 0.0
 and every NaN into one key), min/max over floating point (Spark orders NaN above every number) or
 decimals. Sums of floating point are added in another order than Spark's, as Spark's own order
