@@ -258,3 +258,29 @@ def test_owner_tasks_keep_the_same_state_and_send_the_driver_only_references(spa
     # measured: what the driver received for this epoch of 4,000 records
     print(f"owner path: {read.result_bytes} bytes of task results for {references} references")
     assert 0 < read.result_bytes < 600 * references
+
+
+@pytest.mark.parametrize("tolerant", [False, True])
+def test_the_schemas_built_in_python_equal_sparks_analysis(spark, tolerant):
+    """The Arrow path takes its result schemas from Python (no Spark SQL session state on a short
+    run): they must be what Spark's analysis of the Spark path's queries gives, for every flow
+    shape, the bad records, and the session's Arrow string types."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from pipeline_lib.execution.engine.worker_aggregation import _large_var_types, _python_schemas
+
+    large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes") == "true"
+    assert _large_var_types(spark) == large
+    schema = source_schema(spark, _source("any"), tolerant=tolerant)
+    flows = [FlowSpec.model_validate({"source": "main", "sink": SINK, **f}) for f in FLOWS]
+    built = _python_schemas(schema, flows, tolerant)
+    assert built is not None
+    df = spark.createDataFrame([], schema)
+    good = df.drop("_error", "_raw") if tolerant else df
+    analysed = [partials_frame(good, f.state.aggregate) if f.state else good for f in flows]
+    for flow, mine, theirs in zip(flows, built[0], analysed):
+        assert mine == theirs.schema, flow.name
+    assert built[1] == (bad_records_frame(df).schema if tolerant else None)
+    arrow, _ = ArrowEpochs.for_flows(spark, schema, flows, tolerant)
+    assert arrow is not None
+    assert arrow.schemas == [to_arrow_schema(a.schema, timezone="UTC", prefers_large_types=large) for a in analysed]

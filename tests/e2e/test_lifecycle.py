@@ -7,10 +7,16 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
+import shlex
+import shutil
 import signal
+import sys
 import threading
 import time
+from pathlib import Path
 
+import pipeline_lib
 from pipeline_lib.checkpoint.manifest import PipelineStatus
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.orchestration.launch_request import LaunchRequest
@@ -20,6 +26,7 @@ from pipeline_lib.recovery.recovery_record import RecoveryPolicy, read_record
 from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import load_spec
+from pipeline_lib.storage import open_store
 from tests.support import CliRun, result_table, run_cli, spend_spec, wait_for, write_spec
 
 
@@ -90,6 +97,52 @@ def test_a_subtask_that_cannot_start_fails_the_start_up_and_names_itself(stack_e
     assert "transform0#0 failed on_start" in status.reason and "no_such_module" in status.reason
     head, _ = SnapshotStore.open(store, name, "main", ConnectionSettings.from_env(stack_env)).read_head()
     assert head is None or head.history == []  # no snapshot committed
+
+
+def _library_at_another_version(root: Path, version: str) -> Path:
+    """A real copy of this library whose ``__version__`` is ``version``."""
+    shutil.copytree(Path(pipeline_lib.__file__).parent, root / "pipeline_lib",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    init = root / "pipeline_lib" / "__init__.py"
+    text = init.read_text()
+    assert f'__version__ = "{pipeline_lib.__version__}"' in text
+    init.write_text(text.replace(f'__version__ = "{pipeline_lib.__version__}"', f'__version__ = "{version}"'))
+    return root
+
+
+def test_a_failing_check_in_epoch_1s_read_fails_the_start_up_naming_each_subtask_and_commits_nothing(
+        stack_env, tmp_path, payments):
+    """On the Arrow path with keyed state on the driver, epoch 1's read tasks run the source
+    subtasks' checks before reading: Python workers that import another release of the library
+    fail every subtask, each named, and nothing of the read is merged or committed."""
+    topic, _ = payments
+    name, other = "lifecycle-read-checks", "9.9.9"
+    store, sink = f"s3://checkpoints/{name}", f"s3://results/{name}"
+    lib = _library_at_another_version(tmp_path / "other-lib", other)
+    # Local mode's Python workers put their working directory first on the import path: started
+    # in the copy's folder, they import it, while the driver imports this checkout.
+    worker_python = tmp_path / "worker-python"
+    worker_python.write_text(f"#!/bin/sh\ncd {shlex.quote(str(lib))} && exec {shlex.quote(sys.executable)} \"$@\"\n")
+    worker_python.chmod(0o755)
+    spec = write_spec(tmp_path, spend_spec(name, topic, sink, store, per_epoch=12_000))
+    result = run_cli(["run", str(spec), "--until-caught-up"], {**stack_env, "PYSPARK_PYTHON": str(worker_python)},
+                     timeout=240)
+    assert result.returncode != 0
+    assert "epoch 1's read runs the source subtasks' start-up checks" in result.stderr, result.stderr[-3000:]
+    assert "epochs take the Arrow path (" in result.stderr
+    status = status_of(stack_env, store, name)
+    assert status.state == "FAILED" and status.subtasks_started == 0, status
+    named = re.findall(r"subtask source:main#(\d) failed on_start: executor \(host [^,]+, pid \d+\) has "
+                       rf"pipeline_lib {re.escape(other)} \(the driver has {re.escape(pipeline_lib.__version__)}\)",
+                       status.reason)
+    assert sorted(named) == ["0", "1"], status.reason  # both source subtasks, each named
+    assert status.reason in result.stderr
+    head, _ = SnapshotStore.open(store, name, "main", ConnectionSettings.from_env(stack_env)).read_head()
+    assert head is None or head.history == []  # no snapshot committed
+    assert "committed" not in result.stderr
+    # the start-over's empty marker only (see FilesSink.retract_all): no part, nothing to read
+    assert open_store(sink, ConnectionSettings.from_env(stack_env)).list("") == ["epoch=1/_SUCCESS"]
+    assert result_table(stack_env, sink) == {}
 
 
 def test_a_killed_run_is_lost_and_recovered_once_to_an_exact_result(stack_env, tmp_path, payments):

@@ -116,20 +116,14 @@ class _Reader:
     tasks: list
     tolerant: bool = False
 
-    def ranges_of(self, task_indexes):
-        for batch in task_indexes:
-            for i in batch.column(0).to_pylist():
-                yield self.tasks[i]
-
     def read_task(self, ranges):
         yield from ranges
 
 
-def _outputs(rows: list[pa.RecordBatch]) -> list[tuple[int, pa.Table | WrittenParts]]:
+def _outputs(rows: list[tuple[int, bytes | None, str | None]]) -> list[tuple[int, pa.Table | WrittenParts]]:
     """Each output row: (output index, partials as a table, or what the task wrote)."""
     out: list[tuple[int, pa.Table | WrittenParts]] = []
-    for b in rows:
-        index, ipc, written = (b.column(i)[0].as_py() for i in range(3))
+    for index, ipc, written in rows:
         out.append((index, WrittenParts.from_json(written) if written is not None
                     else pa.ipc.open_stream(ipc).read_all()))
     return out
@@ -157,7 +151,7 @@ def test_a_task_yields_one_partial_per_stateful_flow_and_writes_every_row_of_a_s
     monkeypatch.setattr(wa, "COMBINE_AT_ROWS", 5)  # fold the partials after every batch
     monkeypatch.setattr(task_parts, "ROWS_PER_PART", 1_500)  # and cut the stateless rows into several parts
     run = EpochInWorker(_Reader([batches]), (FLOW, FlowInWorker()), (None, _writer(tmp_path, "r")), (SCHEMA, SCHEMA))
-    out = _outputs(list(run(iter([pa.record_batch({"id": [0]})]))))
+    out = _outputs(list(run.rdd_partition([0])))
     stateful = [t for i, t in out if i == 0]
     assert len(stateful) == 1 and _by_key(stateful[0]) == _expected(rows)
     [written] = [w for i, w in out if i == 1]
@@ -176,7 +170,7 @@ def test_a_task_cuts_parts_where_the_rows_are_not_where_its_batches_end(monkeypa
     for size in (1_000, 333, 5_000):
         batches = [pa.RecordBatch.from_pylist(rows[i:i + size], schema=SCHEMA) for i in range(0, 5_000, size)]
         run = EpochInWorker(_Reader([batches]), (FlowInWorker(),), (_writer(tmp_path / str(size), "r"),), (SCHEMA,))
-        [(_, parts)] = _outputs(list(run(iter([pa.record_batch({"id": [0]})]))))
+        [(_, parts)] = _outputs(list(run.rdd_partition([0])))
         written.append([(f.key, f.rows, f.bytes, f.sha256) for f in parts.files])
     assert written[0] == written[1] == written[2] and len(written[0]) == 5
 
@@ -196,7 +190,7 @@ def test_a_tolerant_task_writes_bad_records_apart_and_aggregates_only_good_ones(
          "_topic": "t", "_partition": 0, "_offset": 2, "_error": None, "_raw": None},
     ], schema=schema)
     run = EpochInWorker(_Reader([[batch]], tolerant=True), (FLOW,), (None,), (SCHEMA,), _writer(tmp_path, "d"))
-    out = _outputs(list(run.run_task([batch])))
+    out = _outputs(list(run.task_rows([batch])))
     assert [i for i, _ in out] == [0, wa.BAD_RECORDS]
     assert out[0][1].to_pylist() == [{"user": "a", "total": 3, "n": 2, "seen": 2, "low": 1, "high": "z"}]
     bad = out[1][1]
@@ -267,7 +261,30 @@ def test_flows_without_transforms_over_exact_types_take_the_arrow_path(over):
 def test_wide_rows_are_cut_into_blobs_by_bytes_too(monkeypatch):
     monkeypatch.setattr(wa, "MAX_BLOB_BYTES", 10_000)
     table = pa.table({"payload": ["x" * 1_000] * 95})
-    blobs = [(i, t) for i, t in _outputs(list(wa._blobs(3, table))) if isinstance(t, pa.Table)]
+    blobs = [(i, t) for i, t in _outputs([(3, ipc, None) for ipc in wa.ipc_pieces(table)])
+             if isinstance(t, pa.Table)]
     assert all(i == 3 for i, _ in blobs) and len(blobs) >= 10
     assert all(t.nbytes <= 12_000 for _, t in blobs)
     assert pa.concat_tables([t for _, t in blobs]).equals(table)
+
+
+def test_a_task_whose_start_up_checks_fail_reports_them_and_reads_nothing(tmp_path):
+    """Epoch 1's read task i runs source subtask i's checks first (runtime.startup): a worker with
+    another library release than the driver's returns the failure for the driver to name, and
+    neither reads nor writes (the check fails before any broker is contacted)."""
+    import json
+
+    import pipeline_lib
+    from pipeline_lib.execution.source.subtask_start import SourceStart
+
+    rows = _rows(100, seed=5)
+    batches = [pa.RecordBatch.from_pylist(rows, schema=SCHEMA)]
+    start = SourceStart("127.0.0.1:9", "t", 2, 1000, ("0.0.0-driver", pa.__version__))
+    run = EpochInWorker(_Reader([batches, batches]), (FLOW, FlowInWorker()), (None, _writer(tmp_path, "r")),
+                        (SCHEMA, SCHEMA), start=start)
+    [(output, ipc, text)] = list(run.rdd_partition([1]))
+    assert output == wa.SOURCE_STARTED and ipc is None
+    index, ok, detail = json.loads(text)
+    assert (index, ok) == (1, False)
+    assert detail.endswith(f"has pipeline_lib {pipeline_lib.__version__} (the driver has 0.0.0-driver)"), detail
+    assert not tmp_path.joinpath("r").exists()  # the stateless flow's rows were not written

@@ -3,12 +3,15 @@
 A flow without transforms needs nothing of Spark's SQL engine. Its partial aggregate can be made
 from the Arrow batches the Kafka reader decodes, with pyarrow's hash aggregation, in the worker
 that read them; a stateless flow's rows and the bad records are written to their sinks by that
-worker (sink.task_parts). Each task then hands Spark a few rows of Arrow IPC bytes or part
-references instead of every record as a Spark row, so the JVM does not turn every record from
-Arrow into a row, aggregate, shuffle and turn the result back into Arrow.
+worker (sink.task_parts). Each task then hands the driver a few values of Arrow IPC bytes or
+part references instead of every record as a Spark row, so the JVM does not turn every record
+from Arrow into a row, aggregate, shuffle and turn the result back into Arrow. Those values go
+through a plain RDD job: nothing of Spark SQL (its session state, planning, code generation)
+is needed, which on a short scheduled run is seconds of start-up.
 
 The result is the one the Spark path gives: it is cast to the Arrow schema Spark gives that
-query (taken once from Spark's own analysis of it), and a flow whose types the two could
+query (built in Python by Spark's typing rules, ``_python_schemas``, which a test holds equal to
+Spark's own analysis; Spark analyses it when a name repeats), and a flow whose types the two could
 treat differently takes the Spark path: floating-point or decimal keys (Spark folds -0.0 into 0.0
 and every NaN into one key), min/max over floating point (Spark orders NaN above every number) or
 decimals. Sums of floating point are added in another order than Spark's, as Spark's own order
@@ -18,8 +21,9 @@ depends on its partitioning.
 from __future__ import annotations
 
 import base64
+import json
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -31,16 +35,18 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.aggregate import partials_frame
-from pipeline_lib.execution.source.epoch_reader import DEAD_LETTER_RAW_BYTES, bad_records_frame, map_tasks
+from pipeline_lib.execution.source.epoch_reader import DEAD_LETTER_RAW_BYTES, bad_records_frame
 from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
+from pipeline_lib.execution.source.subtask_start import SourceStart
+from pipeline_lib.execution.source.worker_heap import freeze_imported_heap
 from pipeline_lib.sink.task_parts import TaskParts, TaskPartWriter, WrittenParts
 from pipeline_lib.spec.models import FlowSpec
 
 # One row: an Arrow IPC stream of output ``output`` (a stateful flow's partials), or the parts a
 # task wrote of it (a stateless flow's rows, bad records) as ``WrittenParts`` JSON.
 OUTPUT_DDL = "output int, ipc binary, written string"
-_OUTPUT_SCHEMA = pa.schema([("output", pa.int32()), ("ipc", pa.binary()), ("written", pa.string())])
 BAD_RECORDS = -1  # the output index of bad records; flows are 0..n-1
+SOURCE_STARTED = -2  # the output index of a source subtask's start-up checks, as JSON [index, ok, detail]
 MAX_ROWS_PER_BLOB = 250_000  # rows per IPC value (a few MB of partials)
 MAX_BLOB_BYTES = 64 << 20  # and bytes per IPC value: far below Spark's 2 GB per value
 COMBINE_AT_ROWS = 1_000_000  # a task folds its partials into one table when they grow past this
@@ -119,11 +125,16 @@ class FlowInWorker:
                 raise PipelineError(f"sum of column {column!r} overflows bigint for key {key!r}")
 
 
+Row = tuple[int, bytes | None, str | None]  # one row of OUTPUT_DDL: (output, ipc, written)
+
+
 @dataclass(frozen=True)
 class EpochInWorker:
-    """The function of the epoch's ``mapInArrow``: read a task's ranges, then yield rows of
+    """The function of an epoch's read tasks: read a task's ranges, then give rows of
     ``OUTPUT_DDL``: each stateful flow's partials as Arrow IPC; each stateless flow's rows and
-    the bad records written by this task to their sinks, as references (see sink.task_parts)."""
+    the bad records written by this task to their sinks, as references (see sink.task_parts).
+    ArrowEpochs runs it as a plain RDD job (``rdd_partition``); owner tasks take its
+    ``task_outputs`` (state.owner_epochs)."""
 
     reader: KafkaRangeReader
     flows: tuple[FlowInWorker, ...]
@@ -131,19 +142,34 @@ class EpochInWorker:
     schemas: tuple[pa.Schema, ...]  # per flow: the Arrow schema the Spark path gives its rows
     dead_letters: TaskPartWriter | None = None  # None: bad records are only counted (on_error: skip)
     bad_schema: pa.Schema | None = None
+    start: SourceStart | None = None  # source subtask i's start-up checks, run by task i before it reads
 
-    def __call__(self, task_indexes: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Spark calls this per task: one output batch per flow and task, built from the task's ranges."""
-        for ranges in self.reader.ranges_of(task_indexes):
-            yield from self.run_task(ranges)
+    def rdd_partition(self, task_indexes: Iterable[int]) -> Iterator[Row]:
+        """As an RDD's partition function (``mapPartitions`` over the task indexes): the rows of
+        each task the partition holds, in a worker whose long-lived heap is frozen first."""
+        freeze_imported_heap()
+        for index in task_indexes:
+            yield from self.checked_task(index)
 
-    def run_task(self, ranges: Sequence[tuple[str, int, int, int]]) -> Iterator[pa.RecordBatch]:
-        """One task: read its ranges and yield each flow's output (and the bad records) as IPC rows."""
+    def checked_task(self, index: int) -> Iterator[Row]:
+        """Task ``index``: with ``start``, source subtask ``index``'s checks first (a row of
+        SOURCE_STARTED), and its read only when they passed; tasks past the reader's own hold
+        no ranges and only check."""
+        if self.start is not None:
+            checked = self.start(index)
+            yield SOURCE_STARTED, None, json.dumps(checked)
+            if not checked[1]:
+                return
+        yield from self.task_rows(self.reader.tasks[index] if index < len(self.reader.tasks) else [])
+
+    def task_rows(self, ranges: Sequence[tuple[str, int, int, int]]) -> Iterator[Row]:
+        """One task: read its ranges; each flow's output (and the bad records) as rows."""
         partials, written = self.task_outputs(ranges)
         for index, table in partials.items():
-            yield from _blobs(index, table)
+            for ipc in ipc_pieces(table):
+                yield index, ipc, None
         for index, parts in written.items():
-            yield _written(index, parts)
+            yield index, None, parts.to_json()
 
     def task_outputs(self, ranges: Sequence[tuple[str, int, int, int]]
                      ) -> tuple[dict[int, pa.Table], dict[int, WrittenParts]]:
@@ -202,19 +228,6 @@ def ipc_pieces(table: pa.Table) -> Iterator[bytes]:
         yield sink.getvalue().to_pybytes()
 
 
-def _blobs(output: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
-    """``table`` as rows of ``OUTPUT_DDL``, one per IPC piece."""
-    for ipc in ipc_pieces(table):
-        yield pa.record_batch([pa.array([output], pa.int32()), pa.array([ipc], pa.binary()),
-                               pa.nulls(1, pa.string())], schema=_OUTPUT_SCHEMA)
-
-
-def _written(output: int, written: WrittenParts) -> pa.RecordBatch:
-    """What a task wrote of ``output``, as one row of ``OUTPUT_DDL``."""
-    return pa.record_batch([pa.array([output], pa.int32()), pa.nulls(1, pa.binary()),
-                            pa.array([written.to_json()], pa.string())], schema=_OUTPUT_SCHEMA)
-
-
 class ArrowEpochs:
     """The driver's side: run an epoch's ``EpochInWorker``; give each stateful flow's partials
     exactly as the Spark path would (its schema, one row per key), and the references of the
@@ -236,7 +249,14 @@ class ArrowEpochs:
             agg = flow.state.aggregate if flow.state else None
             in_worker.append(FlowInWorker() if agg is None else FlowInWorker(
                 tuple(agg.key), tuple((name, f.name, f.column) for name, f in agg.functions().items())))
-        large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
+        large = _large_var_types(spark)
+        built = _python_schemas(schema, flows, tolerant)
+        if built is not None:
+            schemas = [to_arrow_schema(s, timezone="UTC", prefers_large_types=large) for s in built[0]]
+            bad = built[1]
+            return cls(tuple(in_worker), schemas,
+                       to_arrow_schema(bad, timezone="UTC", prefers_large_types=large) if bad is not None else None
+                       ), "no flow needs Spark SQL"
 
         def arrow(frame: DataFrame) -> pa.Schema:
             return to_arrow_schema(frame.schema, timezone="UTC", prefers_large_types=large)
@@ -252,9 +272,11 @@ class ArrowEpochs:
         return cls(tuple(in_worker), schemas, bad_schema), "no flow needs Spark SQL"
 
     def in_worker(self, reader: KafkaRangeReader, writers: Sequence[TaskPartWriter | None],
-                  dead_letters: TaskPartWriter | None = None) -> EpochInWorker:
-        """The read tasks' function for ``reader``, writing stateless flows' rows with ``writers``."""
-        return EpochInWorker(reader, self.flows, tuple(writers), tuple(self.schemas), dead_letters, self.bad_schema)
+                  dead_letters: TaskPartWriter | None = None, start: SourceStart | None = None) -> EpochInWorker:
+        """The read tasks' function for ``reader``, writing stateless flows' rows with ``writers``
+        (and, with ``start``, running the source subtasks' start-up checks first)."""
+        return EpochInWorker(reader, self.flows, tuple(writers), tuple(self.schemas), dead_letters, self.bad_schema,
+                             start)
 
     def read(self, spark: SparkSession, reader: KafkaRangeReader, writers: Sequence[TaskPartWriter | None],
              dead_letters: TaskPartWriter | None = None
@@ -263,12 +285,33 @@ class ArrowEpochs:
         flow's result in flow order: a stateful flow's partials as a table, a stateless flow's
         parts as the tasks wrote them with ``writers``; the bytes of task results the driver
         received, which grow with the keys an epoch changed, as the partials do)."""
-        rows = map_tasks(spark, len(reader.tasks), self.in_worker(reader, writers, dead_letters), OUTPUT_DDL).toArrow()
+        _, bad, results, received = self.read_starting(spark, reader, writers, dead_letters, None)
+        return bad, results, received
+
+    def read_starting(self, spark: SparkSession, reader: KafkaRangeReader, writers: Sequence[TaskPartWriter | None],
+                      dead_letters: TaskPartWriter | None, start: SourceStart | None
+                      ) -> tuple[list[tuple[int, bool, str]], WrittenParts | None, list[pa.Table | WrittenParts], int]:
+        """``read``, its tasks running the source subtasks' start-up checks first (``start``; one
+        task per subtask at least): (each subtask's ``(index, ok, detail)``, then ``read``'s
+        result). A task whose checks failed reads nothing, so the caller must use no part of the
+        result unless every check passed."""
+        tasks = max(len(reader.tasks), start.parallelism if start is not None else 0, 1)
+        # A plain RDD job: its rows are a few IPC blobs and references, which need none of Spark
+        # SQL's planning, code generation or Arrow transport (a short run's first SQL query costs
+        # seconds of start-up).
+        worker = self.in_worker(reader, writers, dead_letters, start)
+        rows: list[Row] = spark.sparkContext.parallelize(range(tasks), tasks).mapPartitions(
+            worker.rdd_partition).collect()
         parts: dict[int, list[pa.Table]] = defaultdict(list)
         written: dict[int, list[WrittenParts]] = defaultdict(list)
-        for output, ipc, text in zip(rows.column("output").to_pylist(), rows.column("ipc").to_pylist(),
-                                     rows.column("written").to_pylist()):
-            if text is not None:
+        checks: list[tuple[int, bool, str]] = []
+        received = 0
+        for output, ipc, text in rows:
+            received += 4 + len(ipc or b"") + len(text or "")
+            if output == SOURCE_STARTED:
+                index, ok, detail = json.loads(text or "null")
+                checks.append((index, ok, detail))
+            elif text is not None:
                 written[output].append(WrittenParts.from_json(text))
             else:
                 parts[output].append(pa.ipc.open_stream(ipc).read_all())
@@ -280,7 +323,64 @@ class ArrowEpochs:
             got = parts.get(index)
             results.append(flow.combined(got).cast(schema) if got else schema.empty_table())
         bad = WrittenParts.combine(written.get(BAD_RECORDS, [])) if self.bad_schema is not None else None
-        return bad, results, rows.nbytes
+        return sorted(checks), bad, results, received
+
+
+def _large_var_types(spark: SparkSession) -> bool:
+    """The session's ``spark.sql.execution.arrow.useLargeVarTypes``, read without Spark SQL's
+    session state (its first creation costs seconds on a short run): a session's SQL settings
+    start as the SparkConf's, else Spark's defaults, and nothing here sets them later."""
+    key = "spark.sql.execution.arrow.useLargeVarTypes"
+    sc = spark.sparkContext
+    value = sc.getConf().get(key, None)
+    if value is None:
+        assert sc._jvm is not None
+        value = sc._jvm.org.apache.spark.sql.internal.SQLConf.ARROW_EXECUTION_USE_LARGE_VAR_TYPES().defaultValueString()
+    return str(value).strip().lower() == "true"
+
+
+def _python_schemas(schema: T.StructType, flows: Sequence[FlowSpec], tolerant: bool
+                    ) -> tuple[list[T.StructType], T.StructType | None] | None:
+    """The Spark schemas Spark's analysis gives the Arrow path's flows (``partials_frame`` of each
+    stateful flow, the rows of a stateless one) and bad records (``bad_records_frame``), built in
+    Python for flows ``_needs_spark`` lets through; None when a name repeats, so that Spark's own
+    analysis decides. Spark's rules: group-by keys keep their field; count is a non-null bigint;
+    an integral sum a bigint and a floating-point sum a double, min and max the column's type,
+    all nullable; a bad record's columns keep their fields' nullability (the analysed plan's
+    schema, which ``toArrow`` uses, does not narrow it after the filter on ``_error``)."""
+    fields = {f.name: f for f in schema.fields}
+    good = [f for f in schema.fields if not (tolerant and f.name in ("_error", "_raw"))]
+    out: list[T.StructType] = []
+    for flow in flows:
+        if flow.state is None:
+            out.append(T.StructType(good))
+            continue
+        agg = flow.state.aggregate
+        columns = [fields[k] for k in agg.key]
+        for name, fn in agg.functions().items():
+            if fn.name == "count":
+                columns.append(T.StructField(name, T.LongType(), False))
+                continue
+            assert fn.column is not None
+            data_type = fields[fn.column].dataType
+            if fn.name == "sum":
+                data_type = T.LongType() if isinstance(data_type, _INTEGRAL) else T.DoubleType()
+            columns.append(T.StructField(name, data_type, True))
+        if len({c.name for c in columns}) != len(columns):
+            return None
+        out.append(T.StructType(columns))
+    if not tolerant:
+        return out, None
+    raw = fields["_raw"].nullable
+    bad = T.StructType([
+        T.StructField("topic", fields["_topic"].dataType, fields["_topic"].nullable),
+        T.StructField("partition", fields["_partition"].dataType, fields["_partition"].nullable),
+        T.StructField("offset", fields["_offset"].dataType, fields["_offset"].nullable),
+        T.StructField("error", fields["_error"].dataType, fields["_error"].nullable),
+        T.StructField("raw_base64", T.StringType(), raw),
+        T.StructField("raw_bytes", T.LongType(), raw),
+    ])
+    return out, bad
 
 
 def _needs_spark(flow: FlowSpec, fields: dict[str, T.DataType]) -> str | None:

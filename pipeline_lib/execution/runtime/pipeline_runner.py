@@ -34,9 +34,10 @@ from pipeline_lib.execution.runtime.runner_epoch import EpochSide
 from pipeline_lib.execution.runtime.runner_planning import PlanningSide
 from pipeline_lib.execution.runtime.runner_restore import RestoreSide
 from pipeline_lib.execution.runtime.runner_types import EPOCH_PHASES, EpochRead, EpochReport, Prepared
-from pipeline_lib.execution.runtime.startup import start_pipeline
+from pipeline_lib.execution.runtime.startup import CarriedChecks, start_pipeline
 from pipeline_lib.execution.runtime.warm_up import WarmUp
 from pipeline_lib.execution.source.epoch_reader import source_schema
+from pipeline_lib.execution.source.subtask_start import SourceStart
 from pipeline_lib.execution.state.owner_epochs import OwnerEpochs
 from pipeline_lib.faults import fault_point
 from pipeline_lib.plan import kafka_offsets
@@ -159,9 +160,7 @@ class PipelineRunner(RestoreSide, PlanningSide, EpochSide):
         self.arrow_epochs, why = ArrowEpochs.for_flows(spark, schema, [f.spec for f in self.flows], tolerant)
         stateful = [f for f in self.flows if f.stateful]
         path = "Arrow path" if self.arrow_epochs else "Spark SQL path"
-        owners = self.job.keyed_state == "owners" or (
-            self.job.keyed_state == "auto" and not spark.sparkContext.master.startswith("local"))
-        if stateful and owners and self._stored_groups_apply:
+        if self._on_owner_tasks(spark):
             self.owner_epochs = (OwnerEpochs(self.arrow_epochs, self.parallelism) if self.arrow_epochs is not None
                                  else OwnerEpochs.on_spark_sql(spark, schema, [f.spec for f in self.flows], tolerant,
                                                                self.parallelism))
@@ -173,6 +172,19 @@ class PipelineRunner(RestoreSide, PlanningSide, EpochSide):
         elif self.restored is not None and not self.restored.state_loaded:  # verified, but not for owner tasks
             self._load_restored_state()
         log.info("pipeline %s: epochs take the %s (%s)", self.pipeline.name, path, why)
+
+    def _on_owner_tasks(self, spark) -> bool:
+        """Whether keyed state lives on owner tasks (see _choose_path): known before the path."""
+        owners = self.job.keyed_state == "owners" or (
+            self.job.keyed_state == "auto" and not spark.sparkContext.master.startswith("local"))
+        return any(f.stateful for f in self.flows) and owners and self._stored_groups_apply
+
+    def _checks_may_ride(self, spark) -> bool:
+        """Whether epoch 1's read may run the source subtasks' start-up checks (runtime.startup):
+        only the Arrow path with keyed state on the driver may, and a flow with transforms never
+        takes that path, so such a run keeps the start-up job beside its path choice."""
+        return (not any(f.spec.transforms for f in self.flows) and not self._on_owner_tasks(spark)
+                and (self.options.max_epochs is None or self.options.max_epochs >= 1))
 
     def _loop(self, spark, ready: Prepared, epoch, base_id, history, head_version) -> int:
         consumer, positions, stops, targets = ready.consumer, ready.positions, ready.stops, ready.targets
@@ -187,26 +199,40 @@ class PipelineRunner(RestoreSide, PlanningSide, EpochSide):
 
         first: list[EpochPlan] = []  # the first epoch's plan, once its read has started
 
-        def beside(schema) -> None:
+        def beside(schema, checks: SourceStart | None) -> CarriedChecks | None:
             """While the subtasks start: the first epoch's read, which pays Spark's first-query
             costs itself; with nothing to read yet, the warm-up pays them for a later epoch
-            (continuous mode only: a run until caught up ends at once)."""
+            (continuous mode only: a run until caught up ends at once). On the Arrow path with
+            keyed state on the driver the read also runs the source subtasks' ``checks`` before
+            reading; then the wait for them is returned (see start_pipeline)."""
             if self.options.max_epochs is not None and self.options.max_epochs < 1:
-                return
+                return None
             plan = self._plan(epoch + 1, base_id, positions, targets, stops)
             if plan.records == 0:
                 if self.options.mode == "forever":
                     warm_up.start(schema)
-                return
+                return None
             fault_point("after_plan", plan.epoch)
             owners = self._owner_tasks(plan.epoch, plan.records)
-            ahead.submit(plan.epoch, lambda: self._read(spark, schema, plan, owners))
+            start = checks if self.arrow_epochs is not None and self.owner_epochs is None else None
+            ahead.submit(plan.epoch, lambda: self._read(spark, schema, plan, owners, start))
             first.append(plan)
+            if start is None:
+                return None
+            log.info("pipeline %s: epoch %d's read runs the source subtasks' start-up checks", self.pipeline.name,
+                     plan.epoch)
+
+            def carried(timeout_s: float) -> list[tuple[int, bool, str]]:
+                read = ahead.result(plan.epoch, timeout_s)
+                assert read.checks is not None
+                return read.checks
+
+            return carried
 
         try:
             with clear_spark_errors(f"starting the subtasks of pipeline {self.pipeline.name}"):
                 started, schema = start_pipeline(self, spark, self.options.startup_timeout_s, parse_schema,
-                                                 beside=beside)
+                                                 beside=beside, checks_may_ride=self._checks_may_ride(spark))
             assert self.lifecycle is not None
             self.lifecycle.started(started)
             return self._epochs(EpochLoop(spark, schema, consumer, warm_up, ahead, epoch, base_id, history,

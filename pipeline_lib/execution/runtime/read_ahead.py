@@ -57,6 +57,17 @@ class ReadAhead(Generic[T]):
         self._pending = None
         return future.result()
 
+    def result(self, epoch: int, timeout_s: float) -> T:
+        """Wait up to ``timeout_s`` for the read of ``epoch`` in flight and return it, leaving it
+        to ``take``; its error is raised here. Past the timeout the read is cancelled and
+        TimeoutError raised."""
+        assert self._pending is not None and self._pending[0] == epoch, f"no read of epoch {epoch} in flight"
+        try:
+            return self._pending[1].result(timeout_s)
+        except TimeoutError:
+            self.cancel()
+            raise
+
     def cancel(self) -> None:
         """Drop the read in flight, if any: cancel its Spark jobs and wait for its thread."""
         if self._pending is None:

@@ -20,6 +20,7 @@ from pipeline_lib.execution.engine.transforms import apply_transforms
 from pipeline_lib.execution.runtime.runner_core import RunnerCore
 from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime, sink_digest
 from pipeline_lib.execution.source.epoch_reader import bad_records_frame, epoch_range_reader, read_tasks
+from pipeline_lib.execution.source.subtask_start import SourceStart
 from pipeline_lib.execution.state.owner_epochs import OwnedFlow
 from pipeline_lib.execution.state.owner_task import OWNER_LABEL, CheckpointAt, OwnerFlow, OwnerTask
 from pipeline_lib.execution.state.span_owners import SpanOwners
@@ -35,24 +36,31 @@ NO_SLOTS = np.zeros(0, dtype=np.int64)  # a flow whose keyed state the driver do
 class EpochSide(RunnerCore):
     """One epoch after its plan: the Spark jobs that read it, each flow's merge into keyed
     state, the state files, and the commit (in checkpoint.epoch_commit's order)."""
-    def _read(self, spark, schema, plan: EpochPlan, owners: Sequence[OwnerTask | None] = ()) -> EpochRead:
+    def _read(self, spark, schema, plan: EpochPlan, owners: Sequence[OwnerTask | None] = (),
+              start: SourceStart | None = None) -> EpochRead:
         """The Spark jobs of an epoch: read its ranges, decode, transform, aggregate per flow, and
         bring the results to the driver; on the Arrow path (``arrow_epochs``) the workers aggregate,
         and with ``owner_epochs`` the ``owners`` (``_owner_tasks``) merge and write the keyed state.
         A function of the plan (and of the state files of the epoch before, which ``owners`` holds),
-        so it may run while the epoch before commits (see ReadAhead)."""
+        so it may run while the epoch before commits (see ReadAhead). ``start``: the source
+        subtasks' start-up checks, run by the read tasks first (the Arrow path with keyed state
+        on the driver only; see runtime.startup), their results in ``EpochRead.checks``."""
         with clear_spark_errors(f"epoch {plan.epoch} of pipeline {self.pipeline.name}"):
             spark.sparkContext.addJobTag(self.job_tag)  # on the calling thread: this one or a read-ahead's
             reader = epoch_range_reader(self.settings.require_kafka(), self.source, schema, plan, self.parallelism,
                                         self.job.on_error, self.job.max_record_bytes, self.job.max_batch_bytes)
             writers, dead_letters = self._task_writers(plan.epoch)
             if self.owner_epochs is not None and self.owner_epochs.arrow is not None:
+                assert start is None, "owner tasks' reads do not run the start-up checks"
                 owned = self.owner_epochs.read(spark, reader, writers, dead_letters, owners)
                 return EpochRead(plan, owned.bad, {flow.spec.name: r for flow, r in zip(self.flows, owned.flows)},
                                  owned.result_bytes)
             if self.arrow_epochs is not None:
-                bad, results, received = self.arrow_epochs.read(spark, reader, writers, dead_letters)
-                return EpochRead(plan, bad, {flow.spec.name: r for flow, r in zip(self.flows, results)}, received)
+                checks, bad, results, received = self.arrow_epochs.read_starting(spark, reader, writers, dead_letters,
+                                                                                 start)
+                return EpochRead(plan, bad, {flow.spec.name: r for flow, r in zip(self.flows, results)}, received,
+                                 checks if start is not None else None)
+            assert start is None, "only the Arrow path's read runs the start-up checks"
             df = read_tasks(spark, reader)
             tolerant = self.job.on_error != "fail"
             shared = len(self.flows) > 1 or tolerant

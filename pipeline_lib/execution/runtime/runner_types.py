@@ -103,6 +103,8 @@ class EpochRead:
     bad: WrittenParts | None
     flows: dict[str, pa.Table | OwnedFlow | WrittenParts]
     result_bytes: int | None = None  # task results the driver received (the Arrow path, with or without owners)
+    # each source subtask's start-up checks (index, ok, detail) when the read ran them (runtime.startup)
+    checks: list[tuple[int, bool, str]] | None = None
 
     def state_reads(self) -> StateReads | None:
         """Where the owner tasks found the previous state (None off owner tasks)."""
