@@ -5,6 +5,7 @@ left the committed output as its successor committed it."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+import pipeline_lib
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
@@ -186,3 +188,15 @@ def dead_letters_written(runner, epoch: int, bad):
     parts = TaskParts(dead_letters, bad_records=True)
     parts.add(bad)
     return parts.finish()
+
+
+def library_at_another_version(root: Path, version: str) -> Path:
+    """A real copy of this library under ``root`` whose ``__version__`` is ``version``: put first
+    on the Python workers' path, it makes the start-up's version check fail for real."""
+    shutil.copytree(Path(pipeline_lib.__file__).parent, root / "pipeline_lib",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    init = root / "pipeline_lib" / "__init__.py"
+    text = init.read_text()
+    assert f'__version__ = "{pipeline_lib.__version__}"' in text
+    init.write_text(text.replace(f'__version__ = "{pipeline_lib.__version__}"', f'__version__ = "{version}"'))
+    return root

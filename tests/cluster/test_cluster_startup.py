@@ -7,35 +7,23 @@ get a real copy of the library at another version first on their PYTHONPATH."""
 from __future__ import annotations
 
 import re
-import shutil
 import socket
-from pathlib import Path
 
 import pytest
 
 import pipeline_lib
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.settings import ConnectionSettings
-from tests.support import run_cli, spend_spec, write_spec
+from tests.support import library_at_another_version, run_cli, spend_spec, write_spec
 
 pytestmark = pytest.mark.cluster
 
 OTHER = "9.9.9"
 
 
-def _library_at_another_version(root: Path) -> Path:
-    shutil.copytree(Path(pipeline_lib.__file__).parent, root / "pipeline_lib",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    init = root / "pipeline_lib" / "__init__.py"
-    text = init.read_text()
-    assert f'__version__ = "{pipeline_lib.__version__}"' in text
-    init.write_text(text.replace(f'__version__ = "{pipeline_lib.__version__}"', f'__version__ = "{OTHER}"'))
-    return root
-
-
 def test_executors_with_another_library_version_fail_the_start_up_naming_each(
         cluster, cluster_env, tmp_path, cluster_payments):
-    other = _library_at_another_version(tmp_path / "other-lib")
+    other = library_at_another_version(tmp_path / "other-lib", OTHER)
     name, store = "cluster-versions", "s3://checkpoints/cluster-versions"
     conf = {"spark.driver.host": "127.0.0.1", "spark.executorEnv.PYTHONPATH": str(other)}
     spec = write_spec(tmp_path, spend_spec(name, cluster_payments[0], f"s3://results/{name}", store,

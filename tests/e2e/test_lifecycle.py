@@ -9,12 +9,10 @@ import datetime as dt
 import os
 import re
 import shlex
-import shutil
 import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pipeline_lib
 from pipeline_lib.checkpoint.manifest import PipelineStatus
@@ -27,7 +25,7 @@ from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import load_spec
 from pipeline_lib.storage import open_store
-from tests.support import CliRun, result_table, run_cli, spend_spec, wait_for, write_spec
+from tests.support import CliRun, library_at_another_version, result_table, run_cli, spend_spec, wait_for, write_spec
 
 
 def status_of(env, store_uri, job, pipeline="main") -> PipelineStatus | None:
@@ -99,16 +97,6 @@ def test_a_subtask_that_cannot_start_fails_the_start_up_and_names_itself(stack_e
     assert head is None or head.history == []  # no snapshot committed
 
 
-def _library_at_another_version(root: Path, version: str) -> Path:
-    """A real copy of this library whose ``__version__`` is ``version``."""
-    shutil.copytree(Path(pipeline_lib.__file__).parent, root / "pipeline_lib",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    init = root / "pipeline_lib" / "__init__.py"
-    text = init.read_text()
-    assert f'__version__ = "{pipeline_lib.__version__}"' in text
-    init.write_text(text.replace(f'__version__ = "{pipeline_lib.__version__}"', f'__version__ = "{version}"'))
-    return root
-
 
 def test_a_failing_check_in_epoch_1s_read_fails_the_start_up_naming_each_subtask_and_commits_nothing(
         stack_env, tmp_path, payments):
@@ -118,7 +106,7 @@ def test_a_failing_check_in_epoch_1s_read_fails_the_start_up_naming_each_subtask
     topic, _ = payments
     name, other = "lifecycle-read-checks", "9.9.9"
     store, sink = f"s3://checkpoints/{name}", f"s3://results/{name}"
-    lib = _library_at_another_version(tmp_path / "other-lib", other)
+    lib = library_at_another_version(tmp_path / "other-lib", other)
     # Local mode's Python workers put their working directory first on the import path: started
     # in the copy's folder, they import it, while the driver imports this checkout.
     worker_python = tmp_path / "worker-python"
