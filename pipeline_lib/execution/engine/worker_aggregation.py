@@ -42,9 +42,6 @@ from pipeline_lib.execution.source.worker_heap import freeze_imported_heap
 from pipeline_lib.sink.task_parts import TaskParts, TaskPartWriter, WrittenParts
 from pipeline_lib.spec.models import FlowSpec
 
-# One row: an Arrow IPC stream of output ``output`` (a stateful flow's partials), or the parts a
-# task wrote of it (a stateless flow's rows, bad records) as ``WrittenParts`` JSON.
-OUTPUT_DDL = "output int, ipc binary, written string"
 BAD_RECORDS = -1  # the output index of bad records; flows are 0..n-1
 SOURCE_STARTED = -2  # the output index of a source subtask's start-up checks, as JSON [index, ok, detail]
 MAX_ROWS_PER_BLOB = 250_000  # rows per IPC value (a few MB of partials)
@@ -125,14 +122,17 @@ class FlowInWorker:
                 raise PipelineError(f"sum of column {column!r} overflows bigint for key {key!r}")
 
 
-Row = tuple[int, bytes | None, str | None]  # one row of OUTPUT_DDL: (output, ipc, written)
+# One row of a read task's result, (output, ipc, written): an Arrow IPC stream of output ``output``
+# (a stateful flow's partials), or the parts a task wrote of it (a stateless flow's rows, bad
+# records; a source subtask's start-up checks) as JSON.
+Row = tuple[int, bytes | None, str | None]
 
 
 @dataclass(frozen=True)
 class EpochInWorker:
-    """The function of an epoch's read tasks: read a task's ranges, then give rows of
-    ``OUTPUT_DDL``: each stateful flow's partials as Arrow IPC; each stateless flow's rows and
-    the bad records written by this task to their sinks, as references (see sink.task_parts).
+    """The function of an epoch's read tasks: read a task's ranges, then give ``Row``s: each
+    stateful flow's partials as Arrow IPC; each stateless flow's rows and the bad records
+    written by this task to their sinks, as references (see sink.task_parts).
     ArrowEpochs runs it as a plain RDD job (``rdd_partition``); owner tasks take its
     ``task_outputs`` (state.owner_epochs)."""
 
