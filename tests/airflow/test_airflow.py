@@ -73,7 +73,8 @@ def airflow(local_stack, payments, tmp_path_factory):
     (dags / "pipelines").mkdir(parents=True)
     shutil.copy(REPO / "dags" / "pipeline_dags.py", dags)
     topic, _ = payments
-    write_spec(dags / "pipelines", spend_spec(JOB, topic, SINK, STORE, per_epoch=2_000))
+    # 48 epochs of 500: the run is still going, for seconds, when the killed-run test sees epoch 3
+    write_spec(dags / "pipelines", spend_spec(JOB, topic, SINK, STORE, per_epoch=500))
     create_topic(local_stack.kafka_bootstrap, REPORTED[1], 2)  # the downstream test's own job and topic
     write_spec(dags / "pipelines", spend_spec(REPORTED[0], REPORTED[1], f"s3://results/{REPORTED[0]}",
                                               f"s3://checkpoints/{REPORTED[0]}", per_epoch=500))
