@@ -138,11 +138,18 @@ def test_a_killed_run_is_lost_and_recovered_once_to_an_exact_result(stack_env, t
     name = "lifecycle-lost"
     store, sink = f"s3://checkpoints/{name}", f"s3://results/{name}"
     spec_path = write_spec(tmp_path, spend_spec(name, topic, sink, store, per_epoch=3_000))
-    run = CliRun(["run", str(spec_path), "--lease-seconds", "3", "--launched-by", "test"], stack_env,
+    # Held (never released) in epoch 3 once epoch 2 is committed, so the kill lands in a live run
+    # however fast the epochs go; its heartbeat keeps STATUS RUNNING meanwhile, as in a working run.
+    fault_log = tmp_path / "faults.log"
+    held = {**stack_env, "PIPELINE_FAULT_POINTS": "after_head_check@3",
+            "PIPELINE_FAULT_PAUSE_UNTIL": str(tmp_path / "never"), "PIPELINE_FAULT_LOG": str(fault_log)}
+    run = CliRun(["run", str(spec_path), "--lease-seconds", "3", "--launched-by", "test"], held,
                  tmp_path / "run.log")
     try:
+        run.until(lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text(), 120,
+                  "the run to hold in epoch 3, before anything of it is visible")
         run.until(lambda: (s := status_of(stack_env, store, name)) and s.state == "RUNNING" and s.epoch >= 2,
-                  120, "RUNNING at epoch 2")
+                  30, "RUNNING at epoch 2")
     finally:
         run.kill()
     spec, settings = load_spec(spec_path), ConnectionSettings.from_env(stack_env)
