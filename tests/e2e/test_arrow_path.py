@@ -13,6 +13,7 @@ import random
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pyspark
 import pytest
 from pyspark import SparkContext
 from pyspark.sql import functions as F
@@ -284,3 +285,15 @@ def test_the_schemas_built_in_python_equal_sparks_analysis(spark, tolerant):
     arrow, _ = ArrowEpochs.for_flows(spark, schema, flows, tolerant)
     assert arrow is not None
     assert arrow.schemas == [to_arrow_schema(a.schema, timezone="UTC", prefers_large_types=large) for a in analysed]
+
+
+def test_python_workers_load_the_installed_pyspark_not_spark_s_zip(spark):
+    # The session's daemon (spark.python.daemon.module) puts Spark's source-only zips last, so
+    # workers load PySpark with its cached bytecode instead of compiling it from the zip.
+    def pyspark_of_worker(_: object) -> list[str]:  # nested: pickled by value, this module is not on the worker
+        import pyspark as loaded
+
+        return [loaded.__file__]
+
+    [loaded] = spark.sparkContext.parallelize([0], 1).mapPartitions(pyspark_of_worker).collect()
+    assert ".zip" not in loaded and loaded == pyspark.__file__, loaded

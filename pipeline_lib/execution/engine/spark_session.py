@@ -16,6 +16,7 @@ from pipeline_lib.spec.spark_settings import spark_conf
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 # What an executor's Python workers need to reach the crash points the driver's are armed with.
 FAULT_ENV = (ENV_FAULT_POINTS, ENV_FAULT_PAUSE_UNTIL, ENV_FAULT_LOG)
+PYTHON_DAEMON = "pipeline_lib.execution.engine.python_daemon"  # Spark's daemon, PySpark not from its zip
 
 
 def start_spark(app_name: str, master: str | None, parallelism: int, settings: SparkSpec | None = None,
@@ -41,6 +42,7 @@ def start_spark(app_name: str, master: str | None, parallelism: int, settings: S
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.python.daemon.module", PYTHON_DAEMON)
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J_CONFIG}")
     )

@@ -1,0 +1,52 @@
+"""The executors' Python daemon moves Spark's source-only zips last on the path only when the
+installed PySpark is the zip's version; otherwise Spark's path stays as it is."""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pyspark
+
+from pipeline_lib.execution.engine.python_daemon import prefer_installed_pyspark
+
+SITE = sysconfig.get_paths()["purelib"]
+LIB = Path(pyspark.__file__).parent / "python" / "lib"
+SHIPPED_ZIP = str(LIB / "pyspark.zip")
+PY4J_ZIP = str(next(LIB.glob("py4j-*-src.zip")))
+
+
+def _zip_of(tmp_path: Path, version: str) -> str:
+    path = tmp_path / "spark-home" / "python" / "lib" / "pyspark.zip"
+    path.parent.mkdir(parents=True)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("pyspark/__init__.py", "")
+        archive.writestr("pyspark/version.py", f"__version__: str = '{version}'\n")
+    return str(path)
+
+
+def test_spark_s_zips_go_last_when_the_installed_pyspark_is_their_version():
+    path = ["/work", SHIPPED_ZIP, PY4J_ZIP, "/usr/lib/python311.zip", SITE]
+    assert prefer_installed_pyspark(path) == ["/work", "/usr/lib/python311.zip", SITE, SHIPPED_ZIP, PY4J_ZIP]
+
+
+def test_the_path_stays_as_spark_set_it_for_a_zip_of_another_version(tmp_path):
+    other = _zip_of(tmp_path, "3.5.1")
+    path = ["/work", other, PY4J_ZIP, SITE]
+    assert prefer_installed_pyspark(path) == path
+
+
+def test_the_path_stays_as_spark_set_it_without_an_installed_pyspark(tmp_path):
+    path = ["/work", SHIPPED_ZIP, PY4J_ZIP, str(tmp_path)]  # no site-packages: nothing installed to prefer
+    assert prefer_installed_pyspark(path) == path
+    assert prefer_installed_pyspark(["/work", SITE]) == ["/work", SITE]  # and no zip: nothing to move
+
+
+def test_a_missing_installed_py4j_keeps_spark_s(tmp_path):
+    only_pyspark = tmp_path / "site"
+    only_pyspark.mkdir()
+    os.symlink(Path(pyspark.__file__).parent, only_pyspark / "pyspark")
+    path = [SHIPPED_ZIP, PY4J_ZIP, str(only_pyspark)]
+    assert prefer_installed_pyspark(path) == [PY4J_ZIP, str(only_pyspark), SHIPPED_ZIP]
