@@ -100,6 +100,20 @@ def watermark_consumer(**config: Any) -> KafkaConsumer:
     return consumer
 
 
+def partitions_of(consumer: KafkaConsumer, topic: str) -> set[int]:
+    """The topic's partitions (empty if it has none or does not exist), asked for at once.
+
+    kafka-python 3.0.12 waits ``retry_backoff_ms`` (100 ms) after any metadata refresh, the
+    bootstrap's included, before it asks about a topic it has not seen: a new consumer assigned a
+    partition idles 100 ms twice before its first fetch. The Java client asks at once for a new
+    topic by resetting the time of the last refresh, as this does. Failed refreshes still back off
+    (kafka-python's own exponential backoff, KIP-580)."""
+    cluster = consumer._client.cluster
+    if cluster.partitions_for_topic(topic) is None:
+        cluster._last_refresh_ms = 0
+    return set(consumer.partitions_for_topic(topic) or ())
+
+
 def last_stable_offset(consumer: KafkaConsumer, tp: Any) -> int | None:
     """The last stable offset the latest fetch of ``tp`` reported (a watermark_consumer's), if any."""
     return getattr(consumer._fetcher, "last_stable_offsets", {}).get(tp)

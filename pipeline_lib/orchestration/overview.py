@@ -182,6 +182,7 @@ def _fill_lag(views: list[PipelineView], settings: ConnectionSettings, deadline:
             v.lag_note = NOT_READ
         return
     try:
+        from pipeline_lib.kafka_clients import partitions_of
         from pipeline_lib.kafka_login import LOGIN_TIMEOUT_S, check_login
         from pipeline_lib.plan import kafka_offsets
 
@@ -194,7 +195,7 @@ def _fill_lag(views: list[PipelineView], settings: ConnectionSettings, deadline:
                     v.lag_note = NOT_READ
                     continue
                 try:
-                    partitions = sorted(consumer.partitions_for_topic(v.topic) or [])
+                    partitions = sorted(partitions_of(consumer, v.topic))
                     if not partitions:
                         v.lag_note = f"topic {v.topic} not found"
                         continue

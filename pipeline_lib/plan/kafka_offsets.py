@@ -23,7 +23,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 from pipeline_lib.errors import PipelineError
-from pipeline_lib.kafka_clients import last_stable_offset, watermark_consumer
+from pipeline_lib.kafka_clients import last_stable_offset, partitions_of, watermark_consumer
 from pipeline_lib.kafka_connection import KafkaConnection, client_config
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def topic_partitions(consumer: KafkaConsumer, topic: str, timeout_s: float = 15.
     """The topic's partitions, waiting up to ``timeout_s`` for metadata; PipelineError if it has none."""
     deadline = time.monotonic() + timeout_s
     while True:
-        partitions = consumer.partitions_for_topic(topic)
+        partitions = partitions_of(consumer, topic)
         if partitions:
             return sorted(partitions)
         if time.monotonic() > deadline:

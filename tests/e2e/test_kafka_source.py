@@ -4,7 +4,10 @@ and the offsets."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+from kafka.cluster import ClusterMetadata
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.source import kafka_source
@@ -46,6 +49,22 @@ def test_a_partition_s_consumer_reads_range_after_range(two_partitions):
             is consumers[partition]
     chunks = list(kafka_source.read_range_chunks(bootstrap, topic, 1, 0, 1500))
     assert all(chunks) and [r.offset for c in chunks for r in c] == list(range(1500))
+
+
+def test_a_new_reader_fetches_without_waiting_out_the_metadata_refresh_backoff(two_partitions, monkeypatch):
+    # kafka-python spaces metadata refreshes by the cluster's retry_backoff_ms, the bootstrap's
+    # included; made ten minutes here, a new consumer that waited it out (kafka-python's own way
+    # for a topic it has not seen) would stall: its topic's metadata must be asked for at once.
+    bootstrap, topic, values = two_partitions
+    monkeypatch.setitem(ClusterMetadata.DEFAULT_CONFIG, "retry_backoff_ms", 600_000)
+    _drop_cached((bootstrap, topic, 1, False, READ_COMMITTED))
+    read: list = []
+    reader = threading.Thread(target=lambda: read.extend(kafka_source.read_range(bootstrap, topic, 1, 5, 25)),
+                              daemon=True)
+    reader.start()
+    reader.join(30)
+    assert not reader.is_alive(), "a new consumer waited for the metadata refresh backoff"
+    assert [r.value for r in read] == values[1][5:25]
 
 
 def test_a_consumer_that_failed_is_closed_not_reused(two_partitions, monkeypatch):

@@ -446,7 +446,7 @@ _consumers_pid = os.getpid()
 
 
 def _take_consumer(key: _ConsumerKey) -> _CachedConsumer:
-    from pipeline_lib.kafka_clients import Consumer
+    from pipeline_lib.kafka_clients import Consumer, partitions_of
 
     global _consumers_pid
     if _consumers_pid != os.getpid():  # a forked child must not share its parent's sockets
@@ -460,7 +460,7 @@ def _take_consumer(key: _ConsumerKey) -> _CachedConsumer:
     if key in _consumers:
         return _consumers.pop(key)
     bootstrap, topic, partition, columnar, isolation_level = key
-    return _CachedConsumer((columnar_consumer if columnar else Consumer)(**client_config(
+    consumer = (columnar_consumer if columnar else Consumer)(**client_config(
         bootstrap,
         group_id=None,
         enable_auto_commit=False,
@@ -470,7 +470,9 @@ def _take_consumer(key: _ConsumerKey) -> _CachedConsumer:
         fetch_max_bytes=16 * 1024 * 1024,
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         isolation_level=isolation_level,
-    )))
+    ))
+    partitions_of(consumer, topic)  # its first poll then fetches, instead of idling twice for metadata
+    return _CachedConsumer(consumer)
 
 
 def _give_back(key: _ConsumerKey, cached: _CachedConsumer) -> None:

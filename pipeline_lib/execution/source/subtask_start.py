@@ -88,7 +88,7 @@ class SourceStart:
         """Run subtask ``index``'s checks on this executor."""
         try:
             from pipeline_lib.faults import fault_point  # the executors must have the library
-            from pipeline_lib.kafka_clients import Consumer
+            from pipeline_lib.kafka_clients import Consumer, partitions_of
             from pipeline_lib.kafka_connection import client_config
             from pipeline_lib.kafka_login import check_login
 
@@ -102,7 +102,7 @@ class SourceStart:
                                                 client_id=f"pipeline-lib-start-{index}",
                                                 request_timeout_ms=self.timeout_ms))
             try:
-                partitions = sorted(consumer.partitions_for_topic(self.topic) or [])
+                partitions = sorted(partitions_of(consumer, self.topic))
             finally:
                 consumer.close()
             if not partitions:
