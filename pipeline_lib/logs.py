@@ -14,10 +14,11 @@ import functools
 import json
 import logging
 import re
+from typing import TYPE_CHECKING
 from urllib.parse import quote, quote_plus
 
-from rich.console import Console
-from rich.logging import RichHandler
+if TYPE_CHECKING:  # rich loads with the CLI's logging, not in every worker that scrubs a secret
+    from rich.console import Console
 
 # A value shorter than this is not a credential worth hiding, and masking it corrupts ordinary text.
 MIN_SECRET_LENGTH = 8
@@ -110,6 +111,8 @@ def setup_logging(console: Console, secrets: list[str], verbose: bool = False, l
         handler.setFormatter(JsonLines())
         fmt = None
     elif console.is_terminal:
+        from rich.logging import RichHandler
+
         handler = RichHandler(console=console, show_path=False, rich_tracebacks=False, markup=False)
         fmt = "%(message)s"
     else:
