@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import decimal
 import json
+import re
 import zlib
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -40,6 +42,22 @@ def key_group_of(key: tuple[Any, ...], max_parallelism: int) -> int:
     """The key group of ``key``: CRC-32 of a canonical JSON form, the same in every process and version."""
     encoded = json.dumps([_canonical(v) for v in key], separators=(",", ":"), ensure_ascii=False)
     return zlib.crc32(encoded.encode("utf-8")) % max_parallelism
+
+
+_JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')  # what json.dumps escapes in a str with ensure_ascii=False
+_ONE_STRING_OPEN = zlib.crc32(b'["')  # the CRC-32 of the text before a one-string key's UTF-8 bytes
+
+
+def key_groups_of(keys: Iterable[tuple[Any, ...]], count: int, max_parallelism: int) -> np.ndarray:
+    """``key_group_of`` of each of ``count`` keys, as int32. A key of one string JSON writes as
+    is (no quote, backslash or control character: nearly every key) is hashed from its UTF-8
+    bytes between ``["`` and ``"]`` without building the JSON text, about ten times faster per
+    key (the keys an epoch adds to its state); held equal to ``key_group_of`` by the tests."""
+    crc, escaped, opened = zlib.crc32, _JSON_ESCAPED.search, _ONE_STRING_OPEN
+    return np.fromiter(
+        (crc(b'"]', crc(k[0].encode(), opened)) % max_parallelism
+         if len(k) == 1 and k[0].__class__ is str and not escaped(k[0]) else key_group_of(k, max_parallelism)
+         for k in keys), dtype=np.int32, count=count)
 
 
 def key_group_range(subtask: int, parallelism: int, max_parallelism: int) -> range:

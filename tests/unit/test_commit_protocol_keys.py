@@ -20,7 +20,7 @@ import pytest
 
 from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
-from pipeline_lib.plan.keygroups import key_group_of, key_group_range, subtask_of
+from pipeline_lib.plan.keygroups import key_group_of, key_group_range, key_groups_of, subtask_of
 from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, fair_shares, plan_epoch
 from pipeline_lib.spec.aggregates import parse_aggregate
 
@@ -135,6 +135,18 @@ def test_the_key_group_is_crc32_of_the_compact_json_of_the_key(key):
     encoded = json.dumps(list(key), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     for maxp in (128, 1000, 32768):
         assert key_group_of(key, maxp) == zlib.crc32(encoded) % maxp
+
+
+def test_key_groups_of_many_keys_equal_key_group_of_each():
+    """The one-string fast path hashes the key's bytes between '["' and '"]': it must give what
+    the JSON text gives, for strings JSON writes as they are and those it escapes."""
+    rng = random.Random(7)
+    alphabet = ["a", "Z", "0", " ", "é", "東", "😀", '"', "\\", "\n", "\x00", "\x1f", "\x7f", "/", "\u2028", "'"]
+    strings = ["", *("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(3000))]
+    keys = [(s,) for s in strings] + [key for key, _, _ in PINNED] + [("a", "b"), ("",), (None,)]
+    for maxp in (128, 1000, 32768):
+        assert key_groups_of(keys, len(keys), maxp).tolist() == [key_group_of(k, maxp) for k in keys]
+    assert key_groups_of(iter(keys), len(keys), 128).dtype == np.int32
 
 
 @pytest.mark.parametrize("subtask,parallelism,maxp,start,stop", [

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline_lib.errors import PipelineError
-from pipeline_lib.plan.keygroups import key_group_of
+from pipeline_lib.plan.keygroups import key_groups_of
 from pipeline_lib.spec.aggregates import AggregateFunction
 
 _INITIAL_SLOTS = 1024
@@ -290,7 +290,7 @@ class KeyedAggregateState:
         self._keys.extend(keys)
         if key_groups is None:
             maxp = self.max_parallelism
-            key_groups = np.fromiter((key_group_of(k, maxp) for k in keys), dtype=np.int32, count=len(keys))
+            key_groups = key_groups_of(keys, len(keys), maxp)
         self._key_groups[slots] = key_groups
         return slots
 

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from pipeline_lib.checkpoint.state_files import KEY_GROUP_COLUMN
 from pipeline_lib.checkpoint.state_spans import Span
-from pipeline_lib.plan.keygroups import key_group_of, key_group_range, subtask_of
+from pipeline_lib.plan.keygroups import key_group_range, key_groups_of, subtask_of
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class SpanOwners:
 def key_groups_of_rows(table: pa.Table, key_columns: Sequence[str], max_parallelism: int) -> np.ndarray:
     """Each row's key group (``plan.keygroups.key_group_of`` of its key columns)."""
     keys = zip(*(table.column(name).to_pylist() for name in key_columns))
-    return np.fromiter((key_group_of(key, max_parallelism) for key in keys), dtype=np.int32, count=table.num_rows)
+    return key_groups_of(keys, table.num_rows, max_parallelism)
 
 
 def cut_by_owner(table: pa.Table, key_groups: np.ndarray, owners: SpanOwners) -> Iterator[tuple[int, pa.Table]]:
