@@ -18,7 +18,9 @@ $(BIN)/pipeline-lib: pyproject.toml docker/constraints.txt
 	$(BIN)/pip install -q -c docker/constraints.txt -e '.[local,airflow,test]'
 	touch $@
 
+# The driver JVM's class-data-sharing archive (docs/performance.md), built once per install.
 install: $(BIN)/pipeline-lib
+	$(BIN)/pipeline-lib jvm-archive --if-missing
 
 demo: install
 	$(BIN)/python -m pipeline_lib.demo
@@ -81,4 +83,5 @@ typecheck: install
 	$(BIN)/mypy pipeline_lib
 
 clean:
+	-$(BIN)/python -c 'from pipeline_lib.execution.engine.jvm_archive import archive_path as a; a() and a().unlink(missing_ok=True)'
 	rm -rf $(VENV) demo-output .stack

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from pipeline_lib.errors import PipelineError
+from pipeline_lib.execution.engine.jvm_archive import driver_java_options
 from pipeline_lib.logs import scrub
 from pipeline_lib.orchestration.launch_request import LaunchRequest
 from pipeline_lib.settings import (
@@ -97,9 +98,10 @@ def launch_command(spec_path: Path, request: LaunchRequest, settings: Connection
     submit = shutil.which("spark-submit", path=str(Path(python).parent)) or shutil.which("spark-submit")
     if submit is None:
         raise PipelineError("a Spark master is configured but spark-submit is not installed beside pyspark")
+    java = driver_java_options()  # spark-submit starts the driver's JVM before the job's code runs
     return [submit, "--master", settings.spark_master, "--deploy-mode", "client",
             "--name", f"pipeline-lib:{spec_path.stem}", "--conf", "spark.ui.enabled=false",
-            cli_script(), *args]
+            *(["--driver-java-options", " ".join(java)] if java else []), cli_script(), *args]
 
 
 def cli_script() -> str:

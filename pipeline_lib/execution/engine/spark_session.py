@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from pipeline_lib.execution.engine.jvm_archive import driver_java_options
 from pipeline_lib.faults import ENV_FAULT_LOG, ENV_FAULT_PAUSE_UNTIL, ENV_FAULT_POINTS
 from pipeline_lib.spec.models import SparkSpec
 from pipeline_lib.spec.spark_settings import spark_conf
@@ -44,7 +45,8 @@ def start_spark(app_name: str, master: str | None, parallelism: int, settings: S
         .config("spark.python.worker.reuse", "true")
         .config("spark.python.daemon.module", PYTHON_DAEMON)
         .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J_CONFIG}")
+        .config("spark.driver.extraJavaOptions", " ".join([f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+                                                            *driver_java_options()]))
     )
     if local:
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")

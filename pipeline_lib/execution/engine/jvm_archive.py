@@ -1,0 +1,70 @@
+"""A class-data-sharing (CDS) archive of the classes Spark's driver JVM loads, so that a run's
+Spark session starts sooner.
+
+Every JVM start loads, parses and verifies thousands of Spark's classes from its jars: most of a
+local session's ~4.4 s start on the reference VM. A dynamic CDS archive (JDK 13+,
+``-XX:ArchiveClassesAtExit``) holds them parsed and verified in one file the JVM maps at start
+(``-XX:SharedArchiveFile``): measured there, the session is up in ~2.6 s and the first Python job
+runs ~0.2 s sooner (docs/performance.md). The archive is built once per install by a training
+session doing what a run's driver does (``pipeline-lib jvm-archive``; ``make install`` runs it),
+and used by every later driver JVM this library starts, in local mode and by ``spark-submit``.
+The JVM checks an archive against its own build and class path and silently ignores one that
+does not match, so a stale or missing archive costs only the speed-up. ``PIPELINE_JVM_ARCHIVE``
+names another file, or ``off`` to start without one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ENV_JVM_ARCHIVE = "PIPELINE_JVM_ARCHIVE"
+TRAINING_TIMEOUT_S = 300
+TRAINING_MODULE = "pipeline_lib.execution.engine.jvm_archive_training"
+
+
+def archive_path() -> Path | None:
+    """Where this install's archive is (``None``: archives are off). By default
+    ``$XDG_CACHE_HOME/pipeline-lib/jvm/`` (``~/.cache``), one file per PySpark version and
+    Spark home: the class path an archive is valid for."""
+    configured = os.environ.get(ENV_JVM_ARCHIVE, "")
+    if configured == "off":
+        return None
+    if configured:
+        return Path(configured)
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "pipeline-lib" / "jvm" / f"spark-{pyspark.__version__}-{digest}.jsa"
+
+
+def driver_java_options() -> list[str]:
+    """The driver JVM's options for the archive: none when there is no archive to use."""
+    path = archive_path()
+    return [f"-XX:SharedArchiveFile={path}"] if path is not None and path.is_file() else []
+
+
+def build_archive(path: Path | None = None) -> Path:
+    """Build the archive at ``path`` (default ``archive_path()``): a training session in a child
+    process whose JVM writes the classes it loaded when it exits, into a temporary file renamed
+    into place once complete (a run never maps half an archive). Returns the path."""
+    target = path if path is not None else archive_path()
+    if target is None:
+        raise ValueError(f"{ENV_JVM_ARCHIVE}=off: no archive to build")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    partial.unlink(missing_ok=True)
+    env = {**os.environ, ENV_JVM_ARCHIVE: "off"}  # the training JVM dumps its own, it maps none
+    done = subprocess.run([sys.executable, "-m", TRAINING_MODULE, str(partial)], env=env, capture_output=True,
+                          text=True, timeout=TRAINING_TIMEOUT_S)
+    if done.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(f"the JVM archive's training session failed (exit {done.returncode}):\n"
+                           f"{done.stderr[-3000:]}")
+    os.replace(partial, target)
+    return target
