@@ -59,7 +59,7 @@ pytestmark = [pytest.mark.stack, pytest.mark.slow, pytest.mark.timeout(900)]
 REPO = Path(__file__).resolve().parents[2]
 SPEC = load_spec(REPO / "dags" / "pipelines" / "spend-per-user.yaml")
 JOB, DAG = SPEC.name, f"pipeline__{SPEC.name}"
-EVENTS, USERS = 60_000, 2_000  # three epochs of the spec's 20,000 records: the kill lands after the first
+EVENTS, USERS = 160_000, 2_000  # eight epochs of the spec's 20,000 records: the kill lands in the run
 AIRFLOW = {"airflow-apiserver": "api-server", "airflow-scheduler": "scheduler",
            "airflow-dag-processor": "dag-processor", "airflow-triggerer": "triggerer"}
 VENV_BIN = str(Path(sys.executable).parent)  # python3, airflow: what the images have on PATH
@@ -211,6 +211,7 @@ def test_the_compose_job_survives_a_killed_driver_on_the_native_stack(stack: Sta
     assert airflow.wait_for_run(DAG, run_id, timeout=120) == "failed"
     log = airflow.task_log(DAG, run_id, "run_job")
     assert "spark-submit" in log and f"--master {stack.spark_master}" in log, log[-3000:]
+    assert "--driver-java-options -XX:SharedArchiveFile=" in log, log[-3000:]  # make install built the archive
     wait_for(lambda: status(stack).observed(dt.datetime.now(dt.UTC))[0] == "LOST", 60, "LOST")
 
     recovery = airflow.trigger("pipeline_recovery", {"jobs": [JOB]})
