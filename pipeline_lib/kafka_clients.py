@@ -18,6 +18,7 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.consumer.fetcher import Fetcher
+from kafka.errors import UnknownTopicOrPartitionError
 
 log = logging.getLogger(__name__)
 
@@ -100,18 +101,26 @@ def watermark_consumer(**config: Any) -> KafkaConsumer:
     return consumer
 
 
-def partitions_of(consumer: KafkaConsumer, topic: str) -> set[int]:
-    """The topic's partitions (empty if it has none or does not exist), asked for at once.
+def partitions_of(consumer: KafkaConsumer, topic: str, timeout_ms: int | None = None) -> set[int]:
+    """The topic's partitions (empty if it has none or does not exist), its metadata asked for
+    at once and for this topic alone when the client has none (not every topic's, as
+    kafka-python's ``partitions_for_topic`` asks), waiting up to ``timeout_ms`` (None: unbounded,
+    as that call does).
 
     kafka-python 3.0.12 waits ``retry_backoff_ms`` (100 ms) after any metadata refresh, the
     bootstrap's included, before it asks about a topic it has not seen: a new consumer assigned a
     partition idles 100 ms twice before its first fetch. The Java client asks at once for a new
     topic by resetting the time of the last refresh, as this does. Failed refreshes still back off
     (kafka-python's own exponential backoff, KIP-580)."""
-    cluster = consumer._client.cluster
+    cluster = consumer._cluster
     if cluster.partitions_for_topic(topic) is None:
+        cluster.add_topic(topic)
         cluster._last_refresh_ms = 0
-    return set(consumer.partitions_for_topic(topic) or ())
+        try:
+            consumer._net.run(consumer._manager.wait_for, cluster.request_update(), timeout_ms)
+        except UnknownTopicOrPartitionError:
+            return set()
+    return set(cluster.partitions_for_topic(topic) or ())
 
 
 def last_stable_offset(consumer: KafkaConsumer, tp: Any) -> int | None:
