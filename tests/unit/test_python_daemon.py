@@ -28,20 +28,20 @@ def _zip_of(tmp_path: Path, version: str) -> str:
 
 
 def test_spark_s_zips_go_last_when_the_installed_pyspark_is_their_version():
-    path = ["/work", SHIPPED_ZIP, PY4J_ZIP, "/usr/lib/python311.zip", SITE]
-    assert prefer_installed_pyspark(path) == ["/work", "/usr/lib/python311.zip", SITE, SHIPPED_ZIP, PY4J_ZIP]
+    path = ["/srv/job", SHIPPED_ZIP, PY4J_ZIP, "/usr/lib/python311.zip", SITE]
+    assert prefer_installed_pyspark(path) == ["/srv/job", "/usr/lib/python311.zip", SITE, SHIPPED_ZIP, PY4J_ZIP]
 
 
 def test_the_path_stays_as_spark_set_it_for_a_zip_of_another_version(tmp_path):
     other = _zip_of(tmp_path, "3.5.1")
-    path = ["/work", other, PY4J_ZIP, SITE]
+    path = ["/srv/job", other, PY4J_ZIP, SITE]
     assert prefer_installed_pyspark(path) == path
 
 
 def test_the_path_stays_as_spark_set_it_without_an_installed_pyspark(tmp_path):
-    path = ["/work", SHIPPED_ZIP, PY4J_ZIP, str(tmp_path)]  # no site-packages: nothing installed to prefer
+    path = ["/srv/job", SHIPPED_ZIP, PY4J_ZIP, str(tmp_path)]  # no site-packages: nothing installed to prefer
     assert prefer_installed_pyspark(path) == path
-    assert prefer_installed_pyspark(["/work", SITE]) == ["/work", SITE]  # and no zip: nothing to move
+    assert prefer_installed_pyspark(["/srv/job", SITE]) == ["/srv/job", SITE]  # and no zip: nothing to move
 
 
 def test_a_missing_installed_py4j_keeps_spark_s(tmp_path):
