@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pipeline_lib.localstack.maven_jars import cache_dir, fetch_pom_jars, pom_property
+from pipeline_lib.cache_dir import cache_dir
+from pipeline_lib.localstack.maven_jars import fetch_pom_jars, pom_property
 
 POM = Path(__file__).resolve().parents[2] / "tools" / "spark-connectors" / "pom.xml"
 _VERSIONED = re.compile(r"^(?P<artifact>.+)-\d+\.\d+[\w.+-]*\.jar$")  # the last -N.N... is the version

@@ -29,8 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline_lib.cache_dir import cache_dir
 from pipeline_lib.localstack.broker import broker_ready
-from pipeline_lib.localstack.maven_jars import cache_dir, fetch_pom_jars, pom_property
+from pipeline_lib.localstack.maven_jars import fetch_pom_jars, pom_property
 from pipeline_lib.localstack.ports import LOCALHOST, free_port
 from pipeline_lib.localstack.processes import StackError, start_daemon, stop_pid, wait_until_ready
 from pipeline_lib.localstack.tls_files import TlsFiles, make_tls_files

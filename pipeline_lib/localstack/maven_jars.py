@@ -3,13 +3,12 @@
 The test broker (apache_kafka.py) and the benchmark's Spark connectors
 (benchmarks/spark_connectors.py) both need JVM jars that must not be committed. Each names its
 jars in a small pom under ``tools/``; this copies them with ``mvn dependency:copy-dependencies``
-into ``$XDG_CACHE_HOME/pipeline-lib/NAME`` (``~/.cache`` by default), shared by every worktree
+into a folder of the cache (``pipeline_lib.cache_dir``), shared by every worktree
 and run of the machine.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -27,12 +26,6 @@ def pom_property(pom: Path, name: str) -> str:
     if found is None or not (found.text or "").strip():
         raise StackError(f"{pom} has no {name} property")
     return found.text.strip()  # type: ignore[union-attr]
-
-
-def cache_dir(name: str) -> Path:
-    """Where jars called ``name`` are cached: ``$XDG_CACHE_HOME/pipeline-lib/NAME``."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "pipeline-lib" / name
 
 
 def fetch_pom_jars(pom: Path, target: Path, expect: str, *, timeout: float = 900.0) -> Path:

@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline_lib.localstack.maven_jars import cache_dir
+from pipeline_lib.cache_dir import cache_dir
 from pipeline_lib.localstack.ports import LOCALHOST, free_port
 from pipeline_lib.localstack.processes import StackError, start_daemon, stop_pid, wait_until_ready
 

@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pipeline_lib.cache_dir import cache_dir
+
 ENV_JVM_ARCHIVE = "PIPELINE_JVM_ARCHIVE"
 TRAINING_TIMEOUT_S = 300
 TRAINING_MODULE = "pipeline_lib.execution.engine.jvm_archive_training"
@@ -39,8 +41,7 @@ def archive_path() -> Path | None:
 
     home = Path(pyspark.__file__).parent
     digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "pipeline-lib" / "jvm" / f"spark-{pyspark.__version__}-{digest}.jsa"
+    return cache_dir("jvm") / f"spark-{pyspark.__version__}-{digest}.jsa"
 
 
 def driver_java_options() -> list[str]:
