@@ -16,6 +16,8 @@ names another file, or ``off`` to start without one.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import importlib.util
 import os
 import subprocess
 import sys
@@ -29,7 +31,7 @@ TRAINING_MODULE = "pipeline_lib.execution.engine.jvm_archive_training"
 
 
 def archive_path() -> Path | None:
-    """Where this install's archive is (``None``: archives are off). By default
+    """Where this install's archive is (``None``: archives are off, or no PySpark). By default
     ``$XDG_CACHE_HOME/pipeline-lib/jvm/`` (``~/.cache``), one file per PySpark version and
     Spark home: the class path an archive is valid for."""
     configured = os.environ.get(ENV_JVM_ARCHIVE, "")
@@ -37,11 +39,13 @@ def archive_path() -> Path | None:
         return None
     if configured:
         return Path(configured)
-    import pyspark
-
-    home = Path(pyspark.__file__).parent
+    # Found, not imported: the launcher asks too, in a process that never starts Spark itself.
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    home = Path(list(spec.submodule_search_locations)[0])
     digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
-    return cache_dir("jvm") / f"spark-{pyspark.__version__}-{digest}.jsa"
+    return cache_dir("jvm") / f"spark-{importlib.metadata.version('pyspark')}-{digest}.jsa"
 
 
 def driver_java_options() -> list[str]:
