@@ -148,6 +148,11 @@ def run(
     conf: Annotated[list[str] | None, typer.Option(
         "--conf", help="A Spark setting KEY=VALUE over the spec's spark section (repeatable; no credentials).",
     )] = None,
+    run_conf: Annotated[list[str] | None, typer.Option(
+        "--run-conf", hidden=True,
+        help="A Spark setting KEY=VALUE from an untrusted run request (Airflow): only resource and scheduling "
+             "settings are accepted (pipeline_lib.spec.run_settings).",
+    )] = None,
 ) -> None:
     """Run a job: restore each pipeline, then process epochs, committing a snapshot after each."""
     from pipeline_lib.execution.runtime.graceful_stop import stop_on_request
@@ -156,6 +161,7 @@ def run(
     from pipeline_lib.metrics import RunMetrics
     from pipeline_lib.otel_metrics import OtelRunMetrics
     from pipeline_lib.spec import load_spec
+    from pipeline_lib.spec.run_settings import parse_run_settings
     from pipeline_lib.spec.spark_settings import parse_conf_overrides
 
     continuous = continuous or forever
@@ -165,7 +171,7 @@ def run(
         _fail(PipelineError(f"--stall-seconds {stall_seconds:g} must be more than --lease-seconds {lease_seconds:g}"))
     settings = ConnectionSettings.from_env()
     try:
-        overrides = parse_conf_overrides(conf or [])
+        overrides = {**parse_conf_overrides(conf or []), **parse_run_settings(run_conf or [])}
     except ValueError as exc:
         _fail(PipelineError(str(exc)))
     try:

@@ -18,7 +18,7 @@ from pipeline_lib.execution.runtime.lifecycle import DEFAULT_LEASE_SECONDS, DEFA
 from pipeline_lib.graph import build_graph
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec.models import JobSpec
-from pipeline_lib.spec.spark_settings import CONF_KEY, CREDENTIAL_PATTERN, check_conf_key
+from pipeline_lib.spec.run_settings import allowed_words, check_run_settings, run_settings_schema
 
 MODES = {"until_caught_up": "until-caught-up", "continuous": "forever"}
 # (?![\s\S]) is the end of the text in both JSON Schema (ECMA) and Python regexes; Python's $
@@ -75,10 +75,9 @@ def param_schemas(spec: JobSpec) -> dict[str, dict[str, Any]]:
         "spark_conf": {
             "default": {},
             "description": "Spark settings of this run over the spec's spark section, e.g. "
-                           '{"spark.cores.max": "4", "spark.executor.memory": "2g"}. spark.* keys only; '
-                           "no credentials (they come from the Connections).",
-            "schema": {"type": "object", "title": "Spark settings", "additionalProperties": {"type": "string"},
-                       "propertyNames": {"pattern": CONF_KEY.pattern, "not": {"pattern": CREDENTIAL_PATTERN}}},
+                           '{"spark.cores.max": "4", "spark.executor.memory": "2g"}. A run may change only its '
+                           f"resources and scheduling: {allowed_words()}. Anything else belongs in the job's spec.",
+            "schema": run_settings_schema(),
         },
         "lease_seconds": {
             "default": DEFAULT_LEASE_SECONDS,
@@ -120,9 +119,7 @@ class LaunchRequest(BaseModel):
     @field_validator("spark_conf")
     @classmethod
     def _spark_conf(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            check_conf_key(key)
-        return value
+        return check_run_settings(value)
 
     @model_validator(mode="after")
     def _one_pipeline_for_a_snapshot(self) -> LaunchRequest:

@@ -8,6 +8,8 @@ on its command line, and every line it prints is scrubbed of secrets before it i
 The child inherits only an allowlist of the worker's environment: the Airflow worker holds the
 Fernet key, the JWT and API secrets and the metadata DB's URL, and a spec's Python hook (or
 Spark SQL's ``reflect()`` in local mode) runs inside the child and could read anything it holds.
+It runs in namespaces of its own (``job_isolation``), so no other process's environment is
+visible to it either.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pydantic import SecretStr
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.jvm_archive import driver_java_options
 from pipeline_lib.logs import scrub
+from pipeline_lib.orchestration.job_isolation import isolated, wait_status
 from pipeline_lib.orchestration.launch_request import LaunchRequest
 from pipeline_lib.settings import (
     ENV_KAFKA_BOOTSTRAP,
@@ -85,7 +88,7 @@ def cli_arguments(spec_path: Path, request: LaunchRequest, launched_by: str, sum
     for name in request.pipelines:
         args += ["--pipeline", name]
     for key, value in request.spark_conf.items():
-        args += ["--conf", f"{key}={value}"]
+        args += ["--run-conf", f"{key}={value}"]  # checked against the allowlist again by the run
     return args
 
 
@@ -163,12 +166,15 @@ class LaunchedRun:
         self.summary_path = Path(self._tmp.name) / "summary.json"
         self.stop_file = Path(self._tmp.name) / "stop"
         self.command = launch_command(spec_path, request, settings, launched_by, self.summary_path, self.stop_file)
+        self.isolated_command: list[str] = []
         self.proc: subprocess.Popen | None = None
 
     def start(self, emit: Callable[[str], None]) -> int:
-        """Start the run in its own session (so a stop reaches Spark too) and return its pid."""
+        """Start the run in its own session (so a stop reaches Spark too) and namespaces
+        (``job_isolation``), and return its pid."""
+        self.isolated_command = isolated(self.command)
         emit(scrub("launching: " + " ".join(self.command), self.settings.secrets()))
-        self.proc = subprocess.Popen(self.command, env=launch_env(self.settings), stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(self.isolated_command, env=launch_env(self.settings), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
         return self.proc.pid
 
@@ -182,7 +188,7 @@ class LaunchedRun:
                 if line.startswith("error:"):
                     last_error = line[len("error:"):].strip()
                 emit(line)
-            returncode = self.proc.wait()
+            returncode = wait_status(self.proc.wait(), self.isolated_command)
             # Failure reasons in the summary come from exceptions; the summary becomes an XCom.
             summary = _scrubbed(json.loads(self.summary_path.read_text()), secrets) \
                 if self.summary_path.exists() else None

@@ -34,6 +34,21 @@ def conn(**fields):
 
 
 # -- params -------------------------------------------------------------------------------
+# Settings that run code, load code, or undo the project's hardening: a run request may set none.
+DANGEROUS = [
+    ("spark.driver.extraJavaOptions", "-XX:OnOutOfMemoryError='id > /tmp/pwned'"),
+    ("spark.executor.extraJavaOptions", "-XX:OnOutOfMemoryError='id'"),
+    ("spark.driver.extraClassPath", "/tmp/evil.jar"), ("spark.jars", "file:///tmp/evil.jar"),
+    ("spark.jars.packages", "evil:evil:1.0"), ("spark.jars.repositories", "http://127.0.0.1:1/"),
+    ("spark.plugins", "org.evil.Plugin"), ("spark.executorEnv.LD_PRELOAD", "/tmp/evil.so"),
+    ("spark.pyspark.python", "/tmp/evil"), ("spark.pyspark.driver.python", "/tmp/evil"),
+    ("spark.master", "spark://127.0.0.1:1"), ("spark.ui.enabled", "true"),
+    ("spark.eventLog.enabled", "true"), ("spark.eventLog.dir", "file:///tmp"),
+    ("spark.python.daemon.module", "evil"), ("spark.python.worker.module", "evil"),
+    ("spark.redaction.regex", "nothing"), ("spark.driver.bindAddress", "0.0.0.0"),
+    ("spark.sql.session.timeZone", "America/New_York"), ("spark.files", "/etc/passwd"),
+    ("spark.submit.pyFiles", "/tmp/evil.py"), ("spark.extraListeners", "org.evil.Listener"),
+]
 @pytest.mark.parametrize("conf", [
     {}, {"mode": "continuous"}, {"restore": "none", "parallelism": 3},
     {"restore": "0000000012-a3", "pipelines": ["refunds"]}, {"pipelines": ["payments", "refunds"]},
@@ -61,10 +76,17 @@ def test_valid_conf_passes_both_the_form_schema_and_the_model(conf):
     ({"stall_seconds": 86_401}, "stall_seconds", "less than or equal to 86400"),
     ({"stall_seconds": 30, "lease_seconds": 30}, "conf", "must be more than lease_seconds 30"),
     ({"surprise": 1}, "surprise", "Extra inputs"),
-    ({"spark_conf": {"spark.hadoop.fs.s3a.secret.key": "x"}}, "spark_conf", "would carry a credential"),
-    ({"spark_conf": {"spark.ssl.keyStorePassword": "x"}}, "spark_conf", "would carry a credential"),
-    ({"spark_conf": {"hadoop.x": "1"}}, "spark_conf", "not a spark.* key"),
-    ({"spark_conf": {"spark.cores.max\n": "1"}}, "spark_conf", "not a spark.* key"),
+    ({"spark_conf": {"spark.hadoop.fs.s3a.secret.key": "x"}}, "spark_conf", "not one a run may change"),
+    ({"spark_conf": {"spark.ssl.keyStorePassword": "x"}}, "spark_conf", "not one a run may change"),
+    ({"spark_conf": {"hadoop.x": "1"}}, "spark_conf", "not one a run may change"),
+    ({"spark_conf": {"spark.cores.max\n": "1"}}, "spark_conf", "not one a run may change"),
+    *[({"spark_conf": {key: value}}, "spark_conf", "not one a run may change") for key, value in DANGEROUS],
+    ({"spark_conf": {"spark.executor.memory": "lots"}}, "spark_conf", "takes a size from 512m to 1t"),
+    ({"spark_conf": {"spark.driver.memory": "32m"}}, "spark_conf", "takes a size from 512m to 1t"),
+    ({"spark_conf": {"spark.driver.memory": "2g\n"}}, "spark_conf", "takes a size"),
+    ({"spark_conf": {"spark.cores.max": "0"}}, "spark_conf", "a whole number from 1 to 4096"),
+    ({"spark_conf": {"spark.cores.max": "-1"}}, "spark_conf", "a whole number from 1 to 4096"),
+    ({"spark_conf": {"spark.dynamicAllocation.enabled": "yes"}}, "spark_conf", "true or false"),
 ])
 def test_invalid_conf_is_rejected_naming_the_param(conf, field, message):
     with pytest.raises(SpecError) as err:
@@ -79,6 +101,9 @@ def test_invalid_conf_is_rejected_naming_the_param(conf, field, message):
     ("spark_conf", {"spark.hadoop.fs.s3a.secret.key": "x"}), ("spark_conf", {"spark.ssl.keyStorePassword": "x"}),
     ("spark_conf", {"spark.authenticate.secret": "x"}), ("spark_conf", {"hadoop.x": "1"}),
     ("spark_conf", {"spark.cores.max": 4}), ("spark_conf", {"spark.cores.max\n": "4"}), ("stall_seconds", 1),
+    *[("spark_conf", {key: value}) for key, value in DANGEROUS],
+    ("spark_conf", {"spark.executor.memory": "lots"}), ("spark_conf", {"spark.cores.max": "four"}),
+    ("spark_conf", {"spark.driver.memory": "2g\n"}), ("spark_conf", {"spark.dynamicAllocation.enabled": "1"}),
     ("stall_seconds", 86_401),
     ("stall_seconds", "600"),
 ])
@@ -160,7 +185,7 @@ def test_local_mode_runs_the_cli_and_a_master_means_spark_submit(tmp_path):
     local = launch_command(Path("shop.yaml"), request, ConnectionSettings.from_env(ENV), "airflow:x",
                            tmp_path / "s.json")
     assert local[1:4] == ["-m", "pipeline_lib.cli", "run"]
-    assert local[local.index("--conf") + 1] == "spark.cores.max=2"
+    assert local[local.index("--run-conf") + 1] == "spark.cores.max=2"
     assert "--forever" in local and local[local.index("--pipeline") + 1] == "payments"
     assert local[local.index("--parallelism") + 1] == "3"
     cluster = ConnectionSettings.from_env({**ENV, "PIPELINE_SPARK_MASTER": "spark://spark-master:7077"})

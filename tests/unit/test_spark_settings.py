@@ -9,6 +9,8 @@ from typer.testing import CliRunner
 from pipeline_lib.cli import app
 from pipeline_lib.errors import SpecError
 from pipeline_lib.spec import parse_spec
+from pipeline_lib.execution.engine.spark_session import PYTHON_DAEMON, REDACTION_REGEX, hardening
+from pipeline_lib.spec.run_settings import ALLOWED, parse_run_settings
 from pipeline_lib.spec.spark_settings import parse_conf_overrides, spark_conf
 from tests.unit.test_spec import GOOD
 
@@ -90,3 +92,41 @@ def test_the_cli_refuses_a_credential_in_conf_before_reading_the_spec(tmp_path):
     assert result.exit_code == 2
     assert "spark.hadoop.fs.s3a.secret.key" in result.output and "would carry a credential" in result.output
     assert "hunter2" not in result.output
+
+
+def test_the_project_s_hardening_is_applied_after_the_spec_and_every_override():
+    """A spec's or --conf's value for a hardened setting is replaced; the spec's driver JVM options
+    are kept beside the project's (log4j configuration, class-data-sharing archive)."""
+    job = spec_with({"conf": {"spark.python.daemon.module": "somewhere.else", "spark.sql.session.timeZone": "EST",
+                              "spark.driver.extraJavaOptions": "-Dmine=1", "spark.driver.bindAddress": "0.0.0.0"}})
+    conf = spark_conf(job.spark, 2, cluster=False, overrides={"spark.redaction.regex": "nothing"})
+    conf.update(hardening(conf, local=True))
+    assert conf["spark.python.daemon.module"] == PYTHON_DAEMON and conf["spark.sql.session.timeZone"] == "UTC"
+    assert conf["spark.redaction.regex"] == REDACTION_REGEX and conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert conf["spark.driver.extraJavaOptions"].startswith("-Dmine=1 -Dlog4j2.configurationFile=")
+    on_a_cluster = hardening({"spark.driver.host": "10.0.0.5"}, local=False)
+    assert "spark.driver.host" not in on_a_cluster  # on a cluster the driver's address is the operator's
+
+
+def test_run_settings_are_an_allowlist_with_checked_values():
+    assert parse_run_settings(["spark.cores.max=4", "spark.executor.memory=2g",
+                               "spark.dynamicAllocation.enabled=true"]) == {
+        "spark.cores.max": "4", "spark.executor.memory": "2g", "spark.dynamicAllocation.enabled": "true"}
+    for item, message in [("spark.driver.extraJavaOptions=-XX:OnOutOfMemoryError=id", "not one a run may change"),
+                          ("spark.executorEnv.LD_PRELOAD=/tmp/x.so", "not one a run may change"),
+                          ("spark.executor.memory=2g\n", "takes a size from 512m to 1t"),
+                          ("spark.executor.memory=100000000g", "takes a size"),
+                          ("spark.sql.shuffle.partitions=100001", "a whole number from 1 to 100000"),
+                          ("spark.cores.max", "not KEY=VALUE")]:
+        with pytest.raises(ValueError, match=message):
+            parse_run_settings([item])
+    for key in ALLOWED:  # every allowed setting is one Spark knows as a resource or scheduling setting
+        assert key.startswith(("spark.cores.", "spark.driver.", "spark.executor.", "spark.sql.shuffle.",
+                               "spark.default.", "spark.dynamicAllocation."))
+
+
+def test_run_refuses_a_run_setting_outside_the_allowlist_before_spark_starts(tmp_path):
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "job.yaml"), "--run-conf",
+                                      "spark.driver.extraJavaOptions=-XX:OnOutOfMemoryError=id"])
+    assert result.exit_code != 0
+    assert "spark.driver.extraJavaOptions" in result.output and "not one a run may change" in result.output

@@ -18,6 +18,27 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 # What an executor's Python workers need to reach the crash points the driver's are armed with.
 FAULT_ENV = (ENV_FAULT_POINTS, ENV_FAULT_PAUSE_UNTIL, ENV_FAULT_LOG)
 PYTHON_DAEMON = "pipeline_lib.execution.engine.python_daemon"  # Spark's daemon, PySpark not from its zip
+# Spark's default redaction (the Spark UI's environment page, event logs) plus credential words.
+REDACTION_REGEX = "(?i)secret|password|passwd|token|credential|access[.]?key|private[.]?key"
+
+
+def hardening(conf: Mapping[str, str], local: bool) -> dict[str, str]:
+    """The settings no spec, ``--conf`` or run request may replace, applied after all of them: the
+    Python daemon (the executors' code), UTC (event times and partitions), Arrow (the read path),
+    Spark's redaction of secret-looking settings, the driver's log and JVM options (added to any of
+    the spec's), and in local mode a driver bound to loopback."""
+    java = " ".join([conf.get("spark.driver.extraJavaOptions", ""), f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+                     *driver_java_options()]).strip()
+    hard = {
+        "spark.python.daemon.module": PYTHON_DAEMON,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.redaction.regex": REDACTION_REGEX,
+        "spark.driver.extraJavaOptions": java,
+    }
+    if local:
+        hard.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    return hard
 
 
 def start_spark(app_name: str, master: str | None, parallelism: int, settings: SparkSpec | None = None,
@@ -33,28 +54,20 @@ def start_spark(app_name: str, master: str | None, parallelism: int, settings: S
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master or f"local[{parallelism}]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(parallelism))
-        .config("spark.default.parallelism", str(parallelism))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.python.daemon.module", PYTHON_DAEMON)
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.driver.extraJavaOptions", " ".join([f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
-                                                            *driver_java_options()]))
-    )
-    if local:
-        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    elif os.environ.get(ENV_FAULT_POINTS):  # executors do not inherit the driver's environment
-        for name in FAULT_ENV:
-            if os.environ.get(name):
-                builder = builder.config(f"spark.executorEnv.{name}", os.environ[name])
-    for key, value in spark_conf(settings, parallelism, not local, overrides).items():
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(parallelism),
+        "spark.default.parallelism": str(parallelism),
+        "spark.python.worker.reuse": "true",
+        "spark.sql.adaptive.enabled": "false",
+    }
+    if not local and os.environ.get(ENV_FAULT_POINTS):  # executors do not inherit the driver's environment
+        conf.update({f"spark.executorEnv.{name}": os.environ[name] for name in FAULT_ENV if os.environ.get(name)})
+    conf.update(spark_conf(settings, parallelism, not local, overrides))
+    conf.update(hardening(conf, local))
+    builder = SparkSession.builder.appName(app_name).master(master or f"local[{parallelism}]")
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
