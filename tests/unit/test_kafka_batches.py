@@ -98,7 +98,8 @@ def test_a_value_running_past_its_record_is_refused_naming_its_offset():
     value_length_at = second + 5
     assert data[value_length_at] == 20  # zigzag(10)
     data[value_length_at] = 24  # 12 bytes: the value takes the place of the header count
-    with pytest.raises(CorruptRecordError, match=r"record at offset 41: header count runs past its record"):
+    with pytest.raises(CorruptRecordError, match=r"record at offset 41: value length 12 does not fit the 11 bytes left "
+                                                 r"in its record"):
         decode_batch(DefaultRecordBatch(bytes(data)))
     with pytest.raises(CorruptRecordError):
         reference(bytes(data))
@@ -142,3 +143,87 @@ def test_random_corruption_never_gives_rows_that_kafka_python_reads_differently(
 def test_empty_column_batch():
     empty = ColumnBatch.empty()
     assert len(empty) == 0 and empty.values() == [] and empty.between(0, 10) is empty
+
+
+# -- hostile lengths, trailing bytes, offsets: built by hand, with a valid CRC ---------------------------
+
+def _varint(n: int) -> bytes:
+    """Kafka's zigzag varint of ``n`` (any 64-bit value)."""
+    u, out = ((n << 1) ^ (n >> 63)) & (2**64 - 1), bytearray()
+    while u >= 0x80:
+        out.append(u & 0x7F | 0x80)
+        u >>= 7
+    return bytes(out + bytes([u]))
+
+
+def _record(offset_delta: int, key_length: int, value_length: int, body: bytes = b"",
+            headers: bytes = b"\x00") -> bytes:
+    fields = b"\x00" + _varint(0) + _varint(offset_delta) + _varint(key_length) + _varint(value_length) + body + headers
+    return _varint(len(fields)) + fields
+
+
+def with_records(records: bytes, count: int, base_offset: int = 0, last_offset_delta: int | None = None) -> bytes:
+    """A v2 batch of kafka-python's header around ``records`` (raw bytes), its count and CRC set."""
+    from kafka.record.util import calc_crc32c
+
+    header = bytearray(build([(0, 5, None, b"x", [])], base_offset=base_offset)[:_records_section(b"")])
+    data = header + records
+    struct.pack_into(">i", data, 8, len(data) - 12)  # the batch length after offset and length
+    struct.pack_into(">i", data, DefaultRecordBatch.HEADER_STRUCT.size - 4, count)
+    struct.pack_into(">i", data, DefaultRecordBatch.ATTRIBUTES_OFFSET + 2, count - 1 if last_offset_delta is None
+                     else last_offset_delta)
+    struct.pack_into(">I", data, DefaultRecordBatch.CRC_OFFSET,
+                     calc_crc32c(bytes(data[DefaultRecordBatch.ATTRIBUTES_OFFSET:])))
+    return bytes(data)
+
+
+HUGE = [2**63 - 1, 2**63 - 2, 2**62, 2**31, -(2**63), -2]
+
+
+@pytest.mark.parametrize("length", HUGE)
+@pytest.mark.parametrize("field", ["key", "value", "header key", "header value", "header count"])
+def test_a_length_varint_near_2_63_is_a_corrupt_record_naming_its_offset(field, length):
+    """Each length is -1 or within the bytes left in its record, checked before any sum: a key
+    length of 2**63 - 1 would otherwise wrap around to an index before the record's bytes."""
+    if field == "key":
+        record = _record(0, length, 1, b"v")
+    elif field == "value":
+        record = _record(0, -1, length, b"v")
+    elif field == "header count":
+        record = _record(0, -1, 1, b"v", headers=_varint(length))
+    else:
+        key, value = (length, 1) if field == "header key" else (1, length)
+        record = _record(0, -1, 1, b"v", headers=_varint(1) + _varint(key) + b"h" + _varint(value) + b"x")
+    good = _record(1, -1, 2, b"ok")
+    data = with_records(record + good, 2, base_offset=70)
+    with pytest.raises(CorruptRecordError, match=r"^\[Error 2\] CorruptRecordError: record at offset 70: "):
+        decode_batch(DefaultRecordBatch(data))
+
+
+def test_bytes_after_the_last_record_make_the_batch_corrupt():
+    """A header count lower than the records the batch holds (CRC valid) would drop the records
+    past the count without a word; kafka-python refuses such a batch, so does the decoder."""
+    records = b"".join(_record(i, -1, 2, b"v%d" % i) for i in range(3))
+    assert len(decode_batch(DefaultRecordBatch(with_records(records, 3)))) == 3
+    with pytest.raises(CorruptRecordError, match=r"batch at offset 9: \d+ unconsumed bytes after all 2 records"):
+        decode_batch(DefaultRecordBatch(with_records(records, 2, base_offset=9)))
+    with pytest.raises(Exception):  # noqa: B017  kafka-python's own reader refuses it too
+        list(DefaultRecordBatch(with_records(records, 2, base_offset=9)))
+
+
+@pytest.mark.parametrize(("deltas", "last"), [((0, 2, 2), 2), ((0, 3, 1), 3), ((1, 2, 3), 2), ((-1, 0, 1), 1)])
+def test_offsets_out_of_order_or_past_the_batch_end_are_corrupt(deltas, last):
+    """Offsets rise within a batch, from its base to its header's last offset: ranges are cut
+    by binary search, so a record out of order could be read in two ranges or in none."""
+    records = b"".join(_record(d, -1, 2, b"vv") for d in deltas)
+    with pytest.raises(CorruptRecordError, match=r"offset delta"):
+        decode_batch(DefaultRecordBatch(with_records(records, 3, base_offset=100, last_offset_delta=last)))
+
+
+def test_a_range_end_is_exclusive():
+    """``between(start, end)`` holds ``start`` and stops before ``end``: the record at a range's
+    end belongs to the next range, never to both."""
+    columns = decode_batch(DefaultRecordBatch(build([(d, 5, None, b"v", []) for d in range(5)], base_offset=100)))
+    assert columns.between(101, 103).offsets.tolist() == [101, 102]
+    assert columns.between(103, 105).offsets.tolist() == [103, 104]
+    assert len(columns.between(100, 100)) == 0

@@ -91,7 +91,17 @@ class _ColumnPartitionRecords(Fetcher.PartitionRecords):
 
     def _columns(self, tp, batch) -> ColumnBatch | None:
         """A batch's records as columns; None for one that holds no data records (a marker, an
-        aborted transaction's); CorruptRecordError for one that cannot be decoded."""
+        aborted transaction's); CorruptRecordError for one that cannot be decoded, whatever
+        failed: the one error the batch loop turns into a bad batch (or the read's failure)."""
+        try:
+            return self._decoded(tp, batch)
+        except CorruptRecordError:
+            raise
+        except Exception as exc:  # hostile bytes kafka-python's own accessors trip on
+            raise CorruptRecordError(f"batch at offset {batch.base_offset} cannot be decoded: "
+                                     f"{type(exc).__name__}: {exc}") from None
+
+    def _decoded(self, tp, batch) -> ColumnBatch | None:
         if self.check_crcs and not batch.validate_crc():
             raise CorruptRecordError(f"batch at offset {batch.base_offset} failed its CRC check")
         if batch.magic != 2:
