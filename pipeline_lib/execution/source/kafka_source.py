@@ -167,15 +167,53 @@ class RecordBatcher:
             rows = self._rows_one_by_one(offsets, keys, values, sizes, errors, raws, batch_errors)
         n = len(offsets)
         record_keys = self._record_keys(chunks, offsets, values, rows, errors, raws)
-        columns: list[Any] = [list(c) for c in zip(*rows)] if rows else [[] for _ in range(self.width)]
+        columns: list[Any] = self._user_columns(rows, offsets, values, errors, raws)
         columns += [pa.repeat(topic, n), pa.repeat(pa.scalar(partition, pa.int32()), n), offsets, stamps,
                     _timestamps(stamps), record_keys, self._headers(chunks, n)]
         if self.tolerant:
-            columns += [errors, raws]
-        for i, convert in enumerate(self.converters):
-            if convert is not None and isinstance(columns[i], list):  # metadata columns are arrays already
-                columns[i] = [convert(v) for v in columns[i]]
+            columns += [self._arrow(len(columns), errors), self._arrow(len(columns) + 1, raws)]
         return pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
+
+    def _arrow(self, i: int, column: list) -> pa.Array:
+        """Column ``i`` of the schema from Python values, through PySpark's converter for its type."""
+        convert = self.converters[i]
+        return pa.array(column if convert is None else [convert(v) for v in column], self.arrow_schema.field(i).type)
+
+    def _user_columns(self, rows: list[tuple], offsets: np.ndarray, values: list, errors: list,
+                      raws: list) -> list[pa.Array]:
+        """The schema's own columns. A value PySpark's converter or Arrow refuses (a map where an
+        array belongs, an integer past an array<int>'s range, a null in a NOT NULL field...) makes
+        its record a bad record naming topic, partition, offset and field, like any value the
+        decoder refuses: raised, or (tolerant) an error row; never an exception that fails the read."""
+        try:
+            return self._arrays(rows)
+        except Exception:  # find the records at fault, one by one
+            pass
+        empty = (None,) * self.width
+        for i, row in enumerate(rows):
+            fault = self._unconvertible(row)
+            if fault is None:
+                continue
+            error = RecordError(self.topic, self.partition, int(offsets[i]), fault)
+            if not self.tolerant:
+                raise error from None
+            rows[i] = empty
+            if errors[i] is None:
+                errors[i], raws[i] = error.reason, values[i]
+        return self._arrays(rows)
+
+    def _arrays(self, rows: list[tuple]) -> list[pa.Array]:
+        columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in range(self.width)]
+        return [self._arrow(i, column) for i, column in enumerate(columns)]
+
+    def _unconvertible(self, row: tuple) -> str | None:
+        """Why a row's value cannot be held by its column (naming the field), or None."""
+        for i, v in enumerate(row):
+            try:
+                self._arrow(i, [v])
+            except Exception as exc:
+                return f"field {self.arrow_schema.field(i).name!r}: {type(exc).__name__}: {exc}"
+        return None
 
     def _record_keys(self, chunks: Sequence[ColumnBatch], offsets: np.ndarray, values: list, rows: list,
                      errors: list, raws: list) -> pa.Array:

@@ -7,9 +7,12 @@ silent null or an anonymous cast error.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import decimal
 import json
 import math
+import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -80,18 +83,91 @@ def _boolean(v: Any) -> Any:
     return v
 
 
+# Spark's timestamps run from 0001-01-01 to 9999-12-31 UTC, as Python's datetime does: epoch
+# seconds in [MIN_EPOCH_SECONDS, MAX_EPOCH_SECONDS).
+MIN_EPOCH_SECONDS = -62_135_596_800
+MAX_EPOCH_SECONDS = 253_402_300_800
+TIMESTAMP_RANGE = "0001-01-01 to 9999-12-31 UTC"
+
+
 def _timestamp(v: Any) -> Any:
+    """An ISO timestamp or epoch seconds, checked to be an instant Spark holds: PySpark's converter
+    moves it to UTC (a naive one from the worker's local time) outside any record's error handling,
+    so ``9999-12-31T23:59:59-14:00`` would fail the whole read instead of being a bad record."""
     if isinstance(v, str):
-        return dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        parsed = dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+    elif isinstance(v, (int, float)) and not isinstance(v, bool):
+        parsed = _from_epoch_seconds(v)
+    else:
+        raise ValueError(f"expected an ISO timestamp or epoch seconds, got {v!r:.40}")
+    try:
+        parsed.astimezone(dt.UTC)  # what PySpark's converter does with it
+    except (OverflowError, OSError, ValueError):
+        raise ValueError(f"timestamp {v!r:.40} out of range ({TIMESTAMP_RANGE})") from None
+    return parsed
+
+
+def _from_epoch_seconds(v: int | float) -> dt.datetime:
+    """Bounded before ``fromtimestamp``, which raises OSError or OverflowError (platform errors,
+    not ValueError) for 1e17, -1e17 or infinity, and ValueError for NaN."""
+    if not MIN_EPOCH_SECONDS <= v < MAX_EPOCH_SECONDS:
+        raise ValueError(f"epoch seconds {v!r:.40} out of range ({TIMESTAMP_RANGE})")
+    try:
         return dt.datetime.fromtimestamp(v, tz=dt.UTC)
-    raise ValueError(f"expected an ISO timestamp or epoch seconds, got {v!r:.40}")
+    except (OverflowError, OSError, ValueError):  # rounds past 9999-12-31T23:59:59.999999
+        raise ValueError(f"epoch seconds {v!r:.40} out of range ({TIMESTAMP_RANGE})") from None
+
+
+def _timestamp_ntz(v: Any) -> Any:
+    """A timestamp without a time zone is an ISO timestamp without an offset (PySpark's converter
+    refuses any other value, outside any record's error handling)."""
+    if not isinstance(v, str):
+        raise ValueError(f"expected an ISO timestamp without an offset, got {v!r:.40}")
+    parsed = dt.datetime.fromisoformat(v)
+    if parsed.tzinfo is not None:
+        raise ValueError(f"expected a timestamp without an offset (the column is timestamp_ntz), got {v!r:.40}")
+    return parsed
 
 
 def _date(v: Any) -> Any:
     if isinstance(v, str):
         return dt.date.fromisoformat(v)
     raise ValueError(f"expected an ISO date, got {v!r:.40}")
+
+
+def _decimal_coercer(precision: int, scale: int) -> Coercer:
+    """A JSON number as the Decimal PySpark's converter makes of it (rounded half-even to ``scale``
+    places), once it fits ``precision`` digits: the converter would raise InvalidOperation, outside
+    any record's error handling, for one that does not (and refuses a float or int outright)."""
+    step = decimal.Decimal(1).scaleb(-scale)
+    context = decimal.Context(prec=precision + 2, rounding=decimal.ROUND_HALF_EVEN)
+
+    def coerce(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"expected a number, got {type(v).__name__} {v!r:.40}")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"expected a finite number, got {v!r}")
+        number = decimal.Decimal(v) if isinstance(v, int) else decimal.Decimal(repr(v))
+        if number and number.adjusted() >= precision - scale:  # before quantize: 1e300 needs 300 digits
+            raise ValueError(f"number {v!r:.40} out of range for decimal({precision},{scale})")
+        rounded = number.quantize(step, context=context)
+        if rounded and rounded.adjusted() >= precision - scale:  # 99.995 rounds to 100.00
+            raise ValueError(f"number {v!r:.40} out of range for decimal({precision},{scale})")
+        return rounded
+    return coerce
+
+
+def _binary(v: Any) -> Any:
+    """A binary field's JSON value is base64 text, as Spark's own JSON reader takes it."""
+    if not isinstance(v, str):
+        raise ValueError(f"expected base64 text, got {type(v).__name__} {v!r:.40}")
+    try:
+        return base64.b64decode(v, validate=True)
+    except ValueError:  # binascii.Error, or a non-ASCII character
+        raise ValueError(f"expected base64 text, got {v!r:.40}") from None
+
+
+DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)")
 
 
 def coercer_for(spark_type_name: str) -> Coercer:
@@ -107,11 +183,18 @@ def coercer_for(spark_type_name: str) -> Coercer:
         return _string
     if name in ("boolean", "bool"):
         return _boolean
-    if name in ("timestamp", "timestamp_ntz"):
+    if name in ("timestamp", "timestamp_ltz"):
         return _timestamp
+    if name == "timestamp_ntz":
+        return _timestamp_ntz
     if name == "date":
         return _date
-    return lambda v: v  # nested/decimal/binary: Spark converts and validates
+    if name == "binary":
+        return _binary
+    decimal_type = DECIMAL.fullmatch(name)
+    if decimal_type:
+        return _decimal_coercer(int(decimal_type[1]), int(decimal_type[2]))
+    return lambda v: v  # nested and other types: RecordBatcher checks what PySpark and Arrow make of each
 
 
 class JsonRecordDecoder:
@@ -138,7 +221,7 @@ class JsonRecordDecoder:
                 continue
             try:
                 out.append(coerce(v))
-            except (ValueError, TypeError, OverflowError) as exc:
+            except Exception as exc:  # whatever a coercer trips on, the record is bad, never the read
                 raise RecordError(topic, partition, offset, f"field {name!r}: {exc}") from None
         return tuple(out)
 
