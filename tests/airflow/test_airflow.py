@@ -87,6 +87,9 @@ def airflow(local_stack, payments, tmp_path_factory):
     user_spec = spend_spec(USER_JOB, USER_TOPIC, f"s3://results/{USER_JOB}", f"s3://checkpoints/{USER_JOB}",
                            per_epoch=500)
     user_spec["airflow"] = {"connections": {"spark": "user_spark"}}  # kafka and s3: the default ids
+    user_spec["transforms"] = [{"python": "environ_probe:probe"}]  # a hook that hunts for Airflow's secrets
+    (root / "hooks").mkdir()
+    (root / "hooks" / "environ_probe.py").write_text(ENVIRON_PROBE)
     write_spec(root / "user_specs", user_spec)
     after = spend_spec(AFTER_USER, USER_TOPIC, f"s3://results/{AFTER_USER}", f"s3://checkpoints/{AFTER_USER}",
                        per_epoch=500)
@@ -98,6 +101,8 @@ def airflow(local_stack, payments, tmp_path_factory):
     env.update(airflow_connections(local_stack))
     env["AIRFLOW_CONN_USER_SPARK"] = json.dumps({"conn_type": "pipeline_lib_spark", "host": "local[1]"})
     env["PIPELINE_RECOVERY_SCHEDULE"] = "none"  # this test decides when recovery runs
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root / "hooks"), os.environ.get("PYTHONPATH")) if p)
+    env["PIPELINE_HOOK_PROBE"] = str(root / "probe.json")
     env["PIPELINE_VERIFY_SCHEDULE"] = "none"  # and when verification does
     # an asset first made by an alias event is active (so an Asset.ref(uri=...) resolves to it) once the
     # scheduler's cleanup loop has seen it: every 60 s by default
@@ -112,6 +117,30 @@ def airflow(local_stack, payments, tmp_path_factory):
     finally:
         server.stop()
 
+
+# A hook as an attacker writes one: every process's environment it can open, searched for Airflow's
+# settings (the Fernet key, the JWT and API secrets, the metadata DB's URL are AIRFLOW__* variables).
+ENVIRON_PROBE = """\
+import glob, json, os
+
+
+def exposed():
+    pids, found = [], set()
+    for path in glob.glob("/proc/[0-9]*"):
+        pids.append(int(path.rsplit("/", 1)[1]))
+        try:
+            data = open(path + "/environ", "rb").read()
+        except OSError:
+            continue
+        found |= {item.split(b"=", 1)[0].decode() for item in data.split(b"\\0") if item.startswith(b"AIRFLOW")}
+    return {"pids": sorted(pids), "exposed": sorted(found)}
+
+
+def probe(df):
+    with open(os.environ["PIPELINE_HOOK_PROBE"], "w") as out:
+        json.dump(exposed(), out)
+    return df
+"""
 
 USER_DAG_FILE = """\
 # An Airflow DAG file as a user writes one: the operator alone, no form, no check_params task.
@@ -135,14 +164,27 @@ def live_cell(page, name: str) -> str:
     return page.evaluate(f"{FRAME}.querySelector('[data-live=\"{JOB}/main/{name}\"]').innerText")
 
 
-def test_invalid_params_are_rejected_before_anything_runs(airflow):
+def test_invalid_params_are_rejected_before_anything_runs(airflow, tmp_path):
     for conf, name in (({"parallelism": 0}, "parallelism"), ({"parallelism": 10000}, "parallelism"),
                        ({"lease_seconds": 0}, "lease_seconds"), ({"mode": "sometimes"}, "mode"),
                        ({"restore": "yesterday"}, "restore")):
         with pytest.raises(AirflowApiError) as err:
             airflow.trigger(DAG, conf)
         assert err.value.response.status_code == 400 and f"param {name}:" in err.value.response.text
-    assert airflow.dag_runs(DAG) == []
+    # Spark settings that run or load code, or undo the hardening: each refused, and nothing ran
+    ran = tmp_path / "command-ran"
+    for spark_conf in ({"spark.driver.memory": "32m", "spark.driver.extraJavaOptions":
+                        f"-XX:OnOutOfMemoryError='touch {ran}'"},
+                       {"spark.executor.extraJavaOptions": f"-XX:OnOutOfMemoryError='touch {ran}'"},
+                       {"spark.jars": f"file://{ran}.jar"}, {"spark.jars.packages": "org.example:evil:1.0"},
+                       {"spark.plugins": "org.example.Evil"}, {"spark.executorEnv.LD_PRELOAD": f"{ran}.so"},
+                       {"spark.pyspark.python": "/bin/sh"}, {"spark.master": "spark://127.0.0.1:1"},
+                       {"spark.ui.enabled": "true"}, {"spark.eventLog.enabled": "true"},
+                       {"spark.executor.memory": "lots"}):
+        with pytest.raises(AirflowApiError) as err:
+            airflow.trigger(DAG, {"spark_conf": spark_conf})
+        assert err.value.response.status_code == 400 and "spark_conf" in err.value.response.text, spark_conf
+    assert airflow.dag_runs(DAG) == [] and not ran.exists()
 
 
 def test_the_trigger_form_refuses_an_out_of_range_parallelism_instead_of_clamping_it(airflow):
@@ -166,7 +208,9 @@ def test_the_trigger_form_refuses_an_out_of_range_parallelism_instead_of_clampin
 def test_killed_run_is_recovered_by_pipeline_recovery_to_an_exact_result(airflow, stack_env, local_stack, payments):
     _, events = payments
     secrets = [local_stack.secret_key, local_stack.access_key]
-    run_id = airflow.trigger(DAG, {"mode": "until_caught_up", "lease_seconds": 4})
+    # an allowed Spark setting passes the form, check_params and the run's own check
+    run_id = airflow.trigger(DAG, {"mode": "until_caught_up", "lease_seconds": 4,
+                                   "spark_conf": {"spark.sql.shuffle.partitions": "3"}})
 
     # SIGKILL the Spark run (driver, JVM, workers: its process group) once it has committed epoch 3
     running = wait_for(lambda: (s := status(stack_env)) and s.state == "RUNNING" and s.epoch >= 3 and s, 240,
@@ -176,6 +220,7 @@ def test_killed_run_is_recovered_by_pipeline_recovery_to_an_exact_result(airflow
     assert airflow.wait_for_run(DAG, run_id, timeout=120) == "failed"
     log = airflow.task_log(DAG, run_id, "run_job")
     assert "spark-submit" in log and "--master local[2]" in log
+    assert "--run-conf spark.sql.shuffle.partitions=3" in log
     assert not any(s in log for s in secrets)
 
     # the dead run left RUNNING behind; once its lease expires it is LOST
@@ -355,13 +400,21 @@ def test_a_users_own_dag_runs_a_job_with_run_job_operator_alone(airflow, stack_e
     events = payment_events(600, 20, seed=47)
     produce_json(local_stack.kafka_bootstrap, USER_TOPIC, events)
     run_id = airflow.trigger(USER_DAG, {})
-    assert airflow.wait_for_run(USER_DAG, run_id, timeout=300) == "success"
+    assert airflow.wait_for_run(USER_DAG, run_id, timeout=300) == "success", airflow.task_log(USER_DAG, run_id, "run")
     [pipeline] = airflow.xcom(USER_DAG, run_id, "run")["pipelines"]
     assert pipeline["records"] == len(events) and pipeline["status"] == "RAN"
     log = airflow.task_log(USER_DAG, run_id, "run")
     assert "--master local[1]" in log and "--until-caught-up" in log and "--restore latest" in log
     assert not any(secret in log for secret in (local_stack.secret_key, local_stack.access_key))
     assert result_table(stack_env, f"s3://results/{USER_JOB}") == spend_per_user(events)
+
+    # its hook read every /proc/*/environ it could see: no Airflow process was among them
+    probe_file = Path(airflow.env["PIPELINE_HOOK_PROBE"])
+    seen = json.loads(probe_file.read_text())
+    assert seen["exposed"] == [] and len(seen["pids"]) < 20, seen
+    namespace: dict = {}
+    exec(ENVIRON_PROBE, namespace)  # the same probe here, outside the job's namespaces, finds them
+    assert "AIRFLOW__CORE__FERNET_KEY" in namespace["exposed"]()["exposed"]
 
     # its sink's asset event starts the job scheduled on that asset (airflow.assets), with the form's defaults
     after_dag = f"pipeline__{AFTER_USER}"
