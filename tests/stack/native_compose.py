@@ -5,14 +5,20 @@ A container reaches ``kafka:9092`` or ``/opt/airflow/dags``; a native process re
 other and names any address it cannot map, so that a wrong value fails rather than passing by
 accident. The rest turns one service's settings into the native equivalent: the ``apache/kafka``
 image's ``KAFKA_*`` variables into broker properties, minio-init's ``mc`` steps into MinIO admin
-API calls, and ``.env.example`` into an ``.env`` with real secrets.
+API calls, the Spark services' environment into the native cluster's, and ``.env.example`` into an
+``.env`` with real secrets. ``refused_driver`` is the Spark client that holds no cluster secret.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,12 +129,60 @@ def minio_init(services: dict[str, Any], endpoint_host: str, root_user: str, roo
         client.make_bucket(bucket)
     admin = MinioAdmin(endpoint=endpoint_host, secure=False, credentials=StaticProvider(root_user, root_password))
     policies = re.findall(r"mc admin policy create stack ([\w-]+) (\S+)", script)
-    assert len(policies) == 2, script
+    assert policies, script
     for name, path in policies:
         directory, _, file = path.rpartition("/")
         admin.policy_add(name, volumes[directory] / file)
     grants = re.findall(r'^\s*grant "\$\{(\w+)\}" "\$\{(\w+)\}" ([\w-]+)\s*$', script, re.MULTILINE)
-    assert len(grants) == 2, script
+    assert sorted(policy for _, _, policy in grants) == sorted(name for name, _ in policies), script
     for user_var, secret_var, policy in grants:
         admin.user_add(env[user_var], env[secret_var])
         admin.attach_policy([policy], user=env[user_var])
+
+
+def spark_daemon_env(services: dict[str, Any], natives: Natives) -> dict[str, str]:
+    """The environment spark-master and spark-worker share, rewritten to native paths: the Spark
+    conf folder (mounted from the repository, mapped here) and the cluster's secret. One native
+    cluster gets one environment, so the two services must agree on every variable they both set."""
+    envs = []
+    for name in ("spark-master", "spark-worker"):
+        for source, target in mounts(services[name]):
+            assert source.startswith("."), f"{name}: {source} is not a folder of the repository"
+            natives.paths[target] = REPO / source
+        envs.append(natives.env(services[name], name))
+    master, worker = envs
+    shared = set(master) & set(worker)
+    assert all(master[k] == worker[k] for k in shared), "spark-master and spark-worker disagree"
+    return {**master, **worker}
+
+
+# A driver that registers with the master, then counts: it never gets past getOrCreate() when the
+# master refuses it.
+_CLIENT = ("import sys; from pyspark.sql import SparkSession; "
+           "s = SparkSession.builder.master(sys.argv[1]).appName(sys.argv[2]).getOrCreate(); "
+           "print('REGISTERED', s.range(4).count(), flush=True)")
+REFUSED = "Failed to connect to master"  # StandaloneAppClient's warning for each refused attempt
+
+
+def refused_driver(master_url: str, app: str, env: dict[str, str], log: Path, timeout: float = 120) -> str:
+    """Start a PySpark driver named ``app`` against ``master_url`` with ``env``, wait until it logs
+    that the master refused it (or registers, or exits), stop it by its PID's process group, and
+    return its output. Spark retries a refused registration for a minute: the first refusal is
+    the answer."""
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", _CLIENT, master_url, app], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            text = log.read_text(errors="replace")
+            if REFUSED in text or "REGISTERED" in text:
+                break
+            time.sleep(0.5)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the driver's Python and its JVM, by the session's PID
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+    return log.read_text(errors="replace")

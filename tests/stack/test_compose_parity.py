@@ -8,14 +8,17 @@ compose file, interpolated from an ``.env`` the test generates from ``.env.examp
 for every change-me): the Kafka broker's ``KAFKA_*`` properties, MinIO's root user, minio-init's
 buckets, policies and users, PostgreSQL's user and database, airflow-init's command, every Airflow
 service's own environment (``AIRFLOW__*``, ``AIRFLOW_CONN_*``, ``PIPELINE_*``), the Spark master's
-port and the worker's cores and memory. Only host names and ports (``kafka:9092``, ``minio:9000``,
-``postgres:5432``, ``spark-master:7077``, ``airflow-apiserver:8080``) and the containers' paths
-are rewritten to the native ones, and any address left unmapped fails the test: so does a wrong
-port, connection id or variable in the compose file.
+port, the worker's cores and memory, and the Spark secret and conf folder of both. Only host
+names and ports (``kafka:9092``, ``minio:9000``, ``postgres:5432``, ``spark-master:7077``,
+``airflow-apiserver:8080``) and the containers' paths are rewritten to the native ones, and any
+address left unmapped fails the test: so does a wrong port, connection id or variable in the
+compose file.
 
 Then the compose job ``pipeline__spend-per-user`` (dags/, as mounted) is triggered through the
 REST API and runs by ``spark-submit`` on the standalone master; its driver is SIGKILLed after a
-committed epoch, ``pipeline_recovery`` relaunches it, and the sink equals plain Python's answer.
+committed epoch, ``pipeline_recovery`` relaunches it, and the sink equals plain Python's answer:
+all of it with the job's own MinIO key and Spark's RPC authentication and encryption on. A Spark
+driver without the cluster's secret, or with another one, is refused by the master.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from secrets import token_urlsafe
 from typing import Any
 
 import pytest
@@ -42,16 +46,24 @@ import yaml
 
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.localstack.apache_kafka import start_apache_kafka, stop_apache_kafka
-from pipeline_lib.localstack.minio_server import start_minio, stop_minio
 from pipeline_lib.localstack.ports import LOCALHOST, free_port
-from pipeline_lib.localstack.postgres_server import start_postgres, stop_postgres
-from pipeline_lib.localstack.spark_cluster import start_spark_cluster
 from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_per_user
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import load_spec
+from testing_servers.minio_server import start_minio, stop_minio
+from testing_servers.postgres_server import start_postgres, stop_postgres
+from testing_servers.spark_cluster import start_spark_cluster
 from tests.airflow.deployment import start_airflow
 from tests.compose_file import command_of, deep_interpolate, env_of, mounts
-from tests.stack.native_compose import Natives, generated_env, kafka_properties, minio_init
+from tests.stack.native_compose import (
+    REFUSED,
+    Natives,
+    generated_env,
+    kafka_properties,
+    minio_init,
+    refused_driver,
+    spark_daemon_env,
+)
 from tests.support import result_table, wait_for
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -70,10 +82,12 @@ class Stack:
     """The natively running stack and what the test needs of it."""
 
     airflow: Any
-    settings: ConnectionSettings  # the pipeline's MinIO user
+    settings: ConnectionSettings  # the job's own MinIO user
     host_bootstrap: str  # Kafka's listener for the host (compose: localhost:19092)
     spark_master: str
     secrets: list[str]
+    cluster: Any  # the native spark-master and spark-worker
+    spark_env: dict[str, str]  # their environment: the conf folder and the cluster's secret
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +105,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     master = command_of(services["spark-master"])
     worker = services["spark-worker"]
     worker_env = env_of(worker)
+    spark_env = spark_daemon_env(services, natives)
     starters = {  # independent of each other: started side by side, each stopped by PID at the end
         "postgres": (lambda: start_postgres(pg_env["POSTGRES_USER"], pg_env["POSTGRES_PASSWORD"],
                                             pg_env["POSTGRES_DB"]), stop_postgres),
@@ -101,7 +116,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                                       root_password=minio_env["MINIO_ROOT_PASSWORD"]), stop_minio),
         "spark": (lambda: start_spark_cluster(root / "spark", workers=1, cores=int(worker_env["SPARK_WORKER_CORES"]),
                                               memory=worker_env["SPARK_WORKER_MEMORY"],
-                                              env={"PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}),
+                                              env={**spark_env,
+                                                   "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}),
                   lambda cluster: cluster.stop()),
     }
     with ExitStack() as stop:
@@ -174,7 +190,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             check = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=120)
             assert check.returncode == 0, f"{name}'s healthcheck: {check.stdout[-2000:]}{check.stderr[-2000:]}"
 
-        s3 = json.loads(envs["scheduler"]["AIRFLOW_CONN_PIPELINE_S3"])
+        s3 = json.loads(envs["scheduler"][f"AIRFLOW_CONN_{SPEC.airflow.connections.s3.upper()}"])  # the job's own
         settings = ConnectionSettings.from_env({"PIPELINE_S3_ENDPOINT": f"{s3['host']}:{s3['port']}",
                                                 "PIPELINE_S3_ACCESS_KEY": s3["login"],
                                                 "PIPELINE_S3_SECRET_KEY": s3["password"],
@@ -184,7 +200,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                                               if a.startswith("EXTERNAL://")))
         secret_values = [v for k, v in dotenv.items() if k.endswith(("PASSWORD", "SECRET_KEY", "_KEY", "SECRET"))
                          and "ACCESS_KEY" not in k]
-        yield Stack(airflow, settings, host_bootstrap, cluster.master_url, secret_values)
+        yield Stack(airflow, settings, host_bootstrap, cluster.master_url, secret_values, cluster, spark_env)
 
 
 def status(stack: Stack):
@@ -240,3 +256,27 @@ def test_the_compose_job_survives_a_killed_driver_on_the_native_stack(stack: Sta
     assert (view["status"], view["latest_snapshot"]) == ("STOPPED", summary["last_snapshot"]), view
     for text in (log, airflow.task_log(DAG, relaunch, "run_job"), json.dumps(summary)):
         assert not any(s in text for s in stack.secrets)
+
+
+def test_a_spark_driver_without_the_cluster_secret_is_refused_by_the_master(stack: Stack, tmp_path: Path) -> None:
+    """The master, run with the compose file's Spark settings, registers no application whose
+    driver cannot prove the cluster's secret: neither one with Spark's defaults (no authentication)
+    nor one with the compose conf folder and a secret of its own. The job's driver, which holds the
+    secret, is the test above."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "_SPARK_", "PYSPARK_", "PIPELINE_"))}
+    base |= {"PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", "SPARK_LOCAL_IP": LOCALHOST}
+    clients = {"no-secret": base,
+               "another-secret": {**base, "SPARK_CONF_DIR": stack.spark_env["SPARK_CONF_DIR"],
+                                  "SPARK_AUTH_SECRET": token_urlsafe(32)}}
+    started = time.monotonic()
+    with ThreadPoolExecutor(len(clients)) as pool:
+        outputs = dict(zip(clients, pool.map(
+            lambda name: refused_driver(stack.spark_master, f"refused-{name}", clients[name], tmp_path / f"{name}.log"),
+            clients)))
+    print(f"two drivers without the secret refused: {time.monotonic() - started:.1f} s")
+    state = stack.cluster.state()
+    registered = {app["name"] for app in state["activeapps"] + state["completedapps"]}
+    for name, output in outputs.items():
+        assert REFUSED in output and "REGISTERED" not in output, f"{name}: {output[-3000:]}"
+        assert f"refused-{name}" not in registered, registered
+        assert not any(s in output for s in stack.secrets), name

@@ -32,7 +32,6 @@ from pipeline_lib import settings as settings_module
 from pipeline_lib.orchestration.connections import (
     CONN_KAFKA,
     CONN_S3,
-    CONN_S3_UI,
     CONN_SPARK,
     CONNECTION_IDS,
     settings_from_connections,
@@ -46,6 +45,7 @@ from tests.compose_file import (
     parse_env_file,
     referenced_vars,
 )
+from tests.compose_jobs import compose_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -302,7 +302,7 @@ def test_no_image_is_older_than_its_security_fix(services: dict[str, Any]) -> No
     """MinIO publishes no image of its fixed release: the minio service builds the server from
     source, at the Go module version the tests run (minio_server.VERSION), which is that release's
     commit or a later one (a pseudo-version carries its commit's UTC time)."""
-    from pipeline_lib.localstack import minio_server
+    from testing_servers import minio_server
 
     minio = services["minio"]
     assert build_dockerfile(minio) == ROOT / MINIO_DOCKERFILE, f"service minio: not built from {MINIO_DOCKERFILE}"
@@ -578,21 +578,29 @@ def test_data_lives_in_named_volumes(raw_compose: dict[str, Any], services: dict
 # --------------------------------------------------------------------------- ports and connections
 
 
-# Who holds which S3 key: the pipeline's (pipeline_s3, PIPELINE_S3_ACCESS_KEY/SECRET_KEY) only the
-# service that runs the tasks, the Pipelines page's read-only one (pipeline_s3_ui) only the api-server.
+# Who holds which S3 key: each job's (pipeline_s3_<job>, the connection its spec names) only the
+# service that runs the tasks, the Pipelines page's read-only one (pipeline_s3_<job>_ui, one per job,
+# one key) only the api-server. No service holds PIPELINE_S3_ACCESS_KEY/SECRET_KEY: that fallback
+# would be one key for every job.
 TASK_RUNNER = "airflow-scheduler"  # LocalExecutor: every task, so every job, runs in the scheduler
 PAGE_SERVER = "airflow-apiserver"  # serves the Pipelines page (plugins/)
 PIPELINE_KEY_VARS = {settings_module.ENV_S3_ACCESS_KEY, settings_module.ENV_S3_SECRET_KEY}
 
 
+def s3_connection_ids(service: str) -> set[str]:
+    """The S3 connections a service must be given: the jobs' own to the task runner, their
+    ``_ui`` twins (what the page reads for a job, connections.page_settings_from_connections) to
+    the page's server."""
+    if service == TASK_RUNNER:
+        return {job.conn_id for job in compose_jobs()}
+    if service == PAGE_SERVER:
+        return {f"{job.conn_id}_ui" for job in compose_jobs()}
+    return set()
+
+
 def connection_ids_of(service: str) -> set[str]:
     """The connections a service must be given, and no others."""
-    ids = {CONN_KAFKA, CONN_SPARK}
-    if service == TASK_RUNNER:
-        ids.add(CONN_S3)
-    if service == PAGE_SERVER:
-        ids.add(CONN_S3_UI)
-    return ids
+    return {CONN_KAFKA, CONN_SPARK} | s3_connection_ids(service)
 
 
 def connection_objects(env: dict[str, str], where: str,
@@ -630,9 +638,9 @@ def test_airflow_services_get_every_setting_the_code_reads(services: dict[str, A
         env = env_of(services[name])
         wanted_conns = {f"AIRFLOW_CONN_{conn_id.upper()}" for conn_id in connection_ids_of(name)}
         for var in env_names:
-            if var in PIPELINE_KEY_VARS and name != TASK_RUNNER:
+            if var in PIPELINE_KEY_VARS:
                 if var in env:
-                    problems.append(f"service {name}: holds {var}, the pipeline's key; only {TASK_RUNNER} may")
+                    problems.append(f"service {name}: holds {var}, a key every job would share; each job has its own")
             elif not env.get(var) and var not in settings_module.KAFKA_SECURED_ONLY:  # the stack's Kafka is PLAINTEXT
                 problems.append(f"service {name}: {var} (pipeline_lib.settings) is not set")
         conns = {k for k in env if k.startswith("AIRFLOW_CONN_")}
@@ -649,41 +657,47 @@ def test_connections_and_fallback_variables_agree(services: dict[str, Any]) -> N
         env = env_of(services[name])
         where = f"docker-compose.yml service {name}"
         conns = connection_objects(env, where, connection_ids_of(name))
-        # what the tasks read (airflow_settings), and what the page reads (page_settings_from_connections)
-        from_conns = settings_from_connections(conns.get, env={}, s3_conn_ids=(CONN_S3, CONN_S3_UI))
         from_env = ConnectionSettings.from_env(env)
-        s3_given = bool({CONN_S3, CONN_S3_UI} & connection_ids_of(name))
-        for field in ("kafka_bootstrap", "s3_endpoint", "spark_master", "s3_region"):
-            if field.startswith("s3_") and not s3_given:
-                continue
-            a, b = getattr(from_conns, field), getattr(from_env, field)
-            assert a and a == b, (
-                f"{where}: {field} is {a!r} from the AIRFLOW_CONN_* connections "
-                f"but {b!r} from the PIPELINE_* variables"
-            )
-        if name == TASK_RUNNER:
-            assert from_conns.secrets() == from_env.secrets() and len(from_env.secrets()) == 2, (
-                f"{where}: the pipeline_s3 connection's login/password differ from "
-                "PIPELINE_S3_ACCESS_KEY/SECRET_KEY"
-            )
+        # what the tasks read (airflow_settings), and what the page reads (page_settings_from_connections)
+        for s3_conn_id in sorted(s3_connection_ids(name)) or [None]:
+            from_conns = settings_from_connections(conns.get, env={}, s3_conn_ids=(s3_conn_id or "",))
+            for field in ("kafka_bootstrap", "s3_endpoint", "spark_master", "s3_region"):
+                if field.startswith("s3_") and s3_conn_id is None:
+                    continue
+                a, b = getattr(from_conns, field), getattr(from_env, field)
+                assert a and a == b, (
+                    f"{where}: {field} is {a!r} from the AIRFLOW_CONN_* connections ({s3_conn_id}) "
+                    f"but {b!r} from the PIPELINE_* variables"
+                )
 
 
-def test_only_the_task_runner_holds_the_pipeline_key(raw_compose: dict[str, Any],
-                                                      env_example: dict[str, str]) -> None:
-    """The pipeline's secret key (marked by a value of its own) reaches the scheduler, which runs
-    the jobs, and minio-init, which creates its user; the page's key only the api-server and
-    minio-init. Every Airflow service would otherwise hold a key that can rewrite snapshots."""
-    marked = {**env_example, "PIPELINE_S3_SECRET_KEY": "pipeline-key-marker-41",
-              "PIPELINE_S3_UI_SECRET_KEY": "page-key-marker-42"}
+def test_the_scheduler_holds_each_job_key_as_the_connection_its_spec_names(raw_services: dict[str, Any]) -> None:
+    """Each job of dags/pipelines/ runs with its own MinIO user: the scheduler's connection
+    ``pipeline_s3_<job>`` (the one the spec names) logs in as PIPELINE_S3_<JOB>_ACCESS_KEY with
+    PIPELINE_S3_<JOB>_SECRET_KEY, the user and secret minio-init creates with policy job-<job>."""
+    env = env_of(raw_services[TASK_RUNNER])
+    for job in compose_jobs():
+        assert job.spec.airflow.connections.s3 == job.conn_id, (job.name, job.spec.airflow.connections)
+        conn = json.loads(env[f"AIRFLOW_CONN_{job.conn_id.upper()}"])
+        assert (conn["login"], conn["password"]) == (f"${{{job.access_var}}}", f"${{{job.secret_var}}}"), job.name
+    logins = [json.loads(env[f"AIRFLOW_CONN_{job.conn_id.upper()}"])["login"] for job in compose_jobs()]
+    assert len(set(logins)) == len(logins), logins
+
+
+def test_each_secret_reaches_only_the_services_that_need_it(raw_compose: dict[str, Any],
+                                                           env_example: dict[str, str]) -> None:
+    """Each job's secret key (marked by a value of its own) reaches the scheduler, which runs the
+    jobs, and minio-init, which creates its user; the page's key only the api-server and
+    minio-init; the Spark secret only the cluster and the scheduler, its driver. Every Airflow
+    service would otherwise hold a key that can rewrite snapshots or join the cluster."""
+    wanted = {job.secret_var: {TASK_RUNNER, "minio-init"} for job in compose_jobs()}
+    wanted |= {"PIPELINE_S3_UI_SECRET_KEY": {PAGE_SERVER, "minio-init"},
+               "SPARK_AUTH_SECRET": {TASK_RUNNER, *SPARK_SERVICES}}
+    marked = {**env_example, **{name: f"key-marker-{i}-{name.lower()}" for i, name in enumerate(wanted)}}
     services = deep_interpolate(raw_compose["services"], marked)
-    holders: dict[str, set[str]] = {"pipeline-key-marker-41": set(), "page-key-marker-42": set()}
-    for name, service in services.items():
-        text = json.dumps(service)
-        for marker, names in holders.items():
-            if marker in text:
-                names.add(name)
-    assert holders["pipeline-key-marker-41"] == {TASK_RUNNER, "minio-init"}, holders
-    assert holders["page-key-marker-42"] == {PAGE_SERVER, "minio-init"}, holders
+    for secret, holders in wanted.items():
+        held_by = {name for name, service in services.items() if marked[secret] in json.dumps(service)}
+        assert held_by == holders, (secret, held_by)
 
 
 def test_connections_have_the_providers_types(services: dict[str, Any]) -> None:
@@ -692,7 +706,8 @@ def test_connections_have_the_providers_types(services: dict[str, Any]) -> None:
 
     wanted = {t["default_conn_id"]: conn_type for conn_type, t in CONNECTION_TYPES.items()}
     assert set(wanted) == set(CONNECTION_IDS)
-    wanted[CONN_S3_UI] = wanted[CONN_S3]  # the page's read-only key is an S3 connection too
+    for name in sorted(AIRFLOW_SERVICES):  # the jobs' keys and the page's are S3 connections too
+        wanted |= {conn_id: wanted[CONN_S3] for conn_id in s3_connection_ids(name)}
     for name in sorted(AIRFLOW_SERVICES):
         given = connection_ids_of(name)
         conns = connection_objects(env_of(services[name]), f"service {name}", sorted(given))
@@ -710,12 +725,12 @@ def _listeners(value: str) -> dict[str, tuple[str, int]]:
 
 def airflow_services_point_at(services: dict[str, Any], conn_id: str, field: str, env_name: str, expected: str,
                               what: str) -> None:
-    """Every Airflow service's connection ``conn_id`` (``pipeline_s3_ui`` too, where it is given)
-    and its PIPELINE_* fallback give ``expected``."""
+    """Every Airflow service's connection ``conn_id`` (for ``pipeline_s3``: every S3 connection
+    it is given) and its PIPELINE_* fallback give ``expected``."""
     for name in sorted(AIRFLOW_SERVICES):
         env = env_of(services[name])
         given = connection_ids_of(name)
-        for conn_id_given in sorted({conn_id, CONN_S3_UI} if conn_id == CONN_S3 else {conn_id}):
+        for conn_id_given in sorted(s3_connection_ids(name) if conn_id == CONN_S3 else {conn_id}):
             if conn_id_given not in given:
                 continue
             conn = connection_objects(env, f"service {name}", [conn_id_given])[conn_id_given]
@@ -817,6 +832,80 @@ def test_spark_master_port_matches_the_connection(services: dict[str, Any]) -> N
             f"service {name}: the web UI listens on {ui} "
             f"but the healthcheck probes {healthcheck_text(services[name])!r}"
         )
+
+
+# --------------------------------------------------------------------------- Spark RPC security
+
+SPARK_SERVICES = ("spark-master", "spark-worker")
+SPARK_CONF = ROOT / "docker" / "spark-conf"
+SPARK_CONF_MOUNT = "./docker/spark-conf"
+# What every side of the cluster runs with (docker/spark-conf/spark-defaults.conf): authentication
+# with the shared secret, AES-GCM encryption with Spark 4's key exchange, no unencrypted SASL
+# fallback, and no REST submission server (it takes no secret).
+SPARK_SECURITY = {
+    "spark.authenticate": "true",
+    "spark.network.crypto.enabled": "true",
+    "spark.network.crypto.cipher": "AES/GCM/NoPadding",
+    "spark.network.crypto.authEngineVersion": "2",
+    "spark.network.crypto.saslFallback": "false",
+    "spark.master.rest.enabled": "false",
+}
+
+
+def spark_defaults() -> dict[str, str]:
+    """docker/spark-conf/spark-defaults.conf as Spark reads it: ``key  value`` lines, ``#`` comments."""
+    conf = {}
+    for line in (SPARK_CONF / "spark-defaults.conf").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.strip().partition(" ")
+            assert key not in conf, f"spark-defaults.conf: {key} twice"
+            conf[key] = value.strip()
+    return conf
+
+
+def test_spark_rpc_is_authenticated_and_encrypted_on_every_side(services: dict[str, Any]) -> None:
+    """spark-master, spark-worker and the scheduler (spark-submit starts each job's driver there)
+    read one conf folder, docker/spark-conf mounted read-only; the executors take its settings from
+    their driver. The secret comes from .env through the environment (spark-env.sh), never from an
+    argument: spark.authenticate.secret names the variable, and no command or *_OPTS holds it."""
+    conf = spark_defaults()
+    assert {key: conf.get(key) for key in SPARK_SECURITY} == SPARK_SECURITY, conf
+    assert conf["spark.authenticate.secret"] == "${env:_SPARK_AUTH_SECRET}", "a secret written in the file"
+    for name in (*SPARK_SERVICES, TASK_RUNNER):
+        service, env = services[name], env_of(services[name])
+        assert (SPARK_CONF_MOUNT, env.get("SPARK_CONF_DIR")) in mounts(service), (
+            f"service {name}: SPARK_CONF_DIR={env.get('SPARK_CONF_DIR')!r} is not {SPARK_CONF_MOUNT} mounted")
+        assert f"{SPARK_CONF_MOUNT}:{env['SPARK_CONF_DIR']}:ro" in service["volumes"], f"service {name}: not read-only"
+        assert env.get("SPARK_AUTH_SECRET"), f"service {name}: no SPARK_AUTH_SECRET"
+        argv = " ".join([*command_of(service), *(v for k, v in env.items() if k.endswith("_OPTS"))])
+        assert env["SPARK_AUTH_SECRET"] not in argv and "authenticate.secret" not in argv, f"service {name}: {argv}"
+
+
+def _source_spark_env(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """docker/spark-conf/spark-env.sh sourced as bin/load-spark-env.sh does (every assignment
+    exported), then the environment a JVM started next would get."""
+    script = 'set -a; . "$0"; set +a; env'
+    return subprocess.run(["bash", "-c", script, str(SPARK_CONF / "spark-env.sh")],
+                          env={**env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_spark_env_refuses_a_placeholder_secret_and_hands_it_to_spark_alone(services: dict[str, Any]) -> None:
+    """Run for real with each Spark service's environment from .env.example: refused, naming the
+    variable and not its value. An empty, change-me or short secret is refused too; a good one
+    reaches the JVM as _SPARK_AUTH_SECRET only (what Spark reads), not under its .env name."""
+    for name in (*SPARK_SERVICES, TASK_RUNNER):
+        env = env_of(services[name])
+        refused = _source_spark_env(env)
+        assert refused.returncode == 1 and "refusing to start: SPARK_AUTH_SECRET" in refused.stderr, refused.stderr
+        assert env["SPARK_AUTH_SECRET"] not in refused.stderr + refused.stdout, f"service {name}: prints the value"
+    good = "Kq7Zr2" * 8
+    for bad in ("", "CHANGEME-" + good, good[:31]):
+        assert _source_spark_env({"SPARK_AUTH_SECRET": bad}).returncode == 1, bad
+    accepted = _source_spark_env({"SPARK_AUTH_SECRET": good})
+    assert accepted.returncode == 0, accepted.stderr
+    exported = dict(line.split("=", 1) for line in accepted.stdout.splitlines() if "=" in line)
+    assert exported.get("_SPARK_AUTH_SECRET") == good and "SPARK_AUTH_SECRET" not in exported, sorted(exported)
 
 
 def test_apiserver_port_matches_healthcheck_and_execution_api(services: dict[str, Any]) -> None:
@@ -1090,10 +1179,7 @@ def test_airflow_services_refuse_the_example_secrets_at_start(services: dict[str
         assert run.returncode == 1, f"service {name} starts with .env.example's secrets:\n{run.stderr}"
         refused = ["AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY",
                    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
-        if name == TASK_RUNNER:
-            refused += ["PIPELINE_S3_SECRET_KEY", "the password of AIRFLOW_CONN_PIPELINE_S3 "]
-        if name == PAGE_SERVER:
-            refused += ["the password of AIRFLOW_CONN_PIPELINE_S3_UI "]
+        refused += [f"the password of AIRFLOW_CONN_{conn_id.upper()} " for conn_id in s3_connection_ids(name)]
         for variable in refused:
             assert f"{variable}" in run.stderr, f"service {name}: {variable} is not refused:\n{run.stderr}"
         for value in env_of(service).values():
@@ -1111,19 +1197,20 @@ def test_minio_init_refuses_placeholder_passwords(services: dict[str, Any]) -> N
     refused = subprocess.run(["sh", "-c", check], env=env, capture_output=True, text=True, timeout=30)
     assert refused.returncode == 1 and "refusing to start: MINIO_ROOT_PASSWORD" in refused.stderr, refused.stderr
     assert "secrets.token_urlsafe" in refused.stderr and env["MINIO_ROOT_PASSWORD"] not in refused.stderr
-    good = {**env, "MINIO_ROOT_PASSWORD": "Q2v9x" * 6, "PIPELINE_S3_SECRET_KEY": "Zk3b1" * 6,
-            "PIPELINE_S3_UI_SECRET_KEY": "Rt7w0" * 6}
-    for name in ("MINIO_ROOT_PASSWORD", "PIPELINE_S3_SECRET_KEY", "PIPELINE_S3_UI_SECRET_KEY"):
+    secrets = ["MINIO_ROOT_PASSWORD", "PIPELINE_S3_UI_SECRET_KEY", *(job.secret_var for job in compose_jobs())]
+    good = {**env, **{name: f"Q2v9x{i}" * 6 for i, name in enumerate(secrets)}}
+    for name in secrets:
         assert subprocess.run(["sh", "-c", check], env={**good, name: "CHANGEME-please"}, capture_output=True,
                               text=True, timeout=30).returncode == 1, name
     accepted = subprocess.run(["sh", "-c", check], env=good, capture_output=True, text=True, timeout=30)
     assert accepted.returncode == 0, accepted.stderr
-    # one MinIO user for two roles would hand the page the pipeline's (or root's) rights
-    for a, b in (("PIPELINE_S3_UI_ACCESS_KEY", "PIPELINE_S3_ACCESS_KEY"),
-                 ("PIPELINE_S3_UI_ACCESS_KEY", "MINIO_ROOT_USER"), ("PIPELINE_S3_ACCESS_KEY", "MINIO_ROOT_USER")):
+    # one MinIO user for two roles would hand one key another's rights: a job another job's prefixes,
+    # the page a job's writes, anyone root's
+    users = ["MINIO_ROOT_USER", "PIPELINE_S3_UI_ACCESS_KEY", *(job.access_var for job in compose_jobs())]
+    for a, b in ((a, b) for i, a in enumerate(users) for b in users[i + 1:]):
         same = subprocess.run(["sh", "-c", check], env={**good, a: good[b]}, capture_output=True, text=True,
                               timeout=30)
-        assert same.returncode == 1 and "three different names" in same.stderr, (a, b, same.stderr)
+        assert same.returncode == 1 and "must be different names" in same.stderr, (a, b, same.stderr)
 
 
 def test_minio_init_keeps_secrets_out_of_mc_arguments(services: dict[str, Any]) -> None:
@@ -1133,7 +1220,8 @@ def test_minio_init_keeps_secrets_out_of_mc_arguments(services: dict[str, Any]) 
     mc_calls = [part.strip() for line in script.splitlines() if not line.strip().startswith("#")
                 for part in re.split(r"\|\|?|;|&&", line) if part.strip().startswith("mc ")]
     assert len(mc_calls) >= 6, mc_calls
-    for secret in ("MINIO_ROOT_PASSWORD", "PIPELINE_S3_SECRET_KEY", "PIPELINE_S3_UI_SECRET_KEY", "$2"):
+    for secret in ("MINIO_ROOT_PASSWORD", "PIPELINE_S3_UI_SECRET_KEY", *(job.secret_var for job in compose_jobs()),
+                   "$2"):
         for call in mc_calls:
             assert secret not in call, f"service minio-init: {secret} is an argument of mc: {call}"
     assert re.search(r"printf '%s\\n' \"\$2\" \| mc admin user add stack \"\$1\" ", script), script

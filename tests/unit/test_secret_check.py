@@ -24,6 +24,8 @@ from pipeline_lib.settings import ConnectionSettings
 from tests.unit.test_compose import ENV_EXAMPLE, parse_env_file
 
 EXAMPLE = parse_env_file(ENV_EXAMPLE)
+# A job's key reaches its run as PIPELINE_S3_SECRET_KEY (launcher.launch_env): spend-per-user's placeholder.
+EXAMPLE["PIPELINE_S3_SECRET_KEY"] = EXAMPLE["PIPELINE_S3_SPEND_PER_USER_SECRET_KEY"]
 EXAMPLE_SECRETS = {name: EXAMPLE[name] for name in ("POSTGRES_PASSWORD", "MINIO_ROOT_PASSWORD",
                                                     "PIPELINE_S3_SECRET_KEY", "AIRFLOW_ADMIN_PASSWORD",
                                                     "AIRFLOW_FERNET_KEY", "AIRFLOW_JWT_SECRET",
