@@ -306,7 +306,7 @@ class PipelineStatus(Frozen):
     subtasks_started: int = 0
     launch: LaunchInfo | None = None
     host: str | None = None  # where the attempt's driver runs, for an operator looking for it
-    pid: int | None = None
+    pid: int | None = None  # on the host; an isolated job's is its namespace holder's (same process group)
     progress_at: dt.datetime | None = None  # the last epoch commit, or when the attempt became RUNNING
     lag: int | None = None  # records known to be waiting (the epoch in flight, the last epoch's lag)
     stall_seconds: float | None = None  # RUNNING without progress this long, with lag > 0, is STALLED

@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 ENV_JOB_ISOLATION = "PIPELINE_JOB_ISOLATION"
 MODES = ("namespaces", "off")
 INIT_MODULE = "pipeline_lib.orchestration.job_init"
+# Read by execution.runtime.lifecycle.host_pid; named here too so the launcher imports the
+# standard library alone (an isolating launcher may run without the job's dependencies).
+ENV_HOST_PID = "PIPELINE_HOST_PID"
 # --fork: the job is the new PID namespace's first process; --kill-child: it dies with unshare.
 _NAMESPACES = ("--pid", "--mount", "--fork", "--mount-proc", "--kill-child")
 
@@ -64,7 +67,8 @@ def unshare_prefix() -> tuple[str, ...] | None:
 
 def isolated(command: list[str], python: str = sys.executable, env: Mapping[str, str] | None = None) -> list[str]:
     """``command`` run in namespaces of its own under ``job_init`` (which reaps orphans and passes
-    signals on, as a namespace's first process must); PipelineError where that cannot be done."""
+    signals on, as a namespace's first process must), with ``PIPELINE_HOST_PID`` naming ``unshare``
+    (the job's STATUS records it); PipelineError where that cannot be done."""
     if isolation_mode(env) == "off":
         log.warning("%s=off: the job runs in the worker's PID namespace and can read the environment of every "
                     "process of its user, Airflow's included", ENV_JOB_ISOLATION)
@@ -76,7 +80,8 @@ def isolated(command: list[str], python: str = sys.executable, env: Mapping[str,
             f"'The job cannot read Airflow's secrets'). Without them a job's code could read Airflow's secrets from "
             f"other processes. To run jobs anyway, accepting that, set {ENV_JOB_ISOLATION}=off in the worker's "
             "environment")
-    return [*prefix, python, "-m", INIT_MODULE, *command]
+    # sh records its own pid, which exec hands on to unshare: the host's pid of the job's holder.
+    return ["/bin/sh", "-c", f'{ENV_HOST_PID}=$$ exec "$@"', "sh", *prefix, python, "-m", INIT_MODULE, *command]
 
 
 def wait_status(returncode: int, command: list[str]) -> int:

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from pipeline_lib.errors import PipelineError
+from pipeline_lib.execution.runtime import lifecycle
 from pipeline_lib.orchestration import job_isolation
 from pipeline_lib.orchestration.job_isolation import ENV_JOB_ISOLATION, isolated, wait_status
 from pipeline_lib.orchestration.launch_request import LaunchRequest
@@ -98,14 +99,18 @@ def test_a_non_root_launcher_isolates_its_job_too():
 
 
 def test_launched_runs_are_isolated_and_report_how_the_job_ended(scheduler, tmp_path):
+    """The job sees two processes; the pid it records in STATUS (host_pid) is the host's pid of
+    unshare, whose process group holds the job, so an operator's killpg reaches it."""
     settings = ConnectionSettings.from_env({})
     run = LaunchedRun(Path("shop.yaml"), LaunchRequest(), settings, "airflow:test")
-    run.command = [sys.executable, "-c", "import os, glob; print('pids:', len(glob.glob('/proc/[0-9]*')), "
-                   "os.getpid()); os.kill(os.getpid(), 9)"]
+    run.command = [sys.executable, "-c", "import os, glob; from pipeline_lib.execution.runtime.lifecycle import "
+                   "host_pid; print('pids:', len(glob.glob('/proc/[0-9]*')), os.getpid(), 'host pid:', host_pid(), "
+                   "flush=True); os.kill(os.getpid(), 9)"]
     lines: list[str] = []
-    run.start(lines.append)
+    pid = run.start(lines.append)
     result = run.wait(lines.append)
-    assert "pids: 2 2" in lines, lines
+    assert f"pids: 2 2 host pid: {pid}" in lines, lines
+    assert job_isolation.ENV_HOST_PID == lifecycle.ENV_HOST_PID
     assert result.returncode == -signal.SIGKILL and result.last_error == "the run was killed by signal 9"
     assert job_isolation.INIT_MODULE in run.isolated_command
     assert lines[0].startswith("launching: ") and "unshare" not in lines[0]

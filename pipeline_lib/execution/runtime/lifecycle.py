@@ -34,6 +34,17 @@ DEFAULT_STALL_SECONDS = 600.0
 _CAS_ROUNDS = 8
 
 
+# Set by an isolated launch (orchestration.job_isolation): the host's pid of the process holding
+# the job's PID namespace, in the job's process group. Inside the namespace os.getpid() is 2.
+ENV_HOST_PID = "PIPELINE_HOST_PID"
+
+
+def host_pid() -> int:
+    """The run's pid as the host sees it, for an operator (or a test) signalling its process group."""
+    given = os.environ.get(ENV_HOST_PID, "")
+    return int(given) if given.isdigit() else os.getpid()
+
+
 def now_utc() -> dt.datetime:
     """The current time, timezone-aware: every record compares times across hosts."""
     return dt.datetime.now(dt.UTC)
@@ -70,7 +81,7 @@ class Lifecycle:
             state="SCHEDULING", attempt=self.attempt, epoch=epoch, updated_at=now, heartbeat_at=now,
             lease_seconds=self.lease_seconds, startup_deadline=now + dt.timedelta(seconds=startup_timeout_s),
             stall_seconds=self.stall_seconds,
-            subtasks_total=subtasks_total, launch=self.launch, host=socket.gethostname(), pid=os.getpid(),
+            subtasks_total=subtasks_total, launch=self.launch, host=socket.gethostname(), pid=host_pid(),
         ))
         self._start_heartbeat()
 
