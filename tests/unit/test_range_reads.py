@@ -95,11 +95,13 @@ def read(start: int, end: int) -> list[int]:
             for c in chunk for o in c.offsets]
 
 
+@pytest.mark.parametrize("followed", [False, True], ids=["last-batch-of-the-log", "followed-by-a-batch"])
 @pytest.mark.parametrize(("start", "end"), [(0, 10), (0, 9), (8, 10), (9, 10), (5, 9)])
-def test_a_range_ending_in_offsets_compaction_removed_from_a_batch_tail_finishes(consumer_of, start, end):
+def test_a_range_ending_in_offsets_compaction_removed_from_a_batch_tail_finishes(consumer_of, start, end, followed):
     """Offsets 8 and 9 of the batch [0, 10) were removed: a range ending in them (or made of them)
-    reads what remains and ends, fetching once."""
-    fake = consumer_of([compacted_tail(0, 8, 9), build([(0, 5, b"k", b"v", [])], base_offset=10)])
+    reads what remains and ends, fetching once, also when no batch follows to move the read on."""
+    following = [build([(0, 5, b"k", b"v", [])], base_offset=10)] if followed else []
+    fake = consumer_of([compacted_tail(0, 8, 9), *following])
     started = time.monotonic()
     assert read(start, end) == list(range(start, min(end, 8)))
     assert time.monotonic() - started < 0.4 and fake.fetches == 1
