@@ -53,21 +53,22 @@ airflow-up: install
 
 # Ours vs Spark Structured Streaming vs raw kafka-python, snapshot bytes, restore and recovery
 # times; report + plots in results/bench (e.g. make bench BENCH_ARGS="--events 200000 --keys 10000").
+# The benchmarks are the checkout's top-level benchmarks/ package, not part of the wheel.
 bench: install
-	$(BIN)/pipeline-lib bench $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 # Restore time with many completed pipelines vs restoring everything (prints the ratio).
 bench-restore: install
-	$(BIN)/pipeline-lib bench restore
+	$(BIN)/python -m benchmarks restore
 
 # Start-up to the first committed epoch and steady-epoch time, local mode vs a standalone cluster.
 bench-cluster: install
-	$(BIN)/pipeline-lib bench cluster $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks cluster $(BENCH_ARGS)
 
 # N random fault cycles on a standalone cluster of two one-core workers (driver, executor and worker
 # loss) with a report in results/soak.md (records lost and duplicated must be 0); local mode: SOAK_ARGS=.
 soak: install
-	$(BIN)/python -m pipeline_lib.soak --cycles $(N) $(SOAK_ARGS) --report results/soak.md
+	$(BIN)/python -m benchmarks.soak --cycles $(N) $(SOAK_ARGS) --report results/soak.md
 
 # Remove each safety line of the commit protocol (tools/mutants.py) in turn: the unit tests must
 # catch every one (e.g. make mutation MUTATION_ARGS="--only head-cas-plain-put -j 1").
@@ -76,7 +77,7 @@ mutation: install
 
 # Lint (rules in pyproject.toml's [tool.ruff]); `ruff format` is not used: see [tool.ruff.format].
 lint: install
-	$(BIN)/ruff check pipeline_lib tests tools dags plugins
+	$(BIN)/ruff check pipeline_lib tests tools dags plugins benchmarks testing_servers
 
 # Types (pyproject.toml's [tool.mypy]: strict for spec, plan, checkpoint and storage).
 typecheck: install

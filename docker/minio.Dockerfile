@@ -4,7 +4,7 @@
 # repository root.
 #
 # MINIO_VERSION is the version the Go module proxy serves and the tests run
-# (pipeline_lib/localstack/minio_server.py VERSION, checked equal by tests/unit/test_compose.py):
+# (testing_servers/minio_server.py VERSION, checked equal by tests/unit/test_compose.py):
 # that release plus eleven later commits of the archived repository (README changes, four fixes).
 FROM golang:1.24.13-bookworm AS build
 ARG MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c

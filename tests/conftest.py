@@ -37,8 +37,8 @@ import pytest  # noqa: E402
 
 from pipeline_lib.localstack import StackInfo, start_stack, stop_stack  # noqa: E402
 from pipeline_lib.localstack.apache_kafka import ApacheKafka, start_apache_kafka, stop_apache_kafka  # noqa: E402
-from pipeline_lib.localstack.minio_server import MinioServer, start_minio, stop_minio  # noqa: E402
 from pipeline_lib.samples import create_topic, payment_events, produce_json  # noqa: E402
+from testing_servers.minio_server import MinioServer, start_minio, stop_minio  # noqa: E402
 
 # At interpreter exit, objects of this process still log from __del__ (py4j's connections) and
 # daemon threads (kafka-python's IO) still log while they are being frozen. A daemon thread frozen
@@ -109,7 +109,7 @@ def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKaf
 def minio_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MinioServer]:
     """A real MinIO server (the compose stack's object store, which enforces AWS policy documents;
     the embedded stack's SeaweedFS does not), started once per session when a test asks for it and
-    stopped by PID at the end (see pipeline_lib/localstack/minio_server.py)."""
+    stopped by PID at the end (see testing_servers/minio_server.py)."""
     server = start_minio(tmp_path_factory.mktemp("minio"))
     try:
         yield server

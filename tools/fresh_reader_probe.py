@@ -20,8 +20,8 @@ from pathlib import Path
 import kafka.consumer.group as kafka_group
 from kafka import TopicPartition
 
+from benchmarks.events import produce_payments
 from pipeline_lib import kafka_clients
-from pipeline_lib.benchmarks.events import produce_payments
 from pipeline_lib.execution.source import kafka_source
 from pipeline_lib.localstack import start_stack, stop_stack
 

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline_lib.localstack.spark_cluster import SparkCluster, start_spark_cluster
 from pipeline_lib.samples import create_topic, payment_events, produce_json
 from pipeline_lib.settings import ENV_SPARK_MASTER
+from testing_servers.spark_cluster import SparkCluster, start_spark_cluster
 from tests.support import wait_for
 
 WORKERS = 2

@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from pipeline_lib.benchmarks.driver_load import driver_load
+from benchmarks.driver_load import driver_load
 
 pytestmark = pytest.mark.cluster
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipeline_lib.localstack.ports import free_port
-from pipeline_lib.localstack.spark_cluster import descendants
+from testing_servers.spark_cluster import descendants
 from tests.cluster.test_cluster_exactly_once import _assert_exact, _job
 from tests.support import CliRun
 

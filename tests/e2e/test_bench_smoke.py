@@ -13,10 +13,10 @@ import json
 
 import pytest
 
-from pipeline_lib.benchmarks.bench_report import PLOTS
-from pipeline_lib.benchmarks.config import BenchConfig
-from pipeline_lib.benchmarks.summary import format_summary
-from pipeline_lib.benchmarks.throughput import run_bench
+from benchmarks.bench_report import PLOTS
+from benchmarks.config import BenchConfig
+from benchmarks.summary import format_summary
+from benchmarks.throughput import run_bench
 from pipeline_lib.execution.runtime.runner_types import EPOCH_PHASES
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_lib.benchmarks.our_job import parse_epoch_line
+from benchmarks.our_job import parse_epoch_line
 from pipeline_lib.samples import spend_per_user
 from tests.changelog import assert_every_epoch_exact
 from tests.support import result_table, run_cli, spend_spec, write_spec

@@ -24,7 +24,7 @@ from tests.support import CliRun, result_table, spend_spec, write_spec
 @pytest.mark.slow  # four crash/restore cycles, each on a stack of its own
 def test_soak_cycles_lose_and_duplicate_nothing(tmp_path):
     report = tmp_path / "soak.md"
-    result = subprocess.run([sys.executable, "-m", "pipeline_lib.soak", "--cycles", "4", "--seed", "11",
+    result = subprocess.run([sys.executable, "-m", "benchmarks.soak", "--cycles", "4", "--seed", "11",
                              "--events", "6000", "--per-epoch", "1500", "--report", str(report)],
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

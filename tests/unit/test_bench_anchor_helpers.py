@@ -3,8 +3,8 @@ and the reference of the events a ListOffsets-trusting reader saw."""
 
 from __future__ import annotations
 
-from pipeline_lib.benchmarks import spark_connectors
-from pipeline_lib.benchmarks.listed_ends import without
+from benchmarks import spark_connectors
+from benchmarks.listed_ends import without
 from pipeline_lib.samples import spend_per_user
 
 

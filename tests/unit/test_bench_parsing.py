@@ -7,10 +7,10 @@ from dataclasses import replace
 
 from rich.console import Console
 
+from benchmarks.config import parse_keys, parse_kinds
+from benchmarks.measures import steady
+from benchmarks.our_job import parse_epoch_line
 from pipeline_lib import cli
-from pipeline_lib.benchmarks.config import parse_keys, parse_kinds
-from pipeline_lib.benchmarks.measures import steady
-from pipeline_lib.benchmarks.our_job import parse_epoch_line
 from pipeline_lib.execution.runtime.runner_types import EPOCH_PHASES, EpochReport
 from pipeline_lib.execution.state.owner_task import StateReads
 
@@ -53,7 +53,7 @@ def test_steady_skips_the_first_epoch_and_arguments_parse():
 
 
 def test_the_startup_probe_reads_the_milestones_of_a_run_log_and_takes_medians():
-    from pipeline_lib.benchmarks.startup_probe import medians, milestones
+    from benchmarks.startup_probe import medians, milestones
 
     log = ("$ pipeline-lib run spec.yaml --until-caught-up --timings\n"
            "[   9.600s] 2026-11-24 04:45:01,000 INFO pipeline main of job j attempt 1: starting without a snapshot\n"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from pipeline_lib.benchmarks.config import BenchConfig
-from pipeline_lib.benchmarks.summary import format_summary, summarize
+from benchmarks.config import BenchConfig
+from benchmarks.summary import format_summary, summarize
 
 OK = {"verified": True, "keys_expected": 10, "keys_found": 10, "keys_wrong_or_missing": 0, "keys_unexpected": 0}
 WRONG = {**OK, "verified": False, "keys_wrong_or_missing": 1}

@@ -1,9 +1,11 @@
 """The package's import graph has no cycles between subpackages: they (and the top-level modules)
-form layers, each importing only those below it. The benchmark modules, split by job, also import
-each other in one direction only.
+form layers, each importing only those below it. The checkout's harness packages, which the wheel
+does not carry (``benchmarks``, with the soak, and ``testing_servers``), sit above the library:
+they import it, it never imports them. The benchmark modules, split by job, also import each other
+in one direction only.
 
 The graph is read from the source with ``ast``: every ``import`` and ``from … import`` of
-``pipeline_lib``, at module level or inside a function (a deferred import is still a dependency).
+``pipeline_lib`` or a harness package, at module level or inside a function (a deferred import is still a dependency).
 Imports under ``if TYPE_CHECKING:`` count between subpackages (a type named across layers ties
 them) but not between modules (they never run). A failure prints the cycle with the file and
 line of each import in it.
@@ -18,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "pipeline_lib"
+HARNESS = ("benchmarks", "testing_servers")  # top-level packages of the checkout, not in the wheel
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class Import:
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
+    for path in sorted(p for top in (PACKAGE, *HARNESS) for p in (ROOT / top).rglob("*.py")):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
@@ -70,14 +73,17 @@ def _imports() -> Iterator[Import]:
                 names = [base] + [f"{base}.{alias.name}" for alias in node.names]  # a name may be a submodule
             else:
                 continue
-            targets = {resolve(name) for name in names if name.split(".")[0] == PACKAGE} - {None, module}
+            targets = {resolve(name) for name in names if name.split(".")[0] in (PACKAGE, *HARNESS)} - {None, module}
             for target in sorted(targets):
                 yield Import(module, target, f"{path.relative_to(ROOT)}:{node.lineno}", node.lineno in typing_only)
 
 
 def layer_of(module: str) -> str:
-    """``pipeline_lib.checkpoint.manifest`` -> ``checkpoint``; a top-level module is its own layer."""
+    """``pipeline_lib.checkpoint.manifest`` -> ``checkpoint``; a top-level module is its own layer,
+    so is each harness package (``benchmarks.throughput`` -> ``benchmarks``)."""
     parts = module.split(".")
+    if parts[0] != PACKAGE:
+        return parts[0]
     return parts[1] if len(parts) > 1 else PACKAGE
 
 
@@ -123,7 +129,9 @@ def graph(of, typing_imports: bool) -> dict[str, dict[str, list[Import]]]:
 def test_the_graph_sees_module_and_function_level_imports():
     found = {(i.source, i.target) for i in _imports()}
     assert ("pipeline_lib.execution.runtime.pipeline_runner", "pipeline_lib.checkpoint.epoch_commit") in found
-    assert ("pipeline_lib.cli", "pipeline_lib.execution.runtime.job_runner") in found  # inside the run command
+    assert ("pipeline_lib.api.run", "pipeline_lib.execution.runtime.job_runner") in found  # inside run_job
+    assert ("benchmarks.commands", "benchmarks.throughput") in found  # the harness packages are read too
+    assert ("benchmarks.driver_load", "testing_servers.spark_cluster") in found
     assert find_cycle({"a": {"b": []}, "b": {"c": []}, "c": {"a": []}}) == ["a", "b", "c", "a"]
 
 
@@ -152,6 +160,18 @@ def test_the_cli_is_the_top_layer():
     importers = sorted({i.where for i in _imports()
                         if i.target == f"{PACKAGE}.cli" and i.source != f"{PACKAGE}.__main__"})
     assert not importers, f"{PACKAGE}.cli is imported by {importers}"
+
+
+def test_the_library_imports_no_harness_package():
+    """The wheel carries ``pipeline_lib`` alone: an import of ``benchmarks`` or ``testing_servers`` in
+    it would fail in every installation (``pipeline-lib bench`` loads the checkout's benchmarks by
+    name, bench_command.py, and says what to do when they are not there)."""
+    found = sorted(f"{i.where}: {i.source} imports {i.target}" for i in _imports()
+                   if i.source.split(".")[0] == PACKAGE and i.target.split(".")[0] in HARNESS)
+    assert not found, "the library imports the harness:\n" + "\n".join(found)
+    servers = sorted(i.where for i in _imports() if i.source.startswith("testing_servers")
+                     and i.target.startswith("benchmarks"))
+    assert not servers, f"testing_servers imports benchmarks: {servers}"
 
 
 def test_no_cycle_between_modules():

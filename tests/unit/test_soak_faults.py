@@ -6,8 +6,8 @@ import random
 
 import pytest
 
+from benchmarks.soak_faults import choose_cycle, outcome
 from pipeline_lib.faults import POINTS, parse_fault_points
-from pipeline_lib.soak_faults import choose_cycle, outcome
 
 pytestmark = pytest.mark.unit
 

@@ -1,6 +1,6 @@
 """Time one restore of a job's latest snapshot, in a fresh process, the way ``pipeline-lib run`` does it.
 
-    python -m pipeline_lib.benchmarks.restore_probe SPEC.yaml   (prints JSON)
+    python -m benchmarks.restore_probe SPEC.yaml   (prints JSON)
 
 What is timed is ``PipelineRunner.restore()`` for the job's (single) pipeline — exactly the call
 ``run`` makes before it starts Spark: read the head, load and verify the manifest, fetch every

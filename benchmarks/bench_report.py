@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.benchmarks.config import INCREMENTAL_KINDS
-from pipeline_lib.benchmarks.summary import format_summary
+from benchmarks.config import INCREMENTAL_KINDS
+from benchmarks.summary import format_summary
 
 PLOTS = {
     "throughput": "throughput.png",

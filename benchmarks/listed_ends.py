@@ -15,7 +15,7 @@ import json
 import time
 from typing import Any
 
-from pipeline_lib.benchmarks.events import Ranges
+from benchmarks.events import Ranges
 
 
 def listed_ends(bootstrap: str, topic: str, partitions: list[int]) -> dict[int, int]:

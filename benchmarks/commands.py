@@ -1,12 +1,11 @@
-"""``pipeline-lib bench``: the benchmarks' one command line, mounted by the CLI.
+"""The benchmarks' one command line: ``python -m benchmarks`` (``make bench``), or ``pipeline-lib bench``.
 
-``pipeline-lib bench [OPTIONS]`` runs the throughput benchmark (throughput.py);
-``pipeline-lib bench restore``, ``pipeline-lib bench cluster`` and ``pipeline-lib bench driver`` run
-the restore, cluster and driver-load benchmarks (restore_completed.py, cluster_vs_local.py,
-driver_load.py). The Makefile's bench targets call these.
+``python -m benchmarks [OPTIONS]`` runs the throughput benchmark (throughput.py);
+its sub-commands ``restore``, ``cluster`` and ``driver`` run the restore, cluster and driver-load
+benchmarks (restore_completed.py, cluster_vs_local.py, driver_load.py). The Makefile's bench targets
+call these; in a source checkout ``pipeline-lib bench`` mounts the same app (pipeline_lib/bench_command.py).
 Each benchmark's modules load only when it runs, so mounting this costs other commands nothing.
 """
-
 from __future__ import annotations
 
 from pathlib import Path
@@ -47,17 +46,17 @@ def throughput(
     Raw consumption runs with kafka-python and confluent-kafka. A short scheduled run over a small
     fresh backlog (--short-events) times both engines' whole processes. Every engine runs on
     one embedded stack; report.md, report.json, plots and logs go to --out (see
-    pipeline_lib/benchmarks/throughput.py for what each figure times). The sub-commands run the other
+    benchmarks/throughput.py for what each figure times). The sub-commands run the other
     benchmarks instead."""
     if ctx.invoked_subcommand is not None:
         given = [f"--{p.name.replace('_', '-')}" for p in ctx.command.params if p.name and _given(ctx, p.name)]
         if given:
             raise typer.BadParameter(f"{', '.join(given)}: throughput options, given before the sub-command "
-                                     f"{ctx.invoked_subcommand} (see pipeline-lib bench {ctx.invoked_subcommand} "
+                                     f"{ctx.invoked_subcommand} (see {ctx.command_path} {ctx.invoked_subcommand} "
                                      "--help for its own)")
         return
-    from pipeline_lib.benchmarks.config import BenchConfig, parse_keys, parse_kinds
-    from pipeline_lib.benchmarks.throughput import report_and_exit, run_bench
+    from benchmarks.config import BenchConfig, parse_keys, parse_kinds
+    from benchmarks.throughput import report_and_exit, run_bench
 
     try:
         sizes = parse_keys(restore_keys)
@@ -89,8 +88,8 @@ def restore(
 ) -> None:
     """Restore time with many completed pipelines: skipping them vs restoring everything.
 
-    Prints the medians and their ratio (see pipeline_lib/benchmarks/restore_completed.py)."""
-    from pipeline_lib.benchmarks.restore_completed import restore_completed
+    Prints the medians and their ratio (see benchmarks/restore_completed.py)."""
+    from benchmarks.restore_completed import restore_completed
 
     raise typer.Exit(restore_completed(pipelines=pipelines, events=events, users=users, repeat=repeat))
 
@@ -106,8 +105,8 @@ def cluster(
 ) -> None:
     """Start-up to the first committed epoch and steady-epoch time, local mode vs a standalone cluster.
 
-    Prints the medians per mode and the cluster/local ratios (see pipeline_lib/benchmarks/cluster_vs_local.py)."""
-    from pipeline_lib.benchmarks.cluster_vs_local import cluster_vs_local
+    Prints the medians per mode and the cluster/local ratios (see benchmarks/cluster_vs_local.py)."""
+    from benchmarks.cluster_vs_local import cluster_vs_local
 
     raise typer.Exit(cluster_vs_local(events=events, users=users, per_epoch=per_epoch, workers=workers,
                                       parallelism=parallelism, repeat=repeat))
@@ -125,9 +124,9 @@ def driver(
 ) -> None:
     """What the driver receives, its CPU and its memory as the keyed state grows, owner tasks vs the driver path.
 
-    On a standalone cluster started here (see pipeline_lib/benchmarks/driver_load.py)."""
-    from pipeline_lib.benchmarks.config import parse_keys
-    from pipeline_lib.benchmarks.driver_load import MODES, driver_load
+    On a standalone cluster started here (see benchmarks/driver_load.py)."""
+    from benchmarks.config import parse_keys
+    from benchmarks.driver_load import MODES, driver_load
 
     try:
         sizes = parse_keys(keys)

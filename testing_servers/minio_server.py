@@ -132,7 +132,7 @@ def stop_minio(server: MinioServer) -> bool:
 
 
 def main() -> None:
-    """``python -m pipeline_lib.localstack.minio_server``: build the binary if need be (how long it
+    """``python -m testing_servers.minio_server``: build the binary if need be (how long it
     took), start a server in a temporary directory, stop it."""
     started = time.monotonic()
     binary = fetch_minio()

@@ -1,6 +1,6 @@
 """The alternative a user would pick: Spark Structured Streaming's own stateful aggregation.
 
-    python -m pipeline_lib.benchmarks.structured_streaming --bootstrap HOST:PORT --topic T \\
+    python -m benchmarks.structured_streaming --bootstrap HOST:PORT --topic T \\
         --checkpoint DIR --output DIR [--max-records-per-trigger N] [--parallelism 2] [--result FILE]
 
 The child process of the throughput benchmark (``structured_streaming_run.py`` spawns it and
@@ -35,7 +35,7 @@ from pathlib import Path
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from pipeline_lib.benchmarks.streaming_session import child_main, run_update_query, start_session
+from benchmarks.streaming_session import child_main, run_update_query, start_session
 
 SOURCE_NAME = "bench_kafka_stream"
 SCHEMA = "user string, amount long"

@@ -22,8 +22,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from pipeline_lib.benchmarks.config import BenchConfig
-from pipeline_lib.benchmarks.measures import compare, rate, steady
+from benchmarks.config import BenchConfig
+from benchmarks.measures import compare, rate, steady
 from pipeline_lib.settings import ConnectionSettings
 
 Table = dict[str, dict]
@@ -38,7 +38,7 @@ def run_structured_streaming(bootstrap: str, env: dict[str, str], topic: str, cf
     def table() -> Table:
         return _rows(pq.read_table(d) for d in sorted(out_dir.glob("batch=*")))
 
-    figures = _timed_child("pipeline_lib.benchmarks.structured_streaming", "structured-streaming", bootstrap, env,
+    figures = _timed_child("benchmarks.structured_streaming", "structured-streaming", bootstrap, env,
                            topic, cfg, work, logs, str(ckpt), str(out_dir), table, expected)
     figures["checkpoint_dir_bytes"] = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
     return figures
@@ -59,7 +59,7 @@ def run_structured_streaming_kafka(bootstrap: str, env: dict[str, str], topic: s
         keys = sorted(k for k in results.list("") if k.endswith(".parquet"))
         return _rows(pq.read_table(io.BytesIO(results.get(k))) for k in keys)
 
-    figures = _timed_child("pipeline_lib.benchmarks.structured_streaming_kafka", label,
+    figures = _timed_child("benchmarks.structured_streaming_kafka", label,
                            bootstrap, env, topic, cfg, work, logs, f"s3a://checkpoints/{name}",
                            f"s3a://results/{name}", table, expected)
     figures["checkpoint_dir_bytes"] = sum(checkpoints.size(k) for k in checkpoints.list(""))
@@ -75,7 +75,7 @@ def run_structured_streaming_kafka_local(bootstrap: str, env: dict[str, str], to
     def table() -> Table:
         return _rows(pq.read_table(d) for d in sorted(out_dir.glob("batch=*")))
 
-    figures = _timed_child("pipeline_lib.benchmarks.structured_streaming_kafka", "structured-streaming-kafka-local",
+    figures = _timed_child("benchmarks.structured_streaming_kafka", "structured-streaming-kafka-local",
                            bootstrap, env, topic, cfg, work, logs, str(ckpt.resolve()), str(out_dir.resolve()),
                            table, expected)
     figures["checkpoint_dir_bytes"] = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())

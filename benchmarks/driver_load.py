@@ -37,15 +37,15 @@ from typing import Any
 import psutil
 import yaml
 
-from pipeline_lib.benchmarks.events import produce_payments
-from pipeline_lib.benchmarks.measures import compare
-from pipeline_lib.benchmarks.our_job import PACKAGE_ROOT, parse_epoch_line
+from benchmarks.events import produce_payments
+from benchmarks.measures import compare
+from benchmarks.our_job import PACKAGE_ROOT, parse_epoch_line
 from pipeline_lib.localstack import start_stack, stop_stack
-from pipeline_lib.localstack.spark_cluster import start_spark_cluster
 from pipeline_lib.samples import spend_job_spec, spend_per_user
 from pipeline_lib.settings import ENV_SPARK_MASTER, ConnectionSettings
 from pipeline_lib.sink.table_reader import read_upsert_table
 from pipeline_lib.storage import open_store
+from testing_servers.spark_cluster import start_spark_cluster
 
 SAMPLE_S = 0.2
 MODES = ("owners", "driver")

@@ -17,7 +17,7 @@ from pathlib import Path
 from pipeline_lib.cache_dir import cache_dir
 from pipeline_lib.localstack.maven_jars import fetch_pom_jars, pom_property
 
-POM = Path(__file__).resolve().parents[2] / "tools" / "spark-connectors" / "pom.xml"
+POM = Path(__file__).resolve().parents[1] / "tools" / "spark-connectors" / "pom.xml"
 _VERSIONED = re.compile(r"^(?P<artifact>.+)-\d+\.\d+[\w.+-]*\.jar$")  # the last -N.N... is the version
 
 

@@ -1,6 +1,6 @@
 """Time short scheduled runs of one or more checkouts of this project, alternating, on one stack.
 
-    python -m pipeline_lib.benchmarks.startup_probe [--events 50000] [--rounds 4]
+    python -m benchmarks.startup_probe [--events 50000] [--rounds 4]
         [--checkout PATH ...] [--anchor] [--broker kafka] [--out results/startup-probe]
 
 Start-up is most of a short ``--until-caught-up`` run, and a shared machine is noisy, so a
@@ -30,11 +30,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.benchmarks.config import BenchConfig
-from pipeline_lib.benchmarks.events import produce_payments
-from pipeline_lib.benchmarks.listed_ends import unseen_tail, without
-from pipeline_lib.benchmarks.measures import compare
-from pipeline_lib.benchmarks.our_job import (
+from benchmarks.config import BenchConfig
+from benchmarks.events import produce_payments
+from benchmarks.listed_ends import unseen_tail, without
+from benchmarks.measures import compare
+from benchmarks.our_job import (
     PACKAGE_ROOT,
     child_env,
     epoch_summary,
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_structured_streaming_kafka_anchor(bootstrap, env, topic, cfg, work, logs, expected, settings, round_):
     """The bench's Kafka-connector anchor with an S3A checkpoint, over the same topic."""
-    from pipeline_lib.benchmarks.structured_streaming_run import run_structured_streaming_kafka
+    from benchmarks.structured_streaming_run import run_structured_streaming_kafka
 
     return run_structured_streaming_kafka(bootstrap, env, topic, cfg, work, logs, expected, settings,
                                           f"probe-sss-{secrets.token_hex(3)}", label=f"sss-kafka-r{round_}")

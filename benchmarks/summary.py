@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline_lib.benchmarks.config import BenchConfig
+from benchmarks.config import BenchConfig
 
 
 def summarize(r: dict[str, Any], cfg: BenchConfig) -> dict[str, Any]:

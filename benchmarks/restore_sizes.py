@@ -72,7 +72,7 @@ def _timer(phases: dict[str, float]):
 def probe_restore(spec_path: Path, env: dict[str, str], log_path: Path) -> dict[str, Any]:
     """Time a restore in a fresh process; its stderr goes to ``log_path`` (named in any error)."""
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "pipeline_lib.benchmarks.restore_probe", str(spec_path)],
+    result = subprocess.run([sys.executable, "-m", "benchmarks.restore_probe", str(spec_path)],
                             env=env, capture_output=True, text=True)
     wall = time.monotonic() - started
     log_path.write_text(result.stderr)

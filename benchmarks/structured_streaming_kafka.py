@@ -2,7 +2,7 @@
 checkpoint on S3 through S3A (or, given local paths, on local disk: the same query, so the two
 runs differ only in where the checkpoint and output go).
 
-    python -m pipeline_lib.benchmarks.structured_streaming_kafka --bootstrap HOST:PORT --topic T \\
+    python -m benchmarks.structured_streaming_kafka --bootstrap HOST:PORT --topic T \\
         --checkpoint s3a://BUCKET/PATH|/LOCAL/DIR --output s3a://BUCKET/PATH|/LOCAL/DIR [--max-records-per-trigger N] \\
         [--parallelism 2] [--result FILE]
 
@@ -27,8 +27,8 @@ import argparse
 import sys
 import time
 
-from pipeline_lib.benchmarks.spark_connectors import connector_jars
-from pipeline_lib.benchmarks.streaming_session import child_main, run_update_query, start_session
+from benchmarks.spark_connectors import connector_jars
+from benchmarks.streaming_session import child_main, run_update_query, start_session
 from pipeline_lib.settings import ConnectionSettings
 
 SCHEMA = "user string, amount long"

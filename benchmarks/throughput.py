@@ -69,12 +69,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline_lib.benchmarks.bench_report import write_report
-from pipeline_lib.benchmarks.config import BenchConfig
-from pipeline_lib.benchmarks.events import Ranges, incremental_batches, produce_payments
-from pipeline_lib.benchmarks.listed_ends import unseen_tail, without
-from pipeline_lib.benchmarks.measures import compare, snapshot_bytes
-from pipeline_lib.benchmarks.our_job import (
+from benchmarks.bench_report import write_report
+from benchmarks.config import BenchConfig
+from benchmarks.events import Ranges, incremental_batches, produce_payments
+from benchmarks.listed_ends import unseen_tail, without
+from benchmarks.measures import compare, snapshot_bytes
+from benchmarks.our_job import (
     child_env,
     epoch_summary,
     manifests,
@@ -82,16 +82,16 @@ from pipeline_lib.benchmarks.our_job import (
     upsert_table_ours,
     write_spec,
 )
-from pipeline_lib.benchmarks.raw_confluent import raw_consume_confluent
-from pipeline_lib.benchmarks.raw_kafka import raw_consume
-from pipeline_lib.benchmarks.restore_sizes import probe_restore, seed_state_snapshot
-from pipeline_lib.benchmarks.short_runs import short_runs
-from pipeline_lib.benchmarks.structured_streaming_run import (
+from benchmarks.raw_confluent import raw_consume_confluent
+from benchmarks.raw_kafka import raw_consume
+from benchmarks.restore_sizes import probe_restore, seed_state_snapshot
+from benchmarks.short_runs import short_runs
+from benchmarks.structured_streaming_run import (
     run_structured_streaming,
     run_structured_streaming_kafka,
     run_structured_streaming_kafka_local,
 )
-from pipeline_lib.benchmarks.summary import format_summary, summarize
+from benchmarks.summary import format_summary, summarize
 from pipeline_lib.checkpoint.manifest import Manifest
 from pipeline_lib.localstack import StackInfo, start_stack, stop_stack
 from pipeline_lib.samples import payment_events, produce_json, spend_per_user
@@ -213,7 +213,7 @@ def _bench(b: Bench) -> Report:
 def _kafka_connector(b: Bench, seen: dict[str, dict], unseen: int) -> Report:
     """2b. The anchor Spark users run, checked against the reference of the events it can see
     (``seen``; ``unseen`` events lie past the ends ListOffsets gives: listed_ends.py)."""
-    from pipeline_lib.benchmarks import spark_connectors
+    from benchmarks import spark_connectors
 
     spark_connectors.connector_jars()  # fetched (once per machine) before the timed run
     figures = run_structured_streaming_kafka(b.info.kafka_bootstrap, b.env, b.topic, b.cfg, b.work, b.logs,

@@ -27,11 +27,11 @@ from pathlib import Path
 import yaml
 
 from pipeline_lib.localstack import start_stack, stop_stack
-from pipeline_lib.localstack.spark_cluster import start_spark_cluster
 from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_job_spec, spend_per_user
 from pipeline_lib.settings import ENV_SPARK_MASTER, ConnectionSettings
 from pipeline_lib.sink.table_reader import read_upsert_table
 from pipeline_lib.storage import open_store
+from testing_servers.spark_cluster import start_spark_cluster
 
 EPOCH_LINE = re.compile(r"^epoch (\d+) committed: .*, ([0-9.]+)s[ ,]")
 TOPIC = "bench-cluster"

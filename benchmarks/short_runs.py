@@ -14,12 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.benchmarks.config import BenchConfig
-from pipeline_lib.benchmarks.events import produce_payments
-from pipeline_lib.benchmarks.listed_ends import unseen_tail, without
-from pipeline_lib.benchmarks.measures import compare
-from pipeline_lib.benchmarks.our_job import run_cli, upsert_table_ours, write_spec
-from pipeline_lib.benchmarks.structured_streaming_run import run_structured_streaming_kafka
+from benchmarks.config import BenchConfig
+from benchmarks.events import produce_payments
+from benchmarks.listed_ends import unseen_tail, without
+from benchmarks.measures import compare
+from benchmarks.our_job import run_cli, upsert_table_ours, write_spec
+from benchmarks.structured_streaming_run import run_structured_streaming_kafka
 from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
 

@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from pipeline_lib.benchmarks.events import Ranges
+from benchmarks.events import Ranges
 
 
 def raw_consume(bootstrap: str, topic: str, ranges: Ranges, decode: bool) -> dict[str, Any]:

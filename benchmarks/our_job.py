@@ -22,15 +22,14 @@ from typing import Any
 
 import yaml
 
-import pipeline_lib
-from pipeline_lib.benchmarks.config import BenchConfig
-from pipeline_lib.benchmarks.measures import rate, steady
+from benchmarks.config import BenchConfig
+from benchmarks.measures import rate, steady
 from pipeline_lib.checkpoint.manifest import Manifest
 from pipeline_lib.localstack import StackInfo
 from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
 
-PACKAGE_ROOT = Path(pipeline_lib.__file__).resolve().parents[1]
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the checkout: benchmarks/, pipeline_lib/, testing_servers/
 JVM_CHATTER = ("WARNING: Using incubator modules", "Setting default log level", "To adjust logging level")
 EPOCH_LINE = re.compile(
     r"^epoch (?P<epoch>\d+) committed: (?P<records>\d+) records, (?P<rows>\d+) rows out, (?P<keys>\d+) keys, "

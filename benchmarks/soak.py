@@ -1,6 +1,6 @@
 """Crash-injection soak: N random fault cycles, then a report.
 
-    python -m pipeline_lib.soak --cycles 100 [--cluster 2] [--report results/soak.md]   (make soak N=100)
+    python -m benchmarks.soak --cycles 100 [--cluster 2] [--report results/soak.md]   (make soak N=100)
 
 Each cycle runs the real ``pipeline-lib run`` with one fault (soak_faults.py): in local mode its
 whole process group is killed at a random named point of a random epoch or from outside after a
@@ -27,13 +27,13 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks.soak_faults import Cycle, choose_cycle, outcome
 from pipeline_lib.localstack import start_stack, stop_stack
-from pipeline_lib.localstack.spark_cluster import SparkCluster, start_spark_cluster
 from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_job_spec, spend_per_user
 from pipeline_lib.settings import ENV_SPARK_MASTER, ConnectionSettings
 from pipeline_lib.sink.table_reader import read_upsert_table
-from pipeline_lib.soak_faults import Cycle, choose_cycle, outcome
 from pipeline_lib.storage import open_store
+from testing_servers.spark_cluster import SparkCluster, start_spark_cluster
 
 TOPIC = "soak-payments"
 RUN_TIMEOUT_S = 600  # a run without an outside kill that takes longer is stuck
@@ -192,7 +192,7 @@ def write_report(args: argparse.Namespace, tally: collections.Counter, rounds: l
     mode = f"a Spark standalone cluster of {args.cluster} one-core workers" if args.cluster else "Spark local mode"
     lines = [
         f"# Soak report (seed {args.seed})", "",
-        f"- `python -m pipeline_lib.soak --cycles {args.cycles} --seed {args.seed} --events {args.events} "
+        f"- `python -m benchmarks.soak --cycles {args.cycles} --seed {args.seed} --events {args.events} "
         f"--per-epoch {args.per_epoch}" + (f" --cluster {args.cluster}" if args.cluster else "")
         + (f" --minutes {args.minutes:g}" if args.minutes is not None else "")
         + f"`, on {mode}, {seconds / 60:.0f} min",
