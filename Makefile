@@ -79,9 +79,10 @@ mutation: install
 lint: install
 	$(BIN)/ruff check pipeline_lib tests tools dags plugins benchmarks testing_servers
 
-# Types (pyproject.toml's [tool.mypy]: strict for spec, plan, checkpoint and storage).
+# Types (pyproject.toml's [tool.mypy]: strict for spec, plan, checkpoint and storage), with the checkout's
+# benchmarks and test servers.
 typecheck: install
-	$(BIN)/mypy pipeline_lib
+	$(BIN)/mypy pipeline_lib benchmarks testing_servers
 
 clean:
 	-$(BIN)/python -c 'from pipeline_lib.execution.engine.jvm_archive import archive_path as a; a() and a().unlink(missing_ok=True)'
