@@ -65,9 +65,9 @@ def main(
                                           help="Print the installed version and exit.")] = False,
 ) -> None:
     """Stream and batch pipelines on Spark that survive failure."""
+    output.use_json(log_format == "json")  # set on every invocation, a refused one too
     if log_format not in ("text", "json"):
         raise typer.BadParameter(f"{log_format!r} is not text or json", param_hint="--log-format")
-    output.use_json(log_format == "json")
     setup_logging(err, ConnectionSettings.from_env().secrets(), verbose, log_format)
 
 

@@ -19,9 +19,10 @@ PipelineStatus = Literal["COMPLETED", "RAN", "FAILED"]
 
 @dataclass(frozen=True)
 class PipelineRun:
-    """How one pipeline of a run ended. ``status``: COMPLETED (finished now, or found finished and
-    not deployed: then ``attempt`` is 0), RAN (stopped before its end: max_epochs, a stop request,
-    continuous mode stopped) or FAILED (``reason`` says why)."""
+    """How one pipeline of a run ended. ``status``: COMPLETED (a bounded source read to its stop
+    offsets, in this run or an earlier one: then ``attempt`` is 0 and it was not deployed), RAN (it
+    ran and stopped where more may come: caught up with its topic, max_epochs, a stop request) or
+    FAILED (``reason`` says why)."""
 
     name: str
     status: PipelineStatus

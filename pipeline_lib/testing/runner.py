@@ -1,0 +1,200 @@
+"""``run_on_records``: a spec's flows over in-memory records, through the job's own epoch code.
+
+What is the job's own: the spec's validation; the planner cutting the records into epochs
+(``trigger.max_records_per_epoch``, fair shares over partitions, as a run catching up does); the
+epoch reader's decoding (RecordsReader: the same RecordBatcher, metadata columns and bad-record
+rows); the choice between the Arrow path and the Spark SQL path and each path's code (transforms,
+``python:`` hooks, partial aggregates, the tasks writing stateless rows and dead letters); the keyed
+state's merge; the sink's part files and ``_SUCCESS`` markers; and reading the table back as a
+downstream reader does (pipeline_lib.api.read_table).
+
+What differs from ``pipeline-lib run``: no Kafka (no offsets are committed anywhere, no consumer,
+no transactions or compaction), no S3 (every location is a local directory), Spark in local mode
+in this process, and no snapshots: no manifests, state files or head pointer are written, so there
+is nothing to restore, and keyed state lives on the driver for the whole call (as in local mode).
+The records are the topic's whole contents at the start of an until-caught-up run.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline_lib.api.specs import as_job
+from pipeline_lib.api.tables import read_table
+from pipeline_lib.errors import PipelineError
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.spec.models import FlowSpec, JobSpec
+from pipeline_lib.testing.local_spec import local_copy
+from pipeline_lib.testing.records import Record
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+    from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
+    from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts
+
+ATTEMPT = 1  # the one attempt of a test run: part names and markers carry it as a run's do
+
+
+@dataclass(frozen=True)
+class RecordsRun:
+    """What ``run_on_records`` left: each flow's table as read back from its sink, the dead
+    letters, the bad records counted, the epochs run and where everything was written."""
+
+    tables: dict[str, list[dict]]  # per flow: read_table of its sink (one row per key for an aggregate)
+    dead_letters: list[dict]  # the dead-letter sink's rows (on_error: dead_letter), else empty
+    bad_records: int  # records that were dead-lettered or skipped
+    epochs: int
+    workdir: Path  # sinks/<flow>, dead-letters/<source>: file:// locations a test may read again
+
+    def table(self, flow: str | None = None) -> list[dict]:
+        """The table of ``flow``, or of the only flow when the run had one."""
+        if flow is None:
+            if len(self.tables) != 1:
+                raise KeyError(f"the run has flows {sorted(self.tables)}; name one")
+            return next(iter(self.tables.values()))
+        return self.tables[flow]
+
+
+def run_on_records(spec: JobSpec | Mapping[str, Any] | str | Path,
+                   records: Iterable[Record | dict | list | str | bytes | None], *,
+                   source: str | None = None, parallelism: int | None = None, workdir: str | Path | None = None,
+                   spark: SparkSession | None = None) -> RecordsRun:
+    """Run the flows of ``spec`` that read ``source`` (default: the spec's only source) over
+    ``records`` (Record, or a record's value: a dict is a JSON value), and read back their tables.
+
+    A bad record does what ``on_error`` says: ``fail`` raises the run's PipelineError naming the
+    record (``bad record at <topic>[<partition>]@<offset>: ...``), ``dead_letter`` and ``skip``
+    keep it out of the tables (``dead_letter``: in ``dead_letters``). ``workdir``: where the
+    sinks go (default: a new temporary directory, kept for the caller). ``spark``: a local
+    SparkSession to reuse (a test suite's fixture); by default one is started and stopped."""
+    from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
+    from pipeline_lib.execution.engine.spark_session import start_spark
+    from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
+    from pipeline_lib.execution.runtime.runner_types import sink_digest, spec_fingerprint
+    from pipeline_lib.execution.source.epoch_reader import epoch_range_reader, source_schema
+    from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
+    from pipeline_lib.plan.keygroups import subtask_of
+    from pipeline_lib.plan.offsets import plan_epoch
+    from pipeline_lib.sink.files_sink import FilesSink
+    from pipeline_lib.sink.part_layout import key_order
+    from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts
+    from pipeline_lib.storage import open_store, parse_location
+    from pipeline_lib.testing.records import RecordsReader, partition_logs
+
+    job = as_job(spec)
+    name = _source_of(job, source)
+    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix=f"pipeline-lib-test-{job.name}-"))
+    local = local_copy(job, root)
+    p, maxp = local.effective_parallelism(parallelism), local.checkpoint.max_parallelism
+    settings = ConnectionSettings()  # file:// locations only: no S3, no Kafka
+    kafka = local.all_sources()[name].kafka
+    kafka = kafka.model_copy(update={"key_encoding": local.key_encoding_of(name)})
+    flows = [f for f in local.all_flows() if f.source == name]
+    tolerant = local.on_error != "fail"
+    sinks = {f.name: FilesSink(open_store(f.sink.files.path, settings), f.sink.files.format) for f in flows}
+    states = {f.name: KeyedAggregateState(f.state.aggregate.key, f.state.aggregate.functions(), maxp)
+              for f in flows if f.state is not None}
+    dead_location = (str(parse_location(local.dead_letter.path).child(name))
+                     if local.on_error == "dead_letter" and local.dead_letter is not None else None)
+    dead = FilesSink(open_store(dead_location, settings), "jsonl") if dead_location is not None else None
+    fingerprint = spec_fingerprint(local)
+    logs = partition_logs(records)
+    positions, targets = {q: 0 for q in logs}, {q: len(log) for q, log in logs.items()}
+    session = spark if spark is not None else start_spark(f"pipeline-lib-testing:{job.name}", None, p, local.spark)
+    epoch, bad_records = 0, 0
+    state_schemas: dict[str, pa.Schema] = {}  # a stateful flow's partials' schema, from its first epoch
+    try:
+        schema = source_schema(session, kafka, tolerant)
+        arrow, _ = ArrowEpochs.for_flows(session, schema, flows, tolerant)
+        while (plan := plan_epoch(epoch + 1, None, kafka.topic, positions, targets,
+                                  local.trigger.max_records_per_epoch)).ranges:
+            epoch = plan.epoch
+            reader = RecordsReader.over(epoch_range_reader("", kafka, schema, plan, p, local.on_error,
+                                                           local.max_record_bytes, local.max_batch_bytes), logs)
+            writers = [None if f.state is not None else
+                       TaskPartWriter.for_sink(sinks[f.name], settings, epoch, ATTEMPT, "r") for f in flows]
+            dead_writer = TaskPartWriter.for_sink(dead, settings, epoch, ATTEMPT, "d") if dead is not None else None
+            with clear_spark_errors(f"epoch {epoch} of pipeline {name}"):
+                if arrow is not None:
+                    bad, results, _ = arrow.read(session, reader, writers, dead_writer)
+                else:
+                    bad, results = _spark_sql_read(session, reader, flows, writers, dead_writer, tolerant)
+            for flow, result in zip(flows, results):
+                digest = sink_digest(plan, fingerprint, p, sinks[flow.name].format)
+                if isinstance(result, WrittenParts):  # a stateless flow: the read tasks wrote its rows
+                    sinks[flow.name].write_epoch(epoch, digest, [], ATTEMPT, result.files)
+                    continue
+                state = states[flow.name]
+                state_schemas.setdefault(flow.name, result.schema)
+                changed = state.merge(result)
+                subtasks = subtask_of(state.key_groups(changed), p, maxp)
+                parts = [key_order(state.table(changed[subtasks == i], state_schemas[flow.name]), state.key_columns)
+                         for i in range(p)]
+                sinks[flow.name].write_epoch(epoch, digest, parts, ATTEMPT)
+            if bad is not None:
+                bad_records += bad.rows
+                if dead is not None:
+                    dead.write_epoch(epoch, sink_digest(plan, fingerprint, p, "dead-letters"), [], ATTEMPT, bad.files)
+            positions = plan.end_positions()
+    finally:
+        if spark is None:
+            session.stop()
+    tables = {f.name: read_table(f.sink.files.path, settings, key=f.state.aggregate.key if f.state else None)
+              for f in flows}
+    dead_rows = read_table(dead_location, settings) if dead_location is not None else []
+    return RecordsRun(tables, dead_rows, bad_records, epoch, root)
+
+
+def _source_of(job: JobSpec, source: str | None) -> str:
+    """The source whose flows run: ``source``, or the job's only one."""
+    sources = sorted(job.all_sources())
+    if source is None:
+        if len(sources) != 1:
+            raise PipelineError(f"job {job.name} has sources {sources}; choose one with source=")
+        return sources[0]
+    if source not in sources:
+        raise PipelineError(f"job {job.name} has no source {source!r} (it has {sources})")
+    return source
+
+
+def _spark_sql_read(spark: SparkSession, reader: KafkaRangeReader, flows: list[FlowSpec],
+                    writers: list[TaskPartWriter | None], dead_writer: TaskPartWriter | None, tolerant: bool
+                    ) -> tuple[WrittenParts | None, list[pa.Table | WrittenParts]]:
+    """An epoch on the Spark SQL path, as the runner reads one with keyed state on the driver
+    (execution.runtime.runner_epoch): bad records written by the tasks, then per flow its
+    transforms and either its rows written by the tasks or its partial aggregate."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from pipeline_lib.execution.engine.aggregate import epoch_partials
+    from pipeline_lib.execution.engine.transforms import apply_transforms
+    from pipeline_lib.execution.source.epoch_reader import bad_records_frame, read_tasks
+    from pipeline_lib.sink.task_parts import WRITTEN_DDL, WriteRows, collected
+
+    df: DataFrame = read_tasks(spark, reader)
+    shared = len(flows) > 1 or tolerant
+    if shared:  # read once for all flows (and the bad records), as the runner does
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        bad = None
+        if tolerant:
+            bad = collected(bad_records_frame(df).mapInArrow(WriteRows(dead_writer, bad_records=True),
+                                                             WRITTEN_DDL).toArrow())
+            df = df.filter(F.col("_error").isNull()).drop("_error", "_raw")
+        results: list[pa.Table | WrittenParts] = []
+        for flow, writer in zip(flows, writers):
+            rows = apply_transforms(df, flow.transforms, where=f"flow {flow.name}: " if len(flows) > 1 else "")
+            if flow.state is None:
+                results.append(collected(rows.mapInArrow(WriteRows(writer), WRITTEN_DDL).toArrow()))
+            else:
+                results.append(epoch_partials(rows, flow.state.aggregate))
+        return bad, results
+    finally:
+        if shared:
+            df.unpersist()
