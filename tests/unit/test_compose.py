@@ -1294,3 +1294,16 @@ def test_docker_compose_config_accepts_the_file_when_available() -> None:
     assert out.returncode == 0, (
         f"{' '.join(command)} config rejects docker-compose.yml:\n{out.stderr}{out.stdout}"
     )
+
+
+def test_only_the_task_runner_may_make_namespaces_for_its_jobs(raw_services: dict[str, Any]) -> None:
+    """The scheduler launches every job in namespaces of its own (job_isolation), which Docker's
+    default profiles refuse; no service is privileged or gains a capability, and no other service
+    leaves Docker's profiles."""
+    for name, service in raw_services.items():
+        assert not service.get("privileged") and not service.get("cap_add"), name
+        options = set(service.get("security_opt", []))
+        expected = {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"} if name == TASK_RUNNER \
+            else set()
+        assert options == expected, name
+    assert "PIPELINE_JOB_ISOLATION" not in COMPOSE_FILE.read_text()  # isolation stays on

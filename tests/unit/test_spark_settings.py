@@ -9,7 +9,13 @@ from typer.testing import CliRunner
 from pipeline_lib.cli import app
 from pipeline_lib.errors import SpecError
 from pipeline_lib.spec import parse_spec
-from pipeline_lib.execution.engine.spark_session import PYTHON_DAEMON, REDACTION_REGEX, hardening
+from pipeline_lib.execution.engine.spark_session import (
+    PYTHON_DAEMON,
+    REDACTION_REGEX,
+    RPC_PROTECTION,
+    SPARK_AUTH_ENV,
+    hardening,
+)
 from pipeline_lib.spec.run_settings import ALLOWED, parse_run_settings
 from pipeline_lib.spec.spark_settings import parse_conf_overrides, spark_conf
 from tests.unit.test_spec import GOOD
@@ -106,6 +112,15 @@ def test_the_project_s_hardening_is_applied_after_the_spec_and_every_override():
     assert conf["spark.driver.extraJavaOptions"].startswith("-Dmine=1 -Dlog4j2.configurationFile=")
     on_a_cluster = hardening({"spark.driver.host": "10.0.0.5"}, local=False)
     assert "spark.driver.host" not in on_a_cluster  # on a cluster the driver's address is the operator's
+    assert "spark.authenticate" not in on_a_cluster
+
+
+def test_a_cluster_with_an_rpc_secret_keeps_authentication_and_encryption_on(monkeypatch):
+    monkeypatch.setenv(SPARK_AUTH_ENV, "a-secret-of-the-cluster-0123456789abcdef")
+    job = spec_with({"conf": {"spark.authenticate": "false", "spark.network.crypto.enabled": "false"}})
+    conf = spark_conf(job.spark, 2, cluster=True)
+    conf.update(hardening(conf, local=False))
+    assert {key: conf[key] for key in RPC_PROTECTION} == RPC_PROTECTION
 
 
 def test_run_settings_are_an_allowlist_with_checked_values():

@@ -22,11 +22,19 @@ PYTHON_DAEMON = "pipeline_lib.execution.engine.python_daemon"  # Spark's daemon,
 REDACTION_REGEX = "(?i)secret|password|passwd|token|credential|access[.]?key|private[.]?key"
 
 
+# Spark reads its RPC secret from this variable (the compose stack's spark-env.sh sets it); where it
+# is set, no spec or override may turn authentication or encryption off between driver and executors.
+SPARK_AUTH_ENV = "_SPARK_AUTH_SECRET"
+RPC_PROTECTION = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true",
+                  "spark.network.crypto.saslFallback": "false"}
+
+
 def hardening(conf: Mapping[str, str], local: bool) -> dict[str, str]:
     """The settings no spec, ``--conf`` or run request may replace, applied after all of them: the
     Python daemon (the executors' code), UTC (event times and partitions), Arrow (the read path),
     Spark's redaction of secret-looking settings, the driver's log and JVM options (added to any of
-    the spec's), and in local mode a driver bound to loopback."""
+    the spec's), in local mode a driver bound to loopback, and on a cluster with an RPC secret its
+    authentication and encryption."""
     java = " ".join([conf.get("spark.driver.extraJavaOptions", ""), f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
                      *driver_java_options()]).strip()
     hard = {
@@ -38,6 +46,8 @@ def hardening(conf: Mapping[str, str], local: bool) -> dict[str, str]:
     }
     if local:
         hard.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    elif os.environ.get(SPARK_AUTH_ENV):  # a cluster with an RPC secret: its traffic stays authenticated and encrypted
+        hard.update(RPC_PROTECTION)
     return hard
 
 
