@@ -13,28 +13,20 @@ decompresses the records it fetches.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.consumer.fetcher import Fetcher
 from kafka.errors import UnknownTopicOrPartitionError
 
-log = logging.getLogger(__name__)
-
-_STARTED_PARTS = ("_client", "_metrics")  # what a constructor starts before its bootstrap; close() closes them
-
-
-def close_started(client: object) -> None:
-    """Close the parts a failed constructor had started; errors here must not hide its error."""
-    for part in _STARTED_PARTS:
-        started = getattr(client, part, None)
-        if started is None:
-            continue
-        try:
-            started.close()
-        except Exception:  # the constructor's own error is the one to report
-            log.debug("closing the %s of a Kafka client that failed to start", part, exc_info=True)
+from pipeline_lib.kafka_adapter import (
+    apply_auto_create_setting,
+    close_started,
+    drop_fetched_records,
+    keep_last_stable_offsets,
+    known_partitions,
+    refresh_topic_metadata,
+)
+from pipeline_lib.kafka_adapter import last_stable_offset as last_stable_offset
 
 
 class _ClosedOnFailedStart:
@@ -59,7 +51,7 @@ class Consumer(_ClosedOnFailedStart, KafkaConsumer):
     def __init__(self, *args: Any, **configs: Any) -> None:
         configs.setdefault("allow_auto_create_topics", False)
         super().__init__(*args, **configs)
-        self._client.cluster.config["allow_auto_create_topics"] = self.config["allow_auto_create_topics"]
+        apply_auto_create_setting(self)
 
 
 class AdminClient(_ClosedOnFailedStart, KafkaAdminClient):
@@ -70,15 +62,6 @@ class Producer(_ClosedOnFailedStart, KafkaProducer):
     """``KafkaProducer`` that stops its IO thread when it fails to start."""
 
 
-class _WatermarkPartitionRecords(Fetcher.PartitionRecords):
-    """A fetched partition whose records are dropped unread: the fetch response already set the
-    partition's high watermark, which is all the planner asks of it."""
-
-    def _unpack_records(self, tp, records, key_deserializer, value_deserializer):
-        self.drain()
-        yield from ()
-
-
 def watermark_consumer(**config: Any) -> KafkaConsumer:
     """A Consumer (same configuration keys) for offset look-ups and fetch watermarks:
     whatever its fetches bring (any codec, any size, corrupt or not) is never decompressed or
@@ -86,18 +69,8 @@ def watermark_consumer(**config: Any) -> KafkaConsumer:
     kafka-python keeps a fetch's high watermark (``highwater``) but drops its last stable
     offset; this consumer keeps that too (``last_stable_offset``)."""
     consumer = Consumer(**config)
-    fetcher = consumer._fetcher
-    fetcher.PartitionRecords = _WatermarkPartitionRecords
-    fetcher.last_stable_offsets = {}
-    parse = fetcher._parse_fetched_data
-
-    def parse_keeping_lso(completed_fetch):
-        data = completed_fetch.partition_data
-        if data.error_code == 0 and data.last_stable_offset is not None and data.last_stable_offset >= 0:
-            fetcher.last_stable_offsets[completed_fetch.topic_partition] = data.last_stable_offset
-        return parse(completed_fetch)
-
-    fetcher._parse_fetched_data = parse_keeping_lso
+    drop_fetched_records(consumer)
+    keep_last_stable_offsets(consumer)
     return consumer
 
 
@@ -112,17 +85,9 @@ def partitions_of(consumer: KafkaConsumer, topic: str, timeout_ms: int | None = 
     partition idles 100 ms twice before its first fetch. The Java client asks at once for a new
     topic by resetting the time of the last refresh, as this does. Failed refreshes still back off
     (kafka-python's own exponential backoff, KIP-580)."""
-    cluster = consumer._cluster
-    if cluster.partitions_for_topic(topic) is None:
-        cluster.add_topic(topic)
-        cluster._last_refresh_ms = 0
+    if known_partitions(consumer, topic) is None:
         try:
-            consumer._net.run(consumer._manager.wait_for, cluster.request_update(), timeout_ms)
+            refresh_topic_metadata(consumer, topic, timeout_ms, at_once=True)
         except UnknownTopicOrPartitionError:
             return set()
-    return set(cluster.partitions_for_topic(topic) or ())
-
-
-def last_stable_offset(consumer: KafkaConsumer, tp: Any) -> int | None:
-    """The last stable offset the latest fetch of ``tp`` reported (a watermark_consumer's), if any."""
-    return getattr(consumer._fetcher, "last_stable_offsets", {}).get(tp)
+    return set(known_partitions(consumer, topic) or ())

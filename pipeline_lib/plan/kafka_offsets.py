@@ -23,6 +23,8 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 from pipeline_lib.errors import PipelineError
+from pipeline_lib.kafka_adapter import refresh_topic_metadata
+from pipeline_lib.kafka_adapter import topic_id as known_topic_id
 from pipeline_lib.kafka_clients import last_stable_offset, partitions_of, watermark_consumer
 from pipeline_lib.kafka_connection import KafkaConnection, client_config
 
@@ -70,10 +72,8 @@ def current_partitions(consumer: KafkaConsumer, topic: str, timeout_s: float = 1
     up to ``metadata_max_age_ms`` old (5 minutes), so partitions added to a running topic would
     go unseen that long; this asks for the topic's metadata first (never creating the topic:
     kafka_clients.Consumer)."""
-    cluster = consumer._cluster
-    cluster.add_topic(topic)
     try:
-        consumer._net.run(consumer._manager.wait_for, cluster.request_update(), int(timeout_s * 1000))
+        refresh_topic_metadata(consumer, topic, int(timeout_s * 1000), at_once=False)
     except KafkaError as exc:
         raise PipelineError(f"cannot refresh the metadata of Kafka topic {topic!r}: {exc}") from exc
     return topic_partitions(consumer, topic, timeout_s)
@@ -83,7 +83,7 @@ def topic_id(consumer: KafkaConsumer, topic: str) -> str | None:
     """The topic's id (a UUID Kafka gives each topic when it is created, so a topic deleted and
     created again under the same name has a new one) from the metadata topic_partitions read;
     None from a broker that reports none (all zeros)."""
-    found = consumer._client.cluster.topic_id(topic)
+    found = known_topic_id(consumer, topic)
     return None if found is None or found.int == 0 else str(found)
 
 

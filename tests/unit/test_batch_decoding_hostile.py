@@ -201,14 +201,15 @@ def test_fuzzed_batches_decode_or_raise_the_decoders_error_naming_the_batch():
 
 
 
-def _partition_records(data: bytes, fetch_offset: int = 0):
-    """What the columnar consumer makes of one fetch response's bytes for partition t[0]."""
+def _partition_records(data: bytes, fetch_offset: int = 0, **settings):
+    """What the columnar consumer (with ``settings``: max_batch_bytes, tolerant) makes of one fetch
+    response's bytes for partition t[0]."""
     from kafka import TopicPartition
     from kafka.record.memory_records import MemoryRecords
 
-    from pipeline_lib.execution.source.batch_consumer import _ColumnPartitionRecords
+    from pipeline_lib.execution.source.batch_consumer import column_partition_records
 
-    return _ColumnPartitionRecords(fetch_offset, TopicPartition("t", 0), MemoryRecords(data))
+    return column_partition_records(**settings)(fetch_offset, TopicPartition("t", 0), MemoryRecords(data))
 
 
 def test_a_fetch_of_v0_v1_and_v2_batches_reads_every_record_and_names_the_partition_of_a_bad_one():
@@ -235,7 +236,7 @@ def test_the_planner_s_fetches_decode_nothing_where_kafka_python_would_expand_or
     from kafka.consumer.fetcher import Fetcher
     from kafka.record.memory_records import MemoryRecords
 
-    from pipeline_lib.kafka_clients import _WatermarkPartitionRecords
+    from pipeline_lib.kafka_adapter.fetching import UnreadPartitionRecords
 
     bomb = build([(0, 5, None, bytes(64 * MiB), [])], compression=1)
     unknown = bytearray(build([(0, 5, None, b"x", [])], base_offset=1))
@@ -244,7 +245,7 @@ def test_the_planner_s_fetches_decode_nothing_where_kafka_python_would_expand_or
     tp = TopicPartition("t", 0)
     tracemalloc.start()
     try:
-        assert _WatermarkPartitionRecords(0, tp, MemoryRecords(bomb + bytes(unknown)), check_crcs=False).take() == []
+        assert UnreadPartitionRecords(0, tp, MemoryRecords(bomb + bytes(unknown)), check_crcs=False).take() == []
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -292,9 +293,7 @@ def test_a_tolerant_fetch_makes_each_undecodable_batch_one_error_row_and_reads_o
     records around it are read as ever and the next fetch starts after the last batch. Without
     it the first bad batch fails the read naming topic, partition and offset."""
     log, bad = hostile_log()
-    fetched = _partition_records(log)
-    fetched.tolerant = True
-    fetched.max_batch_bytes = MiB
+    fetched = _partition_records(log, tolerant=True, max_batch_bytes=MiB)
     columns = fetched.take()
     rows = [(int(o), c.error, v) for c in columns for o, v in zip(c.offsets, c.values())]
     assert [(o, v) for o, e, v in rows if e is None] == [(0, b"zero"), (1, b"one"), (2, b"two"), (8, b"eight"),
@@ -310,8 +309,7 @@ def test_a_tolerant_fetch_makes_each_undecodable_batch_one_error_row_and_reads_o
     assert errors[11][0] == "undecodable record batch of offsets [11, 12): batch at offset 11 failed its CRC check"
     assert fetched.next_fetch_offset == 13
 
-    strict = _partition_records(log)
-    strict.max_batch_bytes = MiB
+    strict = _partition_records(log, max_batch_bytes=MiB)
     assert [len(c) for c in strict.take()] == [3]
     with pytest.raises(CorruptRecordError, match=r"t\[0\]: batch at offset 3: .*codec"):
         strict.take()
@@ -370,8 +368,7 @@ def test_fuzzed_fetches_read_tolerantly_give_every_batch_once_as_records_or_one_
             firsts.append(struct.unpack_from(">q", data)[0])  # a v0/v1 wrapper's offset is its last record's
             log += bytes(data)
             offset += n
-        fetched = _partition_records(log)
-        fetched.tolerant, fetched.max_batch_bytes = True, MiB
+        fetched = _partition_records(log, tolerant=True, max_batch_bytes=MiB)
         try:
             columns = fetched.take()
         except CorruptRecordError as exc:  # only a batch whose framing no longer holds
@@ -385,8 +382,7 @@ def test_fuzzed_fetches_read_tolerantly_give_every_batch_once_as_records_or_one_
                 outcomes["error rows"] += 1
             else:
                 outcomes["records"] += len(c)
-        strict = _partition_records(log)
-        strict.max_batch_bytes = MiB
+        strict = _partition_records(log, max_batch_bytes=MiB)
         try:
             while strict:
                 strict.take()

@@ -234,7 +234,7 @@ def test_fuzzed_fetches_give_records_and_error_rows_only():
     from kafka import TopicPartition
     from kafka.record.memory_records import MemoryRecords
 
-    from pipeline_lib.execution.source.batch_consumer import _ColumnPartitionRecords
+    from pipeline_lib.execution.source.batch_consumer import column_partition_records
 
     rng = random.Random(20270303)
     plain = _v2(_records(rng, 5), 0)
@@ -250,8 +250,7 @@ def test_fuzzed_fetches_give_records_and_error_rows_only():
             struct.pack_into(">q", batch, 0, offset)
             log, offset = log + bytes(batch), offset + 10
         for tolerant in (True, False):
-            fetched = _ColumnPartitionRecords(0, TopicPartition("t", 0), MemoryRecords(log))
-            fetched.tolerant, fetched.max_batch_bytes = tolerant, MiB
+            fetched = column_partition_records(MiB, tolerant)(0, TopicPartition("t", 0), MemoryRecords(log))
             try:
                 while fetched:
                     columns = fetched.take()

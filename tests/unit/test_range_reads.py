@@ -20,8 +20,8 @@ from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords
 from kafka.record.util import calc_crc32c
 
-from pipeline_lib.execution.source import kafka_source
-from pipeline_lib.execution.source.batch_consumer import _ColumnPartitionRecords
+from pipeline_lib.execution.source import consumer_cache, kafka_source
+from pipeline_lib.execution.source.batch_consumer import column_partition_records
 from tests.unit.test_kafka_batches import build
 
 TP = TopicPartition("t", 0)
@@ -41,7 +41,7 @@ def compacted_tail(base_offset: int, kept: int, last_offset_delta: int) -> bytes
 
 class _Fetcher:
     def __init__(self):
-        self.PartitionRecords = type("ColumnPartitionRecords", (_ColumnPartitionRecords,), {})
+        self.PartitionRecords = column_partition_records()
         self.fetch_below: dict = {}
         self.config: dict = {}
 
@@ -80,12 +80,12 @@ class FakeConsumer:
 def consumer_of(monkeypatch):
     """Reads go to a FakeConsumer over the given batches; a stall fails within half a second."""
     monkeypatch.setattr(kafka_source, "STALL_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(kafka_source, "_consumers", {})
+    monkeypatch.setattr(consumer_cache, "consumers", {})
 
     def use(batches: list[bytes]) -> FakeConsumer:
         fake = FakeConsumer(batches)
         monkeypatch.setattr(kafka_source, "_take_consumer",  # the one a read gave back, else a new one
-                            lambda key: kafka_source._consumers.pop(key, None) or kafka_source._CachedConsumer(fake))
+                            lambda key: consumer_cache.consumers.pop(key, None) or consumer_cache.CachedConsumer(fake))
         return fake
     return use
 

@@ -16,7 +16,7 @@ from kafka.protocol.consumer import IsolationLevel
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from pipeline_lib.execution.source.batch_consumer import _ColumnPartitionRecords
+from pipeline_lib.execution.source.batch_consumer import column_partition_records
 
 TP = TopicPartition("payments", 3)
 ABORT, COMMIT = 0, 1
@@ -66,8 +66,8 @@ LOG_ABORTED = [Aborted(8, 3)]
 
 def _columnar(log: list[bytes], aborted: list, level=IsolationLevel.READ_COMMITTED, fetch_offset: int = 0):
     """(offset, value) of what the columnar decoder yields, and where the next fetch starts."""
-    part = _ColumnPartitionRecords(fetch_offset, TP, MemoryRecords(b"".join(log)), isolation_level=level,
-                                   aborted_transactions=aborted)
+    part = column_partition_records()(fetch_offset, TP, MemoryRecords(b"".join(log)), isolation_level=level,
+                                      aborted_transactions=aborted)
     batches = part.take()
     return [(o, v) for b in batches for o, v in zip(b.offsets.tolist(), b.values())], part.next_fetch_offset
 

@@ -19,19 +19,19 @@ transactional batch of such a producer id, from that first offset up to the prod
 marker (a control batch), is skipped unread. The broker itself stops a read_committed fetch at
 the last stable offset, so records of a transaction still open are never served.
 
-This relies on ``Fetcher.PartitionRecords`` of kafka-python 3.0.12, which pyproject.toml pins
-exactly; tests/e2e/test_kafka_source.py compares the two paths record by record.
+The fetch path's hooks are kafka_adapter's (read_fetches_with: kafka-python's
+``Fetcher.PartitionRecords`` hands each fetched partition to :class:`ColumnReading`);
+tests/e2e/test_kafka_source.py compares the two paths record by record.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from kafka import KafkaConsumer
-from kafka.consumer.fetcher import Fetcher
 from kafka.errors import CorruptRecordError
-from kafka.protocol.consumer import IsolationLevel
 
 from pipeline_lib.execution.source.kafka_batches import (
     DEFAULT_MAX_BATCH_BYTES,
@@ -39,6 +39,15 @@ from pipeline_lib.execution.source.kafka_batches import (
     decode_batch,
     decode_legacy_batch,
     undecodable,
+)
+from pipeline_lib.kafka_adapter import (
+    FetchedPartition,
+    batch_bytes,
+    bound_fetches_below,
+    fetch_below,
+    fetch_reader,
+    partition_records_type,
+    read_fetches_with,
 )
 from pipeline_lib.kafka_clients import Consumer
 
@@ -48,46 +57,69 @@ from pipeline_lib.kafka_clients import Consumer
 POLL_MAX_BATCHES = 100_000
 
 
-class _ColumnPartitionRecords(Fetcher.PartitionRecords):
-    """Yields one ColumnBatch per Kafka record batch (v2); legacy v0/v1 message sets, which a
-    current broker serves only from old logs, are turned into columns record by record."""
+@dataclass
+class ColumnReading:
+    """How a columnar consumer reads its fetched partitions: one ColumnBatch per Kafka record
+    batch (v2); legacy v0/v1 message sets, which a current broker serves only from old logs, are
+    turned into columns record by record. Set per consumer, read as each batch is."""
 
-    max_batch_bytes = DEFAULT_MAX_BATCH_BYTES  # set per consumer (a subclass each) by bound_decompression
-    tolerant = False  # set per consumer by tolerate_bad_batches: a bad batch becomes an error row
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES  # bound_decompression
+    tolerant: bool = False  # tolerate_bad_batches: a bad batch becomes an error row
 
-    def _maybe_skip_record(self, record) -> bool:
-        return False  # done per batch in _unpack_records
+    def __call__(self, fetched: FetchedPartition) -> Iterator[ColumnBatch]:
+        """The fetch's batches as columns (kafka_adapter.read_fetches_with calls it per fetch)."""
+        return _ColumnBatches(fetched, self).read()
 
-    def _unpack_records(self, tp, records, key_deserializer, value_deserializer) -> Iterator[ColumnBatch]:
-        batch = _next_batch(tp, records)
+
+class _ColumnBatches:
+    """The batch loop over one fetch of one partition."""
+
+    def __init__(self, fetched: FetchedPartition, reading: ColumnReading):
+        self.fetched, self.reading = fetched, reading
+
+    @property
+    def fetch_offset(self) -> int:
+        return self.fetched.fetch_offset
+
+    @property
+    def next_fetch_offset(self) -> int:
+        return self.fetched.next_fetch_offset
+
+    @next_fetch_offset.setter
+    def next_fetch_offset(self, offset: int) -> None:
+        self.fetched.next_fetch_offset = offset
+
+    def read(self) -> Iterator[ColumnBatch]:
+        fetched = self.fetched
+        tp = fetched.tp
+        batch = fetched.next_batch()
         last_batch = None
         while batch is not None:
             last_batch = batch
-            raw = batch._buffer  # before decoding, which may replace it (a legacy set's decompression)
+            raw = batch_bytes(batch)  # before decoding, which may replace it (a legacy set's decompression)
             try:
                 columns = self._columns(tp, batch)
             except CorruptRecordError as exc:
-                if not self.tolerant:
+                if not self.reading.tolerant:
                     raise _naming(tp, exc) from None
                 following = batch.next_offset if batch.magic == 2 else batch.base_offset + 1
                 columns = undecodable(batch.base_offset, following, raw, exc.args[0] if exc.args else str(exc))
                 self.next_fetch_offset = following
             if columns is None:  # a transaction marker, or a batch of an aborted transaction
                 self.next_fetch_offset = batch.next_offset
-                batch = _next_batch(tp, records)
+                batch = fetched.next_batch()
                 continue
             if len(columns) and columns.error is None:
                 self.next_fetch_offset = int(columns.offsets[-1]) + 1
             if len(columns):
                 columns = columns.between(self.fetch_offset, self.next_fetch_offset)
             if len(columns):
-                self.records_read += len(columns)
-                self.bytes_read += len(columns.data)
+                fetched.count_read(len(columns), len(columns.data))
                 yield columns
-            batch = _next_batch(tp, records)
+            batch = fetched.next_batch()
         if last_batch is not None and last_batch.magic == 2:
             self.next_fetch_offset = last_batch.next_offset  # past records removed by compaction
-        self.drain()
+        fetched.drain()
 
     def _columns(self, tp, batch) -> ColumnBatch | None:
         """A batch's records as columns; None for one that holds no data records (a marker, an
@@ -102,55 +134,30 @@ class _ColumnPartitionRecords(Fetcher.PartitionRecords):
                                      f"{type(exc).__name__}: {exc}") from None
 
     def _decoded(self, tp, batch) -> ColumnBatch | None:
-        if self.check_crcs and not batch.validate_crc():
+        fetched = self.fetched
+        if fetched.check_crcs and not batch.validate_crc():
             raise CorruptRecordError(f"batch at offset {batch.base_offset} failed its CRC check")
         if batch.magic != 2:
-            return decode_legacy_batch(batch, self.max_batch_bytes)
-        self.leader_epoch = batch.leader_epoch
-        read_committed = self.isolation_level == IsolationLevel.READ_COMMITTED
-        if read_committed and batch.has_producer_id() and self._aborted(tp, batch):
+            return decode_legacy_batch(batch, self.reading.max_batch_bytes)
+        fetched.set_leader_epoch(batch.leader_epoch)
+        if fetched.read_committed and batch.has_producer_id() and fetched.aborted(batch, _is_abort_marker):
             return None
         if batch.is_control_batch:  # transaction markers are not records
             return None
-        return decode_batch(batch, self.max_batch_bytes)
-
-    def _aborted(self, tp, batch) -> bool:
-        """Whether ``batch`` (one with a producer id) belongs to an aborted transaction. The fetch
-        response's aborted transactions that begin at or before the batch's last offset make
-        their producer ids aborted; that producer's ABORT marker ends it. kafka-python's rule
-        (Fetcher.PartitionRecords), with a marker that cannot be read named like any bad batch."""
-        self._consume_aborted_transactions_up_to(batch.last_offset)
-        if batch.is_control_batch:
-            if self._is_abort_marker(tp, batch):
-                self.aborted_producer_ids.discard(batch.producer_id)
-            return False
-        return self._is_batch_aborted(batch)
-
-    @staticmethod
-    def _is_abort_marker(tp, batch) -> bool:
-        """The marker's one record says ABORT (type 0) or COMMIT (1); brokers write markers
-        uncompressed, so a compressed one is refused rather than expanded without a cap."""
-        where = f"{tp.topic}[{tp.partition}]: control batch at offset {batch.base_offset}"
-        if batch.compression_type:
-            raise CorruptRecordError(f"{where} is compressed (codec {batch.compression_type})")
-        try:
-            record = next(batch, None)
-            return record is not None and bool(record.abort)
-        except (struct.error, ValueError, IndexError, TypeError, AttributeError, CorruptRecordError) as exc:
-            raise CorruptRecordError(f"{where} is corrupt: {type(exc).__name__}: {exc}") from None
+        return decode_batch(batch, self.reading.max_batch_bytes)
 
 
-def _next_batch(tp, records):
-    """The fetch's next batch (None after the last), or CorruptRecordError naming topic,
-    partition and the batch's offset when its header cannot even be read (a batch shorter than
-    its header): kafka-python's framing would raise a bare struct.error."""
-    start = records._next_slice
+def _is_abort_marker(tp, batch) -> bool:
+    """The marker's one record says ABORT (type 0) or COMMIT (1); brokers write markers
+    uncompressed, so a compressed one is refused rather than expanded without a cap."""
+    where = f"{tp.topic}[{tp.partition}]: control batch at offset {batch.base_offset}"
+    if batch.compression_type:
+        raise CorruptRecordError(f"{where} is compressed (codec {batch.compression_type})")
     try:
-        return records.next_batch()
-    except (struct.error, ValueError, IndexError, TypeError, AssertionError, CorruptRecordError) as exc:
-        offset = struct.unpack_from(">q", start)[0] if start is not None and len(start) >= 8 else "?"
-        raise CorruptRecordError(f"{tp.topic}[{tp.partition}]: batch at offset {offset} cannot be read: "
-                                 f"{type(exc).__name__}: {exc}") from None
+        record = next(batch, None)
+        return record is not None and bool(record.abort)
+    except (struct.error, ValueError, IndexError, TypeError, AttributeError, CorruptRecordError) as exc:
+        raise CorruptRecordError(f"{where} is corrupt: {type(exc).__name__}: {exc}") from None
 
 
 def _naming(tp, exc: CorruptRecordError) -> CorruptRecordError:
@@ -159,23 +166,27 @@ def _naming(tp, exc: CorruptRecordError) -> CorruptRecordError:
     return CorruptRecordError(f"{tp.topic}[{tp.partition}]: {detail}")
 
 
+def column_partition_records(max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, tolerant: bool = False) -> type:
+    """kafka-python's per-partition fetch result class, reading ColumnBatch es with these
+    settings (what columnar_consumer installs; tests build fetches with it)."""
+    return partition_records_type(ColumnReading(max_batch_bytes, tolerant))
+
+
 def columnar_consumer(**config) -> KafkaConsumer:
     """A KafkaConsumer (same configuration keys) whose polls map each partition to a list of
     ColumnBatch. Pass ``max_records=POLL_MAX_BATCHES``: it counts Kafka batches here."""
     consumer = Consumer(**config)
-    fetcher = consumer._fetcher
-    # A class of its own per consumer: bound_decompression sets its cap without touching others.
-    fetcher.PartitionRecords = type("ColumnPartitionRecords", (_ColumnPartitionRecords,), {})
-    fetcher.fetch_below = {}
-    every_fetchable = fetcher._fetchable_partitions
-
-    def fetchable() -> list:
-        limits, assignment = fetcher.fetch_below, fetcher._subscriptions.assignment
-        return [tp for tp in every_fetchable()
-                if tp not in limits or assignment[tp].position is None or assignment[tp].position.offset < limits[tp]]
-
-    fetcher._fetchable_partitions = fetchable
+    # A reading of its own per consumer: bound_decompression sets its cap without touching others.
+    read_fetches_with(consumer, ColumnReading())
+    bound_fetches_below(consumer)
     return consumer
+
+
+def _reading(consumer: KafkaConsumer) -> ColumnReading:
+    reading = fetch_reader(consumer)
+    if not isinstance(reading, ColumnReading):
+        raise TypeError("not a columnar consumer (batch_consumer.columnar_consumer)")
+    return reading
 
 
 def bound_fetches(consumer: KafkaConsumer, tp, below: int, max_bytes: int) -> None:
@@ -186,19 +197,17 @@ def bound_fetches(consumer: KafkaConsumer, tp, below: int, max_bytes: int) -> No
     planned range that is data no one may read (the partition's next range often goes to
     another Python worker), and on a 2-core machine the broker serving it competes with the
     Spark tasks that are reading."""
-    consumer._fetcher.fetch_below[tp] = below
-    consumer._fetcher.config["max_partition_fetch_bytes"] = max_bytes
+    fetch_below(consumer, tp, below, max_bytes)
 
 
 def tolerate_bad_batches(consumer: KafkaConsumer, tolerant: bool) -> None:
     """With ``tolerant`` (on_error dead_letter | skip), a batch of ``consumer`` (a columnar one)
     that cannot be decoded is returned as one error row (kafka_batches.undecodable) and the
     read goes on after it; otherwise it fails the read naming topic, partition and offset."""
-    consumer._fetcher.PartitionRecords.tolerant = tolerant
+    _reading(consumer).tolerant = tolerant
 
 
 def bound_decompression(consumer: KafkaConsumer, max_batch_bytes: int) -> None:
     """Refuse, naming topic, partition and offset, any batch of ``consumer`` (a columnar one)
     that decompresses to more than ``max_batch_bytes``."""
-    consumer._fetcher.PartitionRecords.max_batch_bytes = max_batch_bytes
-
+    _reading(consumer).max_batch_bytes = max_batch_bytes

@@ -24,12 +24,17 @@ from dataclasses import dataclass
 
 import numpy as np
 from kafka.errors import CorruptRecordError
-from kafka.record.default_records import DefaultRecordBatch
-from kafka.record.legacy_records import LegacyRecordBatch
 
 from pipeline_lib.execution.source.batch_decompression import DecompressionError, decompress
+from pipeline_lib.kafka_adapter import (
+    LOG_APPEND_TIME,
+    DefaultRecordBatch,
+    LegacyRecordBatch,
+    batch_bytes,
+    records_bytes,
+    set_legacy_messages,
+)
 
-LOG_APPEND_TIME = DefaultRecordBatch.LOG_APPEND_TIME
 MAX_VARINT_BYTES = 10  # a 64-bit varint
 # The smallest v2 record: a length prefix and six one-byte varints (attributes, timestamp delta,
 # offset delta, key length -1, value length -1, header count 0).
@@ -153,7 +158,7 @@ def decode_batch(batch: DefaultRecordBatch, max_bytes: int = DEFAULT_MAX_BATCH_B
 
 def _decode_v2(batch: DefaultRecordBatch, max_bytes: int) -> ColumnBatch:
     base_offset, first_ts, max_ts = batch.base_offset, batch.first_timestamp, batch.max_timestamp
-    records = memoryview(batch._buffer)[batch._pos:]
+    records = records_bytes(batch)
     if batch.compression_type:
         try:
             data = decompress(batch.compression_type, records, max_bytes)
@@ -210,9 +215,8 @@ def decode_legacy_batch(batch: LegacyRecordBatch, max_bytes: int = DEFAULT_MAX_B
     try:
         if batch.compression_type:
             key_offset = batch.KEY_OFFSET_V1 if batch.magic == 1 else batch.KEY_OFFSET_V0
-            batch._buffer = memoryview(decompress(batch.compression_type, _legacy_wrapped(batch, key_offset),
-                                                  max_bytes))
-            batch._decompressed = True
+            wrapped = _legacy_wrapped(batch, key_offset)
+            set_legacy_messages(batch, decompress(batch.compression_type, wrapped, max_bytes))
         records = [(r.offset, NO_TIMESTAMP if r.timestamp is None else r.timestamp, r.key, r.value)
                    for r in batch]
     except DecompressionError as exc:
@@ -239,7 +243,7 @@ def decode_legacy_batch(batch: LegacyRecordBatch, max_bytes: int = DEFAULT_MAX_B
 def _legacy_wrapped(batch: LegacyRecordBatch, key_offset: int) -> memoryview:
     """The wrapper message's value: the compressed inner messages (kafka-python's _decompress
     reads it the same way, then decompresses it whole)."""
-    buffer = batch._buffer
+    buffer = memoryview(batch_bytes(batch))
     (key_size,) = struct.unpack_from(">i", buffer, key_offset)
     pos = key_offset + 4 + max(key_size, 0)
     (value_size,) = struct.unpack_from(">i", buffer, pos)
