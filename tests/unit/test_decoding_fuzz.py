@@ -15,8 +15,9 @@ a few seconds on one core (each test is under ``timeout(60)`` to catch a hang):
   ``decode_legacy_batch``, and a tolerant fetch of them gives records and error rows only;
 * JSON values for every schema type (huge and tiny numbers, wrong types, odd strings, timestamps
   at the edges of 0001..9999 in every format ``fromisoformat`` accepts, epoch seconds of any size),
-  under time zones of +14:00 and -12:00: the decoders raise only ``RecordError`` and RecordBatcher,
-  tolerant, never raises (strict, only ``RecordError``).
+  under time zones of +14:00 and -12:00, in records whose Kafka timestamps reach past 0001..9999:
+  the decoders raise only ``RecordError`` and RecordBatcher, tolerant, never raises (strict, only
+  ``RecordError``), with every field nullable and with every field NOT NULL.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pyspark.sql import types as T
 from pipeline_lib.errors import RecordError
 from pipeline_lib.execution.source.kafka_batches import decode_batch, decode_legacy_batch
 from pipeline_lib.execution.source.kafka_source import ERROR_DDL, METADATA_DDL, RecordBatcher
+from pipeline_lib.execution.source.record_batcher import MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS
 from pipeline_lib.execution.source.record_decoding import FastJsonDecoder, JsonRecordDecoder
 from pipeline_lib.execution.source.schema_types import python_schema
 
@@ -281,6 +283,10 @@ NUMBERS = ["0", "-0", "-0.0", "1", "-1", "1.5", "127", "128", "-129", "32768", "
            "253402300799", "253402300800", "253402300799.999999", "-62135596800", "-62135596801",
            "99999999.995", "99999999.994", "12345678901234567890.123456789012345678", "NaN", "Infinity",
            "-Infinity", "1.7976931348623157e308", "0.1e1", "123456789012345678901234567890e-10"]
+# Kafka record timestamps (ms) a producer may set: the edges of what Spark holds, and past them up
+# to where ``* 1000`` wraps a long round (the deltas of a batch stay within a varint).
+KAFKA_STAMPS = [0, 1, 1_700_000_000_000, MAX_TIMESTAMP_MS - 1, MAX_TIMESTAMP_MS, 2**62, -1, -2, MIN_TIMESTAMP_MS,
+                MIN_TIMESTAMP_MS - 1, -(2**61)]
 STRINGS = ["", "x", "\u00e9", "\ud800", "\ud83d\ude00", "aGk=", "aGk", "not base64!", "x" * 3000, "\u0000",
            "12", "true", "null"]
 
@@ -318,29 +324,37 @@ def _json_records(rng: random.Random, names: list[str], n: int) -> list[bytes | 
     return out
 
 
-def _batch(values: list[bytes | None]):
+def _batch(values: list[bytes | None], rng: random.Random | None = None):
+    """The values as one v2 batch; with ``rng``, one record in 20 has a timestamp of KAFKA_STAMPS."""
     from tests.unit.test_fast_decoding import as_kafka_batch, records_of
 
-    return as_kafka_batch(records_of(values))
+    records = records_of(values)
+    if rng is not None:
+        records = [r._replace(timestamp=rng.choice(KAFKA_STAMPS)) if rng.random() < 0.05 else r for r in records]
+    return as_kafka_batch(records)
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("zone", ["Pacific/Kiritimati", "Etc/GMT+12"])  # +14:00 and -12:00
 def test_fuzzed_json_values_of_every_type_are_rows_or_bad_records(monkeypatch, zone):
     """3,000 records per zone through both decoders (the same outcome, RecordError or a row), and
-    through RecordBatcher in chunks of 100: tolerant, nothing raises; strict, only RecordError."""
+    through RecordBatcher in chunks of 100, under the schema and under it with every field NOT NULL:
+    tolerant, nothing raises and each timestamp Spark cannot hold is an error row; strict, only
+    RecordError."""
     monkeypatch.setenv("TZ", zone)
     time.tzset()
     try:
         schema = python_schema(f"{SCHEMA}, {METADATA_DDL}")
         tolerant_schema = python_schema(f"{SCHEMA}, {METADATA_DDL}, {ERROR_DDL}")
-        assert schema is not None and tolerant_schema is not None
+        strict_not_null = python_schema(f"{_not_null(SCHEMA)}, {METADATA_DDL}")
+        not_null = python_schema(f"{_not_null(SCHEMA)}, {METADATA_DDL}, {ERROR_DDL}")
+        assert None not in (schema, tolerant_schema, strict_not_null, not_null)
         fields = [(f.name, f.dataType.simpleString()) for f in schema.fields if not f.name.startswith("_")]
         names = [name for name, _ in fields]
         reference, fast = JsonRecordDecoder(fields), FastJsonDecoder(fields)
         rng = random.Random(f"20270304-{zone}")
         values = _json_records(rng, names, 3_000)
-        outcomes = {"rows": 0, "bad records": 0}
+        outcomes = {"rows": 0, "bad records": 0, "unheld timestamps": 0}
         for offset, value in enumerate(values):
             got = []
             for decoder in (reference, fast):
@@ -352,17 +366,36 @@ def test_fuzzed_json_values_of_every_type_are_rows_or_bad_records(monkeypatch, z
             assert got[0] == got[1], value
             outcomes["rows" if got[0][0] == "row" else "bad records"] += 1
         for lo in range(0, len(values), 100):
-            chunk = _batch(values[lo:lo + 100])
-            table = RecordBatcher(tolerant_schema, "json", fields, True, MiB, "t", 0).build([chunk])
-            assert table.num_rows == len(chunk)
-            try:
-                RecordBatcher(schema, "json", fields, False, MiB, "t", 0).build([chunk])
-            except RecordError as exc:
-                assert str(exc).startswith("bad record at t[0]@")
+            chunk = _batch(values[lo:lo + 100], rng)
+            unheld = (chunk.timestamps < MIN_TIMESTAMP_MS) | (chunk.timestamps >= MAX_TIMESTAMP_MS)
+            for tolerant, strict in ((tolerant_schema, schema), (not_null, strict_not_null)):
+                table = RecordBatcher(tolerant, "json", fields, True, MiB, "t", 0).build([chunk])
+                assert table.num_rows == len(chunk)
+                errors = table.column("_error").to_pylist()
+                assert all(errors[i] is not None for i in unheld.nonzero()[0].tolist())
+                outcomes["unheld timestamps"] += int(unheld.sum())
+                try:
+                    RecordBatcher(strict, "json", fields, False, MiB, "t", 0).build([chunk])
+                except RecordError as exc:
+                    assert str(exc).startswith("bad record at t[0]@")
         assert outcomes["rows"] > 100 and outcomes["bad records"] > 1_000, outcomes
+        assert outcomes["unheld timestamps"] > 50, outcomes
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def _not_null(ddl: str) -> str:
+    """The schema with each of its fields NOT NULL, the struct's fields too."""
+    fields, depth, start = [], 0, 0
+    for i, char in enumerate(ddl):
+        depth += (char in "<(") - (char in ">)")
+        if char == "," and depth == 0:
+            fields.append(ddl[start:i].strip())
+            start = i + 1
+    fields.append(ddl[start:].strip())
+    return ", ".join(f"{field} NOT NULL" for field in fields).replace(
+        "struct<a: bigint, b: string>", "struct<a: bigint NOT NULL, b: string NOT NULL>")
 
 
 def test_the_fuzzed_schema_covers_every_type_a_json_source_decodes():

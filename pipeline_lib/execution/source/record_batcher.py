@@ -17,8 +17,16 @@ import pyarrow as pa
 from pyspark.sql.types import StringType, StructType
 
 from pipeline_lib.errors import RecordError
+from pipeline_lib.execution.source.error_rows import error_row
 from pipeline_lib.execution.source.kafka_batches import ColumnBatch
-from pipeline_lib.execution.source.record_decoding import BRACKET_FREE_BYTES, FastJsonDecoder, StringRecordDecoder
+from pipeline_lib.execution.source.record_decoding import (
+    BRACKET_FREE_BYTES,
+    MAX_EPOCH_SECONDS,
+    MIN_EPOCH_SECONDS,
+    TIMESTAMP_RANGE,
+    FastJsonDecoder,
+    StringRecordDecoder,
+)
 
 # The record's metadata after its fields (spec.models.METADATA_COLUMNS): where it was read, its
 # timestamp (in milliseconds, and as a timestamp, null for a v0 message, which has none), its key
@@ -27,6 +35,11 @@ METADATA_DDL = ("_topic string, _partition int, _offset long, _timestamp_ms long
                 "_key string, _headers array<struct<key: string, value: binary>>")
 KEY_ENCODINGS = ("utf8", "base64", "none")
 ERROR_DDL = "_error string, _raw binary"  # only with on_error: dead_letter | skip
+# The record timestamps Spark holds (0001-01-01 to 9999-12-31 UTC), in milliseconds. Kafka keeps
+# whatever a producer sets; Spark's own Kafka source fails the query on one whose microseconds
+# overflow a long, so one outside this range is a bad record (on_error), never a wrapped time.
+MIN_TIMESTAMP_MS = MIN_EPOCH_SECONDS * 1000
+MAX_TIMESTAMP_MS = MAX_EPOCH_SECONDS * 1000
 
 
 class RecordBatcher:
@@ -69,6 +82,7 @@ class RecordBatcher:
             string_decoder = StringRecordDecoder()
             self.decode = lambda offset, key, value: string_decoder.decode_kv(topic, partition, offset, key, value)
             self.width, self.needs_keys = 2, True
+        self.error_row = error_row(schema.fields[:self.width])  # what a bad record's fields hold
 
     def build(self, chunks: Sequence[ColumnBatch]) -> pa.RecordBatch:
         """Raises the first bad record's RecordError unless tolerant (then it is an error row)."""
@@ -80,11 +94,13 @@ class RecordBatcher:
         keys = [k for c in chunks for k in c.keys()] if self.needs_keys else [None] * len(values)
         sizes = np.concatenate([c.sizes() for c in chunks])
         batch_errors = [c.error for c in chunks for _ in range(len(c))] if any(c.error for c in chunks) else None
-        rows = self._all_rows(chunks, values) if not (sizes > limit).any() and batch_errors is None else None
+        stamps_held = ((stamps >= MIN_TIMESTAMP_MS) & (stamps < MAX_TIMESTAMP_MS)).all()
+        rows = (self._all_rows(chunks, values)
+                if not (sizes > limit).any() and batch_errors is None and stamps_held else None)
         errors: list = [None] * len(values)
         raws: list = [None] * len(values)
         if rows is None:  # record by record: the first bad one raises, or becomes an error row
-            rows = self._rows_one_by_one(offsets, keys, values, sizes, errors, raws, batch_errors)
+            rows = self._rows_one_by_one(offsets, stamps, keys, values, sizes, errors, raws, batch_errors)
         n = len(offsets)
         record_keys = self._record_keys(chunks, offsets, values, rows, errors, raws)
         columns: list[Any] = self._user_columns(rows, offsets, values, errors, raws)
@@ -109,7 +125,7 @@ class RecordBatcher:
             return self._arrays(rows)
         except Exception:  # find the records at fault, one by one
             pass
-        empty = (None,) * self.width
+        empty = self.error_row
         for i, row in enumerate(rows):
             fault = self._unconvertible(row)
             if fault is None:
@@ -129,6 +145,8 @@ class RecordBatcher:
     def _unconvertible(self, row: tuple) -> str | None:
         """Why a row's value cannot be held by its column (naming the field), or None."""
         for i, v in enumerate(row):
+            if v is None and not self.arrow_schema.field(i).nullable:
+                return f"field {self.arrow_schema.field(i).name!r} is NOT NULL but the record has no value for it"
             try:
                 self._arrow(i, [v])
             except Exception as exc:
@@ -150,7 +168,7 @@ class RecordBatcher:
         except pa.ArrowInvalid:
             pass
         decoded: list[str | None] = []
-        empty = (None,) * self.width
+        empty = self.error_row
         for i, key in enumerate(keys.to_pylist()):
             try:
                 decoded.append(None if key is None else key.decode("utf-8"))
@@ -183,18 +201,22 @@ class RecordBatcher:
             return None
         return self.decode_all(values, all(c.data.isascii() for c in chunks))
 
-    def _rows_one_by_one(self, offsets: np.ndarray, keys: list, values: list, sizes: np.ndarray,
+    def _rows_one_by_one(self, offsets: np.ndarray, stamps: np.ndarray, keys: list, values: list, sizes: np.ndarray,
                          errors: list, raws: list, batch_errors: list[str | None] | None = None) -> list[tuple]:
         """``batch_errors``: per row, why the batch it stands for could not be decoded (see
         kafka_batches.undecodable), or None for a record."""
         topic, partition, limit, decode = self.topic, self.partition, self.max_record_bytes, self.decode
-        tolerant, empty = self.tolerant, (None,) * self.width
+        tolerant, empty = self.tolerant, self.error_row
         rows = []
-        for i, (offset, key, value, size) in enumerate(zip(offsets.tolist(), keys, values, sizes.tolist())):
+        records = zip(offsets.tolist(), stamps.tolist(), keys, values, sizes.tolist())
+        for i, (offset, stamp, key, value, size) in enumerate(records):
             try:
                 batch_error = batch_errors[i] if batch_errors is not None else None
                 if batch_error is not None:
                     raise RecordError(topic, partition, offset, batch_error)
+                if not MIN_TIMESTAMP_MS <= stamp < MAX_TIMESTAMP_MS:
+                    raise RecordError(topic, partition, offset,
+                                      f"record timestamp {stamp} ms is out of range ({TIMESTAMP_RANGE})")
                 if size > limit:
                     raise RecordError(topic, partition, offset,
                                       f"record of {size} bytes exceeds max_record_bytes {limit}")
@@ -221,5 +243,7 @@ def _key_bytes(batch: ColumnBatch) -> pa.Array:
 
 
 def _timestamps(stamps: np.ndarray) -> pa.Array:
-    """Milliseconds as Spark's timestamps (microseconds, UTC); a v0 message's NO_TIMESTAMP (-1) is null."""
-    return pa.array(stamps * 1000, pa.timestamp("us", tz="UTC"), mask=stamps < 0)
+    """Milliseconds as Spark's timestamps (microseconds, UTC); a v0 message's NO_TIMESTAMP (-1) is null,
+    and so is a timestamp past 9999 (a bad record's: RecordBatcher), never left to wrap round in ``* 1000``."""
+    held = (stamps >= 0) & (stamps < MAX_TIMESTAMP_MS)
+    return pa.array(np.where(held, stamps, 0) * 1000, pa.timestamp("us", tz="UTC"), mask=~held)
