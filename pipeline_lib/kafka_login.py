@@ -67,13 +67,12 @@ def _tls(conn: KafkaConnection, sock: socket.socket, host: str, port: int) -> ss
 
 def _sasl_login(conn: KafkaConnection, sock: socket.socket, host: str, port: int, deadline: float) -> None:
     from kafka.errors import KafkaError
-    from kafka.net.sasl import get_sasl_mechanism
-    from kafka.protocol.parser import KafkaProtocol
-    from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+    from pipeline_lib.kafka_adapter.login import authenticate_request, handshake_request, sasl_mechanism, sasl_protocol
 
     who = f"Kafka broker {host}:{port}"
     login = f"SASL {conn.sasl_mechanism} login of user {conn.sasl_username!r}"
-    protocol = KafkaProtocol(client_id="pipeline-lib-login-check")
+    protocol = sasl_protocol("pipeline-lib-login-check")
 
     def exchange(request):
         protocol.send_request(request)
@@ -96,17 +95,13 @@ def _sasl_login(conn: KafkaConnection, sock: socket.socket, host: str, port: int
             if responses:
                 return responses[0][1]
 
-    handshake = SaslHandshakeRequest(mechanism=conn.sasl_mechanism)
-    handshake.API_VERSION = _SASL_HANDSHAKE_VERSION
-    answer = exchange(handshake)
+    answer = exchange(handshake_request(conn.sasl_mechanism, _SASL_HANDSHAKE_VERSION))
     if answer.error_code != 0 or conn.sasl_mechanism not in answer.mechanisms:
         raise KafkaLoginError(f"{who} does not offer SASL {conn.sasl_mechanism}: it offers "
                               f"{', '.join(answer.mechanisms) or 'no mechanism'}")
-    mechanism = get_sasl_mechanism(conn.sasl_mechanism)(host=host, **conn.client_config())
+    mechanism = sasl_mechanism(conn.sasl_mechanism, host, conn.client_config())
     while not mechanism.is_done():
-        request = SaslAuthenticateRequest(auth_bytes=mechanism.auth_bytes())
-        request.API_VERSION = _SASL_AUTHENTICATE_VERSION
-        answer = exchange(request)
+        answer = exchange(authenticate_request(mechanism.auth_bytes(), _SASL_AUTHENTICATE_VERSION))
         if answer.error_code != 0:
             raise KafkaLoginError(f"{who} refused the {login}: {answer.error_message or 'authentication failed'}")
         mechanism.receive(answer.auth_bytes)

@@ -308,3 +308,28 @@ def test_refresh_topic_metadata_follows_the_topic_and_waits_for_the_answer(consu
     with pytest.raises(KafkaTimeoutError):
         adapter.refresh_topic_metadata(consumer, "fresh", 200, at_once=at_once)
     assert "fresh" in cluster._topics
+
+
+# -- login.py -------------------------------------------------------------------------------
+def test_the_login_check_s_sasl_requests_encode_and_their_answers_parse():
+    """A handshake and an authenticate request encode at the versions kafka_login uses, and a
+    broker's handshake answer, framed as on the wire, parses back to its mechanisms."""
+    from kafka.protocol.sasl import SaslHandshakeResponse
+
+    from pipeline_lib.kafka_adapter.login import authenticate_request, handshake_request, sasl_mechanism, sasl_protocol
+    from pipeline_lib.kafka_login import _SASL_AUTHENTICATE_VERSION, _SASL_HANDSHAKE_VERSION
+
+    protocol = sasl_protocol("pipeline-lib-test")
+    protocol.send_request(handshake_request("SCRAM-SHA-256", _SASL_HANDSHAKE_VERSION))
+    sent = protocol.send_bytes()
+    assert sent[4:6] == struct.pack(">h", 17) and b"SCRAM-SHA-256" in sent  # api key 17: SaslHandshake
+    correlation = struct.unpack(">i", sent[8:12])[0]
+    answer = SaslHandshakeResponse[_SASL_HANDSHAKE_VERSION](error_code=0, mechanisms=["PLAIN", "SCRAM-SHA-256"])
+    body = struct.pack(">i", correlation) + answer.encode()
+    [(got_correlation, parsed)] = protocol.receive_bytes(struct.pack(">i", len(body)) + body)
+    assert got_correlation == correlation and list(parsed.mechanisms) == ["PLAIN", "SCRAM-SHA-256"]
+    protocol.send_request(authenticate_request(b"\0user\0password", _SASL_AUTHENTICATE_VERSION))
+    assert struct.unpack(">h", protocol.send_bytes()[4:6])[0] == 36  # SaslAuthenticate
+    plain = sasl_mechanism("PLAIN", "127.0.0.1", {"sasl_plain_username": "user", "sasl_plain_password": "pw",
+                                                   "security_protocol": "SASL_PLAINTEXT"})
+    assert plain.auth_bytes() == b"user\0user\0pw"  # authorization id, user name, password
