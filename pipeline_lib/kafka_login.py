@@ -70,6 +70,7 @@ def _sasl_login(conn: KafkaConnection, sock: socket.socket, host: str, port: int
 
     from pipeline_lib.kafka_adapter.login import authenticate_request, handshake_request, sasl_mechanism, sasl_protocol
 
+    assert conn.sasl_mechanism is not None, "called for SASL protocols only"
     who = f"Kafka broker {host}:{port}"
     login = f"SASL {conn.sasl_mechanism} login of user {conn.sasl_username!r}"
     protocol = sasl_protocol("pipeline-lib-login-check")
