@@ -38,6 +38,9 @@ ENV_RECOVERY_SCHEDULE = "PIPELINE_RECOVERY_SCHEDULE"  # a cron expression, or "n
 DEFAULT_RECOVERY_SCHEDULE = "*/5 * * * *"
 ENV_VERIFY_SCHEDULE = "PIPELINE_VERIFY_SCHEDULE"  # a cron expression or preset, or "none" (manual only)
 DEFAULT_VERIFY_SCHEDULE = "@daily"
+# A task of recovery or verification that could not reach the api-server (a busy machine's first
+# start) is tried again; a damage finding fails without a retry (AirflowFailException).
+RETRIES: dict[str, Any] = {"retries": 2, "retry_delay": dt.timedelta(seconds=20)}
 
 
 def _schedule_from_env(name: str, default: str) -> str | None:
@@ -115,7 +118,7 @@ def job_dag(spec_path: Path, spec: JobSpec) -> DAG:
 
         @task(task_id="check_params")
         def check_params() -> dict[str, Any]:
-            from airflow.exceptions import AirflowSkipException
+            from airflow.sdk.exceptions import AirflowSkipException
 
             from pipeline_lib.orchestration.airflow_connections import airflow_settings
 
@@ -167,7 +170,7 @@ def recovery_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
                "never launch one pipeline twice.",
     ) as dag:
 
-        @task(task_id="assess")
+        @task(task_id="assess", **RETRIES)
         def assess() -> list[dict[str, Any]]:
             from pipeline_lib.orchestration.airflow_connections import airflow_settings
             from pipeline_lib.recovery.recover import recover_job
@@ -187,7 +190,7 @@ def recovery_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
                     decisions.append(d.to_dict())
             return decisions
 
-        @task(task_id="relaunch_requests")
+        @task(task_id="relaunch_requests", **RETRIES)
         def relaunch_requests(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if get_current_context()["params"]["dry_run"]:
                 return []
@@ -226,9 +229,10 @@ def verify_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
                "fails when anything is lost or damaged. Changes nothing else.",
     ) as dag:
 
-        @task(task_id="verify", retries=0)
+        @task(task_id="verify", **RETRIES)
         def verify() -> dict[str, dict[str, int]]:
-            from pipeline_lib.errors import PipelineError
+            from airflow.sdk.exceptions import AirflowFailException
+
             from pipeline_lib.orchestration.airflow_connections import airflow_settings
             from pipeline_lib.recovery.verification_record import record_verification
             from pipeline_lib.recovery.verify import verify_job
@@ -244,7 +248,7 @@ def verify_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
                     if record.bad:
                         damaged.append(f"{record.job}/{record.pipeline} ({record.bad})")
             if damaged:
-                raise PipelineError(f"lost or damaged output or snapshots in {', '.join(damaged)}: "
+                raise AirflowFailException(f"lost or damaged output or snapshots in {', '.join(damaged)}: "
                                     "see the task log, the Pipelines page or `pipeline-lib verify`")
             return summary
 

@@ -43,6 +43,18 @@ class _PipelineHook(BaseHook):
 
         return settings_from_connections(lookup, ids=AirflowConnectionsSpec(**{self.role: self.conn_id}))
 
+    def test_connection(self) -> tuple[bool, str]:
+        """The Connections page's Test button (and ``airflow connections test``): reach the service
+        with these settings, as a job would, and say what failed without any secret."""
+        try:
+            return True, self.check(self.get_conn())
+        except Exception as exc:
+            return False, f"{type(exc).__name__}: {exc}"[:500]
+
+    def check(self, settings: ConnectionSettings) -> str:
+        """Reach the service; the success message (the failure is an exception)."""
+        raise NotImplementedError
+
 
 class PipelineKafkaHook(_PipelineHook):
     """The Kafka cluster a job reads: ``host``/``port`` of a broker or ``bootstrap_servers``."""
@@ -51,6 +63,24 @@ class PipelineKafkaHook(_PipelineHook):
     hook_name = CONNECTION_TYPES[conn_type]["hook_name"]
     default_conn_name = CONNECTION_TYPES[conn_type]["default_conn_id"]
     role = "kafka"
+
+    def check(self, settings: ConnectionSettings) -> str:
+        """Connect to a bootstrap server and log in (TLS and SASL as configured): the first that answers."""
+        import socket
+
+        from pipeline_lib.kafka_connection import kafka_connection
+        from pipeline_lib.kafka_login import check_login
+
+        kafka = settings.require_kafka()
+        check_login(kafka)
+        failed = []
+        for host, port in kafka_connection(kafka).servers():
+            try:
+                with socket.create_connection((host, port), timeout=10):
+                    return f"Kafka bootstrap server {host}:{port} answers"
+            except OSError as exc:
+                failed.append(f"{host}:{port} ({exc.strerror or exc})")
+        raise ConnectionError(f"no Kafka bootstrap server answers: {', '.join(failed)}")
 
 
 class PipelineS3Hook(_PipelineHook):
@@ -61,6 +91,18 @@ class PipelineS3Hook(_PipelineHook):
     default_conn_name = CONNECTION_TYPES[conn_type]["default_conn_id"]
     role = "s3"
 
+    def check(self, settings: ConnectionSettings) -> str:
+        """List the buckets this key may see (a signed request: a wrong key is refused)."""
+        import boto3  # type: ignore[import-untyped]
+
+        client = boto3.client("s3", endpoint_url=settings.s3_endpoint, region_name=settings.s3_region or "us-east-1",
+                              aws_access_key_id=settings.s3_access_key.get_secret_value() if settings.s3_access_key
+                              else None,
+                              aws_secret_access_key=settings.s3_secret_key.get_secret_value()
+                              if settings.s3_secret_key else None)
+        buckets = client.list_buckets().get("Buckets", [])
+        return f"signed in to S3 at {settings.s3_endpoint or 'AWS'}: {len(buckets)} bucket(s) listed"
+
 
 class PipelineSparkHook(_PipelineHook):
     """Where a job's Spark runs: a standalone master (``spark://host:7077``) or ``local[N]``."""
@@ -69,3 +111,15 @@ class PipelineSparkHook(_PipelineHook):
     hook_name = CONNECTION_TYPES[conn_type]["hook_name"]
     default_conn_name = CONNECTION_TYPES[conn_type]["default_conn_id"]
     role = "spark"
+
+    def check(self, settings: ConnectionSettings) -> str:
+        """A local master needs nothing; a standalone master's port must answer."""
+        import socket
+        from urllib.parse import urlsplit
+
+        master = settings.spark_master or "local[*]"
+        if master.startswith("local"):
+            return f"{master}: Spark runs inside the worker"
+        parts = urlsplit(master)
+        with socket.create_connection((parts.hostname or "", parts.port or 7077), timeout=10):
+            return f"Spark master {master} answers"

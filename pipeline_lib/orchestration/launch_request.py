@@ -146,9 +146,7 @@ class LaunchRequest(BaseModel):
         try:
             request = cls.model_validate({k: v for k, v in (conf or {}).items() if v is not None})
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "conf"
-            raise SpecError(f"job {spec.name}: param {where}: {first['msg']}") from None
+            raise SpecError(f"job {spec.name}: {plain_error(exc)}") from None
         names = pipeline_names(spec)
         unknown = sorted(set(request.pipelines) - set(names))
         if unknown:
@@ -157,6 +155,19 @@ class LaunchRequest(BaseModel):
         if request.parallelism is not None and request.parallelism > maxp:
             raise SpecError(f"job {spec.name}: param parallelism: {request.parallelism} exceeds max_parallelism {maxp}")
         return request
+
+
+def plain_error(exc: ValidationError) -> str:
+    """The first error in the form's words: ``param <field>: <what is wrong>``, without pydantic's
+    "Value error, " and with the field a cross-field rule is about."""
+    first = exc.errors()[0]
+    message = str(first["msg"]).removeprefix("Value error, ")
+    where = ".".join(str(p) for p in first["loc"])
+    if not where:  # a rule over several fields names the field it refuses first in its message
+        where = next((name for name in LaunchRequest.model_fields if message.startswith(name)), "conf")
+    if first["type"] == "extra_forbidden":
+        message = "is not a field of this form"
+    return f"param {where}: {message}"
 
 
 def check_restore_target(spec: JobSpec, request: LaunchRequest, settings: ConnectionSettings) -> None:

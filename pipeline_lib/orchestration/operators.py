@@ -8,9 +8,16 @@ When the run committed epochs, the operator announces each sink of those pipelin
 event (orchestration.assets).
 
 The operator works in a user's own DAG file: ``RunJobOperator(task_id=..., spec_path=...)``
-with the trigger form's fields as arguments (their defaults are the form's), checked at parse
-time and again against the spec as it is when the task runs. The generated ``pipeline__<job>``
-DAGs instead pass ``request_task_id``: the request their ``check_params`` task validated.
+with the trigger form's fields as arguments (their defaults are the form's; each may be a Jinja
+template), checked at parse time (a template after rendering) and again against the spec as it is
+when the task runs. The generated ``pipeline__<job>`` DAGs instead pass ``request_task_id``: the
+request their ``check_params`` task validated.
+
+Around the launch it records the run's settings beside each pipeline's snapshots (so a relaunch
+keeps them) and, if the job's process dies, marks its still-RUNNING status LOST at once
+(orchestration.run_records). Each line of the job's output is logged at its own level
+(orchestration.job_log). With the OpenLineage provider installed, a run reports its Kafka topics
+as inputs and its sinks as outputs.
 """
 
 from __future__ import annotations
@@ -24,12 +31,29 @@ from pydantic import ValidationError
 
 from pipeline_lib.errors import SpecError
 from pipeline_lib.orchestration.assets import committed_events, job_alias
+from pipeline_lib.orchestration.job_log import JobLogLevels
 from pipeline_lib.orchestration.launch_request import LaunchRequest, check_restore_target
 from pipeline_lib.orchestration.launcher import LaunchedRun
+from pipeline_lib.orchestration.lineage_facets import facets, run_datasets
+from pipeline_lib.orchestration.operator_links import PipelinesPageLink
+from pipeline_lib.orchestration.run_records import mark_dead, record_launch
 from pipeline_lib.spec import load_spec
 from pipeline_lib.spec.models import JobSpec
 
 log = logging.getLogger(__name__)
+REQUEST_FIELDS = ("mode", "restore", "parallelism", "pipelines", "spark_conf", "lease_seconds", "stall_seconds",
+                  "reason")
+
+
+def _templated(value: Any) -> bool:
+    """Whether a field still holds a Jinja template (checked once rendered, not at parse time)."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, dict):
+        return any(_templated(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_templated(v) for v in value)
+    return False
 
 
 class RunJobOperator(BaseOperator):
@@ -37,6 +61,9 @@ class RunJobOperator(BaseOperator):
     ``restore``, ``parallelism``, ``pipelines``, ``spark_conf``, ``lease_seconds``,
     ``stall_seconds``, ``reason``; unset ones take the trigger form's defaults), or, when
     ``request_task_id`` is set, with the request that task returned as its XCom."""
+
+    template_fields = ("spec_path", *REQUEST_FIELDS)
+    operator_extra_links = (PipelinesPageLink(),)
 
     def __init__(self, *, spec_path: str, job_name: str | None = None, request_task_id: str | None = None,
                  stop_grace_s: float = 45.0, mode: str | None = None, restore: str | None = None,
@@ -48,18 +75,20 @@ class RunJobOperator(BaseOperator):
         fields = {"mode": mode, "restore": restore, "parallelism": parallelism, "pipelines": pipelines,
                   "spark_conf": spark_conf, "lease_seconds": lease_seconds, "stall_seconds": stall_seconds,
                   "reason": reason}
-        self.request_fields = {k: v for k, v in fields.items() if v is not None}
-        if request_task_id is not None and self.request_fields:
+        given = {k: v for k, v in fields.items() if v is not None}
+        if request_task_id is not None and given:
             raise ValueError(f"RunJobOperator: give request_task_id or the request's fields "
-                             f"({', '.join(sorted(self.request_fields))}), not both")
-        try:  # a bad value fails the DAG file's parse, not a run hours later
-            LaunchRequest.model_validate(self.request_fields)
+                             f"({', '.join(sorted(given))}), not both")
+        try:  # a bad value fails the DAG file's parse, not a run hours later; a template once rendered
+            LaunchRequest.model_validate({k: v for k, v in given.items() if not _templated(v)})
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "request"
             raise ValueError(f"RunJobOperator for job {job_name}: {where}: {first['msg']}") from None
         kwargs.setdefault("outlets", [job_alias(job_name)])  # sink events, see orchestration.assets
         super().__init__(**kwargs)
+        for name, value in fields.items():
+            setattr(self, name, value)
         self.spec_path, self.job_name = spec_path, job_name
         self.request_task_id, self.stop_grace_s = request_task_id, stop_grace_s
         self._run: LaunchedRun | None = None
@@ -70,6 +99,11 @@ class RunJobOperator(BaseOperator):
         if self.request_task_id is not None:
             return LaunchRequest(**context["ti"].xcom_pull(task_ids=self.request_task_id))
         return LaunchRequest.from_conf(self.request_fields, spec)
+
+    @property
+    def request_fields(self) -> dict[str, Any]:
+        """The request's fields given to this operator (rendered, when the task runs)."""
+        return {k: v for k in REQUEST_FIELDS if (v := getattr(self, k, None)) is not None}
 
     def execute(self, context) -> dict[str, Any]:
         """Run the job to its end, streaming its log into the task's; fail the task if the run failed."""
@@ -85,10 +119,15 @@ class RunJobOperator(BaseOperator):
         if self.request_task_id is None:  # the generated DAGs' check_params made this check
             check_restore_target(spec, request, settings)
         launched_by = f"airflow:{self.dag_id}/{context['run_id']}"
+        record_launch(spec, request, settings, launched_by)
         self._run = LaunchedRun(Path(self.spec_path), request, settings, launched_by)
+        levels = JobLogLevels()
         self._run.start(log.info)
-        result = self._run.wait(log.info)
+        result = self._run.wait(lambda line: log.log(*levels(line)))
         if result.returncode != 0:
+            why = f"its process ended with exit {result.returncode} ({result.last_error or 'no error printed'})"
+            if marked := mark_dead(spec, request, settings, launched_by, why):
+                log.error("marked %s LOST: %s", ", ".join(marked), why)
             raise AirflowException(f"job {self.job_name} failed (exit {result.returncode}): {result.last_error}")
         self._emit_sink_events(context, result.summary or {})
         return result.summary or {}
@@ -101,6 +140,23 @@ class RunJobOperator(BaseOperator):
         for asset, extra in committed_events(load_spec(Path(self.spec_path)), summary):
             context["outlet_events"][alias].add(asset, extra=extra)
             log.info("asset event for %s: epochs %s-%s", asset.uri, extra["first_epoch"], extra["last_epoch"])
+
+    def _datasets(self, pipelines: list[str] | None = None):
+        from pipeline_lib.orchestration.airflow_connections import airflow_settings
+
+        spec = load_spec(Path(self.spec_path))
+        bootstrap = airflow_settings(spec.airflow.connections).kafka_bootstrap
+        return run_datasets(spec, bootstrap, pipelines or self.request_fields.get("pipelines"))
+
+    def get_openlineage_facets_on_start(self):
+        """OpenLineage (provider): the topics the run reads and the sinks it writes."""
+        return facets(*self._datasets())
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """OpenLineage (provider): the topics and sinks of the pipelines that committed epochs."""
+        summary = task_instance.xcom_pull(task_ids=task_instance.task_id) or {}
+        ran = [p["name"] for p in summary.get("pipelines", []) if p.get("epochs")]
+        return facets(*self._datasets(ran or None))
 
     def on_kill(self) -> None:
         """Airflow stops the task: ask the run to stop after its epoch in flight instead of killing it."""

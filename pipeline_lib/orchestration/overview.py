@@ -24,7 +24,8 @@ from pipeline_lib.errors import PipelineError
 from pipeline_lib.graph import build_graph
 from pipeline_lib.orchestration.job_specs import job_dag_id, load_spec_folder
 from pipeline_lib.orchestration.snapshot_rows import newest_snapshots
-from pipeline_lib.recovery.recovery_record import read_record
+from pipeline_lib.recovery.recover import in_a_row, kept_settings
+from pipeline_lib.recovery.recovery_record import read_launch, read_record
 from pipeline_lib.recovery.verification_record import read_verification
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec.models import JobSpec
@@ -57,6 +58,9 @@ class PipelineView:
     recovery: str | None = None
     verified: str | None = None  # the last verification (pipeline_verify), one line
     verified_ok: bool | None = None  # None: never verified
+    settings: dict = field(default_factory=dict)  # the run settings a restore keeps (mode, Spark settings...)
+    run_dag: str | None = None  # the Airflow DAG run that launched the current attempt, if one did
+    run_id: str | None = None
 
 
 @dataclass
@@ -117,7 +121,7 @@ def _job_view(path: Path, spec: JobSpec, settings: ConnectionSettings, now: dt.d
             view.reason = NOT_READ
         else:
             try:
-                _fill(view, open_snapshots(spec.checkpoint.store, spec.name, pipeline.name, settings), now)
+                _fill(view, open_snapshots(spec.checkpoint.store, spec.name, pipeline.name, settings), now, spec)
             except Exception as exc:  # one unreachable store must not blank the page
                 view.reason = f"cannot read the checkpoint store: {exc}"
         views.append(view)
@@ -126,10 +130,11 @@ def _job_view(path: Path, spec: JobSpec, settings: ConnectionSettings, now: dt.d
     return JobView(spec.name, path.name, job_dag_id(spec.name), spec.checkpoint.store, views)
 
 
-def _fill(view: PipelineView, snapshots: SnapshotStore, now: dt.datetime) -> None:
+def _fill(view: PipelineView, snapshots: SnapshotStore, now: dt.datetime, spec: JobSpec) -> None:
     status = snapshots.read_status()
     if status is None:
         view.status = "NEW"
+        view.settings = {"mode": "until_caught_up", "parallelism": spec.parallelism}
     else:
         view.status, view.reason = status.observed(now)
         view.attempt, view.epoch = status.attempt, status.epoch
@@ -138,6 +143,9 @@ def _fill(view: PipelineView, snapshots: SnapshotStore, now: dt.datetime) -> Non
             view.heartbeat_age_s = round((now - status.heartbeat_at).total_seconds(), 1)
         if status.subtasks_total:
             view.subtasks = f"{status.subtasks_started}/{status.subtasks_total} started"
+        view.settings = kept_settings(spec, status, read_launch(snapshots, view.launched_by))
+        if view.launched_by and view.launched_by.startswith("airflow:") and "/" in view.launched_by:
+            view.run_dag, view.run_id = view.launched_by.removeprefix("airflow:").split("/", 1)
     rows, view.history_total, view.retained = newest_snapshots(snapshots)
     view.history = [{k: r.get(k) for k in ("snapshot_id", "epoch", "created_at", "records_read", "keys", "status",
                                             "completed", "data_lost")} for r in rows]
@@ -149,13 +157,13 @@ def _fill(view: PipelineView, snapshots: SnapshotStore, now: dt.datetime) -> Non
         view.epoch = max(view.epoch or 0, head.get("epoch") or 0)
     record, version = read_record(snapshots)
     if version is not None and record.history:
-        view.recovery = _recovery_text(record)
+        view.recovery = _recovery_text(record, status is None or in_a_row(record, status))
     verification = read_verification(snapshots)
     if verification is not None:
         view.verified, view.verified_ok = verification.text(), not verification.bad
 
 
-def _recovery_text(record) -> str:
+def _recovery_text(record, counting: bool) -> str:
     """The latest event, and the latest relaunch if that is older (what an operator asks first)."""
     def text(e) -> str:
         return f"{e.action.replace('_', ' ')} at {e.at:%Y-%m-%d %H:%M:%S}: {e.reason}"
@@ -165,7 +173,7 @@ def _recovery_text(record) -> str:
     relaunch = next((e for e in record.history if e.action == "relaunch"), None)
     if relaunch is not None and relaunch is not last:
         parts.append(f"last {text(relaunch)} ({relaunch.trigger_run_id})")
-    if record.relaunches:
+    if record.relaunches and counting:  # a count that the current attempt continues
         parts.append(f"relaunches in a row: {record.relaunches}")
     if record.gave_up:
         parts.append("gave up: restore it by hand")

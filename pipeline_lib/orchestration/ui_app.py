@@ -20,14 +20,8 @@ from starlette.concurrency import run_in_threadpool
 
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.orchestration.job_specs import RECOVERY_DAG_ID
-from pipeline_lib.orchestration.overview import (
-    VIEW_BUDGET_S,
-    JobView,
-    Opener,
-    Overview,
-    PipelineView,
-    build_overview,
-)
+from pipeline_lib.orchestration.overview import VIEW_BUDGET_S, Opener, Overview, build_overview
+from pipeline_lib.orchestration.restore_questions import restore_question
 from pipeline_lib.orchestration.view_cache import ViewCache
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec.models import AirflowConnectionsSpec, JobSpec
@@ -40,21 +34,6 @@ STATUS_COLOURS = {"RUNNING": "#1a7f37", "SCHEDULING": "#9a6700", "STOPPED": "#09
                   "STALLED": "#bc4c00", "NEW": "#8c959f", "UNKNOWN": "#8c959f"}
 REFRESH_SECONDS = 10  # the page re-reads the overview this often (a form in progress is kept)
 CACHE_SECONDS = 5.0  # views this close together share one read of the stores and the broker
-
-
-def start_over_question(job: JobView, pipeline: PipelineView) -> str:
-    """What "none (start over)" discards, asked before the run is triggered: it cannot be undone,
-    and the page cannot use ``confirm()`` (Airflow's iframe sandbox has no allow-modals)."""
-    kept = [h for h in pipeline.history if h.get("status") in ("head", "ok")]
-    if kept:
-        latest = next((h for h in kept if h.get("status") == "head"), kept[0])
-        count = max(len(kept), pipeline.retained)  # the history shows only the newest
-        what = (f"its {count} retained snapshot{'s' if count != 1 else ''} "
-                f"(latest {latest['snapshot_id']}, epoch {latest['epoch']})")
-    else:
-        what = "no committed snapshot (there is none)"
-    return (f"Start pipeline {pipeline.name} of job {job.name} over? This discards {what} and retracts every "
-            f"epoch of its output; the run then reads topic {pipeline.topic} from its earliest offset.")
 
 
 def default_specs_dir() -> Path:
@@ -139,10 +118,12 @@ def create_app(specs_dir: Path | None = None, settings_factory=_settings, authen
         return await run_in_threadpool(visible, await cache.get(lag, build), readable)
 
     @app.get("/", response_class=HTMLResponse)
-    async def page(request: Request, readable: Readable = readable_dep, lag: bool = True) -> HTMLResponse:
+    async def page(request: Request, readable: Readable = readable_dep, lag: bool = True,
+                   job: str | None = None) -> HTMLResponse:
         html = TEMPLATES.get_template("pipelines.html").render(
-            overview=await overview(readable, lag), colours=STATUS_COLOURS, refresh_seconds=REFRESH_SECONDS,
-            start_over_question=start_over_question, airflow_root=request.scope.get("root_path", "")
+            overview=await overview(readable, lag), chosen_job=job, colours=STATUS_COLOURS,
+            refresh_seconds=REFRESH_SECONDS,
+            restore_question=restore_question, airflow_root=request.scope.get("root_path", "")
             .rsplit("/pipeline-lib", 1)[0])
         return HTMLResponse(html)
 

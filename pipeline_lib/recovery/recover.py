@@ -26,8 +26,11 @@ from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import DATA_LOSS
 from pipeline_lib.graph import build_graph
 from pipeline_lib.recovery.recovery_record import (
+    LaunchRecord,
     RecoveryEvent,
     RecoveryPolicy,
+    RecoveryRecord,
+    read_launch,
     read_record,
     swap_record,
 )
@@ -101,6 +104,8 @@ def _recover_pipeline(spec, pipeline, snapshots: SnapshotStore, policy: Recovery
         return Decision(job, name, "healthy", f"attempt {status.attempt} is {observed}", observed)
 
     why = why or f"attempt {status.attempt} is {observed}"
+    if not in_a_row(record, status):  # a failure of a run recovery did not launch: a new count
+        record = record.model_copy(update={"relaunches": 0, "next_allowed_at": None, "gave_up": False})
     if _lost_data_refused(spec, pipeline, status):
         return Decision(job, name, "gave_up", f"{why}; a relaunch would fail the same way: set on_data_loss: skip "
                         "on the source to accept the loss, then launch it by hand", observed)
@@ -125,6 +130,13 @@ def _recover_pipeline(spec, pipeline, snapshots: SnapshotStore, policy: Recovery
         return decision
 
     if record.pending_attempt == status.attempt and record.pending_since is not None:
+        claim = next((e for e in record.history if e.action == "relaunch"), None)
+        if claim is not None and claim.by == by and claim.status_attempt == status.attempt:
+            # this recovery run claimed it before (a retried task): the same relaunch again, which
+            # the trigger skips if its run already exists
+            decision.verdict, decision.trigger_run_id = "relaunch", claim.trigger_run_id
+            decision.conf = _relaunch_conf(spec, status, snapshots, why)
+            return decision
         if now < record.pending_since + dt.timedelta(seconds=policy.launch_timeout_s):
             decision.reason = f"a relaunch is pending since {record.pending_since:%H:%M:%SZ} ({why})"
             return decision
@@ -142,7 +154,7 @@ def _recover_pipeline(spec, pipeline, snapshots: SnapshotStore, policy: Recovery
 
     decision.verdict = "relaunch"
     decision.trigger_run_id = f"recovery__{name}__a{status.attempt}__r{record.relaunches + 1}"
-    decision.conf = _relaunch_conf(spec, status, name, why)
+    decision.conf = _relaunch_conf(spec, status, snapshots, why)
     if dry_run:
         return decision
     event = RecoveryEvent(at=now, action="relaunch", reason=why, by=by, status_attempt=status.attempt,
@@ -170,12 +182,37 @@ def _parallelism(spec: JobSpec, status: PipelineStatus) -> int:
     return status.launch.parallelism if status.launch else spec.parallelism
 
 
-def _relaunch_conf(spec: JobSpec, status: PipelineStatus, pipeline: str, why: str) -> dict[str, Any]:
-    mode = MODE_PARAM[status.launch.mode] if status.launch else "until_caught_up"
-    conf: dict[str, Any] = {"mode": mode, "restore": "latest", "parallelism": _parallelism(spec, status),
-                            "pipelines": [pipeline], "reason": f"pipeline_recovery: {why}"[:500]}
-    if status.lease_seconds:
-        conf["lease_seconds"] = status.lease_seconds
-    if status.stall_seconds:
-        conf["stall_seconds"] = status.stall_seconds
-    return conf
+def _relaunch_conf(spec: JobSpec, status: PipelineStatus, snapshots: SnapshotStore, why: str) -> dict[str, Any]:
+    return {**kept_settings(spec, status, read_launch(snapshots, _launched_by(status))), "restore": "latest",
+            "pipelines": [snapshots.pipeline], "reason": f"pipeline_recovery: {why}"[:500]}
+
+
+def _launched_by(status: PipelineStatus) -> str | None:
+    return status.launch.launched_by if status.launch else None
+
+
+def in_a_row(record: RecoveryRecord, status: PipelineStatus) -> bool:
+    """Whether the failed attempt belongs to recovery's run of relaunches: it is the attempt a
+    relaunch was claimed for (the relaunch has not started yet), or the attempt recovery's last
+    relaunch started. A failure of a run someone else launched starts the count again."""
+    if record.pending_attempt is not None and status.attempt == record.pending_attempt:
+        return True
+    last = next((e for e in record.history if e.action == "relaunch"), None)
+    launched_by = _launched_by(status) or ""
+    return bool(last and last.trigger_run_id and launched_by.endswith(f"/{last.trigger_run_id}"))
+
+
+def kept_settings(spec: JobSpec, status: PipelineStatus, launch: LaunchRecord | None) -> dict[str, Any]:
+    """The run settings a relaunch keeps from the attempt it replaces (its mode, parallelism,
+    lease and stall times, and the Spark settings its run was given), as the job DAG's params."""
+    settings: dict[str, Any] = {"mode": MODE_PARAM[status.launch.mode] if status.launch else "until_caught_up",
+                                "parallelism": _parallelism(spec, status)}
+    lease = status.lease_seconds or (launch.lease_seconds if launch else None)
+    stall = status.stall_seconds or (launch.stall_seconds if launch else None)
+    if lease:
+        settings["lease_seconds"] = lease
+    if stall:
+        settings["stall_seconds"] = stall
+    if launch is not None and launch.spark_conf:
+        settings["spark_conf"] = dict(launch.spark_conf)
+    return settings

@@ -77,3 +77,32 @@ def swap_record(snapshots: SnapshotStore, record: RecoveryRecord, expected_versi
     """Compare-and-swap; False when another recovery run wrote the record first."""
     data = record.model_dump_json(indent=1).encode()
     return snapshots.store.put_if(layout.RECOVERY_KEY, data, expected_version) is not None
+
+
+LAUNCH_KEY = "LAUNCH"  # beside STATUS: the settings of the run that launched the latest attempt
+
+
+class LaunchRecord(BaseModel):
+    """What a run was asked for, written by the Airflow task before it launches: the STATUS's
+    LaunchInfo holds the mode and parallelism only, so a relaunch (recovery, a restore from the page)
+    takes the rest of the run's settings from here, and only when ``launched_by`` is the STATUS's."""
+
+    model_config = ConfigDict(frozen=True)
+
+    launched_by: str
+    spark_conf: dict[str, str] = {}
+    lease_seconds: float | None = None
+    stall_seconds: float | None = None
+
+
+def write_launch(snapshots: SnapshotStore, record: LaunchRecord) -> None:
+    """Record the launching run's settings (the latest launch wins; readers match ``launched_by``)."""
+    snapshots.store.put(LAUNCH_KEY, record.model_dump_json(indent=1).encode())
+
+
+def read_launch(snapshots: SnapshotStore, launched_by: str | None) -> LaunchRecord | None:
+    """The settings of the run ``launched_by`` (the STATUS's), or None when another run wrote the record last."""
+    if not launched_by:
+        return None
+    record, _ = snapshots.read_record(LAUNCH_KEY, LaunchRecord)
+    return record if record is not None and record.launched_by == launched_by else None

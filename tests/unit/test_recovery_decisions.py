@@ -5,6 +5,7 @@ relaunch exactly once. No Spark or broker needed: the status records are written
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import threading
 
 import pytest
@@ -12,8 +13,9 @@ import pytest
 from pipeline_lib.checkpoint.manifest import LaunchInfo, PipelineStatus
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import DATA_LOSS
+from pipeline_lib.orchestration.launch_request import LaunchRequest
 from pipeline_lib.recovery.recover import recover_job
-from pipeline_lib.recovery.recovery_record import RecoveryPolicy, read_record
+from pipeline_lib.recovery.recovery_record import LaunchRecord, RecoveryPolicy, read_record, write_launch
 from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import parse_spec
@@ -28,17 +30,24 @@ def job(tmp_path):
     return spec, SnapshotStore.open(spec.checkpoint.store, spec.name, "main", SETTINGS)
 
 
-def put_status(snapshots, state, attempt=1, heartbeat=T0, lease=30.0, **extra):
+def put_status(snapshots, state, attempt=1, heartbeat=T0, lease=30.0, launched_by="cli", **extra):
     status = PipelineStatus(state=state, attempt=attempt, epoch=3, updated_at=heartbeat, heartbeat_at=heartbeat,
-                            lease_seconds=lease, launch=LaunchInfo(mode="forever", parallelism=3), **extra)
+                            lease_seconds=lease, launch=LaunchInfo(mode="forever", parallelism=3,
+                                                                   launched_by=launched_by), **extra)
     _, version = snapshots.read_status_versioned()
     assert snapshots.swap_status(status, version)
 
 
 DEFAULT_POLICY = RecoveryPolicy()
+RELAUNCHED_BY = "airflow:pipeline__rec/recovery__main__"  # + a<attempt>__r<n>: a run recovery triggered
 
 
-def verdicts(spec, now, policy=DEFAULT_POLICY, by="r"):
+RUNS = itertools.count()
+
+
+def verdicts(spec, now, policy=DEFAULT_POLICY, by=None):
+    """Decisions of a recovery run of its own (``by`` names the run)."""
+    by = by or f"r{next(RUNS)}"
     return [(d.verdict, d.reason) for d in recover_job(spec, SETTINGS, policy, by, now=now)]
 
 
@@ -84,11 +93,11 @@ def test_pending_relaunch_backoff_and_budget(job):
     verdict, reason = verdicts(spec, T0 + dt.timedelta(seconds=120), policy)[0]
     assert verdict == "waiting" and "pending" in reason
     # the relaunched attempt 2 failed as well: back off 2 x 60 s before the second relaunch
-    put_status(snapshots, "FAILED", attempt=2, reason="boom again")
+    put_status(snapshots, "FAILED", attempt=2, reason="boom again", launched_by=RELAUNCHED_BY + "a1__r1")
     verdict, reason = verdicts(spec, T0 + dt.timedelta(seconds=30), policy)[0]
     assert verdict == "waiting" and "backing off until 12:01:00Z" in reason
     assert verdicts(spec, T0 + dt.timedelta(seconds=61), policy)[0][0] == "relaunch"
-    put_status(snapshots, "FAILED", attempt=3, reason="still broken")
+    put_status(snapshots, "FAILED", attempt=3, reason="still broken", launched_by=RELAUNCHED_BY + "a2__r2")
     verdict, reason = verdicts(spec, T0 + dt.timedelta(hours=1), policy)[0]
     assert verdict == "gave_up" and "budget of 2 exhausted" in reason
     assert read_record(snapshots)[0].gave_up
@@ -187,3 +196,45 @@ def test_a_failure_on_deleted_records_is_left_to_a_person_until_the_source_skips
     assert decision.verdict == "relaunch"
     put_status(snapshots, "FAILED", attempt=3, reason="reading payments[0] failed: broker gone")
     assert verdicts(spec, T0 + dt.timedelta(hours=2))[0][0] in ("relaunch", "waiting")  # any other failure: as before
+
+
+def test_a_relaunch_keeps_the_spark_settings_of_the_run_it_replaces(job):
+    spec, snapshots = job
+    run = "airflow:pipeline__rec/manual__1"
+    write_launch(snapshots, LaunchRecord(launched_by=run, spark_conf={"spark.executor.memory": "2g"},
+                                         stall_seconds=900.0))
+    put_status(snapshots, "FAILED", attempt=2, reason="boom", launched_by=run)
+    [decision] = recover_job(spec, SETTINGS, RecoveryPolicy(), "r1", now=T0)
+    assert decision.verdict == "relaunch"
+    assert decision.conf["spark_conf"] == {"spark.executor.memory": "2g"} and decision.conf["stall_seconds"] == 900.0
+    assert decision.conf["mode"] == "continuous" and decision.conf["parallelism"] == 3
+    LaunchRequest.model_validate(decision.conf)  # what the job's DAG accepts
+    # settings another run recorded are not this attempt's
+    put_status(snapshots, "FAILED", attempt=3, reason="boom", launched_by="airflow:pipeline__rec/manual__2")
+    [decision] = recover_job(spec, SETTINGS, RecoveryPolicy(backoff_base_s=0), "r2", now=T0 + dt.timedelta(hours=1))
+    assert decision.verdict == "relaunch" and "spark_conf" not in decision.conf
+
+
+def test_a_relaunch_of_a_run_recovery_did_not_launch_starts_the_count_again(job):
+    spec, snapshots = job
+    put_status(snapshots, "FAILED", attempt=1, reason="boom")
+    assert verdicts(spec, T0)[0][0] == "relaunch"
+    # that relaunch ran (attempt 2) and, with no recovery run in between, a person's run failed (attempt 3)
+    put_status(snapshots, "FAILED", attempt=3, reason="other", launched_by="airflow:pipeline__rec/manual__x")
+    [decision] = recover_job(spec, SETTINGS, RecoveryPolicy(), "r2", now=T0 + dt.timedelta(seconds=5))
+    assert decision.verdict == "relaunch", decision.reason  # no backoff inherited from the earlier relaunch
+    assert read_record(snapshots)[0].relaunches == 1
+
+
+def test_a_retried_recovery_task_issues_its_own_claimed_relaunch_again(job):
+    spec, snapshots = job
+    put_status(snapshots, "FAILED", attempt=2, reason="boom")
+    [first] = recover_job(spec, SETTINGS, RecoveryPolicy(), "airflow:pipeline_recovery/run1", now=T0)
+    [retried] = recover_job(spec, SETTINGS, RecoveryPolicy(), "airflow:pipeline_recovery/run1",
+                            now=T0 + dt.timedelta(seconds=30))
+    assert retried.verdict == "relaunch" and retried.trigger_run_id == first.trigger_run_id
+    assert retried.conf == first.conf
+    [other] = recover_job(spec, SETTINGS, RecoveryPolicy(), "airflow:pipeline_recovery/run2",
+                          now=T0 + dt.timedelta(seconds=30))
+    assert other.verdict == "waiting"  # another run waits for the pending relaunch
+    assert read_record(snapshots)[0].relaunches == 1
