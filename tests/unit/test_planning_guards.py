@@ -176,7 +176,13 @@ def test_a_part_intact_again_is_left_alone(committed):
     assert left.status == UNCHANGED and "intact again" in left.detail
 
 
-def test_repair_on_a_cluster_needs_a_scratch_location_before_spark_starts(committed):
+def test_repair_on_a_cluster_needs_a_scratch_location_before_spark_starts(committed, monkeypatch):
+    from pipeline_lib.execution.engine import spark_session
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark started before the scratch location was checked")
+
+    monkeypatch.setattr(spark_session, "start_spark", no_spark)
     _delete_part(committed, "out", 3)
     planned = _plan(committed)
     assert planned[0].rebuildable
