@@ -2,6 +2,9 @@
 
 A mutant replaces ``original`` (which must occur exactly once in ``file``) by ``replacement``.
 The unit tests must fail for every one of them; ``removes`` says which guarantee would be lost.
+``tests``: the unit test files that kill it, run first (the commit protocol's files when empty);
+the rest of the unit tier runs only if they do not, so a mutant that only another file kills is
+still caught, at the cost of a second pytest run.
 When the code changes so that ``original`` no longer matches, the runner stops and says the
 list is stale: update the mutant with the code, never drop it silently.
 """
@@ -18,6 +21,7 @@ class Mutant:
     original: str
     replacement: str
     removes: str
+    tests: tuple[str, ...] = ()
 
 
 SNAPSHOTS = "pipeline_lib/checkpoint/snapshot_store.py"
@@ -33,6 +37,22 @@ VERIFICATION = "pipeline_lib/execution/state/restore_verification.py"
 STATE_FILES = "pipeline_lib/checkpoint/state_files.py"
 OFFSETS = "pipeline_lib/plan/offsets.py"
 KEYGROUPS = "pipeline_lib/plan/keygroups.py"
+SPAN_OWNERS = "pipeline_lib/execution/state/span_owners.py"
+OWNER_TASK = "pipeline_lib/execution/state/owner_task.py"
+OWNER_EPOCHS = "pipeline_lib/execution/state/owner_epochs.py"
+STATE_CACHE = "pipeline_lib/execution/state/state_cache.py"
+RESTORE_PLAN = "pipeline_lib/recovery/restore_plan.py"
+REPAIR_PLAN = "pipeline_lib/recovery/repair_plan.py"
+REPAIR = "pipeline_lib/recovery/repair.py"
+CLI_PLAN = "pipeline_lib/commands/planning.py"
+
+# The unit test files that kill the owner path's, planning's and repair's mutants.
+OWNER_GUARDS = ("tests/unit/test_owner_path_guards.py",)
+OWNER_TASKS = ("tests/unit/test_owner_tasks.py",)
+CACHE_TESTS = ("tests/unit/test_state_cache.py",)
+PLANNING_GUARDS = ("tests/unit/test_planning_guards.py",)
+REPAIR_TESTS = ("tests/unit/test_repair_plan.py",)
+CLI_TESTS = ("tests/unit/test_cli_errors.py",)
 
 MUTANTS: list[Mutant] = [
     # -- HEAD: the commit --------------------------------------------------------------------
@@ -320,4 +340,217 @@ MUTANTS: list[Mutant] = [
            "return key_group * parallelism // max_parallelism",
            "return key_group % parallelism",
            "subtask_of gives each key group to the subtask whose range holds it"),
+
+    # -- the owner path: which owner holds, reads, merges and writes which span ----------------
+    Mutant("spans-covering-unaligned-start", SPAN_OWNERS,
+           "range(start - start % self.per_file, stop, self.per_file)",
+           "range(start, stop, self.per_file)",
+           "after a span size that does not divide the old one, every new span an old one overlaps is rewritten "
+           "(else its keys drop out while the key count agrees)", OWNER_GUARDS),
+    Mutant("owner-of-unaligned-key-group", SPAN_OWNERS,
+           "starts = key_groups - key_groups % self.per_file",
+           "starts = key_groups",
+           "a span's partials all go to one owner, the one holding its first key group", OWNER_TASKS),
+    Mutant("owned-not-whole-spans", SPAN_OWNERS,
+           "return range(self._span_boundary(kgs.start), self._span_boundary(kgs.stop))",
+           "return range(kgs.start, kgs.stop)",
+           "an owner holds whole spans: a span is never split between two owners", OWNER_TASKS),
+    Mutant("cut-gives-owners-every-row", SPAN_OWNERS,
+           "with_groups.filter(pa.array(of_row == owner)) if len(of_row) else with_groups",
+           "with_groups",
+           "a read task sends each owner only the partials of its spans", OWNER_TASKS),
+    Mutant("owner-takes-every-base-span", OWNER_TASK,
+           "if ref.key_group_start < owned.stop and ref.key_group_end > owned.start]",
+           "]",
+           "an owner keeps and rewrites only the spans it owns (else spans and keys are counted twice)", OWNER_TASKS),
+    Mutant("off-grid-span-kept", OWNER_TASK,
+           "if self.owners.span_of(r.key_group_start) == (r.key_group_start, r.key_group_end)}",
+           "}",
+           "a span of another span size is rewritten on the current grid, never kept as it is", OWNER_TASKS),
+    Mutant("off-grid-spans-not-rewritten", OWNER_TASK,
+           "self.owners.max_parallelism), off_grid)",
+           "self.owners.max_parallelism), ())",
+           "the spans of an old grid's files are rewritten whole (else their keys are lost)", OWNER_TASKS),
+    Mutant("cache-lookup-by-base-sha", OWNER_TASK,
+           "if cache is not None and (rows := cache.get(r.chain_digest())) is not None}",
+           "if cache is not None and (rows := cache.get(r.sha256)) is not None}",
+           "the executor cache is looked up by the whole chain's digest (a span with deltas never gets its base's "
+           "stale rows)", OWNER_GUARDS),
+    Mutant("cache-stores-fetched-under-base-sha", OWNER_TASK,
+           "cache.put(ref.chain_digest(), *rows)",
+           "cache.put(ref.sha256, *rows)",
+           "a chain folded from the store is cached under the chain's digest, never under its base's", OWNER_GUARDS),
+    Mutant("cache-stores-written-under-base-sha", OWNER_TASK,
+           "cache.put(ref.chain_digest(), state.table(slots, self.flow.schema), state.key_groups(slots))",
+           "cache.put(ref.sha256, state.table(slots, self.flow.schema), state.key_groups(slots))",
+           "a span an owner wrote is cached under its new chain's digest (the next epoch's lookup)", OWNER_GUARDS),
+    Mutant("merge-order-by-delivery", OWNER_EPOCHS,
+           "partials[flow_index].append(Partial(task, sequence, pa.ipc.open_stream(ipc).read_all()))",
+           "partials[flow_index].append(Partial(0, 0, pa.ipc.open_stream(ipc).read_all()))",
+           "an owner merges partials in (read task, sequence) order, not the shuffle's: a retry writes the same bytes",
+           OWNER_GUARDS),
+    # -- the executors' state cache ----------------------------------------------------------
+    Mutant("cache-any-name", STATE_CACHE,
+           "if len(sha256) != 64 or not all(c in \"0123456789abcdef\" for c in sha256):",
+           "if False:",
+           "a cache entry's name is a SHA-256 (never a path out of the cache)", CACHE_TESTS),
+    Mutant("cache-on-at-zero-bound", STATE_CACHE,
+           "if max_bytes <= 0 or not local_dirs:",
+           "if not local_dirs:",
+           "checkpoint.cache_bytes 0 turns the executor cache off", CACHE_TESTS),
+    Mutant("cache-hit-not-recent", STATE_CACHE,
+           "os.utime(path)  # recently used: the last to go in a trim",
+           "pass  # recently used: the last to go in a trim",
+           "a hit makes an entry the most recently used", CACHE_TESTS),
+    Mutant("cache-evicts-newest-first", STATE_CACHE,
+           "for _, size, path in sorted(entries):",
+           "for _, size, path in sorted(entries, reverse=True):",
+           "trim evicts the least recently used entries first", CACHE_TESTS),
+    Mutant("cache-trim-deletes-fresh-temporaries", STATE_CACHE,
+           "elif entry.name.endswith(\".tmp\") and info.st_mtime_ns < stale_before:",
+           "elif entry.name.endswith(\".tmp\"):",
+           "trim deletes only temporaries a killed worker left, never one a live worker is writing", CACHE_TESTS),
+    # -- restore verification on the executors -----------------------------------------------
+    Mutant("verification-owner-ignores-columns", VERIFICATION,
+           "if schemas.setdefault(flow, table.schema) != table.schema:",
+           "if False:",
+           "an owner refuses spans of one flow with other columns", OWNER_GUARDS),
+    Mutant("verification-owners-disagree-on-columns", VERIFICATION,
+           "if schemas.setdefault(flow, schema) != schema:",
+           "if False:",
+           "owners disagreeing on a flow's columns refuse the snapshot (the restore falls back; the first epoch "
+           "does not crash)", OWNER_GUARDS),
+    Mutant("verification-caches-under-base-sha", VERIFICATION,
+           "cache.put(ref.chain_digest(), table, key_groups)",
+           "cache.put(ref.sha256, table, key_groups)",
+           "the verification caches a span under its chain's digest, where the first epoch's owners look",
+           ("tests/unit/test_commit_protocol_restore.py",)),
+    Mutant("verification-all-spans-on-one-owner", VERIFICATION,
+           "for ref, owner in zip(refs, of_file.tolist()):",
+           "for ref, owner in zip(refs, [0] * len(refs)):",
+           "each owner verifies and caches the spans it will own at the restoring run's parallelism", OWNER_GUARDS),
+    Mutant("span-delta-columns-unchecked", RESTORE,
+           "if decoded and file_table.schema != decoded[0][0].schema:",
+           "if False:",
+           "a delta with other columns than its span's base refuses the snapshot", OWNER_GUARDS),
+    Mutant("restore-ignores-column-mismatch", RESTORE,
+           "if flow.schema is not None and file_table.schema != flow.schema:",
+           "if False:",
+           "the driver's restore refuses spans of one flow with other columns", OWNER_GUARDS),
+    # -- restore planning (plan --restore) ---------------------------------------------------
+    Mutant("plan-restore-id-ignores-head-sha", RESTORE_PLAN,
+           "        return snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256 or None)\n"
+           "    except SnapshotError as exc:",
+           "        return snapshots.load_manifest(entry.snapshot_id, None)\n"
+           "    except SnapshotError as exc:",
+           "plan --restore ID checks the manifest against HEAD's SHA-256 as run does", PLANNING_GUARDS),
+    Mutant("plan-latest-ignores-head-sha", RESTORE_PLAN,
+           "            return snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256 or None)\n"
+           "        except SnapshotError:\n            continue",
+           "            return snapshots.load_manifest(entry.snapshot_id, None)\n"
+           "        except SnapshotError:\n            continue",
+           "plan --restore latest passes over a manifest that fails HEAD's SHA-256, as run does", PLANNING_GUARDS),
+    Mutant("plan-restore-id-any-pipeline", RESTORE_PLAN,
+           "if which not in (\"latest\", \"none\") and len(only or names) != 1:",
+           "if False:",
+           "plan --restore ID names one pipeline's snapshot, as run requires", CLI_TESTS),
+    Mutant("plan-skips-parallelism-check", CLI_PLAN,
+           "        p = job.effective_parallelism(parallelism)\n"
+           "        job.check_shared_storage(settings.spark_master)",
+           "        p = parallelism or job.parallelism\n        job.check_shared_storage(settings.spark_master)",
+           "plan refuses a --parallelism that run refuses", CLI_TESTS),
+    # -- epoch planning ----------------------------------------------------------------------
+    Mutant("split-piece-past-range-end", OFFSETS,
+           "end = min(r.end, start + piece)",
+           "end = min(r.end + 1, start + piece)",
+           "a range cut for Spark's tasks ends where the range ends (one offset past: a duplicate, or a read "
+           "stalled at the log's end)", PLANNING_GUARDS),
+    # -- repair planning ---------------------------------------------------------------------
+    Mutant("repair-ignores-topic-id", REPAIR_PLAN,
+           "if plan.topic_id is not None and log.topic_id is not None and plan.topic_id != log.topic_id:",
+           "if False:",
+           "a repair of an epoch whose topic was deleted and created again is refused when planned", PLANNING_GUARDS),
+    Mutant("repair-replay-chain-unchecked", REPAIR_PLAN,
+           "            if positions is not None and {p: o for p, o in plan.positions.items() if p in positions} "
+           "!= \\\n"
+           "                    {p: o for p, o in positions.items() if p in plan.positions}:",
+           "            if False:",
+           "each replayed plan starts where the state before it ends (else a wasted rebuild, then a refusal)",
+           PLANNING_GUARDS),
+    Mutant("repair-epoch-start-unchecked", REPAIR_PLAN,
+           "        if positions is not None and {p: o for p, o in repair.plan.positions.items() if p in positions} "
+           "!= \\\n                {p: o for p, o in positions.items() if p in repair.plan.positions}:",
+           "        if False:",
+           "the repaired epoch's plan starts where the rebuilt state ends", PLANNING_GUARDS),
+    Mutant("repair-replay-digest-unchecked", REPAIR_PLAN,
+           "            if not any(sink_digest(plan, self.fingerprint, p, self.kinds[name]) == marker.digest",
+           "            if False and any(sink_digest(plan, self.fingerprint, p, self.kinds[name]) == marker.digest",
+           "a replayed plan is the one its marker committed (its digest at some parallelism)", PLANNING_GUARDS),
+    Mutant("repair-ignores-head-sha", REPAIR_PLAN,
+           "manifest = self.snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256 or None)",
+           "manifest = self.snapshots.load_manifest(entry.snapshot_id, None)",
+           "repair starts from a snapshot only if its manifest matches HEAD's SHA-256", PLANNING_GUARDS),
+    Mutant("repair-skips-state-check", REPAIR_PLAN,
+           "                        read_spans(self.snapshots, flow.state.files, len(flow.state.key_columns))",
+           "                        pass",
+           "repair starts from a snapshot only if its state reads back checked", PLANNING_GUARDS),
+    Mutant("repair-odd-part-name-accepted", REPAIR_PLAN,
+           "        if odd:",
+           "        if False:",
+           "a lost part whose name has no known layout is refused", PLANNING_GUARDS),
+    Mutant("repair-missing-plan-accepted", REPAIR_PLAN,
+           "        if plan is None:\n            return (f\"the plan of epoch {epoch} is no longer saved",
+           "        if False:\n            return (f\"the plan of epoch {epoch} is no longer saved",
+           "an epoch whose plan is no longer saved is refused", REPAIR_TESTS),
+    Mutant("repair-digest-mismatch-accepted", REPAIR_PLAN,
+           "if repair.parallelism is None:",
+           "if False:",
+           "an epoch whose marker records another input, spec or parallelism is refused", REPAIR_TESTS),
+    Mutant("repair-keyed-flow-without-state", REPAIR_PLAN,
+           "repair.needs_state = any(p.sink in self.stateful for p in repair.parts)",
+           "repair.needs_state = False",
+           "a keyed flow's epoch is rebuilt on the state before it", REPAIR_TESTS),
+    Mutant("repair-starts-from-its-own-snapshot", REPAIR_PLAN,
+           "earlier = [e for e in self.history if e.epoch < epoch]",
+           "earlier = [e for e in self.history if e.epoch <= epoch]",
+           "repair starts from a snapshot before the epoch, never the epoch's own (its state after the epoch)",
+           REPAIR_TESTS),
+    Mutant("repair-from-empty-state-after-epoch-1", REPAIR_PLAN,
+           "if manifest is None and epoch > 1:",
+           "if False:",
+           "without a usable earlier snapshot an epoch past the first is refused, not rebuilt from an empty state",
+           REPAIR_TESTS),
+    Mutant("repair-replay-input-unchecked", REPAIR_PLAN,
+           "for read in [*repair.replay, plan]:",
+           "for read in [plan]:",
+           "the replayed epochs' input must still be in Kafka", REPAIR_TESTS),
+    Mutant("repair-ignores-retention", REPAIR_PLAN,
+           "if r.size and (start is None or start > r.start):",
+           "if False:",
+           "an epoch whose input retention deleted is refused", REPAIR_TESTS),
+    # -- repair's write-back and rebuild -----------------------------------------------------
+    Mutant("repair-writes-back-differing-part", REPAIR,
+           "if len(data) != ref.bytes or sha256_hex(data) != ref.sha256:",
+           "if False:",
+           "a rebuilt part is written back only with the recorded size and SHA-256", REPAIR_TESTS),
+    Mutant("repair-ignores-changed-marker", REPAIR,
+           "if marker_now != repair.markers[part.sink]:",
+           "if False:",
+           "a part is written back only under the marker repair planned from", REPAIR_TESTS),
+    Mutant("repair-rewrites-intact-part", REPAIR,
+           "if check_part(store, ref) is None:",
+           "if False:",
+           "a part intact again (rewritten meanwhile) is left alone", PLANNING_GUARDS),
+    Mutant("repair-cluster-without-scratch", REPAIR,
+           "if scratch is None and master and not master.startswith(\"local\"):",
+           "if False:",
+           "repair on a cluster needs a shared scratch location, refused before Spark starts", PLANNING_GUARDS),
+    Mutant("rebuilder-continues-other-parallelism", REPAIR,
+           "if repair.pipeline != self.pipeline.name or repair.parallelism != self.parallelism:",
+           "if repair.pipeline != self.pipeline.name:",
+           "a rebuilder goes on only at the parallelism of the epoch it rebuilds", PLANNING_GUARDS),
+    Mutant("rebuilder-continues-any-epoch", REPAIR,
+           "return not repair.needs_state or self.at_epoch == repair.epoch - 1",
+           "return True",
+           "a rebuilder goes on only from the state of the epoch before", PLANNING_GUARDS),
 ]

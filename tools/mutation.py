@@ -36,15 +36,15 @@ from mutants import MUTANTS, Mutant  # noqa: E402
 
 # test_mutants_listed checks that each mutant's line is in the code, so it fails under every
 # mutant: it must not count as the test that kills one.
-# The whole unit tier in two stages: the commit protocol's test files, then, only for a mutant they
-# did not kill, the rest. Collecting the whole tier imports Airflow and more and costs about as much
-# as running the first stage, and the first stage kills nearly every mutant.
+# The whole unit tier in two stages: a mutant's own test files (``Mutant.tests``; the commit
+# protocol's files when it names none), then, only for a mutant they did not kill, the rest.
+# Collecting the whole tier imports Airflow and more and costs about as much as running the first
+# stage, and the first stage kills nearly every mutant.
 FIRST = ["tests/unit/test_commit_protocol_commit.py", "tests/unit/test_commit_protocol_restore.py",
          "tests/unit/test_commit_protocol_keys.py", "tests/unit/test_commit_protocol_sink.py",
          "tests/unit/test_start_over.py", "tests/unit/test_epoch_commit_order.py"]
 UNIT_FILES = FIRST + sorted(str(p.relative_to(REPO)) for p in (REPO / "tests" / "unit").glob("test_*.py")
                             if str(p.relative_to(REPO)) not in FIRST and p.name != "test_mutants_listed.py")
-REST = [f for f in UNIT_FILES if f not in FIRST]
 PYTEST = ["-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
 CANARY = Mutant("canary-broken-import", "pipeline_lib/plan/keygroups.py", "import zlib\n",
                 "import zlib\nraise ImportError('mutation canary: this copy is the code under test')\n",
@@ -70,17 +70,26 @@ def repo_files() -> list[str]:
     return [p for p in dict.fromkeys(tracked + untracked) if (REPO / p).is_file()]
 
 
+def first_stage(mutant: Mutant | None) -> list[str]:
+    """The test files a mutant's run starts with: its own, else the commit protocol's."""
+    return list(mutant.tests) if mutant is not None and mutant.tests else FIRST
+
+
 def stale(mutant: Mutant) -> str | None:
     """Why ``mutant`` cannot be applied to the checkout's file, or None."""
     path = REPO / mutant.file
     if not path.is_file():
         return f"{mutant.file} does not exist"
+    missing = [t for t in mutant.tests if t not in UNIT_FILES]
+    if missing:
+        return f"its test files {missing} are not unit test files of this checkout"
     count = path.read_text().count(mutant.original)
     return None if count == 1 else f"its original text occurs {count} times in {mutant.file} (must be once)"
 
 
 def make_copy(files: list[str], mutant: Mutant | None) -> Path:
     root = Path(tempfile.mkdtemp(prefix=f"mutation-{mutant.id if mutant else 'baseline'}-"))
+    root.chmod(0o755)  # readable as the checkout is: a test may import the copy as another user
     for rel in files:
         target = root / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -110,13 +119,14 @@ def failures(output: str) -> str:
 
 def run_tests(files: list[str], mutant: Mutant | None, timeout: float, stop_at_first: bool = True) -> Outcome:
     """The unit tests in a fresh copy of ``files`` with ``mutant`` applied (None: unmutated):
-    with ``stop_at_first``, the FIRST files and then the REST, stopping at the first failure;
-    otherwise the whole tier in one run, naming every failing test."""
+    with ``stop_at_first``, the mutant's first stage (``first_stage``) and then the rest of the
+    tier, stopping at the first failure; otherwise the whole tier in one run, naming every failing test."""
     name = mutant.id if mutant is not None else "baseline"
     started = time.monotonic()
     root = make_copy(files, mutant)
     try:
-        stages = [FIRST, REST] if stop_at_first else [UNIT_FILES]
+        first = first_stage(mutant)
+        stages = [first, [f for f in UNIT_FILES if f not in first]] if stop_at_first else [UNIT_FILES]
         output = ""
         for stage, test_files in enumerate(stages):
             command = [sys.executable, *PYTEST, *test_files, f"--basetemp={root}/.pytest-tmp{stage}"]

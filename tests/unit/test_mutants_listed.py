@@ -32,3 +32,11 @@ def test_mutant_ids_are_unique_and_documented():
     doc = (ROOT / "docs" / "reliability.md").read_text()
     missing = [i for i in ids if f"`{i}`" not in doc]
     assert not missing, f"docs/reliability.md does not list the mutants {missing}"
+
+
+def test_the_test_files_a_mutant_names_are_unit_test_files():
+    """A mutant's ``tests`` run first against it: a name that is not a unit test file would make
+    `make mutation` stop as stale."""
+    for mutant in _mutants():
+        for path in mutant.tests:
+            assert path.startswith("tests/unit/test_") and (ROOT / path).is_file(), f"mutant {mutant.id}: {path}"
