@@ -45,6 +45,12 @@ RESTORE_PLAN = "pipeline_lib/recovery/restore_plan.py"
 REPAIR_PLAN = "pipeline_lib/recovery/repair_plan.py"
 REPAIR = "pipeline_lib/recovery/repair.py"
 CLI_PLAN = "pipeline_lib/commands/planning.py"
+KAFKA_BATCHES = "pipeline_lib/execution/source/kafka_batches.py"
+BATCH_CONSUMER = "pipeline_lib/execution/source/batch_consumer.py"
+RECORD_DECODING = "pipeline_lib/execution/source/record_decoding.py"
+RECORD_BATCHER = "pipeline_lib/execution/source/record_batcher.py"
+ERROR_ROWS = "pipeline_lib/execution/source/error_rows.py"
+KAFKA_VERSION = "pipeline_lib/kafka_adapter/version.py"
 
 # The unit test files that kill the owner path's, planning's and repair's mutants.
 OWNER_GUARDS = ("tests/unit/test_owner_path_guards.py",)
@@ -53,6 +59,11 @@ CACHE_TESTS = ("tests/unit/test_state_cache.py",)
 PLANNING_GUARDS = ("tests/unit/test_planning_guards.py",)
 REPAIR_TESTS = ("tests/unit/test_repair_plan.py",)
 CLI_TESTS = ("tests/unit/test_cli_errors.py",)
+BATCH_TESTS = ("tests/unit/test_kafka_batches.py",)
+RANGE_TESTS = ("tests/unit/test_range_reads.py",)
+DECODING_TESTS = ("tests/unit/test_fast_decoding.py",)
+BAD_RECORDS = ("tests/unit/test_record_batcher_bad_records.py",)
+ADAPTER = ("tests/unit/test_kafka_adapter.py",)
 
 MUTANTS: list[Mutant] = [
     # -- HEAD: the commit --------------------------------------------------------------------
@@ -553,4 +564,72 @@ MUTANTS: list[Mutant] = [
            "return not repair.needs_state or self.at_epoch == repair.epoch - 1",
            "return True",
            "a rebuilder goes on only from the state of the epoch before", PLANNING_GUARDS),
+    # -- the Kafka read path: batches, ranges, records --------------------------------------------
+    Mutant("kafka-length-varint-unbounded", KAFKA_BATCHES,
+           "bad = np.flatnonzero((lengths < lowest) | (lengths > left))",
+           "bad = np.flatnonzero(lengths < lowest)",
+           "a record's key, value and header lengths are -1 or within its bytes left, before any sum", BATCH_TESTS),
+    Mutant("kafka-trailing-bytes-accepted", KAFKA_BATCHES,
+           "    if pos != size:\n",
+           "    if pos > size:\n",
+           "bytes after a batch's last record (a count lower than the records it holds) make it corrupt", BATCH_TESTS),
+    Mutant("kafka-offsets-may-repeat", KAFKA_BATCHES,
+           "bad = np.flatnonzero(np.diff(offset_delta) <= 0)",
+           "bad = np.flatnonzero(np.diff(offset_delta) < 0)",
+           "offsets rise strictly within a batch: no record is read in two ranges", BATCH_TESTS),
+    Mutant("kafka-range-end-inclusive", KAFKA_BATCHES,
+           "lo, hi = np.searchsorted(self.offsets, [start, end])",
+           "lo, hi = np.searchsorted(self.offsets, [start, end + 1])",
+           "a range's end offset is exclusive: the record there belongs to the next range only", BATCH_TESTS),
+    Mutant("kafka-compacted-tail-unskipped", BATCH_CONSUMER,
+           "self.next_fetch_offset = last_batch.next_offset  # past records removed by compaction",
+           "pass  # past records removed by compaction",
+           "a batch whose tail compaction removed ends at its header's last offset: the range finishes", RANGE_TESTS),
+    Mutant("timestamp-range-unchecked", RECORD_DECODING,
+           "        parsed.astimezone(dt.UTC)  # what PySpark's converter does with it\n",
+           "        pass  # what PySpark's converter does with it\n",
+           "an ISO timestamp outside 0001..9999 once in UTC is a bad record naming its field", DECODING_TESTS),
+    Mutant("epoch-seconds-unbounded", RECORD_DECODING,
+           "    if not MIN_EPOCH_SECONDS <= v < MAX_EPOCH_SECONDS:\n"
+           "        raise ValueError(f\"epoch seconds {v!r:.40} out of range ({TIMESTAMP_RANGE})\")\n"
+           "    try:\n"
+           "        return dt.datetime.fromtimestamp(v, tz=dt.UTC)\n"
+           "    except (OverflowError, OSError, ValueError):",
+           "    try:\n"
+           "        return dt.datetime.fromtimestamp(v, tz=dt.UTC)\n"
+           "    except ValueError:",
+           "epoch seconds outside 0001..9999 are a bad record naming its field, not fromtimestamp's OSError",
+           DECODING_TESTS),
+    Mutant("batcher-unconvertible-fails-read", RECORD_BATCHER,
+           "        try:\n"
+           "            return self._arrays(rows)\n"
+           "        except Exception:  # find the records at fault, one by one\n"
+           "            pass\n",
+           "        return self._arrays(rows)\n",
+           "a value PySpark's converter or Arrow refuses is a bad record naming its field, not a failed read",
+           DECODING_TESTS),
+    Mutant("error-row-null-in-not-null-field", RECORD_BATCHER,
+           "self.error_row = error_row(schema.fields[:self.width])",
+           "self.error_row = (None,) * self.width",
+           "a bad record with a NOT NULL field is an error row, not a failed batch", BAD_RECORDS),
+    Mutant("error-row-struct-without-zeros", ERROR_ROWS,
+           "        return error_row(data_type.fields)",
+           "        return None",
+           "a NOT NULL struct field of an error row holds its own NOT NULL fields' zeros", BAD_RECORDS),
+    Mutant("record-timestamp-range-unchecked", RECORD_BATCHER,
+           "if not MIN_TIMESTAMP_MS <= stamp < MAX_TIMESTAMP_MS:",
+           "if False:",
+           "a record timestamp outside 0001..9999 is a bad record naming topic, partition and offset", BAD_RECORDS),
+    Mutant("record-timestamp-fast-path-unchecked", RECORD_BATCHER,
+           "if not (sizes > limit).any() and batch_errors is None and stamps_held else None)",
+           "if not (sizes > limit).any() and batch_errors is None else None)",
+           "a poll with an out-of-range timestamp is read record by record, never in one unchecked pass", BAD_RECORDS),
+    Mutant("record-timestamp-unheld-shown", RECORD_BATCHER,
+           "mask=~held)",
+           "mask=stamps < 0)",
+           "_timestamp is null for a timestamp Spark cannot hold, never a wrong time", BAD_RECORDS),
+    Mutant("kafka-python-version-unchecked", KAFKA_VERSION,
+           "if installed in TESTED_VERSIONS:",
+           "if True:",
+           "an untested kafka-python release fails at import, naming installed and supported releases", ADAPTER),
 ]
