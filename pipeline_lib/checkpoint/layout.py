@@ -13,7 +13,6 @@ Every pipeline of a job has a folder of its own, ``pipelines/<pipeline>/``, hold
                                           that snapshot rewrote, back to back, spans within [a, b);
                                           later snapshots reference a span's bytes while unchanged
     state/<snapshot id>/<flow>/kg-<a>-<b>-t<n>.pack  the same, written by an owner task (attempt n)
-    state/<snapshot id>/<flow>/kg-<a>-<b>.parquet  one span's state file (snapshots before packs)
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ class StateFileRef(FileRef):
 
     key_group_start: int = Field(ge=0)
     key_group_end: int  # exclusive
-    offset: int | None = Field(default=None, ge=0)  # None: the whole object (manifests before packs)
+    offset: int = Field(ge=0)  # where the span's bytes start in its pack
     deltas: tuple[StateFileRef, ...] = ()
     keys: int | None = Field(default=None, ge=0)  # the span's keys with its deltas applied (with deltas only)
 
@@ -93,11 +93,9 @@ class StateFileRef(FileRef):
 
     @model_serializer(mode="wrap")
     def _without_absent_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Leave ``offset``, ``deltas`` and ``keys`` out when absent, so a manifest sealed before they
-        existed still verifies."""
+        """Leave ``deltas`` and ``keys`` out for a span without deltas (most spans): a manifest
+        holds one entry per span, and its checksum covers these bytes."""
         data: dict[str, Any] = handler(self)
-        if self.offset is None:
-            data.pop("offset", None)
         if not self.deltas:
             data.pop("deltas", None)
             data.pop("keys", None)
@@ -133,9 +131,7 @@ class StateFileRef(FileRef):
         return StateFileRef.model_validate({**self.model_dump(), "deltas": [*self.deltas, delta], "keys": keys})
 
     def describe(self) -> str:
-        """The key, and the byte range inside it for a span of a pack (for error messages)."""
-        if self.offset is None:
-            return self.key
+        """The pack's key and the span's byte range inside it (for error messages)."""
         return (f"{self.key} (key groups [{self.key_group_start}, {self.key_group_end}), "
                 f"bytes {self.offset}+{self.bytes})")
 

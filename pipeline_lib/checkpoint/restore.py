@@ -241,11 +241,9 @@ def read_state_files_counted(snapshots: SnapshotStore, refs: Sequence[StateFileR
     files = []
     for ref in refs:
         data = memoryview(objects[ref.key])
-        if ref.offset is not None:
-            data = data[ref.offset:ref.offset + ref.bytes]
+        data = data[ref.offset:ref.offset + ref.bytes]
         if sha256_hex(data) != ref.sha256:
-            where = "" if ref.offset is None else \
-                f" of key groups [{ref.key_group_start}, {ref.key_group_end}) at bytes {ref.offset}+{ref.bytes}"
+            where = f" of key groups [{ref.key_group_start}, {ref.key_group_end}) at bytes {ref.offset}+{ref.bytes}"
             raise SnapshotError(f"state file {ref.key} is corrupt (checksum mismatch{where})")
         files.append(data)
     return files, sum(len(data) for data in fetched.values())

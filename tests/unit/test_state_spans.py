@@ -117,15 +117,18 @@ def test_a_damaged_span_of_a_pack_is_named_and_the_others_still_read(tmp_path):
         read_state_files(snapshots, refs[:1])
 
 
-def test_a_state_file_ref_without_offset_is_the_whole_object_and_serialises_as_before():
+def test_a_state_file_ref_names_its_span_s_bytes_in_a_pack():
+    from pydantic import ValidationError
+
     from pipeline_lib.checkpoint.manifest import StateFileRef
 
-    whole = StateFileRef(key="state/x/f/kg-00000-00001.parquet", rows=1, bytes=5, sha256="ab",
-                         key_group_start=0, key_group_end=1)
-    assert "offset" not in whole.model_dump(mode="json")  # so a manifest sealed before packs still verifies
-    assert StateFileRef.model_validate(whole.model_dump(mode="json")) == whole
-    packed = whole.model_copy(update={"offset": 7})
+    packed = StateFileRef(key="state/x/f/kg-00000-00001.pack", rows=1, bytes=5, sha256="ab",
+                          key_group_start=0, key_group_end=1, offset=7)
     assert packed.model_dump(mode="json")["offset"] == 7
+    assert StateFileRef.model_validate(packed.model_dump(mode="json")) == packed
+    with pytest.raises(ValidationError, match="offset"):  # every span lives in a pack
+        StateFileRef(key="state/x/f/kg-00000-00001.pack", rows=1, bytes=5, sha256="ab", key_group_start=0,
+                     key_group_end=1)
 
 
 def test_spans_of_sparsely_referenced_older_packs_are_folded_into_the_new_one():
@@ -143,19 +146,3 @@ def test_spans_of_sparsely_referenced_older_packs_are_folded_into_the_new_one():
     assert spans_to_fold(kept, limit=2) == {(12, 13)}
     assert spans_to_fold(kept, limit=1) == {(10, 11), (11, 12), (12, 13)}
     assert spans_to_fold({}, limit=0) == set()
-
-
-def test_a_state_file_of_a_snapshot_before_packs_is_read_whole(tmp_path):
-    from pipeline_lib.checkpoint.manifest import StateFileRef, sha256_hex
-    from pipeline_lib.checkpoint.restore import read_state_files
-    from pipeline_lib.checkpoint.state_files import decode_state_file, encode_state_table
-
-    snapshots = _local_snapshots(tmp_path)
-    table, groups = _span_rows((5, 6))
-    data = encode_state_table(table, groups)
-    key = "state/0000000001-a1/f/kg-00005-00006.parquet"
-    snapshots.store.put(key, data)
-    old = StateFileRef(key=key, rows=table.num_rows, bytes=len(data), sha256=sha256_hex(data),
-                       key_group_start=5, key_group_end=6)
-    (read,) = read_state_files(snapshots, [old])
-    assert decode_state_file(read)[0].equals(table)
