@@ -7,16 +7,37 @@ install points at the checkout, which must never be the code under test. So firs
 copy must pass (a broken baseline would "kill" every mutant), a canary mutant that breaks an
 import must fail, and ``pipeline_lib`` must be imported from the copy.
 
+How a mutant finds its line. The library marks each safety line with a comment naming the mutant,
+``# guard: <mutant-id>`` (several ids: ``# guard: a, b``), so the code can be formatted freely:
+
+* The marker trails the statement's line (any line of a statement written over several, usually
+  its first), or, where the line has no room for it, is a comment line of its own directly above
+  the statement. It marks the smallest statement holding that line (or the next line of code):
+  for a compound statement (if, elif, while, for, with, try, def) the line is one of its header's,
+  and the target is the header, never the body.
+* A mutant that changes several statements marks each of them; its marked statements must be one
+  run of consecutive statements of one block. A marker missing, or a single-statement mutant's
+  marker in two places, makes the list stale.
+* ``Mutant.original`` is Python source compared by its syntax tree, never by its text, so
+  formatting (line breaks, parentheses, trailing commas, quotes) changes nothing. If it is the
+  marked statements themselves, ``replacement`` replaces them, re-indented. Otherwise it is an
+  expression that must occur exactly once in the marked statement (a compound statement's header
+  only), and ``replacement`` replaces that expression, in parentheses. Either way an original that
+  no longer matches the code makes the list stale: update the mutant with the code, never drop
+  it silently. A marker naming no listed mutant is stale too.
+
     python tools/mutation.py [-j 2] [--timeout 300] [--only ID[,ID...]] [--list] [--every-failure]
 
 Prints one line per mutant (killed or SURVIVED, seconds, the first failing test, or with
 ``--every-failure`` every failing test of a whole run) and a summary with the wall time; exits 1
-if a mutant survived, a mutant's original text is stale, or the baseline is broken.
+if a mutant survived, the list is stale, or the baseline is broken.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import io
 import os
 import re
 import shutil
@@ -24,7 +45,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
+import tokenize
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,9 +70,189 @@ FIRST = ["tests/unit/test_commit_protocol_commit.py", "tests/unit/test_commit_pr
 UNIT_FILES = FIRST + sorted(str(p.relative_to(REPO)) for p in (REPO / "tests" / "unit").glob("test_*.py")
                             if str(p.relative_to(REPO)) not in FIRST and p.name != "test_mutants_listed.py")
 PYTEST = ["-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
-CANARY = Mutant("canary-broken-import", "pipeline_lib/plan/keygroups.py", "import zlib\n",
-                "import zlib\nraise ImportError('mutation canary: this copy is the code under test')\n",
-                "(not a safety line: proves the tests run the copy, not the checkout)")
+LIBRARY = "pipeline_lib"
+CANARY_ID = "canary-broken-import"
+CANARY_FILE = "pipeline_lib/plan/keygroups.py"
+CANARY_LINE = "raise ImportError('mutation canary: this copy is the code under test')\n"
+MARKER = re.compile(r"#\s*guard:([^#]*)$")
+BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
+
+
+class StaleMutant(Exception):
+    """A mutant the code no longer matches (or a marker no mutant names): the list must be updated."""
+
+
+# -- finding a mutant's statements by its marker ---------------------------------------------------------------
+
+
+def markers(source: str) -> dict[str, list[int]]:
+    """Each id a ``# guard:`` comment names, with the lines it marks: a trailing comment's own line,
+    a comment line's next line of code (the statement below it)."""
+    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    marked: dict[str, list[int]] = {}
+    for i, token in enumerate(tokens):
+        found = MARKER.search(token.string) if token.type == tokenize.COMMENT else None
+        if found is None:
+            continue
+        line = token.start[0]
+        if not token.line[:token.start[1]].strip():
+            line = next((t.start[0] for t in tokens[i + 1:] if t.type not in NOT_CODE), line)
+        for mutant_id in filter(None, re.split(r"[\s,]+", found.group(1))):
+            marked.setdefault(mutant_id, []).append(line)
+    return marked
+
+
+def blocks(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
+    """The statement lists a compound statement holds: its bodies, its handlers' and cases' bodies."""
+    for name in BODIES:
+        items = getattr(statement, name, None) or []
+        if items and isinstance(items[0], ast.stmt):
+            yield items
+        else:
+            yield from (item.body for item in items)
+
+
+def statement_at(body: list[ast.stmt], line: int) -> tuple[list[ast.stmt], int] | None:
+    """The smallest statement holding ``line``, as its block and index: a compound statement only
+    when no statement of its bodies holds the line (the line is its header's)."""
+    for index, statement in enumerate(body):
+        if statement.lineno <= line <= (statement.end_lineno or statement.lineno):
+            inner = (statement_at(block, line) for block in blocks(statement))
+            return next((hit for hit in inner if hit is not None), (body, index))
+    return None
+
+
+def marked_statements(mutant: Mutant, source: str, tree: ast.Module) -> list[ast.stmt]:
+    """The run of consecutive statements ``mutant``'s markers select in ``source``."""
+    lines = markers(source).get(mutant.id)
+    if not lines:
+        raise StaleMutant(f"no `# guard: {mutant.id}` marker in {mutant.file}")
+    places: dict[tuple[int, int], tuple[list[ast.stmt], int]] = {}
+    for line in lines:
+        hit = statement_at(tree.body, line)
+        if hit is None:
+            raise StaleMutant(f"its marker on line {line} of {mutant.file} is on no statement")
+        places[(id(hit[0]), hit[1])] = hit
+    body = next(iter(places.values()))[0]
+    indices = sorted(index for block, index in places.values())
+    if len({key[0] for key in places}) > 1 or indices != list(range(indices[0], indices[-1] + 1)):
+        raise StaleMutant(f"its marker is in {len(places)} places of {mutant.file} (lines {sorted(lines)}) that "
+                          "are not one run of consecutive statements")
+    return body[indices[0]:indices[-1] + 1]
+
+
+# -- applying a mutant ----------------------------------------------------------------------------------------
+
+
+def header_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
+    """Every node of a simple statement, or of a compound statement's header (never its bodies)."""
+    for name, value in ast.iter_fields(statement):
+        if name in BODIES:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, ast.AST):
+                yield from ast.walk(item)
+
+
+def offset(source: str, line: int, column: int) -> int:
+    """The character offset of an AST position (its column counts UTF-8 bytes)."""
+    lines = source.splitlines(keepends=True)
+    return sum(map(len, lines[:line - 1])) + len(lines[line - 1].encode()[:column].decode())
+
+
+def splice(source: str, first: ast.stmt | ast.expr, last: ast.stmt | ast.expr, text: str) -> str:
+    """``source`` with the code from ``first``'s start to ``last``'s end replaced by ``text``."""
+    start = offset(source, first.lineno, first.col_offset)
+    end = offset(source, last.end_lineno, last.end_col_offset)
+    return source[:start] + text + source[end:]
+
+
+def parsed(source: str, mode: str) -> ast.AST | None:
+    try:
+        return ast.parse(source, mode=mode)
+    except SyntaxError:
+        return None
+
+
+def mutate(mutant: Mutant, source: str) -> str:
+    """``source`` with ``mutant`` applied (see the module docstring); StaleMutant if it does not match."""
+    statements = marked_statements(mutant, source, ast.parse(source))
+    original = textwrap.dedent(mutant.original).strip()
+    replacement = textwrap.dedent(mutant.replacement).strip()
+    as_statements, as_expression = parsed(original, "exec"), parsed(original, "eval")
+    if isinstance(as_statements, ast.Module) and \
+            [ast.dump(s) for s in statements] == [ast.dump(s) for s in as_statements.body]:
+        line = source.splitlines()[statements[0].lineno - 1]
+        indent = line[:len(line) - len(line.lstrip())]
+        mutated = splice(source, statements[0], statements[-1], replacement.replace("\n", "\n" + indent))
+    elif len(statements) > 1 or not isinstance(as_expression, ast.Expression):
+        raise StaleMutant(f"its original is not the statement(s) marked in {mutant.file} (lines "
+                          f"{statements[0].lineno}-{statements[-1].end_lineno}) nor one expression")
+    else:
+        wanted = ast.dump(as_expression.body)
+        found = [node for node in header_nodes(statements[0]) if ast.dump(node) == wanted]
+        if len(found) != 1:
+            raise StaleMutant(f"its original occurs {len(found)} times in the statement marked on line "
+                              f"{statements[0].lineno} of {mutant.file} (must be once)")
+        mutated = splice(source, found[0], found[0], f"({replacement})")
+    if parsed(mutated, "exec") is None:
+        raise StaleMutant(f"its replacement does not parse in {mutant.file}")
+    return mutated
+
+
+def orphan_markers(root: Path) -> list[str]:
+    """Markers in the library naming no listed mutant, as ``file:line: id``."""
+    listed = {m.id for m in MUTANTS}
+    return [f"{path.relative_to(root)}:{line}: {mutant_id}"
+            for path in sorted((root / LIBRARY).rglob("*.py"))
+            for mutant_id, lines in markers(path.read_text()).items() if mutant_id not in listed
+            for line in lines]
+
+
+def stale(mutant: Mutant, root: Path = REPO) -> str | None:
+    """Why ``mutant`` cannot be applied to ``root``'s file, or None."""
+    path = root / mutant.file
+    if not path.is_file():
+        return f"{mutant.file} does not exist"
+    missing = [t for t in mutant.tests if t not in UNIT_FILES]
+    if missing:
+        return f"its test files {missing} are not unit test files of this checkout"
+    try:
+        mutate(mutant, path.read_text())
+    except StaleMutant as exc:
+        return str(exc)
+    return None
+
+
+def stale_list(mutants: list[Mutant]) -> list[str]:
+    """Every reason the list does not match the code: duplicate ids, stale mutants, orphan markers."""
+    ids = [m.id for m in mutants]
+    problems = [f"{i}: listed twice" for i in sorted({i for i in ids if ids.count(i) > 1})]
+    problems += [f"{m.id}: {why}" for m in mutants if (why := stale(m)) is not None]
+    problems += [f"{where}: a marker naming no listed mutant" for where in orphan_markers(REPO)]
+    return problems
+
+
+# -- running the tests against a copy ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """One test run: a copy of the files with one file's text replaced (``edit``), or none (the baseline)."""
+
+    name: str
+    tests: tuple[str, ...] = ()
+    edit: tuple[str, str] | None = None  # (file, its mutated text)
+
+
+def mutant_run(mutant: Mutant) -> Run:
+    return Run(mutant.id, mutant.tests, (mutant.file, mutate(mutant, (REPO / mutant.file).read_text())))
+
+
+def canary_run() -> Run:
+    """Not a safety line: a module that cannot be imported proves the tests run the copy, not the checkout."""
+    return Run(CANARY_ID, (), (CANARY_FILE, (REPO / CANARY_FILE).read_text() + CANARY_LINE))
 
 
 @dataclass
@@ -70,35 +274,20 @@ def repo_files() -> list[str]:
     return [p for p in dict.fromkeys(tracked + untracked) if (REPO / p).is_file()]
 
 
-def first_stage(mutant: Mutant | None) -> list[str]:
-    """The test files a mutant's run starts with: its own, else the commit protocol's."""
-    return list(mutant.tests) if mutant is not None and mutant.tests else FIRST
+def first_stage(run: Run) -> list[str]:
+    """The test files a run starts with: its own, else the commit protocol's."""
+    return list(run.tests) if run.tests else FIRST
 
 
-def stale(mutant: Mutant) -> str | None:
-    """Why ``mutant`` cannot be applied to the checkout's file, or None."""
-    path = REPO / mutant.file
-    if not path.is_file():
-        return f"{mutant.file} does not exist"
-    missing = [t for t in mutant.tests if t not in UNIT_FILES]
-    if missing:
-        return f"its test files {missing} are not unit test files of this checkout"
-    count = path.read_text().count(mutant.original)
-    return None if count == 1 else f"its original text occurs {count} times in {mutant.file} (must be once)"
-
-
-def make_copy(files: list[str], mutant: Mutant | None) -> Path:
-    root = Path(tempfile.mkdtemp(prefix=f"mutation-{mutant.id if mutant else 'baseline'}-"))
+def make_copy(files: list[str], run: Run) -> Path:
+    root = Path(tempfile.mkdtemp(prefix=f"mutation-{run.name}-"))
     root.chmod(0o755)  # readable as the checkout is: a test may import the copy as another user
     for rel in files:
         target = root / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, target)
-    if mutant is not None:
-        path = root / mutant.file
-        text = path.read_text()
-        assert text.count(mutant.original) == 1, f"{mutant.id}: stale"
-        path.write_text(text.replace(mutant.original, mutant.replacement))
+    if run.edit is not None:
+        (root / run.edit[0]).write_text(run.edit[1])
     return root
 
 
@@ -117,15 +306,15 @@ def failures(output: str) -> str:
     return lines[-1][:160] if lines else "(no output)"
 
 
-def run_tests(files: list[str], mutant: Mutant | None, timeout: float, stop_at_first: bool = True) -> Outcome:
-    """The unit tests in a fresh copy of ``files`` with ``mutant`` applied (None: unmutated):
-    with ``stop_at_first``, the mutant's first stage (``first_stage``) and then the rest of the
-    tier, stopping at the first failure; otherwise the whole tier in one run, naming every failing test."""
-    name = mutant.id if mutant is not None else "baseline"
+def run_tests(files: list[str], run: Run, timeout: float, stop_at_first: bool = True) -> Outcome:
+    """The unit tests in a fresh copy of ``files`` with ``run``'s edit: with ``stop_at_first``, the
+    run's first stage (``first_stage``) and then the rest of the tier, stopping at the first
+    failure; otherwise the whole tier in one run, naming every failing test."""
+    name = run.name
     started = time.monotonic()
-    root = make_copy(files, mutant)
+    root = make_copy(files, run)
     try:
-        first = first_stage(mutant)
+        first = first_stage(run)
         stages = [first, [f for f in UNIT_FILES if f not in first]] if stop_at_first else [UNIT_FILES]
         output = ""
         for stage, test_files in enumerate(stages):
@@ -150,7 +339,7 @@ def run_tests(files: list[str], mutant: Mutant | None, timeout: float, stop_at_f
 
 def imported_from_copy(files: list[str]) -> str | None:
     """Where the copy's interpreter imports pipeline_lib from, if that is not the copy."""
-    root = make_copy(files, None)
+    root = make_copy(files, Run("import-check"))
     try:
         out = subprocess.run([sys.executable, "-c", "import pipeline_lib; print(pipeline_lib.__file__)"], cwd="/",
                              env=env_for(root), capture_output=True, text=True, check=True).stdout.strip()
@@ -164,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=2, help="mutants run at once (default 2)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per mutant's test run (default 300)")
     parser.add_argument("--only", action="append", default=[], help="run only these mutant ids (comma-separated)")
-    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--list", action="store_true",
+                        help="list the mutants, check that each matches its marked code, and exit")
     parser.add_argument("--markdown", action="store_true",
                         help="print the mutants as the Markdown table of docs/reliability.md and exit")
     parser.add_argument("--every-failure", action="store_true",
@@ -179,24 +369,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for m in MUTANTS:
             print(f"{m.id:40} {m.file:51} {m.removes}")
-        return 0
-    ids = [m.id for m in MUTANTS]
-    if len(set(ids)) != len(ids):
-        print("mutation: duplicate mutant ids in tools/mutants.py", file=sys.stderr)
+    problems = stale_list(MUTANTS)
+    if problems:
+        print("mutation: the list is stale: update the mutant with the code, never drop it silently "
+              "(tools/mutants.py, the `# guard:` markers in the library):", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
         return 1
+    if args.list:
+        return 0
     wanted = {i for item in args.only for i in item.split(",") if i}
-    unknown = wanted - set(ids)
+    unknown = wanted - {m.id for m in MUTANTS}
     if unknown:
         print(f"mutation: unknown mutant id(s): {', '.join(sorted(unknown))}", file=sys.stderr)
         return 1
-    problems = [(m.id, why) for m in MUTANTS if (why := stale(m)) is not None]
-    problems += [(CANARY.id, why)] if (why := stale(CANARY)) is not None else []
-    if problems:
-        print("mutation: the mutant list is stale (update tools/mutants.py with the code):", file=sys.stderr)
-        for mid, why in problems:
-            print(f"  {mid}: {why}", file=sys.stderr)
-        return 1
-    selected = [m for m in MUTANTS if not wanted or m.id in wanted]
+    selected = [mutant_run(m) for m in MUTANTS if not wanted or m.id in wanted]
 
     wall = time.monotonic()
     files = repo_files()
@@ -206,12 +393,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"mutation: {len(selected)} mutant(s), {args.jobs} at a time, {len(files)} files copied per run", flush=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        baseline = pool.submit(run_tests, files, None, args.timeout)
-        canary = pool.submit(run_tests, files, CANARY, args.timeout)
+        baseline = pool.submit(run_tests, files, Run("baseline"), args.timeout)
+        canary = pool.submit(run_tests, files, canary_run(), args.timeout)
         base, broken = baseline.result(), canary.result()
         print(f"{'baseline':40} {'FAILED' if base.failed else 'passed':9} {base.seconds:6.1f}s  the unmutated copy",
               flush=True)
-        print(f"{CANARY.id:40} {'killed' if broken.failed else 'SURVIVED':9} {broken.seconds:6.1f}s  {broken.detail}",
+        print(f"{CANARY_ID:40} {'killed' if broken.failed else 'SURVIVED':9} {broken.seconds:6.1f}s  {broken.detail}",
               flush=True)
         if base.failed:
             print(f"mutation: the unmutated copy fails its tests; fix that first:\n{base.output}", file=sys.stderr)

@@ -126,7 +126,7 @@ def commit_epoch(snapshots: SnapshotStore, owner: CommitOwner, plan: EpochPlan, 
     hand-over to ``clean_up_with``). FencedError if another attempt moved HEAD."""
     epoch = plan.epoch
     with timed("commit"):
-        snapshots.ensure_head_unchanged(head_version)
+        snapshots.ensure_head_unchanged(head_version)  # guard: runner-skips-head-check
     fault_point("after_head_check", epoch)
     snapshot_id = snapshot_id_for(epoch, owner.attempt)
     commits: dict[str, FlowCommit] = {}
@@ -143,8 +143,9 @@ def commit_epoch(snapshots: SnapshotStore, owner: CommitOwner, plan: EpochPlan, 
             commits[flow.name] = commits[flow.name].model_copy(update={"state": flow.write_state(snapshot_id)})
     manifest = _manifest(owner, plan, snapshot_id, commits, bad_records, dead_letter_commit)
     with timed("commit"):
-        manifest_sha = snapshots.write_manifest(manifest)
-        fault_point("after_manifest", epoch)
+        manifest_sha = snapshots.write_manifest(manifest)  # guard: runner-head-before-manifest
+        fault_point("after_manifest", epoch)  # guard: runner-head-before-manifest
+        # guard: runner-head-before-manifest
         head, version = snapshots.move_head(manifest, manifest_sha, history, head_version, owner.retain)
     fault_point("after_head_move", epoch)
 
@@ -153,6 +154,7 @@ def commit_epoch(snapshots: SnapshotStore, owner: CommitOwner, plan: EpochPlan, 
         for flow in flows:
             flow.sink.remove_stale_parts(commits[flow.name].sink, owner.attempt)
         if dead_letters is not None and dead_letter_commit is not None:
+            # guard: dead-letter-stale-parts-kept
             dead_letters.sink.remove_stale_parts(dead_letter_commit, owner.attempt)
 
     with timed("cleanup"):  # with a background clean-up: only the wait for the previous epoch's

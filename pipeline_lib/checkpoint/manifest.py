@@ -105,7 +105,7 @@ class StateFileRef(FileRef):
         """The files that make up the span, in the order they apply: the base, then each delta."""
         if not self.deltas:
             return [self]
-        return [self.model_copy(update={"deltas": (), "keys": None}), *self.deltas]
+        return [self.model_copy(update={"deltas": (), "keys": None}), *self.deltas]  # guard: span-chain-reads-base-only
 
     def span_keys(self) -> int:
         """Keys in the span: the base's rows, with deltas the count recorded beside them."""
@@ -212,7 +212,7 @@ class Manifest(Frozen):
     def state_files(self) -> list[StateFileRef]:
         """Every state file the snapshot references, over its flows: each span's base and deltas."""
         return [part for flow in self.flows.values() if flow.state for ref in flow.state.files
-                for part in ref.chain()]
+                for part in ref.chain()]  # guard: gc-ignores-deltas
 
     def _body(self) -> bytes:
         # without a topic id or lost data the body is what it was before manifests had them:
@@ -228,7 +228,7 @@ class Manifest(Frozen):
 
     def verify_checksum(self) -> bool:
         """True if the manifest is sealed and unchanged since."""
-        return bool(self.checksum) and self.checksum == sha256_hex(self._body())
+        return bool(self.checksum) and self.checksum == sha256_hex(self._body())  # guard: manifest-verify-always-true
 
     def to_bytes(self) -> bytes:
         """Canonical JSON (sorted keys): the bytes the head's SHA-256 refers to."""

@@ -116,32 +116,33 @@ def verify_commits(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], entr
     """The half of a snapshot's check that reads no state file: the manifest against its
     checksum, each sink commit's marker and its part files' sizes; SnapshotError naming what is
     wrong."""
+    # guard: restore-ignores-head-sha
     manifest = snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256 or None)
     if manifest.dead_letters is not None:
         dlq = sinks.get(DEAD_LETTERS)
-        if dlq is None or not dlq.exists(manifest.dead_letters.marker):
+        if dlq is None or not dlq.exists(manifest.dead_letters.marker):  # guard: restore-skips-dead-letter-marker
             raise SnapshotError(f"dead-letter commit marker {manifest.dead_letters.marker} "
                                 f"of epoch {manifest.epoch} is missing")
-        check_part_files(dlq, manifest.dead_letters, "dead letters")
+        check_part_files(dlq, manifest.dead_letters, "dead letters")  # guard: restore-skips-dead-letter-part-files
     for name, commit in manifest.flows.items():
         sink = sinks.get(name)
         if sink is None or name == DEAD_LETTERS:
             raise SnapshotError(f"snapshot {entry.snapshot_id} has flow {name!r}, which the spec no longer has")
-        if not sink.exists(commit.sink.marker):
+        if not sink.exists(commit.sink.marker):  # guard: restore-skips-sink-marker
             raise SnapshotError(f"sink commit marker {commit.sink.marker} of flow {name} "
                                 f"epoch {manifest.epoch} is missing")
-        check_part_files(sink, commit.sink, f"flow {name}")
+        check_part_files(sink, commit.sink, f"flow {name}")  # guard: restore-skips-part-files
     return manifest
 
 
 def check_state_file(ref: StateFileRef, file_table: pa.Table, file_groups: np.ndarray) -> None:
     """A decoded state file holds the rows the manifest says, in its span's key groups;
     SnapshotError naming the file otherwise (on the driver and in the executors' verification)."""
-    if file_table.num_rows != ref.rows:
+    if file_table.num_rows != ref.rows:  # guard: restore-skips-row-count
         raise SnapshotError(f"state file {ref.describe()} has {file_table.num_rows} rows, "
                             f"manifest says {ref.rows}")
     outside = file_groups[(file_groups < ref.key_group_start) | (file_groups >= ref.key_group_end)]
-    if len(outside):
+    if len(outside):  # guard: restore-skips-key-group-range
         raise SnapshotError(f"state file {ref.describe()} holds key group {outside[0]}, outside its range "
                             f"[{ref.key_group_start}, {ref.key_group_end})")
 
@@ -154,13 +155,13 @@ def decode_span(ref: StateFileRef, files: Sequence[bytes | memoryview],
     decoded: list[tuple[pa.Table, np.ndarray]] = []
     for file_ref, data in zip(ref.chain(), files, strict=True):
         file_table, file_groups = decode_state_file(data)
-        check_state_file(file_ref, file_table, file_groups)
-        if decoded and file_table.schema != decoded[0][0].schema:
+        check_state_file(file_ref, file_table, file_groups)  # guard: span-skips-file-check
+        if decoded and file_table.schema != decoded[0][0].schema:  # guard: span-delta-columns-unchecked
             raise SnapshotError(f"state file {file_ref.describe()} has columns {file_table.schema}, "
                                 f"its span's base has {decoded[0][0].schema}")
         decoded.append((file_table, file_groups))
     table, key_groups = fold_chain(decoded, key_columns)
-    if table.num_rows != ref.span_keys():
+    if table.num_rows != ref.span_keys():  # guard: span-skips-key-count
         raise SnapshotError(f"state file {ref.describe()} with its {len(ref.deltas)} delta(s) holds "
                             f"{table.num_rows} keys, manifest says {ref.span_keys()}")
     return table, key_groups
@@ -192,13 +193,14 @@ def load_state(snapshots: SnapshotStore, manifest: Manifest) -> tuple[dict[str, 
             spans, size = read_spans(snapshots, files, len(commit.state.key_columns))
             read_bytes += size
             for ref, (file_table, file_groups) in zip(files, spans):
+                # guard: restore-ignores-column-mismatch
                 if flow.schema is not None and file_table.schema != flow.schema:
                     raise SnapshotError(f"state file {ref.describe()} has columns {file_table.schema}, "
                                         f"the flow's other state files have {flow.schema}")
                 flow.schema = flow.schema or file_table.schema
                 flow.tables.append(file_table)
                 flow.key_group_arrays.append(file_groups)
-            if flow.rows != commit.state.keys:
+            if flow.rows != commit.state.keys:  # guard: restore-skips-key-count
                 raise SnapshotError(f"snapshot {manifest.snapshot_id} flow {name} holds {flow.rows} keys, "
                                     f"manifest says {commit.state.keys}")
     return loaded, read_bytes
@@ -219,7 +221,7 @@ def check_part_files(sink: ObjectStore, commit: SinkCommit, what: str) -> None:
     for ref, size in zip(commit.files, sizes):
         if size is None:
             raise SnapshotError(f"part file {ref.key} of {what} epoch {commit.epoch} is missing")
-        if size != ref.bytes:
+        if size != ref.bytes:  # guard: restore-skips-part-size
             raise SnapshotError(f"part file {ref.key} of {what} epoch {commit.epoch} has {size} bytes, "
                                 f"its commit says {ref.bytes}")
 
@@ -242,7 +244,7 @@ def read_state_files_counted(snapshots: SnapshotStore, refs: Sequence[StateFileR
     for ref in refs:
         data = memoryview(objects[ref.key])
         data = data[ref.offset:ref.offset + ref.bytes]
-        if sha256_hex(data) != ref.sha256:
+        if sha256_hex(data) != ref.sha256:  # guard: restore-skips-state-sha
             where = f" of key groups [{ref.key_group_start}, {ref.key_group_end}) at bytes {ref.offset}+{ref.bytes}"
             raise SnapshotError(f"state file {ref.key} is corrupt (checksum mismatch{where})")
         files.append(data)
@@ -272,7 +274,7 @@ def restore_after(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], which
     it, as ``restore_snapshot`` would have gone on; an explicit snapshot id refuses instead."""
     exact = None if which == "latest" else which
     snapshot_id = unusable.manifest.snapshot_id
-    if exact:
+    if exact:  # guard: restore-after-exact-id-falls-back
         raise SnapshotError(f"snapshot {exact} cannot be restored: {reason}")
     rest = unusable.history[1:]
     log.error("pipeline %s: snapshot %s is unusable (%s); falling back to %s",
@@ -289,7 +291,7 @@ def _first_usable(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], histo
             loaded, read_bytes = (load_state(snapshots, manifest) if load(manifest)
                                   else ({name: FlowState() for name in manifest.flows}, None))
         except (SnapshotError, NotFound) as exc:
-            if exact:
+            if exact:  # guard: restore-exact-id-falls-back
                 raise SnapshotError(f"snapshot {exact} cannot be restored: {exc}") from None
             nxt = history[i + 1].snapshot_id if i + 1 < len(history) else "nothing"
             log.error("pipeline %s: snapshot %s is unusable (%s); falling back to %s",

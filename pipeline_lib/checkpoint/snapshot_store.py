@@ -69,6 +69,7 @@ class SnapshotStore:
     def swap_status(self, status: PipelineStatus, expected_version: str | None) -> str | None:
         """Write the status only if it is still at ``expected_version`` (None: only if absent).
         Returns the new version, or None when another writer came first."""
+        # guard: status-cas-plain-put
         return self.store.put_if(layout.STATUS_KEY, status.model_dump_json(indent=1).encode(), expected_version)
 
     # -- head -------------------------------------------------------------------------------
@@ -97,6 +98,7 @@ class SnapshotStore:
         """Commit: compare-and-swap the head from ``expected_version``; return it and its new version."""
         entry = HistoryEntry(snapshot_id=manifest.snapshot_id, epoch=manifest.epoch, manifest_sha256=manifest_sha)
         head = Head(job=self.job, history=[entry, *previous][:retain])
+        # guard: head-cas-plain-put
         version = self.store.put_if(layout.HEAD_KEY, head.model_dump_json(indent=1).encode(), expected_version)
         if version is None:
             raise FencedError(
@@ -113,6 +115,7 @@ class SnapshotStore:
         found, version = self.read_head()
         committed_through = found.latest.epoch if found is not None and found.latest is not None else 0
         empty = Head(job=self.job, history=[]).model_dump_json(indent=1).encode()
+        # guard: reset-head-ignores-read-version, reset-head-plain-put
         if version != expected_version or (version := self.store.put_if(layout.HEAD_KEY, empty, version)) is None:
             raise FencedError(f"job {self.job} pipeline {self.pipeline}: another attempt moved the head before "
                               "this one could start over; this runner is fenced and stops")
@@ -123,7 +126,7 @@ class SnapshotStore:
     def ensure_head_unchanged(self, expected_version: str | None) -> None:
         """Fail fast, before writing anything visible, if another attempt moved the head."""
         found = self.store.get_versioned(layout.HEAD_KEY)
-        if (found[1] if found else None) != expected_version:
+        if (found[1] if found else None) != expected_version:  # guard: head-check-noop
             raise FencedError(
                 f"job {self.job} pipeline {self.pipeline}: a newer attempt has committed since this one "
                 "started; this runner is fenced and stops"
@@ -134,7 +137,7 @@ class SnapshotStore:
         """A run attempt number no other runner of this job holds (exclusive create)."""
         taken = [int(k.rsplit("/", 1)[1]) for k in self.store.list(layout.ATTEMPTS_PREFIX)]
         attempt = max(taken, default=0) + 1
-        while self.store.put_if(layout.attempt_key(attempt), b"", None) is None:
+        while self.store.put_if(layout.attempt_key(attempt), b"", None) is None:  # guard: claim-attempt-plain-put
             attempt += 1
         return attempt
 
@@ -172,13 +175,13 @@ class SnapshotStore:
             data = self.store.get(layout.manifest_key(snapshot_id))
         except NotFound:
             raise SnapshotError(f"manifest of snapshot {snapshot_id} is missing") from None
-        if expected_sha is not None and sha256_hex(data) != expected_sha:
+        if expected_sha is not None and sha256_hex(data) != expected_sha:  # guard: manifest-sha-unchecked
             raise SnapshotError(f"manifest of snapshot {snapshot_id} does not match its checksum in HEAD")
         try:
             manifest = Manifest.from_bytes(data)
         except ValidationError as exc:
             raise SnapshotError(f"manifest of snapshot {snapshot_id} is unreadable: {exc.errors()[0]['msg']}") from None
-        if not manifest.verify_checksum():
+        if not manifest.verify_checksum():  # guard: manifest-self-checksum-skipped
             raise SnapshotError(f"manifest of snapshot {snapshot_id} fails its self-checksum")
         if (manifest.job, manifest.pipeline, manifest.snapshot_id) != (self.job, self.pipeline, snapshot_id):
             raise SnapshotError(
@@ -208,7 +211,7 @@ class SnapshotStore:
             return 0
         retained = {e.snapshot_id for e in head.history}
         referenced: set[str] = set()
-        for entry in head.history:
+        for entry in head.history:  # guard: gc-refs-latest-only
             refs = self._state_refs.get(entry.snapshot_id)
             if refs is None:
                 try:
@@ -217,16 +220,18 @@ class SnapshotStore:
                     continue
                 refs = {f.key for f in manifest.state_files()}
                 self._state_refs[entry.snapshot_id] = refs
-            referenced |= refs
+            referenced |= refs  # guard: gc-ignores-references
         oldest_epoch = min(e.epoch for e in head.history)
         doomed = []
         for sid in self.listed_snapshot_ids():
+            # guard: gc-deletes-newer-manifests
             if sid not in retained and layout.epoch_of_snapshot(sid) <= latest.epoch:
                 doomed.append(layout.manifest_key(sid))
         for key in self.store.list(layout.STATE_PREFIX):
             sid = layout.snapshot_of_state_key(key)
-            if key not in referenced and layout.epoch_of_snapshot(sid) <= latest.epoch:
+            if key not in referenced and layout.epoch_of_snapshot(sid) <= latest.epoch:  # guard: gc-deletes-newer-state
                 doomed.append(key)
+        # guard: gc-deletes-retained-plans
         doomed += [k for k in self.store.list(layout.PLANS_PREFIX) if int(k[6:16]) < oldest_epoch]
         self.store.delete_many(doomed)
         return len(doomed)

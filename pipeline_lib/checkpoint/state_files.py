@@ -53,5 +53,5 @@ def fold_chain(files: Sequence[tuple[pa.Table, np.ndarray]], key_columns: int) -
     grouped = positions.group_by(keys, use_threads=False).aggregate([(_ROW, "min"), (_ROW, "max")])
     first = grouped.column(f"{_ROW}_min").to_numpy()
     last = grouped.column(f"{_ROW}_max").to_numpy()
-    rows = last[np.lexsort((first, key_groups[first]))]
+    rows = last[np.lexsort((first, key_groups[first]))]  # guard: span-fold-keeps-oldest-value
     return table.take(pa.array(rows)), key_groups[rows]

@@ -35,7 +35,7 @@ def plan(
     settings = ConnectionSettings.from_env()
     try:
         job = load_spec(spec)
-        p = job.effective_parallelism(parallelism)
+        p = job.effective_parallelism(parallelism)  # guard: plan-skips-parallelism-check
         job.check_shared_storage(settings.spark_master)
         graph = build_graph(job, p)
         pipelines = graph.pipelines()

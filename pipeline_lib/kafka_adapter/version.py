@@ -20,7 +20,7 @@ class KafkaPythonVersionError(PipelineError, ImportError):
 
 def check_version(installed: str) -> None:
     """Raise KafkaPythonVersionError unless ``installed`` is one of TESTED_VERSIONS."""
-    if installed in TESTED_VERSIONS:
+    if installed in TESTED_VERSIONS:  # guard: kafka-python-version-unchecked
         return
     raise KafkaPythonVersionError(
         f"kafka-python {installed} is installed, but pipeline_lib's Kafka adapter (pipeline_lib/kafka_adapter) "

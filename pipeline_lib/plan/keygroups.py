@@ -22,13 +22,14 @@ KeyGroups = TypeVar("KeyGroups", int, "np.ndarray[Any, Any]")  # one key group, 
 
 def _canonical(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
+        # guard: keygroup-float-as-int
         return value  # keep 1.0 distinct from 1: Spark keeps the column type, so must we
     if hasattr(value, "isoformat"):
-        return value.isoformat()
+        return value.isoformat()  # guard: keygroup-datetime-str
     if isinstance(value, (bytes, bytearray)):
         return value.hex()
     if isinstance(value, decimal.Decimal):
-        return str(value)  # a column has one scale, so one text per value
+        return str(value)  # a column has one scale, so one text per value  # guard: keygroup-decimal-raw
     return value
 
 
@@ -40,8 +41,9 @@ def canonical_value(value: Any) -> Any:
 
 def key_group_of(key: tuple[Any, ...], max_parallelism: int) -> int:
     """The key group of ``key``: CRC-32 of a canonical JSON form, the same in every process and version."""
+    # guard: keygroup-ascii-json, keygroup-spaced-json
     encoded = json.dumps([_canonical(v) for v in key], separators=(",", ":"), ensure_ascii=False)
-    return zlib.crc32(encoded.encode("utf-8")) % max_parallelism
+    return zlib.crc32(encoded.encode("utf-8")) % max_parallelism  # guard: keygroup-md5
 
 
 _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')  # what json.dumps escapes in a str with ensure_ascii=False
@@ -64,7 +66,7 @@ def key_group_range(subtask: int, parallelism: int, max_parallelism: int) -> ran
     """Key groups owned by ``subtask`` (0-based) when running with ``parallelism`` subtasks."""
     if not 0 <= subtask < parallelism <= max_parallelism:
         raise ValueError(f"subtask {subtask} of {parallelism} with max_parallelism {max_parallelism}")
-    start = (subtask * max_parallelism + parallelism - 1) // parallelism
+    start = (subtask * max_parallelism + parallelism - 1) // parallelism  # guard: keygroup-range-start
     end = ((subtask + 1) * max_parallelism + parallelism - 1) // parallelism
     return range(start, end)
 
@@ -72,4 +74,4 @@ def key_group_range(subtask: int, parallelism: int, max_parallelism: int) -> ran
 def subtask_of(key_group: KeyGroups, parallelism: int, max_parallelism: int) -> KeyGroups:
     """The subtask that owns ``key_group`` at ``parallelism`` (the inverse of ``key_group_range``);
     element-wise for an array of key groups."""
-    return key_group * parallelism // max_parallelism
+    return key_group * parallelism // max_parallelism  # guard: subtask-of-modulo

@@ -59,11 +59,12 @@ class EpochPlan(BaseModel):
 
     def end_positions(self) -> dict[int, int]:
         """Every partition's next offset after the epoch."""
-        return {**self.positions, **{r.partition: r.end for r in self.ranges}}
+        return {**self.positions, **{r.partition: r.end for r in self.ranges}}  # guard: plan-end-positions-unmoved
 
     def digest(self) -> str:
         """Identifies the epoch's input; the base snapshot's name is left out on purpose, as a
         replay after a fallback reads the same input from a differently named snapshot."""
+        # guard: plan-digest-ignores-ranges, plan-digest-ignores-positions, plan-digest-ignores-epoch
         body = json.dumps(self.model_dump(mode="json", include={"epoch", "positions", "ranges"}), sort_keys=True)
         return hashlib.sha256(body.encode()).hexdigest()
 
@@ -105,7 +106,7 @@ def plan_epoch(
     """Ranges from ``positions`` towards ``targets`` holding at most ``max_records`` records."""
     lags = {p: max(0, targets.get(p, pos) - pos) for p, pos in positions.items()}
     shares = fair_shares(lags, max_records)
-    ranges = [
+    ranges = [  # guard: plan-range-end-past-share
         OffsetRange(topic=topic, partition=p, start=positions[p], end=positions[p] + shares[p])
         for p in sorted(positions)
         if shares[p] > 0
@@ -129,7 +130,7 @@ def split_for_parallelism(ranges: list[OffsetRange], parallelism: int, min_size:
     for r in ranges:
         start = r.start
         while start < r.end:
-            end = min(r.end, start + piece)
+            end = min(r.end, start + piece)  # guard: split-piece-past-range-end
             out.append(r.model_copy(update={"start": start, "end": end}))
             start = end
     return out

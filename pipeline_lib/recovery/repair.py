@@ -88,7 +88,7 @@ def repair(job: JobSpec, settings: ConnectionSettings, repairs: list[EpochRepair
     from pipeline_lib.execution.engine.spark_session import start_spark
 
     master = settings.spark_master
-    if scratch is None and master and not master.startswith("local"):
+    if scratch is None and master and not master.startswith("local"):  # guard: repair-cluster-without-scratch
         raise PipelineError("repair on a Spark cluster needs --scratch s3://BUCKET/PATH: the executors write "
                             "regenerated parts there, and a local directory is not shared")
     parallelism = max(r.parallelism or 1 for r in todo)
@@ -148,9 +148,10 @@ class _Rebuilder(PipelineRunner):
 
     def continues(self, repair: EpochRepair) -> bool:
         """True when this rebuilder's state is the one ``repair``'s epoch builds on (or it needs none)."""
+        # guard: rebuilder-continues-other-parallelism
         if repair.pipeline != self.pipeline.name or repair.parallelism != self.parallelism:
             return False
-        return not repair.needs_state or self.at_epoch == repair.epoch - 1
+        return not repair.needs_state or self.at_epoch == repair.epoch - 1  # guard: rebuilder-continues-any-epoch
 
     def _scratch_of(self, sink: str):
         """Where read tasks write the regenerated parts of ``sink`` (a flow's name or DEAD_LETTERS)."""
@@ -268,7 +269,7 @@ def _write_back(repair: EpochRepair, regenerated: dict[str, dict[Slot, bytes]]) 
             outcomes.append(outcome(REFUSED, f"{part.problem}; the rebuilt epoch has no part in its place: "
                                              "not written"))
             continue
-        if len(data) != ref.bytes or sha256_hex(data) != ref.sha256:
+        if len(data) != ref.bytes or sha256_hex(data) != ref.sha256:  # guard: repair-writes-back-differing-part
             outcomes.append(outcome(REFUSED, (
                 f"{part.problem}; the rebuilt part ({len(data)} bytes) differs from the one its {MARKER} recorded "
                 f"({ref.bytes} bytes, SHA-256 {ref.sha256[:12]}…): not written (a floating-point sum whose order "
@@ -279,11 +280,11 @@ def _write_back(repair: EpochRepair, regenerated: dict[str, dict[Slot, bytes]]) 
             marker_now = store.get(f"epoch={repair.epoch}/{MARKER}")
         except NotFound:
             marker_now = None
-        if marker_now != repair.markers[part.sink]:
+        if marker_now != repair.markers[part.sink]:  # guard: repair-ignores-changed-marker
             outcomes.append(outcome(UNCHANGED, f"{part.problem}; the epoch's {MARKER} changed since repair read it "
                                                "(a run rewrote the epoch): left alone"))
             continue
-        if check_part(store, ref) is None:
+        if check_part(store, ref) is None:  # guard: repair-rewrites-intact-part
             outcomes.append(outcome(UNCHANGED, "intact again (rewritten meanwhile): left alone"))
             continue
         store.put(ref.key, data)

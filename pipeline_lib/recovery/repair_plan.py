@@ -173,23 +173,24 @@ class _Planner:
     def _refusal(self, repair: EpochRepair, log: TopicLog) -> str | None:
         epoch = repair.epoch
         odd = [p.ref.key for p in repair.parts if part_slot(p.ref.key) is None]
-        if odd:
+        if odd:  # guard: repair-odd-part-name-accepted
             return f"part {odd[0]} has a name of no known layout, so which rows it held is unknown"
         plan = self._plan_of(epoch)
-        if plan is None:
+        if plan is None:  # guard: repair-missing-plan-accepted
             return (f"the plan of epoch {epoch} is no longer saved (plans are kept back to the oldest retained "
                     "snapshot's epoch), so its input is unknown")
         markers = {name: SuccessMarker.model_validate_json(raw) for name, raw in repair.markers.items()}
         repair.plan, repair.parallelism = plan, self._parallelism(plan, markers)
-        if repair.parallelism is None:
+        if repair.parallelism is None:  # guard: repair-digest-mismatch-accepted
             return (f"the marker of epoch {epoch} records another input, spec or parallelism than its saved plan and "
                     "the current spec give (the spec changed since, or the plan was replaced)")
+        # guard: repair-keyed-flow-without-state
         repair.needs_state = any(p.sink in self.stateful for p in repair.parts)
         if repair.needs_state:
             why = self._base_state(repair)
             if why:
                 return why
-        for read in [*repair.replay, plan]:
+        for read in [*repair.replay, plan]:  # guard: repair-replay-input-unchecked
             why = _input_gone(read, log, epoch)
             if why:
                 return why
@@ -199,20 +200,22 @@ class _Planner:
         """Set where the state before the epoch comes from and the plans replayed after it;
         None, or why the state cannot be rebuilt."""
         epoch = repair.epoch
-        earlier = [e for e in self.history if e.epoch < epoch]
+        earlier = [e for e in self.history if e.epoch < epoch]  # guard: repair-starts-from-its-own-snapshot
         manifest: Manifest | None = None
         problems: list[str] = []
         for entry in earlier:  # newest first: the fewest epochs to replay
             try:
+                # guard: repair-ignores-head-sha
                 manifest = self.snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256 or None)
                 for flow in manifest.flows.values():
                     if flow.state:
+                        # guard: repair-skips-state-check
                         read_spans(self.snapshots, flow.state.files, len(flow.state.key_columns))
                 break
             except (SnapshotError, NotFound) as exc:
                 problems.append(f"snapshot {entry.snapshot_id}: {exc}")
                 manifest = None
-        if manifest is None and epoch > 1:
+        if manifest is None and epoch > 1:  # guard: repair-from-empty-state-after-epoch-1
             oldest = f" (the oldest retained is of epoch {self.history[-1].epoch})" if self.history else ""
             damaged = f"; {'; '.join(problems)}" if problems else ""
             return (f"no usable retained snapshot precedes epoch {epoch}{oldest}{damaged}, so the state before it "
@@ -224,7 +227,7 @@ class _Planner:
             if plan is None:
                 return f"the plan of epoch {k}, replayed to rebuild the state before epoch {epoch}, is no longer saved"
             if positions is not None and {p: o for p, o in plan.positions.items() if p in positions} != \
-                    {p: o for p, o in positions.items() if p in plan.positions}:
+                    {p: o for p, o in positions.items() if p in plan.positions}:  # guard: repair-replay-chain-unchecked
                 return (f"the plan of epoch {k} does not start where the epoch before it ended, so replaying it "
                         f"would not rebuild the state before epoch {epoch}")
             why = self._replayable(plan)
@@ -233,6 +236,7 @@ class _Planner:
             repair.replay.append(plan)
             positions = plan.end_positions()
         assert repair.plan is not None
+        # guard: repair-epoch-start-unchecked
         if positions is not None and {p: o for p, o in repair.plan.positions.items() if p in positions} != \
                 {p: o for p, o in positions.items() if p in repair.plan.positions}:
             return f"the plan of epoch {epoch} does not start where the state rebuilt before it ends"
@@ -245,6 +249,7 @@ class _Planner:
                 marker = SuccessMarker.model_validate_json(self.sinks[name].get(f"epoch={plan.epoch}/{MARKER}"))
             except (NotFound, ValueError):
                 return f"epoch {plan.epoch} of flow {name}, replayed to rebuild the state, has no readable {MARKER}"
+            # guard: repair-replay-digest-unchecked
             if not any(sink_digest(plan, self.fingerprint, p, self.kinds[name]) == marker.digest
                        for p in range(1, self.job.checkpoint.max_parallelism + 1)):
                 return (f"the saved plan of epoch {plan.epoch}, replayed to rebuild the state, is not the one its "
@@ -255,12 +260,13 @@ class _Planner:
 def _input_gone(plan: EpochPlan, log: TopicLog, epoch: int) -> str | None:
     """Why ``plan``'s ranges can no longer be read (for repairing ``epoch``), or None."""
     why = f"replayed to rebuild the state before epoch {epoch}" if plan.epoch != epoch else "the epoch's input"
+    # guard: repair-ignores-topic-id
     if plan.topic_id is not None and log.topic_id is not None and plan.topic_id != log.topic_id:
         return (f"topic {plan.ranges[0].topic if plan.ranges else ''} was deleted and created again since epoch "
                 f"{plan.epoch} read it (topic id {plan.topic_id}, now {log.topic_id}): {why} is gone")
     for r in plan.ranges:
         start = log.starts.get(r.partition)
-        if r.size and (start is None or start > r.start):
+        if r.size and (start is None or start > r.start):  # guard: repair-ignores-retention
             where = f"the log starts at offset {start}" if start is not None else "the partition is gone"
             return (f"{why}, {r.topic}[{r.partition}] offsets [{r.start}, {r.end}) of epoch {plan.epoch}, is no "
                     f"longer in Kafka: {where} (retention or a records deletion)")

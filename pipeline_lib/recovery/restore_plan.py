@@ -49,6 +49,7 @@ def _latest_manifest(snapshots: SnapshotStore) -> Manifest | None:
         return None
     for entry in entries:
         try:
+            # guard: plan-latest-ignores-head-sha
             return snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256 or None)
         except SnapshotError:
             continue
@@ -60,6 +61,7 @@ def _chosen_manifest(snapshots: SnapshotStore, snapshot_id: str) -> Manifest:
     raise for it (not a snapshot id, not retained, not readable): never a plan of "new"."""
     entry = candidates(snapshots, snapshot_id)[0]  # for an id: that snapshot first, or a SnapshotError
     try:
+        # guard: plan-restore-id-ignores-head-sha
         return snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256 or None)
     except SnapshotError as exc:
         raise SnapshotError(f"snapshot {snapshot_id} cannot be restored: {exc}") from None
@@ -116,7 +118,7 @@ def restore_plan(spec: JobSpec, graph: ExecutionGraph, settings: ConnectionSetti
     unknown = sorted(set(only or []) - set(names))
     if unknown:
         raise PipelineError(f"job {spec.name} has no pipeline {unknown} (it has {names})")
-    if which not in ("latest", "none") and len(only or names) != 1:
+    if which not in ("latest", "none") and len(only or names) != 1:  # guard: plan-restore-id-any-pipeline
         raise PipelineError("--restore SNAPSHOT_ID names one pipeline's snapshot; add --pipeline NAME")
     return [
         plan_pipeline(spec, p, SnapshotStore.open(spec.checkpoint.store, spec.name, p.name, settings), which,

@@ -49,7 +49,7 @@ class SuccessMarker(Frozen):
         named by its part files (0 when it lists none)."""
         if self.attempt is not None:
             return self.attempt
-        return max((_writer_of(f.key) or 0 for f in self.files), default=0)
+        return max((_writer_of(f.key) or 0 for f in self.files), default=0)  # guard: marker-legacy-writer-zero
 
 
 def _writer_of(key: str) -> int | None:
@@ -130,13 +130,13 @@ class FilesSink:
         epoch's Spark tasks wrote themselves, see task_parts) before them; an epoch already
         committed with this digest is reused. FencedError if a newer attempt owns the epoch."""
         existing, version = self._existing(epoch)
-        if existing is not None and existing.writer() > attempt:
+        if existing is not None and existing.writer() > attempt:  # guard: marker-ignores-newer-attempt
             raise FencedError(
                 f"epoch {epoch} of {self.location} was committed by attempt {existing.writer()}, newer than "
                 f"attempt {attempt}; this runner is fenced and stops"
             )
-        if existing is not None and existing.digest == digest:
-            if self._parts_intact(existing):
+        if existing is not None and existing.digest == digest:  # guard: marker-reused-for-any-digest
+            if self._parts_intact(existing):  # guard: marker-reused-with-lost-parts
                 log.info("epoch %d output already committed by an earlier attempt; reusing it", epoch)
                 return self._commit(epoch, existing.files)
             log.warning("epoch %d of %s: a part its %s lists is missing or cut short; writing the epoch again",
@@ -153,6 +153,7 @@ class FilesSink:
             fault_point("mid_sink_write", epoch)
         fault_point("after_sink_files", epoch)
         marker = SuccessMarker(epoch=epoch, digest=digest, files=files, attempt=attempt)
+        # guard: marker-cas-plain-put
         if self.store.put_if(self.marker_key(epoch), marker.model_dump_json(indent=1).encode(), version) is None:
             raise FencedError(
                 f"epoch {epoch} of {self.location} was committed by another attempt while attempt {attempt} "
@@ -182,10 +183,11 @@ class FilesSink:
         epochs = sorted({*existing_epochs, max([committed_through, *existing_epochs]) + 1})
         for epoch in epochs:
             existing, version = self._existing(epoch)
-            if existing is not None and existing.writer() > attempt:
+            if existing is not None and existing.writer() > attempt:  # guard: retract-ignores-newer-marker
                 raise FencedError(f"epoch {epoch} of {self.location} was committed by attempt {existing.writer()}, "
                                   f"newer than attempt {attempt}; this runner is fenced and stops")
             empty = SuccessMarker(epoch=epoch, digest="", files=[], attempt=attempt)
+            # guard: retract-marker-plain-put
             if self.store.put_if(self.marker_key(epoch), empty.model_dump_json(indent=1).encode(), version) is None:
                 raise FencedError(f"epoch {epoch} of {self.location} changed while attempt {attempt} retracted it; "
                                   "this runner is fenced and stops")
@@ -200,14 +202,16 @@ class FilesSink:
         never touched (this runner may be the old one); a marker that is neither this attempt's nor
         the one it reused means a newer attempt owns the epoch, and nothing is deleted."""
         current, _ = self._existing(commit.epoch)
-        if current is None or current.writer() > attempt:
+        if current is None or current.writer() > attempt:  # guard: stale-parts-ignores-newer-marker
             return
+        # guard: stale-parts-ignores-marker-in-place
         listed = {f.key for f in commit.files} | {f.key for f in current.files}
         stale = []
         for key in self.store.list(self.epoch_dir(commit.epoch)):
-            if key in listed or not key.rsplit("/", 1)[-1].startswith("part-"):
+            if key in listed or not key.rsplit("/", 1)[-1].startswith("part-"):  # guard: stale-parts-deletes-non-parts
                 continue
             writer = _writer_of(key)
+            # guard: stale-parts-deletes-newer-attempts, stale-parts-keeps-own-orphans
             if writer is None or writer <= attempt:  # this attempt's own unlisted parts: a failed task attempt's
                 stale.append(key)
         self.store.delete_many(stale)

@@ -49,7 +49,7 @@ def _make_dirs(directory: Path) -> None:
 
 def _version(st: os.stat_result, data: bytes) -> str:
     """Time and size tell apart rewrites with equal content (A-B-A); the hash covers coarse clocks."""
-    return f"{st.st_mtime_ns}-{st.st_size}-{hashlib.sha256(data).hexdigest()[:16]}"
+    return f"{st.st_mtime_ns}-{st.st_size}-{hashlib.sha256(data).hexdigest()[:16]}"  # guard: local-version-size-only
 
 
 class LocalStore(ObjectStore):
@@ -135,7 +135,7 @@ class LocalStore(ObjectStore):
             try:
                 with self._locked():
                     current = self._read(path)
-                    if (current[1] if current else None) != expected_version:
+                    if (current[1] if current else None) != expected_version:  # guard: local-put-if-no-precondition
                         return None
                     self._publish(tmp, path)
                     return _version(path.stat(), data)

@@ -183,13 +183,13 @@ class Lifecycle:
     # -- the compare-and-swap ---------------------------------------------------------------
     def _write(self, status: PipelineStatus, only_if_live: bool = False) -> None:
         with self._lock:
-            if self.fenced:
+            if self.fenced:  # guard: lifecycle-fence-not-sticky
                 return
             if only_if_live and (self._current is None or self._current.state not in LIVE_STATES):
                 return  # a transition to a final state won the lock first
             for _ in range(_CAS_ROUNDS):
                 found, version = self.snapshots.read_status_versioned()
-                if found is not None and found.attempt > self.attempt:
+                if found is not None and found.attempt > self.attempt:  # guard: lifecycle-ignores-newer-attempt
                     self.fenced = True
                     log.warning("pipeline %s: attempt %d now owns the status record; attempt %d stops writing it",
                                 self.snapshots.pipeline, found.attempt, self.attempt)

@@ -60,7 +60,7 @@ class PlanningSide(RunnerCore):
         if planned is not None and planned.positions == positions:
             # replay exactly what an earlier attempt planned, from the snapshot this attempt builds on
             # (the earlier attempt may have planned it on a snapshot of its own that never committed)
-            return planned.model_copy(update={"base_snapshot": base})
+            return planned.model_copy(update={"base_snapshot": base})  # guard: replayed-plan-keeps-old-base
         plan = plan_epoch(epoch, base, self.topic, positions, targets, self.job.trigger.max_records_per_epoch, stops,
                           self.topic_id)
         if lost:

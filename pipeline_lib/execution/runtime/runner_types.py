@@ -130,6 +130,7 @@ def sink_digest(plan: EpochPlan, fingerprint: str, parallelism: int, kind: str) 
     changed transform or aggregate gives other rows from the same input), the parallelism
     (how rows are cut into parts) and the sink's format, or ``dead-letters``. A marker is
     reused only for an equal digest; repair regenerates an epoch only for an equal one."""
+    # guard: sink-digest-ignores-spec
     return hashlib.sha256(f"{plan.digest()}|{fingerprint}|{parallelism}|{kind}".encode()).hexdigest()
 
 

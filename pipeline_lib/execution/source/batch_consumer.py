@@ -118,6 +118,7 @@ class _ColumnBatches:
                 yield columns
             batch = fetched.next_batch()
         if last_batch is not None and last_batch.magic == 2:
+            # guard: kafka-compacted-tail-unskipped
             self.next_fetch_offset = last_batch.next_offset  # past records removed by compaction
         fetched.drain()
 

@@ -41,7 +41,7 @@ def zero(data_type: T.DataType) -> Any:
     if isinstance(data_type, T.MapType):
         return {}
     if isinstance(data_type, T.StructType):
-        return error_row(data_type.fields)
+        return error_row(data_type.fields)  # guard: error-row-struct-without-zeros
     for types, value in _ZEROS:
         if isinstance(data_type, types):
             return value

@@ -79,7 +79,7 @@ class ColumnBatch:
 
     def between(self, start: int, end: int) -> ColumnBatch:
         """The records with ``start <= offset < end``."""
-        lo, hi = np.searchsorted(self.offsets, [start, end])
+        lo, hi = np.searchsorted(self.offsets, [start, end])  # guard: kafka-range-end-inclusive
         return self if lo == 0 and hi == len(self) else self.take(int(lo), int(hi))
 
     def values(self) -> list[bytes | None]:
@@ -197,7 +197,7 @@ def _check_offset_deltas(offset_delta: np.ndarray, last_offset_delta: int) -> No
     past the batch's end could be read in two ranges, or in none."""
     if not len(offset_delta):
         return
-    bad = np.flatnonzero(np.diff(offset_delta) <= 0)
+    bad = np.flatnonzero(np.diff(offset_delta) <= 0)  # guard: kafka-offsets-may-repeat
     if len(bad):
         raise _Corrupt(f"offset delta {int(offset_delta[bad[0] + 1])} does not follow {int(offset_delta[bad[0]])}",
                        offset_delta=int(offset_delta[bad[0] + 1]))
@@ -275,7 +275,7 @@ def _record_bounds(data: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
             raise _Corrupt(f"record length {length} does not fit the batch", index=i)
         starts[i], ends[i] = pos, pos + length
         pos += length
-    if pos != size:
+    if pos != size:  # guard: kafka-trailing-bytes-accepted
         raise _Corrupt(f"{size - pos} unconsumed bytes after all {count} records")
     return np.array(starts, np.int64), np.array(ends, np.int64)
 
@@ -315,7 +315,7 @@ def _bounded(lengths: np.ndarray, left: np.ndarray, name: str) -> np.ndarray:
     a count) or at most the bytes ``left`` in its record. A varint may claim up to 2**63: checked
     before any sum, which NumPy would let wrap around to a position that indexes anywhere."""
     lowest = 0 if name == "header count" else -1
-    bad = np.flatnonzero((lengths < lowest) | (lengths > left))
+    bad = np.flatnonzero((lengths < lowest) | (lengths > left))  # guard: kafka-length-varint-unbounded
     if len(bad):
         i = int(bad[0])
         if lengths[i] < lowest:

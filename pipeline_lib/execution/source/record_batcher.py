@@ -82,6 +82,7 @@ class RecordBatcher:
             string_decoder = StringRecordDecoder()
             self.decode = lambda offset, key, value: string_decoder.decode_kv(topic, partition, offset, key, value)
             self.width, self.needs_keys = 2, True
+        # guard: error-row-null-in-not-null-field
         self.error_row = error_row(schema.fields[:self.width])  # what a bad record's fields hold
 
     def build(self, chunks: Sequence[ColumnBatch]) -> pa.RecordBatch:
@@ -95,7 +96,7 @@ class RecordBatcher:
         sizes = np.concatenate([c.sizes() for c in chunks])
         batch_errors = [c.error for c in chunks for _ in range(len(c))] if any(c.error for c in chunks) else None
         stamps_held = ((stamps >= MIN_TIMESTAMP_MS) & (stamps < MAX_TIMESTAMP_MS)).all()
-        rows = (self._all_rows(chunks, values)
+        rows = (self._all_rows(chunks, values)  # guard: record-timestamp-fast-path-unchecked
                 if not (sizes > limit).any() and batch_errors is None and stamps_held else None)
         errors: list = [None] * len(values)
         raws: list = [None] * len(values)
@@ -121,7 +122,7 @@ class RecordBatcher:
         array belongs, an integer past an array<int>'s range, a null in a NOT NULL field...) makes
         its record a bad record naming topic, partition, offset and field, like any value the
         decoder refuses: raised, or (tolerant) an error row; never an exception that fails the read."""
-        try:
+        try:  # guard: batcher-unconvertible-fails-read
             return self._arrays(rows)
         except Exception:  # find the records at fault, one by one
             pass
@@ -214,7 +215,7 @@ class RecordBatcher:
                 batch_error = batch_errors[i] if batch_errors is not None else None
                 if batch_error is not None:
                     raise RecordError(topic, partition, offset, batch_error)
-                if not MIN_TIMESTAMP_MS <= stamp < MAX_TIMESTAMP_MS:
+                if not MIN_TIMESTAMP_MS <= stamp < MAX_TIMESTAMP_MS:  # guard: record-timestamp-range-unchecked
                     raise RecordError(topic, partition, offset,
                                       f"record timestamp {stamp} ms is out of range ({TIMESTAMP_RANGE})")
                 if size > limit:
@@ -246,4 +247,5 @@ def _timestamps(stamps: np.ndarray) -> pa.Array:
     """Milliseconds as Spark's timestamps (microseconds, UTC); a v0 message's NO_TIMESTAMP (-1) is null,
     and so is a timestamp past 9999 (a bad record's: RecordBatcher), never left to wrap round in ``* 1000``."""
     held = (stamps >= 0) & (stamps < MAX_TIMESTAMP_MS)
+    # guard: record-timestamp-unheld-shown
     return pa.array(np.where(held, stamps, 0) * 1000, pa.timestamp("us", tz="UTC"), mask=~held)

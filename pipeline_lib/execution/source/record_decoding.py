@@ -101,7 +101,7 @@ def _timestamp(v: Any) -> Any:
     else:
         raise ValueError(f"expected an ISO timestamp or epoch seconds, got {v!r:.40}")
     try:
-        parsed.astimezone(dt.UTC)  # what PySpark's converter does with it
+        parsed.astimezone(dt.UTC)  # what PySpark's converter does with it  # guard: timestamp-range-unchecked
     except (OverflowError, OSError, ValueError):
         raise ValueError(f"timestamp {v!r:.40} out of range ({TIMESTAMP_RANGE})") from None
     return parsed
@@ -110,9 +110,9 @@ def _timestamp(v: Any) -> Any:
 def _from_epoch_seconds(v: int | float) -> dt.datetime:
     """Bounded before ``fromtimestamp``, which raises OSError or OverflowError (platform errors,
     not ValueError) for 1e17, -1e17 or infinity, and ValueError for NaN."""
-    if not MIN_EPOCH_SECONDS <= v < MAX_EPOCH_SECONDS:
+    if not MIN_EPOCH_SECONDS <= v < MAX_EPOCH_SECONDS:  # guard: epoch-seconds-unbounded
         raise ValueError(f"epoch seconds {v!r:.40} out of range ({TIMESTAMP_RANGE})")
-    try:
+    try:  # guard: epoch-seconds-unbounded
         return dt.datetime.fromtimestamp(v, tz=dt.UTC)
     except (OverflowError, OSError, ValueError):  # rounds past 9999-12-31T23:59:59.999999
         raise ValueError(f"epoch seconds {v!r:.40} out of range ({TIMESTAMP_RANGE})") from None

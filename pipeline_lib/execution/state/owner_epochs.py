@@ -135,6 +135,7 @@ class OwnFlows:
                 yield _WRITTEN, value[1], value[2]
                 continue
             _, flow_index, task, sequence, ipc = value
+            # guard: merge-order-by-delivery
             partials[flow_index].append(Partial(task, sequence, pa.ipc.open_stream(ipc).read_all()))
         _, task_attempt = task_identity()
         for flow_index, owner_task in enumerate(self.owners):

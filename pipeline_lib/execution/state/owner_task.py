@@ -152,13 +152,14 @@ class OwnerTask:
         """Merge, write and reference ``owner``'s share of the flow (see the module docstring)."""
         owned = self.owners.owned(owner)
         table, key_groups = merged_partials(self.flow, partials)
-        base = [ref for ref in self.flow.base
+        base = [ref for ref in self.flow.base  # guard: owner-takes-every-base-span
                 if ref.key_group_start < owned.stop and ref.key_group_end > owned.start]
-        on_grid = {(r.key_group_start, r.key_group_end): r for r in base
+        on_grid = {(r.key_group_start, r.key_group_end): r for r in base  # guard: off-grid-span-kept
                    if self.owners.span_of(r.key_group_start) == (r.key_group_start, r.key_group_end)}
         off_grid = {span for r in base if (r.key_group_start, r.key_group_end) not in on_grid
                     for span in self.owners.spans_covering(max(r.key_group_start, owned.start),
                                                            min(r.key_group_end, owned.stop))}
+        # guard: off-grid-spans-not-rewritten
         writes = plan_span_writes(on_grid, changed_per_span(key_groups, self.owners.per_file,
                                                             self.owners.max_parallelism), off_grid)
         kept = writes.kept
@@ -189,6 +190,7 @@ class OwnerTask:
         if cache is not None:  # the next epoch's state, should it run on this executor
             for ref in written:
                 slots = state.slots_in(every, range(ref.key_group_start, ref.key_group_end))
+                # guard: cache-stores-written-under-base-sha
                 cache.put(ref.chain_digest(), state.table(slots, self.flow.schema), state.key_groups(slots))
             cache.trim()
         files = sorted([*kept.values(), *written], key=lambda r: r.key_group_start)
@@ -202,14 +204,14 @@ class OwnerTask:
         restore.read_spans, then folded and cached)."""
         starts = np.array(sorted(s for s, _ in rewrite))
         needed = [r for r in base if any(s < r.key_group_end and e > r.key_group_start for s, e in rewrite)]
-        found = {r.chain_digest(): rows for r in needed
+        found = {r.chain_digest(): rows for r in needed  # guard: cache-lookup-by-base-sha
                  if cache is not None and (rows := cache.get(r.chain_digest())) is not None}
         missing = [r for r in needed if r.chain_digest() not in found]
         fetched, fetched_bytes = read_spans(snapshots, missing, len(self.flow.aggregate.keys))
         for ref, rows in zip(missing, fetched):
             found[ref.chain_digest()] = rows
             if cache is not None:
-                cache.put(ref.chain_digest(), *rows)
+                cache.put(ref.chain_digest(), *rows)  # guard: cache-stores-fetched-under-base-sha
         tables, groups = [], []
         for ref in needed:
             table, key_groups = found[ref.chain_digest()]

@@ -75,13 +75,13 @@ def check_owned(snapshots: SnapshotStore, owner: int, owned: Owned, cache: State
             spans, size = read_spans(snapshots, [ref], key_columns[flow], objects)
             fetched += size
             table, key_groups = spans[0]
-            if schemas.setdefault(flow, table.schema) != table.schema:
+            if schemas.setdefault(flow, table.schema) != table.schema:  # guard: verification-owner-ignores-columns
                 raise SnapshotError(f"state file {ref.describe()} has columns {table.schema}, "
                                     f"the flow's other state files have {schemas[flow]}")
             rows[flow] = rows.get(flow, 0) + table.num_rows
             files += len(ref.chain())
             if cache is not None:
-                cache.put(ref.chain_digest(), table, key_groups)
+                cache.put(ref.chain_digest(), table, key_groups)  # guard: verification-caches-under-base-sha
         except SnapshotError as exc:
             return OwnerCheck(owner, files, rows, None, fetched,
                               f"flow {flow} span [{ref.key_group_start}, {ref.key_group_end}): {exc}")
@@ -126,7 +126,7 @@ def owned_files(manifest: Manifest, owners: dict[str, SpanOwners], parallelism: 
             continue
         refs = commit.state.files
         of_file = span_owners.owner_of(np.array([ref.key_group_start for ref in refs], dtype=np.int64))
-        for ref, owner in zip(refs, of_file.tolist()):
+        for ref, owner in zip(refs, of_file.tolist()):  # guard: verification-all-spans-on-one-owner
             owned[owner].append((flow, ref))
     return tuple(tuple(files) for files in owned)
 
@@ -141,20 +141,20 @@ def check_results(manifest: Manifest, checks: Sequence[OwnerCheck]) -> VerifiedS
     manifest's key count, or owners disagreeing on a flow's columns, is a SnapshotError."""
     checks = sorted(checks, key=lambda c: c.owner)
     for check in checks:
-        if check.problem is not None:
+        if check.problem is not None:  # guard: verification-ignores-a-problem
             raise SnapshotError(check.problem)
     schemas: dict[str, pa.Schema] = {}
     for check in checks:
         for flow, encoded in (check.schemas or {}).items():
             schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(encoded)))
-            if schemas.setdefault(flow, schema) != schema:
+            if schemas.setdefault(flow, schema) != schema:  # guard: verification-owners-disagree-on-columns
                 raise SnapshotError(f"snapshot {manifest.snapshot_id} flow {flow}: state files have columns "
                                     f"{schema} and {schemas[flow]}")
     for flow, commit in manifest.flows.items():
         if commit.state is None:
             continue
         rows = sum((check.rows or {}).get(flow, 0) for check in checks)
-        if rows != commit.state.keys:
+        if rows != commit.state.keys:  # guard: verification-skips-key-count
             raise SnapshotError(f"snapshot {manifest.snapshot_id} flow {flow} holds {rows} keys, "
                                 f"manifest says {commit.state.keys}")
     return VerifiedState(schemas, sum(c.files for c in checks), sum(c.fetched_bytes for c in checks))

@@ -37,16 +37,17 @@ class SpanOwners:
 
     def owner_of(self, key_groups: np.ndarray) -> np.ndarray:
         """The owner of each key group: the subtask owning its span's first key group."""
-        starts = key_groups - key_groups % self.per_file
+        starts = key_groups - key_groups % self.per_file  # guard: owner-of-unaligned-key-group
         return subtask_of(starts, self.parallelism, self.max_parallelism)
 
     def owned(self, owner: int) -> range:
         """The key groups ``owner`` holds: whole spans, contiguous, possibly none."""
         kgs = key_group_range(owner, self.parallelism, self.max_parallelism)
-        return range(self._span_boundary(kgs.start), self._span_boundary(kgs.stop))
+        return range(self._span_boundary(kgs.start), self._span_boundary(kgs.stop))  # guard: owned-not-whole-spans
 
     def spans_covering(self, start: int, stop: int) -> set[Span]:
         """The spans of the grid that hold any of the key groups [start, stop)."""
+        # guard: spans-covering-unaligned-start
         return {self.span_of(kg) for kg in range(start - start % self.per_file, stop, self.per_file)}
 
     def _span_boundary(self, key_group: int) -> int:
@@ -67,6 +68,7 @@ def cut_by_owner(table: pa.Table, key_groups: np.ndarray, owners: SpanOwners) ->
     with_groups = table.append_column(pa.field(KEY_GROUP_COLUMN, pa.int32()), [pa.array(key_groups, pa.int32())])
     of_row = owners.owner_of(key_groups)
     for owner in np.unique(of_row).tolist():
+        # guard: cut-gives-owners-every-row
         yield owner, with_groups.filter(pa.array(of_row == owner)) if len(of_row) else with_groups
 
 

@@ -43,12 +43,12 @@ class StateCache:
         """The cache of the executor this Python worker serves (None when disabled by a
         ``max_bytes`` of 0, or outside a Spark worker, where no local directory is given)."""
         local_dirs = os.environ.get("SPARK_LOCAL_DIRS", "")
-        if max_bytes <= 0 or not local_dirs:
+        if max_bytes <= 0 or not local_dirs:  # guard: cache-on-at-zero-bound
             return None
         return cls(Path(local_dirs.split(",")[0]) / CACHE_DIR, max_bytes)
 
     def _path(self, sha256: str) -> Path:
-        if len(sha256) != 64 or not all(c in "0123456789abcdef" for c in sha256):
+        if len(sha256) != 64 or not all(c in "0123456789abcdef" for c in sha256):  # guard: cache-any-name
             raise ValueError(f"not a SHA-256 in hex: {sha256!r}")
         return self.root / f"{sha256}{SUFFIX}"
 
@@ -58,7 +58,7 @@ class StateCache:
         try:
             table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
             key_groups = table.column(KEY_GROUP_COLUMN).to_numpy()
-            os.utime(path)  # recently used: the last to go in a trim
+            os.utime(path)  # recently used: the last to go in a trim  # guard: cache-hit-not-recent
         except FileNotFoundError:
             return None
         except (OSError, pa.ArrowException, KeyError):  # damaged: a miss, and gone for the next reader
@@ -94,10 +94,11 @@ class StateCache:
                     info = entry.stat()
                     if entry.name.endswith(SUFFIX):
                         entries.append((info.st_mtime_ns, info.st_size, entry.path))
+                    # guard: cache-trim-deletes-fresh-temporaries
                     elif entry.name.endswith(".tmp") and info.st_mtime_ns < stale_before:
                         os.unlink(entry.path)
         total = sum(size for _, size, _ in entries)
-        for _, size, path in sorted(entries):
+        for _, size, path in sorted(entries):  # guard: cache-evicts-newest-first
             if total <= self.max_bytes:
                 break
             with contextlib.suppress(FileNotFoundError):
