@@ -58,8 +58,8 @@ sys.path.insert(0, str(REPO / "tools"))
 
 from mutants import MUTANTS, Mutant  # noqa: E402
 
-# test_mutants_listed checks that each mutant's line is in the code, so it fails under every
-# mutant: it must not count as the test that kills one.
+# test_mutants_listed checks that each mutant's marker and original are in the code, so it fails
+# under every mutant: it must not count as the test that kills one.
 # The whole unit tier in two stages: a mutant's own test files (``Mutant.tests``; the commit
 # protocol's files when it names none), then, only for a mutant they did not kill, the rest.
 # Collecting the whole tier imports Airflow and more and costs about as much as running the first
@@ -74,7 +74,7 @@ LIBRARY = "pipeline_lib"
 CANARY_ID = "canary-broken-import"
 CANARY_FILE = "pipeline_lib/plan/keygroups.py"
 CANARY_LINE = "raise ImportError('mutation canary: this copy is the code under test')\n"
-MARKER = re.compile(r"#\s*guard:([^#]*)$")
+MARKER = re.compile(r"#\s*guard:([^#]*)")
 BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
 
@@ -186,9 +186,12 @@ def mutate(mutant: Mutant, source: str) -> str:
         line = source.splitlines()[statements[0].lineno - 1]
         indent = line[:len(line) - len(line.lstrip())]
         mutated = splice(source, statements[0], statements[-1], replacement.replace("\n", "\n" + indent))
-    elif len(statements) > 1 or not isinstance(as_expression, ast.Expression):
-        raise StaleMutant(f"its original is not the statement(s) marked in {mutant.file} (lines "
-                          f"{statements[0].lineno}-{statements[-1].end_lineno}) nor one expression")
+    elif len(statements) > 1:
+        raise StaleMutant(f"its marker is on {len(statements)} statements of {mutant.file} (lines "
+                          f"{statements[0].lineno}-{statements[-1].end_lineno}) and its original is not those")
+    elif not isinstance(as_expression, ast.Expression):
+        raise StaleMutant(f"its original is not the statement marked on line {statements[0].lineno} of "
+                          f"{mutant.file} nor an expression")
     else:
         wanted = ast.dump(as_expression.body)
         found = [node for node in header_nodes(statements[0]) if ast.dump(node) == wanted]

@@ -88,6 +88,7 @@ def test_a_block_of_marked_statements_is_replaced_whole_and_re_indented():
     (SOURCE + "\n\nq = 1  # guard: m-if\n", "b", "not one run of consecutive statements"),
     (SOURCE, "c", "occurs 0 times"),
     (SOURCE, "if a and b:\n    return 2", "is not the statement"),
+    (SOURCE.replace("x = g(a,", "x = g(a,  # guard: m-if"), "b", "marker is on 2 statements"),
 ])
 def test_a_missing_or_moved_marker_or_a_changed_original_is_stale(source, original, why):
     mutation = _mutation()
