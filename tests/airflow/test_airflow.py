@@ -33,7 +33,7 @@ from tests.airflow.deployment import start_airflow
 from tests.airflow.rest_api import AirflowApiError
 from tests.support import result_table, spend_spec, wait_for, write_spec
 
-pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # 8 tests in about 12-19 minutes on 2 busy cores
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # 9 tests in about 13-20 minutes on 2 busy cores
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "af-spend"
@@ -107,6 +107,7 @@ def airflow(local_stack, payments, tmp_path_factory):
     # an asset first made by an alias event is active (so an Asset.ref(uri=...) resolves to it) once the
     # scheduler's cleanup loop has seen it: every 60 s by default
     env["AIRFLOW__SCHEDULER__PARSING_CLEANUP_INTERVAL"] = "5"
+    env["AIRFLOW__CORE__TEST_CONNECTION"] = "Enabled"  # the Connections page's Test button (the hooks' test_connection)
     server = start_airflow(root / "home", dags, REPO / "plugins", env, all_admins=True, timeout=180)
     try:
         for dag_id in (DAG, "pipeline_recovery", "pipeline_verify", f"pipeline__{REPORTED[0]}", REPORT_DAG, USER_DAG,
@@ -151,7 +152,7 @@ from airflow.sdk import DAG
 from pipeline_lib.orchestration.operators import RunJobOperator
 
 with DAG("{dag_id}", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), catchup=False):
-    RunJobOperator(task_id="run", spec_path="{spec}", lease_seconds=10)
+    RunJobOperator(task_id="run", spec_path="{spec}", lease_seconds="{{{{ 5 + 6 }}}}")
 """
 
 
@@ -171,6 +172,16 @@ def test_invalid_params_are_rejected_before_anything_runs(airflow, tmp_path):
         with pytest.raises(AirflowApiError) as err:
             airflow.trigger(DAG, conf)
         assert err.value.response.status_code == 400 and f"param {name}:" in err.value.response.text
+    # what needs the job is refused before a run exists too, in the form's words, not a schema's
+    for conf, says in (({"lease_seconds": 30, "stall_seconds": 10},
+                        "param stall_seconds: stall_seconds 10 must be more than lease_seconds 30"),
+                       ({"restore": "0000000099-a1", "pipelines": ["main"]},
+                        "param restore: 0000000099-a1 is not a retained snapshot of pipeline main (retained: none)"),
+                       ({"restore": "yesterday"}, "param restore: 'yesterday' is not latest, none or a snapshot id")):
+        with pytest.raises(AirflowApiError) as err:
+            airflow.trigger(DAG, conf)
+        assert err.value.response.status_code == 400 and says in err.value.response.json()["detail"], conf
+        assert "^(" not in err.value.response.text and "does not match" not in err.value.response.text
     # Spark settings that run or load code, or undo the hardening: each refused, and nothing ran
     ran = tmp_path / "command-ran"
     for spark_conf in ({"spark.driver.memory": "32m", "spark.driver.extraJavaOptions":
@@ -199,9 +210,9 @@ def test_the_trigger_form_refuses_an_out_of_range_parallelism_instead_of_clampin
         page.press("Tab", "Tab", 9)  # the field loses focus: where the form would clamp to a maximum
         assert page.evaluate(f"{field}.value") == "10000"
         page.click(button("Trigger"))  # the dialog's own button, last in the document
-        shown = page.wait_for("document.body.innerText.includes('Invalid input for param parallelism') && "
+        shown = page.wait_for("document.body.innerText.includes('param parallelism') && "
                               "document.body.innerText", 30, "the form to show Airflow's refusal")
-    assert "Invalid input for param parallelism: 10000 is greater than the maximum of 128" in shown
+    assert "param parallelism: 10000 exceeds max_parallelism 128" in shown
     assert airflow.dag_runs(DAG) == []
 
 
@@ -222,6 +233,14 @@ def test_killed_run_is_recovered_by_pipeline_recovery_to_an_exact_result(airflow
     assert "spark-submit" in log and "--master local[2]" in log
     assert "--run-conf spark.sql.shuffle.partitions=3" in log
     assert not any(s in log for s in secrets)
+    # the job's lines keep their level, without the job's own timestamp; the death is an error
+    records = [e for e in airflow.task_log_events(DAG, run_id, "run_job") if isinstance(e, dict)]
+    committed = [e for e in records if "subtasks started" in str(e.get("event"))]
+    assert committed and all(e.get("level") == "info" and not str(e["event"])[:4].isdigit() for e in committed), \
+        committed
+    assert any(e.get("level") == "error" and "marked main LOST" in str(e.get("event")) for e in records), records[-5:]
+    # the task saw the death and said so at once: LOST without waiting for the lease
+    assert status(stack_env).state == "LOST"
 
     # the dead run left RUNNING behind; once its lease expires it is LOST
     wait_for(lambda: status(stack_env).observed(dt.datetime.now(dt.UTC))[0] == "LOST", 30, "LOST")
@@ -231,6 +250,7 @@ def test_killed_run_is_recovered_by_pipeline_recovery_to_an_exact_result(airflow
     [decision] = airflow.xcom("pipeline_recovery", recovery_run, "assess")
     assert decision["verdict"] == "relaunch" and decision["observed"] == "LOST", decision
     assert decision["restore_from"] and decision["subtasks"] == {"restore": 6}
+    assert decision["conf"]["spark_conf"] == {"spark.sql.shuffle.partitions": "3"}  # the run's settings, kept
     relaunch_id = decision["trigger_run_id"]
     assert relaunch_id == f"recovery__main__a{running.attempt}__r1"
 
@@ -238,6 +258,7 @@ def test_killed_run_is_recovered_by_pipeline_recovery_to_an_exact_result(airflow
     summary = airflow.xcom(DAG, relaunch_id, "run_job")
     assert summary["pipelines"][0]["restored_from"] == decision["restore_from"]
     assert summary["pipelines"][0]["status"] == "RAN"
+    assert "--run-conf spark.sql.shuffle.partitions=3" in airflow.task_log(DAG, relaunch_id, "run_job")
     assert result_table(stack_env, SINK) == spend_per_user(events)  # exactly once, across the kill
     final = status(stack_env)
     assert final.state == "STOPPED" and final.reason == "caught up" and final.attempt == running.attempt + 1
@@ -372,26 +393,102 @@ def test_the_pipelines_page_used_in_the_browser(airflow, stack_env):
         page.wait_for(f"{FRAME}.querySelector('[data-live=sub]').textContent !== {judged!r}", 60, "a refresh")
         assert page.evaluate(f"{form}.restore.value") == listed[-1]["snapshot_id"]
 
-        # a restore from the page: its run says where it came from, and its link opens the run in Airflow
+        # a restore from the page asks first; the pipeline was last run continuously, and stays so
         page.evaluate(f"{form}.restore.value = 'latest'")
         page.click(f"{form}.querySelector('button[type=submit]')")
+        question = page.wait_for(f"!{SECTION}.querySelector('.confirm').hidden && "
+                                 f"{SECTION}.querySelector('.confirm').innerText", 10, "the restore question")
+        assert "Nothing committed is discarded" in question and "mode continuous" in question, question
+        assert "fences it" not in question  # the pipeline is STOPPED: nothing runs to be fenced
+        page.click(button("Restore", SECTION))
         page.wait_for(f"!!{SECTION}.querySelector('.msg a')", 30, "the triggered run's link")
         run_id = page.evaluate(f"{SECTION}.querySelector('.msg a').textContent").removeprefix("run ")
         assert run_id.startswith("pipelines_page__main__latest__")
-        page.click(f"{SECTION}.querySelector('.msg a')")
-        page.wait_for(f"decodeURIComponent(location.pathname) === '/dags/{DAG}/runs/{run_id}'", 30,
-                      "the Airflow UI to open the run")
-        assert airflow.dag_run(DAG, run_id)["conf"]["reason"] == "Pipelines page: restore latest of pipeline main"
-        assert airflow.wait_for_run(DAG, run_id, timeout=300) == "success"
+        conf = airflow.dag_run(DAG, run_id)["conf"]
+        assert conf["reason"] == "Pipelines page: restore latest of pipeline main" and conf["mode"] == "continuous"
+        running = wait_for(lambda: (s := status(stack_env)) and s.state == "RUNNING"
+                           and s.launch.launched_by == f"airflow:{DAG}/{run_id}" and s, 240, "the restored stream")
+        assert running.launch.mode == "forever"
+        page.wait_for(f"{SECTION}.querySelector('.msg').dataset.state === 'running'", 60, "the page to show it running")
+
+        # a second restore while it runs: the question names the attempt it fences; cancelled
+        page.wait_for(f"{FRAME}.querySelector('[data-live=\"{JOB}/main/status\"]').innerText.includes('RUNNING')",
+                      60, "the page to show RUNNING")
+        page.click(f"{form}.querySelector('button[type=submit]')")
+        question = page.wait_for(f"!{SECTION}.querySelector('.confirm').hidden && "
+                                 f"{SECTION}.querySelector('.confirm').innerText", 10, "the fencing question")
+        assert f"Attempt {running.attempt} is RUNNING" in question and "fences it" in question, question
+        page.click(button("Cancel", SECTION))
+        assert page.evaluate(f"{SECTION}.querySelector('.msg').textContent") == "restore cancelled"
+
+        # the current run and its log are linked from the status; the log link opens the task in Airflow
+        page.click(f"{SECTION}.querySelector('[data-run-links] a:last-child')")
+        page.wait_for(f"decodeURIComponent(location.pathname) === '/dags/{DAG}/runs/{run_id}/tasks/run_job'", 30,
+                      "the Airflow UI to open the run's task log")
+        airflow.request("PATCH", f"/api/v2/dags/{DAG}/dagRuns/{run_id}", json={"state": "failed"})  # stop the stream
+        stopped = wait_for(lambda: (s := status(stack_env)) and s.state != "RUNNING" and s, 120, "the stream to stop")
+        assert stopped.state == "STOPPED", stopped
         assert len(airflow.dag_runs(DAG)) == runs_before + 1
 
-        # back on the page: the run's end reads "caught up"; the DAG link opens the DAG in Airflow
+        # back on the page: the DAG link opens the DAG in Airflow
         page.goto(f"{airflow.base_url}/plugin/pipelines")
         page.wait_for(f"!!({FRAME} && {SECTION} && {SECTION}.querySelector('form.restore'))", 90, "the Pipelines page")
-        status = live_cell(page, "status")
-        assert "STOPPED" in status and "caught up" in status and f"airflow:{DAG}/{run_id}" in status, status
+        shown = page.wait_for(f"(t => t.includes('STOPPED') && t)({FRAME}.querySelector("
+                              f"'[data-live=\"{JOB}/main/status\"]').innerText)", 60, "the page to show STOPPED")
+        assert f"airflow:{DAG}/{run_id}" in shown, shown
         page.click(f"{SECTION}.querySelector('a[data-airflow-link]')")
         page.wait_for(f"location.pathname === '/dags/{DAG}'", 30, "the Airflow UI to open the DAG")
+
+
+def _mean_luminance(png: Path, box: tuple[int, int, int, int]) -> float:
+    from PIL import Image, ImageStat
+
+    with Image.open(png) as image:
+        return ImageStat.Stat(image.convert("L").crop(box)).mean[0]
+
+
+def test_the_pipelines_page_fits_narrow_windows_and_follows_airflow_s_dark_mode(airflow, tmp_path):
+    """At 1024 and 800 px every field of the job's pipeline, the restore button above all, lies
+    inside the frame, where a click reaches it; with Airflow's theme set to dark, the page is dark."""
+    restore = f"{SECTION}.querySelector('form.restore button[type=submit]')"
+    (REPO / "results").mkdir(exist_ok=True)
+    inside = (f"(() => {{ const frame = document.querySelector('iframe[title=Pipelines]'), doc = {FRAME}, "
+              f"width = doc.documentElement.clientWidth; "
+              f"const cells = Array.from({SECTION}.querySelectorAll('tr[data-pipeline] > td')); "
+              "const cut = cells.filter(c => c.getBoundingClientRect().right > width + 1).length; "
+              f"const b = {restore}; b.scrollIntoView({{block: 'center'}}); const r = b.getBoundingClientRect(); "
+              "const hit = doc.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2) === b; "
+              "const f = frame.getBoundingClientRect(); "
+              "return {cut, hit, scroll: doc.documentElement.scrollWidth - width, "
+              "box: [f.left + r.left, f.top + r.top, f.left + r.right, f.top + r.bottom]}; })()")
+    for width in (1024, 800):
+        with HeadlessChromium() as browser, browser.page(f"{airflow.base_url}/plugin/pipelines",
+                                                         window=f"{width},800") as page:
+            page.wait_for(f"!!(document.querySelector('iframe[title=Pipelines]') && {FRAME} && {SECTION} && "
+                          f"{restore})", 90, "the Pipelines page")
+            seen = page.evaluate(inside)
+            assert seen["cut"] == 0 and seen["scroll"] <= 0 and seen["hit"], (width, seen)
+            shot = page.screenshot(tmp_path / f"page-{width}.png")
+            left, top, right, bottom = (round(v) for v in seen["box"])
+            assert 0 <= left < right <= width and bottom > top
+            # the button is drawn where the DOM says: its box is not the page's plain background
+            from PIL import Image
+            with Image.open(shot) as image:
+                colours = image.convert("RGB").crop((left, top, right, bottom)).getcolors(1 << 16) or []
+            assert len(colours) > 4, (width, len(colours))
+            shutil.copy(shot, REPO / "results" / f"pipelines-page-{width}.png")
+
+    with HeadlessChromium() as browser, browser.page(f"{airflow.base_url}/plugin/pipelines") as page:
+        page.evaluate("localStorage.setItem('theme', 'dark')")  # what Airflow's own theme switch stores
+        page.goto(f"{airflow.base_url}/plugin/pipelines")
+        page.wait_for(f"document.documentElement.classList.contains('dark') && {FRAME} && {SECTION} && "
+                      f"{FRAME}.documentElement.dataset.theme === 'dark'", 90, "the page in Airflow's dark mode")
+        frame = page.evaluate("(() => { const r = document.querySelector('iframe[title=Pipelines]')"
+                              ".getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })()")
+        shot = page.screenshot(tmp_path / "dark.png")
+        box = tuple(round(v) for v in frame)
+        assert _mean_luminance(shot, box) < 80, "the page inside Airflow's dark UI is not dark"  # white is 255
+        shutil.copy(shot, REPO / "results" / "pipelines-page-dark.png")
 
 
 def test_a_users_own_dag_runs_a_job_with_run_job_operator_alone(airflow, stack_env, local_stack):
@@ -405,6 +502,9 @@ def test_a_users_own_dag_runs_a_job_with_run_job_operator_alone(airflow, stack_e
     assert pipeline["records"] == len(events) and pipeline["status"] == "RAN"
     log = airflow.task_log(USER_DAG, run_id, "run")
     assert "--master local[1]" in log and "--until-caught-up" in log and "--restore latest" in log
+    assert "--lease-seconds 11" in log  # a template field, rendered by Airflow
+    links = airflow.get(f"/api/v2/dags/{USER_DAG}/dagRuns/{run_id}/taskInstances/run/links")
+    assert links["extra_links"]["Pipelines page"].endswith(f"/pipeline-lib/?job={USER_JOB}#job-{USER_JOB}"), links
     assert not any(secret in log for secret in (local_stack.secret_key, local_stack.access_key))
     assert result_table(stack_env, f"s3://results/{USER_JOB}") == spend_per_user(events)
 
@@ -435,3 +535,13 @@ def test_a_users_own_dag_runs_a_job_with_run_job_operator_alone(airflow, stack_e
     kafka_extra = json.dumps(forms["pipeline_lib_kafka"]["extra_fields"])
     assert all(name in kafka_extra for name in ("bootstrap_servers", "security_protocol", "sasl_mechanism",
                                                  "ssl_cafile"))
+    # the Connections page's Test button: each type's hook reaches its service, or says why not
+    host, port = local_stack.kafka_bootstrap.rsplit(":", 1)
+    tested = airflow.request("POST", "/api/v2/connections/test", json={
+        "connection_id": "probe", "conn_type": "pipeline_lib_kafka", "host": host, "port": int(port)}).json()
+    assert tested["status"] is True and "answers" in tested["message"], tested
+    tested = airflow.request("POST", "/api/v2/connections/test", json={
+        "connection_id": "probe", "conn_type": "pipeline_lib_s3", "host": local_stack.s3_endpoint,
+        "login": local_stack.access_key, "password": "wrong-" + local_stack.secret_key}).json()
+    assert tested["status"] is False and local_stack.secret_key not in tested["message"], tested
+
