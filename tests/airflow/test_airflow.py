@@ -6,7 +6,9 @@ the lease expires (LOST) → trigger ``pipeline_recovery`` → it relaunches onl
 its latest snapshot → the output is exactly the failure-free answer. Then the UI page, rendered
 by headless Chromium inside the Airflow UI, and used there as a user would (real clicks and
 typing over the DevTools protocol): the trigger form refusing an out-of-range number, the page's
-links, refresh, start-over confirmation and a restore triggered from it. Last, a user's own DAG
+links, refresh, the confirmation every restore asks (naming what it fences and discards), a
+restore that keeps the pipeline continuous and is followed to its state, and the page at 1024 and
+800 px and in Airflow's dark mode (screenshots checked by assertions). Last, a user's own DAG
 file running a job with RunJobOperator alone, the job scheduled on its sink's asset, and the
 provider's connection types as the api-server serves them.
 """
