@@ -57,7 +57,8 @@ def _tls(conn: KafkaConnection, sock: socket.socket, host: str, port: int) -> ss
     try:
         return conn.ssl_context().wrap_socket(sock, server_hostname=host)
     except ssl.SSLCertVerificationError as exc:
-        trusted = "the CA in PIPELINE_KAFKA_SSL_CAFILE" if conn.ssl_cadata else "the system's trusted CAs"
+        trusted = ("the configured CA (ssl_cafile of the Kafka connection, or PIPELINE_KAFKA_SSL_CAFILE)"
+                   if conn.ssl_cadata else "the system's trusted CAs")
         raise KafkaLoginError(f"Kafka broker {host}:{port}: its TLS certificate is not trusted by {trusted}: "
                               f"{exc.verify_message}") from None
     except (ssl.SSLError, OSError) as exc:
@@ -66,6 +67,7 @@ def _tls(conn: KafkaConnection, sock: socket.socket, host: str, port: int) -> ss
 
 
 def _sasl_login(conn: KafkaConnection, sock: socket.socket, host: str, port: int, deadline: float) -> None:
+    from kafka import errors as kafka_errors
     from kafka.errors import KafkaError
 
     from pipeline_lib.kafka_adapter.login import authenticate_request, handshake_request, sasl_mechanism, sasl_protocol
@@ -97,9 +99,13 @@ def _sasl_login(conn: KafkaConnection, sock: socket.socket, host: str, port: int
                 return responses[0][1]
 
     answer = exchange(handshake_request(conn.sasl_mechanism, _SASL_HANDSHAKE_VERSION))
-    if answer.error_code != 0 or conn.sasl_mechanism not in answer.mechanisms:
-        raise KafkaLoginError(f"{who} does not offer SASL {conn.sasl_mechanism}: it offers "
-                              f"{', '.join(answer.mechanisms) or 'no mechanism'}")
+    offered = ", ".join(answer.mechanisms) or "no mechanism"
+    if conn.sasl_mechanism not in answer.mechanisms:
+        raise KafkaLoginError(f"{who} does not offer SASL {conn.sasl_mechanism}: it offers {offered}")
+    if answer.error_code != 0:
+        error = kafka_errors.for_code(answer.error_code).__name__
+        raise KafkaLoginError(f"{who} refused the SASL handshake for {conn.sasl_mechanism} ({error}, error code "
+                              f"{answer.error_code}; it offers {offered})")
     mechanism = sasl_mechanism(conn.sasl_mechanism, host, conn.client_config())
     while not mechanism.is_done():
         answer = exchange(authenticate_request(mechanism.auth_bytes(), _SASL_AUTHENTICATE_VERSION))

@@ -111,8 +111,8 @@ def test_an_untrusted_broker_certificate_fails_at_once_naming_the_ca(stack_env, 
     run = run_cli(["run", str(spec), "--until-caught-up"],
                   {**stack_env, **_secured_env(apache_kafka, cafile=str(other_ca))}, timeout=120)
     assert run.returncode != 0
-    assert "its TLS certificate is not trusted by the CA in PIPELINE_KAFKA_SSL_CAFILE" in run.stderr, \
-        run.stderr[-2000:]
+    assert "its TLS certificate is not trusted by the configured CA (ssl_cafile of the Kafka connection" \
+        in run.stderr, run.stderr[-2000:]
     with pytest.raises(KafkaLoginError, match="not trusted by the system's trusted CAs"):
         check_login(ConnectionSettings.from_env({"PIPELINE_KAFKA_BOOTSTRAP": apache_kafka.security.ssl_bootstrap,
                                                  "PIPELINE_KAFKA_SECURITY_PROTOCOL": "SSL"}).require_kafka())
