@@ -6,6 +6,7 @@ benchmarks (restore_completed.py, cluster_vs_local.py, driver_load.py). The Make
 call these; in a source checkout ``pipeline-lib bench`` mounts the same app (pipeline_lib/bench_command.py).
 Each benchmark's modules load only when it runs, so mounting this costs other commands nothing.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,23 +22,34 @@ def throughput(
     ctx: typer.Context,
     events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 1_000_000,
     keys: Annotated[int, typer.Option(min=1, help="Distinct users (keys).")] = 100_000,
-    per_epoch: Annotated[int, typer.Option(
-        min=1, help="Max records per epoch (ours) and per micro-batch (Structured Streaming).")] = 100_000,
-    restore_keys: Annotated[str, typer.Option(
-        help="State sizes for the restore measurement, comma-separated.")] = "10000,100000,1000000",
+    per_epoch: Annotated[
+        int, typer.Option(min=1, help="Max records per epoch (ours) and per micro-batch (Structured Streaming).")
+    ] = 100_000,
+    restore_keys: Annotated[
+        str, typer.Option(help="State sizes for the restore measurement, comma-separated.")
+    ] = "10000,100000,1000000",
     partitions: Annotated[int, typer.Option(min=1, help="Kafka partitions of the benchmark topic.")] = 4,
     parallelism: Annotated[int, typer.Option(min=1, help="local[N] for both engines.")] = 2,
-    incremental: Annotated[str, typer.Option(
-        help="Small incremental runs: key_groups,users (or none).")] = "key_groups,users",
+    incremental: Annotated[
+        str, typer.Option(help="Small incremental runs: key_groups,users (or none).")
+    ] = "key_groups,users",
     no_recovery: Annotated[bool, typer.Option("--no-recovery", help="Skip the SIGKILL/restart measurement.")] = False,
-    short_events: Annotated[int, typer.Option(
-        min=0, help="Backlog of the short scheduled runs (ours --until-caught-up vs Structured Streaming); "
-                    "0 skips them.")] = 50_000,
-    broker: Annotated[str, typer.Option(
-        help="kafka (Apache Kafka from Maven Central jars, what production runs) or tansu (the embedded broker).")
+    short_events: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Backlog of the short scheduled runs (ours --until-caught-up vs Structured Streaming); 0 skips them.",
+        ),
+    ] = 50_000,
+    broker: Annotated[
+        str,
+        typer.Option(
+            help="kafka (Apache Kafka from Maven Central jars, what production runs) or tansu (the embedded broker)."
+        ),
     ] = "kafka",
-    out: Annotated[Path, typer.Option(
-        help="Folder for report.md, report.json, plots and logs.")] = Path("results/bench"),
+    out: Annotated[Path, typer.Option(help="Folder for report.md, report.json, plots and logs.")] = Path(
+        "results/bench"
+    ),
 ) -> None:
     """Throughput: this project's job vs Spark Structured Streaming vs raw Kafka consumers, with a report.
 
@@ -51,9 +63,11 @@ def throughput(
     if ctx.invoked_subcommand is not None:
         given = [f"--{p.name.replace('_', '-')}" for p in ctx.command.params if p.name and _given(ctx, p.name)]
         if given:
-            raise typer.BadParameter(f"{', '.join(given)}: throughput options, given before the sub-command "
-                                     f"{ctx.invoked_subcommand} (see {ctx.command_path} {ctx.invoked_subcommand} "
-                                     "--help for its own)")
+            raise typer.BadParameter(
+                f"{', '.join(given)}: throughput options, given before the sub-command "
+                f"{ctx.invoked_subcommand} (see {ctx.command_path} {ctx.invoked_subcommand} "
+                "--help for its own)"
+            )
         return
     from benchmarks.config import BenchConfig, parse_keys, parse_kinds
     from benchmarks.throughput import report_and_exit, run_bench
@@ -66,9 +80,19 @@ def throughput(
         kinds = parse_kinds(incremental)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--incremental") from None
-    cfg = BenchConfig(events=events, keys=keys, per_epoch=per_epoch, restore_keys=sizes, partitions=partitions,
-                      parallelism=parallelism, incremental=kinds, recovery=not no_recovery, out=out,
-                      broker=broker, short_events=short_events)
+    cfg = BenchConfig(
+        events=events,
+        keys=keys,
+        per_epoch=per_epoch,
+        restore_keys=sizes,
+        partitions=partitions,
+        parallelism=parallelism,
+        incremental=kinds,
+        recovery=not no_recovery,
+        out=out,
+        broker=broker,
+        short_events=short_events,
+    )
     raise typer.Exit(report_and_exit(run_bench(cfg), cfg))
 
 
@@ -108,8 +132,11 @@ def cluster(
     Prints the medians per mode and the cluster/local ratios (see benchmarks/cluster_vs_local.py)."""
     from benchmarks.cluster_vs_local import cluster_vs_local
 
-    raise typer.Exit(cluster_vs_local(events=events, users=users, per_epoch=per_epoch, workers=workers,
-                                      parallelism=parallelism, repeat=repeat))
+    raise typer.Exit(
+        cluster_vs_local(
+            events=events, users=users, per_epoch=per_epoch, workers=workers, parallelism=parallelism, repeat=repeat
+        )
+    )
 
 
 @bench_app.command("driver")
@@ -118,8 +145,9 @@ def driver(
     per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch.")] = 100_000,
     workers: Annotated[int, typer.Option(min=1, help="One-core workers of the standalone cluster.")] = 2,
     parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism.")] = 2,
-    modes: Annotated[str, typer.Option(
-        help="Where keyed state lives: owners,driver (either or both).")] = "owners,driver",
+    modes: Annotated[
+        str, typer.Option(help="Where keyed state lives: owners,driver (either or both).")
+    ] = "owners,driver",
     out: Annotated[Path, typer.Option(help="Folder for report.md and report.json.")] = Path("results/bench-driver"),
 ) -> None:
     """What the driver receives, its CPU and its memory as the keyed state grows, owner tasks vs the driver path.
@@ -135,5 +163,6 @@ def driver(
     chosen = tuple(m.strip() for m in modes.split(",") if m.strip())
     if not chosen or set(chosen) - set(MODES):
         raise typer.BadParameter(f"{modes!r}: choose from {', '.join(MODES)}", param_hint="--modes")
-    raise typer.Exit(driver_load(sizes, per_epoch=per_epoch, workers=workers, parallelism=parallelism,
-                                 modes=chosen, out=out))
+    raise typer.Exit(
+        driver_load(sizes, per_epoch=per_epoch, workers=workers, parallelism=parallelism, modes=chosen, out=out)
+    )

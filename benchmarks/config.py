@@ -17,6 +17,7 @@ INCREMENTAL_KINDS = ("key_groups", "users")  # the small incremental runs: see e
 @dataclass
 class BenchConfig:
     """Sizes and knobs of one benchmark run, recorded in the report so that numbers can be reproduced."""
+
     events: int = 1_000_000
     keys: int = 100_000
     per_epoch: int = 100_000

@@ -54,6 +54,7 @@ MODES = ("owners", "driver")
 @dataclass
 class DriverUsage:
     """CPU seconds and peak RSS of the driver's Python process and of its Spark driver JVM."""
+
     python_cpu_s: float = 0.0
     jvm_cpu_s: float = 0.0
     python_peak_rss: int = 0
@@ -85,8 +86,14 @@ def sampled_run(args: list[str], env: dict[str, str], log: Path) -> tuple[int, f
     usage, lines = DriverUsage(), []
     started = time.monotonic()
     with open(log, "w") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "pipeline_lib", *args], env=env, text=True,
-                                stdout=sink, stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline_lib", *args],
+            env=env,
+            text=True,
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         assert proc.stderr is not None
         runner = psutil.Process(proc.pid)
         done = threading.Event()
@@ -113,36 +120,66 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def measure(keys: int, mode: str, topic: str, events: int, per_epoch: int, parallelism: int,
-            env: dict[str, str], settings: ConnectionSettings, expected: dict, work: Path) -> dict[str, Any]:
+def measure(
+    keys: int,
+    mode: str,
+    topic: str,
+    events: int,
+    per_epoch: int,
+    parallelism: int,
+    env: dict[str, str],
+    settings: ConnectionSettings,
+    expected: dict,
+    work: Path,
+) -> dict[str, Any]:
     """One mode at one state size: the run, its table checked, then the restore run."""
     name = f"driver-{mode}-{keys}"
     sink, store = f"s3://results/{name}", f"s3://checkpoints/{name}"
-    spec = spend_job_spec(name, topic, sink, store, per_epoch=per_epoch, parallelism=parallelism, fmt="parquet",
-                          extra={"keyed_state": mode, "spark": {"conf": {"spark.driver.host": "127.0.0.1"}}})
+    spec = spend_job_spec(
+        name,
+        topic,
+        sink,
+        store,
+        per_epoch=per_epoch,
+        parallelism=parallelism,
+        fmt="parquet",
+        extra={"keyed_state": mode, "spark": {"conf": {"spark.driver.host": "127.0.0.1"}}},
+    )
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     rc, wall, usage, lines = sampled_run(["run", str(path), "--timings"], env, work / f"{name}.log")
     if rc != 0:
         raise SystemExit(f"{name}: run failed (exit {rc}); see {work / f'{name}.log'}:\n{''.join(lines[-30:])}")
     epochs = [e for e in map(parse_epoch_line, lines) if e is not None]
-    check = compare({k[0]: {"user": v["user"], "total": v["total"], "n": v["n"]}
-                     for k, v in read_upsert_table(open_store(sink, settings), ["user"]).items()}, expected)
+    check = compare(
+        {
+            k[0]: {"user": v["user"], "total": v["total"], "n": v["n"]}
+            for k, v in read_upsert_table(open_store(sink, settings), ["user"]).items()
+        },
+        expected,
+    )
     if not check["verified"]:
         raise SystemExit(f"{name}: the table differs from plain Python: {check}")
     restore_rc, restore_wall, restore_usage, restore_lines = sampled_run(
-        ["run", str(path), "--until-caught-up"], env, work / f"{name}-restore.log")
+        ["run", str(path), "--until-caught-up"], env, work / f"{name}-restore.log"
+    )
     if restore_rc != 0 or not any("restored from" in line for line in restore_lines):
         raise SystemExit(f"{name}: the restore run failed (exit {restore_rc}):\n{''.join(restore_lines[-30:])}")
     steady = epochs[1:]
-    late = [e["state_bytes_written"] for e in epochs[len(epochs) // 2:] if "state_bytes_written" in e]
+    late = [e["state_bytes_written"] for e in epochs[len(epochs) // 2 :] if "state_bytes_written" in e]
     million = events / 1e6
     received = [e["task_result_bytes"] for e in epochs if "task_result_bytes" in e]
     return {
-        "mode": mode, "keys": keys, "events": events, "epochs": len(epochs), "verified": True,
-        "wall_s": round(wall, 1), "events_per_s": round(events / wall),
+        "mode": mode,
+        "keys": keys,
+        "events": events,
+        "epochs": len(epochs),
+        "verified": True,
+        "wall_s": round(wall, 1),
+        "events_per_s": round(events / wall),
         "received_bytes_per_epoch": _median(received),
-        "python_cpu_s": round(usage.python_cpu_s, 2), "jvm_cpu_s": round(usage.jvm_cpu_s, 2),
+        "python_cpu_s": round(usage.python_cpu_s, 2),
+        "jvm_cpu_s": round(usage.jvm_cpu_s, 2),
         "python_cpu_s_per_1m_events": round(usage.python_cpu_s / million, 2),
         "jvm_cpu_s_per_1m_events": round(usage.jvm_cpu_s / million, 2),
         "python_peak_rss_mb": round(usage.python_peak_rss / 2**20),
@@ -158,8 +195,14 @@ def measure(keys: int, mode: str, topic: str, events: int, per_epoch: int, paral
     }
 
 
-def driver_load(keys: list[int], per_epoch: int = 100_000, workers: int = 2, parallelism: int = 2,
-                modes: tuple[str, ...] = MODES, out: Path = Path("results/bench-driver")) -> int:
+def driver_load(
+    keys: list[int],
+    per_epoch: int = 100_000,
+    workers: int = 2,
+    parallelism: int = 2,
+    modes: tuple[str, ...] = MODES,
+    out: Path = Path("results/bench-driver"),
+) -> int:
     """Every size in every mode; prints the table and writes report.md and report.json to ``out``."""
     root = Path(tempfile.mkdtemp(prefix="pipeline-bench-driver-"))
     stack = start_stack(root / "stack", broker_storage="memory")
@@ -190,8 +233,9 @@ def driver_load(keys: list[int], per_epoch: int = 100_000, workers: int = 2, par
         else:
             print(f"the runs' logs are kept in {root}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps({"per_epoch": per_epoch, "workers": workers,
-                                                 "parallelism": parallelism, "rows": rows}, indent=1))
+    (out / "report.json").write_text(
+        json.dumps({"per_epoch": per_epoch, "workers": workers, "parallelism": parallelism, "rows": rows}, indent=1)
+    )
     table = report_table(rows, per_epoch, workers)
     (out / "report.md").write_text(table + "\n")
     print("\n" + table)
@@ -200,16 +244,20 @@ def driver_load(keys: list[int], per_epoch: int = 100_000, workers: int = 2, par
 
 def report_table(rows: list[dict[str, Any]], per_epoch: int, workers: int) -> str:
     """The Markdown table of every row."""
+
     def num(value: Any, fmt: str = ",") -> str:
         return "n/a" if value is None else format(value, fmt)
 
-    lines = [f"Epochs of {per_epoch:,} events, a standalone cluster of {workers} one-core workers; every table "
-             "equal to plain Python.", "",
-             "| mode | keys | events | events/s | driver received per epoch (bytes) | driver CPU s, whole run: "
-             "Python / JVM | driver CPU s per 1M events: Python / JVM | driver peak RSS MB: Python / JVM | "
-             "steady epoch (s) | state bytes | written per steady epoch | written per epoch, second half: "
-             "median / mean | restore run (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Epochs of {per_epoch:,} events, a standalone cluster of {workers} one-core workers; every table "
+        "equal to plain Python.",
+        "",
+        "| mode | keys | events | events/s | driver received per epoch (bytes) | driver CPU s, whole run: "
+        "Python / JVM | driver CPU s per 1M events: Python / JVM | driver peak RSS MB: Python / JVM | "
+        "steady epoch (s) | state bytes | written per steady epoch | written per epoch, second half: "
+        "median / mean | restore run (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         lines.append(
             f"| {r['mode']} | {r['keys']:,} | {r['events']:,} | {r['events_per_s']:,} | "
@@ -219,5 +267,6 @@ def report_table(rows: list[dict[str, Any]], per_epoch: int, workers: int) -> st
             f"{r['python_peak_rss_mb']} / {r['jvm_peak_rss_mb']} | {num(r['steady_epoch_s'], '.2f')} | "
             f"{num(r['state_bytes'])} | {num(r['steady_state_bytes_written'])} | "
             f"{num(r.get('late_state_bytes_written_median'))} / {num(r.get('late_state_bytes_written_mean'))} | "
-            f"{r['restore_run_s']} |")
+            f"{r['restore_run_s']} |"
+        )
     return "\n".join(lines)

@@ -21,6 +21,7 @@ Ranges = dict[int, tuple[int, int]]  # partition -> (first offset, end offset)
 @dataclass(frozen=True)
 class Produced:
     """What the producer wrote: the events (to check results against) and the offsets they occupy."""
+
     events: list[dict[str, Any]]
     ranges: Ranges
     seconds: float
@@ -52,8 +53,9 @@ def topic_ranges(bootstrap: str, topic: str) -> Ranges:
     return {p: (begin[p], end[p]) for p in partitions}
 
 
-def incremental_batches(events: list[dict[str, Any]], share: float, max_parallelism: int,
-                        seed: int) -> tuple[dict[str, list[dict[str, Any]]], list[int]]:
+def incremental_batches(
+    events: list[dict[str, Any]], share: float, max_parallelism: int, seed: int
+) -> tuple[dict[str, list[dict[str, Any]]], list[int]]:
     """Two small batches, one event per user: ``key_groups`` = every user of ceil(share x
     max_parallelism) key groups, spread evenly over the key groups that hold users; ``users`` = a
     random ``share`` of the users (which touches most key groups). Also returns the chosen groups."""

@@ -23,16 +23,25 @@ def steady(epochs: list[dict[str, Any]]) -> dict[str, Any]:
         seconds = epochs[-1]["at_s"] - epochs[0]["at_s"]
     else:
         seconds = sum(e["seconds"] for e in rest)
-    return {"epochs": len(rest), "records": records, "seconds": round(seconds, 3),
-            "events_per_s": rate(records, seconds)}
+    return {
+        "epochs": len(rest),
+        "records": records,
+        "seconds": round(seconds, 3),
+        "events_per_s": rate(records, seconds),
+    }
 
 
 def compare(actual: dict[str, dict], expected: dict[str, dict]) -> dict[str, Any]:
     """An engine's result table key by key against the plain-Python reference."""
     wrong = sum(1 for k, row in expected.items() if actual.get(k) != row)
     extra = len(set(actual) - set(expected))
-    return {"verified": wrong == 0 and extra == 0, "keys_expected": len(expected), "keys_found": len(actual),
-            "keys_wrong_or_missing": wrong, "keys_unexpected": extra}
+    return {
+        "verified": wrong == 0 and extra == 0,
+        "keys_expected": len(expected),
+        "keys_found": len(actual),
+        "keys_wrong_or_missing": wrong,
+        "keys_unexpected": extra,
+    }
 
 
 def snapshot_bytes(manifest: Manifest) -> dict[str, Any]:
@@ -42,7 +51,14 @@ def snapshot_bytes(manifest: Manifest) -> dict[str, Any]:
     files = manifest.state_files()
     own = [ref for ref in files if ref.key.startswith(f"state/{manifest.snapshot_id}/")]
     keys = sum(c.state.keys for c in manifest.flows.values() if c.state)
-    return {"epoch": manifest.epoch, "snapshot": manifest.snapshot_id, "keys": keys,
-            "full_bytes": sum(r.bytes for r in files), "written_bytes": sum(r.bytes for r in own),
-            "files": len(files), "files_written": len(own), "files_reused": len(files) - len(own),
-            "written_share": (sum(r.bytes for r in own) / sum(r.bytes for r in files)) if files else None}
+    return {
+        "epoch": manifest.epoch,
+        "snapshot": manifest.snapshot_id,
+        "keys": keys,
+        "full_bytes": sum(r.bytes for r in files),
+        "written_bytes": sum(r.bytes for r in own),
+        "files": len(files),
+        "files_written": len(own),
+        "files_reused": len(files) - len(own),
+        "written_share": (sum(r.bytes for r in own) / sum(r.bytes for r in files)) if files else None,
+    }

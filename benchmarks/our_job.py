@@ -53,8 +53,14 @@ def child_env(info: StackInfo) -> dict[str, str]:
 def write_spec(path: Path, name: str, topic: str, cfg: BenchConfig) -> tuple[Path, str, str]:
     """The spend-per-user job (parquet sink, the S3 server's stores) as ``path``: (path, sink, store)."""
     sink, store = f"s3://results/{name}", f"s3://checkpoints/{name}"
-    path.write_text(yaml.safe_dump(spend_job_spec(name, topic, sink, store, per_epoch=cfg.per_epoch,
-                                                  parallelism=cfg.parallelism, fmt="parquet"), sort_keys=False))
+    path.write_text(
+        yaml.safe_dump(
+            spend_job_spec(
+                name, topic, sink, store, per_epoch=cfg.per_epoch, parallelism=cfg.parallelism, fmt="parquet"
+            ),
+            sort_keys=False,
+        )
+    )
     return path, sink, store
 
 
@@ -68,19 +74,37 @@ def parse_epoch_line(line: str) -> dict[str, Any] | None:
         if item.strip():
             name, value = item.strip().rsplit(" ", 1)
             phases[name] = float(value.rstrip("s"))
-    return {"epoch": int(m.group("epoch")), "records": int(m.group("records")), "rows_out": int(m.group("rows")),
-            "keys": int(m.group("keys")), "lag": int(m.group("lag")), "seconds": float(m.group("seconds")),
-            "snapshot": m.group("snapshot"), "phases": phases,
-            **({"state_files_cached": int(m.group("cached")), "state_files_fetched": int(m.group("fetched")),
-                "state_bytes_fetched": int(m.group("fetched_bytes"))} if m.group("cached") is not None else {}),
-            **({"state_bytes": int(m.group("state")), "state_bytes_written": int(m.group("written"))}
-               if m.group("state") is not None else {}),
-            **({"task_result_bytes": int(m.group("received"))} if m.group("received") is not None else {})}
+    return {
+        "epoch": int(m.group("epoch")),
+        "records": int(m.group("records")),
+        "rows_out": int(m.group("rows")),
+        "keys": int(m.group("keys")),
+        "lag": int(m.group("lag")),
+        "seconds": float(m.group("seconds")),
+        "snapshot": m.group("snapshot"),
+        "phases": phases,
+        **(
+            {
+                "state_files_cached": int(m.group("cached")),
+                "state_files_fetched": int(m.group("fetched")),
+                "state_bytes_fetched": int(m.group("fetched_bytes")),
+            }
+            if m.group("cached") is not None
+            else {}
+        ),
+        **(
+            {"state_bytes": int(m.group("state")), "state_bytes_written": int(m.group("written"))}
+            if m.group("state") is not None
+            else {}
+        ),
+        **({"task_result_bytes": int(m.group("received"))} if m.group("received") is not None else {}),
+    }
 
 
 @dataclass
 class CliRun:
     """One timed `pipeline-lib run` child process: its wall time, exit code and per-epoch progress lines."""
+
     wall_s: float
     returncode: int
     epochs: list[dict[str, Any]]
@@ -91,13 +115,24 @@ class CliRun:
     subtasks_started_at_s: float | None = None  # "N subtasks started": after every subtask's on_start
 
 
-def run_cli(args: list[str], env: dict[str, str], log_path: Path, kill_after_epochs: int | None = None,
-            kill_delay_s: float = 0.0) -> CliRun:
+def run_cli(
+    args: list[str],
+    env: dict[str, str],
+    log_path: Path,
+    kill_after_epochs: int | None = None,
+    kill_delay_s: float = 0.0,
+) -> CliRun:
     """``pipeline-lib ARGS`` in its own process group, stderr parsed line by line as it arrives.
     With ``kill_after_epochs``, SIGKILL the group ``kill_delay_s`` after that many epochs committed."""
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline_lib", *args], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline_lib", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert proc.stderr is not None
     run = CliRun(0.0, 0, [], started)
     timer: threading.Timer | None = None
@@ -152,15 +187,21 @@ def epoch_summary(run: CliRun, events: int) -> dict[str, Any]:
     epoch_mean = statistics.fmean(e["seconds"] for e in rest) if rest else None
     checkpoint = [sum(e["phases"].get(p, 0.0) for p in CHECKPOINT_PHASES) for e in epochs]
     return {
-        "wall_s": round(run.wall_s, 3), "returncode": run.returncode, "events": events,
-        "events_per_s": rate(events, run.wall_s), "epochs": epochs, "steady": steady(epochs),
+        "wall_s": round(run.wall_s, 3),
+        "returncode": run.returncode,
+        "events": events,
+        "events_per_s": rate(events, run.wall_s),
+        "epochs": epochs,
+        "steady": steady(epochs),
         "before_first_epoch_s": round(first_start, 3) if first_start is not None else None,
         # the start-up's milestones, seconds after the process was spawned (from its log lines)
-        "startup": {"restored_and_spark_started_s": run.pipeline_started_at_s,
-                    "subtasks_started_s": run.subtasks_started_at_s,
-                    "first_epoch_began_s": round(first_start, 3) if first_start is not None else None,
-                    "first_epoch_s": epochs[0]["seconds"] if epochs else None,
-                    "steady_epoch_mean_s": round(epoch_mean, 4) if epoch_mean else None},
+        "startup": {
+            "restored_and_spark_started_s": run.pipeline_started_at_s,
+            "subtasks_started_s": run.subtasks_started_at_s,
+            "first_epoch_began_s": round(first_start, 3) if first_start is not None else None,
+            "first_epoch_s": epochs[0]["seconds"] if epochs else None,
+            "steady_epoch_mean_s": round(epoch_mean, 4) if epoch_mean else None,
+        },
         "after_last_epoch_s": round(run.wall_s - epochs[-1]["at_s"], 3) if epochs else None,
         "steady_phase_means_s": {p: round(v, 4) for p, v in phase_means.items()},
         "steady_epoch_mean_s": round(epoch_mean, 4) if epoch_mean else None,

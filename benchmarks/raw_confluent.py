@@ -22,10 +22,17 @@ def raw_consume_confluent(bootstrap: str, topic: str, ranges: Ranges, decode: bo
 
     expected = sum(end - start for start, end in ranges.values())
     started = time.monotonic()
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "pipeline-lib-bench-raw-confluent",
-                         "enable.auto.commit": False, "enable.auto.offset.store": False,
-                         "client.id": "pipeline-lib-bench-raw-confluent",
-                         "max.partition.fetch.bytes": 4 * 1024 * 1024, "fetch.max.bytes": 16 * 1024 * 1024})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "pipeline-lib-bench-raw-confluent",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "client.id": "pipeline-lib-bench-raw-confluent",
+            "max.partition.fetch.bytes": 4 * 1024 * 1024,
+            "fetch.max.bytes": 16 * 1024 * 1024,
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in ranges.items()])
         count, amount, last_progress = 0, 0, time.monotonic()

@@ -18,9 +18,15 @@ def raw_consume(bootstrap: str, topic: str, ranges: Ranges, decode: bool) -> dic
 
     expected = sum(end - start for start, end in ranges.values())
     started = time.monotonic()
-    consumer = Consumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="none", client_id="pipeline-lib-bench-raw",
-                             max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_bytes=16 * 1024 * 1024)
+    consumer = Consumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="none",
+        client_id="pipeline-lib-bench-raw",
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+        fetch_max_bytes=16 * 1024 * 1024,
+    )
     try:
         tps = {p: TopicPartition(topic, p) for p in ranges}
         consumer.assign(list(tps.values()))
@@ -43,5 +49,4 @@ def raw_consume(bootstrap: str, topic: str, ranges: Ranges, decode: bool) -> dic
         seconds = time.monotonic() - started
     finally:
         consumer.close()
-    return {"records": count, "seconds": round(seconds, 3), "records_per_s": count / seconds,
-            "decoded": decode}
+    return {"records": count, "seconds": round(seconds, 3), "records_per_s": count / seconds, "decoded": decode}

@@ -40,18 +40,30 @@ def job(bounded: int, live: bool) -> dict[str, Any]:
         if name != "live":
             kafka["stop"] = "latest"
         sources[name] = {"kafka": kafka}
-        flows.append({"name": f"f-{name}", "source": name, "state": agg,
-                      "sink": {"files": {"path": f"s3://results/bench/{name}"}}})
-    return {"name": "restore-bench", "sources": sources, "flows": flows,
-            "checkpoint": {"store": "s3://checkpoints/restore-bench"},
-            "trigger": {"max_records_per_epoch": 50_000}, "parallelism": 2}
+        flows.append(
+            {
+                "name": f"f-{name}",
+                "source": name,
+                "state": agg,
+                "sink": {"files": {"path": f"s3://results/bench/{name}"}},
+            }
+        )
+    return {
+        "name": "restore-bench",
+        "sources": sources,
+        "flows": flows,
+        "checkpoint": {"store": "s3://checkpoints/restore-bench"},
+        "trigger": {"max_records_per_epoch": 50_000},
+        "parallelism": 2,
+    }
 
 
 def timed_run(spec: Path, env: dict[str, str], *extra: str) -> float:
     """Wall seconds of one `pipeline-lib run` to its end; a failed run stops the benchmark with its output."""
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "pipeline_lib", "run", str(spec), *extra], env=env,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline_lib", "run", str(spec), *extra], env=env, capture_output=True, text=True
+    )
     elapsed = time.monotonic() - started
     if result.returncode != 0:
         raise SystemExit(f"run failed:\n{result.stderr[-3000:]}")
@@ -85,8 +97,9 @@ def restore_completed(pipelines: int = 12, events: int = 20_000, users: int = 5_
                 for _ in range(repeat):
                     produce_json(info.kafka_bootstrap, "bench-live", payment_events(2_000, users, seed=99))
                     times.append(timed_run(spec, env, *(["--redeploy-completed"] if mode == "full" else [])))
-            rows.append((f"{n - 1} completed + 1 with 2,000 new records", statistics.median(skip),
-                         statistics.median(full)))
+            rows.append(
+                (f"{n - 1} completed + 1 with 2,000 new records", statistics.median(skip), statistics.median(full))
+            )
         finally:
             stop_stack(root / "stack")
     print("\n| scenario | skip completed (s) | restore everything (s) | ratio |")
@@ -94,6 +107,9 @@ def restore_completed(pipelines: int = 12, events: int = 20_000, users: int = 5_
     for name, a, b in rows:
         print(f"| {name} | {a:.2f} | {b:.2f} | {b / a:.1f}x |")
     print(f"\n(median of {repeat} whole `pipeline-lib run` processes each, JVM start included)")
-    print(json.dumps({name: {"skip_s": round(a, 3), "full_s": round(b, 3), "ratio": round(b / a, 2)}
-                      for name, a, b in rows}))
+    print(
+        json.dumps(
+            {name: {"skip_s": round(a, 3), "full_s": round(b, 3), "ratio": round(b / a, 2)} for name, a, b in rows}
+        )
+    )
     return 0

@@ -73,16 +73,20 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     keys = sum(len(f.state) for f in runner.flows if f.state is not None)
     state_files = restored.manifest.state_files()
-    print(json.dumps({
-        "snapshot": restored.manifest.snapshot_id,
-        "keys": keys,
-        "state_files": len(state_files),
-        "state_bytes": sum(ref.bytes for ref in state_files),
-        "restore_s": round(total, 4),
-        "read_s": round(timings["read_s"], 4),
-        "load_s": round(total - timings["read_s"], 4),
-        "fetch_thread_s": round(timings["fetch_thread_s"], 4),
-    }))
+    print(
+        json.dumps(
+            {
+                "snapshot": restored.manifest.snapshot_id,
+                "keys": keys,
+                "state_files": len(state_files),
+                "state_bytes": sum(ref.bytes for ref in state_files),
+                "restore_s": round(total, 4),
+                "read_s": round(timings["read_s"], 4),
+                "load_s": round(total - timings["read_s"], 4),
+                "fetch_thread_s": round(timings["fetch_thread_s"], 4),
+            }
+        )
+    )
     return 0
 
 

@@ -23,8 +23,9 @@ import pyarrow as pa
 from pipeline_lib.settings import ConnectionSettings
 
 
-def seed_state_snapshot(spec_path: Path, settings: ConnectionSettings, keys: int, schema: pa.Schema,
-                        positions: dict[int, int], seed: int) -> dict[str, Any]:
+def seed_state_snapshot(
+    spec_path: Path, settings: ConnectionSettings, keys: int, schema: pa.Schema, positions: dict[int, int], seed: int
+) -> dict[str, Any]:
     """Commit epoch 1 of the spec's job from nothing, holding ``keys`` random keys at ``positions``;
     its figures: state files, bytes, and the seconds spent writing the state files."""
     from pipeline_lib.checkpoint.epoch_commit import FlowOutput, commit_epoch
@@ -42,20 +43,36 @@ def seed_state_snapshot(spec_path: Path, settings: ConnectionSettings, keys: int
     state_schema = pa.schema([f for f in schema if not f.name.startswith("_")])
     rng = random.Random(seed)
     flow.state_schema = state_schema
-    changed = flow.state.merge(pa.Table.from_arrays(
-        [pa.array([f"user-{i:07d}" for i in range(keys)]), pa.array([rng.randint(1, 10**7) for _ in range(keys)]),
-         pa.array([rng.randint(1, 10**4) for _ in range(keys)])], schema=state_schema))
+    changed = flow.state.merge(
+        pa.Table.from_arrays(
+            [
+                pa.array([f"user-{i:07d}" for i in range(keys)]),
+                pa.array([rng.randint(1, 10**7) for _ in range(keys)]),
+                pa.array([rng.randint(1, 10**4) for _ in range(keys)]),
+            ],
+            schema=state_schema,
+        )
+    )
     plan = EpochPlan(epoch=1, base_snapshot=None, positions=positions, ranges=[])
-    output = FlowOutput(flow.spec.name, flow.sink, runner.sink_digest(plan, flow.sink.format),
-                        [state_schema.empty_table()],
-                        lambda snapshot_id: runner._write_state(flow, snapshot_id, plan.epoch, changed))
+    output = FlowOutput(
+        flow.spec.name,
+        flow.sink,
+        runner.sink_digest(plan, flow.sink.format),
+        [state_schema.empty_table()],
+        lambda snapshot_id: runner._write_state(flow, snapshot_id, plan.epoch, changed),
+    )
     phases: dict[str, float] = {}
-    committed = commit_epoch(runner.snapshots, runner.commit_owner, plan, [output], None, [], None,
-                             timed=_timer(phases))
+    committed = commit_epoch(
+        runner.snapshots, runner.commit_owner, plan, [output], None, [], None, timed=_timer(phases)
+    )
     state = committed.manifest.flows[flow.spec.name].state
     assert state is not None
-    return {"keys": keys, "state_files": len(state.files), "state_bytes": sum(f.chain_bytes() for f in state.files),
-            "write_state_s": round(phases["state"], 4)}
+    return {
+        "keys": keys,
+        "state_files": len(state.files),
+        "state_bytes": sum(f.chain_bytes() for f in state.files),
+        "write_state_s": round(phases["state"], 4),
+    }
 
 
 def _timer(phases: dict[str, float]):
@@ -66,18 +83,22 @@ def _timer(phases: dict[str, float]):
             yield
         finally:
             phases[phase] = phases.get(phase, 0.0) + time.monotonic() - started
+
     return timed
 
 
 def probe_restore(spec_path: Path, env: dict[str, str], log_path: Path) -> dict[str, Any]:
     """Time a restore in a fresh process; its stderr goes to ``log_path`` (named in any error)."""
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "benchmarks.restore_probe", str(spec_path)],
-                            env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.restore_probe", str(spec_path)], env=env, capture_output=True, text=True
+    )
     wall = time.monotonic() - started
     log_path.write_text(result.stderr)
     if result.returncode != 0:
         errors = [line for line in result.stderr.splitlines() if "Error" in line or "error" in line]
-        raise RuntimeError(f"restore probe of {spec_path.name} exited with {result.returncode}: "
-                           f"{(errors or result.stderr.splitlines() or ['no output'])[-1]} (full log: {log_path})")
+        raise RuntimeError(
+            f"restore probe of {spec_path.name} exited with {result.returncode}: "
+            f"{(errors or result.stderr.splitlines() or ['no output'])[-1]} (full log: {log_path})"
+        )
     return {**json.loads(result.stdout.strip().splitlines()[-1]), "process_s": round(wall, 3)}

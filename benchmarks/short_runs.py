@@ -24,8 +24,15 @@ from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
 
 
-def short_runs(bootstrap: str, env: dict[str, str], settings: ConnectionSettings, cfg: BenchConfig, work: Path,
-               logs: Path, tag: str) -> dict[str, Any]:
+def short_runs(
+    bootstrap: str,
+    env: dict[str, str],
+    settings: ConnectionSettings,
+    cfg: BenchConfig,
+    work: Path,
+    logs: Path,
+    tag: str,
+) -> dict[str, Any]:
     """Both engines over a fresh backlog of ``cfg.short_events`` events: whole-process times,
     their ratio, and our epoch 1 measured from the Spark session being up."""
     topic, job = f"bench-short-{tag}", f"bench-short-ours-{tag}"
@@ -38,16 +45,36 @@ def short_runs(bootstrap: str, env: dict[str, str], settings: ConnectionSettings
         raise RuntimeError(f"our short run failed (exit {run.returncode}); see {logs / 'ours-short.log'}")
     first = run.epochs[0]["at_s"] if run.epochs else None
     session_up = run.pipeline_started_at_s
-    ours = {"wall_s": round(run.wall_s, 3), "epochs": len(run.epochs),
-            "records": sum(e["records"] for e in run.epochs),
-            "spark_session_up_s": session_up, "first_epoch_committed_s": first,
-            "first_epoch_after_session_s": (round(first - session_up, 3)
-                                            if first is not None and session_up is not None else None),
-            "check": compare(upsert_table_ours(sink, settings), expected)}
+    ours = {
+        "wall_s": round(run.wall_s, 3),
+        "epochs": len(run.epochs),
+        "records": sum(e["records"] for e in run.epochs),
+        "spark_session_up_s": session_up,
+        "first_epoch_committed_s": first,
+        "first_epoch_after_session_s": (
+            round(first - session_up, 3) if first is not None and session_up is not None else None
+        ),
+        "check": compare(upsert_table_ours(sink, settings), expected),
+    }
 
     tail = unseen_tail(bootstrap, topic, produced.ranges)
-    sss = run_structured_streaming_kafka(bootstrap, env, topic, cfg, work, logs, without(expected, tail), settings,
-                                         f"bench-short-sss-{tag}", label="structured-streaming-kafka-short")
+    sss = run_structured_streaming_kafka(
+        bootstrap,
+        env,
+        topic,
+        cfg,
+        work,
+        logs,
+        without(expected, tail),
+        settings,
+        f"bench-short-sss-{tag}",
+        label="structured-streaming-kafka-short",
+    )
     sss["records_unseen"] = len(tail)
-    return {"events": cfg.short_events, "topic": topic, "ours": ours, "structured_streaming_kafka": sss,
-            "ours_speedup": round(sss["wall_s"] / run.wall_s, 3) if run.wall_s else None}
+    return {
+        "events": cfg.short_events,
+        "topic": topic,
+        "ours": ours,
+        "structured_streaming_kafka": sss,
+        "ours_speedup": round(sss["wall_s"] / run.wall_s, 3) if run.wall_s else None,
+    }

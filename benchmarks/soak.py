@@ -43,19 +43,26 @@ def job_spec(name: str, per_epoch: int, *, cluster: bool = False) -> dict:
     """The soak job: the demo's spend-per-user job over the soak topic. On a cluster its keyed
     state is on owner tasks (as ``auto`` chooses there) and every process is on loopback."""
     extra = {"keyed_state": "owners", "spark": {"conf": {"spark.driver.host": "127.0.0.1"}}} if cluster else None
-    return spend_job_spec(name, TOPIC, f"s3://results/{name}", f"s3://checkpoints/{name}",
-                          per_epoch=per_epoch, retain=3, extra=extra)
+    return spend_job_spec(
+        name, TOPIC, f"s3://results/{name}", f"s3://checkpoints/{name}", per_epoch=per_epoch, retain=3, extra=extra
+    )
 
 
-def run_once(spec: Path, env: dict, cycle: Cycle, log: Path, cluster: SparkCluster | None,
-             rng: random.Random) -> tuple[int, str, bool]:
+def run_once(
+    spec: Path, env: dict, cycle: Cycle, log: Path, cluster: SparkCluster | None, rng: random.Random
+) -> tuple[int, str, bool]:
     """One ``pipeline-lib run`` with the cycle's fault; returns (exit code, how it ended, whether a
     worker was lost while it ran)."""
     env = {**env, "PIPELINE_FAULT_LOG": str(log)}
     if cycle.fault_points:
         env["PIPELINE_FAULT_POINTS"] = cycle.fault_points
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline_lib", "run", str(spec)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline_lib", "run", str(spec)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     worker_lost = False
     try:
         if cycle.lose_worker_after is not None and cluster is not None:
@@ -104,8 +111,10 @@ def compare(expected: dict[str, dict], got: dict[str, dict]) -> tuple[int, int, 
 def check_round(settings: ConnectionSettings, round_no: int, expected: dict[str, dict]) -> dict[str, int]:
     """Read round ``round_no``'s output table and compare it with the expected one."""
     sink = open_store(f"s3://results/soak-{round_no}", settings)
-    got = {k[0]: {"user": v["user"], "total": v["total"], "n": v["n"]}
-           for k, v in read_upsert_table(sink, ["user"]).items()}
+    got = {
+        k[0]: {"user": v["user"], "total": v["total"], "n": v["n"]}
+        for k, v in read_upsert_table(sink, ["user"]).items()
+    }
     lost, dup, wrong = compare(expected, got)
     return {"lost": lost, "duplicated": dup, "wrong_keys": wrong}
 
@@ -117,11 +126,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cycles", type=int, default=100, help="crash/restore cycles")
     parser.add_argument("--events", type=int, default=12_000)
     parser.add_argument("--per-epoch", type=int, default=2_000)
-    parser.add_argument("--cluster", type=int, default=0, metavar="WORKERS",
-                        help="run on a Spark standalone cluster of this many one-core workers (keyed state on "
-                             "owner tasks), with executor and worker loss among the faults; 0: local mode")
-    parser.add_argument("--minutes", type=float, default=None,
-                        help="start no cycle after this many minutes (the last job is then finished and checked)")
+    parser.add_argument(
+        "--cluster",
+        type=int,
+        default=0,
+        metavar="WORKERS",
+        help="run on a Spark standalone cluster of this many one-core workers (keyed state on "
+        "owner tasks), with executor and worker loss among the faults; 0: local mode",
+    )
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help="start no cycle after this many minutes (the last job is then finished and checked)",
+    )
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--report", type=Path, default=Path("results/soak.md"))
     args = parser.parse_args(argv)
@@ -161,8 +179,11 @@ def main(argv: list[str] | None = None) -> int:
                 kind, unexpected = outcome(rc, ended, log, worker_lost)
                 tally[kind] += 1
                 rounds[-1]["cycles"] += 1
-                print(f"cycle {cycle_no}/{args.cycles} round {round_no}: {kind}"
-                      + (" (UNEXPECTED)" if unexpected else ""), flush=True)
+                print(
+                    f"cycle {cycle_no}/{args.cycles} round {round_no}: {kind}"
+                    + (" (UNEXPECTED)" if unexpected else ""),
+                    flush=True,
+                )
                 if unexpected:
                     tally["unexpected failure"] += 1
                 if rc == 0:  # the job is done: check it, then start a fresh one
@@ -191,23 +212,41 @@ def write_report(args: argparse.Namespace, tally: collections.Counter, rounds: l
     cycles = tally["cycles run"]
     mode = f"a Spark standalone cluster of {args.cluster} one-core workers" if args.cluster else "Spark local mode"
     lines = [
-        f"# Soak report (seed {args.seed})", "",
+        f"# Soak report (seed {args.seed})",
+        "",
         f"- `python -m benchmarks.soak --cycles {args.cycles} --seed {args.seed} --events {args.events} "
-        f"--per-epoch {args.per_epoch}" + (f" --cluster {args.cluster}" if args.cluster else "")
+        f"--per-epoch {args.per_epoch}"
+        + (f" --cluster {args.cluster}" if args.cluster else "")
         + (f" --minutes {args.minutes:g}" if args.minutes is not None else "")
         + f"`, on {mode}, {seconds / 60:.0f} min",
         f"- cycles: {cycles}, faults injected: {faults}, jobs completed and checked: {len(rounds)}",
         f"- events per job: {args.events:,} in epochs of {args.per_epoch:,}",
         f"- final-output mismatches: **{mismatches}**, records lost: **{lost}**, records counted twice: **{dup}**",
-        f"- unexpected failures: {tally['unexpected failure']}", "", "| how a cycle ended | count |", "|---|---|",
+        f"- unexpected failures: {tally['unexpected failure']}",
+        "",
+        "| how a cycle ended | count |",
+        "|---|---|",
     ] + [f"| {k} | {v} |" for k, v in sorted(tally.items()) if k not in ("unexpected failure", "cycles run")]
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text("\n".join(lines) + "\n")
-    args.report.with_suffix(".json").write_text(json.dumps(
-        {"seed": args.seed, "cycles": cycles, "cluster_workers": args.cluster, "crashes": faults,
-         "ended": {k: v for k, v in tally.items() if k != "cycles run"},
-         "rounds": rounds, "mismatches": mismatches, "lost": lost, "duplicated": dup,
-         "unexpected": tally["unexpected failure"], "seconds": round(seconds, 1)}, indent=1))
+    args.report.with_suffix(".json").write_text(
+        json.dumps(
+            {
+                "seed": args.seed,
+                "cycles": cycles,
+                "cluster_workers": args.cluster,
+                "crashes": faults,
+                "ended": {k: v for k, v in tally.items() if k != "cycles run"},
+                "rounds": rounds,
+                "mismatches": mismatches,
+                "lost": lost,
+                "duplicated": dup,
+                "unexpected": tally["unexpected failure"],
+                "seconds": round(seconds, 1),
+            },
+            indent=1,
+        )
+    )
     print("\n".join(lines))
     return 0 if mismatches == 0 and tally["unexpected failure"] == 0 else 1
 

@@ -67,8 +67,17 @@ def milestones(log_text: str) -> dict[str, float]:
     return found
 
 
-def one_run(checkout: Path, spec_dir: Path, logs: Path, topic: str, cfg: BenchConfig, env: dict[str, str],
-            settings: ConnectionSettings, expected, label: str) -> dict[str, Any]:
+def one_run(
+    checkout: Path,
+    spec_dir: Path,
+    logs: Path,
+    topic: str,
+    cfg: BenchConfig,
+    env: dict[str, str],
+    settings: ConnectionSettings,
+    expected,
+    label: str,
+) -> dict[str, Any]:
     """One whole-process run of ``checkout`` over ``topic`` as a new job: its figures and check."""
     job = f"probe-{label}-{secrets.token_hex(3)}"
     spec, sink, _ = write_spec(spec_dir / f"{job}.yaml", job, topic, cfg)
@@ -85,9 +94,14 @@ def one_run(checkout: Path, spec_dir: Path, logs: Path, topic: str, cfg: BenchCo
         os.chdir(here)
     if run.returncode != 0:
         raise RuntimeError(f"run of {checkout} failed (exit {run.returncode}); see {log_path}")
-    figures: dict[str, Any] = {"checkout": str(checkout), "job": job, "load_1m": round(load, 2),
-                               "wall_s": round(run.wall_s, 3), "epochs": len(run.epochs),
-                               **milestones(log_path.read_text())}
+    figures: dict[str, Any] = {
+        "checkout": str(checkout),
+        "job": job,
+        "load_1m": round(load, 2),
+        "wall_s": round(run.wall_s, 3),
+        "epochs": len(run.epochs),
+        **milestones(log_path.read_text()),
+    }
     if run.epochs:
         first = run.epochs[0]
         figures["epoch1_begun_s"] = round(first["at_s"] - first["seconds"], 3)
@@ -134,8 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             env, settings = child_env(info), ConnectionSettings.from_env(info.env())
             topic = f"probe-{secrets.token_hex(3)}"
-            produced = produce_payments(info.kafka_bootstrap, topic, args.events, cfg.keys, cfg.partitions,
-                                        cfg.seed + 3)
+            produced = produce_payments(
+                info.kafka_bootstrap, topic, args.events, cfg.keys, cfg.partitions, cfg.seed + 3
+            )
             expected = spend_per_user(produced.events)
             for round_ in range(args.rounds):
                 for i, checkout in enumerate(checkouts):
@@ -145,10 +160,16 @@ def main(argv: list[str] | None = None) -> int:
                 if args.anchor:
                     tail = unseen_tail(info.kafka_bootstrap, topic, produced.ranges)
                     load = os.getloadavg()[0]
-                    sss = run_structured_streaming_kafka_anchor(info.kafka_bootstrap, env, topic, cfg, work, logs,
-                                                                without(expected, tail), settings, round_)
-                    anchor.append({"load_1m": round(load, 2), "wall_s": round(sss["wall_s"], 3),
-                                   "correct": bool(sss.get("check", {}).get("verified"))})
+                    sss = run_structured_streaming_kafka_anchor(
+                        info.kafka_bootstrap, env, topic, cfg, work, logs, without(expected, tail), settings, round_
+                    )
+                    anchor.append(
+                        {
+                            "load_1m": round(load, 2),
+                            "wall_s": round(sss["wall_s"], 3),
+                            "correct": bool(sss.get("check", {}).get("verified")),
+                        }
+                    )
                     print(json.dumps({"anchor": anchor[-1]}), flush=True)
         finally:
             stop_stack(work / "stack")
@@ -163,8 +184,18 @@ def run_structured_streaming_kafka_anchor(bootstrap, env, topic, cfg, work, logs
     """The bench's Kafka-connector anchor with an S3A checkpoint, over the same topic."""
     from benchmarks.structured_streaming_run import run_structured_streaming_kafka
 
-    return run_structured_streaming_kafka(bootstrap, env, topic, cfg, work, logs, expected, settings,
-                                          f"probe-sss-{secrets.token_hex(3)}", label=f"sss-kafka-r{round_}")
+    return run_structured_streaming_kafka(
+        bootstrap,
+        env,
+        topic,
+        cfg,
+        work,
+        logs,
+        expected,
+        settings,
+        f"probe-sss-{secrets.token_hex(3)}",
+        label=f"sss-kafka-r{round_}",
+    )
 
 
 if __name__ == "__main__":

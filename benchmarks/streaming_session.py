@@ -52,17 +52,34 @@ def batch_figures(query) -> list[dict[str, Any]]:
     """The finished query's batches with input rows: records, time, phase durations and state metrics."""
     progress = [json.loads(p.json) if hasattr(p, "json") else dict(p) for p in query.recentProgress]
     return [
-        {"batch": p["batchId"], "records": p.get("numInputRows", 0),
-         "seconds": p.get("durationMs", {}).get("triggerExecution", 0) / 1000.0,
-         "duration_ms": p.get("durationMs", {}),
-         "state": [{k: op.get(k) for k in ("numRowsTotal", "numRowsUpdated", "memoryUsedBytes", "commitTimeMs",
-                                           "allUpdatesTimeMs", "customMetrics")} for op in p.get("stateOperators", [])]}
-        for p in progress if p.get("numInputRows", 0) > 0
+        {
+            "batch": p["batchId"],
+            "records": p.get("numInputRows", 0),
+            "seconds": p.get("durationMs", {}).get("triggerExecution", 0) / 1000.0,
+            "duration_ms": p.get("durationMs", {}),
+            "state": [
+                {
+                    k: op.get(k)
+                    for k in (
+                        "numRowsTotal",
+                        "numRowsUpdated",
+                        "memoryUsedBytes",
+                        "commitTimeMs",
+                        "allUpdatesTimeMs",
+                        "customMetrics",
+                    )
+                }
+                for op in p.get("stateOperators", [])
+            ],
+        }
+        for p in progress
+        if p.get("numInputRows", 0) > 0
     ]
 
 
-def run_update_query(spark, counts, checkpoint: str, output: str, spark_ready: float,
-                     ready_monotonic: float) -> dict[str, Any]:
+def run_update_query(
+    spark, counts, checkpoint: str, output: str, spark_ready: float, ready_monotonic: float
+) -> dict[str, Any]:
     """Run the per-user totals ``counts`` in update mode to the end of the topic, each batch's
     changed rows written as parquet to ``output``/batch=<id>; then stop the session and return
     the figures both anchors report. ``ready_monotonic`` (``time.monotonic()`` when the session
@@ -83,12 +100,17 @@ def run_update_query(spark, counts, checkpoint: str, output: str, spark_ready: f
     query.awaitTermination()
     batches = batch_figures(query)
     spark.stop()
-    return {"spark_start_s": round(spark_ready, 3), "spark_ready_monotonic": ready_monotonic, "batches": batches,
-            "records": sum(b["records"] for b in batches)}
+    return {
+        "spark_start_s": round(spark_ready, 3),
+        "spark_ready_monotonic": ready_monotonic,
+        "batches": batches,
+        "records": sum(b["records"] for b in batches),
+    }
 
 
-def child_main(doc: str | None, run: Callable[[argparse.Namespace], dict], where: str,
-               argv: list[str] | None = None) -> int:
+def child_main(
+    doc: str | None, run: Callable[[argparse.Namespace], dict], where: str, argv: list[str] | None = None
+) -> int:
     """The command line of an anchor's child process (``where``: what ``--checkpoint`` and
     ``--output`` name); prints its figures as JSON, or writes them to ``--result``."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -98,8 +120,12 @@ def child_main(doc: str | None, run: Callable[[argparse.Namespace], dict], where
     parser.add_argument("--output", required=True, help=f"{where} folder for the batches' parquet files")
     parser.add_argument("--max-records-per-trigger", type=int, default=0)
     parser.add_argument("--parallelism", type=int, default=2, help="local[N]")
-    parser.add_argument("--shuffle-partitions", type=int, default=2,
-                        help="spark.sql.shuffle.partitions = number of state store partitions")
+    parser.add_argument(
+        "--shuffle-partitions",
+        type=int,
+        default=2,
+        help="spark.sql.shuffle.partitions = number of state store partitions",
+    )
     parser.add_argument("--result", help="write the run's figures (batches, state metrics) to this JSON file")
     args = parser.parse_args(argv)
     text = json.dumps(run(args), indent=1)

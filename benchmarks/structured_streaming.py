@@ -44,6 +44,7 @@ FIELDS = [("user", "string"), ("amount", "bigint")]
 
 class KafkaRange(InputPartition):
     """One Kafka partition's offset range, the unit a Spark task reads (pickled to the executors)."""
+
     def __init__(self, topic: str, partition: int, start: int, end: int):
         super().__init__((topic, partition, start, end))
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
@@ -68,6 +69,7 @@ class KafkaStreamDataSource(DataSource):
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets of each micro-batch on the driver, records in the executors: the Python data source API's split."""
+
     def __init__(self, options: dict[str, str]):
         self.bootstrap = options["bootstrap"]
         self.topic = options["topic"]
@@ -116,8 +118,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """One input partition per Kafka partition with records between ``start`` and ``end``."""
-        return [KafkaRange(self.topic, int(p), int(start.get(p, 0)), int(e))
-                for p, e in sorted(end.items(), key=lambda kv: int(kv[0])) if int(e) > int(start.get(p, 0))]
+        return [
+            KafkaRange(self.topic, int(p), int(start.get(p, 0)), int(e))
+            for p, e in sorted(end.items(), key=lambda kv: int(kv[0]))
+            if int(e) > int(start.get(p, 0))
+        ]
 
     def commit(self, end: dict) -> None:
         """Nothing to do: Spark's checkpoint records the offsets, Kafka keeps no consumer group for us."""

@@ -139,8 +139,17 @@ def run_bench(cfg: BenchConfig) -> Report:
             _say(f"starting the local stack (broker: {cfg.broker}) ...")
             info = start_stack(work / "stack", broker_storage="memory", broker=cfg.broker)
         try:
-            report = _bench(Bench(cfg, info, work, out / "logs", secrets.token_hex(3), child_env(info),
-                                  ConnectionSettings.from_env(info.env())))
+            report = _bench(
+                Bench(
+                    cfg,
+                    info,
+                    work,
+                    out / "logs",
+                    secrets.token_hex(3),
+                    child_env(info),
+                    ConnectionSettings.from_env(info.env()),
+                )
+            )
         finally:
             if cfg.stack is None:
                 stop_stack(work / "stack")
@@ -164,16 +173,24 @@ def _bench(b: Bench) -> Report:
     _say(f"producing {cfg.events:,} events over {cfg.keys:,} users into {b.topic} ({cfg.partitions} partitions) ...")
     produced = produce_payments(b.info.kafka_bootstrap, b.topic, cfg.events, cfg.keys, cfg.partitions, cfg.seed)
     expected = spend_per_user(produced.events)
-    report["produce"] = {"topic": b.topic, "events": cfg.events, "distinct_users": len(expected),
-                         "seconds": round(produced.seconds, 3), "events_per_s": cfg.events / produced.seconds}
+    report["produce"] = {
+        "topic": b.topic,
+        "events": cfg.events,
+        "distinct_users": len(expected),
+        "seconds": round(produced.seconds, 3),
+        "events_per_s": cfg.events / produced.seconds,
+    }
 
     _say("raw kafka-python consumption (one thread) ...")
-    report["raw_kafka"] = {"no_decode": raw_consume(b.info.kafka_bootstrap, b.topic, produced.ranges, decode=False),
-                           "json_decode": raw_consume(b.info.kafka_bootstrap, b.topic, produced.ranges, decode=True)}
+    report["raw_kafka"] = {
+        "no_decode": raw_consume(b.info.kafka_bootstrap, b.topic, produced.ranges, decode=False),
+        "json_decode": raw_consume(b.info.kafka_bootstrap, b.topic, produced.ranges, decode=True),
+    }
     _say("raw confluent-kafka (librdkafka) consumption (one thread) ...")
     report["raw_confluent"] = {
         "no_decode": raw_consume_confluent(b.info.kafka_bootstrap, b.topic, produced.ranges, decode=False),
-        "json_decode": raw_consume_confluent(b.info.kafka_bootstrap, b.topic, produced.ranges, decode=True)}
+        "json_decode": raw_consume_confluent(b.info.kafka_bootstrap, b.topic, produced.ranges, decode=True),
+    }
 
     spec, sink, store = write_spec(b.work / f"{b.job}.yaml", b.job, b.topic, cfg)
     _say(f"ours: pipeline-lib run ({cfg.events:,} events, epochs of {cfg.per_epoch:,}) ...")
@@ -185,17 +202,20 @@ def _bench(b: Bench) -> Report:
     report["ours"] = ours
 
     _say("Spark Structured Streaming (availableNow, update mode, native state store) ...")
-    report["structured_streaming"] = run_structured_streaming(b.info.kafka_bootstrap, b.env, b.topic, cfg, b.work,
-                                                              b.logs, expected)
+    report["structured_streaming"] = run_structured_streaming(
+        b.info.kafka_bootstrap, b.env, b.topic, cfg, b.work, b.logs, expected
+    )
 
     _say("Spark Structured Streaming with its Kafka connector, checkpoint on the S3 server (S3A) ...")
     tail = unseen_tail(b.info.kafka_bootstrap, b.topic, produced.ranges)  # what the connector cannot see
     report["structured_streaming_kafka"] = _kafka_connector(b, without(expected, tail), len(tail))
     _say("Spark Structured Streaming with its Kafka connector, checkpoint on local disk ...")
     report["structured_streaming_kafka_local"] = {
-        **run_structured_streaming_kafka_local(b.info.kafka_bootstrap, b.env, b.topic, cfg, b.work, b.logs,
-                                               without(expected, tail)),
-        "records_unseen": len(tail)}
+        **run_structured_streaming_kafka_local(
+            b.info.kafka_bootstrap, b.env, b.topic, cfg, b.work, b.logs, without(expected, tail)
+        ),
+        "records_unseen": len(tail),
+    }
 
     main_manifests = manifests(store, b.job, b.settings)
     all_events = list(produced.events)
@@ -203,8 +223,10 @@ def _bench(b: Bench) -> Report:
     report["recovery"] = _recovery(b, spec, sink, ours, all_events)
     report["restore"] = _restore_sizes(b, store, main_manifests[-1], produced.ranges)
     if cfg.short_events:
-        _say(f"short scheduled runs: a fresh backlog of {cfg.short_events:,} events, ours --until-caught-up "
-             "and Structured Streaming (Kafka connector, S3A), each a whole process ...")
+        _say(
+            f"short scheduled runs: a fresh backlog of {cfg.short_events:,} events, ours --until-caught-up "
+            "and Structured Streaming (Kafka connector, S3A), each a whole process ..."
+        )
         report["short_runs"] = short_runs(b.info.kafka_bootstrap, b.env, b.settings, cfg, b.work, b.logs, b.tag)
     report["summary"] = summarize(report, cfg)
     return report
@@ -216,28 +238,35 @@ def _kafka_connector(b: Bench, seen: dict[str, dict], unseen: int) -> Report:
     from benchmarks import spark_connectors
 
     spark_connectors.connector_jars()  # fetched (once per machine) before the timed run
-    figures = run_structured_streaming_kafka(b.info.kafka_bootstrap, b.env, b.topic, b.cfg, b.work, b.logs,
-                                             seen, b.settings, f"bench-sss-kafka-{b.tag}")
+    figures = run_structured_streaming_kafka(
+        b.info.kafka_bootstrap, b.env, b.topic, b.cfg, b.work, b.logs, seen, b.settings, f"bench-sss-kafka-{b.tag}"
+    )
     return {**figures, "records_unseen": unseen, "connector": spark_connectors.versions()}
 
 
 def _machine(broker: str) -> dict[str, Any]:
-    machine: dict[str, Any] = {"cpus": os.cpu_count(), "python": platform.python_version(),
-                               "platform": platform.platform(), "started_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    machine: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "started_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     if broker == "kafka":
         from pipeline_lib.localstack.apache_kafka import kafka_version
 
         machine["kafka"] = kafka_version()
     try:
         import pyspark
+
         machine["pyspark"] = pyspark.__version__
     except ImportError:  # pragma: no cover
         pass
     return machine
 
 
-def _incremental_runs(b: Bench, spec: Path, store: str, main_manifests: list[Manifest],
-                      all_events: list[dict[str, Any]]) -> Report:
+def _incremental_runs(
+    b: Bench, spec: Path, store: str, main_manifests: list[Manifest], all_events: list[dict[str, Any]]
+) -> Report:
     """4. Snapshot bytes: the main run's manifests, then one small incremental run per kind (its
     events are added to ``all_events``; its manifests to ``main_manifests``)."""
     from pipeline_lib.plan.keygroups import key_group_of
@@ -262,10 +291,14 @@ def _incremental_runs(b: Bench, spec: Path, store: str, main_manifests: list[Man
         main_manifests += new
         groups = {key_group_of((e["user"],), max_parallelism) for e in batch}
         snapshots["incremental"][kind] = {
-            "events": len(batch), "users": len({e["user"] for e in batch}),
-            "key_groups_touched": len(groups), "max_parallelism": max_parallelism,
+            "events": len(batch),
+            "users": len({e["user"] for e in batch}),
+            "key_groups_touched": len(groups),
+            "max_parallelism": max_parallelism,
             "key_groups_share": len(groups) / max_parallelism,
-            "epochs": [snapshot_bytes(m) for m in new], "run_epochs": run.epochs, "wall_s": round(run.wall_s, 3),
+            "epochs": [snapshot_bytes(m) for m in new],
+            "run_epochs": run.epochs,
+            "wall_s": round(run.wall_s, 3),
         }
     if "key_groups" in snapshots["incremental"]:
         snapshots["incremental"]["key_groups"]["key_groups_chosen"] = chosen_groups
@@ -283,11 +316,20 @@ def _recovery(b: Bench, spec: Path, sink: str, ours: Report, all_events: list[di
     produce_json(b.info.kafka_bootstrap, b.topic, more)
     all_events += more
     delay = max(0.2, 0.5 * (ours["steady_epoch_mean_s"] or 1.0))
-    crashed = run_cli(["run", str(spec), "--timings"], b.env, b.logs / "ours-recovery-killed.log",
-                      kill_after_epochs=1, kill_delay_s=delay)
-    recovery: Report = {"events": len(more), "kill_delay_after_epoch_s": round(delay, 3),
-                        "killed": crashed.killed_mono is not None, "killed_run_exit": crashed.returncode,
-                        "killed_run_epochs": crashed.epochs}
+    crashed = run_cli(
+        ["run", str(spec), "--timings"],
+        b.env,
+        b.logs / "ours-recovery-killed.log",
+        kill_after_epochs=1,
+        kill_delay_s=delay,
+    )
+    recovery: Report = {
+        "events": len(more),
+        "kill_delay_after_epoch_s": round(delay, 3),
+        "killed": crashed.killed_mono is not None,
+        "killed_run_exit": crashed.returncode,
+        "killed_run_epochs": crashed.epochs,
+    }
     if crashed.killed_mono is None:
         recovery["note"] = "the run finished before the kill; recovery not measured"
     restart = run_cli(["run", str(spec), "--timings"], b.env, b.logs / "ours-recovery-restart.log")
@@ -295,14 +337,16 @@ def _recovery(b: Bench, spec: Path, sink: str, ours: Report, all_events: list[di
         raise RuntimeError(f"the restart after SIGKILL failed; see {b.logs / 'ours-recovery-restart.log'}")
     if crashed.killed_mono is not None and restart.epochs:
         first = restart.epochs[0]
-        recovery.update({
-            "restart_began_after_kill_s": round(restart.started_mono - crashed.killed_mono, 3),
-            "pipeline_started_at_s": restart.pipeline_started_at_s,
-            "subtasks_started_at_s": restart.subtasks_started_at_s,
-            "first_epoch_at_s": first["at_s"],
-            "first_epoch_seconds": first["seconds"],
-            "recovery_s": round(restart.started_mono + first["at_s"] - crashed.killed_mono, 3),
-        })
+        recovery.update(
+            {
+                "restart_began_after_kill_s": round(restart.started_mono - crashed.killed_mono, 3),
+                "pipeline_started_at_s": restart.pipeline_started_at_s,
+                "subtasks_started_at_s": restart.subtasks_started_at_s,
+                "first_epoch_at_s": first["at_s"],
+                "first_epoch_seconds": first["seconds"],
+                "recovery_s": round(restart.started_mono + first["at_s"] - crashed.killed_mono, 3),
+            }
+        )
     recovery["restart_epochs"] = restart.epochs
     recovery["restart_wall_s"] = round(restart.wall_s, 3)
     recovery["check_after_all_runs"] = compare(upsert_table_ours(sink, b.settings), spend_per_user(all_events))
@@ -324,8 +368,9 @@ def _restore_sizes(b: Bench, store: str, latest: Manifest, ranges: Ranges) -> li
         _say(f"restore: a snapshot of {keys:,} keys, written through the runner, then restored in a fresh process ...")
         name = f"bench-restore-{keys}-{b.tag}"
         spec, _, _ = write_spec(b.work / f"{name}.yaml", name, b.topic, b.cfg)
-        seeded = seed_state_snapshot(spec, b.settings, keys, state_schema, {p: e for p, (_, e) in ranges.items()},
-                                     b.cfg.seed + keys)
+        seeded = seed_state_snapshot(
+            spec, b.settings, keys, state_schema, {p: e for p, (_, e) in ranges.items()}, b.cfg.seed + keys
+        )
         probe = probe_restore(spec, b.env, b.logs / f"restore-probe-{keys}.log")
         if probe.get("keys") != keys:
             raise RuntimeError(f"restore of {keys} keys came back with {probe.get('keys')} keys")

@@ -19,9 +19,11 @@ import typer
 from typer.core import TyperGroup
 
 CHECKOUT = Path(__file__).resolve().parents[1]
-MISSING = ("pipeline-lib bench: the benchmarks are not part of the installed pipeline-lib package; they run from a "
-           "source checkout of the repository: `make bench` there (or `pip install -e '.[local,bench]'`, then "
-           "`python -m benchmarks --help` or `pipeline-lib bench --help`).")
+MISSING = (
+    "pipeline-lib bench: the benchmarks are not part of the installed pipeline-lib package; they run from a "
+    "source checkout of the repository: `make bench` there (or `pip install -e '.[local,bench]'`, then "
+    "`python -m benchmarks --help` or `pipeline-lib bench --help`)."
+)
 
 
 class _Missing(TyperGroup):

@@ -32,8 +32,15 @@ EVENTS, USERS, PARTITIONS, PER_EPOCH = 120_000, 5_000, 4, 20_000
 
 def job_spec(name: str, per_epoch: int = PER_EPOCH) -> dict:
     """The demo job, results and snapshots on the stack's S3 server."""
-    return spend_job_spec(name, "payments", f"s3://results/{name}", f"s3://checkpoints/{name}",
-                          per_epoch=per_epoch, retain=5, extra={"transforms": [{"filter": "amount > 0"}]})
+    return spend_job_spec(
+        name,
+        "payments",
+        f"s3://results/{name}",
+        f"s3://checkpoints/{name}",
+        per_epoch=per_epoch,
+        retain=5,
+        extra={"transforms": [{"filter": "amount > 0"}]},
+    )
 
 
 def run_cli(args: list[str], env: dict, kill_after_epoch: int | None = None) -> int:
@@ -66,8 +73,9 @@ def main(n_events: int = EVENTS, per_epoch: int = PER_EPOCH, root: Path | None =
     try:
         console.print(f"S3 server: {info.s3_server}; broker: Tansu ({info.broker_storage} storage)", highlight=False)
         env = {**os.environ, **info.env()}
-        console.print(info.export_lines().replace(info.secret_key, "***").replace(info.access_key, "***"),
-                      highlight=False)
+        console.print(
+            info.export_lines().replace(info.secret_key, "***").replace(info.access_key, "***"), highlight=False
+        )
         console.rule(f"2. produce {n_events:,} payment events into topic 'payments' ({PARTITIONS} partitions)")
         events = payment_events(n_events, USERS, seed=42)
         create_topic(info.kafka_bootstrap, "payments", PARTITIONS)

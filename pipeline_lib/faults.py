@@ -82,8 +82,10 @@ def parse_fault_points(spec: str) -> list[FaultSpec]:
         if name not in POINTS and name not in STARTUP_POINTS:
             raise ValueError(f"{ENV_FAULT_POINTS}: unknown fault point {name!r} in {item!r}")
         if (at and not epoch.isdigit()) or (hash_ and (not hit.isdigit() or int(hit) < 1)):
-            raise ValueError(f"{ENV_FAULT_POINTS}: {item!r} is not point, point@epoch or point@epoch#k (k >= 1), "
-                             "with an optional trailing !")
+            raise ValueError(
+                f"{ENV_FAULT_POINTS}: {item!r} is not point, point@epoch or point@epoch#k (k >= 1), "
+                "with an optional trailing !"
+            )
         parsed.append(FaultSpec(name, int(epoch) if at else None, int(hit) if hash_ else None, once))
     return parsed
 
@@ -172,8 +174,9 @@ def fault_point(point: str, epoch: int | None = None) -> None:
             _pause_until(os.environ[ENV_FAULT_PAUSE_UNTIL], point, epoch)
             return
         executor = executor_jvm_pid()
-        line = (f"FAULT INJECTED: {point} epoch={epoch} hit={_hits[(point, epoch)]} pid={os.getpid()}"
-                + (f" executor={executor}\n" if executor is not None else "\n"))
+        line = f"FAULT INJECTED: {point} epoch={epoch} hit={_hits[(point, epoch)]} pid={os.getpid()}" + (
+            f" executor={executor}\n" if executor is not None else "\n"
+        )
         if not item.once:
             _record(line)
         elif not _inject_once(line, point, epoch):

@@ -45,8 +45,9 @@ class KafkaConnection:
     def ssl_context(self) -> ssl.SSLContext:
         """A client TLS context that verifies the broker's certificate and host name against the
         configured CA (or the system's)."""
-        context = ssl.create_default_context(cadata=self.ssl_cadata) if self.ssl_cadata else \
-            ssl.create_default_context()
+        context = (
+            ssl.create_default_context(cadata=self.ssl_cadata) if self.ssl_cadata else ssl.create_default_context()
+        )
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         return context
 

@@ -57,13 +57,19 @@ def _tls(conn: KafkaConnection, sock: socket.socket, host: str, port: int) -> ss
     try:
         return conn.ssl_context().wrap_socket(sock, server_hostname=host)
     except ssl.SSLCertVerificationError as exc:
-        trusted = ("the configured CA (ssl_cafile of the Kafka connection, or PIPELINE_KAFKA_SSL_CAFILE)"
-                   if conn.ssl_cadata else "the system's trusted CAs")
-        raise KafkaLoginError(f"Kafka broker {host}:{port}: its TLS certificate is not trusted by {trusted}: "
-                              f"{exc.verify_message}") from None
+        trusted = (
+            "the configured CA (ssl_cafile of the Kafka connection, or PIPELINE_KAFKA_SSL_CAFILE)"
+            if conn.ssl_cadata
+            else "the system's trusted CAs"
+        )
+        raise KafkaLoginError(
+            f"Kafka broker {host}:{port}: its TLS certificate is not trusted by {trusted}: {exc.verify_message}"
+        ) from None
     except (ssl.SSLError, OSError) as exc:
-        raise KafkaLoginError(f"Kafka broker {host}:{port}: the TLS handshake failed ({exc}); is "
-                              f"security_protocol {conn.security_protocol} what this listener speaks?") from None
+        raise KafkaLoginError(
+            f"Kafka broker {host}:{port}: the TLS handshake failed ({exc}); is "
+            f"security_protocol {conn.security_protocol} what this listener speaks?"
+        ) from None
 
 
 def _sasl_login(conn: KafkaConnection, sock: socket.socket, host: str, port: int, deadline: float) -> None:
@@ -88,13 +94,17 @@ def _sasl_login(conn: KafkaConnection, sock: socket.socket, host: str, port: int
             except OSError as exc:
                 raise KafkaLoginError(f"{who} refused the {login}: the connection failed ({exc})") from None
             if not data:
-                raise KafkaLoginError(f"{who} refused the {login} (it closed the connection): wrong user name or "
-                                      f"password, or the mechanism is not enabled for this user")
+                raise KafkaLoginError(
+                    f"{who} refused the {login} (it closed the connection): wrong user name or "
+                    f"password, or the mechanism is not enabled for this user"
+                )
             try:
                 responses = protocol.receive_bytes(data)
             except KafkaError as exc:
-                raise KafkaLoginError(f"{who} did not answer the {login} as Kafka does ({exc}); is security_protocol "
-                                      f"{conn.security_protocol} what this listener speaks?") from None
+                raise KafkaLoginError(
+                    f"{who} did not answer the {login} as Kafka does ({exc}); is security_protocol "
+                    f"{conn.security_protocol} what this listener speaks?"
+                ) from None
             if responses:
                 return responses[0][1]
 
@@ -104,8 +114,10 @@ def _sasl_login(conn: KafkaConnection, sock: socket.socket, host: str, port: int
         raise KafkaLoginError(f"{who} does not offer SASL {conn.sasl_mechanism}: it offers {offered}")
     if answer.error_code != 0:
         error = kafka_errors.for_code(answer.error_code).__name__
-        raise KafkaLoginError(f"{who} refused the SASL handshake for {conn.sasl_mechanism} ({error}, error code "
-                              f"{answer.error_code}; it offers {offered})")
+        raise KafkaLoginError(
+            f"{who} refused the SASL handshake for {conn.sasl_mechanism} ({error}, error code "
+            f"{answer.error_code}; it offers {offered})"
+        )
     mechanism = sasl_mechanism(conn.sasl_mechanism, host, conn.client_config())
     while not mechanism.is_done():
         answer = exchange(authenticate_request(mechanism.auth_bytes(), _SASL_AUTHENTICATE_VERSION))

@@ -91,8 +91,12 @@ class JsonLines(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         """The record as one line of JSON."""
-        data = {"time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
-                "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        data = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         data.update(getattr(record, "fields", None) or {})
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)

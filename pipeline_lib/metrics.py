@@ -61,8 +61,12 @@ class RunMetrics:
         host = env.get(ENV_STATSD_HOST, "").strip()
         if not host:
             return None
-        return cls(job, host, int(env.get(ENV_STATSD_PORT, "") or 8125),
-                   env.get(ENV_STATSD_PREFIX, "").strip() or DEFAULT_PREFIX)
+        return cls(
+            job,
+            host,
+            int(env.get(ENV_STATSD_PORT, "") or 8125),
+            env.get(ENV_STATSD_PREFIX, "").strip() or DEFAULT_PREFIX,
+        )
 
     def epoch(self, report: EpochReport) -> None:
         """One committed epoch."""

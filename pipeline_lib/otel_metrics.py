@@ -36,19 +36,20 @@ EXPORT_TIMEOUT_S = 5.0
 class OtelRunMetrics:
     """Records a run's metrics and exports them to one OTLP/HTTP collector."""
 
-    def __init__(self, job: str, endpoint: str, interval_ms: int = DEFAULT_INTERVAL_MS,
-                 prefix: str = DEFAULT_PREFIX):
+    def __init__(self, job: str, endpoint: str, interval_ms: int = DEFAULT_INTERVAL_MS, prefix: str = DEFAULT_PREFIX):
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.resources import Resource
 
         exporter = OTLPMetricExporter(endpoint=f"{endpoint.rstrip('/')}/v1/metrics", timeout=EXPORT_TIMEOUT_S)
-        self._reader = PeriodicExportingMetricReader(exporter, export_interval_millis=interval_ms,
-                                                     export_timeout_millis=EXPORT_TIMEOUT_S * 1000)
+        self._reader = PeriodicExportingMetricReader(
+            exporter, export_interval_millis=interval_ms, export_timeout_millis=EXPORT_TIMEOUT_S * 1000
+        )
         # A provider of its own, not the process-wide one: a hook's instrumentation keeps its own.
-        self._provider = MeterProvider(metric_readers=[self._reader],
-                                       resource=Resource.create({"service.name": "pipeline-lib", "job": job}))
+        self._provider = MeterProvider(
+            metric_readers=[self._reader], resource=Resource.create({"service.name": "pipeline-lib", "job": job})
+        )
         meter = self._provider.get_meter("pipeline_lib")
         self.job, self._closed = job, False
         self._instruments: dict[str, Any] = {}
@@ -69,11 +70,17 @@ class OtelRunMetrics:
         if not endpoint:
             return None
         try:
-            return cls(job, endpoint, int(env.get(ENV_OTEL_INTERVAL_MS, "") or DEFAULT_INTERVAL_MS),
-                       env.get(ENV_OTEL_PREFIX, "").strip() or DEFAULT_PREFIX)
+            return cls(
+                job,
+                endpoint,
+                int(env.get(ENV_OTEL_INTERVAL_MS, "") or DEFAULT_INTERVAL_MS),
+                env.get(ENV_OTEL_PREFIX, "").strip() or DEFAULT_PREFIX,
+            )
         except ImportError as exc:
-            raise PipelineError(f"{ENV_OTEL_ENDPOINT} is set but the OpenTelemetry SDK is not installed "
-                                f"({exc.name}): pip install 'pipeline-lib[otel]'") from None
+            raise PipelineError(
+                f"{ENV_OTEL_ENDPOINT} is set but the OpenTelemetry SDK is not installed "
+                f"({exc.name}): pip install 'pipeline-lib[otel]'"
+            ) from None
 
     def _record(self, name: str, value: float, **attributes: str) -> None:
         instrument = self._instruments[name]
@@ -89,8 +96,7 @@ class OtelRunMetrics:
         """One committed epoch."""
         p = report.pipeline
         self._record("records", report.records, pipeline=p)
-        self._record("records_per_second", round(report.records / report.seconds) if report.seconds else 0,
-                     pipeline=p)
+        self._record("records_per_second", round(report.records / report.seconds) if report.seconds else 0, pipeline=p)
         self._record("lag", report.lag, pipeline=p)
         self._record("epoch_duration", report.seconds * 1000, pipeline=p)
         for phase, seconds in report.phases.items():

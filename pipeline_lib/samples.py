@@ -44,8 +44,9 @@ def produce_json(bootstrap: str, topic: str, events: list[dict], key_field: str 
         producer.close()
 
 
-def produce_raw(bootstrap: str, topic: str, values: list[bytes | None | tuple[bytes, bytes | None]],
-                partition: int | None = None) -> None:
+def produce_raw(
+    bootstrap: str, topic: str, values: list[bytes | None | tuple[bytes, bytes | None]], partition: int | None = None
+) -> None:
     """Values as given (bytes, or a (key, value) pair: a tombstone needs a key)."""
     producer = Producer(bootstrap_servers=bootstrap, linger_ms=20, acks="all")
     try:
@@ -57,8 +58,18 @@ def produce_raw(bootstrap: str, topic: str, values: list[bytes | None | tuple[by
         producer.close()
 
 
-def spend_job_spec(name: str, topic: str, sink: str, store: str, *, per_epoch: int = 4_000,
-                   parallelism: int = 2, retain: int = 10, fmt: str = "jsonl", extra: dict | None = None) -> dict:
+def spend_job_spec(
+    name: str,
+    topic: str,
+    sink: str,
+    store: str,
+    *,
+    per_epoch: int = 4_000,
+    parallelism: int = 2,
+    retain: int = 10,
+    fmt: str = "jsonl",
+    extra: dict | None = None,
+) -> dict:
     """The spend-per-user job over JSON payments, as a spec dict (demo, soak, tests)."""
     spec = {
         "name": name,

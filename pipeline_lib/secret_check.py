@@ -113,8 +113,9 @@ def deployment_problems(env: Mapping[str, str]) -> list[str]:
             problems.append(f"{secret.name} {why}: generate one with {secret.how_to}")
     if (url := env.get(DB_URL)) and (password := _url_password(url)) is not None:
         if why := weakness(password):
-            problems.append(f"the password in {DB_URL} (POSTGRES_PASSWORD in .env) {why}: generate one with "
-                            f"{PASSWORD_HOWTO}")
+            problems.append(
+                f"the password in {DB_URL} (POSTGRES_PASSWORD in .env) {why}: generate one with {PASSWORD_HOWTO}"
+            )
     for name in sorted(env):
         if name.startswith("AIRFLOW_CONN_") and (password := _connection_password(env[name])) is not None:
             if why := weakness(password):

@@ -89,42 +89,68 @@ class ConnectionSettings(BaseModel, frozen=True):
         certificate, read here so that the executors get its text, not a path."""
         protocol = (self.kafka_security_protocol or "PLAINTEXT").upper()
         if protocol not in PROTOCOLS:
-            raise ConfigError(f"{ENV_KAFKA_SECURITY_PROTOCOL} is {self.kafka_security_protocol!r}: choose one of "
-                              f"{', '.join(PROTOCOLS)}")
+            raise ConfigError(
+                f"{ENV_KAFKA_SECURITY_PROTOCOL} is {self.kafka_security_protocol!r}: choose one of "
+                f"{', '.join(PROTOCOLS)}"
+            )
         mechanism = (self.kafka_sasl_mechanism or "").upper() or None
-        given = [name for name, value in ((ENV_KAFKA_SASL_MECHANISM, mechanism),
-                                          (ENV_KAFKA_SASL_USERNAME, self.kafka_sasl_username),
-                                          (ENV_KAFKA_SASL_PASSWORD, self.kafka_sasl_password)) if value]
+        given = [
+            name
+            for name, value in (
+                (ENV_KAFKA_SASL_MECHANISM, mechanism),
+                (ENV_KAFKA_SASL_USERNAME, self.kafka_sasl_username),
+                (ENV_KAFKA_SASL_PASSWORD, self.kafka_sasl_password),
+            )
+            if value
+        ]
         if protocol.startswith("SASL_"):
-            missing = [name for name in (ENV_KAFKA_SASL_MECHANISM, ENV_KAFKA_SASL_USERNAME, ENV_KAFKA_SASL_PASSWORD)
-                       if name not in given]
+            missing = [
+                name
+                for name in (ENV_KAFKA_SASL_MECHANISM, ENV_KAFKA_SASL_USERNAME, ENV_KAFKA_SASL_PASSWORD)
+                if name not in given
+            ]
             if missing:
                 raise ConfigError(f"{ENV_KAFKA_SECURITY_PROTOCOL} {protocol} needs {', '.join(missing)}")
             if mechanism not in SASL_MECHANISMS:
-                raise ConfigError(f"{ENV_KAFKA_SASL_MECHANISM} is {self.kafka_sasl_mechanism!r}: choose one of "
-                                  f"{', '.join(SASL_MECHANISMS)}")
+                raise ConfigError(
+                    f"{ENV_KAFKA_SASL_MECHANISM} is {self.kafka_sasl_mechanism!r}: choose one of "
+                    f"{', '.join(SASL_MECHANISMS)}"
+                )
             assert self.kafka_sasl_password is not None
             if PLACEHOLDER.search(self.kafka_sasl_password.get_secret_value()):
-                raise ConfigError(f"{ENV_KAFKA_SASL_PASSWORD} is a placeholder (a change-me value): set the Kafka "
-                                  "user's real password")
+                raise ConfigError(
+                    f"{ENV_KAFKA_SASL_PASSWORD} is a placeholder (a change-me value): set the Kafka "
+                    "user's real password"
+                )
         elif given:
-            raise ConfigError(f"{', '.join(given)} set but {ENV_KAFKA_SECURITY_PROTOCOL} is {protocol}: set it to "
-                              "SASL_SSL (or SASL_PLAINTEXT) to log in")
+            raise ConfigError(
+                f"{', '.join(given)} set but {ENV_KAFKA_SECURITY_PROTOCOL} is {protocol}: set it to "
+                "SASL_SSL (or SASL_PLAINTEXT) to log in"
+            )
         cadata = None
         if self.kafka_ssl_cafile:
             if protocol not in ("SSL", "SASL_SSL"):
-                raise ConfigError(f"{ENV_KAFKA_SSL_CAFILE} set but {ENV_KAFKA_SECURITY_PROTOCOL} is {protocol}: set "
-                                  "it to SSL or SASL_SSL to use TLS")
+                raise ConfigError(
+                    f"{ENV_KAFKA_SSL_CAFILE} set but {ENV_KAFKA_SECURITY_PROTOCOL} is {protocol}: set "
+                    "it to SSL or SASL_SSL to use TLS"
+                )
             try:
                 cadata = Path(self.kafka_ssl_cafile).read_text()
             except (OSError, UnicodeDecodeError) as exc:
-                raise ConfigError(f"{ENV_KAFKA_SSL_CAFILE}: cannot read {self.kafka_ssl_cafile}: "
-                                  f"{getattr(exc, 'strerror', None) or exc}") from None
+                raise ConfigError(
+                    f"{ENV_KAFKA_SSL_CAFILE}: cannot read {self.kafka_ssl_cafile}: "
+                    f"{getattr(exc, 'strerror', None) or exc}"
+                ) from None
             if "-----BEGIN CERTIFICATE-----" not in cadata:
                 raise ConfigError(f"{ENV_KAFKA_SSL_CAFILE}: {self.kafka_ssl_cafile} holds no PEM certificate")
-        return KafkaConnection(bootstrap=bootstrap, security_protocol=protocol, sasl_mechanism=mechanism,
-                               sasl_username=self.kafka_sasl_username, sasl_password=self.kafka_sasl_password,
-                               ssl_cadata=cadata)
+        return KafkaConnection(
+            bootstrap=bootstrap,
+            security_protocol=protocol,
+            sasl_mechanism=mechanism,
+            sasl_username=self.kafka_sasl_username,
+            sasl_password=self.kafka_sasl_password,
+            ssl_cadata=cadata,
+        )
 
     def require_s3(self) -> tuple[str, str, str]:
         """Endpoint, access key and secret key, or a ConfigError naming what is missing or is a
@@ -142,8 +168,10 @@ class ConnectionSettings(BaseModel, frozen=True):
             raise ConfigError("an s3:// location needs " + ", ".join(missing) + " in the environment")
         assert self.s3_endpoint and self.s3_access_key and self.s3_secret_key
         if PLACEHOLDER.search(self.s3_secret_key.get_secret_value()):  # .env.example's public value
-            raise ConfigError(f"{ENV_S3_SECRET_KEY} is a placeholder (a change-me value from .env.example): set the "
-                              f"S3 user's real secret key; generate one with {PASSWORD_HOWTO}")
+            raise ConfigError(
+                f"{ENV_S3_SECRET_KEY} is a placeholder (a change-me value from .env.example): set the "
+                f"S3 user's real secret key; generate one with {PASSWORD_HOWTO}"
+            )
         return (
             self.s3_endpoint,
             self.s3_access_key.get_secret_value(),
@@ -153,5 +181,6 @@ class ConnectionSettings(BaseModel, frozen=True):
     def secrets(self) -> list[str]:
         """Secret values to scrub from text before it is logged or stored: only those long enough
         to be worth hiding (see logs.MIN_SECRET_LENGTH), so every scrubber masks the same values."""
-        return scrubbable([s.get_secret_value()
-                           for s in (self.s3_access_key, self.s3_secret_key, self.kafka_sasl_password) if s])
+        return scrubbable(
+            [s.get_secret_value() for s in (self.s3_access_key, self.s3_secret_key, self.kafka_sasl_password) if s]
+        )

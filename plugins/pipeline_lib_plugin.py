@@ -13,11 +13,14 @@ from pipeline_lib.orchestration.ui_app import create_app
 class PipelineLibPlugin(AirflowPlugin):
     name = "pipeline_lib"
     fastapi_apps = [{"app": create_app(), "url_prefix": "/pipeline-lib", "name": "pipeline-lib"}]
-    fastapi_root_middlewares = [{"middleware": TriggerCheck, "args": [], "kwargs": {},
-                                 "name": "pipeline-lib trigger check"}]
-    external_views = [{
-        "name": "Pipelines",
-        "href": "/pipeline-lib/",
-        "destination": "nav",
-        "url_route": "pipelines",
-    }]
+    fastapi_root_middlewares = [
+        {"middleware": TriggerCheck, "args": [], "kwargs": {}, "name": "pipeline-lib trigger check"}
+    ]
+    external_views = [
+        {
+            "name": "Pipelines",
+            "href": "/pipeline-lib/",
+            "destination": "nav",
+            "url_route": "pipelines",
+        }
+    ]

@@ -41,9 +41,11 @@ def binary_path(version: str = VERSION) -> Path:
 def _go() -> str:
     go = shutil.which("go") or (str(GO_FALLBACK) if GO_FALLBACK.is_file() else None)
     if go is None:
-        raise StackError(f"MinIO {VERSION} is not built and Go is missing: install Go 1.24+ "
-                         f"(python tools/install_go.py puts it at {GO_FALLBACK}) or put a minio binary at "
-                         f"{binary_path()}")
+        raise StackError(
+            f"MinIO {VERSION} is not built and Go is missing: install Go 1.24+ "
+            f"(python tools/install_go.py puts it at {GO_FALLBACK}) or put a minio binary at "
+            f"{binary_path()}"
+        )
     return go
 
 
@@ -58,11 +60,18 @@ def fetch_minio(*, timeout: float = 1800.0) -> Path:
     target.parent.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{target.parent.name}.", dir=target.parent.parent))
     try:
-        done = subprocess.run([_go(), "install", f"{MODULE}@{VERSION}"], env={**os.environ, "GOBIN": str(staging)},
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        done = subprocess.run(
+            [_go(), "install", f"{MODULE}@{VERSION}"],
+            env={**os.environ, "GOBIN": str(staging)},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if done.returncode != 0 or not (staging / "minio").is_file():
-            raise StackError(f"go install {MODULE}@{VERSION} failed (exit {done.returncode}):\n"
-                             f"{(done.stdout + done.stderr)[-3000:]}")
+            raise StackError(
+                f"go install {MODULE}@{VERSION} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}"
+            )
         try:
             staging.rename(target.parent)
         except OSError:  # another run built it meanwhile
@@ -100,8 +109,9 @@ def _live(endpoint: str) -> bool:
         return bool(response.status == 200)
 
 
-def start_minio(data_dir: Path, *, timeout: float = 60.0, root_user: str | None = None,
-                root_password: str | None = None) -> MinioServer:
+def start_minio(
+    data_dir: Path, *, timeout: float = 60.0, root_user: str | None = None, root_password: str | None = None
+) -> MinioServer:
     """Build (or reuse) the binary and start one server on a free port with the given root
     credentials (random ones by default); return once it answers its liveness check. On failure
     it is stopped and StackError quotes its log."""
@@ -111,15 +121,23 @@ def start_minio(data_dir: Path, *, timeout: float = 60.0, root_user: str | None 
     root_user = root_user or f"root-{secrets.token_hex(6)}"
     root_password = root_password or secrets.token_urlsafe(24)
     log_path = data_dir / "minio.log"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(data_dir),
-           "MINIO_ROOT_USER": root_user, "MINIO_ROOT_PASSWORD": root_password,
-           "MINIO_BROWSER": "off", "MINIO_UPDATE": "off", "MINIO_CI_CD": "1"}
-    pid = start_daemon([binary, "server", str(data_dir / "data"), "--address", f"{LOCALHOST}:{port}", "--quiet"],
-                       log_path, env=env)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(data_dir),
+        "MINIO_ROOT_USER": root_user,
+        "MINIO_ROOT_PASSWORD": root_password,
+        "MINIO_BROWSER": "off",
+        "MINIO_UPDATE": "off",
+        "MINIO_CI_CD": "1",
+    }
+    pid = start_daemon(
+        [binary, "server", str(data_dir / "data"), "--address", f"{LOCALHOST}:{port}", "--quiet"], log_path, env=env
+    )
     server = MinioServer(data_dir, port, pid, binary, root_user, root_password)
     try:
-        wait_until_ready(pid, binary, lambda: _live(server.endpoint), what=f"MinIO {VERSION}", log_path=log_path,
-                         timeout=timeout)
+        wait_until_ready(
+            pid, binary, lambda: _live(server.endpoint), what=f"MinIO {VERSION}", log_path=log_path, timeout=timeout
+        )
     except BaseException:
         stop_pid(pid, binary)
         raise

@@ -31,11 +31,14 @@ def bin_dir() -> Path:
     """The newest installed major's ``bin`` (``$PIPELINE_PG_BINDIR`` wins), with initdb in it."""
     if override := os.environ.get("PIPELINE_PG_BINDIR"):
         return Path(override)
-    majors = sorted((p for p in PACKAGE_ROOT.glob("*/bin") if (p / "initdb").is_file()),
-                    key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
+    majors = sorted(
+        (p for p in PACKAGE_ROOT.glob("*/bin") if (p / "initdb").is_file()),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+    )
     if not majors:
-        raise StackError(f"PostgreSQL is not installed (no {PACKAGE_ROOT}/<major>/bin/initdb): "
-                         "apt-get install postgresql")
+        raise StackError(
+            f"PostgreSQL is not installed (no {PACKAGE_ROOT}/<major>/bin/initdb): apt-get install postgresql"
+        )
     return majors[-1]
 
 
@@ -70,9 +73,18 @@ def _owner() -> pwd.struct_passwd | None:
 
 
 def _run(argv: list[str], owner: pwd.struct_passwd | None, what: str, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False, env=env,
-                          user=owner.pw_uid if owner else None, group=owner.pw_gid if owner else None,
-                          extra_groups=[] if owner else None, cwd="/")
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+        user=owner.pw_uid if owner else None,
+        group=owner.pw_gid if owner else None,
+        extra_groups=[] if owner else None,
+        cwd="/",
+    )
     if done.returncode != 0:
         raise StackError(f"{what} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
     return done.stdout
@@ -92,9 +104,23 @@ def start_postgres(user: str, password: str, db: str, *, timeout: float = 120.0)
         os.chown(pwfile, owner.pw_uid, owner.pw_gid)
     pwfile.chmod(0o600)
     try:
-        _run([str(bindir / "initdb"), "-D", str(root / "data"), "-U", user, f"--pwfile={pwfile}",
-              "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-instructions"],
-             owner, "initdb")
+        _run(
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(root / "data"),
+                "-U",
+                user,
+                f"--pwfile={pwfile}",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--no-instructions",
+            ],
+            owner,
+            "initdb",
+        )
     finally:
         pwfile.unlink(missing_ok=True)
     # "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)" -> "15.18"
@@ -106,14 +132,22 @@ def start_postgres(user: str, password: str, db: str, *, timeout: float = 120.0)
     if owner is not None:
         log_path.touch()
         os.chown(log_path, owner.pw_uid, owner.pw_gid)
-    pid = start_daemon([binary, "-D", str(root / "data"), "-p", str(port), "-k", str(root),
-                        "-c", f"listen_addresses={LOCALHOST}"], log_path, user=owner.pw_name if owner else None)
+    pid = start_daemon(
+        [binary, "-D", str(root / "data"), "-p", str(port), "-k", str(root), "-c", f"listen_addresses={LOCALHOST}"],
+        log_path,
+        user=owner.pw_name if owner else None,
+    )
     server = PostgresServer(root, port, pid, binary, version, user, db)
     try:
         isready = [str(bindir / "pg_isready"), "-h", LOCALHOST, "-p", str(port), "-U", user]
-        wait_until_ready(pid, binary, lambda: subprocess.run([*isready, "-d", "postgres"], capture_output=True,
-                                                             timeout=10).returncode == 0,
-                         what=f"PostgreSQL {version}", log_path=log_path, timeout=timeout)
+        wait_until_ready(
+            pid,
+            binary,
+            lambda: subprocess.run([*isready, "-d", "postgres"], capture_output=True, timeout=10).returncode == 0,
+            what=f"PostgreSQL {version}",
+            log_path=log_path,
+            timeout=timeout,
+        )
         _run([str(bindir / "createdb"), "-h", str(root), "-p", str(port), "-U", user, db], owner, f"createdb {db}")
         _run([*isready, "-d", db], owner, "pg_isready")
     except BaseException:

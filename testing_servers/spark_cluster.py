@@ -130,11 +130,28 @@ class SparkCluster:
         work_dir = self.data_dir / f"worker-{index}"
         work_dir.mkdir(parents=True, exist_ok=True)
         log = self.data_dir / f"worker-{index}.log"
-        pid = start_daemon([str(SPARK_CLASS), WORKER_CLASS, self.master_url, "--host", LOCALHOST,
-                            "--port", str(port), "--webui-port", str(webui_port),
-                            "--cores", str(self.cores_per_worker), "--memory", self.memory_per_worker,
-                            "--work-dir", str(work_dir)],
-                           log, env={**_daemon_env(work_dir), **self.env}, cwd=self.data_dir)
+        pid = start_daemon(
+            [
+                str(SPARK_CLASS),
+                WORKER_CLASS,
+                self.master_url,
+                "--host",
+                LOCALHOST,
+                "--port",
+                str(port),
+                "--webui-port",
+                str(webui_port),
+                "--cores",
+                str(self.cores_per_worker),
+                "--memory",
+                self.memory_per_worker,
+                "--work-dir",
+                str(work_dir),
+            ],
+            log,
+            env={**_daemon_env(work_dir), **self.env},
+            cwd=self.data_dir,
+        )
         worker = Worker(index, pid, port, webui_port, work_dir, log)
         self.workers.append(worker)
         _wait(lambda: port in self.alive_worker_ports(), pid, f"spark worker {index}", log, timeout)
@@ -163,8 +180,12 @@ class SparkCluster:
 
 
 def _daemon_env(work_dir: Path | None = None) -> dict[str, str]:
-    env = {**os.environ, "SPARK_LOCAL_IP": LOCALHOST, "SPARK_DAEMON_MEMORY": "512m",
-           "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": LOCALHOST,
+        "SPARK_DAEMON_MEMORY": "512m",
+        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+    }
     env.pop("SPARK_HOME", None)  # spark-class finds the pyspark package's own
     if work_dir is not None:
         env["SPARK_WORKER_DIR"] = str(work_dir)
@@ -182,13 +203,21 @@ def _wait(ready, pid: int, what: str, log: Path, timeout: float) -> None:
         except OSError:
             pass  # not listening yet
         if time.monotonic() > deadline:
-            raise StackError(f"{what} (pid {pid}) not ready after {timeout:.0f}s; last lines of {log}:\n"
-                             f"{log_tail(log)}")
+            raise StackError(
+                f"{what} (pid {pid}) not ready after {timeout:.0f}s; last lines of {log}:\n{log_tail(log)}"
+            )
         time.sleep(0.25)
 
 
-def start_spark_cluster(data_dir: Path, workers: int = 2, *, cores: int = 1, memory: str = "2g",
-                        timeout: float = 120.0, env: dict[str, str] | None = None) -> SparkCluster:
+def start_spark_cluster(
+    data_dir: Path,
+    workers: int = 2,
+    *,
+    cores: int = 1,
+    memory: str = "2g",
+    timeout: float = 120.0,
+    env: dict[str, str] | None = None,
+) -> SparkCluster:
     """A master and ``workers`` workers of ``cores`` cores each, ready (all ALIVE) on return.
     ``env`` is set for every daemon (and so for the executors and their Python workers).
 
@@ -197,8 +226,12 @@ def start_spark_cluster(data_dir: Path, workers: int = 2, *, cores: int = 1, mem
     port = free_port()
     webui_port = free_port({port})
     log = data_dir / "master.log"
-    pid = start_daemon([str(SPARK_CLASS), MASTER_CLASS, "--host", LOCALHOST, "--port", str(port),
-                        "--webui-port", str(webui_port)], log, env={**_daemon_env(), **(env or {})}, cwd=data_dir)
+    pid = start_daemon(
+        [str(SPARK_CLASS), MASTER_CLASS, "--host", LOCALHOST, "--port", str(port), "--webui-port", str(webui_port)],
+        log,
+        env={**_daemon_env(), **(env or {})},
+        cwd=data_dir,
+    )
     cluster = SparkCluster(data_dir, port, webui_port, pid, cores, memory, env=dict(env or {}))
     try:
         _wait(lambda: cluster.state()["status"] == "ALIVE", pid, "spark master", log, timeout)

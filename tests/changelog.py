@@ -87,8 +87,9 @@ def _fold(current: dict, row: dict, aggregates: dict[str, tuple[str, str | None]
 def read_ranges(bootstrap: str, ranges: list[tuple[str, int, int, int]], timeout_s: float = 120) -> list[Record]:
     """The records of ``(topic, partition, start, end)`` ranges, in order, with kafka-python's own
     assign + seek + poll (not the engine's reader); every offset in each range must be there."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             client_id="changelog-check")
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, client_id="changelog-check"
+    )
     out: list[Record] = []
     try:
         for topic, partition, start, end in ranges:
@@ -98,27 +99,36 @@ def read_ranges(bootstrap: str, ranges: list[tuple[str, int, int, int]], timeout
             got: list[Record] = []
             deadline = time.monotonic() + timeout_s
             while consumer.position(tp) < end:
-                assert time.monotonic() < deadline, f"{topic}[{partition}]: no offset {consumer.position(tp)} " \
-                                                    f"within {timeout_s}s, reading [{start}, {end})"
+                assert time.monotonic() < deadline, (
+                    f"{topic}[{partition}]: no offset {consumer.position(tp)} "
+                    f"within {timeout_s}s, reading [{start}, {end})"
+                )
                 for rec in consumer.poll(timeout_ms=500, max_records=5_000).get(tp, []):
                     if start <= rec.offset < end:
                         got.append(Record(topic, partition, rec.offset, rec.key, rec.value))
             offsets = [r.offset for r in got]
-            assert offsets == list(range(start, end)), \
+            assert offsets == list(range(start, end)), (
                 f"{topic}[{partition}] [{start}, {end}): kafka-python returned offsets {offsets[:5]}..{offsets[-5:]}"
+            )
             out.extend(got)
     finally:
         consumer.close()
     return out
 
 
-def topic_offsets(bootstrap: str, topic: str, near: dict[int, int] | None = None,
-                  timeout_s: float = 60) -> tuple[dict[int, int], dict[int, int]]:
+def topic_offsets(
+    bootstrap: str, topic: str, near: dict[int, int] | None = None, timeout_s: float = 60
+) -> tuple[dict[int, int], dict[int, int]]:
     """(earliest, end) offset of every partition of ``topic``. The end is a fetch's high
     watermark (a fetch from ``near``, e.g. where the chain claims to end): the embedded broker's
     ListOffsets under-reports the end when producer batches hold several records."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             client_id="changelog-check", max_partition_fetch_bytes=1024)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        client_id="changelog-check",
+        max_partition_fetch_bytes=1024,
+    )
     try:
         partitions = consumer.partitions_for_topic(topic)
         assert partitions, f"topic {topic} has no partitions"
@@ -142,8 +152,9 @@ def _parts(store, refs: list[dict], where: str) -> list[dict]:
     rows: list[dict] = []
     for ref in refs:
         data = store.get(ref["key"])
-        assert len(data) == ref["bytes"], \
+        assert len(data) == ref["bytes"], (
             f"{where}: part {ref['key']} has {len(data)} bytes, marker says {ref['bytes']}"
+        )
         assert hashlib.sha256(data).hexdigest() == ref["sha256"], f"{where}: part {ref['key']} fails its SHA-256"
         if ref["key"].endswith(".parquet"):
             part = pq.read_table(io.BytesIO(data)).to_pylist()
@@ -164,8 +175,9 @@ def _marker(store, epoch: int, commit, where: str) -> list[dict]:
         raise AssertionError(f"{where}: committed, but {key} is missing") from None
     assert marker["epoch"] == epoch, f"{where}: {key} says epoch {marker['epoch']}"
     committed = [f.model_dump(mode="json") for f in commit.files]
-    assert marker["files"] == committed, \
+    assert marker["files"] == committed, (
         f"{where}: {key} lists {[f['key'] for f in marker['files']]}, the manifest {[f['key'] for f in committed]}"
+    )
     return marker["files"]
 
 
@@ -191,21 +203,32 @@ def _compare(epoch: int, committed: list[dict], expected: dict[tuple, dict], key
     extra = sorted(got.keys() - expected.keys(), key=repr)
     wrong = sorted((k for k in expected.keys() & got.keys() if got[k] != expected[k]), key=repr)
     if missing or extra or wrong:
-        lines = [f"epoch {epoch}: committed output differs from the reference ({len(missing)} key(s) missing, "
-                 f"{len(extra)} extra, {len(wrong)} wrong, of {len(expected)} the epoch touched)"]
+        lines = [
+            f"epoch {epoch}: committed output differs from the reference ({len(missing)} key(s) missing, "
+            f"{len(extra)} extra, {len(wrong)} wrong, of {len(expected)} the epoch touched)"
+        ]
         lines += [f"  missing key {k}: reference {expected[k]}" for k in missing[:SHOWN]]
         lines += [f"  extra key {k}: committed {got[k]}, the epoch's records do not touch it" for k in extra[:SHOWN]]
         lines += [f"  wrong key {k}: committed {got[k]}, reference {expected[k]}" for k in wrong[:SHOWN]]
         raise AssertionError("\n".join(lines))
 
 
-def assert_every_epoch_exact(env: dict, job_name: str, sink_uri: str, checkpoint_uri: str, bootstrap: str, *,
-                             pipeline: str = "main", flow: str | None = None, key: tuple[str, ...] = ("user",),
-                             values: dict[str, str] = SPEND_VALUES,
-                             reference: Callable[[Record], dict | None] = json_row,
-                             first_offsets: dict[int, int] | None = None,
-                             dead_letter_uri: str | None = None,
-                             is_bad: Callable[[Record], bool] | None = None) -> list[EpochCheck]:
+def assert_every_epoch_exact(
+    env: dict,
+    job_name: str,
+    sink_uri: str,
+    checkpoint_uri: str,
+    bootstrap: str,
+    *,
+    pipeline: str = "main",
+    flow: str | None = None,
+    key: tuple[str, ...] = ("user",),
+    values: dict[str, str] = SPEND_VALUES,
+    reference: Callable[[Record], dict | None] = json_row,
+    first_offsets: dict[int, int] | None = None,
+    dead_letter_uri: str | None = None,
+    is_bad: Callable[[Record], bool] | None = None,
+) -> list[EpochCheck]:
     """Check the whole committed history of one stateful flow; return what each epoch read.
 
     ``reference`` maps a record to the row the aggregate reads (after the flow's transforms, in
@@ -219,8 +242,9 @@ def assert_every_epoch_exact(env: dict, job_name: str, sink_uri: str, checkpoint
     assert head is not None and head.history, f"job {job_name} pipeline {pipeline} has no committed head"
     chain = [snapshots.load_manifest(e.snapshot_id, e.manifest_sha256) for e in reversed(head.history)]
     epochs = [m.epoch for m in chain]
-    assert epochs == list(range(1, len(chain) + 1)), \
+    assert epochs == list(range(1, len(chain) + 1)), (
         f"head retains epochs {epochs}, not 1..N: set checkpoint.retain to at least the number of epochs"
+    )
     topic = chain[0].topic
     earliest, _ = topic_offsets(bootstrap, topic)
     cursor = dict(first_offsets if first_offsets is not None else earliest)
@@ -230,14 +254,16 @@ def assert_every_epoch_exact(env: dict, job_name: str, sink_uri: str, checkpoint
         where = f"epoch {m.epoch} ({m.snapshot_id})"
         assert m.topic == topic, f"{where} read topic {m.topic}, epoch 1 read {topic}"
         base = m.lineage.base_snapshot
-        assert base == (previous.snapshot_id if previous else None), \
+        assert base == (previous.snapshot_id if previous else None), (
             f"{where}: planned on {base}, the chain's previous snapshot is {previous.snapshot_id if previous else None}"
+        )
         assert m.lineage.ranges, f"{where} read nothing"
         for r in m.lineage.ranges:
             assert r.topic == topic, f"{where}: a range of topic {r.topic}"
-            assert r.start == cursor[r.partition], \
-                f"{where}: {topic}[{r.partition}] starts at {r.start}, the previous epoch ended at " \
+            assert r.start == cursor[r.partition], (
+                f"{where}: {topic}[{r.partition}] starts at {r.start}, the previous epoch ended at "
                 f"{cursor[r.partition]} ({'gap' if r.start > cursor[r.partition] else 'overlap'})"
+            )
             assert r.end > r.start, f"{where}: empty range {r}"
             cursor[r.partition] = r.end
         assert m.positions == cursor, f"{where}: positions {m.positions}, its ranges end at {cursor}"
@@ -245,9 +271,10 @@ def assert_every_epoch_exact(env: dict, job_name: str, sink_uri: str, checkpoint
         previous = m
     final = chain[-1]
     stops = final.stop_offsets if final.stop_offsets is not None else topic_offsets(bootstrap, topic, cursor)[1]
-    assert cursor == {p: stops[p] for p in cursor}, \
-        f"the last epoch {final.epoch} ends at {cursor}, the topic's {'stop' if final.stop_offsets else 'end'} " \
+    assert cursor == {p: stops[p] for p in cursor}, (
+        f"the last epoch {final.epoch} ends at {cursor}, the topic's {'stop' if final.stop_offsets else 'end'} "
         f"offsets are {stops}"
+    )
 
     flow = flow or next(iter(final.flows))
     aggregates = _aggregates(values)
@@ -271,8 +298,9 @@ def assert_every_epoch_exact(env: dict, job_name: str, sink_uri: str, checkpoint
             touched.add(k)
         expected = {k: {**dict(zip(key, k)), **state[k]} for k in touched}
         _compare(m.epoch, _parts(sink, _marker(sink, m.epoch, m.flows[flow].sink, where), where), expected, key)
-        assert m.bad_records == len(bad), \
+        assert m.bad_records == len(bad), (
             f"{where}: manifest counts {m.bad_records} bad records, the reference {len(bad)}"
+        )
         if dead is not None:
             assert m.dead_letters is not None, f"{where}: no dead-letter commit"
             letters = _parts(dead, _marker(dead, m.epoch, m.dead_letters, f"{where} dead letters"), where)
@@ -282,8 +310,9 @@ def assert_every_epoch_exact(env: dict, job_name: str, sink_uri: str, checkpoint
             raw = {(r.topic, r.partition, r.offset): r.value for r in bad}
             for row in letters:
                 value = base64.b64decode(row["raw_base64"]) if row["raw_base64"] is not None else None
-                assert value == raw[(row["topic"], row["partition"], row["offset"])], \
+                assert value == raw[(row["topic"], row["partition"], row["offset"])], (
                     f"epoch {m.epoch}: dead letter {row['topic']}[{row['partition']}]@{row['offset']} raw bytes differ"
+                )
         checks.append(EpochCheck(m.epoch, records, len(touched), bad))
     n = final.epoch
     for store, what in [(sink, f"sink of flow {flow}"), *([(dead, "dead-letter sink")] if dead else [])]:

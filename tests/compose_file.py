@@ -92,7 +92,6 @@ def command_of(service: dict[str, Any], key: str = "command") -> list[str]:
     return shlex.split(raw) if isinstance(raw, str) else [str(part) for part in raw]
 
 
-
 def mounts(service: dict[str, Any]) -> list[tuple[str, str]]:
     """(source, target) of each volume, short or long syntax."""
     result = []
@@ -103,7 +102,6 @@ def mounts(service: dict[str, Any]) -> list[tuple[str, str]]:
             parts = str(entry).split(":")
             result.append((parts[0], parts[1]) if len(parts) > 1 else ("", parts[0]))
     return result
-
 
 
 def parse_env_file(path: Path) -> dict[str, str]:
@@ -121,5 +119,3 @@ def parse_env_file(path: Path) -> dict[str, str]:
         assert name not in values, f"{path.name}:{number}: {name} is defined twice"
         values[name] = value
     return values
-
-

@@ -68,8 +68,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 marked = {folder}
         services = SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ()))
         if "unit" in marked and services:
-            raise pytest.UsageError(f"{item.nodeid} is in the unit tier but starts a service through "
-                                    f"{', '.join(sorted(services))}: mark it with its tier or move it")
+            raise pytest.UsageError(
+                f"{item.nodeid} is in the unit tier but starts a service through "
+                f"{', '.join(sorted(services))}: mark it with its tier or move it"
+            )
 
 
 def _open_kafka_clients() -> list[str]:
@@ -87,8 +89,11 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]
         # A Kafka client left open keeps reconnecting to the stopped broker and logs each
         # ECONNREFUSED, after the run's summary, to a stream pytest has closed.
         if left_open := _open_kafka_clients():
-            warnings.warn(f"Kafka clients left open at the end of the session (close every client a "
-                          f"test opens): {left_open}", pytest.PytestWarning, stacklevel=1)
+            warnings.warn(
+                f"Kafka clients left open at the end of the session (close every client a test opens): {left_open}",
+                pytest.PytestWarning,
+                stacklevel=1,
+            )
         stop_stack(data_dir)  # also cleans up after a start that failed half-way
 
 

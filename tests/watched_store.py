@@ -64,6 +64,7 @@ def once(when: Callable[[str, str], bool], action: Callable[[], None]) -> Callab
     def after(op: str, key: str) -> None:
         if pending and when(op, key):
             pending.pop()()
+
     return after
 
 
@@ -81,8 +82,11 @@ def commit_step(entry: tuple[str, str, str], head: str = "head") -> str | None:
         return None
     if store in ("out", "dlq"):
         return f"{store} marker" if key.endswith("/_SUCCESS") else f"{store} part"
-    for prefix, kind in ((layout.STATE_PREFIX, "state"), (layout.MANIFESTS_PREFIX, "manifest"),
-                         (layout.HEAD_KEY, head)):
+    for prefix, kind in (
+        (layout.STATE_PREFIX, "state"),
+        (layout.MANIFESTS_PREFIX, "manifest"),
+        (layout.HEAD_KEY, head),
+    ):
         if key.startswith(prefix):
             return kind
     return key

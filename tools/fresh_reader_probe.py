@@ -57,8 +57,10 @@ def main() -> None:
         bootstrap, topic = info.kafka_bootstrap, "fresh-reader-probe"
         produce_payments(bootstrap, topic, args.events, 1000, args.partitions, 1)
         consumer = kafka_clients.Consumer(bootstrap_servers=bootstrap)
-        ends = {tp.partition: end for tp, end in consumer.end_offsets(
-            [TopicPartition(topic, p) for p in range(args.partitions)]).items()}
+        ends = {
+            tp.partition: end
+            for tp, end in consumer.end_offsets([TopicPartition(topic, p) for p in range(args.partitions)]).items()
+        }
         consumer.close()
         counted, at_once = _CountedSleep(), kafka_clients.partitions_of
         kafka_group.time = counted
@@ -71,8 +73,11 @@ def main() -> None:
                 for partition, end in ends.items():
                     for columns in kafka_source.read_range_batches(bootstrap, topic, partition, 0, end):
                         records += sum(len(batch) for batch in columns)
-                print(f"round {round_ + 1} {variant}: {time.monotonic() - started:.3f} s, {records} records, "
-                      f"{counted.sleeps} idle sleeps in kafka-python's poll", flush=True)
+                print(
+                    f"round {round_ + 1} {variant}: {time.monotonic() - started:.3f} s, {records} records, "
+                    f"{counted.sleeps} idle sleeps in kafka-python's poll",
+                    flush=True,
+                )
                 for cached in kafka_source._consumers.values():
                     cached.consumer.close()
     finally:

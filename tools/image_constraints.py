@@ -63,7 +63,8 @@ def closure() -> dict[str, str]:
     while todo:
         requirement, parent_extras = todo.pop()
         if requirement.marker is not None and not any(
-                requirement.marker.evaluate({"extra": extra}) for extra in (parent_extras or {""})):
+            requirement.marker.evaluate({"extra": extra}) for extra in (parent_extras or {""})
+        ):
             continue
         name = canonicalize_name(requirement.name)
         extras = frozenset(requirement.extras)
@@ -91,8 +92,10 @@ def main(argv: list[str]) -> int:
     text = render()
     if "--check" in argv:
         if OUTPUT.read_text() != text:
-            print(f"{OUTPUT.relative_to(ROOT)} is out of date: run .venv/bin/python tools/image_constraints.py",
-                  file=sys.stderr)
+            print(
+                f"{OUTPUT.relative_to(ROOT)} is out of date: run .venv/bin/python tools/image_constraints.py",
+                file=sys.stderr,
+            )
             return 1
         return 0
     OUTPUT.write_text(text)

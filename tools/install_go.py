@@ -34,7 +34,7 @@ def main() -> int:
             for info in z.infolist():
                 if info.is_dir() or not info.filename.startswith(prefix):
                     continue
-                dest = staging / info.filename[len(prefix):]
+                dest = staging / info.filename[len(prefix) :]
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 with z.open(info) as src, dest.open("wb") as out:
                     out.write(src.read())

@@ -64,11 +64,19 @@ from mutants import MUTANTS, Mutant  # noqa: E402
 # protocol's files when it names none), then, only for a mutant they did not kill, the rest.
 # Collecting the whole tier imports Airflow and more and costs about as much as running the first
 # stage, and the first stage kills nearly every mutant.
-FIRST = ["tests/unit/test_commit_protocol_commit.py", "tests/unit/test_commit_protocol_restore.py",
-         "tests/unit/test_commit_protocol_keys.py", "tests/unit/test_commit_protocol_sink.py",
-         "tests/unit/test_start_over.py", "tests/unit/test_epoch_commit_order.py"]
-UNIT_FILES = FIRST + sorted(str(p.relative_to(REPO)) for p in (REPO / "tests" / "unit").glob("test_*.py")
-                            if str(p.relative_to(REPO)) not in FIRST and p.name != "test_mutants_listed.py")
+FIRST = [
+    "tests/unit/test_commit_protocol_commit.py",
+    "tests/unit/test_commit_protocol_restore.py",
+    "tests/unit/test_commit_protocol_keys.py",
+    "tests/unit/test_commit_protocol_sink.py",
+    "tests/unit/test_start_over.py",
+    "tests/unit/test_epoch_commit_order.py",
+]
+UNIT_FILES = FIRST + sorted(
+    str(p.relative_to(REPO))
+    for p in (REPO / "tests" / "unit").glob("test_*.py")
+    if str(p.relative_to(REPO)) not in FIRST and p.name != "test_mutants_listed.py"
+)
 PYTEST = ["-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
 LIBRARY = "pipeline_lib"
 CANARY_ID = "canary-broken-import"
@@ -96,8 +104,8 @@ def markers(source: str) -> dict[str, list[int]]:
         if found is None:
             continue
         line = token.start[0]
-        if not token.line[:token.start[1]].strip():
-            line = next((t.start[0] for t in tokens[i + 1:] if t.type not in NOT_CODE), line)
+        if not token.line[: token.start[1]].strip():
+            line = next((t.start[0] for t in tokens[i + 1 :] if t.type not in NOT_CODE), line)
         for mutant_id in filter(None, re.split(r"[\s,]+", found.group(1))):
             marked.setdefault(mutant_id, []).append(line)
     return marked
@@ -137,9 +145,11 @@ def marked_statements(mutant: Mutant, source: str, tree: ast.Module) -> list[ast
     body = next(iter(places.values()))[0]
     indices = sorted(index for block, index in places.values())
     if len({key[0] for key in places}) > 1 or indices != list(range(indices[0], indices[-1] + 1)):
-        raise StaleMutant(f"its marker is in {len(places)} places of {mutant.file} (lines {sorted(lines)}) that "
-                          "are not one run of consecutive statements")
-    return body[indices[0]:indices[-1] + 1]
+        raise StaleMutant(
+            f"its marker is in {len(places)} places of {mutant.file} (lines {sorted(lines)}) that "
+            "are not one run of consecutive statements"
+        )
+    return body[indices[0] : indices[-1] + 1]
 
 
 # -- applying a mutant ----------------------------------------------------------------------------------------
@@ -158,7 +168,7 @@ def header_nodes(statement: ast.stmt) -> Iterator[ast.AST]:
 def offset(source: str, line: int, column: int) -> int:
     """The character offset of an AST position (its column counts UTF-8 bytes)."""
     lines = source.splitlines(keepends=True)
-    return sum(map(len, lines[:line - 1])) + len(lines[line - 1].encode()[:column].decode())
+    return sum(map(len, lines[: line - 1])) + len(lines[line - 1].encode()[:column].decode())
 
 
 def splice(source: str, first: ast.stmt | ast.expr, last: ast.stmt | ast.expr, text: str) -> str:
@@ -181,23 +191,30 @@ def mutate(mutant: Mutant, source: str) -> str:
     original = textwrap.dedent(mutant.original).strip()
     replacement = textwrap.dedent(mutant.replacement).strip()
     as_statements, as_expression = parsed(original, "exec"), parsed(original, "eval")
-    if isinstance(as_statements, ast.Module) and \
-            [ast.dump(s) for s in statements] == [ast.dump(s) for s in as_statements.body]:
+    if isinstance(as_statements, ast.Module) and [ast.dump(s) for s in statements] == [
+        ast.dump(s) for s in as_statements.body
+    ]:
         line = source.splitlines()[statements[0].lineno - 1]
-        indent = line[:len(line) - len(line.lstrip())]
+        indent = line[: len(line) - len(line.lstrip())]
         mutated = splice(source, statements[0], statements[-1], replacement.replace("\n", "\n" + indent))
     elif len(statements) > 1:
-        raise StaleMutant(f"its marker is on {len(statements)} statements of {mutant.file} (lines "
-                          f"{statements[0].lineno}-{statements[-1].end_lineno}) and its original is not those")
+        raise StaleMutant(
+            f"its marker is on {len(statements)} statements of {mutant.file} (lines "
+            f"{statements[0].lineno}-{statements[-1].end_lineno}) and its original is not those"
+        )
     elif not isinstance(as_expression, ast.Expression):
-        raise StaleMutant(f"its original is not the statement marked on line {statements[0].lineno} of "
-                          f"{mutant.file} nor an expression")
+        raise StaleMutant(
+            f"its original is not the statement marked on line {statements[0].lineno} of "
+            f"{mutant.file} nor an expression"
+        )
     else:
         wanted = ast.dump(as_expression.body)
         found = [node for node in header_nodes(statements[0]) if ast.dump(node) == wanted]
         if len(found) != 1:
-            raise StaleMutant(f"its original occurs {len(found)} times in the statement marked on line "
-                              f"{statements[0].lineno} of {mutant.file} (must be once)")
+            raise StaleMutant(
+                f"its original occurs {len(found)} times in the statement marked on line "
+                f"{statements[0].lineno} of {mutant.file} (must be once)"
+            )
         mutated = splice(source, found[0], found[0], f"({replacement})")
     if parsed(mutated, "exec") is None:
         raise StaleMutant(f"its replacement does not parse in {mutant.file}")
@@ -207,10 +224,13 @@ def mutate(mutant: Mutant, source: str) -> str:
 def orphan_markers(root: Path) -> list[str]:
     """Markers in the library naming no listed mutant, as ``file:line: id``."""
     listed = {m.id for m in MUTANTS}
-    return [f"{path.relative_to(root)}:{line}: {mutant_id}"
-            for path in sorted((root / LIBRARY).rglob("*.py"))
-            for mutant_id, lines in markers(path.read_text()).items() if mutant_id not in listed
-            for line in lines]
+    return [
+        f"{path.relative_to(root)}:{line}: {mutant_id}"
+        for path in sorted((root / LIBRARY).rglob("*.py"))
+        for mutant_id, lines in markers(path.read_text()).items()
+        if mutant_id not in listed
+        for line in lines
+    ]
 
 
 def stale(mutant: Mutant, root: Path = REPO) -> str | None:
@@ -324,8 +344,15 @@ def run_tests(files: list[str], run: Run, timeout: float, stop_at_first: bool = 
             command = [sys.executable, *PYTEST, *test_files, f"--basetemp={root}/.pytest-tmp{stage}"]
             if not stop_at_first:
                 command.remove("-x")
-            proc = subprocess.Popen(command, cwd=root, env=env_for(root), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            proc = subprocess.Popen(
+                command,
+                cwd=root,
+                env=env_for(root),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
             try:
                 out, _ = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - started)))
             except subprocess.TimeoutExpired:
@@ -344,8 +371,14 @@ def imported_from_copy(files: list[str]) -> str | None:
     """Where the copy's interpreter imports pipeline_lib from, if that is not the copy."""
     root = make_copy(files, Run("import-check"))
     try:
-        out = subprocess.run([sys.executable, "-c", "import pipeline_lib; print(pipeline_lib.__file__)"], cwd="/",
-                             env=env_for(root), capture_output=True, text=True, check=True).stdout.strip()
+        out = subprocess.run(
+            [sys.executable, "-c", "import pipeline_lib; print(pipeline_lib.__file__)"],
+            cwd="/",
+            env=env_for(root),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return None if Path(out).resolve().is_relative_to(root.resolve()) else out
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -356,12 +389,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=2, help="mutants run at once (default 2)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per mutant's test run (default 300)")
     parser.add_argument("--only", action="append", default=[], help="run only these mutant ids (comma-separated)")
-    parser.add_argument("--list", action="store_true",
-                        help="list the mutants, check that each matches its marked code, and exit")
-    parser.add_argument("--markdown", action="store_true",
-                        help="print the mutants as the Markdown table of docs/reliability.md and exit")
-    parser.add_argument("--every-failure", action="store_true",
-                        help="run the whole suite for each mutant (no -x) and name every failing test")
+    parser.add_argument(
+        "--list", action="store_true", help="list the mutants, check that each matches its marked code, and exit"
+    )
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the mutants as the Markdown table of docs/reliability.md and exit",
+    )
+    parser.add_argument(
+        "--every-failure",
+        action="store_true",
+        help="run the whole suite for each mutant (no -x) and name every failing test",
+    )
     args = parser.parse_args(argv)
 
     if args.markdown:
@@ -374,8 +414,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.id:40} {m.file:51} {m.removes}")
     problems = stale_list(MUTANTS)
     if problems:
-        print("mutation: the list is stale: update the mutant with the code, never drop it silently "
-              "(tools/mutants.py, the `# guard:` markers in the library):", file=sys.stderr)
+        print(
+            "mutation: the list is stale: update the mutant with the code, never drop it silently "
+            "(tools/mutants.py, the `# guard:` markers in the library):",
+            file=sys.stderr,
+        )
         for problem in problems:
             print(f"  {problem}", file=sys.stderr)
         return 1
@@ -399,16 +442,23 @@ def main(argv: list[str] | None = None) -> int:
         baseline = pool.submit(run_tests, files, Run("baseline"), args.timeout)
         canary = pool.submit(run_tests, files, canary_run(), args.timeout)
         base, broken = baseline.result(), canary.result()
-        print(f"{'baseline':40} {'FAILED' if base.failed else 'passed':9} {base.seconds:6.1f}s  the unmutated copy",
-              flush=True)
-        print(f"{CANARY_ID:40} {'killed' if broken.failed else 'SURVIVED':9} {broken.seconds:6.1f}s  {broken.detail}",
-              flush=True)
+        print(
+            f"{'baseline':40} {'FAILED' if base.failed else 'passed':9} {base.seconds:6.1f}s  the unmutated copy",
+            flush=True,
+        )
+        print(
+            f"{CANARY_ID:40} {'killed' if broken.failed else 'SURVIVED':9} {broken.seconds:6.1f}s  {broken.detail}",
+            flush=True,
+        )
         if base.failed:
             print(f"mutation: the unmutated copy fails its tests; fix that first:\n{base.output}", file=sys.stderr)
             return 1
         if not broken.failed or "mutation canary" not in broken.output:
-            print("mutation: the canary (a copy whose keygroups module cannot be imported) did not fail on its own "
-                  "error: the tests do not run the copy", file=sys.stderr)
+            print(
+                "mutation: the canary (a copy whose keygroups module cannot be imported) did not fail on its own "
+                "error: the tests do not run the copy",
+                file=sys.stderr,
+            )
             return 1
         outcomes: list[Outcome] = []
         runs = [pool.submit(run_tests, files, m, args.timeout, not args.every_failure) for m in selected]
@@ -417,8 +467,10 @@ def main(argv: list[str] | None = None) -> int:
             outcomes.append(o)
             print(f"{o.name:40} {'killed' if o.failed else 'SURVIVED':9} {o.seconds:6.1f}s  {o.detail}", flush=True)
     survivors = sorted(o.name for o in outcomes if not o.failed)
-    print(f"\nmutation: {len(outcomes) - len(survivors)} killed, {len(survivors)} survived of {len(outcomes)} "
-          f"in {time.monotonic() - wall:.0f}s wall time")
+    print(
+        f"\nmutation: {len(outcomes) - len(survivors)} killed, {len(survivors)} survived of {len(outcomes)} "
+        f"in {time.monotonic() - wall:.0f}s wall time"
+    )
     removes = {m.id: m for m in MUTANTS}
     for mid in survivors:
         print(f"  SURVIVED {mid}: {removes[mid].file}: {removes[mid].removes}")

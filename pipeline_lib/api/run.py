@@ -81,10 +81,17 @@ def run_job(
         raise SpecError(str(exc)) from None
     job = as_job(spec)
     job.effective_parallelism(parallelism)
-    options = RunOptions(mode="forever" if mode == "continuous" else "until-caught-up", restore=restore,
-                         parallelism=parallelism, max_epochs=max_epochs, skip_completed=not redeploy_completed,
-                         lease_seconds=lease_seconds, startup_timeout_s=startup_timeout, launched_by=launched_by,
-                         stall_seconds=stall_seconds)
+    options = RunOptions(
+        mode="forever" if mode == "continuous" else "until-caught-up",
+        restore=restore,
+        parallelism=parallelism,
+        max_epochs=max_epochs,
+        skip_completed=not redeploy_completed,
+        lease_seconds=lease_seconds,
+        startup_timeout_s=startup_timeout,
+        launched_by=launched_by,
+        stall_seconds=stall_seconds,
+    )
     statsd, otel = RunMetrics.from_env(job.name), OtelRunMetrics.from_env(job.name)
     metrics: list[RunMetrics | OtelRunMetrics] = [m for m in (statsd,) if m is not None]
     if otel is not None:

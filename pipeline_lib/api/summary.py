@@ -58,17 +58,31 @@ class PipelineRun:
     @classmethod
     def from_outcome(cls, outcome: PipelineOutcome) -> PipelineRun:
         """The frozen copy of the runner's outcome of one pipeline."""
-        return cls(outcome.name, cast(PipelineStatus, outcome.status), outcome.attempt, outcome.restored_from,
-                   tuple(outcome.epochs), outcome.reason, outcome.restore_seconds, outcome.fenced)
+        return cls(
+            outcome.name,
+            cast(PipelineStatus, outcome.status),
+            outcome.attempt,
+            outcome.restored_from,
+            tuple(outcome.epochs),
+            outcome.reason,
+            outcome.restore_seconds,
+            outcome.fenced,
+        )
 
     def to_dict(self) -> dict:
         """The pipeline's entry of ``RunSummary.to_dict``."""
-        return {"name": self.name, "status": self.status, "attempt": self.attempt,
-                "restored_from": self.restored_from, "epochs": len(self.epochs), "records": self.records,
-                "reason": self.reason,
-                "first_epoch": self.epochs[0].epoch if self.epochs else None,
-                "last_epoch": self.epochs[-1].epoch if self.epochs else None,
-                "last_snapshot": self.last_snapshot}
+        return {
+            "name": self.name,
+            "status": self.status,
+            "attempt": self.attempt,
+            "restored_from": self.restored_from,
+            "epochs": len(self.epochs),
+            "records": self.records,
+            "reason": self.reason,
+            "first_epoch": self.epochs[0].epoch if self.epochs else None,
+            "last_epoch": self.epochs[-1].epoch if self.epochs else None,
+            "last_snapshot": self.last_snapshot,
+        }
 
 
 @dataclass(frozen=True)

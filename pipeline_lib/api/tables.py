@@ -15,8 +15,9 @@ from pipeline_lib.sink.table_reader import read_append_rows, read_upsert_table
 from pipeline_lib.storage import open_store
 
 
-def read_table(location: str, settings: ConnectionSettings | None = None, *,
-               key: Sequence[str] | None = None) -> list[dict]:
+def read_table(
+    location: str, settings: ConnectionSettings | None = None, *, key: Sequence[str] | None = None
+) -> list[dict]:
     """The current table of the files sink at ``location`` (``s3://bucket/prefix`` or
     ``file:///dir``, a flow's ``sink.files.path``) as a list of row dicts.
 

@@ -43,8 +43,9 @@ class EpochSink(Protocol):
     """What a commit needs of a sink (``FilesSink``): an epoch's parts under a ``_SUCCESS``
     marker, and the removal of the parts that marker does not list."""
 
-    def write_epoch(self, epoch: int, digest: str, parts: list[pa.Table], attempt: int,
-                    written: Sequence[FileRef] = ()) -> SinkCommit:
+    def write_epoch(
+        self, epoch: int, digest: str, parts: list[pa.Table], attempt: int, written: Sequence[FileRef] = ()
+    ) -> SinkCommit:
         """Write the epoch's parts and its marker, which also lists the parts tasks already
         ``written``; a retried attempt with the same digest reuses them."""
 
@@ -97,6 +98,7 @@ class CommitOwner:
 
 class CommittedEpoch(NamedTuple):
     """A committed epoch: what the next epoch builds on, and the HEAD version its head check compares."""
+
     manifest: Manifest
     head: Head
     version: str  # HEAD's version after the swap: what the next epoch's head check expects
@@ -118,9 +120,19 @@ def run_now(work: Callable[[], None]) -> None:
     work()
 
 
-def commit_epoch(snapshots: SnapshotStore, owner: CommitOwner, plan: EpochPlan, flows: Sequence[FlowOutput],
-                 dead_letters: DeadLetterOutput | None, history: list[HistoryEntry], head_version: str | None, *,
-                 bad_records: int = 0, clean_up_with: CleanUp = run_now, timed: Timer = untimed) -> CommittedEpoch:
+def commit_epoch(
+    snapshots: SnapshotStore,
+    owner: CommitOwner,
+    plan: EpochPlan,
+    flows: Sequence[FlowOutput],
+    dead_letters: DeadLetterOutput | None,
+    history: list[HistoryEntry],
+    head_version: str | None,
+    *,
+    bad_records: int = 0,
+    clean_up_with: CleanUp = run_now,
+    timed: Timer = untimed,
+) -> CommittedEpoch:
     """Commit ``plan``'s epoch from HEAD version ``head_version`` (``history`` is that HEAD's).
     ``timed`` gets the phases sink, state, commit (head check, manifest, HEAD) and cleanup (the
     hand-over to ``clean_up_with``). FencedError if another attempt moved HEAD."""
@@ -136,8 +148,9 @@ def commit_epoch(snapshots: SnapshotStore, owner: CommitOwner, plan: EpochPlan, 
             commits[flow.name] = FlowCommit(state=None, sink=sink_commit, rows_written=flow.rows)
         dead_letter_commit = None
         if dead_letters is not None:
-            dead_letter_commit = dead_letters.sink.write_epoch(epoch, dead_letters.digest, [], owner.attempt,
-                                                               dead_letters.written)
+            dead_letter_commit = dead_letters.sink.write_epoch(
+                epoch, dead_letters.digest, [], owner.attempt, dead_letters.written
+            )
     with timed("state"):
         for flow in flows:
             commits[flow.name] = commits[flow.name].model_copy(update={"state": flow.write_state(snapshot_id)})
@@ -162,16 +175,34 @@ def commit_epoch(snapshots: SnapshotStore, owner: CommitOwner, plan: EpochPlan, 
     return CommittedEpoch(manifest, head, version)
 
 
-def _manifest(owner: CommitOwner, plan: EpochPlan, snapshot_id: str, commits: dict[str, FlowCommit],
-              bad_records: int, dead_letters: SinkCommit | None) -> Manifest:
+def _manifest(
+    owner: CommitOwner,
+    plan: EpochPlan,
+    snapshot_id: str,
+    commits: dict[str, FlowCommit],
+    bad_records: int,
+    dead_letters: SinkCommit | None,
+) -> Manifest:
     positions = plan.end_positions()
     return Manifest(
-        job=owner.job, pipeline=owner.pipeline, snapshot_id=snapshot_id, epoch=plan.epoch,
-        attempt=owner.attempt, created_at=dt.datetime.now(dt.UTC), spec_fingerprint=owner.spec_fingerprint,
-        topic=owner.topic, topic_id=plan.topic_id, positions=positions, stop_offsets=plan.stop_offsets,
+        job=owner.job,
+        pipeline=owner.pipeline,
+        snapshot_id=snapshot_id,
+        epoch=plan.epoch,
+        attempt=owner.attempt,
+        created_at=dt.datetime.now(dt.UTC),
+        spec_fingerprint=owner.spec_fingerprint,
+        topic=owner.topic,
+        topic_id=plan.topic_id,
+        positions=positions,
+        stop_offsets=plan.stop_offsets,
         completed_splits=completed_splits(positions, plan.stop_offsets),
-        completed=source_completed(positions, plan.stop_offsets), flows=commits,
-        bad_records=bad_records, dead_letters=dead_letters, data_lost=plan.data_lost,
-        lineage=Lineage(base_snapshot=plan.base_snapshot, plan_digest=plan.digest(), ranges=plan.ranges,
-                        records_read=plan.records),
+        completed=source_completed(positions, plan.stop_offsets),
+        flows=commits,
+        bad_records=bad_records,
+        dead_letters=dead_letters,
+        data_lost=plan.data_lost,
+        lineage=Lineage(
+            base_snapshot=plan.base_snapshot, plan_digest=plan.digest(), ranges=plan.ranges, records_read=plan.records
+        ),
     ).sealed()

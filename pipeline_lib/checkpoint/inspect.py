@@ -17,25 +17,39 @@ def list_snapshots(snapshots: SnapshotStore) -> list[dict[str, Any]]:
     for sid in snapshots.listed_snapshot_ids():
         entry = committed.get(sid)
         latest = head.latest if head else None
-        row: dict[str, Any] = {"snapshot_id": sid, "committed": entry is not None,
-                               "head": latest is not None and latest.snapshot_id == sid}
+        row: dict[str, Any] = {
+            "snapshot_id": sid,
+            "committed": entry is not None,
+            "head": latest is not None and latest.snapshot_id == sid,
+        }
         try:
             m = snapshots.load_manifest(sid, entry.manifest_sha256 if entry else None)
         except SnapshotError as exc:
             row.update(epoch=int(sid[:10]), status=f"unusable: {exc}")
         else:
             row.update(
-                epoch=m.epoch, attempt=m.attempt, created_at=m.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-                keys=sum(f.state.keys for f in m.flows.values() if f.state), records_read=m.lineage.records_read,
-                completed=m.completed, data_lost=sum(r.size for r in m.data_lost),  # offsets skipped (retention)
+                epoch=m.epoch,
+                attempt=m.attempt,
+                created_at=m.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                keys=sum(f.state.keys for f in m.flows.values() if f.state),
+                records_read=m.lineage.records_read,
+                completed=m.completed,
+                data_lost=sum(r.size for r in m.data_lost),  # offsets skipped (retention)
                 positions={str(p): o for p, o in sorted(m.positions.items())},
                 status="head" if row["head"] else "ok",
             )
         rows.append(row)
     for sid, entry in committed.items():
         if sid not in {r["snapshot_id"] for r in rows}:
-            rows.append({"snapshot_id": sid, "epoch": entry.epoch, "committed": True, "head": False,
-                         "status": "unusable: manifest missing"})
+            rows.append(
+                {
+                    "snapshot_id": sid,
+                    "epoch": entry.epoch,
+                    "committed": True,
+                    "head": False,
+                    "status": "unusable: manifest missing",
+                }
+            )
     return sorted(rows, key=lambda r: (r["epoch"], r.get("attempt") or 0), reverse=True)
 
 

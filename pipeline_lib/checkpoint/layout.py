@@ -58,7 +58,7 @@ def state_pack_key(snapshot_id: str, flow: str, start: int, end: int, task_attem
 
 def snapshot_of_state_key(key: str) -> str:
     """The snapshot whose folder holds the state object ``key`` (for garbage collection)."""
-    return key[len(STATE_PREFIX):].split("/", 1)[0]
+    return key[len(STATE_PREFIX) :].split("/", 1)[0]
 
 
 def epoch_of_snapshot(snapshot_id: str) -> int:

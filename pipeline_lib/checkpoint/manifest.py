@@ -87,8 +87,10 @@ class StateFileRef(FileRef):
             if delta.deltas:
                 raise ValueError(f"delta {delta.key} of a state file has deltas itself")
             if (delta.key_group_start, delta.key_group_end) != (self.key_group_start, self.key_group_end):
-                raise ValueError(f"delta {delta.key} covers key groups [{delta.key_group_start}, "
-                                 f"{delta.key_group_end}), its base [{self.key_group_start}, {self.key_group_end})")
+                raise ValueError(
+                    f"delta {delta.key} covers key groups [{delta.key_group_start}, "
+                    f"{delta.key_group_end}), its base [{self.key_group_start}, {self.key_group_end})"
+                )
         return self
 
     @model_serializer(mode="wrap")
@@ -132,8 +134,9 @@ class StateFileRef(FileRef):
 
     def describe(self) -> str:
         """The pack's key and the span's byte range inside it (for error messages)."""
-        return (f"{self.key} (key groups [{self.key_group_start}, {self.key_group_end}), "
-                f"bytes {self.offset}+{self.bytes})")
+        return (
+            f"{self.key} (key groups [{self.key_group_start}, {self.key_group_end}), bytes {self.offset}+{self.bytes})"
+        )
 
 
 class StateSnapshot(Frozen):
@@ -211,8 +214,9 @@ class Manifest(Frozen):
 
     def state_files(self) -> list[StateFileRef]:
         """Every state file the snapshot references, over its flows: each span's base and deltas."""
-        return [part for flow in self.flows.values() if flow.state for ref in flow.state.files
-                for part in ref.chain()]  # guard: gc-ignores-deltas
+        return [
+            part for flow in self.flows.values() if flow.state for ref in flow.state.files for part in ref.chain()
+        ]  # guard: gc-ignores-deltas
 
     def _body(self) -> bytes:
         # without a topic id or lost data the body is what it was before manifests had them:
@@ -320,15 +324,26 @@ class PipelineStatus(Frozen):
             return self.state, self.reason
         expires = self.lease_expires_at()
         if expires is not None and now > expires:
-            return "LOST", (f"attempt {self.attempt}: no heartbeat since {self.heartbeat_at:%Y-%m-%dT%H:%M:%SZ} "
-                            f"(lease {self.lease_seconds:g}s)")
+            return "LOST", (
+                f"attempt {self.attempt}: no heartbeat since {self.heartbeat_at:%Y-%m-%dT%H:%M:%SZ} "
+                f"(lease {self.lease_seconds:g}s)"
+            )
         if self.state == "SCHEDULING" and self.startup_deadline is not None and now > self.startup_deadline:
-            return "FAILED", (f"attempt {self.attempt}: start-up did not finish by "
-                              f"{self.startup_deadline:%Y-%m-%dT%H:%M:%SZ} "
-                              f"({self.subtasks_started}/{self.subtasks_total} subtasks started)")
-        if (self.state == "RUNNING" and self.progress_at is not None and self.stall_seconds is not None
-                and self.lag and now > self.progress_at + dt.timedelta(seconds=self.stall_seconds)):
-            return "STALLED", (f"attempt {self.attempt}: no epoch committed since "
-                               f"{self.progress_at:%Y-%m-%dT%H:%M:%SZ} with {self.lag} records waiting "
-                               f"(stall {self.stall_seconds:g}s)")
+            return "FAILED", (
+                f"attempt {self.attempt}: start-up did not finish by "
+                f"{self.startup_deadline:%Y-%m-%dT%H:%M:%SZ} "
+                f"({self.subtasks_started}/{self.subtasks_total} subtasks started)"
+            )
+        if (
+            self.state == "RUNNING"
+            and self.progress_at is not None
+            and self.stall_seconds is not None
+            and self.lag
+            and now > self.progress_at + dt.timedelta(seconds=self.stall_seconds)
+        ):
+            return "STALLED", (
+                f"attempt {self.attempt}: no epoch committed since "
+                f"{self.progress_at:%Y-%m-%dT%H:%M:%SZ} with {self.lag} records waiting "
+                f"(stall {self.stall_seconds:g}s)"
+            )
         return self.state, self.reason

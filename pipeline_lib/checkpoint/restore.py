@@ -103,8 +103,9 @@ def candidates(snapshots: SnapshotStore, which: str) -> list[HistoryEntry]:
     raise SnapshotError(f"snapshot {which} is not among the retained snapshots of {snapshots.job}/{snapshots.pipeline}")
 
 
-def verify_and_load(snapshots: SnapshotStore, sinks: dict[str, ObjectStore],
-                    entry: HistoryEntry) -> tuple[Manifest, dict[str, FlowState]]:
+def verify_and_load(
+    snapshots: SnapshotStore, sinks: dict[str, ObjectStore], entry: HistoryEntry
+) -> tuple[Manifest, dict[str, FlowState]]:
     """One snapshot, checked as a restore needs it (manifest checksum, markers, part sizes, every
     state file's SHA-256, rows and key groups) and its state loaded; SnapshotError naming what
     is wrong."""
@@ -121,16 +122,18 @@ def verify_commits(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], entr
     if manifest.dead_letters is not None:
         dlq = sinks.get(DEAD_LETTERS)
         if dlq is None or not dlq.exists(manifest.dead_letters.marker):  # guard: restore-skips-dead-letter-marker
-            raise SnapshotError(f"dead-letter commit marker {manifest.dead_letters.marker} "
-                                f"of epoch {manifest.epoch} is missing")
+            raise SnapshotError(
+                f"dead-letter commit marker {manifest.dead_letters.marker} of epoch {manifest.epoch} is missing"
+            )
         check_part_files(dlq, manifest.dead_letters, "dead letters")  # guard: restore-skips-dead-letter-part-files
     for name, commit in manifest.flows.items():
         sink = sinks.get(name)
         if sink is None or name == DEAD_LETTERS:
             raise SnapshotError(f"snapshot {entry.snapshot_id} has flow {name!r}, which the spec no longer has")
         if not sink.exists(commit.sink.marker):  # guard: restore-skips-sink-marker
-            raise SnapshotError(f"sink commit marker {commit.sink.marker} of flow {name} "
-                                f"epoch {manifest.epoch} is missing")
+            raise SnapshotError(
+                f"sink commit marker {commit.sink.marker} of flow {name} epoch {manifest.epoch} is missing"
+            )
         check_part_files(sink, commit.sink, f"flow {name}")  # guard: restore-skips-part-files
     return manifest
 
@@ -139,16 +142,18 @@ def check_state_file(ref: StateFileRef, file_table: pa.Table, file_groups: np.nd
     """A decoded state file holds the rows the manifest says, in its span's key groups;
     SnapshotError naming the file otherwise (on the driver and in the executors' verification)."""
     if file_table.num_rows != ref.rows:  # guard: restore-skips-row-count
-        raise SnapshotError(f"state file {ref.describe()} has {file_table.num_rows} rows, "
-                            f"manifest says {ref.rows}")
+        raise SnapshotError(f"state file {ref.describe()} has {file_table.num_rows} rows, manifest says {ref.rows}")
     outside = file_groups[(file_groups < ref.key_group_start) | (file_groups >= ref.key_group_end)]
     if len(outside):  # guard: restore-skips-key-group-range
-        raise SnapshotError(f"state file {ref.describe()} holds key group {outside[0]}, outside its range "
-                            f"[{ref.key_group_start}, {ref.key_group_end})")
+        raise SnapshotError(
+            f"state file {ref.describe()} holds key group {outside[0]}, outside its range "
+            f"[{ref.key_group_start}, {ref.key_group_end})"
+        )
 
 
-def decode_span(ref: StateFileRef, files: Sequence[bytes | memoryview],
-                key_columns: int) -> tuple[pa.Table, np.ndarray]:
+def decode_span(
+    ref: StateFileRef, files: Sequence[bytes | memoryview], key_columns: int
+) -> tuple[pa.Table, np.ndarray]:
     """A span's rows from the bytes of its chain's files (``ref.chain()``, checksums already
     checked): each file decoded and checked (``check_state_file``), all with one schema, folded
     into as many keys as the manifest says the span holds."""
@@ -157,25 +162,30 @@ def decode_span(ref: StateFileRef, files: Sequence[bytes | memoryview],
         file_table, file_groups = decode_state_file(data)
         check_state_file(file_ref, file_table, file_groups)  # guard: span-skips-file-check
         if decoded and file_table.schema != decoded[0][0].schema:  # guard: span-delta-columns-unchecked
-            raise SnapshotError(f"state file {file_ref.describe()} has columns {file_table.schema}, "
-                                f"its span's base has {decoded[0][0].schema}")
+            raise SnapshotError(
+                f"state file {file_ref.describe()} has columns {file_table.schema}, "
+                f"its span's base has {decoded[0][0].schema}"
+            )
         decoded.append((file_table, file_groups))
     table, key_groups = fold_chain(decoded, key_columns)
     if table.num_rows != ref.span_keys():  # guard: span-skips-key-count
-        raise SnapshotError(f"state file {ref.describe()} with its {len(ref.deltas)} delta(s) holds "
-                            f"{table.num_rows} keys, manifest says {ref.span_keys()}")
+        raise SnapshotError(
+            f"state file {ref.describe()} with its {len(ref.deltas)} delta(s) holds "
+            f"{table.num_rows} keys, manifest says {ref.span_keys()}"
+        )
     return table, key_groups
 
 
-def read_spans(snapshots: SnapshotStore, refs: Sequence[StateFileRef], key_columns: int,
-               objects: dict[str, bytes] | None = None) -> tuple[list[tuple[pa.Table, np.ndarray]], int]:
+def read_spans(
+    snapshots: SnapshotStore, refs: Sequence[StateFileRef], key_columns: int, objects: dict[str, bytes] | None = None
+) -> tuple[list[tuple[pa.Table, np.ndarray]], int]:
     """Each span's rows (``decode_span``) with every file of its chain read and checked, every
     object once (and once across calls sharing ``objects``); and the bytes of the objects read."""
     chains = [ref.chain() for ref in refs]
     data, size = read_state_files_counted(snapshots, [r for chain in chains for r in chain], objects)
     cut, start = [], 0
     for chain in chains:
-        cut.append(data[start:start + len(chain)])
+        cut.append(data[start : start + len(chain)])
         start += len(chain)
     spans = list(in_parallel(lambda item: decode_span(item[0], item[1], key_columns), list(zip(refs, cut))))
     return spans, size
@@ -195,14 +205,18 @@ def load_state(snapshots: SnapshotStore, manifest: Manifest) -> tuple[dict[str, 
             for ref, (file_table, file_groups) in zip(files, spans):
                 # guard: restore-ignores-column-mismatch
                 if flow.schema is not None and file_table.schema != flow.schema:
-                    raise SnapshotError(f"state file {ref.describe()} has columns {file_table.schema}, "
-                                        f"the flow's other state files have {flow.schema}")
+                    raise SnapshotError(
+                        f"state file {ref.describe()} has columns {file_table.schema}, "
+                        f"the flow's other state files have {flow.schema}"
+                    )
                 flow.schema = flow.schema or file_table.schema
                 flow.tables.append(file_table)
                 flow.key_group_arrays.append(file_groups)
             if flow.rows != commit.state.keys:  # guard: restore-skips-key-count
-                raise SnapshotError(f"snapshot {manifest.snapshot_id} flow {name} holds {flow.rows} keys, "
-                                    f"manifest says {commit.state.keys}")
+                raise SnapshotError(
+                    f"snapshot {manifest.snapshot_id} flow {name} holds {flow.rows} keys, "
+                    f"manifest says {commit.state.keys}"
+                )
     return loaded, read_bytes
 
 
@@ -222,8 +236,9 @@ def check_part_files(sink: ObjectStore, commit: SinkCommit, what: str) -> None:
         if size is None:
             raise SnapshotError(f"part file {ref.key} of {what} epoch {commit.epoch} is missing")
         if size != ref.bytes:  # guard: restore-skips-part-size
-            raise SnapshotError(f"part file {ref.key} of {what} epoch {commit.epoch} has {size} bytes, "
-                                f"its commit says {ref.bytes}")
+            raise SnapshotError(
+                f"part file {ref.key} of {what} epoch {commit.epoch} has {size} bytes, its commit says {ref.bytes}"
+            )
 
 
 def read_state_files(snapshots: SnapshotStore, refs: Sequence[StateFileRef]) -> list[memoryview]:
@@ -232,8 +247,9 @@ def read_state_files(snapshots: SnapshotStore, refs: Sequence[StateFileRef]) -> 
     return read_state_files_counted(snapshots, refs)[0]
 
 
-def read_state_files_counted(snapshots: SnapshotStore, refs: Sequence[StateFileRef],
-                             objects: dict[str, bytes] | None = None) -> tuple[list[memoryview], int]:
+def read_state_files_counted(
+    snapshots: SnapshotStore, refs: Sequence[StateFileRef], objects: dict[str, bytes] | None = None
+) -> tuple[list[memoryview], int]:
     """``read_state_files``, and the bytes of the objects read for them (whole packs). Objects
     already in ``objects`` are not read again; those read are added to it."""
     objects = {} if objects is None else objects
@@ -243,7 +259,7 @@ def read_state_files_counted(snapshots: SnapshotStore, refs: Sequence[StateFileR
     files = []
     for ref in refs:
         data = memoryview(objects[ref.key])
-        data = data[ref.offset:ref.offset + ref.bytes]
+        data = data[ref.offset : ref.offset + ref.bytes]
         if sha256_hex(data) != ref.sha256:  # guard: restore-skips-state-sha
             where = f" of key groups [{ref.key_group_start}, {ref.key_group_end}) at bytes {ref.offset}+{ref.bytes}"
             raise SnapshotError(f"state file {ref.key} is corrupt (checksum mismatch{where})")
@@ -251,8 +267,9 @@ def read_state_files_counted(snapshots: SnapshotStore, refs: Sequence[StateFileR
     return files, sum(len(data) for data in fetched.values())
 
 
-def restore_snapshot(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], which: str,
-                     load: LoadState = lambda manifest: True) -> Restored | None:
+def restore_snapshot(
+    snapshots: SnapshotStore, sinks: dict[str, ObjectStore], which: str, load: LoadState = lambda manifest: True
+) -> Restored | None:
     """``which`` is ``latest``, ``none`` or a snapshot id. Returns None to start fresh. ``load``
     says, per manifest, whether the driver reads its state (False: the executors verify it,
     and ``restore_after`` goes on should they refuse it)."""
@@ -267,8 +284,14 @@ def restore_snapshot(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], wh
     return _first_usable(snapshots, sinks, history, exact, load, [])
 
 
-def restore_after(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], which: str, unusable: Restored,
-                  reason: Exception, load: LoadState = lambda manifest: True) -> Restored:
+def restore_after(
+    snapshots: SnapshotStore,
+    sinks: dict[str, ObjectStore],
+    which: str,
+    unusable: Restored,
+    reason: Exception,
+    load: LoadState = lambda manifest: True,
+) -> Restored:
     """The restore that follows once ``unusable``, chosen without reading its state, proved
     unusable (``reason``, found by the executors): the same log line, then the snapshots before
     it, as ``restore_snapshot`` would have gone on; an explicit snapshot id refuses instead."""
@@ -277,25 +300,44 @@ def restore_after(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], which
     if exact:  # guard: restore-after-exact-id-falls-back
         raise SnapshotError(f"snapshot {exact} cannot be restored: {reason}")
     rest = unusable.history[1:]
-    log.error("pipeline %s: snapshot %s is unusable (%s); falling back to %s",
-              snapshots.pipeline, snapshot_id, reason, rest[0].snapshot_id if rest else "nothing")
+    log.error(
+        "pipeline %s: snapshot %s is unusable (%s); falling back to %s",
+        snapshots.pipeline,
+        snapshot_id,
+        reason,
+        rest[0].snapshot_id if rest else "nothing",
+    )
     return _first_usable(snapshots, sinks, rest, None, load, [*unusable.fell_back_from, snapshot_id])
 
 
-def _first_usable(snapshots: SnapshotStore, sinks: dict[str, ObjectStore], history: list[HistoryEntry],
-                  exact: str | None, load: LoadState, failures: list[str]) -> Restored:
+def _first_usable(
+    snapshots: SnapshotStore,
+    sinks: dict[str, ObjectStore],
+    history: list[HistoryEntry],
+    exact: str | None,
+    load: LoadState,
+    failures: list[str],
+) -> Restored:
     """The newest of ``history`` that verifies, after the ``failures`` already skipped."""
     for i, entry in enumerate(history):
         try:
             manifest = verify_commits(snapshots, sinks, entry)
-            loaded, read_bytes = (load_state(snapshots, manifest) if load(manifest)
-                                  else ({name: FlowState() for name in manifest.flows}, None))
+            loaded, read_bytes = (
+                load_state(snapshots, manifest)
+                if load(manifest)
+                else ({name: FlowState() for name in manifest.flows}, None)
+            )
         except (SnapshotError, NotFound) as exc:
             if exact:  # guard: restore-exact-id-falls-back
                 raise SnapshotError(f"snapshot {exact} cannot be restored: {exc}") from None
             nxt = history[i + 1].snapshot_id if i + 1 < len(history) else "nothing"
-            log.error("pipeline %s: snapshot %s is unusable (%s); falling back to %s",
-                      snapshots.pipeline, entry.snapshot_id, exc, nxt)
+            log.error(
+                "pipeline %s: snapshot %s is unusable (%s); falling back to %s",
+                snapshots.pipeline,
+                entry.snapshot_id,
+                exc,
+                nxt,
+            )
             failures.append(entry.snapshot_id)
             continue
         return Restored(manifest, history[i:], loaded, failures, read_bytes is not None, read_bytes or 0)

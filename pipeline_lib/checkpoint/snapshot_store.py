@@ -86,15 +86,28 @@ class SnapshotStore:
             head = Head.model_validate_json(data)
         except ValidationError as exc:
             problem = exc.errors()[0]
-            log.error("head pointer of job %s is corrupt (%d bytes, version %s: %s at %s); falling back to the "
-                      "manifest listing", self.job, len(data), version, problem["msg"], problem["loc"])
+            log.error(
+                "head pointer of job %s is corrupt (%d bytes, version %s: %s at %s); falling back to the "
+                "manifest listing",
+                self.job,
+                len(data),
+                version,
+                problem["msg"],
+                problem["loc"],
+            )
             return None, version
         if head.job != self.job:
             raise SnapshotError(f"store {self.store.describe()} holds job {head.job!r}, not {self.job!r}")
         return head, version
 
-    def move_head(self, manifest: Manifest, manifest_sha: str, previous: list[HistoryEntry],
-                  expected_version: str | None, retain: int) -> tuple[Head, str]:
+    def move_head(
+        self,
+        manifest: Manifest,
+        manifest_sha: str,
+        previous: list[HistoryEntry],
+        expected_version: str | None,
+        retain: int,
+    ) -> tuple[Head, str]:
         """Commit: compare-and-swap the head from ``expected_version``; return it and its new version."""
         entry = HistoryEntry(snapshot_id=manifest.snapshot_id, epoch=manifest.epoch, manifest_sha256=manifest_sha)
         head = Head(job=self.job, history=[entry, *previous][:retain])
@@ -117,8 +130,10 @@ class SnapshotStore:
         empty = Head(job=self.job, history=[]).model_dump_json(indent=1).encode()
         # guard: reset-head-ignores-read-version, reset-head-plain-put
         if version != expected_version or (version := self.store.put_if(layout.HEAD_KEY, empty, version)) is None:
-            raise FencedError(f"job {self.job} pipeline {self.pipeline}: another attempt moved the head before "
-                              "this one could start over; this runner is fenced and stops")
+            raise FencedError(
+                f"job {self.job} pipeline {self.pipeline}: another attempt moved the head before "
+                "this one could start over; this runner is fenced and stops"
+            )
         self.store.delete_many([*self.store.list(layout.MANIFESTS_PREFIX), *self.store.list(layout.STATE_PREFIX)])
         self._state_refs.clear()
         return version, committed_through
@@ -191,8 +206,11 @@ class SnapshotStore:
 
     def listed_snapshot_ids(self) -> list[str]:
         """All manifests present, newest first (committed or not)."""
-        ids = [k[len(layout.MANIFESTS_PREFIX):-len(".json")] for k in self.store.list(layout.MANIFESTS_PREFIX)
-               if k.endswith(".json")]
+        ids = [
+            k[len(layout.MANIFESTS_PREFIX) : -len(".json")]
+            for k in self.store.list(layout.MANIFESTS_PREFIX)
+            if k.endswith(".json")
+        ]
         return sorted(ids, key=lambda s: (layout.epoch_of_snapshot(s), int(s.split("-a")[1])), reverse=True)
 
     def read_state_object(self, key: str) -> bytes:

@@ -115,17 +115,23 @@ class SpanWrites:
         return self.deltas[span].with_delta(written, keys) if span in self.deltas else written
 
 
-def plan_span_writes(previous: Mapping[Span, StateFileRef], changed: Mapping[Span, int],
-                     whole: Iterable[Span] = ()) -> SpanWrites:
+def plan_span_writes(
+    previous: Mapping[Span, StateFileRef], changed: Mapping[Span, int], whole: Iterable[Span] = ()
+) -> SpanWrites:
     """Which spans an epoch writes whole, as deltas, or keeps. ``previous``: the span entries of
     the snapshot it builds on that are on this epoch's grid; ``changed``: keys changed per span
     (new keys included); ``whole``: spans to write whole whatever changed (on the grid now, held
     by files off it before). A changed span takes a delta unless its chain would then be longer
     than ``MAX_DELTAS`` or hold more rows than its base; spans of sparse older packs are folded."""
     whole = set(whole)
-    deltas = {span: ref for span, count in changed.items()
-              if span not in whole and (ref := previous.get(span)) is not None
-              and len(ref.deltas) < MAX_DELTAS and ref.chain_rows() + count <= ref.rows}
+    deltas = {
+        span: ref
+        for span, count in changed.items()
+        if span not in whole
+        and (ref := previous.get(span)) is not None
+        and len(ref.deltas) < MAX_DELTAS
+        and ref.chain_rows() + count <= ref.rows
+    }
     kept = {span: ref for span, ref in previous.items() if span not in changed and span not in whole}
     folded = spans_to_fold({**kept, **deltas})
     return SpanWrites(
@@ -135,9 +141,14 @@ def plan_span_writes(previous: Mapping[Span, StateFileRef], changed: Mapping[Spa
     )
 
 
-def write_state_files(store: ObjectStore, snapshot_id: str, flow: str, spans: Sequence[Span],
-                      span_rows: Callable[[Span], tuple[pa.Table, np.ndarray]],
-                      task_attempt: int | None = None) -> Iterator[StateFileRef]:
+def write_state_files(
+    store: ObjectStore,
+    snapshot_id: str,
+    flow: str,
+    spans: Sequence[Span],
+    span_rows: Callable[[Span], tuple[pa.Table, np.ndarray]],
+    task_attempt: int | None = None,
+) -> Iterator[StateFileRef]:
     """Write one state file per span (its rows and their key groups from ``span_rows``) into packs
     in ``snapshot_id``'s folder; yield each file's manifest entry in span order once it is stored.
     ``task_attempt``: the Spark task attempt of the owner task writing them (see layout).
@@ -159,8 +170,17 @@ def write_state_files(store: ObjectStore, snapshot_id: str, flow: str, spans: Se
         key = state_pack_key(snapshot_id, flow, pack[0][0][0], pack[-1][0][1], task_attempt)
         refs, offset = [], 0
         for span, table, data in pack:
-            refs.append(StateFileRef(key=key, rows=table.num_rows, bytes=len(data), sha256=sha256_hex(data),
-                                     key_group_start=span[0], key_group_end=span[1], offset=offset))
+            refs.append(
+                StateFileRef(
+                    key=key,
+                    rows=table.num_rows,
+                    bytes=len(data),
+                    sha256=sha256_hex(data),
+                    key_group_start=span[0],
+                    key_group_end=span[1],
+                    offset=offset,
+                )
+            )
             offset += len(data)
         store.put(key, b"".join(data for _, _, data in pack))
         return refs

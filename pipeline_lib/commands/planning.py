@@ -18,11 +18,15 @@ from pipeline_lib.settings import ConnectionSettings
 def plan(
     spec: Annotated[Path, typer.Argument(help="Job spec YAML.")],
     restore: Annotated[str | None, typer.Option(help="Also show the restore plan: latest | SNAPSHOT_ID | none")] = None,
-    parallelism: Annotated[int | None, typer.Option(
-        help="Parallelism to plan for (checked as run checks it).")] = None,
-    pipeline: Annotated[list[str] | None, typer.Option(
-        "--pipeline", help="Plan the restore of only this pipeline (repeatable; needed with --restore SNAPSHOT_ID "
-                           "when the job has several).")] = None,
+    parallelism: Annotated[int | None, typer.Option(help="Parallelism to plan for (checked as run checks it).")] = None,
+    pipeline: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pipeline",
+            help="Plan the restore of only this pipeline (repeatable; needed with --restore SNAPSHOT_ID "
+            "when the job has several).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Show the execution graph, its pipelines and (with --restore) what a restore would do.
@@ -44,26 +48,43 @@ def plan(
         fail(exc, settings)
     data = {
         "job": job.name,
-        "vertices": [{"id": v.id, "kind": v.kind, "parallelism": v.parallelism, "subtasks": v.subtasks()}
-                     for v in graph.vertices.values()],
+        "vertices": [
+            {"id": v.id, "kind": v.kind, "parallelism": v.parallelism, "subtasks": v.subtasks()}
+            for v in graph.vertices.values()
+        ],
         "edges": graph.edges,
-        "pipelines": [{"name": pl.name, "source": pl.source, "flows": list(pl.flows),
-                       "order": [v.id for v in pl.vertices]} for pl in pipelines],
+        "pipelines": [
+            {"name": pl.name, "source": pl.source, "flows": list(pl.flows), "order": [v.id for v in pl.vertices]}
+            for pl in pipelines
+        ],
     }
     if plans is not None:
         data["restore"] = as_dicts(plans)
     if as_json:
         out.print_json(json.dumps(data))
         return
-    out.print(bold(f"job {job.name}", f": {len(graph.vertices)} vertices x parallelism {p} = "
-                    f"{sum(v.parallelism for v in graph.vertices.values())} subtasks, {len(pipelines)} pipeline(s)"))
+    out.print(
+        bold(
+            f"job {job.name}",
+            f": {len(graph.vertices)} vertices x parallelism {p} = "
+            f"{sum(v.parallelism for v in graph.vertices.values())} subtasks, {len(pipelines)} pipeline(s)",
+        )
+    )
     for pl in pipelines:
-        out.print(Text.assemble("pipeline ", (pl.name, "bold"), f" (flows: {', '.join(pl.flows)}): ",
-                                " -> ".join(v.id for v in pl.vertices)))
+        out.print(
+            Text.assemble(
+                "pipeline ",
+                (pl.name, "bold"),
+                f" (flows: {', '.join(pl.flows)}): ",
+                " -> ".join(v.id for v in pl.vertices),
+            )
+        )
     for rp in plans or []:
-        table = Table(title=f"restore plan of pipeline {rp.pipeline}: {rp.action}"
-                      + (f" from {rp.snapshot}" if rp.snapshot else "")
-                      + (f" (status {rp.status})" if rp.status else ""))
+        table = Table(
+            title=f"restore plan of pipeline {rp.pipeline}: {rp.action}"
+            + (f" from {rp.snapshot}" if rp.snapshot else "")
+            + (f" (status {rp.status})" if rp.status else "")
+        )
         table.add_column("subtask", no_wrap=True)
         table.add_column("action")
         table.add_column("detail")

@@ -19,11 +19,14 @@ from pipeline_lib.settings import ConnectionSettings
 
 def verify(
     spec: Annotated[Path, typer.Argument(help="Job spec YAML.")],
-    pipeline: Annotated[list[str] | None, typer.Option(
-        "--pipeline", help="Verify only this pipeline (repeatable).")] = None,
+    pipeline: Annotated[
+        list[str] | None, typer.Option("--pipeline", help="Verify only this pipeline (repeatable).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
-    record: Annotated[bool, typer.Option(
-        "--record", help="Also write each pipeline's VERIFIED record (what the Pipelines page shows).")] = False,
+    record: Annotated[
+        bool,
+        typer.Option("--record", help="Also write each pipeline's VERIFIED record (what the Pipelines page shows)."),
+    ] = False,
 ) -> None:
     """Check every committed epoch's part files (size and SHA-256 against its _SUCCESS marker) and
     every retained snapshot (manifest, state files, markers, lineage). Changes nothing (but the
@@ -46,9 +49,11 @@ def verify(
     if as_json:
         out.print_json(json.dumps([f.to_dict() for f in findings]))
     else:
-        print_per_pipeline(findings, ("object", "epoch", "snapshot", "status", "detail"),
-                            lambda f: (f.what, str(f.epoch), f.snapshot or "", f.status,
-                                       scrub(f.detail, settings.secrets())))
+        print_per_pipeline(
+            findings,
+            ("object", "epoch", "snapshot", "status", "detail"),
+            lambda f: (f.what, str(f.epoch), f.snapshot or "", f.status, scrub(f.detail, settings.secrets())),
+        )
         out.print(f"{len(findings)} checked, {len(bad)} lost or damaged")
     if bad:
         raise typer.Exit(code=1)
@@ -56,16 +61,26 @@ def verify(
 
 def repair(
     spec: Annotated[Path, typer.Argument(help="Job spec YAML.")],
-    epochs: Annotated[str | None, typer.Option(
-        "--epochs", help="Only these committed epochs: N..M, N.., ..M or N (default: all).")] = None,
-    pipeline: Annotated[list[str] | None, typer.Option(
-        "--pipeline", help="Repair only this pipeline (repeatable).")] = None,
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="Say which epochs can be rebuilt and which cannot, and why; read no input, write nothing.",
-    )] = False,
-    scratch: Annotated[str | None, typer.Option(
-        help="Where Spark tasks write regenerated parts before they are checked, in a new folder deleted "
-             "afterwards (default: a temporary local directory; an s3:// location on a cluster).")] = None,
+    epochs: Annotated[
+        str | None, typer.Option("--epochs", help="Only these committed epochs: N..M, N.., ..M or N (default: all).")
+    ] = None,
+    pipeline: Annotated[
+        list[str] | None, typer.Option("--pipeline", help="Repair only this pipeline (repeatable).")
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Say which epochs can be rebuilt and which cannot, and why; read no input, write nothing.",
+        ),
+    ] = False,
+    scratch: Annotated[
+        str | None,
+        typer.Option(
+            help="Where Spark tasks write regenerated parts before they are checked, in a new folder deleted "
+            "afterwards (default: a temporary local directory; an s3:// location on a cluster)."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Rebuild the lost or damaged part files of committed epochs, byte for byte: each is written
@@ -88,12 +103,17 @@ def repair(
     if as_json:
         out.print_json(json.dumps([o.to_dict() for o in outcomes]))
     else:
-        print_per_pipeline(outcomes, ("object", "epoch", "part", "status", "detail"),
-                            lambda o: (o.what, str(o.epoch), o.part, o.status, scrub(o.detail, settings.secrets())))
+        print_per_pipeline(
+            outcomes,
+            ("object", "epoch", "part", "status", "detail"),
+            lambda o: (o.what, str(o.epoch), o.part, o.status, scrub(o.detail, settings.secrets())),
+        )
         done = "rebuildable" if dry_run else "restored"
-        out.print(f"{len(outcomes)} lost or damaged part(s): "
-                  f"{sum(o.status in (repairing.RESTORED, repairing.WOULD_RESTORE) for o in outcomes)} {done}, "
-                  f"{len(failed)} cannot be rebuilt")
+        out.print(
+            f"{len(outcomes)} lost or damaged part(s): "
+            f"{sum(o.status in (repairing.RESTORED, repairing.WOULD_RESTORE) for o in outcomes)} {done}, "
+            f"{len(failed)} cannot be rebuilt"
+        )
     if failed:
         raise typer.Exit(code=1)
 
@@ -118,18 +138,28 @@ def lineage(
         out.print_json(json.dumps(found.to_dict(), default=str))
         return
     shown = ", ".join(f"{c}={v}" for c, v in found.key.items())
-    out.print(bold(f"key {shown}", f" of flow {found.flow} (pipeline {found.pipeline}): "
-                                    f"changed by {len(found.changes)} committed epoch(s)"))
+    out.print(
+        bold(
+            f"key {shown}",
+            f" of flow {found.flow} (pipeline {found.pipeline}): changed by {len(found.changes)} committed epoch(s)",
+        )
+    )
     table = Table("epoch", "snapshot", "built on", "offsets read", "value after the epoch")
     for change in found.changes:
         ranges = ", ".join(f"{r['topic']}[{r['partition']}] {r['start']}-{r['end']}" for r in change.ranges or [])
-        table.add_row(str(change.epoch), change.snapshot or "(not retained)", change.base_snapshot or "",
-                      ranges, json.dumps(change.value, default=str))
+        table.add_row(
+            str(change.epoch),
+            change.snapshot or "(not retained)",
+            change.base_snapshot or "",
+            ranges,
+            json.dumps(change.value, default=str),
+        )
     out.print(table)
     if found.restore_from is None:
         out.print("no retained snapshot: a restore starts from the beginning")
     else:
         value = json.dumps(found.state_value, default=str) if found.state_value is not None else "absent"
-        out.print(f"a restore starts from snapshot {found.restore_from} (epoch {found.restore_epoch}); "
-                  f"its state holds {value}" + (f" (in {found.state_file})" if found.state_file else ""))
-
+        out.print(
+            f"a restore starts from snapshot {found.restore_from} (epoch {found.restore_epoch}); "
+            f"its state holds {value}" + (f" (in {found.state_file})" if found.state_file else "")
+        )

@@ -58,9 +58,16 @@ def snapshots_list(
     table = Table("snapshot", "epoch", "attempt", "committed", "created (UTC)", "keys", "records", "status")
     table.columns[0].no_wrap = table.columns[4].no_wrap = True
     for r in rows:
-        table.add_row(r["snapshot_id"], str(r["epoch"]), str(r.get("attempt", "")), "yes" if r["committed"] else "no",
-                      r.get("created_at", ""), str(r.get("keys", "")), str(r.get("records_read", "")),
-                      r["status"] + (f", {r['data_lost']} offsets lost" if r.get("data_lost") else ""))
+        table.add_row(
+            r["snapshot_id"],
+            str(r["epoch"]),
+            str(r.get("attempt", "")),
+            "yes" if r["committed"] else "no",
+            r.get("created_at", ""),
+            str(r.get("keys", "")),
+            str(r.get("records_read", "")),
+            r["status"] + (f", {r['data_lost']} offsets lost" if r.get("data_lost") else ""),
+        )
     out.print(table)
 
 
@@ -82,29 +89,44 @@ def snapshots_show(
     if as_json:
         out.print_json(manifest.model_dump_json())
         return
-    out.print(bold(f"snapshot {manifest.snapshot_id}",
-                    f" of job {manifest.job} pipeline {manifest.pipeline}: epoch {manifest.epoch}, attempt "
-                    f"{manifest.attempt}, created {manifest.created_at:%Y-%m-%d %H:%M:%S}Z"
-                    + (", COMPLETED" if manifest.completed else "")))
-    out.print(f"source {manifest.topic}: next offsets {manifest.positions}"
-              + (f", stop offsets {manifest.stop_offsets}, completed splits {manifest.completed_splits}"
-                 if manifest.stop_offsets is not None else ""))
+    out.print(
+        bold(
+            f"snapshot {manifest.snapshot_id}",
+            f" of job {manifest.job} pipeline {manifest.pipeline}: epoch {manifest.epoch}, attempt "
+            f"{manifest.attempt}, created {manifest.created_at:%Y-%m-%d %H:%M:%S}Z"
+            + (", COMPLETED" if manifest.completed else ""),
+        )
+    )
+    out.print(
+        f"source {manifest.topic}: next offsets {manifest.positions}"
+        + (
+            f", stop offsets {manifest.stop_offsets}, completed splits {manifest.completed_splits}"
+            if manifest.stop_offsets is not None
+            else ""
+        )
+    )
     for r in manifest.data_lost:
-        out.print(f"data lost before it was read (on_data_loss: skip): {r.topic}[{r.partition}] offsets "
-                  f"{r.start} to {r.end} ({r.size} offsets skipped)")
+        out.print(
+            f"data lost before it was read (on_data_loss: skip): {r.topic}[{r.partition}] offsets "
+            f"{r.start} to {r.end} ({r.size} offsets skipped)"
+        )
     for name, flow in manifest.flows.items():
         if flow.state:
-            out.print(f"flow {name} state: {flow.state.keys} keys in {len(flow.state.files)} file(s), "
-                      f"{flow.state.parallelism} subtasks of {flow.state.max_parallelism} key groups")
+            out.print(
+                f"flow {name} state: {flow.state.keys} keys in {len(flow.state.files)} file(s), "
+                f"{flow.state.parallelism} subtasks of {flow.state.max_parallelism} key groups"
+            )
             for f in flow.state.files:
-                out.print(f"  key groups [{f.key_group_start}, {f.key_group_end}): "
-                          f"{f.key} ({f.rows} rows, {f.bytes} B)")
+                out.print(
+                    f"  key groups [{f.key_group_start}, {f.key_group_end}): {f.key} ({f.rows} rows, {f.bytes} B)"
+                )
                 for delta in f.deltas:
                     out.print(f"    delta {delta.key} ({delta.rows} rows, {delta.bytes} B)")
                 if f.deltas:
                     out.print(f"    {f.span_keys()} keys with its {len(f.deltas)} delta(s)")
-        out.print(f"flow {name} sink {flow.sink.location} epoch {flow.sink.epoch}: {len(flow.sink.files)} file(s), "
-                  f"{flow.rows_written} rows, marker {flow.sink.marker}")
+        out.print(
+            f"flow {name} sink {flow.sink.location} epoch {flow.sink.epoch}: {len(flow.sink.files)} file(s), "
+            f"{flow.rows_written} rows, marker {flow.sink.marker}"
+        )
     ranges = ", ".join(f"[{r.partition}] {r.start}..{r.end}" for r in manifest.lineage.ranges)
     out.print(f"lineage: base {manifest.lineage.base_snapshot}, read {manifest.lineage.records_read} records: {ranges}")
-

@@ -20,9 +20,13 @@ stack_app = typer.Typer(help="The embedded local stack: Kafka-protocol broker + 
 def stack_up(
     data_dir: Annotated[Path, typer.Option("--dir", help="Data directory of the stack.")] = DEFAULT_STACK_DIR,
     broker_storage: Annotated[str, typer.Option(help="Tansu's log: s3 (durable) or memory.")] = "s3",
-    broker: Annotated[str, typer.Option(
-        help="tansu (embedded, quick to start) or kafka (Apache Kafka from Maven Central jars, fetched on first use)."
-    )] = "tansu",
+    broker: Annotated[
+        str,
+        typer.Option(
+            help="tansu (embedded, quick to start) or kafka (Apache Kafka from Maven Central jars, "
+            "fetched on first use)."
+        ),
+    ] = "tansu",
 ) -> None:
     """Start the broker and S3 server on free 127.0.0.1 ports; print export lines."""
     from pipeline_lib.localstack import start_stack
@@ -31,8 +35,10 @@ def stack_up(
         info = start_stack(data_dir.resolve(), broker_storage=broker_storage, broker=broker)
     except Exception as exc:
         fail(exc)
-    err.print(f"stack up in {data_dir} ({info.broker} broker pid {info.broker_pid}, s3 pid {info.s3_pid}); "
-              f'run: eval "$(pipeline-lib stack env --dir {data_dir})"')
+    err.print(
+        f"stack up in {data_dir} ({info.broker} broker pid {info.broker_pid}, s3 pid {info.s3_pid}); "
+        f'run: eval "$(pipeline-lib stack env --dir {data_dir})"'
+    )
     print(info.export_lines())
 
 

@@ -96,8 +96,9 @@ class _ReaderPartitionRecords(Fetcher.PartitionRecords):
     def _maybe_skip_record(self, record: Any) -> bool:
         return False  # the reader drops what lies before the fetch offset
 
-    def _unpack_records(self, tp: Any, records: MemoryRecords, key_deserializer: Any,
-                        value_deserializer: Any) -> Iterator[Any]:
+    def _unpack_records(
+        self, tp: Any, records: MemoryRecords, key_deserializer: Any, value_deserializer: Any
+    ) -> Iterator[Any]:
         yield from self.reader(FetchedPartition(self, tp, records))
 
 
@@ -128,8 +129,11 @@ def bound_fetches_below(consumer: KafkaConsumer) -> None:
 
     def fetchable() -> list:
         limits, assignment = fetcher.fetch_below, fetcher._subscriptions.assignment
-        return [tp for tp in every_fetchable()
-                if tp not in limits or assignment[tp].position is None or assignment[tp].position.offset < limits[tp]]
+        return [
+            tp
+            for tp in every_fetchable()
+            if tp not in limits or assignment[tp].position is None or assignment[tp].position.offset < limits[tp]
+        ]
 
     fetcher._fetchable_partitions = fetchable
 
@@ -145,8 +149,9 @@ class UnreadPartitionRecords(Fetcher.PartitionRecords):
     """A fetched partition whose records are dropped unread: the fetch response already set the
     partition's high watermark, which is all the planner asks of it."""
 
-    def _unpack_records(self, tp: Any, records: MemoryRecords, key_deserializer: Any,
-                        value_deserializer: Any) -> Iterator[Any]:
+    def _unpack_records(
+        self, tp: Any, records: MemoryRecords, key_deserializer: Any, value_deserializer: Any
+    ) -> Iterator[Any]:
         self.drain()
         yield from ()
 

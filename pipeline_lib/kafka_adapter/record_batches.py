@@ -16,8 +16,16 @@ from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.legacy_records import LegacyRecordBatch
 from kafka.record.memory_records import MemoryRecords
 
-__all__ = ["LOG_APPEND_TIME", "DefaultRecordBatch", "LegacyRecordBatch", "MemoryRecords", "batch_bytes",
-           "next_batch", "records_bytes", "set_legacy_messages"]
+__all__ = [
+    "LOG_APPEND_TIME",
+    "DefaultRecordBatch",
+    "LegacyRecordBatch",
+    "MemoryRecords",
+    "batch_bytes",
+    "next_batch",
+    "records_bytes",
+    "set_legacy_messages",
+]
 
 LOG_APPEND_TIME = DefaultRecordBatch.LOG_APPEND_TIME  # a v2 batch's timestamp type: the broker's time
 
@@ -30,7 +38,7 @@ def batch_bytes(batch: DefaultRecordBatch | LegacyRecordBatch) -> bytearray | me
 
 def records_bytes(batch: DefaultRecordBatch) -> memoryview:
     """A v2 batch's records section (still compressed if the batch is), after its 61-byte header."""
-    return memoryview(batch._buffer)[batch._pos:]
+    return memoryview(batch._buffer)[batch._pos :]
 
 
 def set_legacy_messages(batch: LegacyRecordBatch, messages: bytes) -> None:
@@ -49,5 +57,6 @@ def next_batch(tp: Any, records: MemoryRecords) -> DefaultRecordBatch | LegacyRe
         return records.next_batch()
     except (struct.error, ValueError, IndexError, TypeError, AssertionError, CorruptRecordError) as exc:
         offset = struct.unpack_from(">q", start)[0] if start is not None and len(start) >= 8 else "?"
-        raise CorruptRecordError(f"{tp.topic}[{tp.partition}]: batch at offset {offset} cannot be read: "
-                                 f"{type(exc).__name__}: {exc}") from None
+        raise CorruptRecordError(
+            f"{tp.topic}[{tp.partition}]: batch at offset {offset} cannot be read: {type(exc).__name__}: {exc}"
+        ) from None

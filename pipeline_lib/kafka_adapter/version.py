@@ -27,7 +27,8 @@ def check_version(installed: str) -> None:
         f"was tested with kafka-python {', '.join(TESTED_VERSIONS)} only: it relies on that release's internals. "
         f"Install a tested release (pip install 'kafka-python=={TESTED_VERSIONS[-1]}', as pyproject.toml and "
         "docker/constraints.txt pin it); to move to another release, run tests/unit/test_kafka_adapter.py with it, "
-        "fix pipeline_lib/kafka_adapter until every test passes, then add the release to TESTED_VERSIONS.")
+        "fix pipeline_lib/kafka_adapter until every test passes, then add the release to TESTED_VERSIONS."
+    )
 
 
 def check_installed() -> None:

@@ -128,38 +128,42 @@ def server_properties(data_dir: Path, port: int, controller_port: int, security:
     if security is not None:
         listeners += [f"SSL://{security.ssl_bootstrap}", f"SASL_SSL://{security.sasl_ssl_bootstrap}"]
         protocols += ["SSL:SSL", "SASL_SSL:SASL_SSL"]
-    return "\n".join([
-        "process.roles=broker,controller",
-        "node.id=1",
-        f"controller.quorum.bootstrap.servers={LOCALHOST}:{controller_port}",
-        f"listeners={','.join(listeners)},CONTROLLER://{LOCALHOST}:{controller_port}",
-        f"advertised.listeners={','.join(listeners)}",
-        "controller.listener.names=CONTROLLER",
-        "inter.broker.listener.name=PLAINTEXT",
-        f"listener.security.protocol.map={','.join(protocols)}",
-        *(_security_properties(security) if security is not None else []),
-        f"log.dirs={data_dir / 'log'}",
-        "num.partitions=1",
-        "num.network.threads=2",
-        "num.io.threads=2",
-        "offsets.topic.replication.factor=1",
-        "offsets.topic.num.partitions=1",
-        "transaction.state.log.replication.factor=1",
-        "transaction.state.log.min.isr=1",
-        "transaction.state.log.num.partitions=1",
-        "share.coordinator.state.topic.replication.factor=1",
-        "share.coordinator.state.topic.min.isr=1",
-        "group.initial.rebalance.delay.ms=0",
-        "log.cleaner.backoff.ms=1000",  # a compacted topic's test waits for the cleaner (default 15 s)
-        "",
-    ])
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.bootstrap.servers={LOCALHOST}:{controller_port}",
+            f"listeners={','.join(listeners)},CONTROLLER://{LOCALHOST}:{controller_port}",
+            f"advertised.listeners={','.join(listeners)}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            f"listener.security.protocol.map={','.join(protocols)}",
+            *(_security_properties(security) if security is not None else []),
+            f"log.dirs={data_dir / 'log'}",
+            "num.partitions=1",
+            "num.network.threads=2",
+            "num.io.threads=2",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "transaction.state.log.num.partitions=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "log.cleaner.backoff.ms=1000",  # a compacted topic's test waits for the cleaner (default 15 s)
+            "",
+        ]
+    )
 
 
 def _security_properties(security: BrokerSecurity) -> list[str]:
     """TLS from PEM files, SASL PLAIN (its users in the JAAS line) and SCRAM (users in the
     metadata log, added at format time)."""
-    plain = (f'org.apache.kafka.common.security.plain.PlainLoginModule required '
-             f'user_{security.username}="{security.password}";')
+    plain = (
+        f"org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'user_{security.username}="{security.password}";'
+    )
     return [
         "ssl.keystore.type=PEM",
         f"ssl.keystore.location={security.tls.broker_chain.parent / 'broker-keystore.pem'}",
@@ -186,9 +190,15 @@ def _make_security(data_dir: Path, exclude: set[int]) -> BrokerSecurity:
 
 
 def _scram_arguments(security: BrokerSecurity) -> list[str]:
-    return [arg for mechanism in SASL_MECHANISMS if mechanism.startswith("SCRAM")
-            for arg in ("--add-scram", f"{mechanism}=[name={security.username},password={security.password},"
-                                       f"iterations={SCRAM_ITERATIONS}]")]
+    return [
+        arg
+        for mechanism in SASL_MECHANISMS
+        if mechanism.startswith("SCRAM")
+        for arg in (
+            "--add-scram",
+            f"{mechanism}=[name={security.username},password={security.password},iterations={SCRAM_ITERATIONS}]",
+        )
+    ]
 
 
 def _hidden(text: str, security: BrokerSecurity | None) -> str:
@@ -221,9 +231,16 @@ def merge_properties(defaults: str, overrides: Mapping[str, str]) -> str:
     return "".join(f"{key}={value}\n" for key, value in props.items())
 
 
-def start_apache_kafka(data_dir: Path, *, timeout: float = 120.0, secured: bool = False, port: int | None = None,
-                       controller_port: int | None = None, overrides: Mapping[str, str] | None = None,
-                       cluster_id: str | None = None) -> ApacheKafka:
+def start_apache_kafka(
+    data_dir: Path,
+    *,
+    timeout: float = 120.0,
+    secured: bool = False,
+    port: int | None = None,
+    controller_port: int | None = None,
+    overrides: Mapping[str, str] | None = None,
+    cluster_id: str | None = None,
+) -> ApacheKafka:
     """Fetch (or reuse) the jars, format a fresh KRaft log in ``data_dir`` and start the broker;
     return once a Kafka client gets metadata on ``port``. On failure the JVM is stopped and
     StackError quotes the log. ``secured``: also the SSL and SASL_SSL listeners (BrokerSecurity).
@@ -242,22 +259,46 @@ def start_apache_kafka(data_dir: Path, *, timeout: float = 120.0, secured: bool 
     config.write_text(merge_properties(server_properties(data_dir, port, controller_port, security), overrides or {}))
     standalone = [] if "controller.quorum.voters" in (overrides or {}) else ["--standalone"]
     (data_dir / "log4j2.properties").write_text(LOG4J2)
-    jvm = [java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={data_dir / 'log4j2.properties'}",
-           "-cp", f"{jars}/*"]
-    formatted = subprocess.run([*jvm, "kafka.tools.StorageTool", "format", *standalone,
-                                "-t", cluster_id or _cluster_id(), "-c", str(config),
-                                *(_scram_arguments(security) if security is not None else [])],
-                               capture_output=True, text=True, timeout=timeout, check=False)
+    jvm = [java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={data_dir / 'log4j2.properties'}", "-cp", f"{jars}/*"]
+    formatted = subprocess.run(
+        [
+            *jvm,
+            "kafka.tools.StorageTool",
+            "format",
+            *standalone,
+            "-t",
+            cluster_id or _cluster_id(),
+            "-c",
+            str(config),
+            *(_scram_arguments(security) if security is not None else []),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if formatted.returncode != 0:
-        raise StackError(f"formatting Kafka's storage failed (exit {formatted.returncode}):\n"
-                         f"{_hidden((formatted.stdout + formatted.stderr)[-3000:], security)}")
+        raise StackError(
+            f"formatting Kafka's storage failed (exit {formatted.returncode}):\n"
+            f"{_hidden((formatted.stdout + formatted.stderr)[-3000:], security)}"
+        )
     log_path = data_dir / "kafka.log"
     started = time.monotonic()
-    pid = start_daemon([*jvm, "kafka.Kafka", str(config)], log_path, cwd=data_dir,
-                       env={**os.environ, "NO_PROXY": f"{LOCALHOST},localhost", "no_proxy": f"{LOCALHOST},localhost"})
+    pid = start_daemon(
+        [*jvm, "kafka.Kafka", str(config)],
+        log_path,
+        cwd=data_dir,
+        env={**os.environ, "NO_PROXY": f"{LOCALHOST},localhost", "no_proxy": f"{LOCALHOST},localhost"},
+    )
     try:
-        wait_until_ready(pid, java, lambda: broker_ready(f"{LOCALHOST}:{port}"), what=f"Apache Kafka {version}",
-                         log_path=log_path, timeout=timeout)
+        wait_until_ready(
+            pid,
+            java,
+            lambda: broker_ready(f"{LOCALHOST}:{port}"),
+            what=f"Apache Kafka {version}",
+            log_path=log_path,
+            timeout=timeout,
+        )
     except BaseException:
         stop_pid(pid, java)
         raise
@@ -291,9 +332,11 @@ def main() -> None:
         kafka = start_apache_kafka(Path(tmp))
         try:
             rss = rss_bytes(kafka.pid)
-            print(f"Apache Kafka {kafka.version} at {kafka.bootstrap} (pid {kafka.pid}): format + start "
-                  f"{time.monotonic() - started:.1f} s, JVM start to ready {kafka.ready_seconds:.1f} s, "
-                  f"RSS {rss // 2**20 if rss else '?'} MiB")
+            print(
+                f"Apache Kafka {kafka.version} at {kafka.bootstrap} (pid {kafka.pid}): format + start "
+                f"{time.monotonic() - started:.1f} s, JVM start to ready {kafka.ready_seconds:.1f} s, "
+                f"RSS {rss // 2**20 if rss else '?'} MiB"
+            )
         finally:
             started = time.monotonic()
             stop_apache_kafka(kafka)

@@ -20,8 +20,17 @@ from pipeline_lib.localstack.processes import StackError, start_daemon, stop_pid
 STORAGE_ENGINES = ("memory", "s3")
 TANSU_BUCKET = "tansu"
 # Variables Tansu reads as configuration, or that could send its S3 calls elsewhere.
-_TANSU_ENV = ("CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "SCHEMA_REGISTRY",
-              "OTEL_EXPORTER_OTLP_ENDPOINT", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+_TANSU_ENV = (
+    "CLUSTER_ID",
+    "LISTENER_URL",
+    "ADVERTISED_LISTENER_URL",
+    "STORAGE_ENGINE",
+    "SCHEMA_REGISTRY",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+)
 
 
 @dataclass(frozen=True)
@@ -67,14 +76,18 @@ def broker_command(binary: str, config: BrokerConfig) -> list[str]:
 
 def broker_env(config: BrokerConfig) -> dict[str, str]:
     """Our environment without Tansu/AWS/proxy settings, plus AWS_* for the s3 engine."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("AWS_") and k.upper() not in _TANSU_ENV}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k.upper() not in _TANSU_ENV}
     env["NO_PROXY"] = env["no_proxy"] = f"{LOCALHOST},localhost"
     if config.storage == "s3":
         if not (config.s3_endpoint and config.access_key and config.secret_key):
             raise StackError("the s3 storage engine needs the S3 endpoint and credentials")
-        env.update(AWS_ACCESS_KEY_ID=config.access_key, AWS_SECRET_ACCESS_KEY=config.secret_key,
-                   AWS_ENDPOINT=config.s3_endpoint, AWS_ALLOW_HTTP="true", AWS_DEFAULT_REGION="us-east-1")
+        env.update(
+            AWS_ACCESS_KEY_ID=config.access_key,
+            AWS_SECRET_ACCESS_KEY=config.secret_key,
+            AWS_ENDPOINT=config.s3_endpoint,
+            AWS_ALLOW_HTTP="true",
+            AWS_DEFAULT_REGION="us-east-1",
+        )
     return env
 
 
@@ -102,16 +115,23 @@ def start_broker(config: BrokerConfig, *, timeout: float = 30.0) -> tuple[int, s
     config.data_dir.mkdir(parents=True, exist_ok=True)
     pid = start_daemon(broker_command(binary, config), config.log_path, env=broker_env(config), cwd=config.data_dir)
     try:
-        wait_until_ready(pid, binary, lambda: broker_ready(config.bootstrap), what=f"broker (Tansu, {config.storage})",
-                         log_path=config.log_path, timeout=timeout)
+        wait_until_ready(
+            pid,
+            binary,
+            lambda: broker_ready(config.bootstrap),
+            what=f"broker (Tansu, {config.storage})",
+            log_path=config.log_path,
+            timeout=timeout,
+        )
     except BaseException:
         stop_pid(pid, binary)
         raise
     return pid, binary
 
 
-def restart_broker(config: BrokerConfig, pid: int, binary: str, *, down_seconds: float = 0.0,
-                   timeout: float = 30.0) -> int:
+def restart_broker(
+    config: BrokerConfig, pid: int, binary: str, *, down_seconds: float = 0.0, timeout: float = 30.0
+) -> int:
     """Stop the broker ``pid``, stay down ``down_seconds``, start it on the same port and storage.
 
     Returns the new PID. Process level only: ``restart_stack_broker`` also updates stack.json.

@@ -38,17 +38,34 @@ def fetch_pom_jars(pom: Path, target: Path, expect: str, *, timeout: float = 900
         return target
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise StackError(f"the jars of {pom} are not cached and Maven (mvn) is missing: install maven "
-                         f"(.ci/run does) or copy them into {target}")
+        raise StackError(
+            f"the jars of {pom} are not cached and Maven (mvn) is missing: install maven "
+            f"(.ci/run does) or copy them into {target}"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.", dir=target.parent))
     try:
-        done = subprocess.run([mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-                               f"-DoutputDirectory={staging}", "-DincludeScope=runtime"],
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        done = subprocess.run(
+            [
+                mvn,
+                "-q",
+                "-B",
+                "-f",
+                str(pom),
+                "dependency:copy-dependencies",
+                f"-DoutputDirectory={staging}",
+                "-DincludeScope=runtime",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if done.returncode != 0 or not any(staging.glob(expect)):
-            raise StackError(f"mvn could not fetch the jars of {pom} (exit {done.returncode}):\n"
-                             f"{(done.stdout + done.stderr)[-3000:]}")
+            raise StackError(
+                f"mvn could not fetch the jars of {pom} (exit {done.returncode}):\n"
+                f"{(done.stdout + done.stderr)[-3000:]}"
+            )
         try:
             staging.rename(target)
         except OSError:  # another process finished first: use its copy

@@ -96,8 +96,14 @@ def start_moto_s3_server(data_dir: Path, port: int, *, timeout: float = 60.0) ->
     pid = start_daemon(moto_command(port), log_path, cwd=data_dir)
     probe = s3_client(endpoint, access_key, secret_key, fail_fast=True)
     try:
-        wait_until_ready(pid, binary, lambda: probe.list_buckets() is not None, what="S3 server (moto)",
-                         log_path=log_path, timeout=timeout)
+        wait_until_ready(
+            pid,
+            binary,
+            lambda: probe.list_buckets() is not None,
+            what="S3 server (moto)",
+            log_path=log_path,
+            timeout=timeout,
+        )
     except BaseException:
         stop_pid(pid, binary)
         raise

@@ -39,8 +39,14 @@ def log_tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def start_daemon(argv: Sequence[str], log_path: Path, *, env: Mapping[str, str] | None = None,
-                 cwd: Path | None = None, user: str | None = None) -> int:
+def start_daemon(
+    argv: Sequence[str],
+    log_path: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    user: str | None = None,
+) -> int:
     """Start ``argv`` detached (new session), stdout+stderr appended to ``log_path``; return its PID.
     ``user``: run it as that user (and its group), for a server that refuses to run as root."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -48,11 +54,18 @@ def start_daemon(argv: Sequence[str], log_path: Path, *, env: Mapping[str, str] 
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n".encode())
         log.flush()
         try:
-            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=dict(env) if env is not None else None, cwd=cwd,
-                                    start_new_session=True, user=user,
-                                    group=None if user is None else _group_of(user),
-                                    extra_groups=None if user is None else [])
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                start_new_session=True,
+                user=user,
+                group=None if user is None else _group_of(user),
+                extra_groups=None if user is None else [],
+            )
         except OSError as exc:
             raise StackError(f"cannot start {argv[0]}: {exc}") from exc
     _CHILDREN[proc.pid] = proc
@@ -78,8 +91,9 @@ def _cmdline(pid: int, binary: str) -> list[str] | None:
 def _ps_cmdline(pid: int, binary: str) -> list[str] | None:
     """argv[0] from ``ps`` (one string: a path with spaces is recognised only as ``binary`` itself)."""
     try:
-        out = subprocess.run(["ps", "-p", str(pid), "-o", "command="], capture_output=True, text=True,
-                             timeout=10, check=False).stdout.strip()
+        out = subprocess.run(
+            ["ps", "-p", str(pid), "-o", "command="], capture_output=True, text=True, timeout=10, check=False
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     if not out:
@@ -107,8 +121,9 @@ def pid_alive(pid: int | None, binary: str) -> bool:
     return argv[0] == binary or Path(argv[0]).name == Path(binary).name
 
 
-def wait_until_ready(pid: int, binary: str, ready: Callable[[], bool], *, what: str, log_path: Path,
-                     timeout: float) -> float:
+def wait_until_ready(
+    pid: int, binary: str, ready: Callable[[], bool], *, what: str, log_path: Path, timeout: float
+) -> float:
     """Poll ``ready()`` until it returns True; return the seconds it took.
 
     Raises StackError with the log tail if the process dies or ``timeout`` passes. Exceptions
@@ -118,17 +133,20 @@ def wait_until_ready(pid: int, binary: str, ready: Callable[[], bool], *, what: 
     delay, last_error = 0.02, ""
     while True:
         if not pid_alive(pid, binary):
-            raise StackError(f"{what} (pid {pid}) exited during start-up; last lines of {log_path}:\n"
-                             f"{log_tail(log_path)}")
+            raise StackError(
+                f"{what} (pid {pid}) exited during start-up; last lines of {log_path}:\n{log_tail(log_path)}"
+            )
         try:
             if ready():
                 return time.monotonic() - start
         except Exception as exc:  # any failure just means "not ready yet"
             last_error = f"{type(exc).__name__}: {exc}"
         if time.monotonic() - start > timeout:
-            raise StackError(f"{what} (pid {pid}) not ready after {timeout:.0f}s"
-                             f"{' (' + last_error + ')' if last_error else ''}; last lines of {log_path}:\n"
-                             f"{log_tail(log_path)}")
+            raise StackError(
+                f"{what} (pid {pid}) not ready after {timeout:.0f}s"
+                f"{' (' + last_error + ')' if last_error else ''}; last lines of {log_path}:\n"
+                f"{log_tail(log_path)}"
+            )
         time.sleep(delay)
         delay = min(delay * 1.5, 0.25)
 

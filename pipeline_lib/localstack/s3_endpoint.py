@@ -32,5 +32,11 @@ def s3_client(endpoint: str, access_key: str, secret_key: str, *, fail_fast: boo
     http = None
     if fail_fast:
         http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=1.0, read=3.0), retries=False)
-    return Minio(host, access_key=access_key, secret_key=secret_key, secure=endpoint.startswith("https"),
-                 region=REGION, http_client=http)
+    return Minio(
+        host,
+        access_key=access_key,
+        secret_key=secret_key,
+        secure=endpoint.startswith("https"),
+        region=REGION,
+        http_client=http,
+    )

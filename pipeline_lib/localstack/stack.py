@@ -80,8 +80,9 @@ class StackInfo:
 
     def broker_config(self) -> BrokerConfig:
         """The broker's configuration, to restart it identically."""
-        return BrokerConfig(self.data_dir, self.ports["broker"], self.broker_storage, self.s3_endpoint,
-                            self.access_key, self.secret_key)
+        return BrokerConfig(
+            self.data_dir, self.ports["broker"], self.broker_storage, self.s3_endpoint, self.access_key, self.secret_key
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON-ready data (stack.json)."""
@@ -147,8 +148,14 @@ def _stop(info: StackInfo) -> bool:
 
 
 # -- public API -------------------------------------------------------------------------------
-def start_stack(data_dir: Path, broker_storage: str = "s3", *, timeout: float = 60.0,
-                s3_server: str | None = None, broker: str = TANSU) -> StackInfo:
+def start_stack(
+    data_dir: Path,
+    broker_storage: str = "s3",
+    *,
+    timeout: float = 60.0,
+    s3_server: str | None = None,
+    broker: str = TANSU,
+) -> StackInfo:
     """Start the S3 server, create the buckets, start the broker; record and return the stack.
 
     ``broker``: ``tansu`` (``broker_storage`` says where its log goes) or ``kafka`` (Apache Kafka,
@@ -171,8 +178,10 @@ def start_stack(data_dir: Path, broker_storage: str = "s3", *, timeout: float = 
         previous = load_stack(data_dir)
         if previous is not None:
             if any(_alive(previous)):
-                raise StackError(f"a stack is already running in {data_dir} (broker pid {previous.broker_pid}, "
-                                 f"S3 pid {previous.s3_pid}); stop it first: pipeline-lib stack down --dir {data_dir}")
+                raise StackError(
+                    f"a stack is already running in {data_dir} (broker pid {previous.broker_pid}, "
+                    f"S3 pid {previous.s3_pid}); stop it first: pipeline-lib stack down --dir {data_dir}"
+                )
             _stop(previous)  # stale record: clean up sockets and the file
         if server_kind == MOTO_SERVER:
             s3_port = free_port()
@@ -184,15 +193,33 @@ def start_stack(data_dir: Path, broker_storage: str = "s3", *, timeout: float = 
             ports = {**weed_ports, "broker": free_port(exclude=taken)}
             s3 = start_s3_server(data_dir, ports=weed_ports, timeout=timeout)
         # Recorded at once, so that `stack down` can clean up even if this process dies mid-start.
-        info = StackInfo(data_dir, f"{LOCALHOST}:{ports['broker']}", s3.endpoint, s3.access_key, s3.secret_key,
-                         None, s3.pid, ports, broker_storage, "", s3.binary, server_kind, broker)
+        info = StackInfo(
+            data_dir,
+            f"{LOCALHOST}:{ports['broker']}",
+            s3.endpoint,
+            s3.access_key,
+            s3.secret_key,
+            None,
+            s3.pid,
+            ports,
+            broker_storage,
+            "",
+            s3.binary,
+            server_kind,
+            broker,
+        )
         _save(info)
         try:
             create_buckets(s3.endpoint, s3.access_key, s3.secret_key, BUCKETS)
             if broker == APACHE_KAFKA:
                 kafka = start_apache_kafka(data_dir / "kafka", timeout=max(timeout, 120.0))
-                info = replace(info, kafka_bootstrap=kafka.bootstrap, broker_pid=kafka.pid, broker_bin=kafka.java,
-                               ports={**ports, "broker": kafka.port, "controller": kafka.controller_port})
+                info = replace(
+                    info,
+                    kafka_bootstrap=kafka.bootstrap,
+                    broker_pid=kafka.pid,
+                    broker_bin=kafka.java,
+                    ports={**ports, "broker": kafka.port, "controller": kafka.controller_port},
+                )
             else:
                 broker_pid, broker_bin = start_broker(info.broker_config(), timeout=timeout)
                 info = replace(info, broker_pid=broker_pid, broker_bin=broker_bin)
@@ -226,8 +253,9 @@ def restart_stack_broker(stack: StackInfo | Path, *, down_seconds: float = 0.0, 
             raise StackError(f"no stack recorded in {data_dir}")
         if info.broker != TANSU:
             raise StackError(f"restarting the broker is for the Tansu stack; this one runs {info.broker}")
-        new_pid = restart_broker(info.broker_config(), info.broker_pid or 0, info.broker_bin,
-                                 down_seconds=down_seconds, timeout=timeout)
+        new_pid = restart_broker(
+            info.broker_config(), info.broker_pid or 0, info.broker_bin, down_seconds=down_seconds, timeout=timeout
+        )
         info = replace(info, broker_pid=new_pid)
         _save(info)
         return info
@@ -244,9 +272,13 @@ def stack_status(data_dir: Path) -> dict[str, Any]:
         "data_dir": str(data_dir),
         "recorded": True,
         "running": broker_alive and s3_alive,
-        "broker": {"kind": info.broker, "pid": info.broker_pid, "alive": broker_alive,
-                   "bootstrap": info.kafka_bootstrap,
-                   "storage": info.broker_storage if info.broker == TANSU else str(data_dir / "kafka")},
+        "broker": {
+            "kind": info.broker,
+            "pid": info.broker_pid,
+            "alive": broker_alive,
+            "bootstrap": info.kafka_bootstrap,
+            "storage": info.broker_storage if info.broker == TANSU else str(data_dir / "kafka"),
+        },
         "s3": {"pid": info.s3_pid, "alive": s3_alive, "endpoint": info.s3_endpoint, "server": info.s3_server},
         "ports": info.ports,
     }
@@ -261,10 +293,19 @@ def restart_stack_s3(stack: StackInfo | Path, *, down_seconds: float = 0.0, time
         if info is None or info.s3_pid is None:
             raise StackError(f"no stack recorded in {data_dir}")
         if info.s3_server == MOTO_SERVER:
-            raise StackError("the moto S3 server keeps its objects in memory: a restart would lose them "
-                             "(outage tests need SeaweedFS)")
-        server = S3Server(info.s3_pid, info.s3_bin, info.s3_endpoint, info.access_key, info.secret_key,
-                          {name: info.ports[name] for name in WEED_COMPONENTS}, data_dir / "weed.log")
+            raise StackError(
+                "the moto S3 server keeps its objects in memory: a restart would lose them "
+                "(outage tests need SeaweedFS)"
+            )
+        server = S3Server(
+            info.s3_pid,
+            info.s3_bin,
+            info.s3_endpoint,
+            info.access_key,
+            info.secret_key,
+            {name: info.ports[name] for name in WEED_COMPONENTS},
+            data_dir / "weed.log",
+        )
         new_pid = restart_s3_server(data_dir, server, down_seconds=down_seconds, timeout=timeout)
         info = replace(info, s3_pid=new_pid)
         _save(info)

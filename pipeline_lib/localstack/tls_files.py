@@ -41,9 +41,26 @@ def make_ca(directory: Path, name: str = "pipeline-lib test CA") -> tuple[Path, 
     """A self-signed CA in ``directory``: (certificate, key)."""
     directory.mkdir(parents=True, exist_ok=True)
     cert, key = directory / f"{_slug(name)}.pem", directory / f"{_slug(name)}-key.pem"
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
-             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-             "-keyout", str(key), "-out", str(cert), cwd=directory)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        f"/CN={name}",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        "-keyout",
+        str(key),
+        "-out",
+        str(cert),
+        cwd=directory,
+    )
     _private(key, cert)
     return cert, key
 
@@ -52,12 +69,39 @@ def make_tls_files(directory: Path, host: str = "127.0.0.1") -> TlsFiles:
     """A CA and a broker certificate for ``host`` (as an IP and as ``localhost``) signed by it."""
     ca_cert, ca_key = make_ca(directory)
     key, csr, cert = directory / "broker-key.pem", directory / "broker.csr", directory / "broker.pem"
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={host}", "-keyout", str(key), "-out", str(csr),
-             cwd=directory)
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        f"/CN={host}",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+        cwd=directory,
+    )
     ext = directory / "broker.ext"
     ext.write_text(f"subjectAltName=IP:{host},DNS:localhost\nextendedKeyUsage=serverAuth\n")
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key), "-CAcreateserial",
-             "-days", "2", "-extfile", str(ext), "-out", str(cert), cwd=directory)
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca_cert),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        str(ext),
+        "-out",
+        str(cert),
+        cwd=directory,
+    )
     chain = directory / "broker-chain.pem"
     chain.write_text(cert.read_text() + ca_cert.read_text())
     _private(key, cert, chain)

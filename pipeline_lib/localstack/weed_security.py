@@ -42,14 +42,46 @@ def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
     SeaweedFS checks the chain, not the host name. EC keys: openssl makes them in milliseconds.
     """
     ca_cert, ca_key = directory / "ca.pem", directory / "ca-key.pem"
-    _openssl("req", "-x509", *_EC_KEY, "-days", _CERT_DAYS, "-subj", "/CN=pipeline-lib weed CA",
-             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-             "-keyout", str(ca_key), "-out", str(ca_cert), cwd=directory)
+    _openssl(
+        "req",
+        "-x509",
+        *_EC_KEY,
+        "-days",
+        _CERT_DAYS,
+        "-subj",
+        "/CN=pipeline-lib weed CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca_cert),
+        cwd=directory,
+    )
     cert, key, csr, ext = directory / "weed.pem", directory / "weed-key.pem", directory / "weed.csr", directory / "ext"
     _openssl("req", *_EC_KEY, "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(csr), cwd=directory)
     ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n")
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key), "-set_serial",
-             str(secrets.randbits(63)), "-days", _CERT_DAYS, "-extfile", str(ext), "-out", str(cert), cwd=directory)
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca_cert),
+        "-CAkey",
+        str(ca_key),
+        "-set_serial",
+        str(secrets.randbits(63)),
+        "-days",
+        _CERT_DAYS,
+        "-extfile",
+        str(ext),
+        "-out",
+        str(cert),
+        cwd=directory,
+    )
     for leftover in (ca_key, csr, ext):
         leftover.unlink()
     for path in (ca_cert, cert, key):

@@ -47,8 +47,7 @@ def airflow_env(home: Path, port: int, environ: Mapping[str, str], cpus: int | N
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": str(worker_slots(cpus)),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url}/execution/",
-        "AIRFLOW__CORE__AUTH_MANAGER":
-            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__API__HOST": HOST,
         "AIRFLOW__API__PORT": str(port),
@@ -75,12 +74,14 @@ def commands(port: int) -> dict[str, list[str]]:
 def banner(env: Mapping[str, str]) -> str:
     """What a user needs once everything is healthy: where to go, how to sign in, where the logs are."""
     home = Path(env["AIRFLOW_HOME"])
-    return "\n".join([
-        f"Airflow is up: {env['AIRFLOW__API__BASE_URL']}  (only on {HOST})",
-        f"sign in as admin; the password is in {home / PASSWORDS_FILE}",
-        f"logs: {home}/<component>.log, task logs under {home / 'logs'}",
-        f"{env['AIRFLOW__CORE__PARALLELISM']} task slots; Ctrl-C stops every process",
-    ])
+    return "\n".join(
+        [
+            f"Airflow is up: {env['AIRFLOW__API__BASE_URL']}  (only on {HOST})",
+            f"sign in as admin; the password is in {home / PASSWORDS_FILE}",
+            f"logs: {home}/<component>.log, task logs under {home / 'logs'}",
+            f"{env['AIRFLOW__CORE__PARALLELISM']} task slots; Ctrl-C stops every process",
+        ]
+    )
 
 
 def _healthy(base_url: str) -> bool:
@@ -144,16 +145,27 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda number, _frame: stopping.append(number))
     print(f"AIRFLOW_HOME={home}; migrating the metadata database…", flush=True)
     with open(home / "db-migrate.log", "ab") as log:
-        if subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, stdout=log,
-                          stderr=subprocess.STDOUT).returncode != 0:
+        if (
+            subprocess.run(
+                [sys.executable, "-m", "airflow", "db", "migrate"], env=env, stdout=log, stderr=subprocess.STDOUT
+            ).returncode
+            != 0
+        ):
             print(f"airflow db migrate failed: see {home / 'db-migrate.log'}", file=sys.stderr)
             return 1
     processes: dict[str, subprocess.Popen] = {}
     try:
         for name, command in commands(args.port).items():
             with open(home / f"{name}.log", "ab") as log:
-                processes[name] = subprocess.Popen(command, env=env, cwd=home, stdin=subprocess.DEVNULL, stdout=log,
-                                                   stderr=subprocess.STDOUT, start_new_session=True)
+                processes[name] = subprocess.Popen(
+                    command,
+                    env=env,
+                    cwd=home,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         deadline, up = time.monotonic() + args.timeout, False
         while not stopping:
             dead = [n for n, p in processes.items() if p.poll() is not None]

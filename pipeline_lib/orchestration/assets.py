@@ -44,9 +44,18 @@ def committed_events(spec: JobSpec, summary: dict[str, Any]) -> list[tuple[Asset
         if not outcome or not outcome.get("epochs"):
             continue
         for flow in flows:
-            events.append((assets[flow], {
-                "job": spec.name, "pipeline": pipeline, "flow": flow,
-                "first_epoch": outcome["first_epoch"], "last_epoch": outcome["last_epoch"],
-                "snapshot": outcome["last_snapshot"], "records": outcome["records"],
-            }))
+            events.append(
+                (
+                    assets[flow],
+                    {
+                        "job": spec.name,
+                        "pipeline": pipeline,
+                        "flow": flow,
+                        "first_epoch": outcome["first_epoch"],
+                        "last_epoch": outcome["last_epoch"],
+                        "snapshot": outcome["last_snapshot"],
+                        "records": outcome["records"],
+                    },
+                )
+            )
     return events

@@ -84,8 +84,11 @@ def kafka_bootstrap(conn: ConnectionLike) -> str | None:
     return _host_port(conn, None)
 
 
-KAFKA_EXTRAS = {"security_protocol": "kafka_security_protocol", "sasl_mechanism": "kafka_sasl_mechanism",
-                "ssl_cafile": "kafka_ssl_cafile"}
+KAFKA_EXTRAS = {
+    "security_protocol": "kafka_security_protocol",
+    "sasl_mechanism": "kafka_sasl_mechanism",
+    "ssl_cafile": "kafka_ssl_cafile",
+}
 
 
 def kafka_security(conn: ConnectionLike) -> dict[str, Any]:

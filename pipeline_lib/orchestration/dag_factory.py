@@ -97,23 +97,29 @@ def overlap_skip_reason(run_type: str, running_runs: int) -> str | None:
     pipeline_recovery, whose relaunches must reach a stuck run; ``running_runs`` counts this run too."""
     if run_type == "manual" or running_runs <= 1:
         return None
-    return (f"a {run_type} run starts only when no other run of the job is running "
-            f"({running_runs - 1} other running)")
+    return f"a {run_type} run starts only when no other run of the job is running ({running_runs - 1} other running)"
 
 
 def job_dag(spec_path: Path, spec: JobSpec) -> DAG:
     """The DAG that runs one job: validate the request, then launch the run as a child process."""
     dag_id = job_dag_id(spec.name)
-    reason = {"default": None, "description": "Why this run was launched (pipeline_recovery fills it in).",
-              "schema": {"type": ["null", "string"], "maxLength": 500, "title": "Reason"}}
+    reason = {
+        "default": None,
+        "description": "Why this run was launched (pipeline_recovery fills it in).",
+        "schema": {"type": ["null", "string"], "maxLength": 500, "title": "Reason"},
+    }
     with DAG(
-        dag_id=dag_id, schedule=job_schedule(spec), start_date=START, catchup=False, max_active_runs=4,
+        dag_id=dag_id,
+        schedule=job_schedule(spec),
+        start_date=START,
+        catchup=False,
+        max_active_runs=4,
         is_paused_upon_creation=False,
         params=_params({**param_schemas(spec), "reason": reason}),
         tags=["pipeline-lib", f"job:{spec.name}"],
         doc_md=f"Job **{spec.name}** from `{spec_path.name}`: reads Kafka topic(s) "
-               f"{', '.join(sorted({s.kafka.topic for s in spec.all_sources().values()}))}, snapshots to "
-               f"`{spec.checkpoint.store}`. Trigger with the form to run, resume or rewind it.",
+        f"{', '.join(sorted({s.kafka.topic for s in spec.all_sources().values()}))}, snapshots to "
+        f"`{spec.checkpoint.store}`. Trigger with the form to run, resume or rewind it.",
     ) as dag:
 
         @task(task_id="check_params")
@@ -135,39 +141,61 @@ def job_dag(spec_path: Path, spec: JobSpec) -> DAG:
             log.info("launch request: %s", request.model_dump_json())
             return request.model_dump()
 
-        check_params() >> RunJobOperator(task_id="run_job", spec_path=str(spec_path), job_name=spec.name,
-                                        request_task_id="check_params", retries=0)
+        check_params() >> RunJobOperator(
+            task_id="run_job", spec_path=str(spec_path), job_name=spec.name, request_task_id="check_params", retries=0
+        )
     return dag
 
 
 def _jobs_param(job_names: list[str] | None, does: str) -> Param:
     """The form's "Jobs" field of a DAG that acts on every job of the folder, ``job_names`` offered."""
-    return Param([], type=["null", "array"], items={"type": "string"}, uniqueItems=True, examples=job_names or [],
-                 title="Jobs", description=f"Only these jobs; empty {does} every job in dags/pipelines.")
+    return Param(
+        [],
+        type=["null", "array"],
+        items={"type": "string"},
+        uniqueItems=True,
+        examples=job_names or [],
+        title="Jobs",
+        description=f"Only these jobs; empty {does} every job in dags/pipelines.",
+    )
 
 
 def recovery_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
     """The DAG that assesses every job's pipelines and relaunches the failed or lost ones;
     ``job_names`` are offered in its form (any job in the folder when it runs is accepted)."""
     with DAG(
-        dag_id=RECOVERY_DAG_ID, schedule=recovery_schedule(), start_date=START, catchup=False, max_active_runs=2,
+        dag_id=RECOVERY_DAG_ID,
+        schedule=recovery_schedule(),
+        start_date=START,
+        catchup=False,
+        max_active_runs=2,
         is_paused_upon_creation=False,
         tags=["pipeline-lib", "recovery"],
         params={
             "jobs": _jobs_param(job_names, "assesses"),
-            "dry_run": Param(False, type="boolean", title="Dry run",
-                             description="Report what would be relaunched; change nothing."),
-            "max_relaunches": Param(5, type="integer", **bounded(0, 100), title="Relaunches before giving up",
-                                    description="Relaunches in a row per pipeline, 0 to 100, before recovery gives "
-                                                "up on it and an operator restores it by hand."),
-            "backoff_base_seconds": Param(60, type="number", **bounded(0, 86400), title="Backoff base (s)",
-                                          description="Wait base × 2^n seconds between relaunches of one "
-                                                      "pipeline, 0 to 86400."),
+            "dry_run": Param(
+                False, type="boolean", title="Dry run", description="Report what would be relaunched; change nothing."
+            ),
+            "max_relaunches": Param(
+                5,
+                type="integer",
+                **bounded(0, 100),
+                title="Relaunches before giving up",
+                description="Relaunches in a row per pipeline, 0 to 100, before recovery gives "
+                "up on it and an operator restores it by hand.",
+            ),
+            "backoff_base_seconds": Param(
+                60,
+                type="number",
+                **bounded(0, 86400),
+                title="Backoff base (s)",
+                description="Wait base × 2^n seconds between relaunches of one pipeline, 0 to 86400.",
+            ),
         },
         doc_md="Finds pipelines that are FAILED or whose heartbeat lease expired (LOST), and relaunches "
-               "only those, each from its latest valid snapshot, skipping completed subtasks. Relaunches "
-               "are claimed by compare-and-swap in the pipeline's RECOVERY record, so overlapping runs "
-               "never launch one pipeline twice.",
+        "only those, each from its latest valid snapshot, skipping completed subtasks. Relaunches "
+        "are claimed by compare-and-swap in the pipeline's RECOVERY record, so overlapping runs "
+        "never launch one pipeline twice.",
     ) as dag:
 
         @task(task_id="assess", **RETRIES)
@@ -178,15 +206,22 @@ def recovery_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
 
             context = get_current_context()
             params = context["params"]
-            policy = RecoveryPolicy(max_relaunches=params["max_relaunches"],
-                                    backoff_base_s=params["backoff_base_seconds"])
+            policy = RecoveryPolicy(
+                max_relaunches=params["max_relaunches"], backoff_base_s=params["backoff_base_seconds"]
+            )
             by = f"airflow:{RECOVERY_DAG_ID}/{context['run_id']}"
             decisions = []
             for spec in _wanted_jobs(specs_dir, params["jobs"]):
                 settings = airflow_settings(spec.airflow.connections)
                 for d in recover_job(spec, settings, policy, by, dry_run=params["dry_run"]):
-                    log.info("%s/%s: %s (%s)%s", d.job, d.pipeline, d.verdict, d.reason,
-                             f"; from {d.restore_from}, subtasks {d.subtasks}" if d.verdict == "relaunch" else "")
+                    log.info(
+                        "%s/%s: %s (%s)%s",
+                        d.job,
+                        d.pipeline,
+                        d.verdict,
+                        d.reason,
+                        f"; from {d.restore_from}, subtasks {d.subtasks}" if d.verdict == "relaunch" else "",
+                    )
                     decisions.append(d.to_dict())
             return decisions
 
@@ -194,11 +229,17 @@ def recovery_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
         def relaunch_requests(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if get_current_context()["params"]["dry_run"]:
                 return []
-            return [{"trigger_dag_id": job_dag_id(d["job"]), "trigger_run_id": d["trigger_run_id"], "conf": d["conf"]}
-                    for d in decisions if d["verdict"] == "relaunch"]
+            return [
+                {"trigger_dag_id": job_dag_id(d["job"]), "trigger_run_id": d["trigger_run_id"], "conf": d["conf"]}
+                for d in decisions
+                if d["verdict"] == "relaunch"
+            ]
 
         TriggerDagRunOperator.partial(
-            task_id="relaunch", logical_date=None, skip_when_already_exists=True, fail_when_dag_is_paused=True,
+            task_id="relaunch",
+            logical_date=None,
+            skip_when_already_exists=True,
+            fail_when_dag_is_paused=True,
         ).expand_kwargs(relaunch_requests(assess()))  # type: ignore[arg-type]  # @task takes XComArgs for its args
     return dag
 
@@ -217,16 +258,20 @@ def verify_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
     """The DAG that verifies every job's committed output and retained snapshots, records what
     it found beside each pipeline's snapshots (VERIFIED) and fails when anything is lost or damaged."""
     with DAG(
-        dag_id=VERIFY_DAG_ID, schedule=verify_schedule(), start_date=START, catchup=False, max_active_runs=1,
+        dag_id=VERIFY_DAG_ID,
+        schedule=verify_schedule(),
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
         is_paused_upon_creation=False,
         tags=["pipeline-lib", "verify"],
         params={
             "jobs": _jobs_param(job_names, "verifies"),
         },
         doc_md="Reads every part file of every committed epoch (size and SHA-256 against its `_SUCCESS` "
-               "marker) and every retained snapshot (manifest, state files, markers, lineage), like "
-               "`pipeline-lib verify`. Records each pipeline's findings (the Pipelines page shows them) and "
-               "fails when anything is lost or damaged. Changes nothing else.",
+        "marker) and every retained snapshot (manifest, state files, markers, lineage), like "
+        "`pipeline-lib verify`. Records each pipeline's findings (the Pipelines page shows them) and "
+        "fails when anything is lost or damaged. Changes nothing else.",
     ) as dag:
 
         @task(task_id="verify", **RETRIES)
@@ -248,8 +293,10 @@ def verify_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
                     if record.bad:
                         damaged.append(f"{record.job}/{record.pipeline} ({record.bad})")
             if damaged:
-                raise AirflowFailException(f"lost or damaged output or snapshots in {', '.join(damaged)}: "
-                                    "see the task log, the Pipelines page or `pipeline-lib verify`")
+                raise AirflowFailException(
+                    f"lost or damaged output or snapshots in {', '.join(damaged)}: "
+                    "see the task log, the Pipelines page or `pipeline-lib verify`"
+                )
             return summary
 
         verify()

@@ -95,11 +95,13 @@ class PipelineS3Hook(_PipelineHook):
         """List the buckets this key may see (a signed request: a wrong key is refused)."""
         import boto3  # type: ignore[import-untyped]
 
-        client = boto3.client("s3", endpoint_url=settings.s3_endpoint, region_name=settings.s3_region or "us-east-1",
-                              aws_access_key_id=settings.s3_access_key.get_secret_value() if settings.s3_access_key
-                              else None,
-                              aws_secret_access_key=settings.s3_secret_key.get_secret_value()
-                              if settings.s3_secret_key else None)
+        client = boto3.client(
+            "s3",
+            endpoint_url=settings.s3_endpoint,
+            region_name=settings.s3_region or "us-east-1",
+            aws_access_key_id=settings.s3_access_key.get_secret_value() if settings.s3_access_key else None,
+            aws_secret_access_key=settings.s3_secret_key.get_secret_value() if settings.s3_secret_key else None,
+        )
         buckets = client.list_buckets().get("Buckets", [])
         return f"signed in to S3 at {settings.s3_endpoint or 'AWS'}: {len(buckets)} bucket(s) listed"
 

@@ -70,8 +70,11 @@ def isolated(command: list[str], python: str = sys.executable, env: Mapping[str,
     signals on, as a namespace's first process must), with ``PIPELINE_HOST_PID`` naming ``unshare``
     (the job's STATUS records it); PipelineError where that cannot be done."""
     if isolation_mode(env) == "off":
-        log.warning("%s=off: the job runs in the worker's PID namespace and can read the environment of every "
-                    "process of its user, Airflow's included", ENV_JOB_ISOLATION)
+        log.warning(
+            "%s=off: the job runs in the worker's PID namespace and can read the environment of every "
+            "process of its user, Airflow's included",
+            ENV_JOB_ISOLATION,
+        )
         return command
     prefix = unshare_prefix()
     if prefix is None:
@@ -79,7 +82,8 @@ def isolated(command: list[str], python: str = sys.executable, env: Mapping[str,
             "cannot isolate the job: it needs Linux, util-linux's unshare and user namespaces (see docs/security.md, "
             f"'The job cannot read Airflow's secrets'). Without them a job's code could read Airflow's secrets from "
             f"other processes. To run jobs anyway, accepting that, set {ENV_JOB_ISOLATION}=off in the worker's "
-            "environment")
+            "environment"
+        )
     # sh records its own pid, which exec hands on to unshare: the host's pid of the job's holder.
     return ["/bin/sh", "-c", f'{ENV_HOST_PID}=$$ exec "$@"', "sh", *prefix, python, "-m", INIT_MODULE, *command]
 

@@ -14,11 +14,21 @@ import re
 
 PYTHON_RECORD = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d+)? (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
 LOG4J_RECORD = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ")
-ERROR_START = re.compile(r"^(error:|Traceback \(most recent call last\)|Exception in thread |Caused by: |"
-                         r"(?:[a-z_][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error)(?::|$)|[A-Z]\w*(?:Error|Exception): )")
+ERROR_START = re.compile(
+    r"^(error:|Traceback \(most recent call last\)|Exception in thread |Caused by: |"
+    r"(?:[a-z_][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error)(?::|$)|[A-Z]\w*(?:Error|Exception): )"
+)
 CONTINUATION = re.compile(r"^(\s+|\.\.\. \d+ more)")
-LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
-          "WARNING": logging.WARNING, "ERROR": logging.ERROR, "FATAL": logging.CRITICAL, "CRITICAL": logging.CRITICAL}
+LEVELS = {
+    "TRACE": logging.DEBUG,
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "FATAL": logging.CRITICAL,
+    "CRITICAL": logging.CRITICAL,
+}
 
 
 class JobLogLevels:
@@ -31,7 +41,7 @@ class JobLogLevels:
         """(level, the line without the job's own timestamp)."""
         if match := PYTHON_RECORD.match(line) or LOG4J_RECORD.match(line):
             self._last = LEVELS[match.group(1)]
-            text = line[match.end():]
+            text = line[match.end() :]
             if self._last < logging.ERROR and ERROR_START.match(text):
                 self._last = logging.ERROR
             return self._last, text

@@ -26,6 +26,7 @@ def job_dag_id(job: str) -> str:
 @dataclass
 class SpecFolder:
     """The specs of a folder, and the files that failed to load (shown in the UI, not raised)."""
+
     specs: dict[Path, JobSpec] = field(default_factory=dict)
     errors: dict[Path, str] = field(default_factory=dict)
 

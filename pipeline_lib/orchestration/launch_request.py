@@ -48,48 +48,57 @@ def param_schemas(spec: JobSpec) -> dict[str, dict[str, Any]]:
         "mode": {
             "default": "until_caught_up",
             "description": "until_caught_up: process what the topic holds at start, commit, and finish. "
-                           "continuous: keep polling for new records until stopped (stop it by marking the run "
-                           "failed or success).",
+            "continuous: keep polling for new records until stopped (stop it by marking the run "
+            "failed or success).",
             "schema": {"type": "string", "enum": list(MODES), "title": "Mode"},
         },
         "restore": {
             "default": "latest",
             "description": "latest: resume from each pipeline's latest valid snapshot (completed pipelines are "
-                           "skipped). none: start over. A snapshot id such as 0000000012-a3 rewinds one "
-                           "pipeline to that snapshot (choose the pipeline below).",
-            "schema": {"type": "string", "pattern": RESTORE_PATTERN, "title": "Restore from",
-                       "examples": ["latest", "none"]},
+            "skipped). none: start over. A snapshot id such as 0000000012-a3 rewinds one "
+            "pipeline to that snapshot (choose the pipeline below).",
+            "schema": {
+                "type": "string",
+                "pattern": RESTORE_PATTERN,
+                "title": "Restore from",
+                "examples": ["latest", "none"],
+            },
         },
         "parallelism": {
             "default": spec.parallelism,
             "description": f"Subtasks per operator, 1 to {maxp} (the spec's max_parallelism); a change rescales "
-                           "keyed state by key-group ranges.",
+            "keyed state by key-group ranges.",
             "schema": {"type": "integer", **bounded(1, maxp), "title": "Parallelism"},
         },
         "pipelines": {
             "default": [],
             "description": f"Run only these pipelines; empty runs all of them ({', '.join(names)}).",
-            "schema": {"type": ["null", "array"], "items": {"type": "string", "enum": names}, "uniqueItems": True,
-                       "examples": names, "title": "Pipelines"},
+            "schema": {
+                "type": ["null", "array"],
+                "items": {"type": "string", "enum": names},
+                "uniqueItems": True,
+                "examples": names,
+                "title": "Pipelines",
+            },
         },
         "spark_conf": {
             "default": {},
             "description": "Spark settings of this run over the spec's spark section, e.g. "
-                           '{"spark.cores.max": "4", "spark.executor.memory": "2g"}. A run may change only its '
-                           f"resources and scheduling: {allowed_words()}. Anything else belongs in the job's spec.",
+            '{"spark.cores.max": "4", "spark.executor.memory": "2g"}. A run may change only its '
+            f"resources and scheduling: {allowed_words()}. Anything else belongs in the job's spec.",
             "schema": run_settings_schema(),
         },
         "lease_seconds": {
             "default": DEFAULT_LEASE_SECONDS,
             "description": f"Heartbeat lease, {LEASE_BOUNDS[0]} to {LEASE_BOUNDS[1]} s: a RUNNING pipeline whose "
-                           "runner is silent this long is LOST and may be relaunched by pipeline_recovery.",
+            "runner is silent this long is LOST and may be relaunched by pipeline_recovery.",
             "schema": {"type": "number", **bounded(*LEASE_BOUNDS), "title": "Heartbeat lease (s)"},
         },
         "stall_seconds": {
             "default": DEFAULT_STALL_SECONDS,
             "description": f"Stall time, {STALL_BOUNDS[0]} to {STALL_BOUNDS[1]} s and more than the lease: a "
-                           "RUNNING pipeline that commits no epoch this long while records wait is STALLED, and "
-                           "pipeline_recovery relaunches it.",
+            "RUNNING pipeline that commits no epoch this long while records wait is STALLED, and "
+            "pipeline_recovery relaunches it.",
             "schema": {"type": "number", **bounded(*STALL_BOUNDS), "title": "Stall time (s)"},
         },
     }
@@ -131,8 +140,9 @@ class LaunchRequest(BaseModel):
     def _stall_longer_than_lease(self) -> LaunchRequest:
         """A stall shorter than the lease would call a pipeline stuck before a missed heartbeat could."""
         if self.stall_seconds <= self.lease_seconds:
-            raise ValueError(f"stall_seconds {self.stall_seconds:g} must be more than lease_seconds "
-                             f"{self.lease_seconds:g}")
+            raise ValueError(
+                f"stall_seconds {self.stall_seconds:g} must be more than lease_seconds {self.lease_seconds:g}"
+            )
         return self
 
     @property
@@ -178,5 +188,7 @@ def check_restore_target(spec: JobSpec, request: LaunchRequest, settings: Connec
     head, _ = SnapshotStore.open(spec.checkpoint.store, spec.name, pipeline, settings).read_head()
     retained = [e.snapshot_id for e in head.history] if head else []
     if request.restore not in retained:
-        raise SpecError(f"job {spec.name}: param restore: {request.restore} is not a retained snapshot of "
-                        f"pipeline {pipeline} (retained: {', '.join(retained) or 'none'})")
+        raise SpecError(
+            f"job {spec.name}: param restore: {request.restore} is not a retained snapshot of "
+            f"pipeline {pipeline} (retained: {', '.join(retained) or 'none'})"
+        )

@@ -57,30 +57,60 @@ CLI_MODULE = "pipeline_lib.cli"
 # and Java's, where to find programs and libraries, who and where it runs (user, home, locale,
 # time zone, scratch space) and the CA bundle the S3 client reads. Nothing of Airflow's.
 INHERITED_PREFIXES = ("PIPELINE_", "SPARK_", "PYSPARK_", "LC_")
-INHERITED_NAMES = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
-    "JAVA_HOME", "JAVA_TOOL_OPTIONS",
-    "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
-    "PYTHONIOENCODING", "PYTHONUTF8",
-    "SSL_CERT_FILE", "SSL_CERT_DIR",
-})
+INHERITED_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "JAVA_HOME",
+        "JAVA_TOOL_OPTIONS",
+        "VIRTUAL_ENV",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONHASHSEED",
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+    }
+)
 
 
 @dataclass(frozen=True)
 class LaunchResult:
     """How a launched run ended, for the Airflow task's result and its failure message."""
+
     returncode: int
     summary: dict | None  # the run's summary (counts, ids), or None if it died before writing it
     last_error: str | None
 
 
-def cli_arguments(spec_path: Path, request: LaunchRequest, launched_by: str, summary_path: Path,
-                  stop_file: Path | None = None) -> list[str]:
+def cli_arguments(
+    spec_path: Path, request: LaunchRequest, launched_by: str, summary_path: Path, stop_file: Path | None = None
+) -> list[str]:
     """The `pipeline-lib run` arguments for a launch request, so the task runs exactly what the CLI runs."""
-    args = ["run", str(spec_path), f"--{request.run_mode}", "--restore", request.restore,
-            "--lease-seconds", f"{request.lease_seconds:g}", "--stall-seconds", f"{request.stall_seconds:g}",
-            "--launched-by", launched_by,
-            "--summary-json", str(summary_path)]
+    args = [
+        "run",
+        str(spec_path),
+        f"--{request.run_mode}",
+        "--restore",
+        request.restore,
+        "--lease-seconds",
+        f"{request.lease_seconds:g}",
+        "--stall-seconds",
+        f"{request.stall_seconds:g}",
+        "--launched-by",
+        launched_by,
+        "--summary-json",
+        str(summary_path),
+    ]
     if stop_file is not None:
         args += ["--stop-file", str(stop_file)]
     if request.parallelism is not None:
@@ -92,8 +122,15 @@ def cli_arguments(spec_path: Path, request: LaunchRequest, launched_by: str, sum
     return args
 
 
-def launch_command(spec_path: Path, request: LaunchRequest, settings: ConnectionSettings, launched_by: str,
-                   summary_path: Path, stop_file: Path | None = None, python: str = sys.executable) -> list[str]:
+def launch_command(
+    spec_path: Path,
+    request: LaunchRequest,
+    settings: ConnectionSettings,
+    launched_by: str,
+    summary_path: Path,
+    stop_file: Path | None = None,
+    python: str = sys.executable,
+) -> list[str]:
     """``python -m pipeline_lib.cli run …`` (local mode), or ``spark-submit --master M …``."""
     args = cli_arguments(spec_path, request, launched_by, summary_path, stop_file)
     if not settings.spark_master:
@@ -102,9 +139,20 @@ def launch_command(spec_path: Path, request: LaunchRequest, settings: Connection
     if submit is None:
         raise PipelineError("a Spark master is configured but spark-submit is not installed beside pyspark")
     java = driver_java_options()  # spark-submit starts the driver's JVM before the job's code runs
-    return [submit, "--master", settings.spark_master, "--deploy-mode", "client",
-            "--name", f"pipeline-lib:{spec_path.stem}", "--conf", "spark.ui.enabled=false",
-            *(["--driver-java-options", " ".join(java)] if java else []), cli_script(), *args]
+    return [
+        submit,
+        "--master",
+        settings.spark_master,
+        "--deploy-mode",
+        "client",
+        "--name",
+        f"pipeline-lib:{spec_path.stem}",
+        "--conf",
+        "spark.ui.enabled=false",
+        *(["--driver-java-options", " ".join(java)] if java else []),
+        cli_script(),
+        *args,
+    ]
 
 
 def cli_script() -> str:
@@ -119,16 +167,18 @@ def cli_script() -> str:
 def inherited_env(base: Mapping[str, str]) -> dict[str, str]:
     """The variables of ``base`` that the job may see (INHERITED_NAMES and INHERITED_PREFIXES);
     everything else, Airflow's secrets and connections first, stays in the worker."""
-    return {name: value for name, value in base.items()
-            if name in INHERITED_NAMES or name.startswith(INHERITED_PREFIXES)}
+    return {
+        name: value for name, value in base.items() if name in INHERITED_NAMES or name.startswith(INHERITED_PREFIXES)
+    }
 
 
 def _secret(value: SecretStr | None) -> str | None:
     return value.get_secret_value() if value else None
 
 
-def launch_env(settings: ConnectionSettings, base: Mapping[str, str] | None = None,
-               python: str = sys.executable) -> dict[str, str]:
+def launch_env(
+    settings: ConnectionSettings, base: Mapping[str, str] | None = None, python: str = sys.executable
+) -> dict[str, str]:
     """The child's environment: the allowlisted part of the worker's (``inherited_env``), and the
     connection settings as PIPELINE_* variables, never on its command line."""
     env = inherited_env(os.environ if base is None else base)
@@ -174,8 +224,15 @@ class LaunchedRun:
         (``job_isolation``), and return its pid."""
         self.isolated_command = isolated(self.command)
         emit(scrub("launching: " + " ".join(self.command), self.settings.secrets()))
-        self.proc = subprocess.Popen(self.isolated_command, env=launch_env(self.settings), stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.isolated_command,
+            env=launch_env(self.settings),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
         return self.proc.pid
 
     def wait(self, emit: Callable[[str], None]) -> LaunchResult:
@@ -186,12 +243,13 @@ class LaunchedRun:
             for line in self.proc.stdout:
                 line = scrub(line.rstrip("\n"), secrets)
                 if line.startswith("error:"):
-                    last_error = line[len("error:"):].strip()
+                    last_error = line[len("error:") :].strip()
                 emit(line)
             returncode = wait_status(self.proc.wait(), self.isolated_command)
             # Failure reasons in the summary come from exceptions; the summary becomes an XCom.
-            summary = _scrubbed(json.loads(self.summary_path.read_text()), secrets) \
-                if self.summary_path.exists() else None
+            summary = (
+                _scrubbed(json.loads(self.summary_path.read_text()), secrets) if self.summary_path.exists() else None
+            )
         except BaseException:  # our caller is going away: do not leave the run behind
             self.stop()
             raise
@@ -233,8 +291,9 @@ def _scrubbed(value: Any, secrets: list[str]) -> Any:
     return value
 
 
-def run_job(spec_path: Path, request: LaunchRequest, settings: ConnectionSettings, launched_by: str,
-            emit: Callable[[str], None]) -> LaunchResult:
+def run_job(
+    spec_path: Path, request: LaunchRequest, settings: ConnectionSettings, launched_by: str, emit: Callable[[str], None]
+) -> LaunchResult:
     """Run the job to its end (start + wait)."""
     run = LaunchedRun(spec_path, request, settings, launched_by)
     run.start(emit)

@@ -25,8 +25,9 @@ def _location(uri: str) -> Named:
     return f"{parts.scheme}://{parts.netloc}", parts.path.lstrip("/")
 
 
-def run_datasets(spec: JobSpec, bootstrap: str | None, pipelines: list[str] | None = None) -> tuple[
-        list[Named], list[Named]]:
+def run_datasets(
+    spec: JobSpec, bootstrap: str | None, pipelines: list[str] | None = None
+) -> tuple[list[Named], list[Named]]:
     """(inputs, outputs) of a run of ``pipelines`` (all when empty): their topics and their flows' sinks."""
     wanted = [p for p in build_graph(spec).pipelines() if not pipelines or p.name in pipelines]
     sources, flows = spec.all_sources(), {f.name: f for f in spec.all_flows()}
@@ -39,7 +40,9 @@ def run_datasets(spec: JobSpec, bootstrap: str | None, pipelines: list[str] | No
 def facets(inputs: list[Named], outputs: list[Named]) -> Any:
     """The provider's OperatorLineage for these datasets (the provider and client must be installed)."""
     from airflow.providers.openlineage.extractors import OperatorLineage
-    from openlineage.client.event_v2 import Dataset  # type: ignore[import-not-found]
+    from openlineage.client.event_v2 import Dataset
 
-    return OperatorLineage(inputs=[Dataset(namespace=ns, name=name) for ns, name in inputs],
-                           outputs=[Dataset(namespace=ns, name=name) for ns, name in outputs])
+    return OperatorLineage(
+        inputs=[Dataset(namespace=ns, name=name) for ns, name in inputs],
+        outputs=[Dataset(namespace=ns, name=name) for ns, name in outputs],
+    )

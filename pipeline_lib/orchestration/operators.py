@@ -41,8 +41,16 @@ from pipeline_lib.spec import load_spec
 from pipeline_lib.spec.models import JobSpec
 
 log = logging.getLogger(__name__)
-REQUEST_FIELDS = ("mode", "restore", "parallelism", "pipelines", "spark_conf", "lease_seconds", "stall_seconds",
-                  "reason")
+REQUEST_FIELDS = (
+    "mode",
+    "restore",
+    "parallelism",
+    "pipelines",
+    "spark_conf",
+    "lease_seconds",
+    "stall_seconds",
+    "reason",
+)
 
 
 def _templated(value: Any) -> bool:
@@ -65,20 +73,40 @@ class RunJobOperator(BaseOperator):
     template_fields = ("spec_path", *REQUEST_FIELDS)
     operator_extra_links = (PipelinesPageLink(),)
 
-    def __init__(self, *, spec_path: str, job_name: str | None = None, request_task_id: str | None = None,
-                 stop_grace_s: float = 45.0, mode: str | None = None, restore: str | None = None,
-                 parallelism: int | None = None, pipelines: list[str] | None = None,
-                 spark_conf: dict[str, str] | None = None, lease_seconds: float | None = None,
-                 stall_seconds: float | None = None, reason: str | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        spec_path: str,
+        job_name: str | None = None,
+        request_task_id: str | None = None,
+        stop_grace_s: float = 45.0,
+        mode: str | None = None,
+        restore: str | None = None,
+        parallelism: int | None = None,
+        pipelines: list[str] | None = None,
+        spark_conf: dict[str, str] | None = None,
+        lease_seconds: float | None = None,
+        stall_seconds: float | None = None,
+        reason: str | None = None,
+        **kwargs: Any,
+    ):
         if job_name is None:  # read once at parse time: the alias below needs the job's name
             job_name = load_spec(Path(spec_path)).name
-        fields = {"mode": mode, "restore": restore, "parallelism": parallelism, "pipelines": pipelines,
-                  "spark_conf": spark_conf, "lease_seconds": lease_seconds, "stall_seconds": stall_seconds,
-                  "reason": reason}
+        fields = {
+            "mode": mode,
+            "restore": restore,
+            "parallelism": parallelism,
+            "pipelines": pipelines,
+            "spark_conf": spark_conf,
+            "lease_seconds": lease_seconds,
+            "stall_seconds": stall_seconds,
+            "reason": reason,
+        }
         given = {k: v for k, v in fields.items() if v is not None}
         if request_task_id is not None and given:
-            raise ValueError(f"RunJobOperator: give request_task_id or the request's fields "
-                             f"({', '.join(sorted(given))}), not both")
+            raise ValueError(
+                f"RunJobOperator: give request_task_id or the request's fields ({', '.join(sorted(given))}), not both"
+            )
         try:  # a bad value fails the DAG file's parse, not a run hours later; a template once rendered
             LaunchRequest.model_validate({k: v for k, v in given.items() if not _templated(v)})
         except ValidationError as exc:

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class PipelineView:
     """What the UI shows of one pipeline: its observed status, lag and latest snapshot."""
+
     name: str
     flows: list[str]
     topic: str
@@ -66,6 +67,7 @@ class PipelineView:
 @dataclass
 class JobView:
     """What the UI shows of one job: its spec file, DAG and pipelines."""
+
     name: str
     spec_file: str
     dag_id: str
@@ -76,11 +78,11 @@ class JobView:
 @dataclass
 class Overview:
     """The UI page's whole state at one moment, served as JSON."""
+
     jobs: list[JobView]
     spec_errors: dict[str, str]
     generated_at: str
     incomplete: str | None = None  # why some pipelines (or their lag) were not read
-
 
     def to_dict(self) -> dict:
         """Plain JSON-ready data for the UI's API."""
@@ -92,9 +94,14 @@ NOT_READ = "not read: this view's time budget ran out"
 Opener = Callable[[str, str, str, ConnectionSettings], SnapshotStore]
 
 
-def build_overview(specs_dir: Path, settings: ConnectionSettings | Callable[[JobSpec], ConnectionSettings],
-                   lag: bool = True, now: dt.datetime | None = None, budget_s: float = VIEW_BUDGET_S,
-                   open_snapshots: Opener = SnapshotStore.open) -> Overview:
+def build_overview(
+    specs_dir: Path,
+    settings: ConnectionSettings | Callable[[JobSpec], ConnectionSettings],
+    lag: bool = True,
+    now: dt.datetime | None = None,
+    budget_s: float = VIEW_BUDGET_S,
+    open_snapshots: Opener = SnapshotStore.open,
+) -> Overview:
     """Read every job's checkpoints (and Kafka lag if ``lag``) into the overview the UI renders,
     within ``budget_s`` seconds: what is not reached by then is marked not read. ``settings``
     is one for all jobs, or a job's own (its spec's ``airflow.connections``)."""
@@ -102,17 +109,32 @@ def build_overview(specs_dir: Path, settings: ConnectionSettings | Callable[[Job
     deadline = time.monotonic() + budget_s
     folder = load_spec_folder(specs_dir)
     settings_of = settings if callable(settings) else (lambda _spec: settings)
-    jobs = [_job_view(path, spec, settings_of(spec), now, lag, deadline, open_snapshots)
-            for path, spec in folder.specs.items()]
+    jobs = [
+        _job_view(path, spec, settings_of(spec), now, lag, deadline, open_snapshots)
+        for path, spec in folder.specs.items()
+    ]
     errors = {path.name: error for path, error in folder.errors.items()}
     skipped = sum(1 for j in jobs for p in j.pipelines if p.reason == NOT_READ or p.lag_note == NOT_READ)
-    incomplete = (f"this view ran out of its {budget_s:g} s budget: {skipped} pipeline(s) not (fully) read; "
-                  "the next refresh tries again") if skipped else None
+    incomplete = (
+        (
+            f"this view ran out of its {budget_s:g} s budget: {skipped} pipeline(s) not (fully) read; "
+            "the next refresh tries again"
+        )
+        if skipped
+        else None
+    )
     return Overview(jobs, errors, now.strftime("%Y-%m-%d %H:%M:%S UTC"), incomplete)
 
 
-def _job_view(path: Path, spec: JobSpec, settings: ConnectionSettings, now: dt.datetime, lag: bool,
-              deadline: float, open_snapshots: Opener) -> JobView:
+def _job_view(
+    path: Path,
+    spec: JobSpec,
+    settings: ConnectionSettings,
+    now: dt.datetime,
+    lag: bool,
+    deadline: float,
+    open_snapshots: Opener,
+) -> JobView:
     sources = spec.all_sources()
     views = []
     for pipeline in build_graph(spec).pipelines():
@@ -147,8 +169,13 @@ def _fill(view: PipelineView, snapshots: SnapshotStore, now: dt.datetime, spec: 
         if view.launched_by and view.launched_by.startswith("airflow:") and "/" in view.launched_by:
             view.run_dag, view.run_id = view.launched_by.removeprefix("airflow:").split("/", 1)
     rows, view.history_total, view.retained = newest_snapshots(snapshots)
-    view.history = [{k: r.get(k) for k in ("snapshot_id", "epoch", "created_at", "records_read", "keys", "status",
-                                            "completed", "data_lost")} for r in rows]
+    view.history = [
+        {
+            k: r.get(k)
+            for k in ("snapshot_id", "epoch", "created_at", "records_read", "keys", "status", "completed", "data_lost")
+        }
+        for r in rows
+    ]
     head = next((r for r in rows if r.get("head")), None)
     if head is not None:
         view.latest_snapshot, view.latest_at, view.keys = head["snapshot_id"], head.get("created_at"), head.get("keys")
@@ -165,6 +192,7 @@ def _fill(view: PipelineView, snapshots: SnapshotStore, now: dt.datetime, spec: 
 
 def _recovery_text(record, counting: bool) -> str:
     """The latest event, and the latest relaunch if that is older (what an operator asks first)."""
+
     def text(e) -> str:
         return f"{e.action.replace('_', ' ')} at {e.at:%Y-%m-%d %H:%M:%S}: {e.reason}"
 

@@ -31,18 +31,29 @@ CONNECTION_TYPES: dict[str, dict[str, Any]] = {
         "hook_name": "pipeline-lib Kafka",
         "fields": {
             "bootstrap_servers": _text(
-                "Bootstrap servers", "host:port of several brokers, comma-separated; wins over Host and Port"),
+                "Bootstrap servers", "host:port of several brokers, comma-separated; wins over Host and Port"
+            ),
             "security_protocol": _text("Security protocol", "PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL"),
             "sasl_mechanism": _text("SASL mechanism", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with SASL_*)"),
-            "ssl_cafile": _text("CA certificate file", "a PEM file on the machine that runs the job; default: the "
-                                                       "system's trusted CAs"),
+            "ssl_cafile": _text(
+                "CA certificate file", "a PEM file on the machine that runs the job; default: the system's trusted CAs"
+            ),
         },
         "behaviour": {
             "hidden_fields": ["schema", "extra"],
-            "relabeling": {"host": "Broker host", "port": "Broker port", "login": "SASL user name",
-                           "password": "SASL password"},
-            "placeholders": {"host": "kafka", "port": "9092", "bootstrap_servers": "k1:9092,k2:9092",
-                             "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512"},
+            "relabeling": {
+                "host": "Broker host",
+                "port": "Broker port",
+                "login": "SASL user name",
+                "password": "SASL password",
+            },
+            "placeholders": {
+                "host": "kafka",
+                "port": "9092",
+                "bootstrap_servers": "k1:9092,k2:9092",
+                "security_protocol": "SASL_SSL",
+                "sasl_mechanism": "SCRAM-SHA-512",
+            },
         },
     },
     "pipeline_lib_s3": {
@@ -77,8 +88,11 @@ def ui_field_behaviour(conn_type: str) -> dict[str, Any]:
     """The form's hidden fields, labels and placeholders of ``conn_type``, as a hook's
     ``get_ui_field_behaviour`` returns them."""
     behaviour = CONNECTION_TYPES[conn_type]["behaviour"]
-    return {"hidden_fields": list(behaviour["hidden_fields"]), "relabeling": dict(behaviour["relabeling"]),
-            "placeholders": dict(behaviour["placeholders"])}
+    return {
+        "hidden_fields": list(behaviour["hidden_fields"]),
+        "relabeling": dict(behaviour["relabeling"]),
+        "placeholders": dict(behaviour["placeholders"]),
+    }
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -87,7 +101,7 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": PACKAGE,
         "name": "pipeline-lib",
         "description": "Kafka to S3 pipelines with exactly-once snapshots: connection types for the jobs' "
-                       "Kafka, S3 and Spark, and the RunJobOperator.",
+        "Kafka, S3 and Spark, and the RunJobOperator.",
         "connection-types": [
             {
                 "connection-type": conn_type,
@@ -102,8 +116,7 @@ def get_provider_info() -> dict[str, Any]:
             }
             for conn_type, t in CONNECTION_TYPES.items()
         ],
-        "operators": [{"integration-name": "pipeline-lib",
-                       "python-modules": ["pipeline_lib.orchestration.operators"]}],
+        "operators": [{"integration-name": "pipeline-lib", "python-modules": ["pipeline_lib.orchestration.operators"]}],
         "hooks": [{"integration-name": "pipeline-lib", "python-modules": [HOOKS]}],
         "integrations": [{"integration-name": "pipeline-lib", "tags": ["software"]}],
     }

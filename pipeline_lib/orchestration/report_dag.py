@@ -26,10 +26,16 @@ def report_dag(dag_id: str, spec_path: Path, flow: str | None = None) -> DAG:
     spec = load_spec(spec_path)
     assets = sink_assets(spec)
     name = flow or next(iter(assets))
-    with DAG(dag_id=dag_id, schedule=[assets[name]], start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
-             catchup=False, is_paused_upon_creation=False, tags=["pipeline-lib", f"job:{spec.name}"],
-             doc_md=f"Runs when flow **{name}** of job **{spec.name}** commits new epochs to "
-                    f"`{assets[name].uri}`, and reads its committed table.") as dag:
+    with DAG(
+        dag_id=dag_id,
+        schedule=[assets[name]],
+        start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        catchup=False,
+        is_paused_upon_creation=False,
+        tags=["pipeline-lib", f"job:{spec.name}"],
+        doc_md=f"Runs when flow **{name}** of job **{spec.name}** commits new epochs to "
+        f"`{assets[name].uri}`, and reads its committed table.",
+    ) as dag:
 
         @task(task_id="read_committed")
         def read_committed() -> dict[str, Any]:
@@ -40,12 +46,21 @@ def report_dag(dag_id: str, spec_path: Path, flow: str | None = None) -> DAG:
             current = load_spec(spec_path)
             chosen = next(f for f in current.all_flows() if f.name == name)
             store = open_store(chosen.sink.files.path, airflow_settings(current.airflow.connections))
-            rows = (len(read_upsert_table(store, chosen.state.aggregate.key)) if chosen.state
-                    else len(read_append_rows(store)))
+            rows = (
+                len(read_upsert_table(store, chosen.state.aggregate.key))
+                if chosen.state
+                else len(read_append_rows(store))
+            )
             events = get_current_context()["triggering_asset_events"].get(assets[name], [])
             announced = [e.extra for e in events]
-            log.info("flow %s of job %s: %d rows in %d committed epochs; triggered by %s", name, current.name,
-                     rows, len(committed_epochs(store)), announced)
+            log.info(
+                "flow %s of job %s: %d rows in %d committed epochs; triggered by %s",
+                name,
+                current.name,
+                rows,
+                len(committed_epochs(store)),
+                announced,
+            )
             return {"rows": rows, "epochs": committed_epochs(store)[-1:], "events": announced}
 
         read_committed()

@@ -22,8 +22,10 @@ def fence_text(pipeline: PipelineView) -> str:
     if pipeline.status not in LIVE or pipeline.attempt is None:
         return ""
     by = f" (launched by {pipeline.launched_by})" if pipeline.launched_by else ""
-    return (f"Attempt {pipeline.attempt} is {pipeline.status}{by}: the restore fences it. It stops at its next "
-            f"heartbeat without committing again, and its task ends failed (\"attempt {pipeline.attempt} is fenced\").")
+    return (
+        f"Attempt {pipeline.attempt} is {pipeline.status}{by}: the restore fences it. It stops at its next "
+        f'heartbeat without committing again, and its task ends failed ("attempt {pipeline.attempt} is fenced").'
+    )
 
 
 def settings_text(pipeline: PipelineView) -> str:
@@ -43,12 +45,16 @@ def start_over_question(job: JobView, pipeline: PipelineView) -> str:
     if kept:
         latest = next((h for h in kept if h.get("status") == "head"), kept[0])
         count = max(len(kept), pipeline.retained)  # the history shows only the newest
-        what = (f"its {count} retained snapshot{'s' if count != 1 else ''} "
-                f"(latest {latest['snapshot_id']}, epoch {latest['epoch']})")
+        what = (
+            f"its {count} retained snapshot{'s' if count != 1 else ''} "
+            f"(latest {latest['snapshot_id']}, epoch {latest['epoch']})"
+        )
     else:
         what = "no committed snapshot (there is none)"
-    return (f"Start pipeline {pipeline.name} of job {job.name} over? This discards {what} and retracts every "
-            f"epoch of its output; the run then reads topic {pipeline.topic} from its earliest offset.")
+    return (
+        f"Start pipeline {pipeline.name} of job {job.name} over? This discards {what} and retracts every "
+        f"epoch of its output; the run then reads topic {pipeline.topic} from its earliest offset."
+    )
 
 
 def rewind_question(job: JobView, pipeline: PipelineView, snapshot_id: str) -> str:
@@ -62,17 +68,24 @@ def rewind_question(job: JobView, pipeline: PipelineView, snapshot_id: str) -> s
         gives_up = "It is the latest snapshot: nothing committed is discarded."
     else:
         newest = max(later, key=lambda h: h.get("epoch") or 0)
-        gives_up = (f"This discards the {len(later)} snapshot{'s' if len(later) != 1 else ''} after it (up to "
-                    f"{newest['snapshot_id']}, epoch {newest['epoch']}): epochs {target['epoch'] + 1} to "
-                    f"{newest['epoch']} are processed again from its positions.")
-    return f"Rewind pipeline {pipeline.name} of job {job.name} to snapshot {snapshot_id} (epoch {target['epoch']})? " \
-           + gives_up
+        gives_up = (
+            f"This discards the {len(later)} snapshot{'s' if len(later) != 1 else ''} after it (up to "
+            f"{newest['snapshot_id']}, epoch {newest['epoch']}): epochs {target['epoch'] + 1} to "
+            f"{newest['epoch']} are processed again from its positions."
+        )
+    return (
+        f"Rewind pipeline {pipeline.name} of job {job.name} to snapshot {snapshot_id} (epoch {target['epoch']})? "
+        + gives_up
+    )
 
 
 def latest_question(job: JobView, pipeline: PipelineView) -> str:
     """A restore from the latest snapshot discards nothing committed."""
-    where = (f"its latest snapshot {pipeline.latest_snapshot} (epoch {pipeline.epoch})" if pipeline.latest_snapshot
-             else "the beginning (it has no snapshot)")
+    where = (
+        f"its latest snapshot {pipeline.latest_snapshot} (epoch {pipeline.epoch})"
+        if pipeline.latest_snapshot
+        else "the beginning (it has no snapshot)"
+    )
     return f"Restore pipeline {pipeline.name} of job {job.name} from {where}? Nothing committed is discarded."
 
 

@@ -23,15 +23,21 @@ log = logging.getLogger(__name__)
 
 
 def _stores(spec: JobSpec, request: LaunchRequest, settings: ConnectionSettings) -> list[SnapshotStore]:
-    return [SnapshotStore.open(spec.checkpoint.store, spec.name, name, settings)
-            for name in (request.pipelines or pipeline_names(spec))]
+    return [
+        SnapshotStore.open(spec.checkpoint.store, spec.name, name, settings)
+        for name in (request.pipelines or pipeline_names(spec))
+    ]
 
 
 def record_launch(spec: JobSpec, request: LaunchRequest, settings: ConnectionSettings, launched_by: str) -> None:
     """A LAUNCH record for each pipeline the run starts; a store that cannot be written is logged,
     not fatal (the run itself reports a store it cannot use)."""
-    record = LaunchRecord(launched_by=launched_by, spark_conf=request.spark_conf,
-                          lease_seconds=request.lease_seconds, stall_seconds=request.stall_seconds)
+    record = LaunchRecord(
+        launched_by=launched_by,
+        spark_conf=request.spark_conf,
+        lease_seconds=request.lease_seconds,
+        stall_seconds=request.stall_seconds,
+    )
     for snapshots in _stores(spec, request, settings):
         try:
             write_launch(snapshots, record)
@@ -39,8 +45,14 @@ def record_launch(spec: JobSpec, request: LaunchRequest, settings: ConnectionSet
             log.warning("could not record the launch of %s/%s: %s", spec.name, snapshots.pipeline, exc)
 
 
-def mark_dead(spec: JobSpec, request: LaunchRequest, settings: ConnectionSettings, launched_by: str,
-              why: str, now: dt.datetime | None = None) -> list[str]:
+def mark_dead(
+    spec: JobSpec,
+    request: LaunchRequest,
+    settings: ConnectionSettings,
+    launched_by: str,
+    why: str,
+    now: dt.datetime | None = None,
+) -> list[str]:
     """Mark LOST every pipeline whose STATUS is this run's and still live; the pipelines marked.
     Compare-and-swap: a newer attempt (a relaunch that fenced this one) is never touched."""
     now = now or dt.datetime.now(dt.UTC)
@@ -48,11 +60,16 @@ def mark_dead(spec: JobSpec, request: LaunchRequest, settings: ConnectionSetting
     for snapshots in _stores(spec, request, settings):
         try:
             status, version = snapshots.read_status_versioned()
-            if (status is None or status.state not in LIVE_STATES or status.launch is None
-                    or status.launch.launched_by != launched_by):
+            if (
+                status is None
+                or status.state not in LIVE_STATES
+                or status.launch is None
+                or status.launch.launched_by != launched_by
+            ):
                 continue
-            lost = status.model_copy(update={"state": "LOST", "updated_at": now,
-                                             "reason": f"attempt {status.attempt}: {why}"})
+            lost = status.model_copy(
+                update={"state": "LOST", "updated_at": now, "reason": f"attempt {status.attempt}: {why}"}
+            )
             if snapshots.swap_status(lost, version) is not None:
                 marked.append(snapshots.pipeline)
         except Exception as exc:

@@ -33,7 +33,7 @@ class _Newest(SnapshotStore):
         """The newest ``limit`` ids of the listing, which is newest first."""
         ids = super().listed_snapshot_ids()
         self.listed, self.all_listed = len(ids), set(ids)
-        return ids[:self.limit]
+        return ids[: self.limit]
 
 
 def newest_snapshots(snapshots: SnapshotStore, limit: int = HISTORY_ROWS) -> tuple[list[dict[str, Any]], int, int]:
@@ -41,7 +41,10 @@ def newest_snapshots(snapshots: SnapshotStore, limit: int = HISTORY_ROWS) -> tup
     snapshots there are in all, and how many the head keeps committed; reads the head, one
     listing and at most ``limit`` manifests."""
     newest = _Newest(snapshots, limit)
-    rows = [r for r in list_snapshots(newest)  # a committed id cut from the listing is not "missing"
-            if not (r.get("status") == "unusable: manifest missing" and r["snapshot_id"] in newest.all_listed)]
+    rows = [
+        r
+        for r in list_snapshots(newest)  # a committed id cut from the listing is not "missing"
+        if not (r.get("status") == "unusable: manifest missing" and r["snapshot_id"] in newest.all_listed)
+    ]
     missing = sum(1 for r in rows if r["snapshot_id"] not in newest.all_listed)
     return rows[:limit], newest.listed + missing, newest.retained

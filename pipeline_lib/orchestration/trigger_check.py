@@ -32,8 +32,7 @@ def check_conf(dag_id: str, conf: dict[str, Any]) -> str | None:
     from pipeline_lib.orchestration.launch_request import LaunchRequest, check_restore_target
     from pipeline_lib.orchestration.ui_app import _settings, default_specs_dir
 
-    spec = next((s for s in load_spec_folder(default_specs_dir()).specs.values() if job_dag_id(s.name) == dag_id),
-                None)
+    spec = next((s for s in load_spec_folder(default_specs_dir()).specs.values() if job_dag_id(s.name) == dag_id), None)
     if spec is None:
         return None
     try:
@@ -69,8 +68,11 @@ async def may_trigger(scope: dict[str, Any], dag_id: str) -> bool:
     try:
         manager = get_auth_manager()
         user = await manager.get_user_from_token(token)
-        return bool(manager.is_authorized_dag(method="POST", access_entity=DagAccessEntity.RUN,
-                                              details=DagDetails(id=dag_id), user=user))
+        return bool(
+            manager.is_authorized_dag(
+                method="POST", access_entity=DagAccessEntity.RUN, details=DagDetails(id=dag_id), user=user
+            )
+        )
     except Exception:
         return False
 

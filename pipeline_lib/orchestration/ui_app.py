@@ -27,11 +27,20 @@ from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec.models import AirflowConnectionsSpec, JobSpec
 
 Readable = Callable[[set[str]], set[str]]  # the DAG ids of those given that the request's user may read
-TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")),
-                        autoescape=select_autoescape(["html"]))
-STATUS_COLOURS = {"RUNNING": "#1a7f37", "SCHEDULING": "#9a6700", "STOPPED": "#0969da", "COMPLETED": "#6e7781",
-                  "FAILED": "#cf222e", "LOST": "#bc4c00",
-                  "STALLED": "#bc4c00", "NEW": "#8c959f", "UNKNOWN": "#8c959f"}
+TEMPLATES = Environment(
+    loader=FileSystemLoader(Path(__file__).with_name("templates")), autoescape=select_autoescape(["html"])
+)
+STATUS_COLOURS = {
+    "RUNNING": "#1a7f37",
+    "SCHEDULING": "#9a6700",
+    "STOPPED": "#0969da",
+    "COMPLETED": "#6e7781",
+    "FAILED": "#cf222e",
+    "LOST": "#bc4c00",
+    "STALLED": "#bc4c00",
+    "NEW": "#8c959f",
+    "UNKNOWN": "#8c959f",
+}
 REFRESH_SECONDS = 10  # the page re-reads the overview this often (a form in progress is kept)
 CACHE_SECONDS = 5.0  # views this close together share one read of the stores and the broker
 
@@ -73,13 +82,15 @@ def airflow_access():
 
     def readable(user: object = Depends(get_user)) -> Readable:
         return lambda dag_ids: get_auth_manager().filter_authorized_dag_ids(dag_ids=dag_ids, user=user, method="GET")
+
     return readable
 
 
 def closed() -> Readable:
     """Every request of an app whose login check could not be loaded: refused, never served public."""
-    raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
-                        "the Pipelines page is closed: Airflow's login check cannot be loaded")
+    raise HTTPException(
+        status.HTTP_503_SERVICE_UNAVAILABLE, "the Pipelines page is closed: Airflow's login check cannot be loaded"
+    )
 
 
 def everything() -> Readable:
@@ -87,9 +98,14 @@ def everything() -> Readable:
     return lambda dag_ids: dag_ids
 
 
-def create_app(specs_dir: Path | None = None, settings_factory=_settings, authenticated: bool = True,
-               cache_s: float = CACHE_SECONDS, budget_s: float = VIEW_BUDGET_S,
-               open_snapshots: Opener = SnapshotStore.open) -> FastAPI:
+def create_app(
+    specs_dir: Path | None = None,
+    settings_factory=_settings,
+    authenticated: bool = True,
+    cache_s: float = CACHE_SECONDS,
+    budget_s: float = VIEW_BUDGET_S,
+    open_snapshots: Opener = SnapshotStore.open,
+) -> FastAPI:
     """The UI plugin's FastAPI app; ``authenticated=False`` serves it without Airflow's login (tests).
 
     Views share one build of the data for ``cache_s`` seconds (then filtered per user), each build
@@ -112,19 +128,26 @@ def create_app(specs_dir: Path | None = None, settings_factory=_settings, authen
                 if ids not in read:
                     read[ids] = settings_factory(ids)
                 return read[ids]
-            return build_overview(specs_dir or default_specs_dir(), settings_of, lag=lag, budget_s=budget_s,
-                                  open_snapshots=open_snapshots)
+
+            return build_overview(
+                specs_dir or default_specs_dir(), settings_of, lag=lag, budget_s=budget_s, open_snapshots=open_snapshots
+            )
+
         # the auth manager may ask the metadata DB: not on the event loop
         return await run_in_threadpool(visible, await cache.get(lag, build), readable)
 
     @app.get("/", response_class=HTMLResponse)
-    async def page(request: Request, readable: Readable = readable_dep, lag: bool = True,
-                   job: str | None = None) -> HTMLResponse:
+    async def page(
+        request: Request, readable: Readable = readable_dep, lag: bool = True, job: str | None = None
+    ) -> HTMLResponse:
         html = TEMPLATES.get_template("pipelines.html").render(
-            overview=await overview(readable, lag), chosen_job=job, colours=STATUS_COLOURS,
+            overview=await overview(readable, lag),
+            chosen_job=job,
+            colours=STATUS_COLOURS,
             refresh_seconds=REFRESH_SECONDS,
-            restore_question=restore_question, airflow_root=request.scope.get("root_path", "")
-            .rsplit("/pipeline-lib", 1)[0])
+            restore_question=restore_question,
+            airflow_root=request.scope.get("root_path", "").rsplit("/pipeline-lib", 1)[0],
+        )
         return HTMLResponse(html)
 
     @app.get("/api/overview")

@@ -39,16 +39,18 @@ def offsets_consumer(kafka: str | KafkaConnection, isolation_level: str = READ_C
     """A consumer of ``kafka`` (a bootstrap address, or one with its security settings) for offset
     look-ups only (no group, no commits, tiny fetches); closed on exit. Its ``isolation_level``
     decides which end confirmed_end_offsets gives."""
-    consumer = watermark_consumer(**client_config(
-        kafka,
-        group_id=None,
-        enable_auto_commit=False,
-        client_id="pipeline-lib-planner",
-        request_timeout_ms=30_000,
-        max_partition_fetch_bytes=1024,  # we only want the watermark, not the data
-        fetch_max_bytes=64 * 1024,
-        isolation_level=isolation_level,
-    ))
+    consumer = watermark_consumer(
+        **client_config(
+            kafka,
+            group_id=None,
+            enable_auto_commit=False,
+            client_id="pipeline-lib-planner",
+            request_timeout_ms=30_000,
+            max_partition_fetch_bytes=1024,  # we only want the watermark, not the data
+            fetch_max_bytes=64 * 1024,
+            isolation_level=isolation_level,
+        )
+    )
     try:
         yield consumer
     finally:

@@ -57,9 +57,15 @@ def key_groups_of(keys: Iterable[tuple[Any, ...]], count: int, max_parallelism: 
     key (the keys an epoch adds to its state); held equal to ``key_group_of`` by the tests."""
     crc, escaped, opened = zlib.crc32, _JSON_ESCAPED.search, _ONE_STRING_OPEN
     return np.fromiter(
-        (crc(b'"]', crc(k[0].encode(), opened)) % max_parallelism
-         if len(k) == 1 and k[0].__class__ is str and not escaped(k[0]) else key_group_of(k, max_parallelism)
-         for k in keys), dtype=np.int32, count=count)
+        (
+            crc(b'"]', crc(k[0].encode(), opened)) % max_parallelism
+            if len(k) == 1 and k[0].__class__ is str and not escaped(k[0])
+            else key_group_of(k, max_parallelism)
+            for k in keys
+        ),
+        dtype=np.int32,
+        count=count,
+    )
 
 
 def key_group_range(subtask: int, parallelism: int, max_parallelism: int) -> range:

@@ -111,15 +111,24 @@ def plan_epoch(
         for p in sorted(positions)
         if shares[p] > 0
     ]
-    return EpochPlan(epoch=epoch, base_snapshot=base_snapshot, positions=dict(positions), ranges=ranges,
-                     stop_offsets=dict(stop_offsets) if stop_offsets is not None else None, topic_id=topic_id)
+    return EpochPlan(
+        epoch=epoch,
+        base_snapshot=base_snapshot,
+        positions=dict(positions),
+        ranges=ranges,
+        stop_offsets=dict(stop_offsets) if stop_offsets is not None else None,
+        topic_id=topic_id,
+    )
 
 
 def lost_ranges(topic: str, positions: Mapping[int, int], log_starts: Mapping[int, int]) -> list[OffsetRange]:
     """Per partition whose log now starts past its position, the offsets ``[position, log
     start)`` deleted (by retention or DeleteRecords) before they were read; in partition order."""
-    return [OffsetRange(topic=topic, partition=p, start=pos, end=log_starts[p])
-            for p, pos in sorted(positions.items()) if log_starts.get(p, pos) > pos]
+    return [
+        OffsetRange(topic=topic, partition=p, start=pos, end=log_starts[p])
+        for p, pos in sorted(positions.items())
+        if log_starts.get(p, pos) > pos
+    ]
 
 
 def split_for_parallelism(ranges: list[OffsetRange], parallelism: int, min_size: int = 2_000) -> list[OffsetRange]:

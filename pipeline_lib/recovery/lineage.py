@@ -82,8 +82,9 @@ def _flow_of(job: JobSpec, key: dict[str, str], name: str | None) -> FlowSpec:
     else:
         chosen = [f for f in stateful if f.state and set(f.state.aggregate.key) == set(key)]
         if len(chosen) != 1:
-            raise PipelineError(f"--key {sorted(key)} matches the keys of {len(chosen)} flows of job {job.name}; "
-                                "name one with --flow")
+            raise PipelineError(
+                f"--key {sorted(key)} matches the keys of {len(chosen)} flows of job {job.name}; name one with --flow"
+            )
     flow = chosen[0]
     assert flow.state is not None
     if set(flow.state.aggregate.key) != set(key):
@@ -91,8 +92,9 @@ def _flow_of(job: JobSpec, key: dict[str, str], name: str | None) -> FlowSpec:
     return flow
 
 
-def explain_key(job: JobSpec, settings: ConnectionSettings, key: dict[str, str], flow_name: str | None = None
-                ) -> KeyLineage:
+def explain_key(
+    job: JobSpec, settings: ConnectionSettings, key: dict[str, str], flow_name: str | None = None
+) -> KeyLineage:
     """The committed epochs that changed ``key`` and its value in the restore point's state."""
     flow = _flow_of(job, key, flow_name)
     assert flow.state is not None
@@ -113,10 +115,15 @@ def explain_key(job: JobSpec, settings: ConnectionSettings, key: dict[str, str],
             if all(_matches(row.get(c), key[c]) for c in columns):
                 typed = tuple(row[c] for c in columns)
                 m = manifests.get(epoch)
-                lineage.changes.append(KeyChange(
-                    epoch, {k: v for k, v in row.items() if k not in columns},
-                    m.snapshot_id if m else None, m.lineage.base_snapshot if m else None,
-                    [r.model_dump() for r in m.lineage.ranges] if m else None))
+                lineage.changes.append(
+                    KeyChange(
+                        epoch,
+                        {k: v for k, v in row.items() if k not in columns},
+                        m.snapshot_id if m else None,
+                        m.lineage.base_snapshot if m else None,
+                        [r.model_dump() for r in m.lineage.ranges] if m else None,
+                    )
+                )
     if manifests:
         latest = manifests[max(manifests)]
         lineage.restore_from, lineage.restore_epoch = latest.snapshot_id, latest.epoch
@@ -124,8 +131,9 @@ def explain_key(job: JobSpec, settings: ConnectionSettings, key: dict[str, str],
     return lineage
 
 
-def _state_value(lineage: KeyLineage, snapshots: SnapshotStore, manifest: Manifest, flow: str,
-                 columns: list[str], typed: tuple) -> None:
+def _state_value(
+    lineage: KeyLineage, snapshots: SnapshotStore, manifest: Manifest, flow: str, columns: list[str], typed: tuple
+) -> None:
     """Read the one span of the snapshot that holds the key's key group (its base and deltas)."""
     commit = manifest.flows.get(flow)
     if commit is None or commit.state is None:

@@ -52,6 +52,7 @@ RELAUNCHED = ("FAILED", "LOST", "STALLED")  # observed states that recovery rela
 @dataclass
 class Decision:
     """What recovery decided for one pipeline and why: the DAG's XCom, and the job's relaunch conf."""
+
     job: str
     pipeline: str
     verdict: Verdict
@@ -71,8 +72,14 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def recover_job(spec: JobSpec, settings: ConnectionSettings, policy: RecoveryPolicy, by: str,
-                now: dt.datetime | None = None, dry_run: bool = False) -> list[Decision]:
+def recover_job(
+    spec: JobSpec,
+    settings: ConnectionSettings,
+    policy: RecoveryPolicy,
+    by: str,
+    now: dt.datetime | None = None,
+    dry_run: bool = False,
+) -> list[Decision]:
     """Decide for each pipeline of the job whether to relaunch it, under the policy's limits and backoff."""
     now = now or _now()
     decisions = []
@@ -86,8 +93,9 @@ def recover_job(spec: JobSpec, settings: ConnectionSettings, policy: RecoveryPol
     return decisions
 
 
-def _recover_pipeline(spec, pipeline, snapshots: SnapshotStore, policy: RecoveryPolicy, by: str,
-                      now: dt.datetime, dry_run: bool) -> Decision:
+def _recover_pipeline(
+    spec, pipeline, snapshots: SnapshotStore, policy: RecoveryPolicy, by: str, now: dt.datetime, dry_run: bool
+) -> Decision:
     job, name = spec.name, pipeline.name
     status, status_version = snapshots.read_status_versioned()
     if status is None:
@@ -97,18 +105,34 @@ def _recover_pipeline(spec, pipeline, snapshots: SnapshotStore, policy: Recovery
 
     if observed not in RELAUNCHED:
         if record.relaunches and status.attempt > (record.pending_attempt or 0) and not dry_run:
-            event = RecoveryEvent(at=now, action="healthy_again", reason=f"attempt {status.attempt} is {observed}",
-                                  by=by, status_attempt=status.attempt)
-            swap_record(snapshots, record.with_event(event, relaunches=0, pending_attempt=None, pending_since=None,
-                                                     next_allowed_at=None, gave_up=False), record_version)
+            event = RecoveryEvent(
+                at=now,
+                action="healthy_again",
+                reason=f"attempt {status.attempt} is {observed}",
+                by=by,
+                status_attempt=status.attempt,
+            )
+            swap_record(
+                snapshots,
+                record.with_event(
+                    event, relaunches=0, pending_attempt=None, pending_since=None, next_allowed_at=None, gave_up=False
+                ),
+                record_version,
+            )
         return Decision(job, name, "healthy", f"attempt {status.attempt} is {observed}", observed)
 
     why = why or f"attempt {status.attempt} is {observed}"
     if not in_a_row(record, status):  # a failure of a run recovery did not launch: a new count
         record = record.model_copy(update={"relaunches": 0, "next_allowed_at": None, "gave_up": False})
     if _lost_data_refused(spec, pipeline, status):
-        return Decision(job, name, "gave_up", f"{why}; a relaunch would fail the same way: set on_data_loss: skip "
-                        "on the source to accept the loss, then launch it by hand", observed)
+        return Decision(
+            job,
+            name,
+            "gave_up",
+            f"{why}; a relaunch would fail the same way: set on_data_loss: skip "
+            "on the source to accept the loss, then launch it by hand",
+            observed,
+        )
     if observed == "LOST" and status.state != "LOST" and not dry_run:
         lost = status.model_copy(update={"state": "LOST", "reason": why, "updated_at": now})
         if snapshots.swap_status(lost, status_version) is None:
@@ -123,8 +147,13 @@ def _recover_pipeline(spec, pipeline, snapshots: SnapshotStore, policy: Recovery
 
     if plan.action == "skip":  # the latest snapshot already completed the pipeline: nothing to rerun
         if not dry_run:
-            done = status.model_copy(update={"state": "COMPLETED", "updated_at": now,
-                                             "reason": f"latest snapshot {plan.snapshot} is complete"})
+            done = status.model_copy(
+                update={
+                    "state": "COMPLETED",
+                    "updated_at": now,
+                    "reason": f"latest snapshot {plan.snapshot} is complete",
+                }
+            )
             snapshots.swap_status(done, snapshots.read_status_versioned()[1])
         decision.verdict, decision.reason = "healthy", f"latest snapshot {plan.snapshot} is complete"
         return decision
@@ -144,8 +173,9 @@ def _recover_pipeline(spec, pipeline, snapshots: SnapshotStore, policy: Recovery
         decision.verdict = "gave_up"
         decision.reason = f"relaunch budget of {policy.max_relaunches} exhausted ({why}); restore it by hand"
         if not record.gave_up and not dry_run:
-            event = RecoveryEvent(at=now, action="gave_up", reason=decision.reason, by=by,
-                                  status_attempt=status.attempt)
+            event = RecoveryEvent(
+                at=now, action="gave_up", reason=decision.reason, by=by, status_attempt=status.attempt
+            )
             swap_record(snapshots, record.with_event(event, gave_up=True), record_version)
         return decision
     if record.next_allowed_at is not None and now < record.next_allowed_at:
@@ -157,10 +187,22 @@ def _recover_pipeline(spec, pipeline, snapshots: SnapshotStore, policy: Recovery
     decision.conf = _relaunch_conf(spec, status, snapshots, why)
     if dry_run:
         return decision
-    event = RecoveryEvent(at=now, action="relaunch", reason=why, by=by, status_attempt=status.attempt,
-                          restore_from=plan.snapshot, trigger_run_id=decision.trigger_run_id)
-    claimed = record.with_event(event, relaunches=record.relaunches + 1, pending_attempt=status.attempt,
-                                pending_since=now, next_allowed_at=now + policy.backoff(record.relaunches))
+    event = RecoveryEvent(
+        at=now,
+        action="relaunch",
+        reason=why,
+        by=by,
+        status_attempt=status.attempt,
+        restore_from=plan.snapshot,
+        trigger_run_id=decision.trigger_run_id,
+    )
+    claimed = record.with_event(
+        event,
+        relaunches=record.relaunches + 1,
+        pending_attempt=status.attempt,
+        pending_since=now,
+        next_allowed_at=now + policy.backoff(record.relaunches),
+    )
     if not swap_record(snapshots, claimed, record_version):
         decision.verdict, decision.conf, decision.trigger_run_id = "busy", None, None
         decision.reason = "another recovery run claimed this pipeline first"
@@ -174,8 +216,7 @@ def _lost_data_refused(spec: JobSpec, pipeline, status: PipelineStatus) -> bool:
     ``on_data_loss: fail``: every relaunch would fail on them again. A spec changed to ``skip``
     since is relaunched."""
     source = spec.all_sources()[pipeline.source].kafka
-    return (status.state == "FAILED" and (status.reason or "").startswith(DATA_LOSS)
-            and source.on_data_loss == "fail")
+    return status.state == "FAILED" and (status.reason or "").startswith(DATA_LOSS) and source.on_data_loss == "fail"
 
 
 def _parallelism(spec: JobSpec, status: PipelineStatus) -> int:
@@ -183,8 +224,12 @@ def _parallelism(spec: JobSpec, status: PipelineStatus) -> int:
 
 
 def _relaunch_conf(spec: JobSpec, status: PipelineStatus, snapshots: SnapshotStore, why: str) -> dict[str, Any]:
-    return {**kept_settings(spec, status, read_launch(snapshots, _launched_by(status))), "restore": "latest",
-            "pipelines": [snapshots.pipeline], "reason": f"pipeline_recovery: {why}"[:500]}
+    return {
+        **kept_settings(spec, status, read_launch(snapshots, _launched_by(status))),
+        "restore": "latest",
+        "pipelines": [snapshots.pipeline],
+        "reason": f"pipeline_recovery: {why}"[:500],
+    }
 
 
 def _launched_by(status: PipelineStatus) -> str | None:
@@ -205,8 +250,10 @@ def in_a_row(record: RecoveryRecord, status: PipelineStatus) -> bool:
 def kept_settings(spec: JobSpec, status: PipelineStatus, launch: LaunchRecord | None) -> dict[str, Any]:
     """The run settings a relaunch keeps from the attempt it replaces (its mode, parallelism,
     lease and stall times, and the Spark settings its run was given), as the job DAG's params."""
-    settings: dict[str, Any] = {"mode": MODE_PARAM[status.launch.mode] if status.launch else "until_caught_up",
-                                "parallelism": _parallelism(spec, status)}
+    settings: dict[str, Any] = {
+        "mode": MODE_PARAM[status.launch.mode] if status.launch else "until_caught_up",
+        "parallelism": _parallelism(spec, status),
+    }
     lease = status.lease_seconds or (launch.lease_seconds if launch else None)
     stall = status.stall_seconds or (launch.stall_seconds if launch else None)
     if lease:

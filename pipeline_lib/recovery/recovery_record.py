@@ -33,11 +33,12 @@ class RecoveryPolicy(BaseModel):
 
     def backoff(self, relaunches_so_far: int) -> dt.timedelta:
         """The wait before the next relaunch: doubling with each one, capped, so a crash loop slows down."""
-        return dt.timedelta(seconds=min(self.backoff_max_s, self.backoff_base_s * 2 ** relaunches_so_far))
+        return dt.timedelta(seconds=min(self.backoff_max_s, self.backoff_base_s * 2**relaunches_so_far))
 
 
 class RecoveryEvent(BaseModel):
     """One thing recovery did or declined to do, kept in the record's history for the operator."""
+
     model_config = ConfigDict(frozen=True)
 
     at: dt.datetime
@@ -51,6 +52,7 @@ class RecoveryEvent(BaseModel):
 
 class RecoveryRecord(BaseModel):
     """Recovery's memory of a pipeline (relaunch count, last attempt), stored beside its checkpoints."""
+
     model_config = ConfigDict(frozen=True)
 
     job: str

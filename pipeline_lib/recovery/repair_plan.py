@@ -95,8 +95,13 @@ def parse_epochs(text: str | None) -> tuple[int, int | None]:
     return lo, hi
 
 
-def plan_repairs(job: JobSpec, settings: ConnectionSettings, logs: Callable[[str], TopicLog],
-                 epochs: tuple[int, int | None] = (1, None), only: list[str] | None = None) -> list[EpochRepair]:
+def plan_repairs(
+    job: JobSpec,
+    settings: ConnectionSettings,
+    logs: Callable[[str], TopicLog],
+    epochs: tuple[int, int | None] = (1, None),
+    only: list[str] | None = None,
+) -> list[EpochRepair]:
     """Every committed epoch in ``epochs`` with a lost or damaged part, per pipeline (``only``:
     these), each with how it is rebuilt or why it cannot be. ``logs`` gives a topic's log now."""
     pipelines = build_graph(job).pipelines()
@@ -111,8 +116,9 @@ def plan_repairs(job: JobSpec, settings: ConnectionSettings, logs: Callable[[str
         damaged = _damaged_epochs(pipeline.name, sinks, epochs)
         if not damaged:
             continue
-        planner = _Planner(job, pipeline, sinks, SnapshotStore.open(job.checkpoint.store, job.name, pipeline.name,
-                                                                    settings))
+        planner = _Planner(
+            job, pipeline, sinks, SnapshotStore.open(job.checkpoint.store, job.name, pipeline.name, settings)
+        )
         topic = job.all_sources()[pipeline.source].kafka.topic
         for repair in damaged:
             planner.plan(repair, logs(topic))
@@ -120,8 +126,7 @@ def plan_repairs(job: JobSpec, settings: ConnectionSettings, logs: Callable[[str
     return repairs
 
 
-def _damaged_epochs(pipeline: str, sinks: dict[str, ObjectStore], epochs: tuple[int, int | None]
-                    ) -> list[EpochRepair]:
+def _damaged_epochs(pipeline: str, sinks: dict[str, ObjectStore], epochs: tuple[int, int | None]) -> list[EpochRepair]:
     """The committed epochs in range with a lost or damaged part, each part checked by its bytes."""
     lo, hi = epochs
     found: dict[int, EpochRepair] = {}
@@ -177,13 +182,17 @@ class _Planner:
             return f"part {odd[0]} has a name of no known layout, so which rows it held is unknown"
         plan = self._plan_of(epoch)
         if plan is None:  # guard: repair-missing-plan-accepted
-            return (f"the plan of epoch {epoch} is no longer saved (plans are kept back to the oldest retained "
-                    "snapshot's epoch), so its input is unknown")
+            return (
+                f"the plan of epoch {epoch} is no longer saved (plans are kept back to the oldest retained "
+                "snapshot's epoch), so its input is unknown"
+            )
         markers = {name: SuccessMarker.model_validate_json(raw) for name, raw in repair.markers.items()}
         repair.plan, repair.parallelism = plan, self._parallelism(plan, markers)
         if repair.parallelism is None:  # guard: repair-digest-mismatch-accepted
-            return (f"the marker of epoch {epoch} records another input, spec or parallelism than its saved plan and "
-                    "the current spec give (the spec changed since, or the plan was replaced)")
+            return (
+                f"the marker of epoch {epoch} records another input, spec or parallelism than its saved plan and "
+                "the current spec give (the spec changed since, or the plan was replaced)"
+            )
         # guard: repair-keyed-flow-without-state
         repair.needs_state = any(p.sink in self.stateful for p in repair.parts)
         if repair.needs_state:
@@ -218,18 +227,23 @@ class _Planner:
         if manifest is None and epoch > 1:  # guard: repair-from-empty-state-after-epoch-1
             oldest = f" (the oldest retained is of epoch {self.history[-1].epoch})" if self.history else ""
             damaged = f"; {'; '.join(problems)}" if problems else ""
-            return (f"no usable retained snapshot precedes epoch {epoch}{oldest}{damaged}, so the state before it "
-                    "cannot be rebuilt")
+            return (
+                f"no usable retained snapshot precedes epoch {epoch}{oldest}{damaged}, so the state before it "
+                "cannot be rebuilt"
+            )
         repair.start_from = manifest.snapshot_id if manifest else None
         positions = manifest.positions if manifest else None
         for k in range((manifest.epoch if manifest else 0) + 1, epoch):
             plan = self._plan_of(k)
             if plan is None:
                 return f"the plan of epoch {k}, replayed to rebuild the state before epoch {epoch}, is no longer saved"
-            if positions is not None and {p: o for p, o in plan.positions.items() if p in positions} != \
-                    {p: o for p, o in positions.items() if p in plan.positions}:  # guard: repair-replay-chain-unchecked
-                return (f"the plan of epoch {k} does not start where the epoch before it ended, so replaying it "
-                        f"would not rebuild the state before epoch {epoch}")
+            if positions is not None and {p: o for p, o in plan.positions.items() if p in positions} != {
+                p: o for p, o in positions.items() if p in plan.positions
+            }:  # guard: repair-replay-chain-unchecked
+                return (
+                    f"the plan of epoch {k} does not start where the epoch before it ended, so replaying it "
+                    f"would not rebuild the state before epoch {epoch}"
+                )
             why = self._replayable(plan)
             if why:
                 return why
@@ -237,8 +251,9 @@ class _Planner:
             positions = plan.end_positions()
         assert repair.plan is not None
         # guard: repair-epoch-start-unchecked
-        if positions is not None and {p: o for p, o in repair.plan.positions.items() if p in positions} != \
-                {p: o for p, o in positions.items() if p in repair.plan.positions}:
+        if positions is not None and {p: o for p, o in repair.plan.positions.items() if p in positions} != {
+            p: o for p, o in positions.items() if p in repair.plan.positions
+        }:
             return f"the plan of epoch {epoch} does not start where the state rebuilt before it ends"
         return None
 
@@ -250,10 +265,14 @@ class _Planner:
             except (NotFound, ValueError):
                 return f"epoch {plan.epoch} of flow {name}, replayed to rebuild the state, has no readable {MARKER}"
             # guard: repair-replay-digest-unchecked
-            if not any(sink_digest(plan, self.fingerprint, p, self.kinds[name]) == marker.digest
-                       for p in range(1, self.job.checkpoint.max_parallelism + 1)):
-                return (f"the saved plan of epoch {plan.epoch}, replayed to rebuild the state, is not the one its "
-                        f"marker of flow {name} committed")
+            if not any(
+                sink_digest(plan, self.fingerprint, p, self.kinds[name]) == marker.digest
+                for p in range(1, self.job.checkpoint.max_parallelism + 1)
+            ):
+                return (
+                    f"the saved plan of epoch {plan.epoch}, replayed to rebuild the state, is not the one its "
+                    f"marker of flow {name} committed"
+                )
         return None
 
 
@@ -262,14 +281,18 @@ def _input_gone(plan: EpochPlan, log: TopicLog, epoch: int) -> str | None:
     why = f"replayed to rebuild the state before epoch {epoch}" if plan.epoch != epoch else "the epoch's input"
     # guard: repair-ignores-topic-id
     if plan.topic_id is not None and log.topic_id is not None and plan.topic_id != log.topic_id:
-        return (f"topic {plan.ranges[0].topic if plan.ranges else ''} was deleted and created again since epoch "
-                f"{plan.epoch} read it (topic id {plan.topic_id}, now {log.topic_id}): {why} is gone")
+        return (
+            f"topic {plan.ranges[0].topic if plan.ranges else ''} was deleted and created again since epoch "
+            f"{plan.epoch} read it (topic id {plan.topic_id}, now {log.topic_id}): {why} is gone"
+        )
     for r in plan.ranges:
         start = log.starts.get(r.partition)
         if r.size and (start is None or start > r.start):  # guard: repair-ignores-retention
             where = f"the log starts at offset {start}" if start is not None else "the partition is gone"
-            return (f"{why}, {r.topic}[{r.partition}] offsets [{r.start}, {r.end}) of epoch {plan.epoch}, is no "
-                    f"longer in Kafka: {where} (retention or a records deletion)")
+            return (
+                f"{why}, {r.topic}[{r.partition}] offsets [{r.start}, {r.end}) of epoch {plan.epoch}, is no "
+                f"longer in Kafka: {where} (retention or a records deletion)"
+            )
     return None
 
 
@@ -288,8 +311,10 @@ def kafka_logs(settings: ConnectionSettings) -> Callable[[str], TopicLog]:
                 except PipelineError:
                     seen[topic] = TopicLog({})
                 else:
-                    seen[topic] = TopicLog(kafka_offsets.earliest_offsets(consumer, topic, partitions),
-                                           kafka_offsets.topic_id(consumer, topic))
+                    seen[topic] = TopicLog(
+                        kafka_offsets.earliest_offsets(consumer, topic, partitions),
+                        kafka_offsets.topic_id(consumer, topic),
+                    )
         return seen[topic]
 
     return log_of

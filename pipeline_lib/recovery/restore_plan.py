@@ -25,6 +25,7 @@ from pipeline_lib.spec.models import JobSpec
 @dataclass
 class SubtaskPlan:
     """What a restore would do with one subtask's state, for the dry-run plan."""
+
     subtask: str
     action: str  # restore | skip (completed) | new
     detail: str = ""
@@ -33,6 +34,7 @@ class SubtaskPlan:
 @dataclass
 class PipelinePlan:
     """What a restore would do with one pipeline, and from which snapshot."""
+
     pipeline: str
     action: str  # restore | skip | new
     snapshot: str | None
@@ -67,8 +69,9 @@ def _chosen_manifest(snapshots: SnapshotStore, snapshot_id: str) -> Manifest:
         raise SnapshotError(f"snapshot {snapshot_id} cannot be restored: {exc}") from None
 
 
-def plan_pipeline(spec: JobSpec, pipeline: Pipeline, snapshots: SnapshotStore, which: str,
-                  parallelism: int) -> PipelinePlan:
+def plan_pipeline(
+    spec: JobSpec, pipeline: Pipeline, snapshots: SnapshotStore, which: str, parallelism: int
+) -> PipelinePlan:
     """``which``: latest | none | a snapshot id (a SnapshotError naming it if a run would refuse it)."""
     status = snapshots.read_status()
     status_text = None
@@ -92,7 +95,8 @@ def plan_pipeline(spec: JobSpec, pipeline: Pipeline, snapshots: SnapshotStore, w
     reads = ", ".join(f"[{p}]@{manifest.positions[p]}" for p in open_splits) or "none"
     closed = ", ".join(f"[{p}]@{manifest.positions[p]}" for p in partitions if p in done)
     source_detail = f"a share of each epoch's ranges of the open splits {reads}" + (
-        f"; completed, never read again: {closed}" if closed else "")
+        f"; completed, never read again: {closed}" if closed else ""
+    )
     maxp = spec.checkpoint.max_parallelism
     for vertex in pipeline.vertices:
         for i, subtask in enumerate(vertex.subtasks()):
@@ -110,8 +114,14 @@ def plan_pipeline(spec: JobSpec, pipeline: Pipeline, snapshots: SnapshotStore, w
     return plan
 
 
-def restore_plan(spec: JobSpec, graph: ExecutionGraph, settings: ConnectionSettings, which: str,
-                 parallelism: int, only: list[str] | None = None) -> list[PipelinePlan]:
+def restore_plan(
+    spec: JobSpec,
+    graph: ExecutionGraph,
+    settings: ConnectionSettings,
+    which: str,
+    parallelism: int,
+    only: list[str] | None = None,
+) -> list[PipelinePlan]:
     """The plan of each pipeline (of ``only`` ones, if given), refusing what ``run`` refuses."""
     pipelines = graph.pipelines()
     names = [p.name for p in pipelines]
@@ -121,9 +131,11 @@ def restore_plan(spec: JobSpec, graph: ExecutionGraph, settings: ConnectionSetti
     if which not in ("latest", "none") and len(only or names) != 1:  # guard: plan-restore-id-any-pipeline
         raise PipelineError("--restore SNAPSHOT_ID names one pipeline's snapshot; add --pipeline NAME")
     return [
-        plan_pipeline(spec, p, SnapshotStore.open(spec.checkpoint.store, spec.name, p.name, settings), which,
-                      parallelism)
-        for p in pipelines if not only or p.name in only
+        plan_pipeline(
+            spec, p, SnapshotStore.open(spec.checkpoint.store, spec.name, p.name, settings), which, parallelism
+        )
+        for p in pipelines
+        if not only or p.name in only
     ]
 
 

@@ -54,14 +54,17 @@ class VerificationRecord(BaseModel):
         when = f"verified {self.checked_at:%Y-%m-%d %H:%M:%S} UTC"
         if not self.bad:
             return f"{when}: ok ({self.checked} checked)"
-        listed = "; ".join(f"{f.what} epoch {f.epoch}{f' snapshot {f.snapshot}' if f.snapshot else ''} "
-                           f"{f.status}: {f.detail}" for f in self.findings[:3])
+        listed = "; ".join(
+            f"{f.what} epoch {f.epoch}{f' snapshot {f.snapshot}' if f.snapshot else ''} {f.status}: {f.detail}"
+            for f in self.findings[:3]
+        )
         more = f"; and {self.bad - 3} more" if self.bad > 3 else ""
         return f"{when}: {self.bad} of {self.checked} LOST or DAMAGED: {listed}{more}"
 
 
-def record_verification(job: JobSpec, settings: ConnectionSettings, findings: list[Finding], by: str,
-                        now: dt.datetime | None = None) -> list[VerificationRecord]:
+def record_verification(
+    job: JobSpec, settings: ConnectionSettings, findings: list[Finding], by: str, now: dt.datetime | None = None
+) -> list[VerificationRecord]:
     """Write each pipeline's VERIFIED record from ``verify_job``'s findings (every pipeline of
     the job, those with nothing committed yet too); details scrubbed of the settings' secrets."""
     now = now or dt.datetime.now(dt.UTC)
@@ -70,9 +73,23 @@ def record_verification(job: JobSpec, settings: ConnectionSettings, findings: li
         mine = [f for f in findings if f.pipeline == pipeline.name]
         bad = [f for f in mine if f.status != OK]
         record = VerificationRecord(
-            job=job.name, pipeline=pipeline.name, checked_at=now, by=by, checked=len(mine), bad=len(bad),
-            findings=[VerifiedObject(what=f.what, epoch=f.epoch, status=f.status, snapshot=f.snapshot,
-                                     detail=scrub(f.detail, settings.secrets())) for f in bad[:FINDINGS_LIMIT]])
+            job=job.name,
+            pipeline=pipeline.name,
+            checked_at=now,
+            by=by,
+            checked=len(mine),
+            bad=len(bad),
+            findings=[
+                VerifiedObject(
+                    what=f.what,
+                    epoch=f.epoch,
+                    status=f.status,
+                    snapshot=f.snapshot,
+                    detail=scrub(f.detail, settings.secrets()),
+                )
+                for f in bad[:FINDINGS_LIMIT]
+            ],
+        )
         snapshots = SnapshotStore.open(job.checkpoint.store, job.name, pipeline.name, settings)
         snapshots.store.put(layout.VERIFIED_KEY, record.model_dump_json(indent=1).encode())
         records.append(record)

@@ -56,8 +56,9 @@ def verify_job(job: JobSpec, settings: ConnectionSettings, only: list[str] | Non
             continue
         sinks = pipeline_sinks(job, pipeline, settings)
         for what, store in sinks.items():
-            findings.extend(_verify_sink(pipeline.name, "dead letters" if what == DEAD_LETTERS else f"flow {what}",
-                                         store))
+            findings.extend(
+                _verify_sink(pipeline.name, "dead letters" if what == DEAD_LETTERS else f"flow {what}", store)
+            )
         snapshots = SnapshotStore.open(job.checkpoint.store, job.name, pipeline.name, settings)
         findings.extend(_verify_snapshots(pipeline.name, snapshots, sinks))
     return findings
@@ -132,8 +133,10 @@ def _check_markers(manifest: Manifest, sinks: dict[str, ObjectStore]) -> None:
     for name, commit in commits.items():
         marker = SuccessMarker.model_validate_json(sinks[name].get(commit.marker))
         if {f.key for f in marker.files} != {f.key for f in commit.files}:
-            raise SnapshotError(f"the {MARKER} of epoch {commit.epoch} of {name} lists other parts than "
-                                f"snapshot {manifest.snapshot_id} committed")
+            raise SnapshotError(
+                f"the {MARKER} of epoch {commit.epoch} of {name} lists other parts than "
+                f"snapshot {manifest.snapshot_id} committed"
+            )
 
 
 def _chain_break(newer: Manifest | None, older_entry: HistoryEntry, older: Manifest | None) -> str | None:
@@ -142,10 +145,14 @@ def _chain_break(newer: Manifest | None, older_entry: HistoryEntry, older: Manif
     if newer is None or older is None:
         return None
     if newer.lineage.base_snapshot != older_entry.snapshot_id:
-        return (f"snapshot {newer.snapshot_id} was built on {newer.lineage.base_snapshot}, not on the retained "
-                f"snapshot before it, {older_entry.snapshot_id}")
+        return (
+            f"snapshot {newer.snapshot_id} was built on {newer.lineage.base_snapshot}, not on the retained "
+            f"snapshot before it, {older_entry.snapshot_id}"
+        )
     for r in newer.lineage.ranges:
         if r.start != older.positions.get(r.partition, r.start):
-            return (f"snapshot {newer.snapshot_id} read partition {r.partition} from offset {r.start}, but "
-                    f"{older.snapshot_id} ends at {older.positions[r.partition]}")
+            return (
+                f"snapshot {newer.snapshot_id} read partition {r.partition} from offset {r.start}, but "
+                f"{older.snapshot_id} ends at {older.positions[r.partition]}"
+            )
     return None

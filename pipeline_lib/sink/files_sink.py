@@ -77,8 +77,9 @@ def encode_part(table: pa.Table, fmt: str) -> bytes:
         buf = io.BytesIO()
         pq.write_table(table, buf, compression="zstd")
         return buf.getvalue()
-    lines = (json.dumps(row, default=_json_default, ensure_ascii=False, separators=(",", ":"))
-             for row in table.to_pylist())
+    lines = (
+        json.dumps(row, default=_json_default, ensure_ascii=False, separators=(",", ":")) for row in table.to_pylist()
+    )
     return "".join(line + "\n" for line in lines).encode("utf-8")
 
 
@@ -124,8 +125,9 @@ class FilesSink:
     def _commit(self, epoch: int, files: list[FileRef]) -> SinkCommit:
         return SinkCommit(location=self.location, epoch=epoch, marker=self.marker_key(epoch), files=files)
 
-    def write_epoch(self, epoch: int, digest: str, parts: list[pa.Table], attempt: int,
-                    written: Sequence[FileRef] = ()) -> SinkCommit:
+    def write_epoch(
+        self, epoch: int, digest: str, parts: list[pa.Table], attempt: int, written: Sequence[FileRef] = ()
+    ) -> SinkCommit:
         """Write the parts and commit the marker for ``attempt``, listing ``written`` (parts the
         epoch's Spark tasks wrote themselves, see task_parts) before them; an epoch already
         committed with this digest is reused. FencedError if a newer attempt owns the epoch."""
@@ -139,8 +141,12 @@ class FilesSink:
             if self._parts_intact(existing):  # guard: marker-reused-with-lost-parts
                 log.info("epoch %d output already committed by an earlier attempt; reusing it", epoch)
                 return self._commit(epoch, existing.files)
-            log.warning("epoch %d of %s: a part its %s lists is missing or cut short; writing the epoch again",
-                        epoch, self.location, MARKER)
+            log.warning(
+                "epoch %d of %s: a part its %s lists is missing or cut short; writing the epoch again",
+                epoch,
+                self.location,
+                MARKER,
+            )
         prefix = self.epoch_dir(epoch)
         files: list[FileRef] = list(written)
         for i, table in enumerate(parts):
@@ -167,8 +173,8 @@ class FilesSink:
         found = []
         for key in self.store.list("epoch="):
             head, _, name = key.partition("/")
-            if name == MARKER and head[len("epoch="):].isascii() and head[len("epoch="):].isdigit():
-                found.append(int(head[len("epoch="):]))
+            if name == MARKER and head[len("epoch=") :].isascii() and head[len("epoch=") :].isdigit():
+                found.append(int(head[len("epoch=") :]))
         return sorted(found)
 
     def retract_all(self, attempt: int, committed_through: int = 0) -> int:
@@ -184,13 +190,17 @@ class FilesSink:
         for epoch in epochs:
             existing, version = self._existing(epoch)
             if existing is not None and existing.writer() > attempt:  # guard: retract-ignores-newer-marker
-                raise FencedError(f"epoch {epoch} of {self.location} was committed by attempt {existing.writer()}, "
-                                  f"newer than attempt {attempt}; this runner is fenced and stops")
+                raise FencedError(
+                    f"epoch {epoch} of {self.location} was committed by attempt {existing.writer()}, "
+                    f"newer than attempt {attempt}; this runner is fenced and stops"
+                )
             empty = SuccessMarker(epoch=epoch, digest="", files=[], attempt=attempt)
             # guard: retract-marker-plain-put
             if self.store.put_if(self.marker_key(epoch), empty.model_dump_json(indent=1).encode(), version) is None:
-                raise FencedError(f"epoch {epoch} of {self.location} changed while attempt {attempt} retracted it; "
-                                  "this runner is fenced and stops")
+                raise FencedError(
+                    f"epoch {epoch} of {self.location} changed while attempt {attempt} retracted it; "
+                    "this runner is fenced and stops"
+                )
             self.remove_stale_parts(self._commit(epoch, []), attempt)
         return len(existing_epochs)
 

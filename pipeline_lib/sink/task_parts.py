@@ -40,8 +40,9 @@ class WrittenParts:
 
     def to_json(self) -> str:
         """The task's result row: references and counts only."""
-        return json.dumps({"files": [f.model_dump() for f in self.files], "rows": self.rows,
-                           "first_bad": self.first_bad})
+        return json.dumps(
+            {"files": [f.model_dump() for f in self.files], "rows": self.rows, "first_bad": self.first_bad}
+        )
 
     @classmethod
     def from_json(cls, text: str) -> WrittenParts:
@@ -55,9 +56,11 @@ class WrittenParts:
         them the same way whichever task finished first."""
         many = list(many)
         firsts = [w.first_bad for w in many if w.first_bad is not None]
-        return cls(files=tuple(sorted((f for w in many for f in w.files), key=lambda f: f.key)),
-                   rows=sum(w.rows for w in many),
-                   first_bad=min(firsts, key=lambda b: (b["partition"], b["offset"])) if firsts else None)
+        return cls(
+            files=tuple(sorted((f for w in many for f in w.files), key=lambda f: f.key)),
+            rows=sum(w.rows for w in many),
+            first_bad=min(firsts, key=lambda b: (b["partition"], b["offset"])) if firsts else None,
+        )
 
 
 def task_identity() -> tuple[int, int]:
@@ -82,15 +85,18 @@ class TaskPartWriter:
     label: str  # the output's short name in part names: "r" for rows, "d" for dead letters
 
     @classmethod
-    def for_sink(cls, sink: FilesSink, settings: ConnectionSettings, epoch: int, attempt: int,
-                 label: str) -> TaskPartWriter:
+    def for_sink(
+        cls, sink: FilesSink, settings: ConnectionSettings, epoch: int, attempt: int, label: str
+    ) -> TaskPartWriter:
         """The writer of ``sink``'s parts for ``epoch`` of ``attempt``."""
         return cls(str(sink.store.location), settings, sink.format, epoch, attempt, label)
 
     def key(self, task: int, sequence: int, task_attempt: int) -> str:
         """``epoch=<n>/part-r00003-0001-t0-a7.jsonl``: the attempt last, where FilesSink reads it."""
-        return (f"{FilesSink.epoch_dir(self.epoch)}part-{self.label}{task:05d}-{sequence:04d}-t{task_attempt}"
-                f"-a{self.attempt}.{self.format}")
+        return (
+            f"{FilesSink.epoch_dir(self.epoch)}part-{self.label}{task:05d}-{sequence:04d}-t{task_attempt}"
+            f"-a{self.attempt}.{self.format}"
+        )
 
     def write(self, store: ObjectStore, table: pa.Table, task: int, sequence: int, task_attempt: int) -> FileRef:
         """Encode and upload one part; its reference."""
@@ -144,8 +150,10 @@ class TaskParts:
     def _note_first(self, table: pa.Table) -> None:
         first = table.sort_by(BAD_RECORD_ORDER).slice(0, 1).to_pylist()[0]
         candidate = {k: first[k] for k in ("topic", "partition", "offset", "error")}
-        if self._first is None or (candidate["partition"], candidate["offset"]) < \
-                (self._first["partition"], self._first["offset"]):
+        if self._first is None or (candidate["partition"], candidate["offset"]) < (
+            self._first["partition"],
+            self._first["offset"],
+        ):
             self._first = candidate
 
     def _flush(self, whole: bool = True) -> None:
@@ -202,4 +210,3 @@ def written_batch(written: WrittenParts) -> pa.RecordBatch:
 def collected(rows: pa.Table) -> WrittenParts:
     """The driver's side: the ``WRITTEN_DDL`` rows of every task, combined."""
     return WrittenParts.combine(WrittenParts.from_json(text) for text in rows.column("written").to_pylist())
-

@@ -17,6 +17,7 @@ _EXPR = re.compile(r"^\s*(sum|count|min|max)\s*\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)\
 @dataclass(frozen=True)
 class AggregateFunction:
     """One parsed aggregate of a spec's ``values``, checked once at load time rather than per epoch."""
+
     name: FunctionName
     column: str | None  # None for count(*)
 
@@ -28,9 +29,7 @@ def parse_aggregate(expr: str) -> AggregateFunction:
     """Parse ``sum(col)`` and the like; ValueError names the forms that are accepted."""
     match = _EXPR.match(expr)
     if not match:
-        raise ValueError(
-            f"cannot parse aggregate {expr!r}; use sum(col), count(*), count(col), min(col) or max(col)"
-        )
+        raise ValueError(f"cannot parse aggregate {expr!r}; use sum(col), count(*), count(col), min(col) or max(col)")
     name, column = match.group(1).lower(), match.group(2)
     if column == "*":
         if name != "count":

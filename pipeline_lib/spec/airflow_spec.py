@@ -29,8 +29,10 @@ def _schedule(value: str | None) -> str | None:
     from croniter import croniter
 
     if len(value.split()) != 5 or not croniter.is_valid(value):
-        raise ValueError(f"{value!r} is not a cron expression of five fields (minute hour day month weekday), "
-                         "e.g. \"0 * * * *\", nor a preset such as @hourly")
+        raise ValueError(
+            f"{value!r} is not a cron expression of five fields (minute hour day month weekday), "
+            'e.g. "0 * * * *", nor a preset such as @hourly'
+        )
     return value
 
 
@@ -43,6 +45,7 @@ def _asset_uri(value: str) -> str:
 class AirflowConnectionsSpec(StrictModel):
     """The Airflow connection ids a job's runs read their settings from (ids, never settings:
     the spec stays free of secrets). Jobs that read different clusters name different ones."""
+
     kafka: ConnectionId = "pipeline_kafka"
     s3: ConnectionId = "pipeline_s3"
     spark: ConnectionId = "pipeline_spark"
@@ -50,6 +53,7 @@ class AirflowConnectionsSpec(StrictModel):
 
 class AirflowSpec(StrictModel):
     """How Airflow runs the job's DAG: when it starts by itself, and which connections it reads."""
+
     schedule: Annotated[str | None, AfterValidator(_schedule)] = None
     assets: list[Annotated[str, AfterValidator(_asset_uri)]] = []
     connections: AirflowConnectionsSpec = AirflowConnectionsSpec()

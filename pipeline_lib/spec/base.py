@@ -31,6 +31,7 @@ class FieldsError(ValueError):
 
 class StrictModel(BaseModel):
     """Unknown fields are errors (a typo must not be ignored) and a loaded spec cannot change."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

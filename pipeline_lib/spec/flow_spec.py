@@ -27,9 +27,7 @@ class TransformSpec(StrictModel):
             raise FieldsError("filter is empty", "filter")
         if self.select is not None and (not self.select or any(not s.strip() for s in self.select)):
             raise FieldsError("select needs a non-empty list of expressions", "select")
-        if self.python is not None and not re.fullmatch(
-            r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", self.python
-        ):
+        if self.python is not None and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", self.python):
             raise FieldsError("python must be 'package.module:function'", "python")
         return self
 
@@ -41,6 +39,7 @@ class TransformSpec(StrictModel):
 
 class AggregateSpec(StrictModel):
     """A keyed running aggregate: the state a flow keeps across epochs and restores after failure."""
+
     key: Annotated[list[str], Field(min_length=1)]
     values: Annotated[dict[str, str], Field(min_length=1)]
 
@@ -86,17 +85,20 @@ class AggregateSpec(StrictModel):
 
 class StateSpec(StrictModel):
     """A flow's keyed state; a section of its own so that other kinds of state can be added."""
+
     aggregate: AggregateSpec
 
 
 class FilesSinkSpec(StrictModel):
     """Where and in which format a flow writes its output files."""
+
     path: LocationUri
     format: Literal["jsonl", "parquet"] = "jsonl"
 
 
 class SinkSpec(StrictModel):
     """A flow's output; a mapping so that other kinds of sink can be added beside ``files``."""
+
     files: FilesSinkSpec
 
 

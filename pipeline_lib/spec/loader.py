@@ -92,8 +92,9 @@ def _format_errors(source: str, exc: ValidationError, root: Node | None) -> str:
 def parse_spec(data: object, source: str = "<spec>", root: Node | None = None) -> JobSpec:
     """Validate ``data`` (a parsed spec); ``root``, the YAML node it was read from, gives lines."""
     if data is None:
-        raise SpecError(f"{source}: the spec is empty; a job spec is a YAML mapping with at least name, "
-                        "source, sink and checkpoint")
+        raise SpecError(
+            f"{source}: the spec is empty; a job spec is a YAML mapping with at least name, source, sink and checkpoint"
+        )
     if not isinstance(data, dict):
         raise SpecError(f"{source}: a job spec is a YAML mapping, got {type(data).__name__}")
     try:
@@ -134,7 +135,8 @@ def load_spec(path: str | Path) -> JobSpec:
     except UnicodeDecodeError as exc:
         raise SpecError(f"{path}: cannot read spec: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not text.strip():
-        raise SpecError(f"{path}: the file is empty; a job spec is a YAML mapping with at least name, source, "
-                        "sink and checkpoint")
+        raise SpecError(
+            f"{path}: the file is empty; a job spec is a YAML mapping with at least name, source, sink and checkpoint"
+        )
     data, root = read_yaml(text, str(path))
     return parse_spec(data, str(path), root)

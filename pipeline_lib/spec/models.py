@@ -29,10 +29,31 @@ from pipeline_lib.spec.source_spec import KafkaSourceSpec, SourceSpec
 from pipeline_lib.storage.uri import parse_location
 
 __all__ = [
-    "ERROR_COLUMNS", "IDENTIFIER", "METADATA_COLUMNS", "NAME_PATTERN", "SINGLE_SOURCE", "TOPIC_PATTERN",
-    "AggregateSpec", "AirflowConnectionsSpec", "AirflowSpec", "CheckpointSpec", "DeadLetterSpec", "FieldsError",
-    "FilesSinkSpec", "FlowSpec", "JobSpec", "KafkaSourceSpec", "LocationUri", "SinkSpec", "SourceSpec", "SparkSpec",
-    "StateSpec", "StrictModel", "TransformSpec", "TriggerSpec", "job_spec_json_schema",
+    "ERROR_COLUMNS",
+    "IDENTIFIER",
+    "METADATA_COLUMNS",
+    "NAME_PATTERN",
+    "SINGLE_SOURCE",
+    "TOPIC_PATTERN",
+    "AggregateSpec",
+    "AirflowConnectionsSpec",
+    "AirflowSpec",
+    "CheckpointSpec",
+    "DeadLetterSpec",
+    "FieldsError",
+    "FilesSinkSpec",
+    "FlowSpec",
+    "JobSpec",
+    "KafkaSourceSpec",
+    "LocationUri",
+    "SinkSpec",
+    "SourceSpec",
+    "SparkSpec",
+    "StateSpec",
+    "StrictModel",
+    "TransformSpec",
+    "TriggerSpec",
+    "job_spec_json_schema",
 ]
 
 SINGLE_SOURCE = "main"
@@ -74,8 +95,11 @@ class JobSpec(StrictModel):
         self._check_error_policy()
         self._check_form()
         if self.parallelism > self.checkpoint.max_parallelism:
-            raise FieldsError(f"parallelism {self.parallelism} exceeds checkpoint.max_parallelism "
-                              f"{self.checkpoint.max_parallelism}", "parallelism", "checkpoint.max_parallelism")
+            raise FieldsError(
+                f"parallelism {self.parallelism} exceeds checkpoint.max_parallelism {self.checkpoint.max_parallelism}",
+                "parallelism",
+                "checkpoint.max_parallelism",
+            )
         self._check_flow_sources()
         self._check_flow_columns()
         self._check_locations()
@@ -94,8 +118,10 @@ class JobSpec(StrictModel):
         if single and multi:
             raise FieldsError("use either source/transforms/state/sink or sources/flows, not both", *single, *multi)
         if not multi and (self.source is None or self.sink is None):
-            raise FieldsError("a job needs a source and a sink (or sources and flows)",
-                              *[k for k in ("source", "sink") if getattr(self, k) is None])
+            raise FieldsError(
+                "a job needs a source and a sink (or sources and flows)",
+                *[k for k in ("source", "sink") if getattr(self, k) is None],
+            )
         if multi and (not self.sources or not self.flows):
             raise FieldsError("the multi-flow form needs both sources and flows", "sources", "flows")
 
@@ -108,12 +134,14 @@ class JobSpec(StrictModel):
         names = [f.name for f in flows]
         repeated = sorted(n for n in set(names) if names.count(n) > 1)
         if repeated:
-            raise FieldsError(f"flow names repeat: {repeated}",
-                              *[f"flows.{i}.name" for i, n in enumerate(names) if n in repeated])
+            raise FieldsError(
+                f"flow names repeat: {repeated}", *[f"flows.{i}.name" for i, n in enumerate(names) if n in repeated]
+            )
         for i, flow in enumerate(flows):
             if flow.source not in sources:
-                raise FieldsError(f"source {flow.source!r} is not defined (have {sorted(sources)})",
-                                  f"flows.{i}.source")
+                raise FieldsError(
+                    f"source {flow.source!r} is not defined (have {sorted(sources)})", f"flows.{i}.source"
+                )
         unused = sorted(set(sources) - {f.source for f in flows})
         if unused:
             raise FieldsError(f"sources {unused} feed no flow", *[f"sources.{name}" for name in unused])
@@ -128,8 +156,11 @@ class JobSpec(StrictModel):
             missing = sorted(flow.state.aggregate.input_columns() - known)
             if missing:
                 where = f"flow {flow.name}: " if self.flows is not None else ""
-                raise FieldsError(f"{where}state.aggregate uses columns {missing} that source.kafka does not have "
-                                  f"(it has {sorted(known)})", f"{self._flow_prefix(i)}state.aggregate")
+                raise FieldsError(
+                    f"{where}state.aggregate uses columns {missing} that source.kafka does not have "
+                    f"(it has {sorted(known)})",
+                    f"{self._flow_prefix(i)}state.aggregate",
+                )
 
     def _check_locations(self) -> None:
         """The checkpoint store, the dead-letter path and every sink are distinct locations."""
@@ -154,13 +185,16 @@ class JobSpec(StrictModel):
         fields = [("checkpoint.store", self.checkpoint.store)]
         if self.dead_letter is not None:
             fields.append(("dead_letter.path", self.dead_letter.path))
-        fields += [(f"{self._flow_prefix(i)}sink.files.path", flow.sink.files.path)
-                   for i, flow in enumerate(self.all_flows())]
+        fields += [
+            (f"{self._flow_prefix(i)}sink.files.path", flow.sink.files.path) for i, flow in enumerate(self.all_flows())
+        ]
         for field, location in fields:
             if parse_location(location).scheme == "file":
-                raise SpecError(f"job {self.name}: {field} is {location}, a local directory, but the run goes to the "
-                                f"Spark cluster at {spark_master}, whose executors cannot share it; use an s3:// "
-                                "location (or run in local mode)")
+                raise SpecError(
+                    f"job {self.name}: {field} is {location}, a local directory, but the run goes to the "
+                    f"Spark cluster at {spark_master}, whose executors cannot share it; use an s3:// "
+                    "location (or run in local mode)"
+                )
 
     def effective_parallelism(self, override: int | None = None) -> int:
         """The parallelism of a run: ``override`` (``--parallelism``) or the spec's. The one check
@@ -169,8 +203,9 @@ class JobSpec(StrictModel):
             return self.parallelism
         maxp = self.checkpoint.max_parallelism
         if not 1 <= override <= maxp:
-            raise SpecError(f"--parallelism {override} must be between 1 and checkpoint.max_parallelism {maxp} "
-                            f"of job {self.name}")
+            raise SpecError(
+                f"--parallelism {override} must be between 1 and checkpoint.max_parallelism {maxp} of job {self.name}"
+            )
         return override
 
     def all_sources(self) -> dict[str, SourceSpec]:
@@ -194,8 +229,9 @@ class JobSpec(StrictModel):
             return list(self.flows)
         if self.sink is None:
             return []
-        return [FlowSpec(name=self.name, source=SINGLE_SOURCE, transforms=self.transforms,
-                         state=self.state, sink=self.sink)]
+        return [
+            FlowSpec(name=self.name, source=SINGLE_SOURCE, transforms=self.transforms, state=self.state, sink=self.sink)
+        ]
 
 
 def job_spec_json_schema() -> dict[str, Any]:
@@ -204,5 +240,8 @@ def job_spec_json_schema() -> dict[str, Any]:
     It holds each field's type, bounds and pattern; checks across fields (a sink that is also the
     checkpoint store, an aggregate over a missing column) are only made by ``pipeline-lib validate``."""
     schema = JobSpec.model_json_schema(by_alias=True)
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "pipeline-lib job spec", **{
-        k: v for k, v in schema.items() if k != "title"}}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "pipeline-lib job spec",
+        **{k: v for k, v in schema.items() if k != "title"},
+    }

@@ -14,6 +14,7 @@ STATE_FILE_TARGET_KEYS = 4_096
 
 class CheckpointSpec(StrictModel):
     """Where snapshots go and how many to keep; ``max_parallelism`` bounds rescaling for the job's lifetime."""
+
     store: LocationUri
     retain: Annotated[int, Field(ge=1, le=10_000)] = 10
     max_parallelism: Annotated[int, Field(ge=1, le=32_768)] = 128
@@ -28,8 +29,12 @@ class CheckpointSpec(StrictModel):
     @model_validator(mode="after")
     def _file_within_groups(self) -> CheckpointSpec:
         if self.key_groups_per_state_file is not None and self.key_groups_per_state_file > self.max_parallelism:
-            raise FieldsError(f"key_groups_per_state_file {self.key_groups_per_state_file} exceeds max_parallelism "
-                              f"{self.max_parallelism}", "key_groups_per_state_file", "max_parallelism")
+            raise FieldsError(
+                f"key_groups_per_state_file {self.key_groups_per_state_file} exceeds max_parallelism "
+                f"{self.max_parallelism}",
+                "key_groups_per_state_file",
+                "max_parallelism",
+            )
         return self
 
     def state_file_key_groups(self, keys: int) -> int:
@@ -48,6 +53,7 @@ class CheckpointSpec(StrictModel):
 
 class TriggerSpec(StrictModel):
     """How much one epoch reads: the trade-off between latency and per-epoch overhead."""
+
     max_records_per_epoch: Annotated[int, Field(ge=1, le=100_000_000)] = 20_000
 
 
@@ -84,4 +90,5 @@ class SparkSpec(StrictModel):
 
 class DeadLetterSpec(StrictModel):
     """Where records that fail to decode go instead of failing the epoch."""
+
     path: LocationUri  # dead letters of pipeline P go to PATH/P/epoch=<n>/

@@ -18,21 +18,40 @@ from typing import Any
 
 # Type names without parameters, lowercase (Spark matches them case-insensitively).
 PRIMITIVE_TYPES = {
-    "boolean", "tinyint", "byte", "smallint", "short", "int", "integer", "bigint", "long", "float", "real",
-    "double", "date", "timestamp_ntz", "timestamp_ltz", "binary", "void", "variant",
+    "boolean",
+    "tinyint",
+    "byte",
+    "smallint",
+    "short",
+    "int",
+    "integer",
+    "bigint",
+    "long",
+    "float",
+    "real",
+    "double",
+    "date",
+    "timestamp_ntz",
+    "timestamp_ltz",
+    "binary",
+    "void",
+    "variant",
 }
 DECIMAL_TYPES = {"decimal", "dec", "numeric"}
 CHAR_TYPES = {"char", "character", "varchar"}
 MAX_DECIMAL_PRECISION = 38
 YEAR_MONTH = ("year", "month")
 DAY_TIME = ("day", "hour", "minute", "second")
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     (?P<space>\s+)
   | (?P<quoted>`(?:[^`]|``)*`)
   | (?P<string>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")
   | (?P<word>[A-Za-z0-9_]+)
   | (?P<punct>[<>(),:])
-""", re.VERBOSE | re.DOTALL)
+""",
+    re.VERBOSE | re.DOTALL,
+)
 
 
 # A parsed type: (lowercase type name, *parameters), e.g. ("long",), ("decimal", 10, 2),
@@ -64,8 +83,10 @@ def _tokenize(ddl: str) -> list[_Token]:
     while pos < len(ddl):
         match = _TOKEN.match(ddl, pos)
         if match is None:
-            raise ValueError(f"unexpected {ddl[pos]!r} at position {pos} of schema {ddl!r} (a column name with "
-                             "characters other than letters, digits and _ is backquoted: `my-col`)")
+            raise ValueError(
+                f"unexpected {ddl[pos]!r} at position {pos} of schema {ddl!r} (a column name with "
+                "characters other than letters, digits and _ is backquoted: `my-col`)"
+            )
         if match.lastgroup != "space":
             tokens.append(_Token(match.lastgroup or "", match.group(), pos))
         pos = match.end()
@@ -133,7 +154,7 @@ class _Parser:
             raise ValueError(f"column {name!r} needs a type, e.g. '{name} string'")
         start = self.peek().pos
         tree = self.data_type(name)
-        dtype = self.ddl[start:self.peek().pos].strip()
+        dtype = self.ddl[start : self.peek().pos].strip()
         nullable, commented = True, False
         if self.at_word("not"):
             self.take()
@@ -168,15 +189,25 @@ class _Parser:
         word = self.take().text.lower()
         if word in PRIMITIVE_TYPES:
             return (word,)
-        nested = {"array": self.array_type, "map": self.map_type, "struct": self.struct_type,
-                  "decimal": self.decimal_type, "dec": self.decimal_type, "numeric": self.decimal_type,
-                  "string": self.string_type, "timestamp": self.timestamp_type, "interval": self.interval_type,
-                  "time": self.time_type}
+        nested = {
+            "array": self.array_type,
+            "map": self.map_type,
+            "struct": self.struct_type,
+            "decimal": self.decimal_type,
+            "dec": self.decimal_type,
+            "numeric": self.decimal_type,
+            "string": self.string_type,
+            "timestamp": self.timestamp_type,
+            "interval": self.interval_type,
+            "time": self.time_type,
+        }
         if word in nested:
             return nested[word](column)
         if word in CHAR_TYPES:
-            raise ValueError(f"column {column!r} has type {token.text!r}: Spark accepts char and varchar only in "
-                             "table schemas, not in a DataFrame's; use string")
+            raise ValueError(
+                f"column {column!r} has type {token.text!r}: Spark accepts char and varchar only in "
+                "table schemas, not in a DataFrame's; use string"
+            )
         raise ValueError(f"column {column!r} has unknown type {token.text!r} in schema {self.ddl!r}")
 
     def array_type(self, column: str) -> TypeTree:
@@ -269,7 +300,7 @@ class _Parser:
             return ("interval",)
         self.take()
         units = YEAR_MONTH if start in YEAR_MONTH else DAY_TIME
-        later = units[units.index(start) + 1:]
+        later = units[units.index(start) + 1 :]
         if not later:
             raise self.error(f"an INTERVAL {start.upper()} has no TO")
         self.expect_word(*later)

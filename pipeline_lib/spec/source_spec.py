@@ -12,6 +12,7 @@ from pipeline_lib.spec.schema_ddl import parse_schema_ddl
 
 class KafkaSourceSpec(StrictModel):
     """Which topic to read and how to decode its records."""
+
     topic: Annotated[str, Field(pattern=TOPIC_PATTERN)]
     format: Literal["json", "string"] = "json"
     schema_: Annotated[str | None, Field(alias="schema")] = None
@@ -40,16 +41,17 @@ class KafkaSourceSpec(StrictModel):
         if value is not None:
             taken = [name for name, _ in parse_schema_ddl(value) if name in METADATA_COLUMNS + ERROR_COLUMNS]
             if taken:
-                raise ValueError(f"schema field {taken[0]!r} has the name of a column the source adds "
-                                 f"({', '.join(METADATA_COLUMNS + ERROR_COLUMNS)}); a JSON field of that name "
-                                 "cannot be read: rename it in the records, or leave it out of the schema")
+                raise ValueError(
+                    f"schema field {taken[0]!r} has the name of a column the source adds "
+                    f"({', '.join(METADATA_COLUMNS + ERROR_COLUMNS)}); a JSON field of that name "
+                    "cannot be read: rename it in the records, or leave it out of the schema"
+                )
         return value
 
     @model_validator(mode="after")
     def _json_needs_schema(self) -> KafkaSourceSpec:
         if self.format == "json" and not self.schema_:
-            raise FieldsError("format json needs a schema, e.g. schema: \"user string, amount long\"",
-                              "schema", "format")
+            raise FieldsError('format json needs a schema, e.g. schema: "user string, amount long"', "schema", "format")
         if self.format == "string" and self.schema_:
             raise FieldsError("format string yields columns key and value; remove schema", "schema", "format")
         return self
@@ -64,4 +66,5 @@ class KafkaSourceSpec(StrictModel):
 
 class SourceSpec(StrictModel):
     """A flow's input; a mapping so that other kinds of source can be added beside ``kafka``."""
+
     kafka: KafkaSourceSpec

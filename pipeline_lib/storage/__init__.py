@@ -22,6 +22,7 @@ def __getattr__(name: str) -> Any:
         return getattr(s3, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = ["Location", "LocalStore", "ObjectStore", "RetryPolicy", "S3Store", "open_store", "parse_location"]
 
 

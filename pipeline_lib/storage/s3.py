@@ -137,8 +137,9 @@ class S3Store(ObjectStore):
         super().__init__(location)
         endpoint, access_key, secret_key = settings.require_s3()
         host, secure = _endpoint(endpoint)
-        self._client = Minio(host, access_key, secret_key, secure=secure, region=settings.s3_region,
-                             http_client=_http_pool())
+        self._client = Minio(
+            host, access_key, secret_key, secure=secure, region=settings.s3_region, http_client=_http_pool()
+        )
         self._secrets = [s for s in settings.secrets() if s]
         self._retry = retry or RetryPolicy.from_env()
         self._bucket = location.bucket
@@ -168,8 +169,14 @@ class S3Store(ObjectStore):
             assert state.outcome is not None and state.next_action is not None
             exc = state.outcome.exception()
             assert exc is not None, "retried on exceptions only (retry_if_exception)"
-            log.warning("S3 %s of %s failed (%s); retry %d in %.1f s", op, self._where(key),
-                        self._detail(exc), state.attempt_number, state.next_action.sleep)
+            log.warning(
+                "S3 %s of %s failed (%s); retry %d in %.1f s",
+                op,
+                self._where(key),
+                self._detail(exc),
+                state.attempt_number,
+                state.next_action.sleep,
+            )
 
         retrying = self._retry.retrying(before_sleep)
         try:
@@ -268,7 +275,7 @@ class S3Store(ObjectStore):
     def _list(self, prefix: str) -> Keys:
         def listing() -> Keys:
             objects = self._client.list_objects(self._bucket, prefix=self._root + prefix, recursive=True)
-            return [o.object_name[len(self._root):] for o in objects if o.object_name and not o.is_dir]
+            return [o.object_name[len(self._root) :] for o in objects if o.object_name and not o.is_dir]
 
         return self._call("list", prefix, listing)
 
@@ -278,9 +285,11 @@ class S3Store(ObjectStore):
             errors = [e for e in self._client.remove_objects(self._bucket, batch) if e.code != "NoSuchKey"]
             if errors:
                 first = errors[0]
-                raise StorageError(self._scrub(
-                    f"S3 delete in s3://{self._bucket} failed for {len(errors)} of {len(keys)} keys, "
-                    f"first {first.name}: {first.code}: {first.message}"
-                ))
+                raise StorageError(
+                    self._scrub(
+                        f"S3 delete in s3://{self._bucket} failed for {len(errors)} of {len(keys)} keys, "
+                        f"first {first.name}: {first.code}: {first.message}"
+                    )
+                )
 
         self._call("delete", keys[0] if len(keys) == 1 else f"{keys[0]} (+{len(keys) - 1} more)", delete)

@@ -83,14 +83,14 @@ def parse_location(uri: str | Location) -> Location:
     if uri != uri.strip():
         raise ValueError(f"location {uri!r} has leading or trailing whitespace")
     if uri.startswith("s3://"):
-        bucket, _, prefix = uri[len("s3://"):].partition("/")
+        bucket, _, prefix = uri[len("s3://") :].partition("/")
         check_bucket(bucket)
         prefix = prefix.removesuffix("/")
         if prefix:
             check_relative(prefix, f"prefix of {uri!r}")
         return Location("s3", bucket, prefix)
     if uri.startswith("file://"):
-        path = uri[len("file://"):]
+        path = uri[len("file://") :]
         if not path.startswith("/"):
             raise ValueError(f"location {uri!r}: a file URI needs an absolute path, as in file:///abs/path")
         path = path.rstrip("/")

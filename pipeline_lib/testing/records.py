@@ -68,11 +68,16 @@ def _column_batch(records: Sequence[Record]) -> ColumnBatch:
             lengths[part].append(-1 if raw is None else len(raw))
             data += raw or b""
     n = len(records)
-    return ColumnBatch(bytes(data), np.arange(n, dtype=np.int64),
-                       np.array([r.timestamp_ms for r in records], dtype=np.int64),
-                       np.array(starts["key"], dtype=np.int64), np.array(lengths["key"], dtype=np.int64),
-                       np.array(starts["value"], dtype=np.int64), np.array(lengths["value"], dtype=np.int64),
-                       v2=False)
+    return ColumnBatch(
+        bytes(data),
+        np.arange(n, dtype=np.int64),
+        np.array([r.timestamp_ms for r in records], dtype=np.int64),
+        np.array(starts["key"], dtype=np.int64),
+        np.array(lengths["key"], dtype=np.int64),
+        np.array(starts["value"], dtype=np.int64),
+        np.array(lengths["value"], dtype=np.int64),
+        v2=False,
+    )
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,14 @@ class RecordsReader(KafkaRangeReader):
     def read_task(self, ranges: Sequence[tuple[str, int, int, int]]) -> Iterator[pa.RecordBatch]:
         """One Arrow batch per range, decoded by the reader's RecordBatcher, as a Kafka read gives."""
         for topic, partition, start, end in ranges:
-            batcher = RecordBatcher(self.schema, self.format, self.fields, self.tolerant, self.max_record_bytes,
-                                    topic, partition, self.key_encoding)
+            batcher = RecordBatcher(
+                self.schema,
+                self.format,
+                self.fields,
+                self.tolerant,
+                self.max_record_bytes,
+                topic,
+                partition,
+                self.key_encoding,
+            )
             yield batcher.build([self.logs[partition].between(start, end)])

@@ -61,10 +61,15 @@ class RecordsRun:
         return self.tables[flow]
 
 
-def run_on_records(spec: JobSpec | Mapping[str, Any] | str | Path,
-                   records: Iterable[Record | dict | list | str | bytes | None], *,
-                   source: str | None = None, parallelism: int | None = None, workdir: str | Path | None = None,
-                   spark: SparkSession | None = None) -> RecordsRun:
+def run_on_records(
+    spec: JobSpec | Mapping[str, Any] | str | Path,
+    records: Iterable[Record | dict | list | str | bytes | None],
+    *,
+    source: str | None = None,
+    parallelism: int | None = None,
+    workdir: str | Path | None = None,
+    spark: SparkSession | None = None,
+) -> RecordsRun:
     """Run the flows of ``spec`` that read ``source`` (default: the spec's only source) over
     ``records`` (Record, or a record's value: a dict is a JSON value), and read back their tables.
 
@@ -98,10 +103,16 @@ def run_on_records(spec: JobSpec | Mapping[str, Any] | str | Path,
     flows = [f for f in local.all_flows() if f.source == name]
     tolerant = local.on_error != "fail"
     sinks = {f.name: FilesSink(open_store(f.sink.files.path, settings), f.sink.files.format) for f in flows}
-    states = {f.name: KeyedAggregateState(f.state.aggregate.key, f.state.aggregate.functions(), maxp)
-              for f in flows if f.state is not None}
-    dead_location = (str(parse_location(local.dead_letter.path).child(name))
-                     if local.on_error == "dead_letter" and local.dead_letter is not None else None)
+    states = {
+        f.name: KeyedAggregateState(f.state.aggregate.key, f.state.aggregate.functions(), maxp)
+        for f in flows
+        if f.state is not None
+    }
+    dead_location = (
+        str(parse_location(local.dead_letter.path).child(name))
+        if local.on_error == "dead_letter" and local.dead_letter is not None
+        else None
+    )
     dead = FilesSink(open_store(dead_location, settings), "jsonl") if dead_location is not None else None
     fingerprint = spec_fingerprint(local)
     logs = partition_logs(records)
@@ -112,13 +123,20 @@ def run_on_records(spec: JobSpec | Mapping[str, Any] | str | Path,
     try:
         schema = source_schema(session, kafka, tolerant)
         arrow, _ = ArrowEpochs.for_flows(session, schema, flows, tolerant)
-        while (plan := plan_epoch(epoch + 1, None, kafka.topic, positions, targets,
-                                  local.trigger.max_records_per_epoch)).ranges:
+        while (
+            plan := plan_epoch(epoch + 1, None, kafka.topic, positions, targets, local.trigger.max_records_per_epoch)
+        ).ranges:
             epoch = plan.epoch
-            reader = RecordsReader.over(epoch_range_reader("", kafka, schema, plan, p, local.on_error,
-                                                           local.max_record_bytes, local.max_batch_bytes), logs)
-            writers = [None if f.state is not None else
-                       TaskPartWriter.for_sink(sinks[f.name], settings, epoch, ATTEMPT, "r") for f in flows]
+            reader = RecordsReader.over(
+                epoch_range_reader(
+                    "", kafka, schema, plan, p, local.on_error, local.max_record_bytes, local.max_batch_bytes
+                ),
+                logs,
+            )
+            writers = [
+                None if f.state is not None else TaskPartWriter.for_sink(sinks[f.name], settings, epoch, ATTEMPT, "r")
+                for f in flows
+            ]
             dead_writer = TaskPartWriter.for_sink(dead, settings, epoch, ATTEMPT, "d") if dead is not None else None
             with clear_spark_errors(f"epoch {epoch} of pipeline {name}"):
                 if arrow is not None:
@@ -134,8 +152,10 @@ def run_on_records(spec: JobSpec | Mapping[str, Any] | str | Path,
                 state_schemas.setdefault(flow.name, result.schema)
                 changed = state.merge(result)
                 subtasks = subtask_of(state.key_groups(changed), p, maxp)
-                parts = [key_order(state.table(changed[subtasks == i], state_schemas[flow.name]), state.key_columns)
-                         for i in range(p)]
+                parts = [
+                    key_order(state.table(changed[subtasks == i], state_schemas[flow.name]), state.key_columns)
+                    for i in range(p)
+                ]
                 sinks[flow.name].write_epoch(epoch, digest, parts, ATTEMPT)
             if bad is not None:
                 bad_records += bad.rows
@@ -145,8 +165,9 @@ def run_on_records(spec: JobSpec | Mapping[str, Any] | str | Path,
     finally:
         if spark is None:
             session.stop()
-    tables = {f.name: read_table(f.sink.files.path, settings, key=f.state.aggregate.key if f.state else None)
-              for f in flows}
+    tables = {
+        f.name: read_table(f.sink.files.path, settings, key=f.state.aggregate.key if f.state else None) for f in flows
+    }
     dead_rows = read_table(dead_location, settings) if dead_location is not None else []
     return RecordsRun(tables, dead_rows, bad_records, epoch, root)
 
@@ -163,9 +184,14 @@ def _source_of(job: JobSpec, source: str | None) -> str:
     return source
 
 
-def _spark_sql_read(spark: SparkSession, reader: KafkaRangeReader, flows: list[FlowSpec],
-                    writers: list[TaskPartWriter | None], dead_writer: TaskPartWriter | None, tolerant: bool
-                    ) -> tuple[WrittenParts | None, list[pa.Table | WrittenParts]]:
+def _spark_sql_read(
+    spark: SparkSession,
+    reader: KafkaRangeReader,
+    flows: list[FlowSpec],
+    writers: list[TaskPartWriter | None],
+    dead_writer: TaskPartWriter | None,
+    tolerant: bool,
+) -> tuple[WrittenParts | None, list[pa.Table | WrittenParts]]:
     """An epoch on the Spark SQL path, as the runner reads one with keyed state on the driver
     (execution.runtime.runner_epoch): bad records written by the tasks, then per flow its
     transforms and either its rows written by the tasks or its partial aggregate."""
@@ -184,8 +210,9 @@ def _spark_sql_read(spark: SparkSession, reader: KafkaRangeReader, flows: list[F
     try:
         bad = None
         if tolerant:
-            bad = collected(bad_records_frame(df).mapInArrow(WriteRows(dead_writer, bad_records=True),
-                                                             WRITTEN_DDL).toArrow())
+            bad = collected(
+                bad_records_frame(df).mapInArrow(WriteRows(dead_writer, bad_records=True), WRITTEN_DDL).toArrow()
+            )
             df = df.filter(F.col("_error").isNull()).drop("_error", "_raw")
         results: list[pa.Table | WrittenParts] = []
         for flow, writer in zip(flows, writers):

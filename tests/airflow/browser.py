@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 _COMMON = ["--headless", "--no-sandbox", "--disable-gpu"]
-_ON_FDS_3_AND_4 = ("import fcntl, os, sys; r, w = (fcntl.fcntl(int(fd), fcntl.F_DUPFD, 10) for fd in sys.argv[1:3]); "
-                   "os.dup2(r, 3); os.dup2(w, 4); os.execvp(sys.argv[3], sys.argv[3:])")
+_ON_FDS_3_AND_4 = (
+    "import fcntl, os, sys; r, w = (fcntl.fcntl(int(fd), fcntl.F_DUPFD, 10) for fd in sys.argv[1:3]); "
+    "os.dup2(r, 3); os.dup2(w, 4); os.execvp(sys.argv[3], sys.argv[3:])"
+)
 
 
 class HeadlessChromium:
@@ -44,24 +46,46 @@ class HeadlessChromium:
 
     def screenshot(self, url: str, path: Path, window: str = "1500,900", budget_ms: int = 20_000) -> Path:
         """Render ``url`` in a ``window``-sized viewport and write it to ``path`` as PNG."""
-        self._run([*_COMMON, "--disable-quic", "--no-first-run", "--disable-background-networking",
-                   "--disable-component-update", "--disable-sync", f"--user-data-dir={self._profile.name}",
-                   f"--window-size={window}", f"--virtual-time-budget={budget_ms}", f"--screenshot={path}", url],
-                  text=False)
+        self._run(
+            [
+                *_COMMON,
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={self._profile.name}",
+                f"--window-size={window}",
+                f"--virtual-time-budget={budget_ms}",
+                f"--screenshot={path}",
+                url,
+            ],
+            text=False,
+        )
         return path
 
     def dump_dom(self, url: str, budget_ms: int = 10_000) -> str:
         """The page's DOM as the browser rendered it (scripts run), serialized as HTML."""
-        return self._run([*_COMMON, "--no-first-run", f"--user-data-dir={self._profile.name}",
-                          f"--virtual-time-budget={budget_ms}", "--dump-dom", url], text=True).stdout
+        return self._run(
+            [
+                *_COMMON,
+                "--no-first-run",
+                f"--user-data-dir={self._profile.name}",
+                f"--virtual-time-budget={budget_ms}",
+                "--dump-dom",
+                url,
+            ],
+            text=True,
+        ).stdout
 
     def page(self, url: str, window: str = "1500,900") -> DevToolsPage:
         """A page at ``url`` to click and type in (see DevToolsPage); close it, or use ``with``."""
         return DevToolsPage(self.executable, self._profile.name, url, window, self.timeout)
 
     def _run(self, args: list[str], text: bool) -> subprocess.CompletedProcess:
-        return subprocess.run([self.executable, *args], check=True, capture_output=True, text=text,
-                              timeout=self.timeout)
+        return subprocess.run(
+            [self.executable, *args], check=True, capture_output=True, text=text, timeout=self.timeout
+        )
 
 
 class DevToolsPage:
@@ -93,12 +117,29 @@ class DevToolsPage:
         # Chromium reads commands on fd 3 and writes answers on fd 4: a small Python exec-wrapper puts
         # the pipes there (a preexec_fn is unsafe in a process with threads; sh takes no fd above 9).
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", _ON_FDS_3_AND_4, str(to_child_r), str(from_child_w),
-             executable, *_COMMON, "--remote-debugging-pipe", "--no-first-run", "--disable-sync",
-             "--disable-background-networking", "--disable-component-update", f"--user-data-dir={profile}",
-             f"--window-size={width},{height}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            pass_fds=(to_child_r, from_child_w), start_new_session=True)
+            [
+                sys.executable,
+                "-c",
+                _ON_FDS_3_AND_4,
+                str(to_child_r),
+                str(from_child_w),
+                executable,
+                *_COMMON,
+                "--remote-debugging-pipe",
+                "--no-first-run",
+                "--disable-sync",
+                "--disable-background-networking",
+                "--disable-component-update",
+                f"--user-data-dir={profile}",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(to_child_r, from_child_w),
+            start_new_session=True,
+        )
         os.close(to_child_r)
         os.close(from_child_w)
         try:
@@ -107,9 +148,11 @@ class DevToolsPage:
             self._call("Target.setDiscoverTargets", {"discover": True})
             for domain in ("Page", "Runtime"):
                 self._call(f"{domain}.enable", session=self._session)
-            self._call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
-                                                              "deviceScaleFactor": 1, "mobile": False},
-                       session=self._session)
+            self._call(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+                session=self._session,
+            )
             self.goto(url)
         except BaseException:
             self.close()
@@ -139,17 +182,20 @@ class DevToolsPage:
     def goto(self, url: str) -> None:
         """Load ``url`` in the page and wait for its load event."""
         self._call("Page.navigate", {"url": url}, session=self._session)
-        self.wait_for("document.readyState === 'complete' && location.href !== 'about:blank'",
-                      what=f"{url} to load")
+        self.wait_for("document.readyState === 'complete' && location.href !== 'about:blank'", what=f"{url} to load")
 
     def evaluate(self, expression: str) -> Any:
         """The JSON value of a JavaScript expression in the top frame (promises are awaited)."""
-        result = self._call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
-                                                 "awaitPromise": True}, session=self._session)
+        result = self._call(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True},
+            session=self._session,
+        )
         if "exceptionDetails" in result:
             details = result["exceptionDetails"]
-            raise RuntimeError(f"{expression!r} threw: "
-                               f"{details.get('exception', {}).get('description') or details.get('text')}")
+            raise RuntimeError(
+                f"{expression!r} threw: {details.get('exception', {}).get('description') or details.get('text')}"
+            )
         return result["result"].get("value")
 
     def wait_for(self, expression: str, timeout: float | None = None, what: str = "") -> Any:
@@ -196,9 +242,11 @@ class DevToolsPage:
             previous = (x, y)
             time.sleep(0.1)
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
-            self._call("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left",
-                                                    "clickCount": 0 if kind == "mouseMoved" else 1},
-                       session=self._session)
+            self._call(
+                "Input.dispatchMouseEvent",
+                {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 0 if kind == "mouseMoved" else 1},
+                session=self._session,
+            )
 
     def type_text(self, text: str) -> None:
         """Type ``text`` into the focused element, as a keyboard would insert it."""
@@ -207,8 +255,11 @@ class DevToolsPage:
     def press(self, key: str, code: str, key_code: int) -> None:
         """Press and release one key (e.g. ``"Tab", "Tab", 9``)."""
         for kind in ("keyDown", "keyUp"):
-            self._call("Input.dispatchKeyEvent", {"type": kind, "key": key, "code": code,
-                                                  "windowsVirtualKeyCode": key_code}, session=self._session)
+            self._call(
+                "Input.dispatchKeyEvent",
+                {"type": kind, "key": key, "code": code, "windowsVirtualKeyCode": key_code},
+                session=self._session,
+            )
 
     def screenshot(self, path: Path) -> Path:
         """The page as it is now, as PNG."""
@@ -236,8 +287,12 @@ class DevToolsPage:
         method, params = event.get("method"), event.get("params", {})
         if method == "Page.javascriptDialogOpening":
             self.dialogs.append(params.get("message", ""))
-            message = {"id": 0, "method": "Page.handleJavaScriptDialog", "params": {"accept": self.dialog_answer},
-                       "sessionId": event.get("sessionId")}
+            message = {
+                "id": 0,
+                "method": "Page.handleJavaScriptDialog",
+                "params": {"accept": self.dialog_answer},
+                "sessionId": event.get("sessionId"),
+            }
             os.write(self._to_child, json.dumps(message).encode() + b"\0")
         elif method == "Target.targetCreated":
             info = params.get("targetInfo", {})

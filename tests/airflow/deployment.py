@@ -149,8 +149,11 @@ class AirflowServer(AirflowRestApi):
         self._log_files.append(log)
         self.processes[name] = subprocess.Popen(
             [sys.executable, "-m", "airflow", *args],
-            env={**self.env, **self.component_env.get(name, {})}, cwd=self.home, stdin=subprocess.DEVNULL,
-            stdout=log, stderr=subprocess.STDOUT,
+            env={**self.env, **self.component_env.get(name, {})},
+            cwd=self.home,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
@@ -158,8 +161,8 @@ class AirflowServer(AirflowRestApi):
         for name, proc in self.processes.items():
             if proc.poll() is not None:
                 raise AirflowHarnessError(
-                    f"airflow {name} exited early with code {proc.returncode}\n"
-                    f"{self.logs_tail(first=name)}")
+                    f"airflow {name} exited early with code {proc.returncode}\n{self.logs_tail(first=name)}"
+                )
 
     def health(self) -> dict[str, Any] | None:
         """``GET /api/v2/monitor/health`` (no auth needed), or None when the server is not answering."""
@@ -195,7 +198,8 @@ class AirflowServer(AirflowRestApi):
                 return health  # type: ignore[return-value]
             time.sleep(0.5)
         raise AirflowHarnessError(
-            f"Airflow not healthy after {timeout:.0f}s; last health: {health}\n{self.logs_tail()}")
+            f"Airflow not healthy after {timeout:.0f}s; last health: {health}\n{self.logs_tail()}"
+        )
 
     def harness_processes(self) -> list[psutil.Process]:
         """Every live process started by this server, found three ways: the started processes and
@@ -222,8 +226,9 @@ class AirflowServer(AirflowRestApi):
             try:
                 # Members only (pid != sid): a session id stays ours while it has members; created
                 # after our start, as a guard against an unrelated process with a recycled id.
-                ours = (os.getsid(p.pid) in sessions and p.pid not in sessions
-                        and p.create_time() >= self._created_at - 1)
+                ours = (
+                    os.getsid(p.pid) in sessions and p.pid not in sessions and p.create_time() >= self._created_at - 1
+                )
                 if not ours:
                     ours = p.environ().get(MARKER_VAR) == self.marker
                 if ours:
@@ -341,16 +346,19 @@ class AirflowServer(AirflowRestApi):
 
 def _base_env() -> dict[str, str]:
     # Hermetic: nothing from an outer Airflow configuration leaks in (conftest may set AIRFLOW_HOME).
-    env = {k: v for k, v in os.environ.items()
-           if not (k.startswith("AIRFLOW__") or k in ("AIRFLOW_HOME", "AIRFLOW_CONFIG", MARKER_VAR))}
-    no_proxy = ",".join(
-        x for x in (env.get("NO_PROXY") or env.get("no_proxy"), "127.0.0.1,localhost") if x)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not (k.startswith("AIRFLOW__") or k in ("AIRFLOW_HOME", "AIRFLOW_CONFIG", MARKER_VAR))
+    }
+    no_proxy = ",".join(x for x in (env.get("NO_PROXY") or env.get("no_proxy"), "127.0.0.1,localhost") if x)
     env["NO_PROXY"] = env["no_proxy"] = no_proxy
     return env
 
 
-def airflow_env(home: Path, dags_folder: Path, plugins_folder: Path | None, port: int,
-                all_admins: bool = False) -> dict[str, str]:
+def airflow_env(
+    home: Path, dags_folder: Path, plugins_folder: Path | None, port: int, all_admins: bool = False
+) -> dict[str, str]:
     """The AIRFLOW__* settings of a test deployment (see start_airflow)."""
     base_url = f"http://127.0.0.1:{port}"
     # Stable per home: a restart on the same home can still decrypt its connections/variables.
@@ -369,8 +377,7 @@ def airflow_env(home: Path, dags_folder: Path, plugins_folder: Path | None, port
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins),
         "AIRFLOW__CORE__FERNET_KEY": fernet_file.read_text().strip(),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url}/execution/",
-        "AIRFLOW__CORE__AUTH_MANAGER":
-            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True" if all_admins else "False",
         "AIRFLOW__API__HOST": "127.0.0.1",
@@ -401,12 +408,20 @@ def airflow_env(home: Path, dags_folder: Path, plugins_folder: Path | None, port
     }
 
 
-def start_airflow(home: Path, dags_folder: Path, plugins_folder: Path | None = None,
-                  extra_env: Mapping[str, str] | None = None, *, all_admins: bool = False,
-                  triggerer: bool = False, timeout: float = 90.0, port: int | None = None,
-                  init_command: list[str] | None = None,
-                  component_env: Mapping[str, Mapping[str, str]] | None = None,
-                  username: str = "admin") -> AirflowServer:
+def start_airflow(
+    home: Path,
+    dags_folder: Path,
+    plugins_folder: Path | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    *,
+    all_admins: bool = False,
+    triggerer: bool = False,
+    timeout: float = 90.0,
+    port: int | None = None,
+    init_command: list[str] | None = None,
+    component_env: Mapping[str, Mapping[str, str]] | None = None,
+    username: str = "admin",
+) -> AirflowServer:
     """Migrate an SQLite DB in ``home`` (used as AIRFLOW_HOME, created if missing), start the
     api-server, scheduler and dag-processor (plus a triggerer if asked) and wait until
     ``/api/v2/monitor/health`` reports them healthy. ``extra_env`` overrides/extends the
@@ -430,20 +445,33 @@ def start_airflow(home: Path, dags_folder: Path, plugins_folder: Path | None = N
         return env
 
     # The API port is chosen after the migration (seconds), to keep the window for a clash short.
-    server = AirflowServer(home=home, dags_folder=dags_folder, port=0, env=make_env(port or free_port()),
-                           all_admins=all_admins, username=username,
-                           component_env={k: dict(v) for k, v in (component_env or {}).items()})
+    server = AirflowServer(
+        home=home,
+        dags_folder=dags_folder,
+        port=0,
+        env=make_env(port or free_port()),
+        all_admins=all_admins,
+        username=username,
+        component_env={k: dict(v) for k, v in (component_env or {}).items()},
+    )
     try:
         command = init_command or [sys.executable, "-m", "airflow", "db", "migrate"]
         with open(server.log_path("init" if init_command else "db-migrate"), "ab") as log:
             migrate = subprocess.run(
-                command, env={**server.env, **server.component_env.get("init", {})}, cwd=home,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                timeout=max(timeout, 180), start_new_session=True)
+                command,
+                env={**server.env, **server.component_env.get("init", {})},
+                cwd=home,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=max(timeout, 180),
+                start_new_session=True,
+            )
         if migrate.returncode != 0:
             raise AirflowHarnessError(
                 f"{'the init command' if init_command else 'airflow db migrate'} failed ({migrate.returncode})\n"
-                f"{server.logs_tail()}")
+                f"{server.logs_tail()}"
+            )
         server.port = port or free_port()
         server.env = make_env(server.port)
         server._started_at = time.time()

@@ -74,8 +74,9 @@ class AirflowRestApi:
         if self.all_admins:
             r = self._session.get(f"{self.base_url}/auth/token", timeout=self.request_timeout)
         else:
-            r = self._session.post(f"{self.base_url}/auth/token", json=self.credentials(self.username),
-                                   timeout=self.request_timeout)
+            r = self._session.post(
+                f"{self.base_url}/auth/token", json=self.credentials(self.username), timeout=self.request_timeout
+            )
         if r.status_code not in (200, 201):
             raise AirflowApiError(f"/auth/token answered {r.status_code}: {r.text}", r)
         self._token = r.json()["access_token"]
@@ -91,12 +92,12 @@ class AirflowRestApi:
                 return {"username": username, "password": passwords[username]}
             except (OSError, ValueError, KeyError) as exc:
                 if time.monotonic() > deadline:
-                    raise AirflowHarnessError(
-                        f"no password for {username!r} in {path}\n{self.logs_tail()}") from exc
+                    raise AirflowHarnessError(f"no password for {username!r} in {path}\n{self.logs_tail()}") from exc
                 time.sleep(0.3)
 
-    def request(self, method: str, path: str, *, expect: Iterable[int] | None = (200,),
-                **kwargs: Any) -> requests.Response:
+    def request(
+        self, method: str, path: str, *, expect: Iterable[int] | None = (200,), **kwargs: Any
+    ) -> requests.Response:
         """An authenticated request to ``base_url + path``; raises AirflowApiError on a status not
         in ``expect`` (``expect=None``: return any response)."""
         kwargs.setdefault("timeout", self.request_timeout)
@@ -137,12 +138,11 @@ class AirflowRestApi:
         except Exception as e:  # diagnostics only
             errors = f"<cannot list import errors: {e}>"
         raise AirflowHarnessError(
-            f"DAG {dag_id!r} not visible after {timeout:.0f}s. Import errors: {errors}\n"
-            f"{self.logs_tail()}")
+            f"DAG {dag_id!r} not visible after {timeout:.0f}s. Import errors: {errors}\n{self.logs_tail()}"
+        )
 
     def set_paused(self, dag_id: str, paused: bool) -> dict[str, Any]:
-        return self.request("PATCH", f"/api/v2/dags/{_seg(dag_id)}",
-                            json={"is_paused": paused}).json()
+        return self.request("PATCH", f"/api/v2/dags/{_seg(dag_id)}", json={"is_paused": paused}).json()
 
     def unpause(self, dag_id: str) -> dict[str, Any]:
         return self.set_paused(dag_id, False)
@@ -150,8 +150,7 @@ class AirflowRestApi:
     def pause(self, dag_id: str) -> dict[str, Any]:
         return self.set_paused(dag_id, True)
 
-    def trigger_response(self, dag_id: str, conf: Mapping[str, Any] | None = None,
-                         **body: Any) -> requests.Response:
+    def trigger_response(self, dag_id: str, conf: Mapping[str, Any] | None = None, **body: Any) -> requests.Response:
         """``POST /api/v2/dags/{dag_id}/dagRuns``; the raw response, whatever its status."""
         payload = {"logical_date": None, "conf": dict(conf or {}), **body}
         return self.request("POST", f"/api/v2/dags/{_seg(dag_id)}/dagRuns", json=payload, expect=None)
@@ -171,14 +170,16 @@ class AirflowRestApi:
         """All runs of ``dag_id``, oldest first."""
         runs: list[dict[str, Any]] = []
         while True:
-            page = self.get(f"/api/v2/dags/{_seg(dag_id)}/dagRuns",
-                            params={"limit": 100, "offset": len(runs), "order_by": "id"})
+            page = self.get(
+                f"/api/v2/dags/{_seg(dag_id)}/dagRuns", params={"limit": 100, "offset": len(runs), "order_by": "id"}
+            )
             runs.extend(page["dag_runs"])
             if not page["dag_runs"] or len(runs) >= page["total_entries"]:
                 return runs
 
-    def wait_for_run(self, dag_id: str, run_id: str, states: Iterable[str] = FINAL_RUN_STATES,
-                     timeout: float = 180.0) -> str:
+    def wait_for_run(
+        self, dag_id: str, run_id: str, states: Iterable[str] = FINAL_RUN_STATES, timeout: float = 180.0
+    ) -> str:
         """Wait until the run is in one of ``states``; returns that state."""
         wanted = set(states)
         deadline = time.monotonic() + timeout
@@ -190,35 +191,39 @@ class AirflowRestApi:
                 return state
             time.sleep(0.5)
         try:
-            tis = [(t["task_id"], t["map_index"], t["state"])
-                   for t in self.task_instances(dag_id, run_id)]
+            tis = [(t["task_id"], t["map_index"], t["state"]) for t in self.task_instances(dag_id, run_id)]
         except Exception as e:  # diagnostics only
             tis = [f"<cannot list task instances: {e}>"]
         raise AirflowHarnessError(
             f"run {run_id} of {dag_id} is {state!r}, not in {sorted(wanted)}, after {timeout:.0f}s; "
-            f"tasks: {tis}\n{self.logs_tail()}")
+            f"tasks: {tis}\n{self.logs_tail()}"
+        )
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         while True:
-            page = self.get(f"/api/v2/dags/{_seg(dag_id)}/dagRuns/{_seg(run_id)}/taskInstances",
-                            params={"limit": 100, "offset": len(out)})
+            page = self.get(
+                f"/api/v2/dags/{_seg(dag_id)}/dagRuns/{_seg(run_id)}/taskInstances",
+                params={"limit": 100, "offset": len(out)},
+            )
             out.extend(page["task_instances"])
             if not page["task_instances"] or len(out) >= page["total_entries"]:
                 return out
 
-    def task_log_events(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1,
-                        map_index: int = -1) -> list[Any]:
+    def task_log_events(
+        self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1
+    ) -> list[Any]:
         """The structured log records of one task try (dicts with ``event``, ``timestamp``,
         ``level``... or plain strings for unparsable lines)."""
-        path = (f"/api/v2/dags/{_seg(dag_id)}/dagRuns/{_seg(run_id)}/taskInstances/{_seg(task_id)}"
-                f"/logs/{int(try_number)}")
-        body = self.get(path, params={"full_content": "true", "map_index": map_index},
-                        headers={"Accept": "application/json"})
+        path = (
+            f"/api/v2/dags/{_seg(dag_id)}/dagRuns/{_seg(run_id)}/taskInstances/{_seg(task_id)}/logs/{int(try_number)}"
+        )
+        body = self.get(
+            path, params={"full_content": "true", "map_index": map_index}, headers={"Accept": "application/json"}
+        )
         return body["content"]
 
-    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1,
-                 map_index: int = -1) -> str:
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1) -> str:
         """The task log as text, one line per record: ``timestamp [level] event key=value...``."""
         lines = []
         for rec in self.task_log_events(dag_id, run_id, task_id, try_number, map_index):
@@ -226,20 +231,20 @@ class AirflowRestApi:
                 lines.append(str(rec))
                 continue
             rec = dict(rec)
-            head = " ".join(str(x) for x in (rec.pop("timestamp", None),
-                                             f"[{rec.pop('level')}]" if rec.get("level") else None)
-                            if x)
+            head = " ".join(
+                str(x) for x in (rec.pop("timestamp", None), f"[{rec.pop('level')}]" if rec.get("level") else None) if x
+            )
             event = rec.pop("event", "")
             rec.pop("level", None)
             extra = " ".join(f"{k}={v}" for k, v in rec.items())
             lines.append(" ".join(x for x in (head, str(event), extra) if x))
         return "\n".join(lines)
 
-    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value",
-             map_index: int = -1) -> Any:
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1) -> Any:
         """The XCom value as the task pushed it (JSON-decoded)."""
-        path = (f"/api/v2/dags/{_seg(dag_id)}/dagRuns/{_seg(run_id)}/taskInstances/{_seg(task_id)}"
-                f"/xcomEntries/{_seg(key)}")
+        path = (
+            f"/api/v2/dags/{_seg(dag_id)}/dagRuns/{_seg(run_id)}/taskInstances/{_seg(task_id)}/xcomEntries/{_seg(key)}"
+        )
         value = self.get(path, params={"map_index": map_index, "deserialize": "true"})["value"]
         if isinstance(value, str):
             try:

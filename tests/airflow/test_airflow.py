@@ -62,8 +62,14 @@ def airflow_connections(stack) -> dict[str, str]:
     host, port = stack.kafka_bootstrap.rsplit(":", 1)
     return {
         "AIRFLOW_CONN_PIPELINE_KAFKA": json.dumps({"conn_type": "pipeline_lib_kafka", "host": host, "port": int(port)}),
-        "AIRFLOW_CONN_PIPELINE_S3": json.dumps({"conn_type": "pipeline_lib_s3", "host": stack.s3_endpoint,
-                                                "login": stack.access_key, "password": stack.secret_key}),
+        "AIRFLOW_CONN_PIPELINE_S3": json.dumps(
+            {
+                "conn_type": "pipeline_lib_s3",
+                "host": stack.s3_endpoint,
+                "login": stack.access_key,
+                "password": stack.secret_key,
+            }
+        ),
         "AIRFLOW_CONN_PIPELINE_SPARK": json.dumps({"conn_type": "pipeline_lib_spark", "host": "local[2]"}),
     }
 
@@ -78,27 +84,35 @@ def airflow(local_stack, payments, tmp_path_factory):
     # 48 epochs of 500: the run is still going, for seconds, when the killed-run test sees epoch 3
     write_spec(dags / "pipelines", spend_spec(JOB, topic, SINK, STORE, per_epoch=500))
     create_topic(local_stack.kafka_bootstrap, REPORTED[1], 2)  # the downstream test's own job and topic
-    write_spec(dags / "pipelines", spend_spec(REPORTED[0], REPORTED[1], f"s3://results/{REPORTED[0]}",
-                                              f"s3://checkpoints/{REPORTED[0]}", per_epoch=500))
+    write_spec(
+        dags / "pipelines",
+        spend_spec(
+            REPORTED[0], REPORTED[1], f"s3://results/{REPORTED[0]}", f"s3://checkpoints/{REPORTED[0]}", per_epoch=500
+        ),
+    )
     (dags / "af_report.py").write_text(  # an Airflow DAG file downstream of it, as dags/spend_report.py is
         "# An Airflow DAG (Airflow's safe mode parses only files that say so)\n"
         "from pathlib import Path\nfrom pipeline_lib.orchestration.report_dag import report_dag\n"
-        f"dag = report_dag({REPORT_DAG!r}, Path(__file__).parent / 'pipelines' / '{REPORTED[0]}.yaml')\n")
+        f"dag = report_dag({REPORT_DAG!r}, Path(__file__).parent / 'pipelines' / '{REPORTED[0]}.yaml')\n"
+    )
     create_topic(local_stack.kafka_bootstrap, USER_TOPIC, 2)
     (root / "user_specs").mkdir()
-    user_spec = spend_spec(USER_JOB, USER_TOPIC, f"s3://results/{USER_JOB}", f"s3://checkpoints/{USER_JOB}",
-                           per_epoch=500)
+    user_spec = spend_spec(
+        USER_JOB, USER_TOPIC, f"s3://results/{USER_JOB}", f"s3://checkpoints/{USER_JOB}", per_epoch=500
+    )
     user_spec["airflow"] = {"connections": {"spark": "user_spark"}}  # kafka and s3: the default ids
     user_spec["transforms"] = [{"python": "environ_probe:probe"}]  # a hook that hunts for Airflow's secrets
     (root / "hooks").mkdir()
     (root / "hooks" / "environ_probe.py").write_text(ENVIRON_PROBE)
     write_spec(root / "user_specs", user_spec)
-    after = spend_spec(AFTER_USER, USER_TOPIC, f"s3://results/{AFTER_USER}", f"s3://checkpoints/{AFTER_USER}",
-                       per_epoch=500)
+    after = spend_spec(
+        AFTER_USER, USER_TOPIC, f"s3://results/{AFTER_USER}", f"s3://checkpoints/{AFTER_USER}", per_epoch=500
+    )
     after["airflow"] = {"assets": [f"s3://results/{USER_JOB}"]}
     write_spec(dags / "pipelines", after)
-    (dags / "user_dag.py").write_text(USER_DAG_FILE.format(dag_id=USER_DAG, spec=root / "user_specs" /
-                                                           f"{USER_JOB}.yaml"))
+    (dags / "user_dag.py").write_text(
+        USER_DAG_FILE.format(dag_id=USER_DAG, spec=root / "user_specs" / f"{USER_JOB}.yaml")
+    )
     env = {k: "" for k in os.environ if k.startswith("PIPELINE_")}  # connections only
     env.update(airflow_connections(local_stack))
     env["AIRFLOW_CONN_USER_SPARK"] = json.dumps({"conn_type": "pipeline_lib_spark", "host": "local[1]"})
@@ -112,8 +126,15 @@ def airflow(local_stack, payments, tmp_path_factory):
     env["AIRFLOW__CORE__TEST_CONNECTION"] = "Enabled"  # the Connections page's Test button (the hooks' test_connection)
     server = start_airflow(root / "home", dags, REPO / "plugins", env, all_admins=True, timeout=180)
     try:
-        for dag_id in (DAG, "pipeline_recovery", "pipeline_verify", f"pipeline__{REPORTED[0]}", REPORT_DAG, USER_DAG,
-                       f"pipeline__{AFTER_USER}"):
+        for dag_id in (
+            DAG,
+            "pipeline_recovery",
+            "pipeline_verify",
+            f"pipeline__{REPORTED[0]}",
+            REPORT_DAG,
+            USER_DAG,
+            f"pipeline__{AFTER_USER}",
+        ):
             server.wait_for_dag(dag_id, timeout=120)
             server.unpause(dag_id)
         yield server
@@ -168,32 +189,47 @@ def live_cell(page, name: str) -> str:
 
 
 def test_invalid_params_are_rejected_before_anything_runs(airflow, tmp_path):
-    for conf, name in (({"parallelism": 0}, "parallelism"), ({"parallelism": 10000}, "parallelism"),
-                       ({"lease_seconds": 0}, "lease_seconds"), ({"mode": "sometimes"}, "mode"),
-                       ({"restore": "yesterday"}, "restore")):
+    for conf, name in (
+        ({"parallelism": 0}, "parallelism"),
+        ({"parallelism": 10000}, "parallelism"),
+        ({"lease_seconds": 0}, "lease_seconds"),
+        ({"mode": "sometimes"}, "mode"),
+        ({"restore": "yesterday"}, "restore"),
+    ):
         with pytest.raises(AirflowApiError) as err:
             airflow.trigger(DAG, conf)
         assert err.value.response.status_code == 400 and f"param {name}:" in err.value.response.text
     # what needs the job is refused before a run exists too, in the form's words, not a schema's
-    for conf, says in (({"lease_seconds": 30, "stall_seconds": 10},
-                        "param stall_seconds: stall_seconds 10 must be more than lease_seconds 30"),
-                       ({"restore": "0000000099-a1", "pipelines": ["main"]},
-                        "param restore: 0000000099-a1 is not a retained snapshot of pipeline main (retained: none)"),
-                       ({"restore": "yesterday"}, "param restore: 'yesterday' is not latest, none or a snapshot id")):
+    for conf, says in (
+        (
+            {"lease_seconds": 30, "stall_seconds": 10},
+            "param stall_seconds: stall_seconds 10 must be more than lease_seconds 30",
+        ),
+        (
+            {"restore": "0000000099-a1", "pipelines": ["main"]},
+            "param restore: 0000000099-a1 is not a retained snapshot of pipeline main (retained: none)",
+        ),
+        ({"restore": "yesterday"}, "param restore: 'yesterday' is not latest, none or a snapshot id"),
+    ):
         with pytest.raises(AirflowApiError) as err:
             airflow.trigger(DAG, conf)
         assert err.value.response.status_code == 400 and says in err.value.response.json()["detail"], conf
         assert "^(" not in err.value.response.text and "does not match" not in err.value.response.text
     # Spark settings that run or load code, or undo the hardening: each refused, and nothing ran
     ran = tmp_path / "command-ran"
-    for spark_conf in ({"spark.driver.memory": "32m", "spark.driver.extraJavaOptions":
-                        f"-XX:OnOutOfMemoryError='touch {ran}'"},
-                       {"spark.executor.extraJavaOptions": f"-XX:OnOutOfMemoryError='touch {ran}'"},
-                       {"spark.jars": f"file://{ran}.jar"}, {"spark.jars.packages": "org.example:evil:1.0"},
-                       {"spark.plugins": "org.example.Evil"}, {"spark.executorEnv.LD_PRELOAD": f"{ran}.so"},
-                       {"spark.pyspark.python": "/bin/sh"}, {"spark.master": "spark://127.0.0.1:1"},
-                       {"spark.ui.enabled": "true"}, {"spark.eventLog.enabled": "true"},
-                       {"spark.executor.memory": "lots"}):
+    for spark_conf in (
+        {"spark.driver.memory": "32m", "spark.driver.extraJavaOptions": f"-XX:OnOutOfMemoryError='touch {ran}'"},
+        {"spark.executor.extraJavaOptions": f"-XX:OnOutOfMemoryError='touch {ran}'"},
+        {"spark.jars": f"file://{ran}.jar"},
+        {"spark.jars.packages": "org.example:evil:1.0"},
+        {"spark.plugins": "org.example.Evil"},
+        {"spark.executorEnv.LD_PRELOAD": f"{ran}.so"},
+        {"spark.pyspark.python": "/bin/sh"},
+        {"spark.master": "spark://127.0.0.1:1"},
+        {"spark.ui.enabled": "true"},
+        {"spark.eventLog.enabled": "true"},
+        {"spark.executor.memory": "lots"},
+    ):
         with pytest.raises(AirflowApiError) as err:
             airflow.trigger(DAG, {"spark_conf": spark_conf})
         assert err.value.response.status_code == 400 and "spark_conf" in err.value.response.text, spark_conf
@@ -212,8 +248,11 @@ def test_the_trigger_form_refuses_an_out_of_range_parallelism_instead_of_clampin
         page.press("Tab", "Tab", 9)  # the field loses focus: where the form would clamp to a maximum
         assert page.evaluate(f"{field}.value") == "10000"
         page.click(button("Trigger"))  # the dialog's own button, last in the document
-        shown = page.wait_for("document.body.innerText.includes('param parallelism') && "
-                              "document.body.innerText", 30, "the form to show Airflow's refusal")
+        shown = page.wait_for(
+            "document.body.innerText.includes('param parallelism') && document.body.innerText",
+            30,
+            "the form to show Airflow's refusal",
+        )
     assert "param parallelism: 10000 exceeds max_parallelism 128" in shown
     assert airflow.dag_runs(DAG) == []
 
@@ -222,12 +261,16 @@ def test_killed_run_is_recovered_by_pipeline_recovery_to_an_exact_result(airflow
     _, events = payments
     secrets = [local_stack.secret_key, local_stack.access_key]
     # an allowed Spark setting passes the form, check_params and the run's own check
-    run_id = airflow.trigger(DAG, {"mode": "until_caught_up", "lease_seconds": 4,
-                                   "spark_conf": {"spark.sql.shuffle.partitions": "3"}})
+    run_id = airflow.trigger(
+        DAG, {"mode": "until_caught_up", "lease_seconds": 4, "spark_conf": {"spark.sql.shuffle.partitions": "3"}}
+    )
 
     # SIGKILL the Spark run (driver, JVM, workers: its process group) once it has committed epoch 3
-    running = wait_for(lambda: (s := status(stack_env)) and s.state == "RUNNING" and s.epoch >= 3 and s, 240,
-                       "the run to commit epoch 3")
+    running = wait_for(
+        lambda: (s := status(stack_env)) and s.state == "RUNNING" and s.epoch >= 3 and s,
+        240,
+        "the run to commit epoch 3",
+    )
     assert running.launch.launched_by == f"airflow:{DAG}/{run_id}"
     os.killpg(os.getpgid(running.pid), signal.SIGKILL)
     assert airflow.wait_for_run(DAG, run_id, timeout=120) == "failed"
@@ -238,8 +281,9 @@ def test_killed_run_is_recovered_by_pipeline_recovery_to_an_exact_result(airflow
     # the job's lines keep their level, without the job's own timestamp; the death is an error
     records = [e for e in airflow.task_log_events(DAG, run_id, "run_job") if isinstance(e, dict)]
     committed = [e for e in records if "subtasks started" in str(e.get("event"))]
-    assert committed and all(e.get("level") == "info" and not str(e["event"])[:4].isdigit() for e in committed), \
+    assert committed and all(e.get("level") == "info" and not str(e["event"])[:4].isdigit() for e in committed), (
         committed
+    )
     assert any(e.get("level") == "error" and "marked main LOST" in str(e.get("event")) for e in records), records[-5:]
     # the task saw the death and said so at once: LOST without waiting for the lease
     assert status(stack_env).state == "LOST"
@@ -276,9 +320,12 @@ def test_killed_run_is_recovered_by_pipeline_recovery_to_an_exact_result(airflow
     assert len(airflow.dag_runs(DAG)) == 2  # the first run and exactly one relaunch
 
     # nothing secret in any XCom of either DAG
-    for dag_id, rid, task in ((DAG, relaunch_id, "check_params"), (DAG, relaunch_id, "run_job"),
-                              ("pipeline_recovery", recovery_run, "assess"),
-                              ("pipeline_recovery", recovery_run, "relaunch_requests")):
+    for dag_id, rid, task in (
+        (DAG, relaunch_id, "check_params"),
+        (DAG, relaunch_id, "run_job"),
+        ("pipeline_recovery", recovery_run, "assess"),
+        ("pipeline_recovery", recovery_run, "relaunch_requests"),
+    ):
         text = json.dumps(airflow.xcom(dag_id, rid, task))
         assert not any(s in text for s in secrets), (dag_id, task)
 
@@ -298,8 +345,15 @@ def test_a_downstream_dag_runs_once_per_run_that_committed_epochs(airflow, stack
     read = airflow.xcom(REPORT_DAG, report["dag_run_id"], "read_committed")
     assert read["rows"] == len(spend_per_user(events)) and read["epochs"] == [3]
     [announced] = read["events"]
-    assert announced == {"job": job, "pipeline": "main", "flow": job, "first_epoch": 1, "last_epoch": 3,
-                         "snapshot": summary["last_snapshot"], "records": len(events)}
+    assert announced == {
+        "job": job,
+        "pipeline": "main",
+        "flow": job,
+        "first_epoch": 1,
+        "last_epoch": 3,
+        "snapshot": summary["last_snapshot"],
+        "records": len(events),
+    }
 
     again = airflow.trigger(f"pipeline__{job}", {"mode": "until_caught_up"})  # nothing new to read
     assert airflow.wait_for_run(f"pipeline__{job}", again, timeout=300) == "success"
@@ -312,8 +366,16 @@ def test_a_downstream_dag_runs_once_per_run_that_committed_epochs(airflow, stack
 
 def test_stopping_a_continuous_run_in_airflow_stops_spark_and_is_not_recovered(airflow, stack_env):
     run_id = airflow.trigger(DAG, {"mode": "continuous", "lease_seconds": 4})
-    running = wait_for(lambda: (s := status(stack_env)) and s.state == "RUNNING"
-                       and s.launch.launched_by == f"airflow:{DAG}/{run_id}" and s, 240, "the continuous run")
+    running = wait_for(
+        lambda: (
+            (s := status(stack_env))
+            and s.state == "RUNNING"
+            and s.launch.launched_by == f"airflow:{DAG}/{run_id}"
+            and s
+        ),
+        240,
+        "the continuous run",
+    )
     assert running.launch.mode == "forever"
     airflow.request("PATCH", f"/api/v2/dags/{DAG}/dagRuns/{run_id}", json={"state": "failed"})
     # Airflow stops the task → RunJobOperator.on_kill → the run stops gracefully: STOPPED, not LOST
@@ -370,12 +432,18 @@ def test_the_pipelines_page_used_in_the_browser(airflow, stack_env):
     head = next(r for r in listed if r["head"])
     runs_before = len(airflow.dag_runs(DAG))
     with HeadlessChromium() as browser, browser.page(f"{airflow.base_url}/plugin/pipelines") as page:
-        page.wait_for(f"!!(document.querySelector('iframe[title=Pipelines]') && {FRAME} && {SECTION} && "
-                      f"{SECTION}.querySelector('form.restore'))", 90, "the Pipelines page in its iframe")
+        page.wait_for(
+            f"!!(document.querySelector('iframe[title=Pipelines]') && {FRAME} && {SECTION} && "
+            f"{SECTION}.querySelector('form.restore'))",
+            90,
+            "the Pipelines page in its iframe",
+        )
 
         # the history: every snapshot the store lists, each with its key count
-        rows = page.evaluate(f"Array.from({SECTION}.querySelectorAll('details tr'), r => Array.from(r.cells, "
-                             "c => c.textContent.trim())).slice(1)")
+        rows = page.evaluate(
+            f"Array.from({SECTION}.querySelectorAll('details tr'), r => Array.from(r.cells, "
+            "c => c.textContent.trim())).slice(1)"
+        )
         assert [(r[0], r[4]) for r in rows] == [(s["snapshot_id"], str(s["keys"])) for s in listed]
         assert live_cell(page, "epoch") == str(head["epoch"])
 
@@ -383,8 +451,11 @@ def test_the_pipelines_page_used_in_the_browser(airflow, stack_env):
         form = f"{SECTION}.querySelector('form.restore')"
         page.evaluate(f"{form}.restore.value = 'none'")
         page.click(f"{form}.querySelector('button[type=submit]')")
-        question = page.wait_for(f"!{SECTION}.querySelector('.confirm').hidden && "
-                                 f"{SECTION}.querySelector('.confirm').innerText", 10, "the start-over question")
+        question = page.wait_for(
+            f"!{SECTION}.querySelector('.confirm').hidden && {SECTION}.querySelector('.confirm').innerText",
+            10,
+            "the start-over question",
+        )
         assert f"latest {head['snapshot_id']}, epoch {head['epoch']}" in question and "retracts every epoch" in question
         page.click(button("Cancel", SECTION))
         assert page.evaluate(f"{SECTION}.querySelector('.msg').textContent") == "start over cancelled"
@@ -398,8 +469,11 @@ def test_the_pipelines_page_used_in_the_browser(airflow, stack_env):
         # a restore from the page asks first; the pipeline was last run continuously, and stays so
         page.evaluate(f"{form}.restore.value = 'latest'")
         page.click(f"{form}.querySelector('button[type=submit]')")
-        question = page.wait_for(f"!{SECTION}.querySelector('.confirm').hidden && "
-                                 f"{SECTION}.querySelector('.confirm').innerText", 10, "the restore question")
+        question = page.wait_for(
+            f"!{SECTION}.querySelector('.confirm').hidden && {SECTION}.querySelector('.confirm').innerText",
+            10,
+            "the restore question",
+        )
         assert "Nothing committed is discarded" in question and "mode continuous" in question, question
         assert "fences it" not in question  # the pipeline is STOPPED: nothing runs to be fenced
         page.click(button("Restore", SECTION))
@@ -408,25 +482,42 @@ def test_the_pipelines_page_used_in_the_browser(airflow, stack_env):
         assert run_id.startswith("pipelines_page__main__latest__")
         conf = airflow.dag_run(DAG, run_id)["conf"]
         assert conf["reason"] == "Pipelines page: restore latest of pipeline main" and conf["mode"] == "continuous"
-        running = wait_for(lambda: (s := status(stack_env)) and s.state == "RUNNING"
-                           and s.launch.launched_by == f"airflow:{DAG}/{run_id}" and s, 240, "the restored stream")
+        running = wait_for(
+            lambda: (
+                (s := status(stack_env))
+                and s.state == "RUNNING"
+                and s.launch.launched_by == f"airflow:{DAG}/{run_id}"
+                and s
+            ),
+            240,
+            "the restored stream",
+        )
         assert running.launch.mode == "forever"
         page.wait_for(f"{SECTION}.querySelector('.msg').dataset.state === 'running'", 60, "the page to show it running")
 
         # a second restore while it runs: the question names the attempt it fences; cancelled
-        page.wait_for(f"{FRAME}.querySelector('[data-live=\"{JOB}/main/status\"]').innerText.includes('RUNNING')",
-                      60, "the page to show RUNNING")
+        page.wait_for(
+            f"{FRAME}.querySelector('[data-live=\"{JOB}/main/status\"]').innerText.includes('RUNNING')",
+            60,
+            "the page to show RUNNING",
+        )
         page.click(f"{form}.querySelector('button[type=submit]')")
-        question = page.wait_for(f"!{SECTION}.querySelector('.confirm').hidden && "
-                                 f"{SECTION}.querySelector('.confirm').innerText", 10, "the fencing question")
+        question = page.wait_for(
+            f"!{SECTION}.querySelector('.confirm').hidden && {SECTION}.querySelector('.confirm').innerText",
+            10,
+            "the fencing question",
+        )
         assert f"Attempt {running.attempt} is RUNNING" in question and "fences it" in question, question
         page.click(button("Cancel", SECTION))
         assert page.evaluate(f"{SECTION}.querySelector('.msg').textContent") == "restore cancelled"
 
         # the current run and its log are linked from the status; the log link opens the task in Airflow
         page.click(f"{SECTION}.querySelector('[data-run-links] a:last-child')")
-        page.wait_for(f"decodeURIComponent(location.pathname) === '/dags/{DAG}/runs/{run_id}/tasks/run_job'", 30,
-                      "the Airflow UI to open the run's task log")
+        page.wait_for(
+            f"decodeURIComponent(location.pathname) === '/dags/{DAG}/runs/{run_id}/tasks/run_job'",
+            30,
+            "the Airflow UI to open the run's task log",
+        )
         airflow.request("PATCH", f"/api/v2/dags/{DAG}/dagRuns/{run_id}", json={"state": "failed"})  # stop the stream
         stopped = wait_for(lambda: (s := status(stack_env)) and s.state != "RUNNING" and s, 120, "the stream to stop")
         assert stopped.state == "STOPPED", stopped
@@ -435,8 +526,11 @@ def test_the_pipelines_page_used_in_the_browser(airflow, stack_env):
         # back on the page: the DAG link opens the DAG in Airflow
         page.goto(f"{airflow.base_url}/plugin/pipelines")
         page.wait_for(f"!!({FRAME} && {SECTION} && {SECTION}.querySelector('form.restore'))", 90, "the Pipelines page")
-        shown = page.wait_for(f"(t => t.includes('STOPPED') && t)({FRAME}.querySelector("
-                              f"'[data-live=\"{JOB}/main/status\"]').innerText)", 60, "the page to show STOPPED")
+        shown = page.wait_for(
+            f"(t => t.includes('STOPPED') && t)({FRAME}.querySelector('[data-live=\"{JOB}/main/status\"]').innerText)",
+            60,
+            "the page to show STOPPED",
+        )
         assert f"airflow:{DAG}/{run_id}" in shown, shown
         page.click(f"{SECTION}.querySelector('a[data-airflow-link]')")
         page.wait_for(f"location.pathname === '/dags/{DAG}'", 30, "the Airflow UI to open the DAG")
@@ -454,20 +548,27 @@ def test_the_pipelines_page_fits_narrow_windows_and_follows_airflow_s_dark_mode(
     inside the frame, where a click reaches it; with Airflow's theme set to dark, the page is dark."""
     restore = f"{SECTION}.querySelector('form.restore button[type=submit]')"
     (REPO / "results").mkdir(exist_ok=True)
-    inside = (f"(() => {{ const frame = document.querySelector('iframe[title=Pipelines]'), doc = {FRAME}, "
-              f"width = doc.documentElement.clientWidth; "
-              f"const cells = Array.from({SECTION}.querySelectorAll('tr[data-pipeline] > td')); "
-              "const cut = cells.filter(c => c.getBoundingClientRect().right > width + 1).length; "
-              f"const b = {restore}; b.scrollIntoView({{block: 'center'}}); const r = b.getBoundingClientRect(); "
-              "const hit = doc.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2) === b; "
-              "const f = frame.getBoundingClientRect(); "
-              "return {cut, hit, scroll: doc.documentElement.scrollWidth - width, "
-              "box: [f.left + r.left, f.top + r.top, f.left + r.right, f.top + r.bottom]}; })()")
+    inside = (
+        f"(() => {{ const frame = document.querySelector('iframe[title=Pipelines]'), doc = {FRAME}, "
+        f"width = doc.documentElement.clientWidth; "
+        f"const cells = Array.from({SECTION}.querySelectorAll('tr[data-pipeline] > td')); "
+        "const cut = cells.filter(c => c.getBoundingClientRect().right > width + 1).length; "
+        f"const b = {restore}; b.scrollIntoView({{block: 'center'}}); const r = b.getBoundingClientRect(); "
+        "const hit = doc.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2) === b; "
+        "const f = frame.getBoundingClientRect(); "
+        "return {cut, hit, scroll: doc.documentElement.scrollWidth - width, "
+        "box: [f.left + r.left, f.top + r.top, f.left + r.right, f.top + r.bottom]}; })()"
+    )
     for width in (1024, 800):
-        with HeadlessChromium() as browser, browser.page(f"{airflow.base_url}/plugin/pipelines",
-                                                         window=f"{width},800") as page:
-            page.wait_for(f"!!(document.querySelector('iframe[title=Pipelines]') && {FRAME} && {SECTION} && "
-                          f"{restore})", 90, "the Pipelines page")
+        with (
+            HeadlessChromium() as browser,
+            browser.page(f"{airflow.base_url}/plugin/pipelines", window=f"{width},800") as page,
+        ):
+            page.wait_for(
+                f"!!(document.querySelector('iframe[title=Pipelines]') && {FRAME} && {SECTION} && {restore})",
+                90,
+                "the Pipelines page",
+            )
             seen = page.evaluate(inside)
             assert seen["cut"] == 0 and seen["scroll"] <= 0 and seen["hit"], (width, seen)
             shot = page.screenshot(tmp_path / f"page-{width}.png")
@@ -475,6 +576,7 @@ def test_the_pipelines_page_fits_narrow_windows_and_follows_airflow_s_dark_mode(
             assert 0 <= left < right <= width and bottom > top
             # the button is drawn where the DOM says: its box is not the page's plain background
             from PIL import Image
+
             with Image.open(shot) as image:
                 colours = image.convert("RGB").crop((left, top, right, bottom)).getcolors(1 << 16) or []
             assert len(colours) > 4, (width, len(colours))
@@ -483,10 +585,16 @@ def test_the_pipelines_page_fits_narrow_windows_and_follows_airflow_s_dark_mode(
     with HeadlessChromium() as browser, browser.page(f"{airflow.base_url}/plugin/pipelines") as page:
         page.evaluate("localStorage.setItem('theme', 'dark')")  # what Airflow's own theme switch stores
         page.goto(f"{airflow.base_url}/plugin/pipelines")
-        page.wait_for(f"document.documentElement.classList.contains('dark') && {FRAME} && {SECTION} && "
-                      f"{FRAME}.documentElement.dataset.theme === 'dark'", 90, "the page in Airflow's dark mode")
-        frame = page.evaluate("(() => { const r = document.querySelector('iframe[title=Pipelines]')"
-                              ".getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })()")
+        page.wait_for(
+            f"document.documentElement.classList.contains('dark') && {FRAME} && {SECTION} && "
+            f"{FRAME}.documentElement.dataset.theme === 'dark'",
+            90,
+            "the page in Airflow's dark mode",
+        )
+        frame = page.evaluate(
+            "(() => { const r = document.querySelector('iframe[title=Pipelines]')"
+            ".getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })()"
+        )
         shot = page.screenshot(tmp_path / "dark.png")
         box = tuple(round(v) for v in frame)
         assert _mean_luminance(shot, box) < 80, "the page inside Airflow's dark UI is not dark"  # white is 255
@@ -535,15 +643,26 @@ def test_a_users_own_dag_runs_a_job_with_run_job_operator_alone(airflow, stack_e
     assert kafka_password["title"] == "SASL password" and kafka_password["hidden"] is False
     assert forms["pipeline_lib_spark"]["standard_fields"]["password"]["hidden"] is True
     kafka_extra = json.dumps(forms["pipeline_lib_kafka"]["extra_fields"])
-    assert all(name in kafka_extra for name in ("bootstrap_servers", "security_protocol", "sasl_mechanism",
-                                                 "ssl_cafile"))
+    assert all(
+        name in kafka_extra for name in ("bootstrap_servers", "security_protocol", "sasl_mechanism", "ssl_cafile")
+    )
     # the Connections page's Test button: each type's hook reaches its service, or says why not
     host, port = local_stack.kafka_bootstrap.rsplit(":", 1)
-    tested = airflow.request("POST", "/api/v2/connections/test", json={
-        "connection_id": "probe", "conn_type": "pipeline_lib_kafka", "host": host, "port": int(port)}).json()
+    tested = airflow.request(
+        "POST",
+        "/api/v2/connections/test",
+        json={"connection_id": "probe", "conn_type": "pipeline_lib_kafka", "host": host, "port": int(port)},
+    ).json()
     assert tested["status"] is True and "answers" in tested["message"], tested
-    tested = airflow.request("POST", "/api/v2/connections/test", json={
-        "connection_id": "probe", "conn_type": "pipeline_lib_s3", "host": local_stack.s3_endpoint,
-        "login": local_stack.access_key, "password": "wrong-" + local_stack.secret_key}).json()
+    tested = airflow.request(
+        "POST",
+        "/api/v2/connections/test",
+        json={
+            "connection_id": "probe",
+            "conn_type": "pipeline_lib_s3",
+            "host": local_stack.s3_endpoint,
+            "login": local_stack.access_key,
+            "password": "wrong-" + local_stack.secret_key,
+        },
+    ).json()
     assert tested["status"] is False and local_stack.secret_key not in tested["message"], tested
-

@@ -21,7 +21,7 @@ from tests.airflow.rest_api import AirflowApiError
 pytestmark = pytest.mark.timeout(300)
 
 DAG_ID = "harness_smoke"
-DAG_FILE = textwrap.dedent('''
+DAG_FILE = textwrap.dedent("""
     import os
     from pathlib import Path
 
@@ -42,14 +42,13 @@ DAG_FILE = textwrap.dedent('''
 
 
     harness_smoke()
-''')
+""")
 
 
 def _ss_listeners(pids: set[int]) -> list[str]:
     """Lines of ``ss -ltnup`` whose socket belongs to one of ``pids``."""
     out = subprocess.run(["ss", "-Hltnup"], capture_output=True, text=True, check=True).stdout
-    return [line for line in out.splitlines()
-            if {int(p) for p in re.findall(r"pid=(\d+)", line)} & pids]
+    return [line for line in out.splitlines() if {int(p) for p in re.findall(r"pid=(\d+)", line)} & pids]
 
 
 def _alive(p: psutil.Process) -> bool:
@@ -128,7 +127,11 @@ def test_airflow_harness_runs_a_dag_end_to_end(tmp_path, record_property):
     assert server.harness_processes() == []
     assert [p for p in seen.values() if _alive(p)] == []
 
-    timings = {"start_to_healthy_s": round(t_healthy, 1), "start_to_dag_visible_s": round(t_dag, 1),
-               "trigger_to_success_s": round(t_run, 1), "stop_s": round(t_stop, 1)}
+    timings = {
+        "start_to_healthy_s": round(t_healthy, 1),
+        "start_to_dag_visible_s": round(t_dag, 1),
+        "trigger_to_success_s": round(t_run, 1),
+        "stop_s": round(t_stop, 1),
+    }
     record_property("timings", timings)
     print(f"airflow harness timings: {timings}")

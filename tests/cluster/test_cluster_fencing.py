@@ -54,37 +54,68 @@ def _state_objects(snapshots: SnapshotStore, snapshot_id: str | None = None) -> 
     return set(snapshots.store.list(f"{layout.STATE_PREFIX}{snapshot_id}/" if snapshot_id else layout.STATE_PREFIX))
 
 
-@pytest.mark.parametrize("hold_at, successor_parallelism, guard", [
-    pytest.param("mid_snapshot_write@3", 2, "another attempt moved the head before snapshot 0000000003-a1 could commit",
-                 id="mid_snapshot_write@3"),
-    pytest.param("after_sink_files@3", 1, "was committed by another attempt while attempt 1 wrote it",
-                 marks=pytest.mark.full, id="after_sink_files@3"),
-])
+@pytest.mark.parametrize(
+    "hold_at, successor_parallelism, guard",
+    [
+        pytest.param(
+            "mid_snapshot_write@3",
+            2,
+            "another attempt moved the head before snapshot 0000000003-a1 could commit",
+            id="mid_snapshot_write@3",
+        ),
+        pytest.param(
+            "after_sink_files@3",
+            1,
+            "was committed by another attempt while attempt 1 wrote it",
+            marks=pytest.mark.full,
+            id="after_sink_files@3",
+        ),
+    ],
+)
 def test_an_old_attempt_on_the_cluster_is_fenced_after_its_owner_tasks_wrote(
-        cluster, cluster_env, local_stack, tmp_path, cluster_payments, hold_at, successor_parallelism, guard):
-    name, sink, store, spec = _job(tmp_path, cluster_payments, parallelism=2, spark={"cores_max": 1},
-                                   checkpoint={"key_groups_per_state_file": SPAN})
+    cluster, cluster_env, local_stack, tmp_path, cluster_payments, hold_at, successor_parallelism, guard
+):
+    name, sink, store, spec = _job(
+        tmp_path,
+        cluster_payments,
+        parallelism=2,
+        spark={"cores_max": 1},
+        checkpoint={"key_groups_per_state_file": SPAN},
+    )
     settings = ConnectionSettings.from_env(cluster_env)
     snapshots = SnapshotStore.open(store, name, "main", settings)
     resume, fault_log = tmp_path / "resume", tmp_path / "faults.log"
-    env_old = {**cluster_env, "PIPELINE_FAULT_POINTS": hold_at, "PIPELINE_FAULT_PAUSE_UNTIL": str(resume),
-               "PIPELINE_FAULT_LOG": str(fault_log)}
+    env_old = {
+        **cluster_env,
+        "PIPELINE_FAULT_POINTS": hold_at,
+        "PIPELINE_FAULT_PAUSE_UNTIL": str(resume),
+        "PIPELINE_FAULT_LOG": str(fault_log),
+    }
     # A short lease: the held attempt's heartbeat thread keeps trying to write STATUS all along.
     old = CliRun(["run", str(spec), "--lease-seconds", "1"], env_old, tmp_path / "old.log")
     successor = None
     try:
-        old.until(lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text(), 300,
-                  f"the old attempt to hold at {hold_at}")
+        old.until(
+            lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text(),
+            300,
+            f"the old attempt to hold at {hold_at}",
+        )
         assert "with keyed state on owner tasks" in old.stderr(), old.stderr()[-3000:]
         # its owner tasks wrote epoch 3's files, and then epoch 4's (read ahead), one pack per owner
         assert len(_state_objects(snapshots, f"{HELD_EPOCH:010d}-a1")) == 2
-        old.until(lambda: len(_state_objects(snapshots, f"{HELD_EPOCH + 1:010d}-a1")) == 2, 180,
-                  "the old attempt's owner tasks to write epoch 4's state (its read ahead)")
-        successor = CliRun(["run", str(spec), "--parallelism", str(successor_parallelism)], cluster_env,
-                           tmp_path / "successor.log")
-        both = successor.until(lambda: _an_executor_on_each_live_worker(cluster)
-                               and _two_apps_with_a_core_each(cluster, name), 240,
-                               "both attempts' applications on the cluster with a core and an executor each")
+        old.until(
+            lambda: len(_state_objects(snapshots, f"{HELD_EPOCH + 1:010d}-a1")) == 2,
+            180,
+            "the old attempt's owner tasks to write epoch 4's state (its read ahead)",
+        )
+        successor = CliRun(
+            ["run", str(spec), "--parallelism", str(successor_parallelism)], cluster_env, tmp_path / "successor.log"
+        )
+        both = successor.until(
+            lambda: _an_executor_on_each_live_worker(cluster) and _two_apps_with_a_core_each(cluster, name),
+            240,
+            "both attempts' applications on the cluster with a core and an executor each",
+        )
         assert len({a["id"] for a in both}) == 2
         assert successor.wait(480) == 0, successor.stderr()[-3000:]
         assert old.returncode is None and "FAULT RESUMED" not in fault_log.read_text()  # held all along
@@ -104,8 +135,9 @@ def test_an_old_attempt_on_the_cluster_is_fenced_after_its_owner_tasks_wrote(
     if successor_parallelism != 2:
         assert f"rescaling keyed state from 2 to {successor_parallelism} subtasks" in successor.stderr()
     _assert_exact(cluster_env, local_stack, cluster_payments, name, sink, store)
-    assert_committed_output_intact(settings, name, sink, store, epochs=EPOCHS, held_epoch=HELD_EPOCH,
-                                   successor_attempt=2, status_attempt=2)
+    assert_committed_output_intact(
+        settings, name, sink, store, epochs=EPOCHS, held_epoch=HELD_EPOCH, successor_attempt=2, status_attempt=2
+    )
 
     head, _ = snapshots.read_head()
     assert head is not None

@@ -21,11 +21,16 @@ pytestmark = pytest.mark.cluster
 
 
 def test_an_owner_task_lost_after_writing_its_files_is_rerun_and_only_committed_objects_remain(
-        cluster, cluster_env, local_stack, tmp_path, cluster_payments):
+    cluster, cluster_env, local_stack, tmp_path, cluster_payments
+):
     name, sink, store, spec = _job(tmp_path, cluster_payments)
     fault_log = tmp_path / "faults.log"
-    lose_one_executor = ["--conf", "spark.executorEnv.PIPELINE_FAULT_POINTS=after_owner_files@2!",
-                         "--conf", f"spark.executorEnv.PIPELINE_FAULT_LOG={fault_log}"]
+    lose_one_executor = [
+        "--conf",
+        "spark.executorEnv.PIPELINE_FAULT_POINTS=after_owner_files@2!",
+        "--conf",
+        f"spark.executorEnv.PIPELINE_FAULT_LOG={fault_log}",
+    ]
     result = run_cli(["run", str(spec), *lose_one_executor], cluster_env, timeout=420)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "with keyed state on owner tasks" in result.stderr
@@ -53,7 +58,8 @@ def test_an_owner_task_lost_after_writing_its_files_is_rerun_and_only_committed_
 
 
 def test_a_flow_with_transforms_keeps_its_keyed_state_on_owner_tasks_through_a_lost_executor(
-        cluster, cluster_env, local_stack, tmp_path, cluster_payments):
+    cluster, cluster_env, local_stack, tmp_path, cluster_payments
+):
     """The Spark SQL path (a flow with transforms) on the cluster: Spark's ``groupBy`` partials
     are cut by owner and shuffled to the owner tasks, which write the parts and state files; an
     executor lost after its owner task wrote is replaced and the run ends exact, every epoch
@@ -63,18 +69,27 @@ def test_a_flow_with_transforms_keeps_its_keyed_state_on_owner_tasks_through_a_l
     name, sink, store, spec = _job(tmp_path, cluster_payments, extra={"transforms": TRANSFORMS})
     _with_values(spec, TRANSFORMED_VALUES)
     fault_log = tmp_path / "faults.log"
-    lose_one_executor = ["--conf", "spark.executorEnv.PIPELINE_FAULT_POINTS=after_owner_files@2!",
-                         "--conf", f"spark.executorEnv.PIPELINE_FAULT_LOG={fault_log}"]
+    lose_one_executor = [
+        "--conf",
+        "spark.executorEnv.PIPELINE_FAULT_POINTS=after_owner_files@2!",
+        "--conf",
+        f"spark.executorEnv.PIPELINE_FAULT_LOG={fault_log}",
+    ]
     result = run_cli(["run", str(spec), *lose_one_executor], cluster_env, timeout=420)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"epochs take the Spark SQL path with keyed state on owner tasks (flow {name} has transforms)" \
-        in result.stderr, result.stderr[-3000:]
-    assert any("after_owner_files epoch=2" in line for line in fault_log.read_text().splitlines()
-               if line.startswith("FAULT INJECTED"))
+    assert (
+        f"epochs take the Spark SQL path with keyed state on owner tasks (flow {name} has transforms)" in result.stderr
+    ), result.stderr[-3000:]
+    assert any(
+        "after_owner_files epoch=2" in line
+        for line in fault_log.read_text().splitlines()
+        if line.startswith("FAULT INJECTED")
+    )
     out = open_store(sink, ConnectionSettings.from_env(cluster_env))
     assert read_upsert_table(out, ["user"]) == _transformed_table(cluster_payments[1])
-    checks = assert_every_epoch_exact(cluster_env, name, sink, store, local_stack.kafka_bootstrap,
-                                      values=TRANSFORMED_VALUES, reference=_transformed)
+    checks = assert_every_epoch_exact(
+        cluster_env, name, sink, store, local_stack.kafka_bootstrap, values=TRANSFORMED_VALUES, reference=_transformed
+    )
     assert checks
     for epoch in committed_epochs(out):
         listed = SuccessMarker.model_validate_json(out.get(f"epoch={epoch}/_SUCCESS")).files

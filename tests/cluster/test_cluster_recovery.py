@@ -33,14 +33,24 @@ def _spec(name: str, payments_topic: str, refunds_topic: str) -> dict:
     schema = "user string, amount long"
     return {
         "name": name,
-        "sources": {"payments": {"kafka": {"topic": payments_topic, "schema": schema}},
-                    "refunds": {"kafka": {"topic": refunds_topic, "schema": schema}}},
+        "sources": {
+            "payments": {"kafka": {"topic": payments_topic, "schema": schema}},
+            "refunds": {"kafka": {"topic": refunds_topic, "schema": schema}},
+        },
         "flows": [
-            {"name": "spend", "source": "payments", "state": AGG,
-             "sink": {"files": {"path": f"s3://results/{name}-spend"}}},
-            {"name": "refunded", "source": "refunds", "state": AGG,
-             "transforms": [{"python": "tests.hooks_example:broken_until_fixed"}],
-             "sink": {"files": {"path": f"s3://results/{name}-refunded"}}},
+            {
+                "name": "spend",
+                "source": "payments",
+                "state": AGG,
+                "sink": {"files": {"path": f"s3://results/{name}-spend"}},
+            },
+            {
+                "name": "refunded",
+                "source": "refunds",
+                "state": AGG,
+                "transforms": [{"python": "tests.hooks_example:broken_until_fixed"}],
+                "sink": {"files": {"path": f"s3://results/{name}-refunded"}},
+            },
         ],
         "checkpoint": {"store": f"s3://checkpoints/{name}"},
         "trigger": {"max_records_per_epoch": 3_000},
@@ -54,7 +64,8 @@ def _status(settings, name: str, pipeline: str):
 
 
 def test_a_failed_pipeline_is_relaunched_alone_beside_its_running_sibling(
-        cluster, cluster_env, local_stack, tmp_path, cluster_payments, monkeypatch):
+    cluster, cluster_env, local_stack, tmp_path, cluster_payments, monkeypatch
+):
     payments_topic, payments = cluster_payments
     refunds = payment_events(4_000, 60, seed=99)
     create_topic(local_stack.kafka_bootstrap, "refunds-cluster", 2)
@@ -68,12 +79,20 @@ def test_a_failed_pipeline_is_relaunched_alone_beside_its_running_sibling(
     first = CliRun(["run", str(spec_path), "--forever", "--stop-file", str(stop_first)], env, tmp_path / "first.log")
     relaunch, lines = None, []
     try:
-        wait_for(lambda: (s := _status(settings, name, "refunds")) is not None and s.state == "FAILED", 240,
-                 "the refunds pipeline to fail")
-        wait_for(lambda: (s := _status(settings, name, "payments")) is not None and s.state == "RUNNING"
-                 and s.epoch >= 1, 240, "the payments pipeline to run")
-        decisions = {d.pipeline: d for d in recover_job(load_spec(spec_path), settings,
-                                                        RecoveryPolicy(backoff_base_s=0), "test-recovery")}
+        wait_for(
+            lambda: (s := _status(settings, name, "refunds")) is not None and s.state == "FAILED",
+            240,
+            "the refunds pipeline to fail",
+        )
+        wait_for(
+            lambda: (s := _status(settings, name, "payments")) is not None and s.state == "RUNNING" and s.epoch >= 1,
+            240,
+            "the payments pipeline to run",
+        )
+        decisions = {
+            d.pipeline: d
+            for d in recover_job(load_spec(spec_path), settings, RecoveryPolicy(backoff_base_s=0), "test-recovery")
+        }
         assert decisions["payments"].verdict == "healthy"
         assert decisions["refunds"].verdict == "relaunch" and decisions["refunds"].conf["pipelines"] == ["refunds"]
         fixed.touch()  # the bug is fixed; the relaunch runs the job's refunds pipeline only
@@ -83,15 +102,34 @@ def test_a_failed_pipeline_is_relaunched_alone_beside_its_running_sibling(
         relaunch.start(lines.append)
         reader = threading.Thread(target=relaunch.wait, args=(lines.append,), daemon=True)  # drains its output
         reader.start()
-        apps = wait_for(lambda: len(a := [x for x in cluster.state()["activeapps"]
-                                          if x["name"] == f"pipeline-lib:{name}" or x["name"].endswith(name)]) == 2
-                        and all(x["cores"] >= 1 for x in a) and a, 180,
-                        "the relaunch's application to get executors beside the first")
+        apps = wait_for(
+            lambda: (
+                len(
+                    a := [
+                        x
+                        for x in cluster.state()["activeapps"]
+                        if x["name"] == f"pipeline-lib:{name}" or x["name"].endswith(name)
+                    ]
+                )
+                == 2
+                and all(x["cores"] >= 1 for x in a)
+                and a
+            ),
+            180,
+            "the relaunch's application to get executors beside the first",
+        )
         assert first.proc.poll() is None, "the healthy sibling's application still runs"
         try:
-            wait_for(lambda: (s := _status(settings, name, "refunds")) is not None and s.attempt > 1
-                     and s.state == "RUNNING" and result_table(env, f"s3://results/{name}-refunded")
-                     == spend_per_user(refunds), 240, "the relaunched refunds pipeline to catch up exactly")
+            wait_for(
+                lambda: (
+                    (s := _status(settings, name, "refunds")) is not None
+                    and s.attempt > 1
+                    and s.state == "RUNNING"
+                    and result_table(env, f"s3://results/{name}-refunded") == spend_per_user(refunds)
+                ),
+                240,
+                "the relaunched refunds pipeline to catch up exactly",
+            )
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the relaunch's output:\n" + "\n".join(lines[-30:])) from None
         assert len({a["id"] for a in apps}) == 2 and _status(settings, name, "payments").state == "RUNNING"
@@ -106,6 +144,7 @@ def test_a_failed_pipeline_is_relaunched_alone_beside_its_running_sibling(
     payments_status, refunds_status = _status(settings, name, "payments"), _status(settings, name, "refunds")
     assert (payments_status.attempt, payments_status.state) == (1, "STOPPED")
     assert refunds_status.attempt > 1 and refunds_status.state == "STOPPED"
-    launched = json.loads(SnapshotStore.open(f"s3://checkpoints/{name}", name, "refunds", settings)
-                          .store.get(layout.STATUS_KEY))["launch"]["launched_by"]
+    launched = json.loads(
+        SnapshotStore.open(f"s3://checkpoints/{name}", name, "refunds", settings).store.get(layout.STATUS_KEY)
+    )["launch"]["launched_by"]
     assert launched == "test-relaunch"

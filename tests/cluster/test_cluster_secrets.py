@@ -25,26 +25,41 @@ pytestmark = pytest.mark.cluster
 def _proc_text(pid: int) -> str:
     """A live process's command line and environment, as text ('' once it is gone)."""
     try:
-        return "\n".join(Path(f"/proc/{pid}/{part}").read_bytes().replace(b"\0", b"\n").decode("utf-8", "replace")
-                         for part in ("cmdline", "environ"))
+        return "\n".join(
+            Path(f"/proc/{pid}/{part}").read_bytes().replace(b"\0", b"\n").decode("utf-8", "replace")
+            for part in ("cmdline", "environ")
+        )
     except OSError:
         return ""
 
 
-def test_no_credential_reaches_an_executor_or_a_file_of_the_cluster(cluster, cluster_env, local_stack, tmp_path,
-                                                                     cluster_payments):
+def test_no_credential_reaches_an_executor_or_a_file_of_the_cluster(
+    cluster, cluster_env, local_stack, tmp_path, cluster_payments
+):
     # With dead letters, the read tasks write to S3 themselves: the credentials travel in their closures.
     dead_letters = {"on_error": "dead_letter", "dead_letter": {"path": f"s3://results/dead-{tmp_path.name}"}}
     name, sink, store, spec = _job(tmp_path, cluster_payments, extra=dead_letters)
     fault_log, release, events = tmp_path / "faults.log", tmp_path / "release", tmp_path / "events"
     events.mkdir()
     ui_port = free_port()
-    observed = ["spark.ui.enabled=true", f"spark.ui.port={ui_port}", "spark.port.maxRetries=0",
-                "spark.eventLog.enabled=true", f"spark.eventLog.dir=file://{events}"]
+    observed = [
+        "spark.ui.enabled=true",
+        f"spark.ui.port={ui_port}",
+        "spark.port.maxRetries=0",
+        "spark.eventLog.enabled=true",
+        f"spark.eventLog.dir=file://{events}",
+    ]
     conf = [arg for item in observed for arg in ("--conf", item)]
-    run = CliRun(["-v", "run", str(spec), *conf], {**cluster_env, "PIPELINE_FAULT_POINTS": "after_plan@2",
-                                            "PIPELINE_FAULT_PAUSE_UNTIL": str(release),
-                                            "PIPELINE_FAULT_LOG": str(fault_log)}, tmp_path / "run.log")
+    run = CliRun(
+        ["-v", "run", str(spec), *conf],
+        {
+            **cluster_env,
+            "PIPELINE_FAULT_POINTS": "after_plan@2",
+            "PIPELINE_FAULT_PAUSE_UNTIL": str(release),
+            "PIPELINE_FAULT_LOG": str(fault_log),
+        },
+        tmp_path / "run.log",
+    )
     seen: dict[str, str] = {}
     try:
         run.until(lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text(), 180, "the run at epoch 2")

@@ -22,19 +22,23 @@ OTHER = "9.9.9"
 
 
 def test_executors_with_another_library_version_fail_the_start_up_naming_each(
-        cluster, cluster_env, tmp_path, cluster_payments):
+    cluster, cluster_env, tmp_path, cluster_payments
+):
     other = library_at_another_version(tmp_path / "other-lib", OTHER)
     name, store = "cluster-versions", "s3://checkpoints/cluster-versions"
     conf = {"spark.driver.host": "127.0.0.1", "spark.executorEnv.PYTHONPATH": str(other)}
-    spec = write_spec(tmp_path, spend_spec(name, cluster_payments[0], f"s3://results/{name}", store,
-                                           extra={"spark": {"conf": conf}}))
+    spec = write_spec(
+        tmp_path, spend_spec(name, cluster_payments[0], f"s3://results/{name}", store, extra={"spark": {"conf": conf}})
+    )
     result = run_cli(["run", str(spec)], cluster_env, timeout=240)
     assert result.returncode != 0
     status = SnapshotStore.open(store, name, "main", ConnectionSettings.from_env(cluster_env)).read_status()
     assert status.state == "FAILED", status
-    named = re.findall(r"subtask source:main#(\d) failed on_start: executor (\d+) \(host ([^,]+), pid \d+\) has "
-                       rf"pipeline_lib {re.escape(OTHER)} \(the driver has {re.escape(pipeline_lib.__version__)}\)",
-                       status.reason)
+    named = re.findall(
+        r"subtask source:main#(\d) failed on_start: executor (\d+) \(host ([^,]+), pid \d+\) has "
+        rf"pipeline_lib {re.escape(OTHER)} \(the driver has {re.escape(pipeline_lib.__version__)}\)",
+        status.reason,
+    )
     assert sorted(subtask for subtask, _, _ in named) == ["0", "1"], status.reason  # both source subtasks
     assert {executor for _, executor, _ in named} <= {"0", "1"}  # Spark's ids of the application's executors
     assert {host for _, _, host in named} == {socket.gethostname()}

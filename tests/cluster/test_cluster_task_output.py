@@ -47,23 +47,32 @@ def dirty_payments(local_stack):
 
 
 def test_a_task_lost_after_writing_its_parts_is_rerun_and_only_the_rerun_s_parts_are_committed(
-        cluster, cluster_env, local_stack, tmp_path, dirty_payments):
+    cluster, cluster_env, local_stack, tmp_path, dirty_payments
+):
     topic, good, bad = dirty_payments
     name = f"rows-{uuid.uuid4().hex[:10]}"
     sink, store, dead = f"s3://results/{name}", f"s3://checkpoints/{name}", f"s3://results/{name}-dead"
-    spec = write_spec(tmp_path, {
-        "name": name,
-        "source": {"kafka": {"topic": topic, "format": "json", "schema": "user string, amount long"}},
-        "sink": {"files": {"path": sink, "format": "parquet"}},
-        "checkpoint": {"store": store},
-        "trigger": {"max_records_per_epoch": 1_000},
-        "parallelism": 2,
-        "on_error": "dead_letter", "dead_letter": {"path": dead},
-        "spark": {"conf": {"spark.driver.host": "127.0.0.1"}},
-    })
+    spec = write_spec(
+        tmp_path,
+        {
+            "name": name,
+            "source": {"kafka": {"topic": topic, "format": "json", "schema": "user string, amount long"}},
+            "sink": {"files": {"path": sink, "format": "parquet"}},
+            "checkpoint": {"store": store},
+            "trigger": {"max_records_per_epoch": 1_000},
+            "parallelism": 2,
+            "on_error": "dead_letter",
+            "dead_letter": {"path": dead},
+            "spark": {"conf": {"spark.driver.host": "127.0.0.1"}},
+        },
+    )
     fault_log = tmp_path / "faults.log"
-    lose_one_executor = ["--conf", "spark.executorEnv.PIPELINE_FAULT_POINTS=after_task_parts@2!",
-                         "--conf", f"spark.executorEnv.PIPELINE_FAULT_LOG={fault_log}"]
+    lose_one_executor = [
+        "--conf",
+        "spark.executorEnv.PIPELINE_FAULT_POINTS=after_task_parts@2!",
+        "--conf",
+        f"spark.executorEnv.PIPELINE_FAULT_LOG={fault_log}",
+    ]
     result = run_cli(["run", str(spec), *lose_one_executor], cluster_env, timeout=420)
     assert result.returncode == 0, result.stderr[-3000:]
     [injected] = [line for line in fault_log.read_text().splitlines() if line.startswith("FAULT INJECTED")]
@@ -75,7 +84,8 @@ def test_a_task_lost_after_writing_its_parts_is_rerun_and_only_the_rerun_s_parts
     assert {(r["_partition"], r["_offset"]): {"user": r["user"], "amount": r["amount"]} for r in rows} == good
     letters = read_append_rows(open_store(f"{dead}/main", settings))
     assert sorted((r["partition"], r["offset"]) for r in letters) == sorted(
-        (p, o) for p, offsets in bad.items() for o in offsets)
+        (p, o) for p, offsets in bad.items() for o in offsets
+    )
 
     for location in (sink, f"{dead}/main"):  # every part in a committed epoch is one its marker lists
         out = open_store(location, settings)

@@ -39,11 +39,33 @@ from pipeline_lib.storage import open_store
 DDL = "user string, n int, amount bigint, price double, day date, ts timestamp, flag boolean, note string"
 SINK = {"files": {"path": "file:///unused", "format": "parquet"}}
 FLOWS = [
-    {"name": "per_user", "state": {"aggregate": {"key": ["user"], "values": {
-        "total": "sum(amount)", "events": "count(*)", "seen": "count(amount)", "low": "min(amount)",
-        "high": "max(note)", "spent": "sum(price)", "ints": "sum(n)", "latest": "max(ts)"}}}},
-    {"name": "per_day_flag", "state": {"aggregate": {"key": ["day", "flag"], "values": {
-        "first": "min(ts)", "notes": "count(note)", "yes": "max(flag)", "small": "min(n)"}}}},
+    {
+        "name": "per_user",
+        "state": {
+            "aggregate": {
+                "key": ["user"],
+                "values": {
+                    "total": "sum(amount)",
+                    "events": "count(*)",
+                    "seen": "count(amount)",
+                    "low": "min(amount)",
+                    "high": "max(note)",
+                    "spent": "sum(price)",
+                    "ints": "sum(n)",
+                    "latest": "max(ts)",
+                },
+            }
+        },
+    },
+    {
+        "name": "per_day_flag",
+        "state": {
+            "aggregate": {
+                "key": ["day", "flag"],
+                "values": {"first": "min(ts)", "notes": "count(note)", "yes": "max(flag)", "small": "min(n)"},
+            }
+        },
+    },
     {"name": "per_n", "state": {"aggregate": {"key": ["n"], "values": {"events": "count(*)"}}}},
     {"name": "rows"},
 ]
@@ -52,10 +74,16 @@ OVERSIZED = DEAD_LETTER_RAW_BYTES + 40_000  # a bad record a dead letter keeps o
 
 def _event(rng: random.Random) -> dict:
     maybe = lambda value: None if rng.random() < 0.1 else value  # noqa: E731
-    return {"user": maybe(f"u{rng.randrange(60)}"), "n": maybe(rng.randint(-2**31, 2**31 - 1)),
-            "amount": maybe(rng.randint(-10**12, 10**12)), "price": maybe(rng.uniform(-100, 100)),
-            "day": maybe(f"2026-11-{rng.randint(1, 3):02d}"), "ts": maybe(f"2026-11-22T10:{rng.randrange(60):02d}:07Z"),
-            "flag": maybe(rng.random() < 0.5), "note": maybe(rng.choice(["a", "zz", "é", ""]))}
+    return {
+        "user": maybe(f"u{rng.randrange(60)}"),
+        "n": maybe(rng.randint(-(2**31), 2**31 - 1)),
+        "amount": maybe(rng.randint(-(10**12), 10**12)),
+        "price": maybe(rng.uniform(-100, 100)),
+        "day": maybe(f"2026-11-{rng.randint(1, 3):02d}"),
+        "ts": maybe(f"2026-11-22T10:{rng.randrange(60):02d}:07Z"),
+        "flag": maybe(rng.random() < 0.5),
+        "note": maybe(rng.choice(["a", "zz", "é", ""])),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +145,10 @@ def _spark_path(spark, reader, flows: list[FlowSpec], tolerant: bool):
 
 def _rows(table: pa.Table, order: list[str]) -> list[dict]:
     """Rows in a fixed order (nulls first), floats rounded to what any order of additions agrees on."""
+
     def rounded(value):
         return float(f"{value:.9g}") if isinstance(value, float) and math.isfinite(value) else value
+
     rows = [{k: rounded(v) for k, v in row.items()} for row in table.to_pylist()]
     return sorted(rows, key=lambda row: [(row[c] is not None, row[c] if row[c] is not None else 0) for c in order])
 
@@ -129,8 +159,10 @@ def _order(flow: FlowSpec) -> list[str]:
 
 def _writers(root, flows: list[FlowSpec], tolerant: bool):
     """Task writers of epoch 1 into ``root``: parquet parts of stateless flows, dead letters."""
+
     def writer(label: str) -> TaskPartWriter:
         return TaskPartWriter(f"file://{root}/{label}", ConnectionSettings(), "parquet", 1, 1, label[0])
+
     return [None if f.state else writer("rows") for f in flows], writer("dead") if tolerant else None
 
 
@@ -204,8 +236,9 @@ def test_a_record_the_strict_path_cannot_read_fails_the_epoch_naming_it(spark, l
     schema = source_schema(spark, source)
     flows = [FlowSpec.model_validate({"source": "main", "sink": SINK, **FLOWS[0]})]
     arrow, _ = ArrowEpochs.for_flows(spark, schema, flows, False)
-    reader = epoch_range_reader(local_stack.kafka_bootstrap, source, schema,
-                                _whole_topic_plan(local_stack.kafka_bootstrap, topic), 2)
+    reader = epoch_range_reader(
+        local_stack.kafka_bootstrap, source, schema, _whole_topic_plan(local_stack.kafka_bootstrap, topic), 2
+    )
     with pytest.raises(PipelineError, match=rf"{topic}\[\d\]@\d+"):
         with clear_spark_errors("epoch 1"):
             arrow.read(spark, reader, [None])
@@ -228,18 +261,29 @@ def test_owner_tasks_keep_the_same_state_and_send_the_driver_only_references(spa
     schema = source_schema(spark, source)
     flows = [FlowSpec.model_validate({"source": "main", "sink": SINK, **f}) for f in FLOWS]
     arrow, _ = ArrowEpochs.for_flows(spark, schema, flows, False)
-    reader = epoch_range_reader(local_stack.kafka_bootstrap, source, schema,
-                                _whole_topic_plan(local_stack.kafka_bootstrap, topic), 2)
+    reader = epoch_range_reader(
+        local_stack.kafka_bootstrap, source, schema, _whole_topic_plan(local_stack.kafka_bootstrap, topic), 2
+    )
     _, spark_tables = _spark_path(spark, reader, flows, False)
     checkpoint = CheckpointAt(f"file://{tmp_path}/ckpt", "job", "main", ConnectionSettings())
     owners = []
     for index, flow in enumerate(flows):
         sink = TaskPartWriter(f"file://{tmp_path}/{flow.name}", ConnectionSettings(), "parquet", 1, 1, OWNER_LABEL)
-        owners.append(OwnerTask(checkpoint, snapshot_id_for(1, 1), 1, SpanOwners(2, 128, 8),
-                                OwnerFlow(flow.name, arrow.flows[index], arrow.schemas[index], sink, ()))
-                      if flow.state else None)
-    writers = [None if f.state else TaskPartWriter(f"file://{tmp_path}/rows", ConnectionSettings(), "parquet", 1, 1,
-                                                   "r") for f in flows]
+        owners.append(
+            OwnerTask(
+                checkpoint,
+                snapshot_id_for(1, 1),
+                1,
+                SpanOwners(2, 128, 8),
+                OwnerFlow(flow.name, arrow.flows[index], arrow.schemas[index], sink, ()),
+            )
+            if flow.state
+            else None
+        )
+    writers = [
+        None if f.state else TaskPartWriter(f"file://{tmp_path}/rows", ConnectionSettings(), "parquet", 1, 1, "r")
+        for f in flows
+    ]
     read = OwnerEpochs(arrow, 2).read(spark, reader, writers, None, owners)
 
     snapshots = SnapshotStore.open(checkpoint.store, "job", "main", ConnectionSettings())

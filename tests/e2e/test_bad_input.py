@@ -56,13 +56,16 @@ def _spec(tmp_path, name, topic, policy):
     extra = {"on_error": policy, "max_record_bytes": 1000}
     if policy == "dead_letter":
         extra["dead_letter"] = {"path": f"s3://results/{name}-dead"}
-    return write_spec(tmp_path, spend_spec(name, topic, f"s3://results/{name}", f"s3://checkpoints/{name}",
-                                           per_epoch=150, extra=extra))
+    return write_spec(
+        tmp_path,
+        spend_spec(name, topic, f"s3://results/{name}", f"s3://checkpoints/{name}", per_epoch=150, extra=extra),
+    )
 
 
 def _manifests(env, name):
-    store = open_store(parse_location(f"s3://checkpoints/{name}").child("pipelines/main"),
-                       ConnectionSettings.from_env(env))
+    store = open_store(
+        parse_location(f"s3://checkpoints/{name}").child("pipelines/main"), ConnectionSettings.from_env(env)
+    )
     return [json.loads(store.get(k)) for k in store.list(layout.MANIFESTS_PREFIX)]
 
 
@@ -112,15 +115,24 @@ def test_skip_policy_counts_bad_records_and_writes_no_dead_letters(stack_env, tm
 
 
 TRICKY_GOOD = [  # what msgspec refuses or could misread but the reference decoder accepts
-    b'{"user":"t-\xc3\xa9","amount":3.0}', b'{"user":"t-\\ud83d\\ude00","amount":1E2}',
-    b'{"amount":7,"user":"t-dup","user":"t-dup2"}', b'\xef\xbb\xbf{"user":"t-bom","amount":2}',
-    b'{"user":"t-x","amount":5,"extra":NaN,"deep":[[[1]]]}', b' {"user" : "t-ws" , "amount" : -5 } ',
-    '{"user":"t-utf16","amount":4}'.encode("utf-16"), b'{"user":"t-max","amount":9223372036854775807}',
+    b'{"user":"t-\xc3\xa9","amount":3.0}',
+    b'{"user":"t-\\ud83d\\ude00","amount":1E2}',
+    b'{"amount":7,"user":"t-dup","user":"t-dup2"}',
+    b'\xef\xbb\xbf{"user":"t-bom","amount":2}',
+    b'{"user":"t-x","amount":5,"extra":NaN,"deep":[[[1]]]}',
+    b' {"user" : "t-ws" , "amount" : -5 } ',
+    '{"user":"t-utf16","amount":4}'.encode("utf-16"),
+    b'{"user":"t-max","amount":9223372036854775807}',
 ]
 TRICKY_BAD = [
-    b'{"user":"t-b1","amount":true}', b'{"user":"t-b2","amount":9223372036854775808}',
-    b'{"user":"\\ud800","amount":1}', b'{"user":"t-b3","amount":1,"x":"\xff"}', b'{"user":"t-b4","amount":2}x',
-    b'{"user":"t-b5","amount":[1]}', b'"just a string"', b'{"user":"t-b6","amount":1.5}',
+    b'{"user":"t-b1","amount":true}',
+    b'{"user":"t-b2","amount":9223372036854775808}',
+    b'{"user":"\\ud800","amount":1}',
+    b'{"user":"t-b3","amount":1,"x":"\xff"}',
+    b'{"user":"t-b4","amount":2}x',
+    b'{"user":"t-b5","amount":[1]}',
+    b'"just a string"',
+    b'{"user":"t-b6","amount":1.5}',
 ]
 
 
@@ -162,8 +174,9 @@ def test_tricky_records_are_read_as_the_reference_decoder_reads_them(stack_env, 
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-def test_bad_record_fails_the_run_naming_it_and_commits_nothing_for_its_epoch(stack_env, tmp_path, local_stack,
-                                                                             locations):
+def test_bad_record_fails_the_run_naming_it_and_commits_nothing_for_its_epoch(
+    stack_env, tmp_path, local_stack, locations
+):
     name, sink, store_uri = locations
     topic = f"bad-input-{name}"
     create_topic(local_stack.kafka_bootstrap, topic, 1)

@@ -25,8 +25,18 @@ from pipeline_lib.execution.runtime.runner_types import EPOCH_PHASES
 def test_bench_smoke(tmp_path, monkeypatch):
     out = tmp_path / "bench"
     monkeypatch.chdir(tmp_path)  # its own stack is started in a temporary directory
-    cfg = BenchConfig(events=5_000, keys=500, per_epoch=1_250, restore_keys=[1_000], partitions=2,
-                      incremental=("key_groups",), recovery=False, short_events=2_000, out=out, broker="kafka")
+    cfg = BenchConfig(
+        events=5_000,
+        keys=500,
+        per_epoch=1_250,
+        restore_keys=[1_000],
+        partitions=2,
+        incremental=("key_groups",),
+        recovery=False,
+        short_events=2_000,
+        out=out,
+        broker="kafka",
+    )
     report = run_bench(cfg)
     assert report["config"]["broker"] == "kafka" and report["machine"]["kafka"].startswith("4.")
 
@@ -86,6 +96,12 @@ def test_bench_smoke(tmp_path, monkeypatch):
     for name in PLOTS.values():
         assert (out / name).stat().st_size > 1_000, name
         assert name in markdown
-    for log in ("ours-main.log", "structured-streaming.log", "structured-streaming-kafka.log",
-                "structured-streaming-kafka-local.log", "ours-short.log", "structured-streaming-kafka-short.log"):
+    for log in (
+        "ours-main.log",
+        "structured-streaming.log",
+        "structured-streaming-kafka.log",
+        "structured-streaming-kafka-local.log",
+        "ours-short.log",
+        "structured-streaming-kafka-short.log",
+    ):
         assert (out / "logs" / log).exists(), log

@@ -13,8 +13,10 @@ from tests.support import run_cli, spend_spec, write_spec
 
 def test_cli_rejects_a_bad_spec_before_starting_anything(tmp_path, stack_env):
     spec = tmp_path / "bad.yaml"
-    spec.write_text("name: x\nsource: {kafka: {topic: t, format: json}}\nsink: {files: {path: 'file:///tmp/a'}}\n"
-                    "checkpoint: {store: 'file:///tmp/b'}\nstate: {aggregate: {key: [user], values: {t: 'avg(x)'}}}\n")
+    spec.write_text(
+        "name: x\nsource: {kafka: {topic: t, format: json}}\nsink: {files: {path: 'file:///tmp/a'}}\n"
+        "checkpoint: {store: 'file:///tmp/b'}\nstate: {aggregate: {key: [user], values: {t: 'avg(x)'}}}\n"
+    )
     for args in (["validate", str(spec)], ["run", str(spec)]):
         result = run_cli(args, stack_env, timeout=60)
         assert result.returncode == 2
@@ -32,11 +34,14 @@ def test_cli_names_missing_connection_settings(tmp_path, payments):
 
 
 @pytest.mark.parametrize("locations", ["file"], indirect=True)
-@pytest.mark.parametrize("args,message", [
-    (["--restore", "../../etc/passwd"], "is not a snapshot id"),
-    (["--restore", "0000000009-a1"], "is not among the retained snapshots"),
-    (["--pipeline", "../main"], "has no pipeline"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--restore", "../../etc/passwd"], "is not a snapshot id"),
+        (["--restore", "0000000009-a1"], "is not among the retained snapshots"),
+        (["--pipeline", "../main"], "has no pipeline"),
+    ],
+)
 def test_hostile_or_unknown_restore_arguments_are_refused_cleanly(stack_env, tmp_path, locations, args, message):
     name, sink, store_uri = locations
     spec = write_spec(tmp_path, spend_spec(name, "payments-e2e", sink, store_uri))

@@ -26,8 +26,11 @@ TRANSFORMED_VALUES = {"weighted": "sum(w)", "n": "count(*)", "low": "min(amount)
 def _transformed(record) -> dict | None:
     """The flow's transforms in plain Python."""
     event = json_row(record)
-    return {"user": event["user"], "amount": event["amount"], "w": event["amount"] * 3 - 100} \
-        if event["amount"] > 100 else None
+    return (
+        {"user": event["user"], "amount": event["amount"], "w": event["amount"] * 3 - 100}
+        if event["amount"] > 100
+        else None
+    )
 
 
 def _transformed_table(events: list[dict]) -> dict[tuple, dict]:
@@ -43,8 +46,9 @@ def _transformed_table(events: list[dict]) -> dict[tuple, dict]:
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 @pytest.mark.parametrize("keyed_state", [pytest.param("driver", marks=pytest.mark.full), "owners"])
-def test_a_sigkilled_flow_with_transforms_restores_every_epoch_exactly(stack_env, local_stack, tmp_path, payments,
-                                                                       locations, keyed_state):
+def test_a_sigkilled_flow_with_transforms_restores_every_epoch_exactly(
+    stack_env, local_stack, tmp_path, payments, locations, keyed_state
+):
     """Transforms take the Spark SQL path, not the Arrow path the spend job takes: its replay of
     the crashed epoch must give the same output as the first attempt's committed sink files,
     with the keyed state merged on the driver or on owner tasks (the partials of Spark's
@@ -55,8 +59,10 @@ def test_a_sigkilled_flow_with_transforms_restores_every_epoch_exactly(stack_env
     spec["state"]["aggregate"]["values"] = TRANSFORMED_VALUES
     path = write_spec(tmp_path, spec)
     fault_log = tmp_path / "faults.log"
-    crashed = run_cli(["run", str(path)], {**stack_env, "PIPELINE_FAULT_POINTS": "mid_snapshot_write@3",
-                                           "PIPELINE_FAULT_LOG": str(fault_log)})
+    crashed = run_cli(
+        ["run", str(path)],
+        {**stack_env, "PIPELINE_FAULT_POINTS": "mid_snapshot_write@3", "PIPELINE_FAULT_LOG": str(fault_log)},
+    )
     assert crashed.returncode == -9, crashed.stderr[-3000:]
     assert "FAULT INJECTED: mid_snapshot_write epoch=3" in fault_log.read_text()
     restored = run_cli(["run", str(path)], stack_env)
@@ -72,8 +78,9 @@ def test_a_sigkilled_flow_with_transforms_restores_every_epoch_exactly(stack_env
         assert parts and all("/part-o" in k for k in parts), parts
     table = read_upsert_table(open_store(sink, ConnectionSettings.from_env(stack_env)), ["user"])
     assert table == _transformed_table(events)
-    checks = assert_every_epoch_exact(stack_env, name, sink, store, local_stack.kafka_bootstrap,
-                                      values=TRANSFORMED_VALUES, reference=_transformed)
+    checks = assert_every_epoch_exact(
+        stack_env, name, sink, store, local_stack.kafka_bootstrap, values=TRANSFORMED_VALUES, reference=_transformed
+    )
     assert len(checks) == 6
 
 
@@ -85,8 +92,9 @@ def _produce(bootstrap: str, topic: str, count: int, seed: int) -> list[dict]:
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-def test_an_epoch_planned_while_polling_from_latest_survives_a_crash_before_it_runs(stack_env, local_stack,
-                                                                                   tmp_path, locations):
+def test_an_epoch_planned_while_polling_from_latest_survives_a_crash_before_it_runs(
+    stack_env, local_stack, tmp_path, locations
+):
     """``starting_offsets: latest``: records already there (A) are never read; the epoch planned
     over what arrived while the run polled (B) is replayed after a crash, so B is not lost even
     though the topic's end has moved on (C) by the time the job runs again."""
@@ -119,8 +127,9 @@ def test_an_epoch_planned_while_polling_from_latest_survives_a_crash_before_it_r
     assert result_table(stack_env, sink) == spend_per_user(b + c)
     assert_every_epoch_exact(stack_env, name, sink, store, bootstrap, first_offsets=after_a)
     head, _ = snapshots.read_head()
-    assert snapshots.load_manifest(head.history[-1].snapshot_id).lineage.ranges == plan.ranges, \
+    assert snapshots.load_manifest(head.history[-1].snapshot_id).lineage.ranges == plan.ranges, (
         "epoch 1 is the one the crashed run planned"
+    )
 
 
 # -- --restore none over existing output -----------------------------------------------------------
@@ -130,8 +139,7 @@ def _over_500(record) -> dict | None:
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-def test_restore_none_over_existing_output_leaves_only_the_new_runs_epochs(stack_env, local_stack, tmp_path,
-                                                                          locations):
+def test_restore_none_over_existing_output_leaves_only_the_new_runs_epochs(stack_env, local_stack, tmp_path, locations):
     """``--restore none`` starts over from the topic's beginning with a changed spec (a filter and
     twice the epoch size: 3 epochs where the abandoned run committed 6). Every epoch of the old run
     is retracted, so the table is the new run's alone: an old epoch 4-6 read beside it would put
@@ -140,11 +148,12 @@ def test_restore_none_over_existing_output_leaves_only_the_new_runs_epochs(stack
     bootstrap, topic = local_stack.kafka_bootstrap, f"over-{name}"
     create_topic(bootstrap, topic, 2)
     events = _produce(bootstrap, topic, 3_000, seed=41)
-    first = run_cli(["run", str(write_spec(tmp_path, spend_spec(name, topic, sink, store, per_epoch=500)))],
-                    stack_env)
+    first = run_cli(["run", str(write_spec(tmp_path, spend_spec(name, topic, sink, store, per_epoch=500)))], stack_env)
     assert first.returncode == 0 and "6 epoch(s)" in first.stderr, first.stderr[-3000:]
-    changed = write_spec(tmp_path, spend_spec(name, topic, sink, store, per_epoch=1_000,
-                                              extra={"transforms": [{"filter": "amount > 500"}]}))
+    changed = write_spec(
+        tmp_path,
+        spend_spec(name, topic, sink, store, per_epoch=1_000, extra={"transforms": [{"filter": "amount > 500"}]}),
+    )
     again = run_cli(["run", str(changed), "--restore", "none"], stack_env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "restored from" not in again.stderr and "attempt 2, 3 epoch(s), 3000 records" in again.stderr
@@ -182,8 +191,9 @@ DEAD_LETTER_POINTS = [
 
 
 @pytest.mark.parametrize("fault", DEAD_LETTER_POINTS)
-def test_dead_letters_are_exactly_once_at_each_point_after_they_are_produced(stack_env, local_stack, tmp_path,
-                                                                              dirty, fault):
+def test_dead_letters_are_exactly_once_at_each_point_after_they_are_produced(
+    stack_env, local_stack, tmp_path, dirty, fault
+):
     """test_bad_input crashes before the dead letters exist; here each point from the flow sink's
     commit to the head move, the dead-letter sink's own ones included, is followed by a restore
     that must leave each bad record dead-lettered once and each epoch's output exact."""
@@ -194,8 +204,9 @@ def test_dead_letters_are_exactly_once_at_each_point_after_they_are_produced(sta
     # one subtask: the flow sink writes one part, so the dead-letter sink's hit of each sink point is #2
     path = write_spec(tmp_path, spend_spec(name, topic, sink, store, per_epoch=150, parallelism=1, extra=extra))
     fault_log = tmp_path / "faults.log"
-    crashed = run_cli(["run", str(path)], {**stack_env, "PIPELINE_FAULT_POINTS": fault,
-                                           "PIPELINE_FAULT_LOG": str(fault_log)})
+    crashed = run_cli(
+        ["run", str(path)], {**stack_env, "PIPELINE_FAULT_POINTS": fault, "PIPELINE_FAULT_LOG": str(fault_log)}
+    )
     assert crashed.returncode == -9, crashed.stderr[-3000:]
     point, _, hit = fault.partition("#")
     assert f"FAULT INJECTED: {point.replace('@', ' epoch=')} hit={hit or 1}" in fault_log.read_text()
@@ -212,13 +223,15 @@ def test_dead_letters_are_exactly_once_at_each_point_after_they_are_produced(sta
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert result_table(stack_env, sink) == spend_per_user(good)
     letters = read_append_rows(letters_store)
-    assert sorted((r["topic"], r["partition"], r["offset"]) for r in letters) == \
-        sorted((topic, 0, o) for o in bad_offsets), "each bad record is dead-lettered exactly once"
+    assert sorted((r["topic"], r["partition"], r["offset"]) for r in letters) == sorted(
+        (topic, 0, o) for o in bad_offsets
+    ), "each bad record is dead-lettered exactly once"
     for row in letters:
         raw = bad_offsets[row["offset"]]
         assert (base64.b64decode(row["raw_base64"]) if row["raw_base64"] is not None else None) == raw
         assert BAD[raw] in row["error"]
     is_bad = lambda r: r.partition == 0 and r.offset in bad_offsets  # noqa: E731
-    checks = assert_every_epoch_exact(stack_env, name, sink, store, local_stack.kafka_bootstrap,
-                                      dead_letter_uri=dead, is_bad=is_bad)
+    checks = assert_every_epoch_exact(
+        stack_env, name, sink, store, local_stack.kafka_bootstrap, dead_letter_uri=dead, is_bad=is_bad
+    )
     assert len(checks[DEAD_EPOCH - 1].bad) == 2

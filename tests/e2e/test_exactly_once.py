@@ -36,8 +36,16 @@ def _every_epoch_exact(stack_env, local_stack, locations, bootstrap: str | None 
     return len(assert_every_epoch_exact(stack_env, name, sink, store, bootstrap or local_stack.kafka_bootstrap))
 
 
-def _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fault: str, extra: dict | None = None,
-                      bootstrap: str | None = None):
+def _kill_and_restore(
+    stack_env,
+    local_stack,
+    tmp_path,
+    payments,
+    locations,
+    fault: str,
+    extra: dict | None = None,
+    bootstrap: str | None = None,
+):
     """``bootstrap``: another broker than the stack's (the real Apache Kafka), holding ``payments`` too."""
     topic, events = payments
     if bootstrap is not None:
@@ -45,8 +53,10 @@ def _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fau
     name, sink, store = locations
     spec = write_spec(tmp_path, spend_spec(name, topic, sink, store, extra=extra))
     fault_log = tmp_path / "faults.log"
-    crashed = run_cli(["run", str(spec), "--until-caught-up"],
-                      {**stack_env, "PIPELINE_FAULT_POINTS": fault, "PIPELINE_FAULT_LOG": str(fault_log)})
+    crashed = run_cli(
+        ["run", str(spec), "--until-caught-up"],
+        {**stack_env, "PIPELINE_FAULT_POINTS": fault, "PIPELINE_FAULT_LOG": str(fault_log)},
+    )
     assert crashed.returncode == -9, crashed.stderr[-2000:]
     assert f"FAULT INJECTED: {fault.split('@')[0]} epoch=3" in fault_log.read_text()
     owners = bool(extra and extra.get("keyed_state") == "owners")
@@ -59,8 +69,11 @@ def _kill_and_restore(stack_env, local_stack, tmp_path, payments, locations, fau
     assert _every_epoch_exact(stack_env, local_stack, locations, bootstrap) == 6
     if owners:
         assert "with keyed state on owner tasks" in crashed.stderr + restored.stderr
-        reads = [(e["state_files_cached"], e["state_files_fetched"]) for e in map(parse_epoch_line, restored.stderr
-                 .splitlines()) if e is not None and "state_files_cached" in e]
+        reads = [
+            (e["state_files_cached"], e["state_files_fetched"])
+            for e in map(parse_epoch_line, restored.stderr.splitlines())
+            if e is not None and "state_files_cached" in e
+        ]
         # the restore's verification job filled the executor cache, so its first epoch reads no state
         # from S3; the next find what the epoch before wrote there
         assert len(reads) > 1 and reads[0] == (reads[0][0], 0) and reads[0][0] > 0, reads
@@ -76,10 +89,12 @@ def test_sigkill_at_each_point_then_restore_is_exact(stack_env, local_stack, tmp
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-@pytest.mark.parametrize("fault", [pytest.param("after_sink_success@3", marks=pytest.mark.full),
-                                   "mid_snapshot_write@3"])
-def test_keyed_state_on_owner_tasks_survives_a_sigkill_exactly(stack_env, local_stack, tmp_path, payments, locations,
-                                                                fault):
+@pytest.mark.parametrize(
+    "fault", [pytest.param("after_sink_success@3", marks=pytest.mark.full), "mid_snapshot_write@3"]
+)
+def test_keyed_state_on_owner_tasks_survives_a_sigkill_exactly(
+    stack_env, local_stack, tmp_path, payments, locations, fault
+):
     """The same on the owner path, which local mode takes only when asked (keyed_state: owners):
     owner tasks wrote the epoch's sink parts and state packs; the driver committed their references.
     (Every test of tests/cluster takes the owner path too: `auto` on a cluster.)"""
@@ -87,13 +102,21 @@ def test_keyed_state_on_owner_tasks_survives_a_sigkill_exactly(stack_env, local_
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-@pytest.mark.parametrize("fault", ["mid_snapshot_write@3", pytest.param("during_read@3", marks=pytest.mark.full),
-                                   pytest.param("after_head_move@3", marks=pytest.mark.full)])
-def test_on_apache_kafka_a_sigkill_then_restore_is_exact(stack_env, local_stack, tmp_path, apache_kafka,
-                                                          apache_kafka_payments, locations, fault):
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "mid_snapshot_write@3",
+        pytest.param("during_read@3", marks=pytest.mark.full),
+        pytest.param("after_head_move@3", marks=pytest.mark.full),
+    ],
+)
+def test_on_apache_kafka_a_sigkill_then_restore_is_exact(
+    stack_env, local_stack, tmp_path, apache_kafka, apache_kafka_payments, locations, fault
+):
     """The same on the real Apache Kafka broker (the S3 server of the embedded stack)."""
-    _kill_and_restore(stack_env, local_stack, tmp_path, apache_kafka_payments, locations, fault,
-                      bootstrap=apache_kafka.bootstrap)
+    _kill_and_restore(
+        stack_env, local_stack, tmp_path, apache_kafka_payments, locations, fault, bootstrap=apache_kafka.bootstrap
+    )
 
 
 @pytest.mark.parametrize("locations", ["file"], indirect=True)

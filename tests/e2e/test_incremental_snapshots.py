@@ -43,8 +43,7 @@ def _touching(groups: set[int], users: list[str], amount: int) -> list[dict]:
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-def test_an_epoch_writes_state_files_only_for_the_key_groups_it_touched(stack_env, tmp_path, local_stack,
-                                                                            locations):
+def test_an_epoch_writes_state_files_only_for_the_key_groups_it_touched(stack_env, tmp_path, local_stack, locations):
     name, sink, store_uri = locations
     topic = f"incremental-{name}"
     create_topic(local_stack.kafka_bootstrap, topic, 2)
@@ -131,7 +130,7 @@ def test_an_epoch_writes_state_files_only_for_the_key_groups_it_touched(stack_en
     fifth = _latest(snapshots)
     shared = next(f for f in _written_and_reused(fifth)[1])
     data, end = snapshots.store.get(shared.key), (shared.offset or 0) + shared.bytes  # damage its own span's bytes
-    snapshots.store.put(shared.key, data[:end - 5] + b"xxxxx" + data[end:])
+    snapshots.store.put(shared.key, data[: end - 5] + b"xxxxx" + data[end:])
     refused = run_cli(["run", str(spec)], stack_env)
     assert refused.returncode != 0
     assert refused.stderr.count(f"state file {shared.key} is corrupt") == 2, refused.stderr[-3000:]

@@ -29,7 +29,7 @@ def _produce_batches(bootstrap: str, events: list[dict]) -> None:
     producer = Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=1_000, compression_type="gzip")
     try:
         for i in range(0, len(events), BATCH):
-            for e in events[i:i + BATCH]:
+            for e in events[i : i + BATCH]:
                 producer.send(TOPIC, key=e["user"].encode(), value=json.dumps(e).encode(), partition=0)
             producer.flush(timeout=60)
     finally:
@@ -48,8 +48,8 @@ def _damage_batch(apache_kafka, base_offset: int) -> bytes:
             if offset == base_offset:
                 data[pos + 12 + length - 5] ^= 0xFF
                 f.seek(pos)
-                f.write(data[pos:pos + 12 + length])
-                return bytes(data[pos:pos + 12 + length])
+                f.write(data[pos : pos + 12 + length])
+                return bytes(data[pos : pos + 12 + length])
             pos += 12 + length
     raise AssertionError(f"no batch at offset {base_offset} in {segment}")
 
@@ -60,18 +60,21 @@ def damaged_topic(apache_kafka):
     create_topic(apache_kafka.bootstrap, TOPIC, 1)
     _produce_batches(apache_kafka.bootstrap, events)
     raw = _damage_batch(apache_kafka, BATCH)
-    return events[:BATCH] + events[2 * BATCH:], raw
+    return events[:BATCH] + events[2 * BATCH :], raw
 
 
 @pytest.mark.full  # unit tests decode hostile batches; this damages the broker's segment file; `make full`
-def test_an_undecodable_batch_is_dead_lettered_or_fails_the_run_naming_it(stack_env, apache_kafka, tmp_path,
-                                                                         damaged_topic):
+def test_an_undecodable_batch_is_dead_lettered_or_fails_the_run_naming_it(
+    stack_env, apache_kafka, tmp_path, damaged_topic
+):
     readable, raw = damaged_topic
     env = {**stack_env, "PIPELINE_KAFKA_BOOTSTRAP": apache_kafka.bootstrap}
     name = "damaged-dead"
     extra = {"on_error": "dead_letter", "dead_letter": {"path": f"s3://results/{name}-dead"}}
-    spec = write_spec(tmp_path, spend_spec(name, TOPIC, f"s3://results/{name}", f"s3://checkpoints/{name}",
-                                           per_epoch=1_000, extra=extra))
+    spec = write_spec(
+        tmp_path,
+        spend_spec(name, TOPIC, f"s3://results/{name}", f"s3://checkpoints/{name}", per_epoch=1_000, extra=extra),
+    )
     ran = run_cli(["run", str(spec)], env)
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert f"1 bad record(s) dead-lettered, first {TOPIC}[0]@10" in ran.stderr
@@ -82,8 +85,9 @@ def test_an_undecodable_batch_is_dead_lettered_or_fails_the_run_naming_it(stack_
     assert base64.b64decode(letter["raw_base64"]) == raw and letter["raw_bytes"] == len(raw)
 
     name = "damaged-fail"
-    spec = write_spec(tmp_path, spend_spec(name, TOPIC, f"s3://results/{name}", f"s3://checkpoints/{name}",
-                                           per_epoch=1_000))
+    spec = write_spec(
+        tmp_path, spend_spec(name, TOPIC, f"s3://results/{name}", f"s3://checkpoints/{name}", per_epoch=1_000)
+    )
     failed = run_cli(["run", str(spec)], env)
     said = " ".join(failed.stderr.split())
     assert failed.returncode != 0

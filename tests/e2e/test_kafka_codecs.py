@@ -26,8 +26,14 @@ pytestmark = pytest.mark.usefixtures("close_cached_consumers")  # see tests/e2e/
 def _produce(bootstrap: str, topic: str, codec: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """(offset, timestamp, key, value) of each record as the broker acknowledged it."""
     create_topic(bootstrap, topic, 1)
-    producer = Producer(bootstrap_servers=bootstrap, compression_type=codec, linger_ms=20, batch_size=16 * 1024,
-                        acks="all", max_in_flight_requests_per_connection=1)
+    producer = Producer(
+        bootstrap_servers=bootstrap,
+        compression_type=codec,
+        linger_ms=20,
+        batch_size=16 * 1024,
+        acks="all",
+        max_in_flight_requests_per_connection=1,
+    )
     try:
         sent = []
         for i in range(RECORDS):
@@ -106,8 +112,10 @@ def test_a_batch_over_the_decompression_cap_fails_the_read_naming_topic_partitio
         producer.close()
     with kafka_offsets.offsets_consumer(bootstrap) as consumer:
         assert kafka_offsets.confirmed_end_offsets(consumer, topic, [0]) == {0: 1}
-    over_cap = (r"reading codec-over-cap\[0\] offsets \[0, 1\) failed at 0: .*codec-over-cap\[0\]: "
-                r"batch at offset 0: gzip data decompresses to more than 1048576 bytes")
+    over_cap = (
+        r"reading codec-over-cap\[0\] offsets \[0, 1\) failed at 0: .*codec-over-cap\[0\]: "
+        r"batch at offset 0: gzip data decompresses to more than 1048576 bytes"
+    )
     with pytest.raises(PipelineError, match=over_cap):
         list(kafka_source.read_range_batches(bootstrap, topic, 0, 0, 1, max_batch_bytes=1 << 20))
     assert len(next(kafka_source.read_range_batches(bootstrap, topic, 0, 0, 1, max_batch_bytes=16 << 20))[0]) == 1

@@ -29,8 +29,10 @@ def produce_to_partitions(bootstrap: str, topic: str, events: list[dict]) -> lis
     """Each event to partition ``i % PARTITIONS``; (partition, offset, event) as the broker acknowledged them."""
     producer = Producer(bootstrap_servers=bootstrap, linger_ms=20, acks="all")
     try:
-        futures = [(i % PARTITIONS, producer.send(topic, value=json.dumps(e).encode(), partition=i % PARTITIONS), e)
-                   for i, e in enumerate(events)]
+        futures = [
+            (i % PARTITIONS, producer.send(topic, value=json.dumps(e).encode(), partition=i % PARTITIONS), e)
+            for i, e in enumerate(events)
+        ]
         producer.flush(timeout=60)
         return [(p, f.get(timeout=60).offset, e) for p, f, e in futures]
     finally:
@@ -48,7 +50,8 @@ def delete_records_before(bootstrap: str, topic: str, partition: int, offset: in
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 def test_records_deleted_before_they_were_read_fail_the_run_or_are_skipped_and_recorded(
-        stack_env, apache_kafka, tmp_path, locations, close_cached_consumers):
+    stack_env, apache_kafka, tmp_path, locations, close_cached_consumers
+):
     bootstrap, topic = apache_kafka.bootstrap, "retained-topic"
     name, sink, store = locations
     env = {**stack_env, "PIPELINE_KAFKA_BOOTSTRAP": bootstrap}
@@ -62,8 +65,11 @@ def test_records_deleted_before_they_were_read_fail_the_run_or_are_skipped_and_r
 
     second = produce_to_partitions(bootstrap, topic, payment_events(400, 15, seed=22))  # offsets 200..399 each
     delete_records_before(bootstrap, topic, 0, 250)  # 50 records of partition 0 never read
-    with pytest.raises(PipelineError, match=rf"reading {topic}\[0\] offsets \[200, 260\) failed at 200: the offset "
-                                            "is out of the log's range"):  # a read planned before the deletion
+    with pytest.raises(
+        PipelineError,
+        match=rf"reading {topic}\[0\] offsets \[200, 260\) failed at 200: the offset "
+        "is out of the log's range",
+    ):  # a read planned before the deletion
         list(kafka_source.read_range_batches(bootstrap, topic, 0, 200, 260))
 
     failed = run_cli(["run", str(path)], env)
@@ -85,8 +91,9 @@ def test_records_deleted_before_they_were_read_fail_the_run_or_are_skipped_and_r
 
     shown = run_cli(["snapshots", "show", str(path)], env)
     assert shown.returncode == 0, shown.stderr[-3000:]
-    assert (f"data lost before it was read (on_data_loss: skip): {topic}[0] offsets 200 to 250 "
-            "(50 offsets skipped)") in " ".join(shown.stdout.split())
+    assert (
+        f"data lost before it was read (on_data_loss: skip): {topic}[0] offsets 200 to 250 (50 offsets skipped)"
+    ) in " ".join(shown.stdout.split())
     as_json = run_cli(["snapshots", "show", str(path), "--json"], env)
     manifest = json.loads(as_json.stdout)
     assert manifest["data_lost"] == [{"topic": topic, "partition": 0, "start": 200, "end": 250}]
@@ -98,9 +105,22 @@ def _compacted_topic(bootstrap: str, topic: str) -> None:
     the cleaner takes any dirty share (the broker's cleaner looks every second, apache_kafka)."""
     admin = AdminClient(bootstrap_servers=bootstrap)
     try:
-        admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1, topic_configs={
-            "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
-            "min.compaction.lag.ms": "0", "max.compaction.lag.ms": "100"})])
+        admin.create_topics(
+            [
+                NewTopic(
+                    topic,
+                    num_partitions=1,
+                    replication_factor=1,
+                    topic_configs={
+                        "cleanup.policy": "compact",
+                        "segment.ms": "100",
+                        "min.cleanable.dirty.ratio": "0.01",
+                        "min.compaction.lag.ms": "0",
+                        "max.compaction.lag.ms": "100",
+                    },
+                )
+            ]
+        )
     finally:
         admin.close()
 
@@ -112,15 +132,20 @@ def _offsets_in_log(bootstrap: str, topic: str, end: int) -> list[int]:
 
 def kafka_source_records(bootstrap: str, topic: str, partition: int, start: int, end: int, *, columnar: bool):
     if columnar:
-        return [(int(o), v) for chunk in kafka_source.read_range_batches(bootstrap, topic, partition, start, end)
-                for c in chunk for o, v in zip(c.offsets, c.values())]
+        return [
+            (int(o), v)
+            for chunk in kafka_source.read_range_batches(bootstrap, topic, partition, start, end)
+            for c in chunk
+            for o, v in zip(c.offsets, c.values())
+        ]
     return [(r.offset, r.value) for r in kafka_source.read_range(bootstrap, topic, partition, start, end)]
 
 
 @pytest.mark.full  # a regression test of the readers on a compacted topic; `make full` (docs/testing.md)
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-def test_ranges_ending_in_offsets_removed_by_compaction_finish(stack_env, apache_kafka, tmp_path, locations,
-                                                                monkeypatch, close_cached_consumers):
+def test_ranges_ending_in_offsets_removed_by_compaction_finish(
+    stack_env, apache_kafka, tmp_path, locations, monkeypatch, close_cached_consumers
+):
     """The log cleaner removes every record but the last of each key: offsets 0..89 of 101. Ranges
     made of removed offsets, or ending in them, end as soon as the broker serves the next record
     (a stall would fail in 10 s), with both readers; a job in epochs of 30 offsets, three of

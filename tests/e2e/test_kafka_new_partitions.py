@@ -31,8 +31,9 @@ def _produce(bootstrap: str, events: list[dict], partitions: list[int]) -> None:
 
 @pytest.mark.full  # a long --continuous run on the real broker; `make full` (docs/testing.md)
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-def test_a_running_job_reads_partitions_added_to_its_topic_from_their_start(stack_env, apache_kafka, tmp_path,
-                                                                            locations):
+def test_a_running_job_reads_partitions_added_to_its_topic_from_their_start(
+    stack_env, apache_kafka, tmp_path, locations
+):
     bootstrap = apache_kafka.bootstrap
     name, sink, store = locations
     env = {**stack_env, "PIPELINE_KAFKA_BOOTSTRAP": bootstrap}
@@ -51,8 +52,11 @@ def test_a_running_job_reads_partitions_added_to_its_topic_from_their_start(stac
         added = payment_events(400, 12, seed=42)
         _produce(bootstrap, added, [2, 3, 0, 2, 3])  # mostly to the new partitions
         everything = before + added
-        run.until(lambda: result_table(stack_env, sink) == spend_per_user(everything), 180,
-                  "the records of the new partitions")
+        run.until(
+            lambda: result_table(stack_env, sink) == spend_per_user(everything),
+            180,
+            "the records of the new partitions",
+        )
         os.kill(run.pid, signal.SIGTERM)  # a clean stop: the epoch in flight commits
         assert run.wait(120) == 0, run.stderr()[-3000:]
     finally:

@@ -34,13 +34,22 @@ def keyed(apache_kafka):
         for i in range(2_000):
             key = None if i % 9 == 0 else f"ключ-{rng.randrange(25)}"  # UTF-8 beyond ASCII
             tenant = None if i % 4 == 0 else f"t{rng.randrange(3)}"
-            headers = ([("trace", b"\x00\xff")] + ([("tenant", tenant.encode())] if tenant else [])
-                       + ([("tenant", b"second-ignored")] if i % 10 == 1 else []) + [("empty", b"")])
+            headers = (
+                [("trace", b"\x00\xff")]
+                + ([("tenant", tenant.encode())] if tenant else [])
+                + ([("tenant", b"second-ignored")] if i % 10 == 1 else [])
+                + [("empty", b"")]
+            )
             event = {"user": f"u{i % 7}", "amount": rng.randint(1, 100)}
             if i % 5 == 0:
                 event["_key"] = "a JSON field, not the record key"
-            future = producer.send(TOPIC, key=key.encode() if key else None, value=json.dumps(event).encode(),
-                                   headers=headers, partition=i % PARTITIONS)
+            future = producer.send(
+                TOPIC,
+                key=key.encode() if key else None,
+                value=json.dumps(event).encode(),
+                headers=headers,
+                partition=i % PARTITIONS,
+            )
             sent.append((key, tenant, event, future))
         producer.flush(timeout=60)
         return [(k, t, e, f.get(timeout=60).timestamp) for k, t, e, f in sent]
@@ -57,13 +66,25 @@ def _table(env: dict, sink: str, key: list[str]) -> dict:
 def test_a_job_groups_by_key_and_header_exactly_on_both_paths(stack_env, apache_kafka, keyed, tmp_path, locations):
     name, sink, store = locations
     env = {**stack_env, "PIPELINE_KAFKA_BOOTSTRAP": apache_kafka.bootstrap}
-    base = {"source": {"kafka": {"topic": TOPIC, "format": "json", "schema": "user string, amount long"}},
-            "checkpoint": {"store": store}, "trigger": {"max_records_per_epoch": 700}, "parallelism": 2}
+    base = {
+        "source": {"kafka": {"topic": TOPIC, "format": "json", "schema": "user string, amount long"}},
+        "checkpoint": {"store": store},
+        "trigger": {"max_records_per_epoch": 700},
+        "parallelism": 2,
+    }
 
     # Arrow path: the aggregate reads _key and _timestamp straight from the source
-    arrow = {**base, "name": name, "sink": {"files": {"path": sink, "format": "jsonl"}},
-             "state": {"aggregate": {"key": ["_key"], "values": {
-                 "total": "sum(amount)", "n": "count(*)", "last": "max(_timestamp_ms)"}}}}
+    arrow = {
+        **base,
+        "name": name,
+        "sink": {"files": {"path": sink, "format": "jsonl"}},
+        "state": {
+            "aggregate": {
+                "key": ["_key"],
+                "values": {"total": "sum(amount)", "n": "count(*)", "last": "max(_timestamp_ms)"},
+            }
+        },
+    }
     run = run_cli(["run", str(write_spec(tmp_path, arrow)), "--until-caught-up"], env)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "epochs take the Arrow path" in run.stderr
@@ -77,21 +98,42 @@ def test_a_job_groups_by_key_and_header_exactly_on_both_paths(stack_env, apache_
 
     # Spark SQL path: a select reads the first tenant header, the aggregate keys on it and _key
     sql_sink, sql_store = f"{sink}-sql", f"{store}-sql"
-    sql = {**base, "name": f"{name}-sql", "checkpoint": {"store": sql_store},
-           "sink": {"files": {"path": sql_sink, "format": "jsonl"}},
-           "transforms": [{"select": [
-               "_key", "amount", "_timestamp",
-               "cast(get(filter(_headers, h -> h.key = 'tenant'), 0).value as string) AS tenant",
-               "size(_headers) AS headers"]}],
-           "state": {"aggregate": {"key": ["_key", "tenant"], "values": {
-               "total": "sum(amount)", "n": "count(*)", "first": "min(_timestamp)", "headers": "sum(headers)"}}}}
+    sql = {
+        **base,
+        "name": f"{name}-sql",
+        "checkpoint": {"store": sql_store},
+        "sink": {"files": {"path": sql_sink, "format": "jsonl"}},
+        "transforms": [
+            {
+                "select": [
+                    "_key",
+                    "amount",
+                    "_timestamp",
+                    "cast(get(filter(_headers, h -> h.key = 'tenant'), 0).value as string) AS tenant",
+                    "size(_headers) AS headers",
+                ]
+            }
+        ],
+        "state": {
+            "aggregate": {
+                "key": ["_key", "tenant"],
+                "values": {
+                    "total": "sum(amount)",
+                    "n": "count(*)",
+                    "first": "min(_timestamp)",
+                    "headers": "sum(headers)",
+                },
+            }
+        },
+    }
     run = run_cli(["run", str(write_spec(tmp_path, sql)), "--until-caught-up"], env)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "epochs take the Spark SQL path" in run.stderr
     want = {}
     for i, (key, tenant, event, stamp) in enumerate(keyed):
-        row = want.setdefault((key, tenant), {"_key": key, "tenant": tenant, "total": 0, "n": 0, "first": stamp,
-                                              "headers": 0})
+        row = want.setdefault(
+            (key, tenant), {"_key": key, "tenant": tenant, "total": 0, "n": 0, "first": stamp, "headers": 0}
+        )
         row["total"] += event["amount"]
         row["n"] += 1
         row["first"] = min(row["first"], stamp)

@@ -28,15 +28,18 @@ from tests.support import result_table, run_cli, spend_spec, write_spec
 TOPIC, PARTITIONS = "secured-payments", 2
 
 
-def _secured_env(apache_kafka, mechanism: str = "SCRAM-SHA-256", password: str | None = None,
-                 cafile: str | None = None) -> dict[str, str]:
+def _secured_env(
+    apache_kafka, mechanism: str = "SCRAM-SHA-256", password: str | None = None, cafile: str | None = None
+) -> dict[str, str]:
     security = apache_kafka.security
-    return {"PIPELINE_KAFKA_BOOTSTRAP": security.sasl_ssl_bootstrap,
-            "PIPELINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
-            "PIPELINE_KAFKA_SASL_MECHANISM": mechanism,
-            "PIPELINE_KAFKA_SASL_USERNAME": security.username,
-            "PIPELINE_KAFKA_SASL_PASSWORD": security.password if password is None else password,
-            "PIPELINE_KAFKA_SSL_CAFILE": cafile or str(security.tls.ca_cert)}
+    return {
+        "PIPELINE_KAFKA_BOOTSTRAP": security.sasl_ssl_bootstrap,
+        "PIPELINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "PIPELINE_KAFKA_SASL_MECHANISM": mechanism,
+        "PIPELINE_KAFKA_SASL_USERNAME": security.username,
+        "PIPELINE_KAFKA_SASL_PASSWORD": security.password if password is None else password,
+        "PIPELINE_KAFKA_SSL_CAFILE": cafile or str(security.tls.ca_cert),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +61,15 @@ def secured_events(apache_kafka):
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 def test_a_job_over_sasl_ssl_scram_totals_exactly_and_never_shows_the_password(
-        stack_env, apache_kafka, secured_events, tmp_path, locations):
+    stack_env, apache_kafka, secured_events, tmp_path, locations
+):
     name, sink, store = locations
     env = {**stack_env, **_secured_env(apache_kafka)}
     password = apache_kafka.security.password
-    spec = write_spec(tmp_path, spend_spec(name, TOPIC, sink, store, per_epoch=1_000,
-                                           extra={"transforms": [{"filter": "amount > 0"}]}))
+    spec = write_spec(
+        tmp_path,
+        spend_spec(name, TOPIC, sink, store, per_epoch=1_000, extra={"transforms": [{"filter": "amount > 0"}]}),
+    )
     run = run_cli(["run", str(spec), "--until-caught-up"], env)
     assert run.returncode == 0, run.stderr[-3000:]
     assert result_table(stack_env, sink) == spend_per_user(secured_events)
@@ -86,18 +92,26 @@ def test_the_planner_and_every_mechanism_log_in_over_tls(apache_kafka, secured_e
             partitions = kafka_offsets.topic_partitions(consumer, TOPIC)
             ends = kafka_offsets.confirmed_end_offsets(consumer, TOPIC, partitions)
         assert sum(ends.values()) == len(secured_events), mechanism
-    tls_only = ConnectionSettings.from_env({"PIPELINE_KAFKA_BOOTSTRAP": apache_kafka.security.ssl_bootstrap,
-                                            "PIPELINE_KAFKA_SECURITY_PROTOCOL": "SSL",
-                                            "PIPELINE_KAFKA_SSL_CAFILE": str(apache_kafka.security.tls.ca_cert)})
+    tls_only = ConnectionSettings.from_env(
+        {
+            "PIPELINE_KAFKA_BOOTSTRAP": apache_kafka.security.ssl_bootstrap,
+            "PIPELINE_KAFKA_SECURITY_PROTOCOL": "SSL",
+            "PIPELINE_KAFKA_SSL_CAFILE": str(apache_kafka.security.tls.ca_cert),
+        }
+    )
     check_login(tls_only.require_kafka())
 
 
 def test_a_wrong_password_fails_at_once_naming_the_login_not_the_password(stack_env, apache_kafka, tmp_path):
     wrong = "not-the-password-" + apache_kafka.security.password[:4]
-    spec = write_spec(tmp_path, spend_spec("wrong-password", TOPIC, f"file://{tmp_path}/out",
-                                           f"file://{tmp_path}/ckpt"))
-    run = run_cli(["run", str(spec), "--until-caught-up"], {**stack_env, **_secured_env(apache_kafka, password=wrong)},
-                  timeout=120)
+    spec = write_spec(
+        tmp_path, spend_spec("wrong-password", TOPIC, f"file://{tmp_path}/out", f"file://{tmp_path}/ckpt")
+    )
+    run = run_cli(
+        ["run", str(spec), "--until-caught-up"],
+        {**stack_env, **_secured_env(apache_kafka, password=wrong)},
+        timeout=120,
+    )
     assert run.returncode != 0
     assert "refused the SASL SCRAM-SHA-256 login of user 'pipeline'" in run.stderr, run.stderr[-2000:]
     assert "invalid credentials" in run.stderr
@@ -108,11 +122,21 @@ def test_a_wrong_password_fails_at_once_naming_the_login_not_the_password(stack_
 def test_an_untrusted_broker_certificate_fails_at_once_naming_the_ca(stack_env, apache_kafka, tmp_path):
     other_ca, _ = make_ca(tmp_path / "other-ca", "some other CA")
     spec = write_spec(tmp_path, spend_spec("untrusted", TOPIC, f"file://{tmp_path}/out", f"file://{tmp_path}/ckpt"))
-    run = run_cli(["run", str(spec), "--until-caught-up"],
-                  {**stack_env, **_secured_env(apache_kafka, cafile=str(other_ca))}, timeout=120)
+    run = run_cli(
+        ["run", str(spec), "--until-caught-up"],
+        {**stack_env, **_secured_env(apache_kafka, cafile=str(other_ca))},
+        timeout=120,
+    )
     assert run.returncode != 0
-    assert "its TLS certificate is not trusted by the configured CA (ssl_cafile of the Kafka connection" \
-        in run.stderr, run.stderr[-2000:]
+    assert (
+        "its TLS certificate is not trusted by the configured CA (ssl_cafile of the Kafka connection" in run.stderr
+    ), run.stderr[-2000:]
     with pytest.raises(KafkaLoginError, match="not trusted by the system's trusted CAs"):
-        check_login(ConnectionSettings.from_env({"PIPELINE_KAFKA_BOOTSTRAP": apache_kafka.security.ssl_bootstrap,
-                                                 "PIPELINE_KAFKA_SECURITY_PROTOCOL": "SSL"}).require_kafka())
+        check_login(
+            ConnectionSettings.from_env(
+                {
+                    "PIPELINE_KAFKA_BOOTSTRAP": apache_kafka.security.ssl_bootstrap,
+                    "PIPELINE_KAFKA_SECURITY_PROTOCOL": "SSL",
+                }
+            ).require_kafka()
+        )

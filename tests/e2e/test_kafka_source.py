@@ -45,8 +45,10 @@ def test_a_partition_s_consumer_reads_range_after_range(two_partitions):
         assert [r.offset for r in records] == list(range(start, end))
         assert [r.value for r in records] == values[partition][start:end]
         # seeked, not reopened
-        assert kafka_source._consumers[(bootstrap, topic, partition, False, READ_COMMITTED)].consumer \
+        assert (
+            kafka_source._consumers[(bootstrap, topic, partition, False, READ_COMMITTED)].consumer
             is consumers[partition]
+        )
     chunks = list(kafka_source.read_range_chunks(bootstrap, topic, 1, 0, 1500))
     assert all(chunks) and [r.offset for c in chunks for r in c] == list(range(1500))
 
@@ -59,8 +61,9 @@ def test_a_new_reader_fetches_without_waiting_out_the_metadata_refresh_backoff(t
     monkeypatch.setitem(ClusterMetadata.DEFAULT_CONFIG, "retry_backoff_ms", 600_000)
     _drop_cached((bootstrap, topic, 1, False, READ_COMMITTED))
     read: list = []
-    reader = threading.Thread(target=lambda: read.extend(kafka_source.read_range(bootstrap, topic, 1, 5, 25)),
-                              daemon=True)
+    reader = threading.Thread(
+        target=lambda: read.extend(kafka_source.read_range(bootstrap, topic, 1, 5, 25)), daemon=True
+    )
     reader.start()
     reader.join(30)
     assert not reader.is_alive(), "a new consumer waited for the metadata refresh backoff"
@@ -102,8 +105,9 @@ def gzip_topic(broker_bootstrap):
     topic = "reader-columnar"
     bootstrap = broker_bootstrap
     create_topic(bootstrap, topic, 1)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=32 * 1024, acks="all",
-                             compression_type="gzip")
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, linger_ms=20, batch_size=32 * 1024, acks="all", compression_type="gzip"
+    )
     try:
         for i in range(3000):
             value = None if i % 97 == 0 else (b"v%d-" % i) * (1 + i % 50)
@@ -117,8 +121,9 @@ def gzip_topic(broker_bootstrap):
 
 
 def _as_tuples(polls):
-    return [t for poll in polls for c in poll
-            for t in zip(c.offsets.tolist(), c.timestamps.tolist(), c.keys(), c.values())]
+    return [
+        t for poll in polls for c in poll for t in zip(c.offsets.tolist(), c.timestamps.tolist(), c.keys(), c.values())
+    ]
 
 
 def test_columnar_reads_equal_kafka_python_records_and_continue_without_a_seek(gzip_topic):

@@ -37,8 +37,11 @@ def test_no_planner_or_reader_creates_a_missing_topic(apache_kafka, monkeypatch)
     plain = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
     try:
         plain.assign([TopicPartition("made-by-a-reader", 0)])
-        wait_for(lambda: plain.poll(timeout_ms=200) is not None and "made-by-a-reader" in _topics(bootstrap), 60,
-                 "an auto-created topic")
+        wait_for(
+            lambda: plain.poll(timeout_ms=200) is not None and "made-by-a-reader" in _topics(bootstrap),
+            60,
+            "an auto-created topic",
+        )
     finally:
         plain.close()
 

@@ -48,8 +48,14 @@ class Produced:
 
 
 def _transactional(bootstrap: str, name: str) -> Producer:
-    producer = Producer(bootstrap_servers=bootstrap, transactional_id=name, enable_idempotence=True, acks="all",
-                        linger_ms=5, transaction_timeout_ms=TXN_TIMEOUT_MS)
+    producer = Producer(
+        bootstrap_servers=bootstrap,
+        transactional_id=name,
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=5,
+        transaction_timeout_ms=TXN_TIMEOUT_MS,
+    )
     producer.init_transactions()
     return producer
 
@@ -107,17 +113,24 @@ def interleaved(apache_kafka):
 def _planned(bootstrap: str, topic: str, level: str) -> tuple[dict[int, int], dict[int, int]]:
     with kafka_offsets.offsets_consumer(bootstrap, level) as consumer:
         partitions = kafka_offsets.topic_partitions(consumer, topic)
-        return (kafka_offsets.earliest_offsets(consumer, topic, partitions),
-                kafka_offsets.confirmed_end_offsets(consumer, topic, partitions))
+        return (
+            kafka_offsets.earliest_offsets(consumer, topic, partitions),
+            kafka_offsets.confirmed_end_offsets(consumer, topic, partitions),
+        )
 
 
 def _read(bootstrap, topic, partition, start, end, level="read_committed", columnar=True) -> list[tuple[int, bytes]]:
     if columnar:
-        return [(o, v) for poll in kafka_source.read_range_batches(bootstrap, topic, partition, start, end,
-                                                                   isolation_level=level)
-                for c in poll for o, v in zip(c.offsets.tolist(), c.values())]
-    return [(r.offset, r.value) for r in kafka_source.read_range(bootstrap, topic, partition, start, end,
-                                                                   isolation_level=level)]
+        return [
+            (o, v)
+            for poll in kafka_source.read_range_batches(bootstrap, topic, partition, start, end, isolation_level=level)
+            for c in poll
+            for o, v in zip(c.offsets.tolist(), c.values())
+        ]
+    return [
+        (r.offset, r.value)
+        for r in kafka_source.read_range(bootstrap, topic, partition, start, end, isolation_level=level)
+    ]
 
 
 @pytest.mark.parametrize("columnar", [True, False], ids=["columnar", "kafka-python-records"])
@@ -177,8 +190,9 @@ PATHS = {"arrow": ("Arrow path", {}), "spark-sql": ("Spark SQL path", {"transfor
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 @pytest.mark.parametrize("path", sorted(PATHS))
-def test_a_job_totals_exactly_the_committed_and_plain_records(stack_env, apache_kafka, interleaved, tmp_path,
-                                                              locations, path):
+def test_a_job_totals_exactly_the_committed_and_plain_records(
+    stack_env, apache_kafka, interleaved, tmp_path, locations, path
+):
     bootstrap, topic, produced = interleaved
     name, sink, store = locations
     label, extra = PATHS[path]
@@ -202,8 +216,9 @@ def test_a_job_leaves_an_open_transaction_for_a_later_epoch(stack_env, apache_ka
     env = _with_broker(stack_env, apache_kafka)
     rng = random.Random(8)
     before = produce_interleaved(bootstrap, topic, seed=9, rounds=4)
-    spec = write_spec(tmp_path, spend_spec(name, topic, sink, store, per_epoch=500,
-                                           extra={"transforms": [{"filter": "amount > 0"}]}))
+    spec = write_spec(
+        tmp_path, spend_spec(name, topic, sink, store, per_epoch=500, extra={"transforms": [{"filter": "amount > 0"}]})
+    )
     txn, plain = _transactional(bootstrap, f"{topic}-open"), Producer(bootstrap_servers=bootstrap, acks="all")
     try:
         txn.begin_transaction()
@@ -235,6 +250,7 @@ def test_read_uncommitted_is_the_spec_s_way_to_see_every_record(interleaved):
         assert {tp.partition: o for tp, o in consumer.end_offsets(tps).items()} == uncommitted_end
     finally:
         consumer.close()
-    read = sum(len(_read(bootstrap, topic, p, start[p], uncommitted_end[p], "read_uncommitted"))
-               for p in range(PARTITIONS))
+    read = sum(
+        len(_read(bootstrap, topic, p, start[p], uncommitted_end[p], "read_uncommitted")) for p in range(PARTITIONS)
+    )
     assert read == len(produced.kept) + len(produced.aborted)

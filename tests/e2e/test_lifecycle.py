@@ -47,8 +47,11 @@ def test_running_only_after_every_subtask_started_with_a_live_heartbeat(stack_en
             assert first.subtasks_total == 6  # source, state, sink x parallelism 2
             assert first.pid == run.pid and first.launch and first.launch.mode == "until-caught-up"
             # held in on_start: the heartbeat goes on, but the pipeline never claims to be RUNNING
-            later = run.until(lambda: (s := status_of(stack_env, store, name)) and s.heartbeat_at > first.heartbeat_at
-                              and s, 15, "a heartbeat")
+            later = run.until(
+                lambda: (s := status_of(stack_env, store, name)) and s.heartbeat_at > first.heartbeat_at and s,
+                15,
+                "a heartbeat",
+            )
             assert later.state == "SCHEDULING"
             assert later.observed(dt.datetime.now(dt.UTC))[0] == "SCHEDULING"
         finally:
@@ -68,8 +71,11 @@ def test_a_stuck_start_up_fails_with_the_reason_instead_of_hanging(stack_env, tm
     name = "lifecycle-stuck"
     store = f"s3://checkpoints/{name}"
     spec = write_spec(tmp_path, spend_spec(name, topic, f"s3://results/{name}", store))
-    env = {**stack_env, "PIPELINE_FAULT_POINTS": "during_startup",
-           "PIPELINE_FAULT_PAUSE_UNTIL": str(tmp_path / "never")}
+    env = {
+        **stack_env,
+        "PIPELINE_FAULT_POINTS": "during_startup",
+        "PIPELINE_FAULT_PAUSE_UNTIL": str(tmp_path / "never"),
+    }
     started = time.monotonic()
     result = run_cli(["run", str(spec), "--startup-timeout", "8"], env, timeout=180)
     assert result.returncode != 0
@@ -85,8 +91,12 @@ def test_a_subtask_that_cannot_start_fails_the_start_up_and_names_itself(stack_e
     topic, _ = payments
     name = "lifecycle-broken"
     store = f"s3://checkpoints/{name}"
-    spec = write_spec(tmp_path, spend_spec(name, topic, f"s3://results/{name}", store,
-                                           extra={"transforms": [{"python": "tests.no_such_module:f"}]}))
+    spec = write_spec(
+        tmp_path,
+        spend_spec(
+            name, topic, f"s3://results/{name}", store, extra={"transforms": [{"python": "tests.no_such_module:f"}]}
+        ),
+    )
     result = run_cli(["run", str(spec)], stack_env, timeout=180)
     assert result.returncode != 0
     status = status_of(stack_env, store, name)
@@ -97,9 +107,9 @@ def test_a_subtask_that_cannot_start_fails_the_start_up_and_names_itself(stack_e
     assert head is None or head.history == []  # no snapshot committed
 
 
-
 def test_a_failing_check_in_epoch_1s_read_fails_the_start_up_naming_each_subtask_and_commits_nothing(
-        stack_env, tmp_path, payments):
+    stack_env, tmp_path, payments
+):
     """On the Arrow path with keyed state on the driver, epoch 1's read tasks run the source
     subtasks' checks before reading: Python workers that import another release of the library
     fail every subtask, each named, and nothing of the read is merged or committed."""
@@ -110,19 +120,22 @@ def test_a_failing_check_in_epoch_1s_read_fails_the_start_up_naming_each_subtask
     # Local mode's Python workers put their working directory first on the import path: started
     # in the copy's folder, they import it, while the driver imports this checkout.
     worker_python = tmp_path / "worker-python"
-    worker_python.write_text(f"#!/bin/sh\ncd {shlex.quote(str(lib))} && exec {shlex.quote(sys.executable)} \"$@\"\n")
+    worker_python.write_text(f'#!/bin/sh\ncd {shlex.quote(str(lib))} && exec {shlex.quote(sys.executable)} "$@"\n')
     worker_python.chmod(0o755)
     spec = write_spec(tmp_path, spend_spec(name, topic, sink, store, per_epoch=12_000))
-    result = run_cli(["run", str(spec), "--until-caught-up"], {**stack_env, "PYSPARK_PYTHON": str(worker_python)},
-                     timeout=240)
+    result = run_cli(
+        ["run", str(spec), "--until-caught-up"], {**stack_env, "PYSPARK_PYTHON": str(worker_python)}, timeout=240
+    )
     assert result.returncode != 0
     assert "epoch 1's read runs the source subtasks' start-up checks" in result.stderr, result.stderr[-3000:]
     assert "epochs take the Arrow path (" in result.stderr
     status = status_of(stack_env, store, name)
     assert status.state == "FAILED" and status.subtasks_started == 0, status
-    named = re.findall(r"subtask source:main#(\d) failed on_start: executor \(host [^,]+, pid \d+\) has "
-                       rf"pipeline_lib {re.escape(other)} \(the driver has {re.escape(pipeline_lib.__version__)}\)",
-                       status.reason)
+    named = re.findall(
+        r"subtask source:main#(\d) failed on_start: executor \(host [^,]+, pid \d+\) has "
+        rf"pipeline_lib {re.escape(other)} \(the driver has {re.escape(pipeline_lib.__version__)}\)",
+        status.reason,
+    )
     assert sorted(named) == ["0", "1"], status.reason  # both source subtasks, each named
     assert status.reason in result.stderr
     head, _ = SnapshotStore.open(store, name, "main", ConnectionSettings.from_env(stack_env)).read_head()
@@ -141,15 +154,24 @@ def test_a_killed_run_is_lost_and_recovered_once_to_an_exact_result(stack_env, t
     # Held (never released) in epoch 3 once epoch 2 is committed, so the kill lands in a live run
     # however fast the epochs go; its heartbeat keeps STATUS RUNNING meanwhile, as in a working run.
     fault_log = tmp_path / "faults.log"
-    held = {**stack_env, "PIPELINE_FAULT_POINTS": "after_head_check@3",
-            "PIPELINE_FAULT_PAUSE_UNTIL": str(tmp_path / "never"), "PIPELINE_FAULT_LOG": str(fault_log)}
-    run = CliRun(["run", str(spec_path), "--lease-seconds", "3", "--launched-by", "test"], held,
-                 tmp_path / "run.log")
+    held = {
+        **stack_env,
+        "PIPELINE_FAULT_POINTS": "after_head_check@3",
+        "PIPELINE_FAULT_PAUSE_UNTIL": str(tmp_path / "never"),
+        "PIPELINE_FAULT_LOG": str(fault_log),
+    }
+    run = CliRun(["run", str(spec_path), "--lease-seconds", "3", "--launched-by", "test"], held, tmp_path / "run.log")
     try:
-        run.until(lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text(), 120,
-                  "the run to hold in epoch 3, before anything of it is visible")
-        run.until(lambda: (s := status_of(stack_env, store, name)) and s.state == "RUNNING" and s.epoch >= 2,
-                  30, "RUNNING at epoch 2")
+        run.until(
+            lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text(),
+            120,
+            "the run to hold in epoch 3, before anything of it is visible",
+        )
+        run.until(
+            lambda: (s := status_of(stack_env, store, name)) and s.state == "RUNNING" and s.epoch >= 2,
+            30,
+            "RUNNING at epoch 2",
+        )
     finally:
         run.kill()
     spec, settings = load_spec(spec_path), ConnectionSettings.from_env(stack_env)
@@ -157,14 +179,19 @@ def test_a_killed_run_is_lost_and_recovered_once_to_an_exact_result(stack_env, t
 
     status = status_of(stack_env, store, name)
     assert status.state == "RUNNING"  # what the dead runner left behind...
-    lost = wait_for(lambda: status_of(stack_env, store, name).observed(dt.datetime.now(dt.UTC))[0] == "LOST",
-                    10, "the lease to expire")
+    lost = wait_for(
+        lambda: status_of(stack_env, store, name).observed(dt.datetime.now(dt.UTC))[0] == "LOST",
+        10,
+        "the lease to expire",
+    )
     assert lost
 
     # two recovery runs at once: exactly one relaunch is claimed
     results: list = []
-    runs = [threading.Thread(target=lambda by=by: results.append(recover_job(spec, settings, policy, by)))
-            for by in ("recovery-1", "recovery-2")]
+    runs = [
+        threading.Thread(target=lambda by=by: results.append(recover_job(spec, settings, policy, by)))
+        for by in ("recovery-1", "recovery-2")
+    ]
     for t in runs:
         t.start()
     for t in runs:
@@ -200,13 +227,21 @@ def test_a_stop_request_commits_the_epoch_in_flight_and_is_not_recovered(stack_e
     spec_path = write_spec(tmp_path, spend_spec(name, topic, sink, store, per_epoch=3_000))
     spec, settings = load_spec(spec_path), ConnectionSettings.from_env(stack_env)
     stop_file = tmp_path / "stop"
-    for how, stop in (("SIGTERM", lambda run: os.kill(run.pid, signal.SIGTERM)),
-                      ("stop file", lambda run: stop_file.touch())):
-        run = CliRun(["run", str(spec_path), "--forever", "--stop-file", str(stop_file)], stack_env,
-                     tmp_path / f"run-{how.replace(' ', '-')}.log")
+    for how, stop in (
+        ("SIGTERM", lambda run: os.kill(run.pid, signal.SIGTERM)),
+        ("stop file", lambda run: stop_file.touch()),
+    ):
+        run = CliRun(
+            ["run", str(spec_path), "--forever", "--stop-file", str(stop_file)],
+            stack_env,
+            tmp_path / f"run-{how.replace(' ', '-')}.log",
+        )
         try:
-            run.until(lambda r=run: (s := status_of(stack_env, store, name)) and s.state == "RUNNING"
-                      and s.pid == r.pid, 120, f"RUNNING before the {how}")
+            run.until(
+                lambda r=run: (s := status_of(stack_env, store, name)) and s.state == "RUNNING" and s.pid == r.pid,
+                120,
+                f"RUNNING before the {how}",
+            )
             stop(run)
             run.wait(120)
         finally:

@@ -25,6 +25,7 @@ OUTAGE_S = 30
 @pytest.fixture
 def own_stack(tmp_path):
     """A stack of the test's own: the shared one must not go away under other tests."""
+
     def start(broker_storage: str):
         info = start_stack(tmp_path / "stack", broker_storage=broker_storage)
         started.append(info)
@@ -43,13 +44,16 @@ def _after_epoch(run: CliRun, epoch: int) -> None:
     run.until(lambda: re.search(rf"^epoch {epoch} committed", run.stderr(), re.M), 300, f"epoch {epoch} committed")
 
 
-@pytest.mark.parametrize("budget,outcome", [(120, "rides it out"),
-                                             pytest.param(5, "fails cleanly", marks=pytest.mark.full)])
+@pytest.mark.parametrize(
+    "budget,outcome", [(120, "rides it out"), pytest.param(5, "fails cleanly", marks=pytest.mark.full)]
+)
 def test_s3_server_away_for_30s(own_stack, tmp_path, budget, outcome):
     info, env, events = own_stack("memory")  # the broker's log must not live in the S3 server here
     env = {**env, "PIPELINE_S3_RETRY_SECONDS": str(budget)}
-    spec = write_spec(tmp_path, spend_spec("s3-outage", "outage", "s3://results/s3-outage",
-                                           "s3://checkpoints/s3-outage", per_epoch=1_000))
+    spec = write_spec(
+        tmp_path,
+        spend_spec("s3-outage", "outage", "s3://results/s3-outage", "s3://checkpoints/s3-outage", per_epoch=1_000),
+    )
     run = CliRun(["run", str(spec)], env, tmp_path / "run.log")
     try:
         _after_epoch(run, 2)
@@ -75,8 +79,16 @@ def test_s3_server_away_for_30s(own_stack, tmp_path, budget, outcome):
 
 def test_broker_restart_mid_run_is_ridden_out(own_stack, tmp_path):
     info, env, events = own_stack("s3")  # Tansu keeps its log in the S3 server: records survive
-    spec = write_spec(tmp_path, spend_spec("broker-restart", "outage", "s3://results/broker-restart",
-                                           "s3://checkpoints/broker-restart", per_epoch=1_000))
+    spec = write_spec(
+        tmp_path,
+        spend_spec(
+            "broker-restart",
+            "outage",
+            "s3://results/broker-restart",
+            "s3://checkpoints/broker-restart",
+            per_epoch=1_000,
+        ),
+    )
     run = CliRun(["run", str(spec)], env, tmp_path / "run.log")
     try:
         _after_epoch(run, 2)

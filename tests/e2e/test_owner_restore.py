@@ -22,8 +22,9 @@ OWNERS = {"keyed_state": "owners"}
 
 
 def _pipeline_store(env, checkpoint_uri):
-    return open_store(parse_location(checkpoint_uri).child(layout.pipeline_root("main")),
-                      ConnectionSettings.from_env(env))
+    return open_store(
+        parse_location(checkpoint_uri).child(layout.pipeline_root("main")), ConnectionSettings.from_env(env)
+    )
 
 
 def _manifests(env, checkpoint_uri) -> dict[int, dict]:
@@ -34,16 +35,20 @@ def _manifests(env, checkpoint_uri) -> dict[int, dict]:
 
 def _restored_on_executors(stderr: str, snapshot_id: str) -> None:
     """The restore of ``snapshot_id`` read no state on the driver and its files on the executors."""
-    assert re.search(rf"restore of snapshot {snapshot_id} read 0 bytes of state on the driver; "
-                     r"[1-9]\d* state files \([1-9]\d* bytes\) verified on the executors", stderr), stderr[-3000:]
+    assert re.search(
+        rf"restore of snapshot {snapshot_id} read 0 bytes of state on the driver; "
+        r"[1-9]\d* state files \([1-9]\d* bytes\) verified on the executors",
+        stderr,
+    ), stderr[-3000:]
     assert not re.search(r"read [1-9]\d* bytes of state on the driver", stderr)
     assert "with keyed state on owner tasks" in stderr
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 @pytest.mark.parametrize("damage", ["corrupt_span", pytest.param("missing_span", marks=pytest.mark.full)])
-def test_a_damaged_span_is_found_on_the_executors_and_the_restore_falls_back(stack_env, tmp_path, payments,
-                                                                              locations, damage):
+def test_a_damaged_span_is_found_on_the_executors_and_the_restore_falls_back(
+    stack_env, tmp_path, payments, locations, damage
+):
     topic, events = payments
     name, sink, store_uri = locations
     spec = write_spec(tmp_path, spend_spec(name, topic, sink, store_uri, extra=OWNERS))
@@ -56,7 +61,7 @@ def test_a_damaged_span_is_found_on_the_executors_and_the_restore_falls_back(sta
     ref = next(f for f in parts if layout.snapshot_of_state_key(f["key"]) == latest)  # a file epoch 3 wrote
     if damage == "corrupt_span":
         data, end = store.get(ref["key"]), (ref.get("offset") or 0) + ref["bytes"]
-        store.put(ref["key"], data[:end - 7] + b"garbage" + data[end:])
+        store.put(ref["key"], data[: end - 7] + b"garbage" + data[end:])
         problem = f"state file {ref['key']} is corrupt"
     else:
         store.delete(ref["key"])
@@ -74,8 +79,7 @@ def test_a_damaged_span_is_found_on_the_executors_and_the_restore_falls_back(sta
 
 @pytest.mark.full  # the cluster tier rescales 2->1->2->3 on owner tasks in `make test`
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-def test_a_restore_at_another_parallelism_maps_spans_to_owners_and_is_exact(stack_env, tmp_path, payments,
-                                                                             locations):
+def test_a_restore_at_another_parallelism_maps_spans_to_owners_and_is_exact(stack_env, tmp_path, payments, locations):
     """2 -> 1 -> 2 subtasks over 8 spans (a state this small would otherwise be one span, which
     one owner holds at any parallelism): the spans move between owners, the state files of the
     snapshot restored are the ones its successor keeps referencing where no key changed; the
@@ -99,8 +103,9 @@ def test_a_restore_at_another_parallelism_maps_spans_to_owners_and_is_exact(stac
             _restored_on_executors(result.stderr, "0000000004-a2")
     by_epoch = _manifests(stack_env, store_uri)
     expected = {1: 2, 2: 2, 3: 1, 4: 1, 5: 2, 6: 2}  # the retained snapshots' parallelism
-    assert {e: m["flows"][name]["state"]["parallelism"] for e, m in by_epoch.items()} == \
-        {e: expected[e] for e in by_epoch} and 6 in by_epoch
+    assert {e: m["flows"][name]["state"]["parallelism"] for e, m in by_epoch.items()} == {
+        e: expected[e] for e in by_epoch
+    } and 6 in by_epoch
     for epoch, manifest in by_epoch.items():  # each epoch's new packs: one per owner that holds spans
         files = manifest["flows"][name]["state"]["files"]
         assert len(files) == 8, (epoch, len(files))

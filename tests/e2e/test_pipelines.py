@@ -20,8 +20,9 @@ AGG = {"aggregate": {"key": ["user"], "values": {"total": "sum(amount)", "n": "c
 
 
 def pipeline_store(env, checkpoint_uri, pipeline):
-    return open_store(parse_location(checkpoint_uri).child(layout.pipeline_root(pipeline)),
-                      ConnectionSettings.from_env(env))
+    return open_store(
+        parse_location(checkpoint_uri).child(layout.pipeline_root(pipeline)), ConnectionSettings.from_env(env)
+    )
 
 
 def manifests(env, checkpoint_uri, pipeline) -> list[dict]:
@@ -40,12 +41,24 @@ def refunds(local_stack):
 def two_pipeline_spec(name: str, hook: str) -> dict:
     return {
         "name": name,
-        "sources": {"payments": {"kafka": {"topic": "payments-e2e", "schema": SCHEMA}},
-                    "refunds": {"kafka": {"topic": "refunds-e2e", "schema": SCHEMA}}},
+        "sources": {
+            "payments": {"kafka": {"topic": "payments-e2e", "schema": SCHEMA}},
+            "refunds": {"kafka": {"topic": "refunds-e2e", "schema": SCHEMA}},
+        },
         "flows": [
-            {"name": "spend", "source": "payments", "state": AGG, "sink": {"files": {"path": f"s3://results/{name}-spend"}}},
-            {"name": "refunded", "source": "refunds", "transforms": [{"python": hook}], "state": AGG,
-             "sink": {"files": {"path": f"s3://results/{name}-refunded"}}},
+            {
+                "name": "spend",
+                "source": "payments",
+                "state": AGG,
+                "sink": {"files": {"path": f"s3://results/{name}-spend"}},
+            },
+            {
+                "name": "refunded",
+                "source": "refunds",
+                "transforms": [{"python": hook}],
+                "state": AGG,
+                "sink": {"files": {"path": f"s3://results/{name}-refunded"}},
+            },
         ],
         "checkpoint": {"store": f"s3://checkpoints/{name}"},
         "trigger": {"max_records_per_epoch": 4_000},
@@ -103,8 +116,9 @@ def test_bounded_job_restores_only_unfinished_splits_then_is_skipped(stack_env, 
     assert readers and all(s["action"] == "restore" for s in readers)
     (m2,) = [m for m in manifests(stack_env, store_uri, "main") if m["epoch"] == 2]
     open_splits = f"[1]@{m2['positions']['1']}, [2]@{m2['positions']['2']}"
-    assert {s["detail"] for s in readers} == {f"a share of each epoch's ranges of the open splits {open_splits}; "
-                                              "completed, never read again: [0]@300"}
+    assert {s["detail"] for s in readers} == {
+        f"a share of each epoch's ranges of the open splits {open_splits}; completed, never read again: [0]@300"
+    }
 
     restored = run_cli(["run", str(spec)], stack_env)
     assert restored.returncode == 0, restored.stderr[-3000:]
@@ -113,8 +127,10 @@ def test_bounded_job_restores_only_unfinished_splits_then_is_skipped(stack_env, 
     read_partitions = {r["partition"] for m in after_restore for r in m["lineage"]["ranges"]}
     assert read_partitions == {1, 2}, "the completed split was not read again, the plan's open splits were"
     first = min(after_restore, key=lambda m: m["epoch"])
-    assert {r["partition"]: r["start"] for r in first["lineage"]["ranges"]} == {1: m2["positions"]["1"],
-                                                                               2: m2["positions"]["2"]}
+    assert {r["partition"]: r["start"] for r in first["lineage"]["ranges"]} == {
+        1: m2["positions"]["1"],
+        2: m2["positions"]["2"],
+    }
     assert after_restore[-1]["completed"] is True
     assert result_table(stack_env, sink) == spend_per_user(everything)
 
@@ -143,7 +159,7 @@ def test_rescale_on_restore_1_to_3_to_2_gives_identical_results(stack_env, tmp_p
         assert result.returncode == 0, result.stderr[-3000:]
     by_epoch = {m["epoch"]: m for m in manifests(stack_env, store_uri, "main")}
     states = {e: by_epoch[e]["flows"][name]["state"] for e in (1, 2, 3, 4, 5, 6) if e in by_epoch}
-    assert [states[e]["parallelism"] for e in sorted(states)] == [1, 1, 3, 3, 2, 2][-len(states):]
+    assert [states[e]["parallelism"] for e in sorted(states)] == [1, 1, 3, 3, 2, 2][-len(states) :]
     # state files are cut by key-group spans sized to the state, not by subtask: a rescale keeps them
     grids = {e: [(f["key_group_start"], f["key_group_end"]) for f in states[e]["files"]] for e in states}
     assert grids[2] == grids[4] and grids[4][0][0] == 0 and grids[4][-1][1] == 128

@@ -21,8 +21,7 @@ def test_a_job_built_in_code_runs_and_its_table_reads_back(stack_env, payments, 
     seen = []
     summary = run_job(job, settings=settings, on_epoch=seen.append)
     [pipeline] = summary.pipelines
-    assert (summary.job, pipeline.status, pipeline.restored_from, pipeline.records) == (
-        name, "RAN", None, len(events))
+    assert (summary.job, pipeline.status, pipeline.restored_from, pipeline.records) == (name, "RAN", None, len(events))
     assert [e.epoch for e in pipeline.epochs] == [1, 2, 3] and list(pipeline.epochs) == seen
     assert {row["user"]: row for row in read_table(sink, settings, key=["user"])} == spend_per_user(events)
     again = run_job(job, settings=settings)

@@ -36,11 +36,18 @@ def _spec(name: str, topic: str, per_epoch: int = 700, retain: int = 10) -> dict
         "name": name,
         "sources": {"main": {"kafka": {"topic": topic, "schema": "user string, amount long"}}},
         "flows": [
-            {"name": "spend", "source": "main",
-             "state": {"aggregate": {"key": ["user"], "values": {"total": "sum(amount)", "n": "count(*)"}}},
-             "sink": {"files": {"path": f"s3://results/{name}-spend"}}},
-            {"name": "big", "source": "main", "transforms": [{"filter": "amount > 900"}],
-             "sink": {"files": {"path": f"s3://results/{name}-big", "format": "parquet"}}},
+            {
+                "name": "spend",
+                "source": "main",
+                "state": {"aggregate": {"key": ["user"], "values": {"total": "sum(amount)", "n": "count(*)"}}},
+                "sink": {"files": {"path": f"s3://results/{name}-spend"}},
+            },
+            {
+                "name": "big",
+                "source": "main",
+                "transforms": [{"filter": "amount > 900"}],
+                "sink": {"files": {"path": f"s3://results/{name}-big", "format": "parquet"}},
+            },
         ],
         "on_error": "dead_letter",
         "dead_letter": {"path": f"s3://results/{name}-dead"},
@@ -58,7 +65,8 @@ def _produce(bootstrap: str, topic: str, events: list[dict]) -> None:
 def _sinks(env: dict, name: str) -> dict[str, ObjectStore]:
     settings = ConnectionSettings.from_env(env)
     return {what: open_store(f"s3://results/{name}-{what}", settings) for what in ("spend", "big")} | {
-        "dead": open_store(f"s3://results/{name}-dead/main", settings)}
+        "dead": open_store(f"s3://results/{name}-dead/main", settings)
+    }
 
 
 def _committed_parts(sinks: dict[str, ObjectStore]) -> dict[tuple[str, str], bytes]:
@@ -71,8 +79,9 @@ def _committed_parts(sinks: dict[str, ObjectStore]) -> dict[tuple[str, str], byt
     return parts
 
 
-def _damage(sinks: dict[str, ObjectStore], parts: dict[tuple[str, str], bytes], rng: random.Random,
-            count: int) -> dict[tuple[str, str], str]:
+def _damage(
+    sinks: dict[str, ObjectStore], parts: dict[tuple[str, str], bytes], rng: random.Random, count: int
+) -> dict[tuple[str, str], str]:
     """``count`` parts chosen at random, each deleted, cut short or given a flipped byte."""
     chosen = rng.sample(sorted(parts), count)
     kinds = {}
@@ -84,7 +93,7 @@ def _damage(sinks: dict[str, ObjectStore], parts: dict[tuple[str, str], bytes], 
             store.put(key, data[: len(data) // 2])
         else:
             at = rng.randrange(len(data))
-            store.put(key, data[:at] + bytes([data[at] ^ 0x20]) + data[at + 1:])
+            store.put(key, data[:at] + bytes([data[at] ^ 0x20]) + data[at + 1 :])
         kinds[(what, key)] = kind
     return kinds
 
@@ -108,8 +117,9 @@ def _expected_big(events: list[dict]) -> list[tuple[str, int]]:
 def _check_output(env: dict, name: str, events: list[dict]) -> None:
     sinks = _sinks(env, name)
     table = read_upsert_table(sinks["spend"], ["user"])
-    assert {k[0]: {"user": v["user"], "total": v["total"], "n": v["n"]} for k, v in table.items()} == \
-        spend_per_user(events)
+    assert {k[0]: {"user": v["user"], "total": v["total"], "n": v["n"]} for k, v in table.items()} == spend_per_user(
+        events
+    )
     assert sorted((r["user"], r["amount"]) for r in read_append_rows(sinks["big"])) == _expected_big(events)
     assert len(read_append_rows(sinks["dead"])) == len(BAD) * (len(events) // 3_000)
 
@@ -171,8 +181,12 @@ def test_repair_rebuilds_randomly_damaged_parts_byte_identical(kafka_env, apache
 def _store_bytes(env: dict, name: str) -> dict[str, bytes]:
     settings = ConnectionSettings.from_env(env)
     out = {}
-    for root in (f"s3://results/{name}-spend", f"s3://results/{name}-big", f"s3://results/{name}-dead",
-                 f"s3://checkpoints/{name}"):
+    for root in (
+        f"s3://results/{name}-spend",
+        f"s3://results/{name}-big",
+        f"s3://results/{name}-dead",
+        f"s3://checkpoints/{name}",
+    ):
         store = open_store(root, settings)
         out.update({f"{root}/{key}": store.get(key) for key in store.list()})
     return out
@@ -180,7 +194,8 @@ def _store_bytes(env: dict, name: str) -> dict[str, bytes]:
 
 @pytest.mark.full  # the planning's refusal is unit-tested (tests/unit/test_repair_plan.py)
 def test_repair_of_an_epoch_whose_input_retention_deleted_reports_it_and_changes_nothing(
-        kafka_env, apache_kafka, tmp_path):
+    kafka_env, apache_kafka, tmp_path
+):
     name, topic = "repair-retention", "repair-retention"
     create_topic(apache_kafka.bootstrap, topic, PARTITIONS)
     events = payment_events(3_000, 150, seed=7)
@@ -198,8 +213,10 @@ def test_repair_of_an_epoch_whose_input_retention_deleted_reports_it_and_changes
     assert refused.returncode == 1, refused.stdout + refused.stderr[-3000:]
     [outcome] = json.loads(refused.stdout)
     assert (outcome["epoch"], outcome["part"], outcome["status"]) == (1, first, "REFUSED")
-    assert f"{topic}[0] offsets [0, " in outcome["detail"] and "is no longer in Kafka: the log starts at offset " \
-        "100 (retention or a records deletion)" in outcome["detail"], outcome["detail"]
+    assert (
+        f"{topic}[0] offsets [0, " in outcome["detail"]
+        and "is no longer in Kafka: the log starts at offset 100 (retention or a records deletion)" in outcome["detail"]
+    ), outcome["detail"]
     assert _store_bytes(kafka_env, name) == before
 
 
@@ -224,11 +241,13 @@ def test_a_repair_racing_a_live_run_leaves_both_exact(kafka_env, apache_kafka, t
         _produce(apache_kafka.bootstrap, topic, second)  # the live run keeps committing while repair runs
         repaired = run_cli(["repair", str(spec), "--epochs", "1..2", "--json"], kafka_env, timeout=LOADED)
         assert repaired.returncode == 0, repaired.stdout + repaired.stderr[-3000:]
-        assert {o["part"]: o["status"] for o in json.loads(repaired.stdout)} == \
-            {key: "restored" for _, key in damaged}
+        assert {o["part"]: o["status"] for o in json.loads(repaired.stdout)} == {key: "restored" for _, key in damaged}
         spend = sinks["spend"]
-        wait_for(lambda: sum(r["n"] for r in read_upsert_table(spend, ["user"]).values()) == 6_000, LOADED,
-                 "the live run to commit every record")
+        wait_for(
+            lambda: sum(r["n"] for r in read_upsert_table(spend, ["user"]).values()) == 6_000,
+            LOADED,
+            "the live run to commit every record",
+        )
         os.kill(live.pid, signal.SIGTERM)
         assert live.wait(LOADED) == 0, live.stderr()[-3000:]
     finally:

@@ -29,8 +29,9 @@ def _example_schemas() -> list[str]:
 
 
 EXAMPLES = _example_schemas()
-SCHEMAS = list(ACCEPTED_BY_SPARK) + [f"{ddl}, {METADATA_DDL}{extra}" for ddl in EXAMPLES
-                                     for extra in ("", f", {ERROR_DDL}")]
+SCHEMAS = list(ACCEPTED_BY_SPARK) + [
+    f"{ddl}, {METADATA_DDL}{extra}" for ddl in EXAMPLES for extra in ("", f", {ERROR_DDL}")
+]
 
 
 @pytest.fixture(scope="module")

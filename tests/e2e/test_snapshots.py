@@ -19,8 +19,9 @@ from tests.support import result_table, run_cli, spend_spec, write_spec
 
 def _pipeline_store(env, checkpoint_uri, pipeline="main"):
     """The folder of one pipeline inside a job's checkpoint store."""
-    return open_store(parse_location(checkpoint_uri).child(layout.pipeline_root(pipeline)),
-                      ConnectionSettings.from_env(env))
+    return open_store(
+        parse_location(checkpoint_uri).child(layout.pipeline_root(pipeline)), ConnectionSettings.from_env(env)
+    )
 
 
 def _snapshots_json(env, spec) -> list[dict]:
@@ -34,9 +35,14 @@ def _snapshots_json(env, spec) -> list[dict]:
 @pytest.mark.parametrize("locations", ["s3", pytest.param("file", marks=pytest.mark.full)], indirect=True)
 # All in `make full`: the unit tests of restore refuse 14 kinds of damage, these three too, and
 # `make test` keeps a whole job falling back past a corrupt state pack in tests/e2e/test_repair.py.
-@pytest.mark.parametrize("damage", [pytest.param("corrupt_state_file", marks=pytest.mark.full),
-                                    pytest.param("missing_manifest", marks=pytest.mark.full),
-                                    pytest.param("corrupt_manifest", marks=pytest.mark.full)])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param("corrupt_state_file", marks=pytest.mark.full),
+        pytest.param("missing_manifest", marks=pytest.mark.full),
+        pytest.param("corrupt_manifest", marks=pytest.mark.full),
+    ],
+)
 def test_damaged_latest_snapshot_falls_back_to_previous(stack_env, tmp_path, payments, locations, damage):
     topic, events = payments
     name, sink, store_uri = locations
@@ -52,7 +58,7 @@ def test_damaged_latest_snapshot_falls_back_to_previous(stack_env, tmp_path, pay
         # a span's base or delta the head snapshot wrote itself (bytes inside a pack or alone)
         ref = next(f for f in parts if layout.snapshot_of_state_key(f["key"]) == head["snapshot_id"])
         data, end = store.get(ref["key"]), (ref.get("offset") or 0) + ref["bytes"]
-        store.put(ref["key"], data[:end - 7] + b"garbage" + data[end:])
+        store.put(ref["key"], data[: end - 7] + b"garbage" + data[end:])
     elif damage == "missing_manifest":
         store.delete(layout.manifest_key(head["snapshot_id"]))
     else:
@@ -65,8 +71,9 @@ def test_damaged_latest_snapshot_falls_back_to_previous(stack_env, tmp_path, pay
     assert "falling back to 0000000002-a1" in rerun.stderr
     assert "restored from 0000000002-a1" in rerun.stderr
     # the driver path reads the state on the driver (the owner path reads none there: test_owner_restore)
-    assert re.search(r"restore of snapshot 0000000002-a1 read [1-9]\d* bytes of state on the driver$",
-                     rerun.stderr, re.MULTILINE), rerun.stderr[-3000:]
+    assert re.search(
+        r"restore of snapshot 0000000002-a1 read [1-9]\d* bytes of state on the driver$", rerun.stderr, re.MULTILINE
+    ), rerun.stderr[-3000:]
     assert result_table(stack_env, sink) == spend_per_user(events)
 
 

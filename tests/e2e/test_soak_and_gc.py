@@ -24,9 +24,26 @@ from tests.support import CliRun, result_table, spend_spec, write_spec
 @pytest.mark.slow  # four crash/restore cycles, each on a stack of its own
 def test_soak_cycles_lose_and_duplicate_nothing(tmp_path):
     report = tmp_path / "soak.md"
-    result = subprocess.run([sys.executable, "-m", "benchmarks.soak", "--cycles", "4", "--seed", "11",
-                             "--events", "6000", "--per-epoch", "1500", "--report", str(report)],
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.soak",
+            "--cycles",
+            "4",
+            "--seed",
+            "11",
+            "--events",
+            "6000",
+            "--per-epoch",
+            "1500",
+            "--report",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     data = json.loads(report.with_suffix(".json").read_text())
     assert data["crashes"] >= 1 and data["cycles"] == 4
@@ -102,15 +119,18 @@ def test_gc_racing_commits_never_deletes_what_a_retained_snapshot_needs(stack_en
     head, _ = snapshots.read_head()
     assert [e.epoch for e in head.history] == [EPOCHS, EPOCHS - 1]
     retained = [snapshots.load_manifest(e.snapshot_id, e.manifest_sha256) for e in head.history]
-    parts = {m.snapshot_id: [part for flow in m.flows.values() for f in flow.state.files for part in f.chain()]
-             for m in retained}  # each span's base and deltas
-    shared = {(sid, f.key) for sid, files in parts.items() for f in files
-              if layout.snapshot_of_state_key(f.key) != sid}
+    parts = {
+        m.snapshot_id: [part for flow in m.flows.values() for f in flow.state.files for part in f.chain()]
+        for m in retained
+    }  # each span's base and deltas
+    shared = {(sid, f.key) for sid, files in parts.items() for f in files if layout.snapshot_of_state_key(f.key) != sid}
     assert any(layout.epoch_of_snapshot(layout.snapshot_of_state_key(key)) == 1 for _, key in shared), shared
     referenced = {f.key for files in parts.values() for f in files}
     present = set(snapshots.store.list(layout.STATE_PREFIX))
-    assert present == referenced, f"referenced by a retained snapshot but gone: {sorted(referenced - present)}; " \
-                                  f"referenced by none but kept: {sorted(present - referenced)}"
+    assert present == referenced, (
+        f"referenced by a retained snapshot but gone: {sorted(referenced - present)}; "
+        f"referenced by none but kept: {sorted(present - referenced)}"
+    )
     sink_store = open_store(sink, settings)
     for m in retained:
         for flow in m.flows.values():

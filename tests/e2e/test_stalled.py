@@ -25,22 +25,41 @@ def test_a_stuck_epoch_with_a_live_heartbeat_is_stalled_relaunched_and_fenced(st
     settings = ConnectionSettings.from_env(stack_env)
     snapshots = SnapshotStore.open(store, name, "main", settings)
     release, fault_log = tmp_path / "release", tmp_path / "faults.log"
-    env = {**stack_env, "PIPELINE_FAULT_POINTS": "after_read@2", "PIPELINE_FAULT_PAUSE_UNTIL": str(release),
-           "PIPELINE_FAULT_LOG": str(fault_log)}
-    stuck = CliRun(["run", str(spec_path), "--lease-seconds", "5", "--stall-seconds", "10", "--launched-by", "test"],
-                   env, tmp_path / "stuck.log")
+    env = {
+        **stack_env,
+        "PIPELINE_FAULT_POINTS": "after_read@2",
+        "PIPELINE_FAULT_PAUSE_UNTIL": str(release),
+        "PIPELINE_FAULT_LOG": str(fault_log),
+    }
+    stuck = CliRun(
+        ["run", str(spec_path), "--lease-seconds", "5", "--stall-seconds", "10", "--launched-by", "test"],
+        env,
+        tmp_path / "stuck.log",
+    )
     try:
-        stuck.until(lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text(), 120,
-                    "the run to hold inside epoch 2")
+        stuck.until(
+            lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text(),
+            120,
+            "the run to hold inside epoch 2",
+        )
         # the heartbeat goes on (STALLED is only judged while the lease holds) and carries epoch 1's commit
         # (a beat after the hold began), while epoch 2 never commits
-        stalled = wait_for(lambda: (s := snapshots.read_status()) and s.epoch == 1
-                           and s.observed(dt.datetime.now(dt.UTC))[0] == "STALLED" and s, 60, "STALLED")
+        stalled = wait_for(
+            lambda: (
+                (s := snapshots.read_status())
+                and s.epoch == 1
+                and s.observed(dt.datetime.now(dt.UTC))[0] == "STALLED"
+                and s
+            ),
+            60,
+            "STALLED",
+        )
         assert stalled.state == "RUNNING" and stalled.attempt == 1 and stalled.epoch == 1
         assert stalled.lag == len(events) - 12_000 and stalled.stall_seconds == 10
 
-        decisions = recover_job(load_spec(spec_path), settings, RecoveryPolicy(max_relaunches=2, backoff_base_s=0),
-                                "recovery-1")
+        decisions = recover_job(
+            load_spec(spec_path), settings, RecoveryPolicy(max_relaunches=2, backoff_base_s=0), "recovery-1"
+        )
         [decision] = decisions
         assert decision.verdict == "relaunch" and decision.observed == "STALLED", decision
         assert "no epoch committed since" in decision.reason and "records waiting (stall 10s)" in decision.reason
@@ -67,5 +86,6 @@ def test_a_stuck_epoch_with_a_live_heartbeat_is_stalled_relaunched_and_fenced(st
     assert final.attempt == 2 and final.state == "STOPPED" and final.epoch == 2
     head, _ = snapshots.read_head()
     assert head.latest.snapshot_id == "0000000002-a2"
-    assert [d.verdict for d in recover_job(load_spec(spec_path), settings, RecoveryPolicy(), "recovery-2")] == \
-        ["healthy"]
+    assert [d.verdict for d in recover_job(load_spec(spec_path), settings, RecoveryPolicy(), "recovery-2")] == [
+        "healthy"
+    ]

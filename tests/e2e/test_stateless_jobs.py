@@ -15,8 +15,11 @@ from tests.support import run_cli, spend_spec, write_spec
 def _stateless(name, topic, sink, store, hook="tests.hooks_example:add_cents"):
     spec = spend_spec(name, topic, sink, store, per_epoch=5_000)
     del spec["state"]
-    spec["transforms"] = [{"python": hook}, {"filter": "amount >= 500"},
-                          {"select": ["user", "cents", "_partition", "_offset"]}]
+    spec["transforms"] = [
+        {"python": hook},
+        {"filter": "amount >= 500"},
+        {"select": ["user", "cents", "_partition", "_offset"]},
+    ]
     return spec
 
 

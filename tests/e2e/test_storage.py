@@ -230,8 +230,13 @@ def test_s3_stale_etag_is_refused_by_the_server(local_stack):
     store = open_store(f"s3://{BUCKET}/{uuid.uuid4().hex}", s3_settings(local_stack))
     stale = store.put_if("HEAD", b"v1", None)
     store.put_if("HEAD", b"v2", stale)
-    raw = Minio(local_stack.s3_endpoint.split("://", 1)[1], local_stack.access_key, local_stack.secret_key,
-                secure=False, region="us-east-1")
+    raw = Minio(
+        local_stack.s3_endpoint.split("://", 1)[1],
+        local_stack.access_key,
+        local_stack.secret_key,
+        secure=False,
+        region="us-east-1",
+    )
     name = f"{store.location.path}/HEAD"
     with pytest.raises(S3Error) as refused:
         raw._put_object(BUCKET, name, b"v3", headers={"If-Match": f'"{stale}"'})
@@ -290,8 +295,9 @@ def dropping_endpoint() -> Iterator[str]:
 
 @pytest.mark.parametrize("outage", ["refused", "dropped"])
 def test_s3_transient_failures_are_retried_within_the_budget(local_stack, monkeypatch, caplog, outage, request):
-    endpoint = (f"http://127.0.0.1:{_free_port()}" if outage == "refused"
-                else request.getfixturevalue("dropping_endpoint"))
+    endpoint = (
+        f"http://127.0.0.1:{_free_port()}" if outage == "refused" else request.getfixturevalue("dropping_endpoint")
+    )
     monkeypatch.setenv(ENV_S3_RETRY_SECONDS, "2")
     store = open_store(f"s3://{BUCKET}/x", s3_settings(local_stack, endpoint=endpoint))
     began = time.monotonic()
@@ -344,8 +350,11 @@ def test_local_put_if_is_atomic_across_processes(tmp_path, existing: bool):
     expected = store.put_if("HEAD", b"base", None) if existing else None
     start = time.time() + 2.0
     procs = [
-        subprocess.Popen([sys.executable, "-c", _CONTENDER, uri, json.dumps(expected), str(start), str(i)],
-                         stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _CONTENDER, uri, json.dumps(expected), str(start), str(i)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for i in range(8)
     ]
     results = [json.loads(p.communicate(timeout=60)[0]) for p in procs]

@@ -42,13 +42,19 @@ def test_hooks_filters_and_a_stateless_flow_take_the_spark_sql_path(spark, tmp_p
         "name": "shop",
         "sources": {"payments": {"kafka": {"topic": "payments", "schema": "user string, amount long"}}},
         "flows": [
-            {"name": "big-cents", "source": "payments",
-             "transforms": [{"python": "tests.hooks_example:add_cents"}, {"filter": "amount >= 500"}],
-             "state": {"aggregate": {"key": ["user"], "values": {"cents": "sum(cents)", "n": "count(*)"}}},
-             "sink": {"files": {"path": "s3://results/big-cents", "format": "parquet"}}},
-            {"name": "small", "source": "payments",
-             "transforms": [{"filter": "amount < 100"}, {"select": ["user", "amount", "_offset"]}],
-             "sink": {"files": {"path": "s3://results/small"}}},
+            {
+                "name": "big-cents",
+                "source": "payments",
+                "transforms": [{"python": "tests.hooks_example:add_cents"}, {"filter": "amount >= 500"}],
+                "state": {"aggregate": {"key": ["user"], "values": {"cents": "sum(cents)", "n": "count(*)"}}},
+                "sink": {"files": {"path": "s3://results/big-cents", "format": "parquet"}},
+            },
+            {
+                "name": "small",
+                "source": "payments",
+                "transforms": [{"filter": "amount < 100"}, {"select": ["user", "amount", "_offset"]}],
+                "sink": {"files": {"path": "s3://results/small"}},
+            },
         ],
         "checkpoint": {"store": "s3://checkpoints/shop"},
         "trigger": {"max_records_per_epoch": 120},
@@ -63,7 +69,8 @@ def test_hooks_filters_and_a_stateless_flow_take_the_spark_sql_path(spark, tmp_p
             row["n"] += 1
     assert {row["user"]: row for row in run.table("big-cents")} == expected
     assert Counter((r["user"], r["amount"], r["_offset"]) for r in run.table("small")) == Counter(
-        (e["user"], e["amount"], i) for i, e in enumerate(events) if e["amount"] < 100)
+        (e["user"], e["amount"], i) for i, e in enumerate(events) if e["amount"] < 100
+    )
     assert run.epochs == 3
 
 
@@ -71,8 +78,9 @@ BAD = [{"user": "a", "amount": 5}, b"not json", {"user": "b", "amount": "ten"}, 
 
 
 def test_dead_letters_keep_bad_records_out_of_the_table_and_name_them(spark, tmp_path):
-    spec = spend_job_spec("spend", "payments", *NOWHERE, extra={
-        "on_error": "dead_letter", "dead_letter": {"path": "s3://dead/spend"}})
+    spec = spend_job_spec(
+        "spend", "payments", *NOWHERE, extra={"on_error": "dead_letter", "dead_letter": {"path": "s3://dead/spend"}}
+    )
     run = run_on_records(spec, BAD, workdir=tmp_path, spark=spark)
     assert run.table() == [{"user": "a", "total": 12, "n": 2}]
     assert run.bad_records == 2
@@ -81,8 +89,12 @@ def test_dead_letters_keep_bad_records_out_of_the_table_and_name_them(spark, tmp
 
 
 def test_skip_counts_them_and_fail_names_the_first(spark, tmp_path):
-    skipped = run_on_records(spend_job_spec("spend", "payments", *NOWHERE, extra={"on_error": "skip"}), BAD,
-                             workdir=tmp_path / "skip", spark=spark)
+    skipped = run_on_records(
+        spend_job_spec("spend", "payments", *NOWHERE, extra={"on_error": "skip"}),
+        BAD,
+        workdir=tmp_path / "skip",
+        spark=spark,
+    )
     assert skipped.table() == [{"user": "a", "total": 12, "n": 2}] and skipped.bad_records == 2
     with pytest.raises(PipelineError, match=r"bad record at payments\[0\]@1: "):
         run_on_records(spend_job_spec("spend", "payments", *NOWHERE), BAD, workdir=tmp_path / "fail", spark=spark)

@@ -16,21 +16,32 @@ from tests.support import CliRun, result_table, run_cli, spend_spec, write_spec
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-def test_the_next_epoch_is_read_while_this_one_commits_and_a_stop_drops_that_read(stack_env, tmp_path, payments,
-                                                                                   locations):
+def test_the_next_epoch_is_read_while_this_one_commits_and_a_stop_drops_that_read(
+    stack_env, tmp_path, payments, locations
+):
     topic, events = payments
     name, sink, store = locations
     spec = write_spec(tmp_path, spend_spec(name, topic, sink, store))  # 24k events at 4k per epoch: 6 epochs
     resume, stop_file, fault_log = tmp_path / "resume", tmp_path / "stop", tmp_path / "faults.log"
-    env = {**stack_env, "PIPELINE_FAULT_POINTS": "after_sink_files@2,during_read@3",
-           "PIPELINE_FAULT_PAUSE_UNTIL": str(resume), "PIPELINE_FAULT_LOG": str(fault_log)}
+    env = {
+        **stack_env,
+        "PIPELINE_FAULT_POINTS": "after_sink_files@2,during_read@3",
+        "PIPELINE_FAULT_PAUSE_UNTIL": str(resume),
+        "PIPELINE_FAULT_LOG": str(fault_log),
+    }
     run = CliRun(["run", str(spec), "--stop-file", str(stop_file)], env, tmp_path / "run.log")
     try:
         try:
             # epoch 2 is held in the middle of its commit while a Python worker reads epoch 3
-            run.until(lambda: fault_log.exists() and "FAULT PAUSED: after_sink_files epoch=2" in fault_log.read_text()
-                      and "FAULT PAUSED: during_read epoch=3" in fault_log.read_text(), 180,
-                      "epoch 3 read while epoch 2 commits")
+            run.until(
+                lambda: (
+                    fault_log.exists()
+                    and "FAULT PAUSED: after_sink_files epoch=2" in fault_log.read_text()
+                    and "FAULT PAUSED: during_read epoch=3" in fault_log.read_text()
+                ),
+                180,
+                "epoch 3 read while epoch 2 commits",
+            )
             stop_file.touch()  # a stop now: epoch 2 finishes its commit, epoch 3's read is dropped
             run.until(lambda: "stop requested" in run.stderr(), 30, "the run to take the stop request")
         finally:
@@ -57,8 +68,9 @@ def test_a_one_epoch_backlog_is_read_beside_the_start_up_without_a_warm_up(stack
     spec = spend_spec(name, topic, sink, store, per_epoch=len(events))  # the whole backlog in one epoch
     spec["transforms"] = [{"python": "tests.hooks_example:counted"}]
     calls = tmp_path / "hook-calls"
-    run = run_cli(["-v", "run", str(write_spec(tmp_path, spec)), "--until-caught-up"],
-                  {**stack_env, "HOOK_CALLS": str(calls)})
+    run = run_cli(
+        ["-v", "run", str(write_spec(tmp_path, spec)), "--until-caught-up"], {**stack_env, "HOOK_CALLS": str(calls)}
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert re.findall(r"^epoch (\d+) committed", run.stderr, re.M) == ["1"], run.stderr[-3000:]
     assert "warm-up query" not in run.stderr  # the first epoch's read paid Spark's first-query costs
@@ -69,14 +81,17 @@ def test_a_one_epoch_backlog_is_read_beside_the_start_up_without_a_warm_up(stack
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-def test_a_crash_in_the_first_epochs_read_beside_the_start_up_is_replayed_exactly(stack_env, tmp_path, payments,
-                                                                                   locations):
+def test_a_crash_in_the_first_epochs_read_beside_the_start_up_is_replayed_exactly(
+    stack_env, tmp_path, payments, locations
+):
     topic, events = payments
     name, sink, store = locations
     spec = write_spec(tmp_path, spend_spec(name, topic, sink, store, per_epoch=12_000))
     fault_log = tmp_path / "faults.log"
-    crashed = run_cli(["run", str(spec), "--until-caught-up"],
-                      {**stack_env, "PIPELINE_FAULT_POINTS": "during_read@1", "PIPELINE_FAULT_LOG": str(fault_log)})
+    crashed = run_cli(
+        ["run", str(spec), "--until-caught-up"],
+        {**stack_env, "PIPELINE_FAULT_POINTS": "during_read@1", "PIPELINE_FAULT_LOG": str(fault_log)},
+    )
     assert crashed.returncode == -9, crashed.stderr[-3000:]
     assert "FAULT INJECTED: during_read epoch=1" in fault_log.read_text()
     assert "epoch 1 committed" not in crashed.stderr
@@ -88,16 +103,20 @@ def test_a_crash_in_the_first_epochs_read_beside_the_start_up_is_replayed_exactl
 
 @pytest.mark.full  # the warm-up stops before a flow's Python hook (warm_up.py); `make full`
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-def test_the_warm_up_of_a_continuous_run_with_nothing_to_read_never_calls_a_python_hook(stack_env, tmp_path,
-                                                                                        payments, locations):
+def test_the_warm_up_of_a_continuous_run_with_nothing_to_read_never_calls_a_python_hook(
+    stack_env, tmp_path, payments, locations
+):
     topic, _ = payments
     name, sink, store = locations
     spec = spend_spec(name, topic, sink, store)
     spec["source"]["kafka"]["starting_offsets"] = "latest"  # nothing to read: the warm-up runs instead
     spec["transforms"] = [{"python": "tests.hooks_example:counted"}]
     calls, stop_file = tmp_path / "hook-calls", tmp_path / "stop"
-    run = CliRun(["-v", "run", str(write_spec(tmp_path, spec)), "--continuous", "--stop-file", str(stop_file)],
-                 {**stack_env, "HOOK_CALLS": str(calls)}, tmp_path / "run.log")
+    run = CliRun(
+        ["-v", "run", str(write_spec(tmp_path, spec)), "--continuous", "--stop-file", str(stop_file)],
+        {**stack_env, "HOOK_CALLS": str(calls)},
+        tmp_path / "run.log",
+    )
     try:
         run.until(lambda: "warm-up query ran in" in run.stderr(), 240, "the warm-up query to run")
         stop_file.touch()

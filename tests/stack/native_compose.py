@@ -70,7 +70,7 @@ class Natives:
             value = re.sub(rf"(?<![\w.-]){re.escape(host)}:{port}(?!\d)", f"{LOCALHOST}:{native}", value)
         for container, local in self.paths.items():
             if value == container or value.startswith(container + "/"):
-                value = str(local) + value[len(container):]
+                value = str(local) + value[len(container) :]
         return value
 
     def unmapped(self, value: str) -> list[str]:
@@ -86,8 +86,7 @@ class Natives:
         return out
 
 
-def kafka_properties(env: dict[str, str], ports: dict[str, int], data_dir: Path,
-                     natives: Natives) -> dict[str, str]:
+def kafka_properties(env: dict[str, str], ports: dict[str, int], data_dir: Path, natives: Natives) -> dict[str, str]:
     """The apache/kafka image's KAFKA_* -> server.properties (``_`` -> ``.``, ``__`` -> ``_``,
     ``___`` -> ``-``), listeners on the native ports, and the compose addresses each one answers."""
     props = {}
@@ -100,7 +99,8 @@ def kafka_properties(env: dict[str, str], ports: dict[str, int], data_dir: Path,
     for name, host, port in listener.findall(props["advertised.listeners"]):
         natives.addresses[(host, int(port))] = ports[name]
     props["advertised.listeners"] = ",".join(
-        f"{n}://{LOCALHOST}:{ports[n]}" for n, _, _ in listener.findall(props["advertised.listeners"]))
+        f"{n}://{LOCALHOST}:{ports[n]}" for n, _, _ in listener.findall(props["advertised.listeners"])
+    )
     controller = props["controller.listener.names"].split(",")[0]
     voters = []
     for voter in props["controller.quorum.voters"].split(","):
@@ -158,9 +158,11 @@ def spark_daemon_env(services: dict[str, Any], natives: Natives) -> dict[str, st
 
 # A driver that registers with the master, then counts: it never gets past getOrCreate() when the
 # master refuses it.
-_CLIENT = ("import sys; from pyspark.sql import SparkSession; "
-           "s = SparkSession.builder.master(sys.argv[1]).appName(sys.argv[2]).getOrCreate(); "
-           "print('REGISTERED', s.range(4).count(), flush=True)")
+_CLIENT = (
+    "import sys; from pyspark.sql import SparkSession; "
+    "s = SparkSession.builder.master(sys.argv[1]).appName(sys.argv[2]).getOrCreate(); "
+    "print('REGISTERED', s.range(4).count(), flush=True)"
+)
 REFUSED = "Failed to connect to master"  # StandaloneAppClient's warning for each refused attempt
 
 
@@ -170,8 +172,13 @@ def refused_driver(master_url: str, app: str, env: dict[str, str], log: Path, ti
     return its output. Spark retries a refused registration for a minute: the first refusal is
     the answer."""
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-c", _CLIENT, master_url, app], env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _CLIENT, master_url, app],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and proc.poll() is None:

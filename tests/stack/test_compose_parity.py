@@ -72,8 +72,12 @@ REPO = Path(__file__).resolve().parents[2]
 SPEC = load_spec(REPO / "dags" / "pipelines" / "spend-per-user.yaml")
 JOB, DAG = SPEC.name, f"pipeline__{SPEC.name}"
 EVENTS, USERS = 160_000, 2_000  # eight epochs of the spec's 20,000 records: the kill lands in the run
-AIRFLOW = {"airflow-apiserver": "api-server", "airflow-scheduler": "scheduler",
-           "airflow-dag-processor": "dag-processor", "airflow-triggerer": "triggerer"}
+AIRFLOW = {
+    "airflow-apiserver": "api-server",
+    "airflow-scheduler": "scheduler",
+    "airflow-dag-processor": "dag-processor",
+    "airflow-triggerer": "triggerer",
+}
 VENV_BIN = str(Path(sys.executable).parent)  # python3, airflow: what the images have on PATH
 
 
@@ -107,18 +111,36 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     worker_env = env_of(worker)
     spark_env = spark_daemon_env(services, natives)
     starters = {  # independent of each other: started side by side, each stopped by PID at the end
-        "postgres": (lambda: start_postgres(pg_env["POSTGRES_USER"], pg_env["POSTGRES_PASSWORD"],
-                                            pg_env["POSTGRES_DB"]), stop_postgres),
-        "kafka": (lambda: start_apache_kafka(root / "kafka", port=ports[props["inter.broker.listener.name"]],
-                                             controller_port=ports[props["controller.listener.names"]],
-                                             overrides=props, cluster_id=kafka_env["CLUSTER_ID"]), stop_apache_kafka),
-        "minio": (lambda: start_minio(root / "minio", root_user=minio_env["MINIO_ROOT_USER"],
-                                      root_password=minio_env["MINIO_ROOT_PASSWORD"]), stop_minio),
-        "spark": (lambda: start_spark_cluster(root / "spark", workers=1, cores=int(worker_env["SPARK_WORKER_CORES"]),
-                                              memory=worker_env["SPARK_WORKER_MEMORY"],
-                                              env={**spark_env,
-                                                   "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}),
-                  lambda cluster: cluster.stop()),
+        "postgres": (
+            lambda: start_postgres(pg_env["POSTGRES_USER"], pg_env["POSTGRES_PASSWORD"], pg_env["POSTGRES_DB"]),
+            stop_postgres,
+        ),
+        "kafka": (
+            lambda: start_apache_kafka(
+                root / "kafka",
+                port=ports[props["inter.broker.listener.name"]],
+                controller_port=ports[props["controller.listener.names"]],
+                overrides=props,
+                cluster_id=kafka_env["CLUSTER_ID"],
+            ),
+            stop_apache_kafka,
+        ),
+        "minio": (
+            lambda: start_minio(
+                root / "minio", root_user=minio_env["MINIO_ROOT_USER"], root_password=minio_env["MINIO_ROOT_PASSWORD"]
+            ),
+            stop_minio,
+        ),
+        "spark": (
+            lambda: start_spark_cluster(
+                root / "spark",
+                workers=1,
+                cores=int(worker_env["SPARK_WORKER_CORES"]),
+                memory=worker_env["SPARK_WORKER_MEMORY"],
+                env={**spark_env, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"},
+            ),
+            lambda cluster: cluster.stop(),
+        ),
     }
     with ExitStack() as stop:
         started = time.monotonic()
@@ -133,14 +155,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             if (error := future.exception()) is not None:
                 raise error
         pg, minio, cluster = running["postgres"], running["minio"], running["spark"]
-        print(f"PostgreSQL {pg.version}, Apache Kafka {running['kafka'].version}, MinIO, Spark: "
-              f"{time.monotonic() - started:.1f} s")
+        print(
+            f"PostgreSQL {pg.version}, Apache Kafka {running['kafka'].version}, MinIO, Spark: "
+            f"{time.monotonic() - started:.1f} s"
+        )
         natives.addresses[("postgres", 5432)] = pg.port  # the image's default port
         address = command_of(services["minio"])[command_of(services["minio"]).index("--address") + 1]
         natives.addresses[("minio", int(address.rpartition(":")[2]))] = minio.port
         minio_init(services, minio.host, minio.root_user, minio.root_password)
-        natives.addresses[(master[master.index("--host") + 1], int(master[master.index("--port") + 1]))] = \
+        natives.addresses[(master[master.index("--host") + 1], int(master[master.index("--port") + 1]))] = (
             cluster.master_port
+        )
         [worker_master] = [a for a in command_of(worker) if a.startswith("spark://")]
         assert natives.rewrite(worker_master) == cluster.master_url, "spark-worker names another master"
 
@@ -166,17 +191,31 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         }
         blank = {k: "" for k in os.environ if k.startswith("PIPELINE_")}  # the compose file's settings only
         for name, env in envs.items():  # each service starts through docker/airflow-entrypoint.sh's check
-            check = subprocess.run([sys.executable, "-m", "pipeline_lib.secret_check"], capture_output=True,
-                                   text=True, env={**os.environ, **blank, **env}, timeout=60)
+            check = subprocess.run(
+                [sys.executable, "-m", "pipeline_lib.secret_check"],
+                capture_output=True,
+                text=True,
+                env={**os.environ, **blank, **env},
+                timeout=60,
+            )
             assert check.returncode == 0, f"{name}: {check.stderr}"
         entrypoint = command_of(services["airflow-init"], "entrypoint")
         started = time.monotonic()
         airflow = start_airflow(
-            home, REPO / "dags", REPO / "plugins", {**blank, **common, **test_only}, triggerer=True,
-            timeout=300, port=api_port, init_command=[*entrypoint, *command_of(services["airflow-init"])],
-            component_env={**{n: {k: v for k, v in e.items() if k not in common} for n, e in envs.items()},
-                           "init": {k: v for k, v in init_env.items() if k not in common}},
-            username=init_env["AIRFLOW_ADMIN_USERNAME"])
+            home,
+            REPO / "dags",
+            REPO / "plugins",
+            {**blank, **common, **test_only},
+            triggerer=True,
+            timeout=300,
+            port=api_port,
+            init_command=[*entrypoint, *command_of(services["airflow-init"])],
+            component_env={
+                **{n: {k: v for k, v in e.items() if k not in common} for n, e in envs.items()},
+                "init": {k: v for k, v in init_env.items() if k not in common},
+            },
+            username=init_env["AIRFLOW_ADMIN_USERNAME"],
+        )
         stop.callback(airflow.stop)
         print(f"airflow-init and Airflow's four services on PostgreSQL: {time.monotonic() - started:.1f} s")
         scheduler_health = requests.get(f"http://{LOCALHOST}:{health_port}/health", timeout=10)
@@ -185,21 +224,38 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             kind, command = services[name]["healthcheck"]["test"]
             assert kind == "CMD-SHELL", services[name]["healthcheck"]
             # $HOSTNAME is what a container's shell has: the machine's host name.
-            env = {**os.environ, **blank, **common, **envs[AIRFLOW[name]], **test_only,
-                   "HOSTNAME": socket.gethostname()}
+            env = {
+                **os.environ,
+                **blank,
+                **common,
+                **envs[AIRFLOW[name]],
+                **test_only,
+                "HOSTNAME": socket.gethostname(),
+            }
             check = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=120)
             assert check.returncode == 0, f"{name}'s healthcheck: {check.stdout[-2000:]}{check.stderr[-2000:]}"
 
         s3 = json.loads(envs["scheduler"][f"AIRFLOW_CONN_{SPEC.airflow.connections.s3.upper()}"])  # the job's own
-        settings = ConnectionSettings.from_env({"PIPELINE_S3_ENDPOINT": f"{s3['host']}:{s3['port']}",
-                                                "PIPELINE_S3_ACCESS_KEY": s3["login"],
-                                                "PIPELINE_S3_SECRET_KEY": s3["password"],
-                                                "PIPELINE_S3_REGION": s3["extra"]["region_name"]})
-        host_bootstrap = natives.rewrite(next(a.partition("://")[2] for a in
-                                              kafka_env["KAFKA_ADVERTISED_LISTENERS"].split(",")
-                                              if a.startswith("EXTERNAL://")))
-        secret_values = [v for k, v in dotenv.items() if k.endswith(("PASSWORD", "SECRET_KEY", "_KEY", "SECRET"))
-                         and "ACCESS_KEY" not in k]
+        settings = ConnectionSettings.from_env(
+            {
+                "PIPELINE_S3_ENDPOINT": f"{s3['host']}:{s3['port']}",
+                "PIPELINE_S3_ACCESS_KEY": s3["login"],
+                "PIPELINE_S3_SECRET_KEY": s3["password"],
+                "PIPELINE_S3_REGION": s3["extra"]["region_name"],
+            }
+        )
+        host_bootstrap = natives.rewrite(
+            next(
+                a.partition("://")[2]
+                for a in kafka_env["KAFKA_ADVERTISED_LISTENERS"].split(",")
+                if a.startswith("EXTERNAL://")
+            )
+        )
+        secret_values = [
+            v
+            for k, v in dotenv.items()
+            if k.endswith(("PASSWORD", "SECRET_KEY", "_KEY", "SECRET")) and "ACCESS_KEY" not in k
+        ]
         yield Stack(airflow, settings, host_bootstrap, cluster.master_url, secret_values, cluster, spark_env)
 
 
@@ -219,8 +275,9 @@ def test_the_compose_job_survives_a_killed_driver_on_the_native_stack(stack: Sta
 
     started = time.monotonic()
     run_id = airflow.trigger(DAG, {"mode": "until_caught_up", "lease_seconds": 4})
-    running = wait_for(lambda: (s := status(stack)) and s.state == "RUNNING" and s.epoch >= 1 and s, 300,
-                       "the run to commit epoch 1")
+    running = wait_for(
+        lambda: (s := status(stack)) and s.state == "RUNNING" and s.epoch >= 1 and s, 300, "the run to commit epoch 1"
+    )
     assert running.launch.launched_by == f"airflow:{DAG}/{run_id}"
     os.killpg(os.getpgid(running.pid), signal.SIGKILL)  # the driver, its JVM and Python workers
     print(f"triggered to epoch {running.epoch} committed and the driver killed: {time.monotonic() - started:.1f} s")
@@ -241,11 +298,15 @@ def test_the_compose_job_survives_a_killed_driver_on_the_native_stack(stack: Sta
     print(f"the relaunch, restored from {summary['restored_from']}, to its end: {time.monotonic() - started:.1f} s")
     assert summary["restored_from"] == decision["restore_from"] and summary["restored_from"]
 
-    assert result_table({"PIPELINE_S3_ENDPOINT": stack.settings.s3_endpoint,
-                         "PIPELINE_S3_ACCESS_KEY": stack.settings.s3_access_key.get_secret_value(),
-                         "PIPELINE_S3_SECRET_KEY": stack.settings.s3_secret_key.get_secret_value(),
-                         "PIPELINE_S3_REGION": stack.settings.s3_region},
-                        SPEC.sink.files.path) == spend_per_user(events)
+    assert result_table(
+        {
+            "PIPELINE_S3_ENDPOINT": stack.settings.s3_endpoint,
+            "PIPELINE_S3_ACCESS_KEY": stack.settings.s3_access_key.get_secret_value(),
+            "PIPELINE_S3_SECRET_KEY": stack.settings.s3_secret_key.get_secret_value(),
+            "PIPELINE_S3_REGION": stack.settings.s3_region,
+        },
+        SPEC.sink.files.path,
+    ) == spend_per_user(events)
     final = status(stack)
     assert final.state == "STOPPED" and final.attempt == running.attempt + 1
 
@@ -265,14 +326,27 @@ def test_a_spark_driver_without_the_cluster_secret_is_refused_by_the_master(stac
     secret, is the test above."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "_SPARK_", "PYSPARK_", "PIPELINE_"))}
     base |= {"PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", "SPARK_LOCAL_IP": LOCALHOST}
-    clients = {"no-secret": base,
-               "another-secret": {**base, "SPARK_CONF_DIR": stack.spark_env["SPARK_CONF_DIR"],
-                                  "SPARK_AUTH_SECRET": token_urlsafe(32)}}
+    clients = {
+        "no-secret": base,
+        "another-secret": {
+            **base,
+            "SPARK_CONF_DIR": stack.spark_env["SPARK_CONF_DIR"],
+            "SPARK_AUTH_SECRET": token_urlsafe(32),
+        },
+    }
     started = time.monotonic()
     with ThreadPoolExecutor(len(clients)) as pool:
-        outputs = dict(zip(clients, pool.map(
-            lambda name: refused_driver(stack.spark_master, f"refused-{name}", clients[name], tmp_path / f"{name}.log"),
-            clients)))
+        outputs = dict(
+            zip(
+                clients,
+                pool.map(
+                    lambda name: refused_driver(
+                        stack.spark_master, f"refused-{name}", clients[name], tmp_path / f"{name}.log"
+                    ),
+                    clients,
+                ),
+            )
+        )
     print(f"two drivers without the secret refused: {time.monotonic() - started:.1f} s")
     state = stack.cluster.state()
     registered = {app["name"] for app in state["activeapps"] + state["completedapps"]}

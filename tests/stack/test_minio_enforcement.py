@@ -36,8 +36,12 @@ from tests.support import result_table, run_cli, write_spec
 ROOT = Path(__file__).resolve().parents[2]
 POLICIES = ROOT / "docker" / "minio" / "policies"
 # Beside the jobs' prefixes: another job's prefix, names that only start like granted ones, another bucket.
-OUTSIDE = ("s3://checkpoints/other-job", "s3://results/shop", "s3://results/spend-per-user-copy",
-           "s3://elsewhere/spend-per-user")
+OUTSIDE = (
+    "s3://checkpoints/other-job",
+    "s3://results/shop",
+    "s3://results/spend-per-user-copy",
+    "s3://elsewhere/spend-per-user",
+)
 NO_RETRY = RetryPolicy(total_seconds=0, max_attempts=1)  # a refusal is not transient; fail fast
 SPEND = "spend-per-user"  # the compose job the slow test runs
 
@@ -66,25 +70,39 @@ def keys(minio_server: MinioServer) -> Iterator[dict[str, ConnectionSettings]]:
     for bucket in ("checkpoints", "results", "elsewhere"):
         if not root.bucket_exists(bucket):
             root.make_bucket(bucket)
-    admin = MinioAdmin(endpoint=minio_server.host, secure=False,
-                       credentials=StaticProvider(minio_server.root_user, minio_server.root_password))
+    admin = MinioAdmin(
+        endpoint=minio_server.host,
+        secure=False,
+        credentials=StaticProvider(minio_server.root_user, minio_server.root_password),
+    )
     users = {}
     for role, policy in (*((job, f"job-{job}") for job in JOBS), ("ui", "ui-read")):
         admin.policy_add(policy, POLICIES / f"{policy}.json")
         access_key, secret_key = f"{role}-{secrets.token_hex(4)}", secrets.token_urlsafe(24)
         admin.user_add(access_key, secret_key)
         admin.attach_policy([policy], user=access_key)
-        users[role] = ConnectionSettings(s3_endpoint=minio_server.endpoint, s3_access_key=SecretStr(access_key),
-                                         s3_secret_key=SecretStr(secret_key), s3_region="us-east-1")
-    users["root"] = ConnectionSettings(s3_endpoint=minio_server.endpoint,
-                                       s3_access_key=SecretStr(minio_server.root_user),
-                                       s3_secret_key=SecretStr(minio_server.root_password), s3_region="us-east-1")
+        users[role] = ConnectionSettings(
+            s3_endpoint=minio_server.endpoint,
+            s3_access_key=SecretStr(access_key),
+            s3_secret_key=SecretStr(secret_key),
+            s3_region="us-east-1",
+        )
+    users["root"] = ConnectionSettings(
+        s3_endpoint=minio_server.endpoint,
+        s3_access_key=SecretStr(minio_server.root_user),
+        s3_secret_key=SecretStr(minio_server.root_password),
+        s3_region="us-east-1",
+    )
     yield users
 
 
 def minio_client(settings: ConnectionSettings) -> Minio:
-    return Minio((settings.s3_endpoint or "").removeprefix("http://"), settings.s3_access_key.get_secret_value(),
-                 settings.s3_secret_key.get_secret_value(), secure=False)
+    return Minio(
+        (settings.s3_endpoint or "").removeprefix("http://"),
+        settings.s3_access_key.get_secret_value(),
+        settings.s3_secret_key.get_secret_value(),
+        secure=False,
+    )
 
 
 def store(uri: str, settings: ConnectionSettings) -> ObjectStore:
@@ -171,7 +189,8 @@ def test_the_page_key_reads_the_checkpoints_and_writes_nothing(keys) -> None:
 
 @pytest.mark.slow  # a Spark job: minutes on a loaded 2-core machine
 def test_a_job_runs_with_its_own_key_and_the_page_reads_it_with_its_own(
-        keys, minio_server, local_stack, payments, tmp_path) -> None:
+    keys, minio_server, local_stack, payments, tmp_path
+) -> None:
     """The job (Kafka of the embedded stack, S3 on MinIO) with the key and prefixes of the compose
     job spend-per-user; then the page's data loader with the read-only key."""
     topic, events = payments
@@ -181,11 +200,13 @@ def test_a_job_runs_with_its_own_key_and_the_page_reads_it_with_its_own(
     spec = spend_job_spec(SPEND, topic, sink, checkpoint, per_epoch=8_000)
     spec["source"]["kafka"]["stop"] = "latest"
     path = write_spec(specs, spec)
-    pipeline_env = {"PIPELINE_KAFKA_BOOTSTRAP": local_stack.kafka_bootstrap,
-                    "PIPELINE_S3_ENDPOINT": minio_server.endpoint,
-                    "PIPELINE_S3_ACCESS_KEY": keys[SPEND].s3_access_key.get_secret_value(),
-                    "PIPELINE_S3_SECRET_KEY": keys[SPEND].s3_secret_key.get_secret_value(),
-                    "PIPELINE_S3_REGION": "us-east-1"}
+    pipeline_env = {
+        "PIPELINE_KAFKA_BOOTSTRAP": local_stack.kafka_bootstrap,
+        "PIPELINE_S3_ENDPOINT": minio_server.endpoint,
+        "PIPELINE_S3_ACCESS_KEY": keys[SPEND].s3_access_key.get_secret_value(),
+        "PIPELINE_S3_SECRET_KEY": keys[SPEND].s3_secret_key.get_secret_value(),
+        "PIPELINE_S3_REGION": "us-east-1",
+    }
     env = {**os.environ, **pipeline_env}
     run = run_cli(["run", str(path)], env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]

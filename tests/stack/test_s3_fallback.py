@@ -30,8 +30,9 @@ def _moto_installed() -> None:
 def test_moto_conditional_writes_are_a_compare_and_swap(tmp_path: Path) -> None:
     server = start_moto_s3_server(tmp_path, free_port(), timeout=60)
     try:
-        settings = ConnectionSettings(s3_endpoint=server.endpoint, s3_access_key=server.access_key,
-                                      s3_secret_key=server.secret_key)
+        settings = ConnectionSettings(
+            s3_endpoint=server.endpoint, s3_access_key=server.access_key, s3_secret_key=server.secret_key
+        )
         store = open_store("s3://checkpoints/cas", settings)
         first = store.put_if("HEAD", b"v1", None)
         assert first and store.put_if("HEAD", b"again", None) is None  # If-None-Match: * -> 412
@@ -58,8 +59,9 @@ def test_moto_conditional_writes_are_a_compare_and_swap(tmp_path: Path) -> None:
 
 @pytest.mark.full  # make test keeps moto's compare-and-swap test above; the demo runs on weed there
 @pytest.mark.slow  # the demo's four CLI runs: about a minute, two under load
-def test_demo_runs_on_moto_when_weed_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_demo_runs_on_moto_when_weed_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     def no_weed() -> str:
         raise StackError("SeaweedFS binary `weed` not found (this test pretends so)")
 

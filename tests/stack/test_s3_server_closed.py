@@ -43,8 +43,11 @@ BUCKET, KEY, NEW_KEY = "checkpoints", "job/HEAD", "job/NEW"
 OBJECT = os.urandom(256 * 1024)  # large enough to be stored in a volume file, not inline in the filer
 
 # gRPC methods that, answered, would read the filer's entries or assign a volume file.
-GRPC_METHODS = ("/filer_pb.SeaweedFiler/LookupDirectoryEntry", "/master_pb.Seaweed/Assign",
-                "/volume_server_pb.VolumeServer/VolumeStatus")
+GRPC_METHODS = (
+    "/filer_pb.SeaweedFiler/LookupDirectoryEntry",
+    "/master_pb.Seaweed/Assign",
+    "/volume_server_pb.VolumeServer/VolumeStatus",
+)
 
 
 @pytest.fixture
@@ -85,8 +88,9 @@ def _no_client_cert() -> ssl.SSLContext:
     return context
 
 
-def _answer(conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None,
-            headers: dict[str, str] | None = None) -> int | str:
+def _answer(
+    conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None, headers: dict[str, str] | None = None
+) -> int | str:
     """The HTTP status, or the name of the error that ended the exchange."""
     try:
         conn.request(method, path, body=body, headers=headers or {})
@@ -109,11 +113,18 @@ def _requests(fid: str, new_fid: str) -> list[tuple[str, str, bytes | None]]:
     calls: list[tuple[str, str, bytes | None]] = []
     for path in (obj, new, f"/{fid}", f"/{new_fid}"):
         calls += [("GET", path, None), ("PUT", path, b"evil"), ("POST", path, b"evil"), ("DELETE", path, None)]
-    return calls + [("GET", f"/buckets/{BUCKET}/job/", None), ("GET", f"{obj}?metadata=true", None),
-                    ("GET", "/dir/assign", None), ("POST", "/dir/assign", None),
-                    ("GET", "/dir/lookup?volumeId=" + fid.split(",")[0], None),
-                    ("GET", f"/dir/lookup?fileId={fid}&read=yes", None), ("GET", "/vol/grow?count=1", None),
-                    ("GET", "/status", None), ("GET", "/cluster/status", None), ("GET", "/", None)]
+    return calls + [
+        ("GET", f"/buckets/{BUCKET}/job/", None),
+        ("GET", f"{obj}?metadata=true", None),
+        ("GET", "/dir/assign", None),
+        ("POST", "/dir/assign", None),
+        ("GET", "/dir/lookup?volumeId=" + fid.split(",")[0], None),
+        ("GET", f"/dir/lookup?fileId={fid}&read=yes", None),
+        ("GET", "/vol/grow?count=1", None),
+        ("GET", "/status", None),
+        ("GET", "/cluster/status", None),
+        ("GET", "/", None),
+    ]
 
 
 def _grpc_answer(target: str, method: str, credentials: grpc.ChannelCredentials | None) -> str:
@@ -130,8 +141,10 @@ def _grpc_answer(target: str, method: str, credentials: grpc.ChannelCredentials 
 
 def _jwt(key: str) -> str:
     """An HS256 token as SeaweedFS mints them (only ``exp``), for the credentialed control request."""
+
     def b64(data: bytes) -> str:
         return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
     header, claims = {"alg": "HS256", "typ": "JWT"}, {"exp": int(time.time()) + 60}
     signing_input = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(claims).encode())}"
     signature = hmac.new(key.encode(), signing_input.encode(), hashlib.sha256).digest()
@@ -148,8 +161,11 @@ def _object_fid(info: StackInfo) -> str:
     context.load_cert_chain(config_dir / "weed.pem", config_dir / "weed-key.pem")
     conn = http.client.HTTPSConnection("127.0.0.1", info.ports["filer"], timeout=5, context=context)
     try:
-        conn.request("GET", f"/buckets/{BUCKET}/{KEY}?metadata=true",
-                     headers={"Authorization": f"Bearer {_jwt(config['jwt']['filer_signing']['read']['key'])}"})
+        conn.request(
+            "GET",
+            f"/buckets/{BUCKET}/{KEY}?metadata=true",
+            headers={"Authorization": f"Bearer {_jwt(config['jwt']['filer_signing']['read']['key'])}"},
+        )
         response = conn.getresponse()
         body = response.read()
     finally:
@@ -169,8 +185,9 @@ def test_only_the_signed_s3_api_reaches_the_objects(stack: StackInfo) -> None:
     # Before anything else, so that an open filer fails here: unsigned reads of the object.
     for port in sorted(ports - {s3_port}):
         for method in ("GET", "HEAD"):
-            answer = _answer(http.client.HTTPConnection("127.0.0.1", port, timeout=5), method,
-                             f"/buckets/{BUCKET}/{KEY}", None)
+            answer = _answer(
+                http.client.HTTPConnection("127.0.0.1", port, timeout=5), method, f"/buckets/{BUCKET}/{KEY}", None
+            )
             assert _refused(answer), f"port {port} answered {method} of the object without credentials: {answer}"
 
     fid = _object_fid(stack)
@@ -179,9 +196,13 @@ def test_only_the_signed_s3_api_reaches_the_objects(stack: StackInfo) -> None:
     calls = _requests(fid, new_fid)
     for port in sorted(ports - {s3_port}):
         for method, path, body in calls:
-            for how, conn in (("plain HTTP", http.client.HTTPConnection("127.0.0.1", port, timeout=5)),
-                              ("TLS without a client certificate",
-                               http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=_no_client_cert()))):
+            for how, conn in (
+                ("plain HTTP", http.client.HTTPConnection("127.0.0.1", port, timeout=5)),
+                (
+                    "TLS without a client certificate",
+                    http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=_no_client_cert()),
+                ),
+            ):
                 answer = _answer(conn, method, path, body)
                 assert _refused(answer), f"port {port} answered {method} {path} over {how}: {answer}"
         ca = (stack.data_dir / SECURITY_DIR / "ca.pem").read_bytes()
@@ -204,9 +225,15 @@ def test_only_the_signed_s3_api_reaches_the_objects(stack: StackInfo) -> None:
     if s3_socket in sockets:
         s3_ways.append(lambda: _UnixHTTPConnection(s3_socket))
     for connect in s3_ways:
-        for method, path, body in (*((m, p, b) for m, b in (("GET", None), ("PUT", b"evil"), ("DELETE", None))
-                                     for p in (f"/{BUCKET}/{KEY}", f"/{BUCKET}/{NEW_KEY}")),
-                                   ("GET", f"/{BUCKET}?list-type=2", None), ("GET", "/", None)):
+        for method, path, body in (
+            *(
+                (m, p, b)
+                for m, b in (("GET", None), ("PUT", b"evil"), ("DELETE", None))
+                for p in (f"/{BUCKET}/{KEY}", f"/{BUCKET}/{NEW_KEY}")
+            ),
+            ("GET", f"/{BUCKET}?list-type=2", None),
+            ("GET", "/", None),
+        ):
             answer = _answer(connect(), method, path, body)
             assert answer == 403, f"S3 answered an unsigned {method} {path}: {answer}"
     forged = s3_client(stack.s3_endpoint, stack.access_key, "0" * len(stack.secret_key), fail_fast=True)
@@ -227,8 +254,12 @@ def _assert_no_secret_leaks(info: StackInfo) -> None:
         assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path
     assert not (config_dir / "ca-key.pem").exists()  # nobody can sign a certificate weed would trust
     jwt = tomllib.loads((config_dir / "security.toml").read_text())["jwt"]
-    keys = [jwt["signing"]["key"], jwt["signing"]["read"]["key"], jwt["filer_signing"]["key"],
-            jwt["filer_signing"]["read"]["key"]]
+    keys = [
+        jwt["signing"]["key"],
+        jwt["signing"]["read"]["key"],
+        jwt["filer_signing"]["key"],
+        jwt["filer_signing"]["read"]["key"],
+    ]
     assert len(set(keys)) == 4 and all(len(key) >= 32 for key in keys)
     cmdline = Path(f"/proc/{info.s3_pid}/cmdline").read_bytes().decode()
     log = (info.data_dir / "weed.log").read_text(errors="replace")
@@ -238,8 +269,12 @@ def _assert_no_secret_leaks(info: StackInfo) -> None:
 
 def _job_path_works(info: StackInfo) -> None:
     """The store's every operation through the S3 API with the stack's credentials."""
-    settings = ConnectionSettings(s3_endpoint=info.s3_endpoint, s3_access_key=SecretStr(info.access_key),
-                                  s3_secret_key=SecretStr(info.secret_key), s3_region="us-east-1")
+    settings = ConnectionSettings(
+        s3_endpoint=info.s3_endpoint,
+        s3_access_key=SecretStr(info.access_key),
+        s3_secret_key=SecretStr(info.secret_key),
+        s3_region="us-east-1",
+    )
     store = open_store(f"s3://{BUCKET}/job-path", settings)
     store.put("data/part-0", b"rows")
     first = store.put_if("HEAD", b"1", None)

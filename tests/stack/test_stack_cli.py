@@ -15,8 +15,12 @@ def test_stack_commands_as_a_user_calls_them(tmp_path, stack_env):
     try:
         assert up.returncode == 0, up.stderr
         exports = dict(line.removeprefix("export ").split("=", 1) for line in up.stdout.splitlines())
-        assert set(exports) == {"PIPELINE_KAFKA_BOOTSTRAP", "PIPELINE_S3_ENDPOINT",
-                                "PIPELINE_S3_ACCESS_KEY", "PIPELINE_S3_SECRET_KEY"}
+        assert set(exports) == {
+            "PIPELINE_KAFKA_BOOTSTRAP",
+            "PIPELINE_S3_ENDPOINT",
+            "PIPELINE_S3_ACCESS_KEY",
+            "PIPELINE_S3_SECRET_KEY",
+        }
         assert exports["PIPELINE_KAFKA_BOOTSTRAP"].startswith("127.0.0.1:")
         status = json.loads(run_cli(["stack", "status", "--dir", str(data)], stack_env).stdout)
         assert status["broker"]["alive"] and status["s3"]["alive"]
@@ -27,7 +31,6 @@ def test_stack_commands_as_a_user_calls_them(tmp_path, stack_env):
     assert down.returncode == 0 and "stack stopped" in down.stderr
     status = json.loads(run_cli(["stack", "status", "--dir", str(data)], stack_env).stdout)
     assert not status["running"]
-
 
 
 def test_a_stack_on_apache_kafka_starts_and_stops_by_pid(tmp_path, stack_env):

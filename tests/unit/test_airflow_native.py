@@ -49,8 +49,15 @@ def _page(tmp_path, status_state="RUNNING", spark_conf=None):
     request = LaunchRequest(mode="continuous", spark_conf=spark_conf or {}, stall_seconds=900)
     record_launch(parsed, request, SETTINGS, RUN)
     snapshots = SnapshotStore.open(f"file://{tmp_path}/ckpt", "job", "main", SETTINGS)
-    status = PipelineStatus(state=status_state, attempt=runner.attempt, epoch=4, updated_at=NOW, heartbeat_at=NOW,
-                            lease_seconds=30, launch=LaunchInfo(mode="forever", parallelism=2, launched_by=RUN))
+    status = PipelineStatus(
+        state=status_state,
+        attempt=runner.attempt,
+        epoch=4,
+        updated_at=NOW,
+        heartbeat_at=NOW,
+        lease_seconds=30,
+        launch=LaunchInfo(mode="forever", parallelism=2, launched_by=RUN),
+    )
     assert snapshots.swap_status(status, None)
     client = TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False))
     return client.get("/", params={"lag": "false"}).text, history, runner.attempt, snapshots
@@ -65,27 +72,38 @@ def _attribute(page: str, pattern: str) -> str:
 def test_every_restore_asks_naming_what_it_fences_and_discards_and_keeps_the_mode(tmp_path):
     page, history, attempt, _ = _page(tmp_path, spark_conf={"spark.executor.memory": "2g"})
     latest = _attribute(page, r'<option value="latest" data-question="([^"]*)"')
-    fenced = (f"Attempt {attempt} is RUNNING (launched by {RUN}): the restore fences it. It stops at its next "
-              f"heartbeat without committing again, and its task ends failed (\"attempt {attempt} is fenced\").")
+    fenced = (
+        f"Attempt {attempt} is RUNNING (launched by {RUN}): the restore fences it. It stops at its next "
+        f'heartbeat without committing again, and its task ends failed ("attempt {attempt} is fenced").'
+    )
     assert f"from its latest snapshot {history[0].snapshot_id} (epoch 4)? Nothing committed is discarded." in latest
     assert fenced in latest and "mode continuous" in latest and "spark.executor.memory=2g" in latest
     oldest = history[-1]
     rewind = _attribute(page, rf'<option value="{oldest.snapshot_id}" data-question="([^"]*)"')
-    assert (f"This discards the 3 snapshots after it (up to {history[0].snapshot_id}, epoch 4): epochs 2 to 4 are "
-            "processed again") in rewind and fenced in rewind
+    assert (
+        f"This discards the 3 snapshots after it (up to {history[0].snapshot_id}, epoch 4): epochs 2 to 4 are "
+        "processed again"
+    ) in rewind and fenced in rewind
     none = _attribute(page, r'<option value="none" data-question="([^"]*)"')
     assert "This discards its 4 retained snapshots" in none and fenced in none
     # the run the page triggers keeps the pipeline's settings: a continuous pipeline stays continuous
     settings = json.loads(_attribute(page, r'data-settings="([^"]*)"'))
-    assert settings == {"mode": "continuous", "parallelism": 2, "lease_seconds": 30.0, "stall_seconds": 900.0,
-                        "spark_conf": {"spark.executor.memory": "2g"}}
+    assert settings == {
+        "mode": "continuous",
+        "parallelism": 2,
+        "lease_seconds": 30.0,
+        "stall_seconds": 900.0,
+        "spark_conf": {"spark.executor.memory": "2g"},
+    }
     LaunchRequest.model_validate({**settings, "restore": "latest", "pipelines": ["main"]})
     assert "Object.assign({}, JSON.parse(form.dataset.settings" in page
     # every choice asks first: the submit handler only opens the question; the page follows the run's state
-    assert "ask.hidden = false;" in page and "/dagRuns/\"" in page and "FINAL.includes(state)" in page
+    assert "ask.hidden = false;" in page and '/dagRuns/"' in page and "FINAL.includes(state)" in page
     # the current run and its log, linked
-    assert ('href="/dags/pipeline__job/runs/manual__2026-11-21T12%3A00%3A00%2B00%3A00/tasks/run_job" '
-            "data-airflow-link>its log</a>") in page
+    assert (
+        'href="/dags/pipeline__job/runs/manual__2026-11-21T12%3A00%3A00%2B00%3A00/tasks/run_job" '
+        "data-airflow-link>its log</a>"
+    ) in page
 
 
 def test_a_stopped_pipeline_s_restore_fences_nothing(tmp_path):
@@ -102,8 +120,14 @@ def test_the_page_fits_narrow_frames_and_follows_airflow_s_dark_theme(tmp_path):
 
 def test_relaunches_in_a_row_are_shown_only_while_the_current_attempt_continues_them(tmp_path):
     page, _, attempt, snapshots = _page(tmp_path, status_state="FAILED")
-    event = RecoveryEvent(at=NOW, action="relaunch", reason="boom", by="r", status_attempt=attempt - 1,
-                          trigger_run_id="recovery__main__a0__r1")
+    event = RecoveryEvent(
+        at=NOW,
+        action="relaunch",
+        reason="boom",
+        by="r",
+        status_attempt=attempt - 1,
+        trigger_run_id="recovery__main__a0__r1",
+    )
     assert swap_record(snapshots, RecoveryRecord(job="job", pipeline="main", relaunches=2, history=[event]), None)
     specs = tmp_path / "pipelines"
     client = TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False, cache_s=0))
@@ -114,22 +138,25 @@ def test_relaunches_in_a_row_are_shown_only_while_the_current_attempt_continues_
 
 def test_job_log_lines_keep_their_levels_and_drop_the_job_s_timestamp():
     levels = JobLogLevels()
-    lines = ["2026-11-21 12:00:00,123 INFO epoch 3 committed",
-             "2026-11-21 12:00:01,000 WARNING slow store",
-             "26/11/21 12:00:02 WARN TaskSetManager: Lost task 0.0",
-             "26/11/21 12:00:03 ERROR Executor: Exception in task 0.0",
-             "java.lang.IllegalStateException: boom",
-             "\tat org.apache.spark.Foo.bar(Foo.scala:1)",
-             "Caused by: java.io.IOException: gone",
-             "\t... 12 more",
-             "Traceback (most recent call last):",
-             '  File "x.py", line 1, in <module>',
-             "ValueError: bad",
-             "error: the run failed",
-             "plain output"]
+    lines = [
+        "2026-11-21 12:00:00,123 INFO epoch 3 committed",
+        "2026-11-21 12:00:01,000 WARNING slow store",
+        "26/11/21 12:00:02 WARN TaskSetManager: Lost task 0.0",
+        "26/11/21 12:00:03 ERROR Executor: Exception in task 0.0",
+        "java.lang.IllegalStateException: boom",
+        "\tat org.apache.spark.Foo.bar(Foo.scala:1)",
+        "Caused by: java.io.IOException: gone",
+        "\t... 12 more",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in <module>',
+        "ValueError: bad",
+        "error: the run failed",
+        "plain output",
+    ]
     got = [levels(line) for line in lines]
     assert [lvl for lvl, _ in got] == [logging.INFO, logging.WARNING, logging.WARNING] + [logging.ERROR] * 9 + [
-        logging.INFO]
+        logging.INFO
+    ]
     assert got[0][1] == "epoch 3 committed" and got[2][1] == "TaskSetManager: Lost task 0.0"
 
 
@@ -167,8 +194,9 @@ def test_a_bad_trigger_is_refused_in_plain_words_before_airflow_sees_it(tmp_path
     check = TriggerCheck(airflow, checker, allowed)
     [start, body] = _call(check, {"conf": {"lease_seconds": 30, "stall_seconds": 10}})
     assert start["status"] == 400 and not reached
-    assert json.loads(body["body"])["detail"] == ("job job: param stall_seconds: stall_seconds 10 must be more than "
-                                                  "lease_seconds 30")
+    assert json.loads(body["body"])["detail"] == (
+        "job job: param stall_seconds: stall_seconds 10 must be more than lease_seconds 30"
+    )
     [_, body] = _call(check, {"conf": {"restore": "yesterday"}})
     assert "is not latest, none or a snapshot id like 0000000012-a3" in json.loads(body["body"])["detail"]
     assert "^(" not in json.loads(body["body"])["detail"]
@@ -184,8 +212,15 @@ def test_a_bad_trigger_is_refused_in_plain_words_before_airflow_sees_it(tmp_path
 def test_a_dead_run_s_live_status_is_marked_lost_once_and_never_a_newer_attempt_s(tmp_path):
     spec = parse_spec(spend_job_spec("job", TOPIC, f"file://{tmp_path}/out", f"file://{tmp_path}/ckpt"))
     snapshots = SnapshotStore.open(spec.checkpoint.store, "job", "main", SETTINGS)
-    running = PipelineStatus(state="RUNNING", attempt=3, epoch=2, updated_at=NOW, heartbeat_at=NOW, lease_seconds=30,
-                             launch=LaunchInfo(mode="forever", parallelism=2, launched_by=RUN))
+    running = PipelineStatus(
+        state="RUNNING",
+        attempt=3,
+        epoch=2,
+        updated_at=NOW,
+        heartbeat_at=NOW,
+        lease_seconds=30,
+        launch=LaunchInfo(mode="forever", parallelism=2, launched_by=RUN),
+    )
     assert snapshots.swap_status(running, None)
     request = LaunchRequest(spark_conf={"spark.cores.max": "2"})
     assert mark_dead(spec, request, SETTINGS, "airflow:pipeline__job/other", "exit -9") == []
@@ -218,8 +253,12 @@ def test_the_operator_s_fields_are_templates_and_it_links_to_the_pipelines_page(
 
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump(spend_job_spec("job", "t", f"file://{tmp_path}/o", f"file://{tmp_path}/c")))
-    op = RunJobOperator(task_id="run", spec_path=str(spec), mode="{{ params.mode }}",
-                        spark_conf={"spark.cores.max": "{{ params.cores }}"})
+    op = RunJobOperator(
+        task_id="run",
+        spec_path=str(spec),
+        mode="{{ params.mode }}",
+        spark_conf={"spark.cores.max": "{{ params.cores }}"},
+    )
     assert {"spec_path", "mode", "spark_conf", "restore", "reason"} <= set(op.template_fields)
     op.render_template_fields({"params": {"mode": "continuous", "cores": "3"}})
     assert op.request_fields == {"mode": "continuous", "spark_conf": {"spark.cores.max": "3"}}
@@ -236,8 +275,9 @@ def test_hooks_test_their_connection_and_say_what_failed_without_a_secret():
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    local = PipelineSparkHook.check(PipelineSparkHook.__new__(PipelineSparkHook),
-                                    ConnectionSettings(spark_master="local[2]"))
+    local = PipelineSparkHook.check(
+        PipelineSparkHook.__new__(PipelineSparkHook), ConnectionSettings(spark_master="local[2]")
+    )
     assert "local[2]" in local
     hook = PipelineKafkaHook.__new__(PipelineKafkaHook)
     hook.get_conn = lambda: ConnectionSettings(kafka_bootstrap=f"127.0.0.1:{port}")  # type: ignore[method-assign]

@@ -43,23 +43,29 @@ def test_a_preset_or_a_five_field_cron_is_accepted(tmp_path, schedule):
     assert load_spec(with_airflow(tmp_path, {"schedule": schedule})).airflow.schedule == schedule
 
 
-@pytest.mark.parametrize("schedule, message", [
-    ("61 * * * *", "is not a cron expression of five fields"),
-    ("0 * * *", "is not a cron expression of five fields"),
-    ("0 0 * * * *", "is not a cron expression of five fields"),  # seconds: Airflow does not schedule them
-    ("@hourlyy", "is not one of @daily"),
-    ("@continuous", "trigger a run with mode continuous"),
-])
+@pytest.mark.parametrize(
+    "schedule, message",
+    [
+        ("61 * * * *", "is not a cron expression of five fields"),
+        ("0 * * *", "is not a cron expression of five fields"),
+        ("0 0 * * * *", "is not a cron expression of five fields"),  # seconds: Airflow does not schedule them
+        ("@hourlyy", "is not one of @daily"),
+        ("@continuous", "trigger a run with mode continuous"),
+    ],
+)
 def test_a_bad_schedule_is_refused_at_load_naming_the_field(tmp_path, schedule, message):
     error = refusal(tmp_path, {"schedule": schedule})
     assert "airflow.schedule:" in error and message in error, error
 
 
-@pytest.mark.parametrize("assets, message", [
-    (["results/x"], "is not an asset URI"),
-    (["airflow://x"], "is not an asset URI"),
-    (["s3://results/x", "s3://results/x"], "listed twice"),
-])
+@pytest.mark.parametrize(
+    "assets, message",
+    [
+        (["results/x"], "is not an asset URI"),
+        (["airflow://x"], "is not an asset URI"),
+        (["s3://results/x", "s3://results/x"], "listed twice"),
+    ],
+)
 def test_bad_assets_are_refused_naming_the_field(tmp_path, assets, message):
     error = refusal(tmp_path, {"assets": assets})
     assert "airflow.assets" in error and message in error, error
@@ -79,8 +85,12 @@ def test_per_job_connection_ids_choose_the_connections_the_settings_come_from(tm
         "pipeline_kafka": conn(host="default-broker", port=9092),
         "kafka_eu": conn(extra=json.dumps({"bootstrap_servers": ["eu1:9092", "eu2:9092"]})),
         "pipeline_s3": conn(host="http://default-s3", login="default-key", password="default-secret"),
-        "s3_eu": conn(host="https://s3.eu.example", login="eu-access-key-1", password="eu-secret-key-1",
-                      extra={"region_name": "eu-west-1"}),
+        "s3_eu": conn(
+            host="https://s3.eu.example",
+            login="eu-access-key-1",
+            password="eu-secret-key-1",
+            extra={"region_name": "eu-west-1"},
+        ),
         "pipeline_spark": conn(host="spark://default-master", port=7077),
     }
     spec = load_spec(with_airflow(tmp_path, {"connections": {"kafka": "kafka_eu", "s3": "s3_eu"}}))
@@ -93,8 +103,11 @@ def test_per_job_connection_ids_choose_the_connections_the_settings_come_from(tm
     default = settings_from_connections(defined.get, env={}, ids=unnamed)
     assert default.kafka_bootstrap == "default-broker:9092" and default.s3_endpoint == "http://default-s3"
     # an id the spec names but Airflow does not have falls back to the environment, not to the default id
-    missing = settings_from_connections(defined.get, env={"PIPELINE_KAFKA_BOOTSTRAP": "env-broker:9092"},
-                                        ids=AirflowConnectionsSpec(kafka="kafka_nowhere"))
+    missing = settings_from_connections(
+        defined.get,
+        env={"PIPELINE_KAFKA_BOOTSTRAP": "env-broker:9092"},
+        ids=AirflowConnectionsSpec(kafka="kafka_nowhere"),
+    )
     assert missing.kafka_bootstrap == "env-broker:9092"
 
 
@@ -141,8 +154,12 @@ def test_the_dag_factory_gives_each_job_its_schedule(tmp_path):
     params = dags["pipeline__hourly"].params
     params.validate()
     request = LaunchRequest.from_conf(dict(params), spec)
-    assert (request.mode, request.restore, request.parallelism, request.pipelines) == \
-        ("until_caught_up", "latest", spec.parallelism, [])
+    assert (request.mode, request.restore, request.parallelism, request.pipelines) == (
+        "until_caught_up",
+        "latest",
+        spec.parallelism,
+        [],
+    )
 
 
 def test_a_run_airflow_starts_by_itself_is_skipped_while_another_runs():
@@ -189,8 +206,12 @@ def test_airflow_discovers_the_provider_and_its_connection_forms():
         assert hook is not None and hook.connection_type == conn_type, conn_type
         assert hook.hook_name.startswith("pipeline-lib ")
         assert "schema" in behaviours[conn_type]["hidden_fields"]
-    assert behaviours["pipeline_lib_s3"]["relabeling"] == {"host": "Endpoint URL", "port": "Port",
-                                                           "login": "Access key", "password": "Secret key"}
+    assert behaviours["pipeline_lib_s3"]["relabeling"] == {
+        "host": "Endpoint URL",
+        "port": "Port",
+        "login": "Access key",
+        "password": "Secret key",
+    }
     assert {"extra__pipeline_lib_kafka__bootstrap_servers", "extra__pipeline_lib_s3__region_name"} <= set(widgets)
 
 
@@ -203,19 +224,33 @@ def test_the_provider_info_is_valid_against_airflows_schema():
     schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
     info = get_provider_info()
     jsonschema.validate(info, schema)
-    assert [c["connection-type"] for c in info["connection-types"]] == \
-        ["pipeline_lib_kafka", "pipeline_lib_s3", "pipeline_lib_spark"]
+    assert [c["connection-type"] for c in info["connection-types"]] == [
+        "pipeline_lib_kafka",
+        "pipeline_lib_s3",
+        "pipeline_lib_spark",
+    ]
 
 
 @pytest.mark.airflow
 def test_a_hook_gives_the_settings_its_one_connection_yields(monkeypatch):
     from pipeline_lib.orchestration.hooks import PipelineKafkaHook, PipelineS3Hook, PipelineSparkHook
 
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_EU", json.dumps({"conn_type": "pipeline_lib_kafka",
-                                                            "extra": {"bootstrap_servers": "eu1:9092,eu2:9092"}}))
-    monkeypatch.setenv("AIRFLOW_CONN_PIPELINE_S3", json.dumps({
-        "conn_type": "pipeline_lib_s3", "host": "http://minio", "port": 9000, "login": "access-key-1",
-        "password": "secret-key-1"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_EU",
+        json.dumps({"conn_type": "pipeline_lib_kafka", "extra": {"bootstrap_servers": "eu1:9092,eu2:9092"}}),
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_PIPELINE_S3",
+        json.dumps(
+            {
+                "conn_type": "pipeline_lib_s3",
+                "host": "http://minio",
+                "port": 9000,
+                "login": "access-key-1",
+                "password": "secret-key-1",
+            }
+        ),
+    )
     monkeypatch.setenv("PIPELINE_SPARK_MASTER", "local[3]")
     monkeypatch.delenv("PIPELINE_KAFKA_BOOTSTRAP", raising=False)
     assert PipelineKafkaHook("kafka_eu").get_conn().kafka_bootstrap == "eu1:9092,eu2:9092"
@@ -238,8 +273,14 @@ def test_run_job_operator_takes_the_request_as_arguments_with_the_forms_defaults
     spec_path = with_airflow(tmp_path, {}, "mine")
     with DAG("user_dag", schedule=None):
         plain = RunJobOperator(task_id="run", spec_path=str(spec_path))
-        chosen = RunJobOperator(task_id="run2", spec_path=str(spec_path), job_name="mine", mode="continuous",
-                                parallelism=2, pipelines=["main"])
+        chosen = RunJobOperator(
+            task_id="run2",
+            spec_path=str(spec_path),
+            job_name="mine",
+            mode="continuous",
+            parallelism=2,
+            pipelines=["main"],
+        )
         with pytest.raises(ValueError, match="RunJobOperator for job mine: mode: Input should be"):
             RunJobOperator(task_id="bad", spec_path=str(spec_path), mode="sometimes")
         with pytest.raises(ValueError, match="not both"):
@@ -252,7 +293,6 @@ def test_run_job_operator_takes_the_request_as_arguments_with_the_forms_defaults
     too_many = RunJobOperator(task_id="run3", spec_path=str(spec_path), parallelism=1000)
     with pytest.raises(SpecError, match="param parallelism: 1000 exceeds max_parallelism 128"):
         too_many.launch_request(spec, context={})
-
 
 
 def test_the_pipelines_page_reads_each_job_through_its_own_connections(tmp_path):
@@ -274,9 +314,13 @@ def test_the_pipelines_page_reads_each_job_through_its_own_connections(tmp_path)
         opened[job] = settings.s3_endpoint
         raise OSError("not reached in this test")
 
-    client = TestClient(create_app(tmp_path, settings_factory=settings_factory, authenticated=False,
-                                   open_snapshots=open_snapshots))
+    client = TestClient(
+        create_app(tmp_path, settings_factory=settings_factory, authenticated=False, open_snapshots=open_snapshots)
+    )
     assert client.get("/api/overview", params={"lag": False}).status_code == 200
-    assert opened == {"eu-job": "http://s3_eu:9000", "home-job": "http://pipeline_s3:9000",
-                      "other-home-job": "http://pipeline_s3:9000"}
+    assert opened == {
+        "eu-job": "http://s3_eu:9000",
+        "home-job": "http://pipeline_s3:9000",
+        "other-home-job": "http://pipeline_s3:9000",
+    }
     assert sorted(asked) == ["pipeline_s3", "s3_eu"]  # one read of each set of connections

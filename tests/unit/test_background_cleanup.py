@@ -16,6 +16,7 @@ def test_one_clean_up_at_a_time_and_its_error_surfaces_at_the_next_submit():
             running.set()
             time.sleep(0.2)
             done.append(n)
+
         return work
 
     cleanup.submit(slow(1))

@@ -22,8 +22,15 @@ MiB = 1 << 20
 
 def build(records, compression=0, base_offset=0) -> bytes:
     """A v2 batch; ``records`` are (offset delta, timestamp, key, value, headers)."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 26)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 26,
+    )
     for offset, timestamp, key, value, headers in records:
         builder.append(offset, timestamp=timestamp, key=key, value=value, headers=headers)
     data = bytearray(builder.build())
@@ -53,9 +60,16 @@ def as_tuples(columns) -> list[tuple]:
 
 def records(n: int, seed: int = 1) -> list[tuple]:
     rng = random.Random(seed)
-    return [(i, 1_700_000_000_000 + i, None if i % 4 == 0 else b"key-%d" % i,
-             None if i % 9 == 0 else bytes(rng.randrange(97, 103) for _ in range(rng.randrange(0, 300))),
-             [("h", b"x")] if i % 5 == 1 else []) for i in range(n)]
+    return [
+        (
+            i,
+            1_700_000_000_000 + i,
+            None if i % 4 == 0 else b"key-%d" % i,
+            None if i % 9 == 0 else bytes(rng.randrange(97, 103) for _ in range(rng.randrange(0, 300))),
+            [("h", b"x")] if i % 5 == 1 else [],
+        )
+        for i in range(n)
+    ]
 
 
 @pytest.mark.parametrize("compression", CODECS, ids=[CODEC_NAMES[c] for c in CODECS])
@@ -89,8 +103,11 @@ def test_a_decompression_bomb_is_refused_at_the_cap_naming_the_batch(compression
     assert len(data) < 4 * MiB
     tracemalloc.start()
     try:
-        with pytest.raises(CorruptRecordError, match=r"batch at offset 9000: \w+ data decompresses to more than "
-                                                     r"1048576 bytes"):
+        with pytest.raises(
+            CorruptRecordError,
+            match=r"batch at offset 9000: \w+ data decompresses to more than "
+            r"1048576 bytes",
+        ):
             decode_batch(DefaultRecordBatch(data), max_bytes=MiB)
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -103,8 +120,11 @@ def test_a_header_claiming_more_records_than_its_bytes_hold_allocates_nothing_fo
     struct.pack_into(">i", data, DefaultRecordBatch.HEADER_STRUCT.size - 4, 20_000_000)
     tracemalloc.start()
     try:
-        with pytest.raises(CorruptRecordError, match=r"batch at offset 0: its header claims 20000000 records, more "
-                                                     r"than its \d+ bytes of records can hold"):
+        with pytest.raises(
+            CorruptRecordError,
+            match=r"batch at offset 0: its header claims 20000000 records, more "
+            r"than its \d+ bytes of records can hold",
+        ):
             decode_batch(DefaultRecordBatch(bytes(data)))
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -125,8 +145,10 @@ LEGACY = [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2), (1, 3)]  # (magic, cod
 
 @pytest.mark.parametrize(("magic", "compression"), LEGACY, ids=[f"v{m}-{c}" for m, c in LEGACY])
 def test_legacy_message_sets_decode_as_kafka_python_reads_them(magic, compression):
-    rows = [(1_600_000_000_000 + i, None if i % 3 == 0 else b"k%d" % i, None if i == 4 else b"value-%d" % i)
-            for i in range(1 if not compression else 40)]
+    rows = [
+        (1_600_000_000_000 + i, None if i % 3 == 0 else b"k%d" % i, None if i == 4 else b"value-%d" % i)
+        for i in range(1 if not compression else 40)
+    ]
     data = build_legacy(magic, rows, compression=compression, base_offset=1000)
     got = as_tuples(decode_legacy_batch(LegacyRecordBatch(data, magic)))
     assert got == reference(LegacyRecordBatch(data, magic))
@@ -154,10 +176,10 @@ def _mutations(rng: random.Random, clean: bytes, first: int) -> bytes:
             data[rng.randrange(first, len(data))] = rng.randrange(256)
     elif kind == 1:  # a run of 0x00 or 0xff (huge varints, lengths of -1)
         at = rng.randrange(first, len(data))
-        data[at:at + rng.randrange(1, 12)] = bytes([rng.choice((0, 0xFF))]) * rng.randrange(1, 12)
+        data[at : at + rng.randrange(1, 12)] = bytes([rng.choice((0, 0xFF))]) * rng.randrange(1, 12)
     elif kind == 2:  # truncated, or grown with garbage
         if rng.random() < 0.5:
-            del data[rng.randrange(first, len(data)):]
+            del data[rng.randrange(first, len(data)) :]
         else:
             data += bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64)))
     else:  # a bit flip
@@ -172,8 +194,10 @@ def test_fuzzed_batches_decode_or_raise_the_decoders_error_naming_the_batch():
     decodes or raises CorruptRecordError naming an offset; nothing else escapes, nothing hangs."""
     rng = random.Random(20261123)
     v2 = [build(records(40, seed=c), compression=c, base_offset=500) for c in [0, *CODECS]]
-    legacy = [(m, build_legacy(m, [(1_600_000_000_000 + i, b"k", b"v%d" % i) for i in range(20)], compression=c))
-              for m, c in LEGACY]
+    legacy = [
+        (m, build_legacy(m, [(1_600_000_000_000 + i, b"k", b"v%d" % i) for i in range(20)], compression=c))
+        for m, c in LEGACY
+    ]
     header = DefaultRecordBatch.ATTRIBUTES_OFFSET  # attributes onwards: codec bits, count, records
     outcomes = {"decoded": 0, "refused": 0}
     for i in range(3000):
@@ -200,7 +224,6 @@ def test_fuzzed_batches_decode_or_raise_the_decoders_error_naming_the_batch():
     assert outcomes["decoded"] > 100 and outcomes["refused"] > 1000, outcomes
 
 
-
 def _partition_records(data: bytes, fetch_offset: int = 0, **settings):
     """What the columnar consumer (with ``settings``: max_batch_bytes, tolerant) makes of one fetch
     response's bytes for partition t[0]."""
@@ -218,8 +241,12 @@ def test_a_fetch_of_v0_v1_and_v2_batches_reads_every_record_and_names_the_partit
     v2 = build([(0, 9, b"c", b"two", [])], compression=4, base_offset=4)
     columns = _partition_records(v0 + v1 + v2).take()
     assert [r for c in columns for r in as_tuples(c)] == [
-        (0, NO_TIMESTAMP, b"a", b"zero"), (1, 7, b"b", b"one-0"), (2, 7, b"b", b"one-1"), (3, 7, b"b", b"one-2"),
-        (4, 9, b"c", b"two")]
+        (0, NO_TIMESTAMP, b"a", b"zero"),
+        (1, 7, b"b", b"one-0"),
+        (2, 7, b"b", b"one-1"),
+        (3, 7, b"b", b"one-2"),
+        (4, 9, b"c", b"two"),
+    ]
     bomb = build([(0, 5, None, bytes(80 * MiB), [])], compression=1, base_offset=5)
     fetched = _partition_records(v2 + bomb)
     assert [len(c) for c in fetched.take()] == [1]  # what came before the bad batch (kafka-python's take)
@@ -256,11 +283,12 @@ def test_the_planner_s_fetches_decode_nothing_where_kafka_python_would_expand_or
 
 # -- undecodable batches under on_error dead_letter | skip ------------------------------------------------
 
+
 def _with_crc(data: bytearray) -> bytes:
     """``data`` with its v2 CRC computed again, so that a batch made hostile after its CRC still passes it."""
     from kafka.record.util import calc_crc32c
 
-    crc = calc_crc32c(bytes(data[DefaultRecordBatch.ATTRIBUTES_OFFSET:]))
+    crc = calc_crc32c(bytes(data[DefaultRecordBatch.ATTRIBUTES_OFFSET :]))
     struct.pack_into(">I", data, DefaultRecordBatch.CRC_OFFSET, crc)
     return bytes(data)
 
@@ -281,9 +309,11 @@ def hostile_log() -> tuple[bytes, dict[int, bytes]]:
     legacy = bytearray(build_legacy(1, [(7, b"k", b"v%d" % i) for i in range(3)], compression=1, base_offset=9))
     legacy[-8:] = b"\x00" * 8
     bad = {3: _with_crc(unknown), 5: _with_crc(corrupt), 6: bomb, 7: bytes(crc), 11: bytes(legacy)}
-    good = [build([(0, 1, b"a", b"zero", []), (1, 1, b"a", b"one", []), (2, 1, b"a", b"two", [])]),
-            build([(0, 1, b"b", b"eight", [])], compression=4, base_offset=8), build([(0, 1, None, b"twelve", [])],
-                                                                                   base_offset=12)]
+    good = [
+        build([(0, 1, b"a", b"zero", []), (1, 1, b"a", b"one", []), (2, 1, b"a", b"two", [])]),
+        build([(0, 1, b"b", b"eight", [])], compression=4, base_offset=8),
+        build([(0, 1, None, b"twelve", [])], base_offset=12),
+    ]
     return good[0] + bad[3] + bad[5] + bad[6] + bad[7] + good[1] + bad[11] + good[2], bad
 
 
@@ -296,15 +326,22 @@ def test_a_tolerant_fetch_makes_each_undecodable_batch_one_error_row_and_reads_o
     fetched = _partition_records(log, tolerant=True, max_batch_bytes=MiB)
     columns = fetched.take()
     rows = [(int(o), c.error, v) for c in columns for o, v in zip(c.offsets, c.values())]
-    assert [(o, v) for o, e, v in rows if e is None] == [(0, b"zero"), (1, b"one"), (2, b"two"), (8, b"eight"),
-                                                          (12, b"twelve")]
+    assert [(o, v) for o, e, v in rows if e is None] == [
+        (0, b"zero"),
+        (1, b"one"),
+        (2, b"two"),
+        (8, b"eight"),
+        (12, b"twelve"),
+    ]
     errors = {o: (e, v) for o, e, v in rows if e is not None}
     assert sorted(errors) == sorted(bad)
     assert all(v == bad[o] for o, (_, v) in errors.items())  # the whole batch, as the broker served it
     assert errors[3][0].startswith("undecodable record batch of offsets [3, 5): ") and "codec" in errors[3][0]
     assert errors[5][0].startswith("undecodable record batch of offsets [5, 6): ")
-    assert errors[6][0] == ("undecodable record batch of offsets [6, 7): batch at offset 6: gzip data decompresses "
-                            "to more than 1048576 bytes (the per-batch cap)")
+    assert errors[6][0] == (
+        "undecodable record batch of offsets [6, 7): batch at offset 6: gzip data decompresses "
+        "to more than 1048576 bytes (the per-batch cap)"
+    )
     assert errors[7][0] == "undecodable record batch of offsets [7, 8): batch at offset 7 failed its CRC check"
     assert errors[11][0] == "undecodable record batch of offsets [11, 12): batch at offset 11 failed its CRC check"
     assert fetched.next_fetch_offset == 13
@@ -330,7 +367,8 @@ def test_a_bad_batch_s_row_becomes_an_error_row_or_fails_naming_topic_partition_
     batch = RecordBatcher(schema, "json", fields, True, MiB, "t", 4).build([good, row]).to_pylist()
     assert [(r["_offset"], r["user"], r["_error"], r["_raw"]) for r in batch] == [
         (2, "u", None, None),
-        (3, None, "undecodable record batch of offsets [3, 5): batch at offset 3: unknown codec 7", b"\x00raw batch")]
+        (3, None, "undecodable record batch of offsets [3, 5): batch at offset 3: unknown codec 7", b"\x00raw batch"),
+    ]
     strict = schema_for([("user", "string"), ("amount", "bigint")], tolerant=False)
     with pytest.raises(RecordError, match=r"bad record at t\[4\]@3: undecodable record batch of offsets \[3, 5\)"):
         RecordBatcher(strict, "json", fields, False, MiB, "t", 4).build([good, row])
@@ -353,15 +391,19 @@ def test_fuzzed_fetches_read_tolerantly_give_every_batch_once_as_records_or_one_
             if rng.random() < 0.2:
                 magic, c = rng.choice(LEGACY)
                 n = n if c else 1  # an uncompressed set is a batch per message: one, so its length can be fixed
-                clean = build_legacy(magic, [(1_600_000_000_000, b"k", b"v%d" % i) for i in range(n)],
-                                     compression=c, base_offset=offset)
+                clean = build_legacy(
+                    magic, [(1_600_000_000_000, b"k", b"v%d" % i) for i in range(n)], compression=c, base_offset=offset
+                )
                 first = LegacyRecordBatch.KEY_OFFSET_V1 if magic else LegacyRecordBatch.KEY_OFFSET_V0
                 clean = bytearray(clean)
                 struct.pack_into(">q", clean, 0, offset + n - 1)  # a wrapper's offset: its last record's
                 clean = bytes(clean)
             else:
-                clean = build([(i, 5, b"k", b"v%d" % i, []) for i in range(n)],
-                              compression=rng.choice([0, *CODECS]), base_offset=offset)
+                clean = build(
+                    [(i, 5, b"k", b"v%d" % i, []) for i in range(n)],
+                    compression=rng.choice([0, *CODECS]),
+                    base_offset=offset,
+                )
                 first = header
             data = bytearray(_mutations(rng, clean, first) if rng.random() < 0.4 else clean)
             struct.pack_into(">i", data, 8, len(data) - LegacyRecordBatch.LOG_OVERHEAD)  # framing kept

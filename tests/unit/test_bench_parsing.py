@@ -24,21 +24,47 @@ def _printed(report: EpochReport, timings: bool, monkeypatch) -> str:
 
 def test_epoch_line_with_and_without_timings_parses(monkeypatch):
     phases = {name: 0.001 * (i + 1) for i, name in enumerate(EPOCH_PHASES)}
-    report = EpochReport(pipeline="main", epoch=3, snapshot_id="0000000003-a2", records=20000, rows_written=4980,
-                         keys=5000, lag=60000, seconds=0.71, completed_splits=0, bad_records=2, phases=phases,
-                         state_bytes=90_000, state_bytes_written=4_500)
+    report = EpochReport(
+        pipeline="main",
+        epoch=3,
+        snapshot_id="0000000003-a2",
+        records=20000,
+        rows_written=4980,
+        keys=5000,
+        lag=60000,
+        seconds=0.71,
+        completed_splits=0,
+        bad_records=2,
+        phases=phases,
+        state_bytes=90_000,
+        state_bytes_written=4_500,
+    )
     plain = parse_epoch_line(_printed(report, False, monkeypatch))
     assert plain is not None and plain["phases"] == {}
     timed = parse_epoch_line(_printed(report, True, monkeypatch))
-    assert timed == {"epoch": 3, "records": 20000, "rows_out": 4980, "keys": 5000, "lag": 60000, "seconds": 0.71,
-                     "snapshot": "0000000003-a2", "phases": phases, "state_bytes": 90_000,
-                     "state_bytes_written": 4_500}
+    assert timed == {
+        "epoch": 3,
+        "records": 20000,
+        "rows_out": 4980,
+        "keys": 5000,
+        "lag": 60000,
+        "seconds": 0.71,
+        "snapshot": "0000000003-a2",
+        "phases": phases,
+        "state_bytes": 90_000,
+        "state_bytes_written": 4_500,
+    }
     assert parse_epoch_line("pipeline main: RAN, attempt 1, 4 epoch(s), 80000 records") is None
-    owned = replace(report, state_reads=StateReads(cached=60, fetched=4, fetched_bytes=123_456),
-                    task_result_bytes=11_571)
+    owned = replace(
+        report, state_reads=StateReads(cached=60, fetched=4, fetched_bytes=123_456), task_result_bytes=11_571
+    )
     assert parse_epoch_line(_printed(owned, True, monkeypatch)) == {
-        **timed, "state_files_cached": 60, "state_files_fetched": 4, "state_bytes_fetched": 123_456,
-        "task_result_bytes": 11_571}
+        **timed,
+        "state_files_cached": 60,
+        "state_files_fetched": 4,
+        "state_bytes_fetched": 123_456,
+        "task_result_bytes": 11_571,
+    }
     assert parse_epoch_line(_printed(owned, False, monkeypatch)) == {**plain}
 
 
@@ -55,13 +81,17 @@ def test_steady_skips_the_first_epoch_and_arguments_parse():
 def test_the_startup_probe_reads_the_milestones_of_a_run_log_and_takes_medians():
     from benchmarks.startup_probe import medians, milestones
 
-    log = ("$ pipeline-lib run spec.yaml --until-caught-up --timings\n"
-           "[   9.600s] 2026-11-24 04:45:01,000 INFO pipeline main of job j attempt 1: starting without a snapshot\n"
-           "[  11.200s] 2026-11-24 04:45:02,600 INFO pipeline main: epochs take the Arrow path (no flow …)\n"
-           "[  12.900s] 2026-11-24 04:45:04,300 INFO pipeline main: 6 subtasks started\n"
-           "[  20.000s] pipeline main: 6 subtasks started\n")
+    log = (
+        "$ pipeline-lib run spec.yaml --until-caught-up --timings\n"
+        "[   9.600s] 2026-11-24 04:45:01,000 INFO pipeline main of job j attempt 1: starting without a snapshot\n"
+        "[  11.200s] 2026-11-24 04:45:02,600 INFO pipeline main: epochs take the Arrow path (no flow …)\n"
+        "[  12.900s] 2026-11-24 04:45:04,300 INFO pipeline main: 6 subtasks started\n"
+        "[  20.000s] pipeline main: 6 subtasks started\n"
+    )
     assert milestones(log) == {"session_up_s": 9.6, "path_chosen_s": 11.2, "subtasks_started_s": 12.9}
-    runs = [{"load_1m": 1.0, "wall_s": 3.0, "correct": True}, {"load_1m": 2.0, "wall_s": 1.0, "correct": True},
-            {"load_1m": 0.5, "wall_s": 2.0, "correct": False}]
-    assert medians(runs) == {"load_1m": 1.0, "wall_s": 2.0, "runs": 3, "loads": [1.0, 2.0, 0.5],
-                             "all_correct": False}
+    runs = [
+        {"load_1m": 1.0, "wall_s": 3.0, "correct": True},
+        {"load_1m": 2.0, "wall_s": 1.0, "correct": True},
+        {"load_1m": 0.5, "wall_s": 2.0, "correct": False},
+    ]
+    assert medians(runs) == {"load_1m": 1.0, "wall_s": 2.0, "runs": 3, "loads": [1.0, 2.0, 0.5], "all_correct": False}

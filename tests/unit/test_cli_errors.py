@@ -47,10 +47,18 @@ def write_two_pipeline_spec(tmp_path: Path) -> Path:
     flow = {"state": {"aggregate": {"key": ["user"], "values": {"total": "sum(amount)"}}}}
     spec = {
         "name": "shop",
-        "sources": {name: {"kafka": {"topic": name, "schema": "user string, amount long"}}
-                    for name in ("payments", "refunds")},
-        "flows": [{"name": f"{name}-total", "source": name, **flow,
-                   "sink": {"files": {"path": f"file://{tmp_path}/out-{name}"}}} for name in ("payments", "refunds")],
+        "sources": {
+            name: {"kafka": {"topic": name, "schema": "user string, amount long"}} for name in ("payments", "refunds")
+        },
+        "flows": [
+            {
+                "name": f"{name}-total",
+                "source": name,
+                **flow,
+                "sink": {"files": {"path": f"file://{tmp_path}/out-{name}"}},
+            }
+            for name in ("payments", "refunds")
+        ],
         "checkpoint": {"store": f"file://{tmp_path}/ckpt"},
     }
     path = tmp_path / "shop.yaml"
@@ -65,10 +73,13 @@ def test_a_name_error_shows_the_whole_pattern(tmp_path):
     assert NAME_PATTERN in result.output  # markup ate "[a-z0-9]" and showed '^{0,62}$'
 
 
-@pytest.mark.parametrize("args", [
-    lambda tmp: ["validate", str(tmp / "job[/b].yaml")],  # a missing file whose name holds a closing tag
-    lambda tmp: ["validate", str(write_spec(tmp, **{"x[/b]": 1}))],  # an unknown field so named
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        lambda tmp: ["validate", str(tmp / "job[/b].yaml")],  # a missing file whose name holds a closing tag
+        lambda tmp: ["validate", str(write_spec(tmp, **{"x[/b]": 1}))],  # an unknown field so named
+    ],
+)
 def test_text_that_looks_like_markup_is_printed_as_is(tmp_path, args):
     result = invoke(args(tmp_path))
     assert result.exit_code == 2, result.output
@@ -79,9 +90,14 @@ def test_a_restore_plan_table_prints_record_data_literally(tmp_path):
     path = write_spec(tmp_path)
     snapshots = SnapshotStore.open(f"file://{tmp_path}/ckpt", "spend", "main", ConnectionSettings())
     reason = "bad record at payments[0]@5: [/b] [bold]not JSON[/bold]"
-    status = PipelineStatus(state="FAILED", attempt=1, epoch=0, reason=reason,
-                            updated_at=dt.datetime.now(dt.UTC),
-                            launch=LaunchInfo(mode="until-caught-up", parallelism=2))
+    status = PipelineStatus(
+        state="FAILED",
+        attempt=1,
+        epoch=0,
+        reason=reason,
+        updated_at=dt.datetime.now(dt.UTC),
+        launch=LaunchInfo(mode="until-caught-up", parallelism=2),
+    )
     assert snapshots.swap_status(status, None)
     result = invoke(["plan", str(path), "--restore", "latest"])
     assert result.exit_code == 0, result.output
@@ -91,8 +107,10 @@ def test_a_restore_plan_table_prints_record_data_literally(tmp_path):
 # -- 2. short values are not scrubbed -------------------------------------------------------
 def test_a_short_access_key_does_not_mask_ordinary_words(tmp_path):
     path = write_spec(tmp_path, name="main", parallelism=1000)
-    result = invoke(["validate", str(path)], {"PIPELINE_S3_ACCESS_KEY": "main",
-                                             "PIPELINE_S3_SECRET_KEY": "a-secret-key-long-enough"})
+    result = invoke(
+        ["validate", str(path)],
+        {"PIPELINE_S3_ACCESS_KEY": "main", "PIPELINE_S3_SECRET_KEY": "a-secret-key-long-enough"},
+    )
     assert result.exit_code == 2
     assert f"{path}: invalid job spec" in result.output and "***" not in result.output
 
@@ -118,8 +136,11 @@ def test_plan_refuses_a_parallelism_that_run_refuses(tmp_path, value):
     planned = invoke(["plan", str(path), "--parallelism", value])
     ran = invoke(["run", str(path), "--parallelism", value])
     assert planned.exit_code == ran.exit_code == 2, planned.output
-    assert error_lines(planned.output) == error_lines(ran.output) == [
-        f"error: --parallelism {value} must be between 1 and checkpoint.max_parallelism 128 of job spend"]
+    assert (
+        error_lines(planned.output)
+        == error_lines(ran.output)
+        == [f"error: --parallelism {value} must be between 1 and checkpoint.max_parallelism 128 of job spend"]
+    )
 
 
 def test_plan_takes_a_parallelism_within_bounds(tmp_path):
@@ -153,8 +174,9 @@ def test_plan_of_a_snapshot_id_on_several_pipelines_needs_one_as_run_does(tmp_pa
     path = write_two_pipeline_spec(tmp_path)
     result = invoke(["plan", str(path), "--restore", "0000000001-a1"])
     assert result.exit_code == 2
-    assert error_lines(result.output) == ["error: --restore SNAPSHOT_ID names one pipeline's snapshot; "
-                                          "add --pipeline NAME"]
+    assert error_lines(result.output) == [
+        "error: --restore SNAPSHOT_ID names one pipeline's snapshot; add --pipeline NAME"
+    ]
     result = invoke(["plan", str(path), "--restore", "0000000001-a1", "--pipeline", "payments"])
     assert "snapshot 0000000001-a1 is not among the retained snapshots of shop/payments" in result.output
     result = invoke(["plan", str(path), "--restore", "latest", "--pipeline", "refunds", "--json"])
@@ -200,8 +222,9 @@ def test_help_documents_continuous_and_hides_internal_options():
         assert hidden not in shown
 
 
-@pytest.mark.parametrize("flags,mode", [([], "until-caught-up"), (["--continuous"], "forever"),
-                                        (["--forever"], "forever")])
+@pytest.mark.parametrize(
+    "flags,mode", [([], "until-caught-up"), (["--continuous"], "forever"), (["--forever"], "forever")]
+)
 def test_continuous_and_its_alias_run_the_stored_continuous_mode(tmp_path, recorded, flags, mode):
     result = invoke(["run", str(write_spec(tmp_path)), *flags, "--launched-by", "airflow:x"])
     assert result.exit_code == 0, result.output
@@ -232,13 +255,22 @@ def test_spec_schema_is_the_json_schema_editors_check_a_spec_with(tmp_path):
 
 
 # -- file:// locations on a cluster, where executors write output themselves ----------------------
-@pytest.mark.parametrize("field,changes", [
-    ("sink.files.path", {"checkpoint": {"store": "s3://checkpoints/spend"}}),
-    ("checkpoint.store", {"sink": {"files": {"path": "s3://results/spend"}}}),
-    ("dead_letter.path", {"sink": {"files": {"path": "s3://results/spend"}},
-                          "checkpoint": {"store": "s3://checkpoints/spend"},
-                          "on_error": "dead_letter", "dead_letter": {"path": "file:///tmp/dead"}}),
-])
+@pytest.mark.parametrize(
+    "field,changes",
+    [
+        ("sink.files.path", {"checkpoint": {"store": "s3://checkpoints/spend"}}),
+        ("checkpoint.store", {"sink": {"files": {"path": "s3://results/spend"}}}),
+        (
+            "dead_letter.path",
+            {
+                "sink": {"files": {"path": "s3://results/spend"}},
+                "checkpoint": {"store": "s3://checkpoints/spend"},
+                "on_error": "dead_letter",
+                "dead_letter": {"path": "file:///tmp/dead"},
+            },
+        ),
+    ],
+)
 def test_plan_and_run_refuse_a_file_location_on_a_spark_cluster(tmp_path, field, changes):
     path = write_spec(tmp_path, **changes)
     cluster = {"PIPELINE_SPARK_MASTER": "spark://127.0.0.1:7077", "PIPELINE_KAFKA_BOOTSTRAP": "127.0.0.1:9"}

@@ -71,9 +71,15 @@ def test_a_marker_committed_while_an_older_attempt_wrote_its_parts_fences_it(tmp
     """Attempt 1 read the (absent) marker, attempt 2 committed while attempt 1 wrote parts:
     attempt 1's swap must fail, so the marker keeps listing attempt 2's parts only."""
     newer = sink_on(tmp_path)
-    older = FilesSink(Watched(open_store(f"file://{tmp_path}/out", SETTINGS), "out", [],
-                              once(lambda op, key: "/part-" in key,
-                                   lambda: newer.write_epoch(1, "digest-2", parts(2), attempt=2))), "jsonl")
+    older = FilesSink(
+        Watched(
+            open_store(f"file://{tmp_path}/out", SETTINGS),
+            "out",
+            [],
+            once(lambda op, key: "/part-" in key, lambda: newer.write_epoch(1, "digest-2", parts(2), attempt=2)),
+        ),
+        "jsonl",
+    )
     with pytest.raises(FencedError, match="committed by another attempt while attempt 1 wrote it"):
         older.write_epoch(1, "digest-1", parts(1), attempt=1)
     found = marker(newer)
@@ -126,8 +132,10 @@ def test_clean_up_deletes_nothing_once_a_newer_attempt_owns_the_epoch(tmp_path):
 
 def _legacy_marker(sink: FilesSink, attempts: list[int]) -> bytes:
     """A marker written before markers recorded their attempt: the writer is read from part names."""
-    files = [{"key": f"epoch=1/part-{i:05d}-a{a}.jsonl", "rows": 1, "bytes": 3, "sha256": "x"}
-             for i, a in enumerate(attempts)]
+    files = [
+        {"key": f"epoch=1/part-{i:05d}-a{a}.jsonl", "rows": 1, "bytes": 3, "sha256": "x"}
+        for i, a in enumerate(attempts)
+    ]
     data = json.dumps({"epoch": 1, "digest": "legacy", "files": files}).encode()
     for f in files:
         sink.store.put(f["key"], b"{}\n")
@@ -157,9 +165,18 @@ def test_a_start_over_loses_to_a_marker_committed_while_it_retracts(tmp_path):
     commits epoch 1 before attempt 2 replaces it: the empty marker must not hide attempt 3's."""
     newer = sink_on(tmp_path)
     newer.write_epoch(1, "digest-1", parts(1), attempt=1)
-    restarting = FilesSink(Watched(open_store(f"file://{tmp_path}/out", SETTINGS), "out", [],
-                                   once(lambda op, key: op == "get_versioned" and key == MARKER,
-                                        lambda: newer.write_epoch(1, "digest-3", parts(3), attempt=3))), "jsonl")
+    restarting = FilesSink(
+        Watched(
+            open_store(f"file://{tmp_path}/out", SETTINGS),
+            "out",
+            [],
+            once(
+                lambda op, key: op == "get_versioned" and key == MARKER,
+                lambda: newer.write_epoch(1, "digest-3", parts(3), attempt=3),
+            ),
+        ),
+        "jsonl",
+    )
     with pytest.raises(FencedError, match="changed while attempt 2 retracted it"):
         restarting.retract_all(attempt=2)
     found = marker(newer)

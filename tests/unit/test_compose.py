@@ -93,6 +93,7 @@ TRUTHY = {"true", "1", "yes", "y", "on", "t"}
 
 # --------------------------------------------------------------------------- compose helpers
 
+
 def flag_value(args: list[str], flag: str) -> str | None:
     for i, arg in enumerate(args):
         if arg == flag and i + 1 < len(args):
@@ -309,12 +310,14 @@ def test_no_image_is_older_than_its_security_fix(services: dict[str, Any]) -> No
     _, instructions = dockerfile_resolved(ROOT / MINIO_DOCKERFILE)
     installs = [line for line in instructions if "go install" in line]
     assert installs == [f'RUN CGO_ENABLED=0 GOBIN=/out go install "{minio_server.MODULE}@{minio_server.VERSION}"'], (
-        installs)
+        installs
+    )
     built_at = re.fullmatch(r"v0\.0\.0-(\d{14})-[0-9a-f]{12}", minio_server.VERSION)
     assert built_at, minio_server.VERSION
     release = re.fullmatch(r"RELEASE\.(\d{4})-(\d\d)-(\d\d)T(\d\d)-(\d\d)-(\d\d)Z", MINIMUM_RELEASES["minio/minio"])
     assert release and built_at.group(1) >= "".join(release.groups()), (
-        f"MinIO {minio_server.VERSION} is older than {MINIMUM_RELEASES['minio/minio']}")
+        f"MinIO {minio_server.VERSION} is older than {MINIMUM_RELEASES['minio/minio']}"
+    )
     pinned = {split_image(s["image"])[0]: split_image(s["image"])[1] for s in services.values() if s.get("image")}
     for repo, minimum in MINIMUM_RELEASES.items():  # a prebuilt MinIO image, should one come back
         if repo in pinned:
@@ -345,8 +348,9 @@ def _pip_installs(path: Path) -> list[str]:
 def test_images_install_python_packages_with_the_constraints_file() -> None:
     """Every pip install of the images takes docker/constraints.txt, copied into the image, and that
     file pins every package they name and every dependency of the project exactly."""
-    pins = dict(line.split("==", 1) for line in CONSTRAINTS.read_text().splitlines()
-                if line and not line.startswith("#"))
+    pins = dict(
+        line.split("==", 1) for line in CONSTRAINTS.read_text().splitlines() if line and not line.startswith("#")
+    )
     assert all(re.fullmatch(r"[a-z0-9-]+", name) and re.fullmatch(r"[0-9][\w.+!-]*", v) for name, v in pins.items())
     dockerfiles = sorted(p for p in (ROOT / "docker").glob("*.Dockerfile") if _pip_installs(p))
     assert [p.name for p in dockerfiles] == ["airflow.Dockerfile", "spark.Dockerfile"], dockerfiles
@@ -354,26 +358,36 @@ def test_images_install_python_packages_with_the_constraints_file() -> None:
     for path in dockerfiles:
         installs = _pip_installs(path)
         assert installs, f"{path.name}: no pip install"
-        copied = [line for line in dockerfile_resolved(path)[1]
-                  if line.startswith("COPY") and "docker/constraints.txt" in line]
+        copied = [
+            line
+            for line in dockerfile_resolved(path)[1]
+            if line.startswith("COPY") and "docker/constraints.txt" in line
+        ]
         assert copied, f"{path.name}: does not copy docker/constraints.txt"
         target = copied[0].split()[-1].rstrip("/")
         for line in installs:
             m = re.search(r"(?:--constraint|-c)[ =](\S+)", line)
             assert m and m.group(1) in (f"{target}/constraints.txt", target), (
-                f"{path.name}: pip install without --constraint {target}/constraints.txt: {line}")
-            named |= {re.sub(r"\[.*", "", n).lower().replace("_", "-")
-                      for n in re.findall(r'"([A-Za-z0-9_.\[\],-]+)==', line)}
+                f"{path.name}: pip install without --constraint {target}/constraints.txt: {line}"
+            )
+            named |= {
+                re.sub(r"\[.*", "", n).lower().replace("_", "-") for n in re.findall(r'"([A-Za-z0-9_.\[\],-]+)==', line)
+            }
             for name, version in re.findall(r'"([A-Za-z0-9_.-]+)==([^"]+)"', line):
                 assert pins.get(name.lower()) == version, (
-                    f"{path.name}: {name}=={version}, constraints.txt has {pins.get(name.lower())}")
+                    f"{path.name}: {name}=={version}, constraints.txt has {pins.get(name.lower())}"
+                )
     project = tomllib.loads(PYPROJECT.read_text())["project"]
     for requirement in project["dependencies"]:
         named.add(re.split(r"[\[<>=!~;\s]", requirement, maxsplit=1)[0].lower())
     missing = sorted(n for n in named if n not in pins)
     assert not missing, f"docker/constraints.txt does not pin {missing}"
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "image_constraints.py"), "--check"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "image_constraints.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
 
 
@@ -457,8 +471,7 @@ def test_driver_and_executors_match() -> None:
     airflow_python = re.search(r"-python(\d+\.\d+)", airflow_from)
     spark_python = re.match(r"(\d+\.\d+)", split_image(spark_from)[1] or "")
     assert airflow_python and spark_python, (
-        f"cannot read the Python version of {airflow_from} ({AIRFLOW_DOCKERFILE}) "
-        f"or {spark_from} ({SPARK_DOCKERFILE})"
+        f"cannot read the Python version of {airflow_from} ({AIRFLOW_DOCKERFILE}) or {spark_from} ({SPARK_DOCKERFILE})"
     )
     assert airflow_python.group(1) == spark_python.group(1), (
         f"Python {airflow_python.group(1)} in {AIRFLOW_DOCKERFILE} (the Spark driver) but "
@@ -521,9 +534,7 @@ def test_one_shot_services_run_once_and_are_awaited(services: dict[str, Any]) ->
                     "use service_completed_successfully"
                 )
             elif dependency not in ONE_SHOT and condition != "service_healthy":
-                problems.append(
-                    f"service {waiter}: depends on {dependency} with {condition}; use service_healthy"
-                )
+                problems.append(f"service {waiter}: depends on {dependency} with {condition}; use service_healthy")
     assert not problems, "\n".join(problems)
 
 
@@ -569,8 +580,7 @@ def test_data_lives_in_named_volumes(raw_compose: dict[str, Any], services: dict
         named = {target for source, target in mounts(services[name]) if source in declared}
         if data_dir not in named:
             problems.append(
-                f"service {name}: its data dir {data_dir} is not on a named volume "
-                f"(mounts: {mounts(services[name])})"
+                f"service {name}: its data dir {data_dir} is not on a named volume (mounts: {mounts(services[name])})"
             )
     assert not problems, "\n".join(problems)
 
@@ -603,8 +613,9 @@ def connection_ids_of(service: str) -> set[str]:
     return {CONN_KAFKA, CONN_SPARK} | s3_connection_ids(service)
 
 
-def connection_objects(env: dict[str, str], where: str,
-                       conn_ids: Iterable[str] = CONNECTION_IDS) -> dict[str, types.SimpleNamespace]:
+def connection_objects(
+    env: dict[str, str], where: str, conn_ids: Iterable[str] = CONNECTION_IDS
+) -> dict[str, types.SimpleNamespace]:
     """conn id -> an object with the fields of an Airflow Connection, from AIRFLOW_CONN_* JSON."""
     result = {}
     for conn_id in conn_ids:
@@ -629,9 +640,7 @@ def connection_objects(env: dict[str, str], where: str,
 
 
 def test_airflow_services_get_every_setting_the_code_reads(services: dict[str, Any]) -> None:
-    env_names = sorted(
-        v for k, v in vars(settings_module).items() if k.startswith("ENV_") and isinstance(v, str)
-    )
+    env_names = sorted(v for k, v in vars(settings_module).items() if k.startswith("ENV_") and isinstance(v, str))
     assert env_names, "pipeline_lib.settings defines no ENV_* names"
     problems = []
     for name in sorted(AIRFLOW_SERVICES):
@@ -684,15 +693,18 @@ def test_the_scheduler_holds_each_job_key_as_the_connection_its_spec_names(raw_s
     assert len(set(logins)) == len(logins), logins
 
 
-def test_each_secret_reaches_only_the_services_that_need_it(raw_compose: dict[str, Any],
-                                                           env_example: dict[str, str]) -> None:
+def test_each_secret_reaches_only_the_services_that_need_it(
+    raw_compose: dict[str, Any], env_example: dict[str, str]
+) -> None:
     """Each job's secret key (marked by a value of its own) reaches the scheduler, which runs the
     jobs, and minio-init, which creates its user; the page's key only the api-server and
     minio-init; the Spark secret only the cluster and the scheduler, its driver. Every Airflow
     service would otherwise hold a key that can rewrite snapshots or join the cluster."""
     wanted = {job.secret_var: {TASK_RUNNER, "minio-init"} for job in compose_jobs()}
-    wanted |= {"PIPELINE_S3_UI_SECRET_KEY": {PAGE_SERVER, "minio-init"},
-               "SPARK_AUTH_SECRET": {TASK_RUNNER, *SPARK_SERVICES}}
+    wanted |= {
+        "PIPELINE_S3_UI_SECRET_KEY": {PAGE_SERVER, "minio-init"},
+        "SPARK_AUTH_SECRET": {TASK_RUNNER, *SPARK_SERVICES},
+    }
     marked = {**env_example, **{name: f"key-marker-{i}-{name.lower()}" for i, name in enumerate(wanted)}}
     services = deep_interpolate(raw_compose["services"], marked)
     for secret, holders in wanted.items():
@@ -723,8 +735,9 @@ def _listeners(value: str) -> dict[str, tuple[str, int]]:
     return result
 
 
-def airflow_services_point_at(services: dict[str, Any], conn_id: str, field: str, env_name: str, expected: str,
-                              what: str) -> None:
+def airflow_services_point_at(
+    services: dict[str, Any], conn_id: str, field: str, env_name: str, expected: str, what: str
+) -> None:
     """Every Airflow service's connection ``conn_id`` (for ``pipeline_s3``: every S3 connection
     it is given) and its PIPELINE_* fallback give ``expected``."""
     for name in sorted(AIRFLOW_SERVICES):
@@ -734,10 +747,12 @@ def airflow_services_point_at(services: dict[str, Any], conn_id: str, field: str
             if conn_id_given not in given:
                 continue
             conn = connection_objects(env, f"service {name}", [conn_id_given])[conn_id_given]
-            value = getattr(settings_from_connections({conn_id_given: conn}.get, env={},
-                                                      s3_conn_ids=(conn_id_given,)), field)
-            assert value == expected, (f"service {name}: AIRFLOW_CONN_{conn_id_given.upper()} gives {value!r}, "
-                                       f"{what} {expected}")
+            value = getattr(
+                settings_from_connections({conn_id_given: conn}.get, env={}, s3_conn_ids=(conn_id_given,)), field
+            )
+            assert value == expected, (
+                f"service {name}: AIRFLOW_CONN_{conn_id_given.upper()} gives {value!r}, {what} {expected}"
+            )
         assert env[env_name] == expected, f"service {name}: {env_name}={env[env_name]!r}, {what} {expected}"
 
 
@@ -754,15 +769,19 @@ def test_kafka_ports_match_the_connection(services: dict[str, Any]) -> None:
     )
     internal_port = advertised[internal[0]][1]
     assert bound.get(internal[0], ("", None))[1] == internal_port, (
-        f"{where}: listener {internal[0]} is advertised on {internal_port} "
-        f"but bound to {bound.get(internal[0])}"
+        f"{where}: listener {internal[0]} is advertised on {internal_port} but bound to {bound.get(internal[0])}"
     )
     assert kafka.get("KAFKA_INTER_BROKER_LISTENER_NAME", internal[0]) == internal[0], (
-        f"{where}: brokers talk over {kafka.get('KAFKA_INTER_BROKER_LISTENER_NAME')}, "
-        "not the internal listener"
+        f"{where}: brokers talk over {kafka.get('KAFKA_INTER_BROKER_LISTENER_NAME')}, not the internal listener"
     )
-    airflow_services_point_at(services, "pipeline_kafka", "kafka_bootstrap", settings_module.ENV_KAFKA_BOOTSTRAP,
-                              f"kafka:{internal_port}", "Kafka listens on")
+    airflow_services_point_at(
+        services,
+        "pipeline_kafka",
+        "kafka_bootstrap",
+        settings_module.ENV_KAFKA_BOOTSTRAP,
+        f"kafka:{internal_port}",
+        "Kafka listens on",
+    )
     ext_port = advertised[external[0]][1]
     ext_bound = bound.get(external[0], ("", None))[1]
     assert (ext_port, ext_bound) in published_ports(services["kafka"]), (
@@ -779,11 +798,10 @@ def test_minio_port_matches_the_s3_settings(services: dict[str, Any]) -> None:
     address = flag_value(args, "--address") or ":9000"
     port = int(address.rsplit(":", 1)[1])
     expected = f"http://minio:{port}"
-    airflow_services_point_at(services, "pipeline_s3", "s3_endpoint", settings_module.ENV_S3_ENDPOINT, expected,
-                              "MinIO listens on")
-    init_script = " ".join(
-        command_of(services["minio-init"], "entrypoint") + command_of(services["minio-init"])
+    airflow_services_point_at(
+        services, "pipeline_s3", "s3_endpoint", settings_module.ENV_S3_ENDPOINT, expected, "MinIO listens on"
     )
+    init_script = " ".join(command_of(services["minio-init"], "entrypoint") + command_of(services["minio-init"]))
     mc_host = re.search(r'MC_HOST_stack="(http://)[^@"]*@([^"]+)"', init_script)
     assert mc_host and mc_host.group(1) + mc_host.group(2) == expected, (
         f"service minio-init: does not talk to MinIO at {expected}"
@@ -813,15 +831,14 @@ def test_minio_init_creates_the_buckets_the_examples_use(services: dict[str, Any
 
 def test_spark_master_port_matches_the_connection(services: dict[str, Any]) -> None:
     master_args = command_of(services["spark-master"])
-    assert "org.apache.spark.deploy.master.Master" in master_args, (
-        "service spark-master: does not run the Master"
-    )
+    assert "org.apache.spark.deploy.master.Master" in master_args, "service spark-master: does not run the Master"
     host = flag_value(master_args, "--host")
     port = int(flag_value(master_args, "--port") or 7077)
     assert host == "spark-master", f"service spark-master: --host is {host!r}, must be its service name"
     expected = f"spark://{host}:{port}"
-    airflow_services_point_at(services, "pipeline_spark", "spark_master", settings_module.ENV_SPARK_MASTER, expected,
-                              "the master listens on")
+    airflow_services_point_at(
+        services, "pipeline_spark", "spark_master", settings_module.ENV_SPARK_MASTER, expected, "the master listens on"
+    )
     worker_args = command_of(services["spark-worker"])
     assert "org.apache.spark.deploy.worker.Worker" in worker_args and expected in worker_args, (
         f"service spark-worker: must run the Worker against {expected}, runs {worker_args}"
@@ -874,7 +891,8 @@ def test_spark_rpc_is_authenticated_and_encrypted_on_every_side(services: dict[s
     for name in (*SPARK_SERVICES, TASK_RUNNER):
         service, env = services[name], env_of(services[name])
         assert (SPARK_CONF_MOUNT, env.get("SPARK_CONF_DIR")) in mounts(service), (
-            f"service {name}: SPARK_CONF_DIR={env.get('SPARK_CONF_DIR')!r} is not {SPARK_CONF_MOUNT} mounted")
+            f"service {name}: SPARK_CONF_DIR={env.get('SPARK_CONF_DIR')!r} is not {SPARK_CONF_MOUNT} mounted"
+        )
         assert f"{SPARK_CONF_MOUNT}:{env['SPARK_CONF_DIR']}:ro" in service["volumes"], f"service {name}: not read-only"
         assert env.get("SPARK_AUTH_SECRET"), f"service {name}: no SPARK_AUTH_SECRET"
         argv = " ".join([*command_of(service), *(v for k, v in env.items() if k.endswith("_OPTS"))])
@@ -885,9 +903,13 @@ def _source_spark_env(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """docker/spark-conf/spark-env.sh sourced as bin/load-spark-env.sh does (every assignment
     exported), then the environment a JVM started next would get."""
     script = 'set -a; . "$0"; set +a; env'
-    return subprocess.run(["bash", "-c", script, str(SPARK_CONF / "spark-env.sh")],
-                          env={**env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                          capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        ["bash", "-c", script, str(SPARK_CONF / "spark-env.sh")],
+        env={**env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def test_spark_env_refuses_a_placeholder_secret_and_hands_it_to_spark_alone(services: dict[str, Any]) -> None:
@@ -912,9 +934,7 @@ def test_apiserver_port_matches_healthcheck_and_execution_api(services: dict[str
     api = services["airflow-apiserver"]
     args = command_of(api)
     assert "api-server" in args, f"service airflow-apiserver: command {args} does not run api-server"
-    port = int(
-        flag_value(args, "--port") or flag_value(args, "-p") or env_of(api).get("AIRFLOW__API__PORT") or 8080
-    )
+    port = int(flag_value(args, "--port") or flag_value(args, "-p") or env_of(api).get("AIRFLOW__API__PORT") or 8080)
     health = f"http://localhost:{port}/api/v2/monitor/health"
     assert health in healthcheck_text(api), (
         f"service airflow-apiserver: healthcheck should probe {health}, is {healthcheck_text(api)!r}"
@@ -960,7 +980,9 @@ def test_airflow_runs_on_postgres_with_the_postgres_credentials(
 ) -> None:
     # The same variables (a ${VAR:?message} there is ${VAR} here: compose refuses it empty either way).
     pg = {k: "${" + referenced_vars(v).pop() + "}" for k, v in env_of(raw_services["postgres"]).items()}
-    expected = f"postgresql+psycopg2://{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}@postgres:5432/{pg['POSTGRES_DB']}"
+    expected = (
+        f"postgresql+psycopg2://{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}@postgres:5432/{pg['POSTGRES_DB']}"
+    )
     for name in sorted(AIRFLOW_SERVICES):
         env = env_of(raw_services[name])
         assert env.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN") == expected, (
@@ -983,7 +1005,8 @@ def test_airflow_runs_on_postgres_with_the_postgres_credentials(
     extra = " ".join(project["optional-dependencies"]["airflow"])
     for name, version in pins.items():
         assert f"{name}=={version}" in extra, (
-            f"{AIRFLOW_DOCKERFILE}: {name}=={version}, but pyproject.toml's airflow extra does not pin it")
+            f"{AIRFLOW_DOCKERFILE}: {name}=={version}, but pyproject.toml's airflow extra does not pin it"
+        )
 
 
 def test_dags_and_plugins_are_mounted_where_airflow_looks(services: dict[str, Any]) -> None:
@@ -1000,16 +1023,12 @@ def test_dags_and_plugins_are_mounted_where_airflow_looks(services: dict[str, An
             if not env.get(setting):
                 problems.append(f"service {name}: {setting} is not set")
             elif targets != [env[setting]]:
-                problems.append(
-                    f"service {name}: ./{folder} is mounted at {targets}, {setting}={env[setting]!r}"
-                )
+                problems.append(f"service {name}: ./{folder} is mounted at {targets}, {setting}={env[setting]!r}")
     for name in sorted(AIRFLOW_SERVICES):
         # Airflow's default is True: it must be switched off explicitly.
         load_examples = env_of(services[name]).get("AIRFLOW__CORE__LOAD_EXAMPLES", "")
         if load_examples.strip().lower() not in ("false", "0", "no", "off"):
-            problems.append(
-                f"service {name}: AIRFLOW__CORE__LOAD_EXAMPLES must be False, is {load_examples!r}"
-            )
+            problems.append(f"service {name}: AIRFLOW__CORE__LOAD_EXAMPLES must be False, is {load_examples!r}")
     assert not problems, "\n".join(problems)
 
 
@@ -1028,9 +1047,7 @@ def _strings(node: Any) -> Iterator[str]:
             yield from _strings(value)
 
 
-def test_every_variable_is_defined_in_env_example(
-    raw_compose: dict[str, Any], env_example: dict[str, str]
-) -> None:
+def test_every_variable_is_defined_in_env_example(raw_compose: dict[str, Any], env_example: dict[str, str]) -> None:
     used = set().union(*(referenced_vars(text) for text in _strings(raw_compose)))
     missing = sorted(used - set(env_example))
     assert not missing, f"docker-compose.yml uses ${{...}} not defined in .env.example: {missing}"
@@ -1046,22 +1063,13 @@ def test_env_example_holds_placeholders_only(env_example: dict[str, str]) -> Non
     for name, value in sorted(env_example.items()):
         secret_name = bool(SECRET_NAME.search(name)) and not NOT_A_SECRET_NAME.search(name)
         if secret_name and value and PLACEHOLDER not in value.lower():
-            problems.append(
-                f".env.example: {name} looks like a real secret; use a '{PLACEHOLDER}...' placeholder"
-            )
+            problems.append(f".env.example: {name} looks like a real secret; use a '{PLACEHOLDER}...' placeholder")
         if PLACEHOLDER in value.lower():
             continue
         if re.search(r"AKIA[0-9A-Z]{16}|-----BEGIN|ghp_[A-Za-z0-9]{20,}|xox[bp]-", value):
             problems.append(f".env.example: {name} holds something shaped like a real credential")
-        elif (
-            len(value) >= 20
-            and _entropy(value) > 3.5
-            and re.search(r"\d", value)
-            and re.search(r"[A-Z]", value)
-        ):
-            problems.append(
-                f".env.example: {name}={value[:6]}... looks random (a real key?); use a placeholder"
-            )
+        elif len(value) >= 20 and _entropy(value) > 3.5 and re.search(r"\d", value) and re.search(r"[A-Z]", value):
+            problems.append(f".env.example: {name}={value[:6]}... looks random (a real key?); use a placeholder")
         elif not secret_name and not re.fullmatch(r"[A-Za-z0-9_.:/@+-]{0,64}", value):
             problems.append(f".env.example: {name} has an unexpected value {value!r}")
     assert not problems, "\n".join(problems)
@@ -1091,31 +1099,18 @@ def test_compose_holds_no_literal_secret(
     problems = []
     for where, name, value in _walk_env(raw_compose):
         if SECRET_NAME.search(name) and not NOT_A_SECRET_NAME.search(name) and not _PURE_REF.fullmatch(value):
-            problems.append(
-                f"docker-compose.yml {where}: {name} must be exactly ${{VAR}} from .env, is {value!r}"
-            )
+            problems.append(f"docker-compose.yml {where}: {name} must be exactly ${{VAR}} from .env, is {value!r}")
         for m in re.finditer(r"://([^:/@\s]+):([^@\s]+)@", value):
             if not _PURE_REF.fullmatch(m.group(1)) or not _PURE_REF.fullmatch(m.group(2)):
-                problems.append(
-                    f"docker-compose.yml {where}: {name} has credentials in its URL that are not ${{VAR}}"
-                )
+                problems.append(f"docker-compose.yml {where}: {name} has credentials in its URL that are not ${{VAR}}")
         if name.startswith("AIRFLOW_CONN_") and value.lstrip().startswith("{"):
             data = json.loads(value)
             for field in ("login", "password"):
                 if data.get(field) and not _PURE_REF.fullmatch(str(data[field])):
-                    problems.append(
-                        f"docker-compose.yml {where}: {name} {field} must be ${{VAR}}, is {data[field]!r}"
-                    )
+                    problems.append(f"docker-compose.yml {where}: {name} {field} must be ${{VAR}}, is {data[field]!r}")
     for name, value in env_example.items():
-        if (
-            SECRET_NAME.search(name)
-            and not NOT_A_SECRET_NAME.search(name)
-            and value
-            and value in compose_text
-        ):
-            problems.append(
-                f"docker-compose.yml: the value of {name} from .env.example is written literally in it"
-            )
+        if SECRET_NAME.search(name) and not NOT_A_SECRET_NAME.search(name) and value and value in compose_text:
+            problems.append(f"docker-compose.yml: the value of {name} from .env.example is written literally in it")
     assert not problems, "\n".join(problems)
 
 
@@ -1174,11 +1169,16 @@ def test_airflow_services_refuse_the_example_secrets_at_start(services: dict[str
         if service.get("entrypoint") is not None and name != "airflow-init":
             pytest.fail(f"service {name}: its entrypoint would skip docker/airflow-entrypoint.sh")
         env = {**env_of(service), "PATH": _python_first_path(), "HOME": os.environ.get("HOME", "/tmp")}
-        run = subprocess.run(["bash", str(AIRFLOW_ENTRYPOINT), "version"], env=env, capture_output=True,
-                             text=True, timeout=60)
+        run = subprocess.run(
+            ["bash", str(AIRFLOW_ENTRYPOINT), "version"], env=env, capture_output=True, text=True, timeout=60
+        )
         assert run.returncode == 1, f"service {name} starts with .env.example's secrets:\n{run.stderr}"
-        refused = ["AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY",
-                   "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+        refused = [
+            "AIRFLOW__CORE__FERNET_KEY",
+            "AIRFLOW__API_AUTH__JWT_SECRET",
+            "AIRFLOW__API__SECRET_KEY",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+        ]
         refused += [f"the password of AIRFLOW_CONN_{conn_id.upper()} " for conn_id in s3_connection_ids(name)]
         for variable in refused:
             assert f"{variable}" in run.stderr, f"service {name}: {variable} is not refused:\n{run.stderr}"
@@ -1200,16 +1200,19 @@ def test_minio_init_refuses_placeholder_passwords(services: dict[str, Any]) -> N
     secrets = ["MINIO_ROOT_PASSWORD", "PIPELINE_S3_UI_SECRET_KEY", *(job.secret_var for job in compose_jobs())]
     good = {**env, **{name: f"Q2v9x{i}" * 6 for i, name in enumerate(secrets)}}
     for name in secrets:
-        assert subprocess.run(["sh", "-c", check], env={**good, name: "CHANGEME-please"}, capture_output=True,
-                              text=True, timeout=30).returncode == 1, name
+        assert (
+            subprocess.run(
+                ["sh", "-c", check], env={**good, name: "CHANGEME-please"}, capture_output=True, text=True, timeout=30
+            ).returncode
+            == 1
+        ), name
     accepted = subprocess.run(["sh", "-c", check], env=good, capture_output=True, text=True, timeout=30)
     assert accepted.returncode == 0, accepted.stderr
     # one MinIO user for two roles would hand one key another's rights: a job another job's prefixes,
     # the page a job's writes, anyone root's
     users = ["MINIO_ROOT_USER", "PIPELINE_S3_UI_ACCESS_KEY", *(job.access_var for job in compose_jobs())]
-    for a, b in ((a, b) for i, a in enumerate(users) for b in users[i + 1:]):
-        same = subprocess.run(["sh", "-c", check], env={**good, a: good[b]}, capture_output=True, text=True,
-                              timeout=30)
+    for a, b in ((a, b) for i, a in enumerate(users) for b in users[i + 1 :]):
+        same = subprocess.run(["sh", "-c", check], env={**good, a: good[b]}, capture_output=True, text=True, timeout=30)
         assert same.returncode == 1 and "must be different names" in same.stderr, (a, b, same.stderr)
 
 
@@ -1217,11 +1220,20 @@ def test_minio_init_keeps_secrets_out_of_mc_arguments(services: dict[str, Any]) 
     """Any user of the host sees a process's argv (ps): the root password reaches mc through
     MC_HOST_stack, the users' secret keys through stdin."""
     script = command_of(services["minio-init"])[0]
-    mc_calls = [part.strip() for line in script.splitlines() if not line.strip().startswith("#")
-                for part in re.split(r"\|\|?|;|&&", line) if part.strip().startswith("mc ")]
+    mc_calls = [
+        part.strip()
+        for line in script.splitlines()
+        if not line.strip().startswith("#")
+        for part in re.split(r"\|\|?|;|&&", line)
+        if part.strip().startswith("mc ")
+    ]
     assert len(mc_calls) >= 6, mc_calls
-    for secret in ("MINIO_ROOT_PASSWORD", "PIPELINE_S3_UI_SECRET_KEY", *(job.secret_var for job in compose_jobs()),
-                   "$2"):
+    for secret in (
+        "MINIO_ROOT_PASSWORD",
+        "PIPELINE_S3_UI_SECRET_KEY",
+        *(job.secret_var for job in compose_jobs()),
+        "$2",
+    ):
         for call in mc_calls:
             assert secret not in call, f"service minio-init: {secret} is an argument of mc: {call}"
     assert re.search(r"printf '%s\\n' \"\$2\" \| mc admin user add stack \"\$1\" ", script), script
@@ -1235,15 +1247,11 @@ def test_no_login_free_admin_mode(services: dict[str, Any]) -> None:
     }
     pattern = re.compile(r"SIMPLE_AUTH_MANAGER_ALL_ADMINS\W{0,4}(true|1|yes|on)\b", re.IGNORECASE)
     for where, text in texts.items():
-        assert not pattern.search(text), (
-            f"{where}: sets SIMPLE_AUTH_MANAGER_ALL_ADMINS to true (login-free admin)"
-        )
+        assert not pattern.search(text), f"{where}: sets SIMPLE_AUTH_MANAGER_ALL_ADMINS to true (login-free admin)"
     for name, service in services.items():
         for key, value in env_of(service).items():
             if key.endswith("SIMPLE_AUTH_MANAGER_ALL_ADMINS"):
-                assert value.strip().lower() not in TRUTHY, (
-                    f"service {name}: {key}={value} turns off the login"
-                )
+                assert value.strip().lower() not in TRUTHY, f"service {name}: {key}={value} turns off the login"
     for name in sorted(AIRFLOW_SERVICES):
         env = env_of(services[name])
         for needed in (
@@ -1280,8 +1288,10 @@ def test_docker_compose_config_accepts_the_file_when_available() -> None:
     reported as skipped, so a run without one never counts it as passed."""
     command = _compose_command()
     if command is None:
-        pytest.skip("no docker compose v2 CLI on this machine: neither `docker compose version` nor "
-                    "`docker-compose version` reports v2, so the file was not parsed by Compose")
+        pytest.skip(
+            "no docker compose v2 CLI on this machine: neither `docker compose version` nor "
+            "`docker-compose version` reports v2, so the file was not parsed by Compose"
+        )
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp")}
     out = subprocess.run(
         [*command, "-f", str(COMPOSE_FILE), "--env-file", str(ENV_EXAMPLE), "config", "-q"],
@@ -1291,9 +1301,7 @@ def test_docker_compose_config_accepts_the_file_when_available() -> None:
         timeout=60,
         env=env,
     )
-    assert out.returncode == 0, (
-        f"{' '.join(command)} config rejects docker-compose.yml:\n{out.stderr}{out.stdout}"
-    )
+    assert out.returncode == 0, f"{' '.join(command)} config rejects docker-compose.yml:\n{out.stderr}{out.stdout}"
 
 
 def test_only_the_task_runner_may_make_namespaces_for_its_jobs(raw_services: dict[str, Any]) -> None:
@@ -1303,7 +1311,8 @@ def test_only_the_task_runner_may_make_namespaces_for_its_jobs(raw_services: dic
     for name, service in raw_services.items():
         assert not service.get("privileged") and not service.get("cap_add"), name
         options = set(service.get("security_opt", []))
-        expected = {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"} if name == TASK_RUNNER \
-            else set()
+        expected = (
+            {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"} if name == TASK_RUNNER else set()
+        )
         assert options == expected, name
     assert "PIPELINE_JOB_ISOLATION" not in COMPOSE_FILE.read_text()  # isolation stays on

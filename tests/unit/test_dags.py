@@ -27,8 +27,13 @@ def dagbag():
 
 def test_every_dag_loads_without_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert set(dagbag.dag_ids) == {"pipeline__spend-per-user", "pipeline__shop", "pipeline_recovery",
-                                   "pipeline_verify", "spend_per_user_report"}
+    assert set(dagbag.dag_ids) == {
+        "pipeline__spend-per-user",
+        "pipeline__shop",
+        "pipeline_recovery",
+        "pipeline_verify",
+        "spend_per_user_report",
+    }
     for dag_id in ("pipeline__spend-per-user", "pipeline__shop"):
         dag = dagbag.dags[dag_id]
         assert [t.task_id for t in dag.tasks] == ["check_params", "run_job"]
@@ -44,8 +49,16 @@ def test_every_dag_loads_without_import_errors(dagbag):
 
 def test_the_trigger_form_has_typed_params_with_defaults_and_descriptions(dagbag):
     params = dagbag.dags["pipeline__shop"].params
-    assert set(params.keys()) == {"mode", "restore", "parallelism", "pipelines", "lease_seconds", "stall_seconds",
-                                   "spark_conf", "reason"}
+    assert set(params.keys()) == {
+        "mode",
+        "restore",
+        "parallelism",
+        "pipelines",
+        "lease_seconds",
+        "stall_seconds",
+        "spark_conf",
+        "reason",
+    }
     for name in params.keys():
         param = params.get_param(name)
         assert param.description, name
@@ -100,12 +113,23 @@ def test_good_params_validate(dagbag):
     assert _validate(dagbag, {"mode": "continuous", "parallelism": 4, "pipelines": ["refunds"]})["parallelism"] == 4
 
 
-@pytest.mark.parametrize("conf", [
-    {"mode": "sometimes"}, {"parallelism": 0}, {"parallelism": 10000}, {"parallelism": -1}, {"parallelism": "two"},
-    {"restore": "yesterday"}, {"pipelines": ["nope"]}, {"lease_seconds": 0}, {"lease_seconds": 3601},
-    {"stall_seconds": 1}, {"stall_seconds": 100_000},
-    {"spark_conf": {"spark.hadoop.fs.s3a.secret.key": "x"}},
-])
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"mode": "sometimes"},
+        {"parallelism": 0},
+        {"parallelism": 10000},
+        {"parallelism": -1},
+        {"parallelism": "two"},
+        {"restore": "yesterday"},
+        {"pipelines": ["nope"]},
+        {"lease_seconds": 0},
+        {"lease_seconds": 3601},
+        {"stall_seconds": 1},
+        {"stall_seconds": 100_000},
+        {"spark_conf": {"spark.hadoop.fs.s3a.secret.key": "x"}},
+    ],
+)
 def test_bad_params_are_rejected_by_airflow(dagbag, conf):
     from airflow.sdk.definitions.param import ParamValidationError
 
@@ -134,8 +158,13 @@ def test_a_broken_spec_does_not_hide_the_other_jobs(tmp_path):
 
     bag = DagBag(dag_folder=str(dags))
     assert bag.import_errors == {}
-    assert set(bag.dag_ids) == {"pipeline__spend-per-user", "pipeline__shop", "pipeline_recovery",
-                                "pipeline_verify", "spend_per_user_report"}
+    assert set(bag.dag_ids) == {
+        "pipeline__spend-per-user",
+        "pipeline__shop",
+        "pipeline_recovery",
+        "pipeline_verify",
+        "spend_per_user_report",
+    }
     from pipeline_lib.orchestration.job_specs import load_spec_folder
 
     errors = load_spec_folder(dags / "pipelines").errors
@@ -149,8 +178,9 @@ def test_a_job_s_run_adds_sink_events_to_its_alias_and_the_report_dag_is_schedul
     run_job = dagbag.dags["pipeline__shop"].get_task("run_job")
     assert run_job.outlets == [AssetAlias(name="pipeline_lib__shop__sinks", group="pipeline-lib")]
     report = dagbag.dags["spend_per_user_report"]
-    spend = Asset(name="pipeline_lib__spend-per-user__spend-per-user", uri="s3://results/spend-per-user",
-                  group="pipeline-lib")
+    spend = Asset(
+        name="pipeline_lib__spend-per-user__spend-per-user", uri="s3://results/spend-per-user", group="pipeline-lib"
+    )
     assert list(report.timetable.asset_condition.objects) == [spend]
 
 
@@ -158,13 +188,38 @@ def test_only_pipelines_that_committed_epochs_announce_their_sinks():
     from pipeline_lib.orchestration.assets import committed_events
 
     shop = load_spec(REPO / "dags/pipelines/shop.yaml")
-    summary = {"job": "shop", "pipelines": [
-        {"name": "payments", "epochs": 3, "first_epoch": 5, "last_epoch": 7, "last_snapshot": "0000000007-a2",
-         "records": 900},
-        {"name": "refunds", "epochs": 0, "first_epoch": None, "last_epoch": None, "last_snapshot": None,
-         "records": 0}]}
+    summary = {
+        "job": "shop",
+        "pipelines": [
+            {
+                "name": "payments",
+                "epochs": 3,
+                "first_epoch": 5,
+                "last_epoch": 7,
+                "last_snapshot": "0000000007-a2",
+                "records": 900,
+            },
+            {
+                "name": "refunds",
+                "epochs": 0,
+                "first_epoch": None,
+                "last_epoch": None,
+                "last_snapshot": None,
+                "records": 0,
+            },
+        ],
+    }
     events = committed_events(shop, summary)
     assert [(asset.uri, extra["flow"]) for asset, extra in events] == [
-        ("s3://results/shop-spend", "spend"), ("s3://results/shop-big", "big-payments")]
-    assert events[0][1] == {"job": "shop", "pipeline": "payments", "flow": "spend", "first_epoch": 5,
-                            "last_epoch": 7, "snapshot": "0000000007-a2", "records": 900}
+        ("s3://results/shop-spend", "spend"),
+        ("s3://results/shop-big", "big-payments"),
+    ]
+    assert events[0][1] == {
+        "job": "shop",
+        "pipeline": "payments",
+        "flow": "spend",
+        "first_epoch": 5,
+        "last_epoch": 7,
+        "snapshot": "0000000007-a2",
+        "records": 900,
+    }

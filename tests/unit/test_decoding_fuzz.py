@@ -51,6 +51,7 @@ EXTREME = [2**63 - 1, 2**63 - 2, 2**62, 2**32, 2**31 - 1, 2**31, 1 << 20, -(2**6
 
 # -- record batches ----------------------------------------------------------------------------------
 
+
 def _varint(n: int) -> bytes:
     u, out = ((n << 1) ^ (n >> 63)) & (2**64 - 1), bytearray()
     while u >= 0x80:
@@ -66,16 +67,29 @@ def _read_varint(data: bytes, pos: int) -> int:
 
 
 def _records(rng: random.Random, n: int) -> list[tuple]:
-    return [(i * rng.choice((1, 1, 2)), 1_700_000_000_000 + rng.randrange(-9, 9),
-             None if rng.random() < 0.3 else f"k{i}".encode(),
-             None if rng.random() < 0.1 else json.dumps({"user": f"u{i}", "n": i}).encode(),
-             [("h", b"v"), ("e", None)] if rng.random() < 0.3 else []) for i in range(n)]
+    return [
+        (
+            i * rng.choice((1, 1, 2)),
+            1_700_000_000_000 + rng.randrange(-9, 9),
+            None if rng.random() < 0.3 else f"k{i}".encode(),
+            None if rng.random() < 0.1 else json.dumps({"user": f"u{i}", "n": i}).encode(),
+            [("h", b"v"), ("e", None)] if rng.random() < 0.3 else [],
+        )
+        for i in range(n)
+    ]
 
 
 def _v2(records: list[tuple], compression: int, base_offset: int = 1000) -> bytes:
     """A v2 batch from kafka-python's builder."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 24)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 24,
+    )
     for delta, ts, key, value, headers in records:
         builder.append(delta, timestamp=ts, key=key, value=value, headers=headers)
     data = bytearray(builder.build())
@@ -128,8 +142,8 @@ def _extreme_field(rng: random.Random, clean_plain: bytes, compression: int) -> 
     record_start, record_end, spans = rng.choice(_records_of(section))
     start, end = rng.choice(spans)
     value = rng.choice([_varint(rng.choice(EXTREME)), b"\xff" * rng.randrange(1, 12), b"\x80" * 10 + b"\x01"])
-    body = section[_read_varint(section, record_start):start] + value + section[end:record_end]
-    length = _varint(len(body)) if rng.random() < 0.9 else section[record_start:_read_varint(section, record_start)]
+    body = section[_read_varint(section, record_start) : start] + value + section[end:record_end]
+    length = _varint(len(body)) if rng.random() < 0.9 else section[record_start : _read_varint(section, record_start)]
     records = section[:record_start] + length + body + section[record_end:]
     data = bytearray(clean_plain[:HEADER]) + ENCODE[compression](records)
     attributes = struct.unpack_from(">h", data, ATTRIBUTES)[0]
@@ -144,15 +158,15 @@ def _mutated(rng: random.Random, clean: bytes, first: int) -> bytearray:
         at = rng.randrange(first, max(first + 1, len(data)))
         kind = rng.randrange(6)
         if kind == 0:
-            data[at:at + 1] = bytes([rng.randrange(256)])
+            data[at : at + 1] = bytes([rng.randrange(256)])
         elif kind == 1:
             data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 9)))
         elif kind == 2:
-            del data[at:at + rng.randrange(1, 9)]
+            del data[at : at + rng.randrange(1, 9)]
         elif kind == 3:
             del data[at:]
         elif kind == 4:
-            data[at:at + 8] = bytes([rng.choice((0, 0xFF))]) * rng.randrange(1, 12)
+            data[at : at + 8] = bytes([rng.choice((0, 0xFF))]) * rng.randrange(1, 12)
         elif at < len(data):
             data[at] ^= 1 << rng.randrange(8)
     return data
@@ -223,8 +237,11 @@ def test_fuzzed_legacy_message_sets_decode_or_raise_the_corrupt_record_error():
         struct.pack_into(">i", data, 8, len(data) - LegacyRecordBatch.LOG_OVERHEAD)
         if data[LegacyRecordBatch.MAGIC_OFFSET] not in (0, 1):  # MemoryRecords would read it as a v2 batch
             continue
-        _decodes_or_refuses(lambda d: decode_legacy_batch(LegacyRecordBatch(d, d[LegacyRecordBatch.MAGIC_OFFSET]),
-                                                          max_bytes=MiB), bytes(data), outcomes)
+        _decodes_or_refuses(
+            lambda d: decode_legacy_batch(LegacyRecordBatch(d, d[LegacyRecordBatch.MAGIC_OFFSET]), max_bytes=MiB),
+            bytes(data),
+            outcomes,
+        )
     assert outcomes["decoded"] > 300 and outcomes["refused"] > 1_000, outcomes
 
 
@@ -268,27 +285,112 @@ def test_fuzzed_fetches_give_records_and_error_rows_only():
 
 # -- JSON values of every schema type --------------------------------------------------------------------
 
-SCHEMA = ("s string, l bigint, i int, sh smallint, t tinyint, d double, f float, ok boolean, day date, "
-          "at timestamp, ntz timestamp_ntz, price decimal(10,2), wide decimal(38,18), raw binary, "
-          "ints array<int>, stamps array<timestamp>, m map<string,double>, st struct<a: bigint, b: string>")
-STAMPS = ["2024-05-01", "2024-05-01T10:00", "2024-05-01T10:00:00", "2024-05-01 10:00:00.123456",
-          "2024-05-01T10:00:00Z", "2024-05-01T10:00:00.5+02:00", "20240501T100000", "2024-W18-3T10:00",
-          "0001-01-01T00:00:00", "0001-01-01T00:00:00+14:00", "0001-01-01T00:00:00-14:00", "0001-01-01",
-          "9999-12-31T23:59:59", "9999-12-31T23:59:59.999999-14:00", "9999-12-31T23:59:59+14:00",
-          "9999-12-31T23:59:59-23:59:59", "0001-01-01T00:00:00+23:59:59.999999", "9999-12-31", "10000-01-01",
-          "0000-12-31", "2024-02-30", "2024-05-01T25:00", "2024-05-01T10:00:00+24:00", "", "Z", "T"]
-NUMBERS = ["0", "-0", "-0.0", "1", "-1", "1.5", "127", "128", "-129", "32768", "2147483647", "2147483648",
-           "9223372036854775807", "9223372036854775808", "-9223372036854775809", "1" + "0" * 30, "1" + "0" * 4400,
-           "1e17", "-1e17", "1e18", "1e308", "1e309", "-1e400", "1e-320", "5e-324", "3.4028235e38", "1e39",
-           "253402300799", "253402300800", "253402300799.999999", "-62135596800", "-62135596801",
-           "99999999.995", "99999999.994", "12345678901234567890.123456789012345678", "NaN", "Infinity",
-           "-Infinity", "1.7976931348623157e308", "0.1e1", "123456789012345678901234567890e-10"]
+SCHEMA = (
+    "s string, l bigint, i int, sh smallint, t tinyint, d double, f float, ok boolean, day date, "
+    "at timestamp, ntz timestamp_ntz, price decimal(10,2), wide decimal(38,18), raw binary, "
+    "ints array<int>, stamps array<timestamp>, m map<string,double>, st struct<a: bigint, b: string>"
+)
+STAMPS = [
+    "2024-05-01",
+    "2024-05-01T10:00",
+    "2024-05-01T10:00:00",
+    "2024-05-01 10:00:00.123456",
+    "2024-05-01T10:00:00Z",
+    "2024-05-01T10:00:00.5+02:00",
+    "20240501T100000",
+    "2024-W18-3T10:00",
+    "0001-01-01T00:00:00",
+    "0001-01-01T00:00:00+14:00",
+    "0001-01-01T00:00:00-14:00",
+    "0001-01-01",
+    "9999-12-31T23:59:59",
+    "9999-12-31T23:59:59.999999-14:00",
+    "9999-12-31T23:59:59+14:00",
+    "9999-12-31T23:59:59-23:59:59",
+    "0001-01-01T00:00:00+23:59:59.999999",
+    "9999-12-31",
+    "10000-01-01",
+    "0000-12-31",
+    "2024-02-30",
+    "2024-05-01T25:00",
+    "2024-05-01T10:00:00+24:00",
+    "",
+    "Z",
+    "T",
+]
+NUMBERS = [
+    "0",
+    "-0",
+    "-0.0",
+    "1",
+    "-1",
+    "1.5",
+    "127",
+    "128",
+    "-129",
+    "32768",
+    "2147483647",
+    "2147483648",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775809",
+    "1" + "0" * 30,
+    "1" + "0" * 4400,
+    "1e17",
+    "-1e17",
+    "1e18",
+    "1e308",
+    "1e309",
+    "-1e400",
+    "1e-320",
+    "5e-324",
+    "3.4028235e38",
+    "1e39",
+    "253402300799",
+    "253402300800",
+    "253402300799.999999",
+    "-62135596800",
+    "-62135596801",
+    "99999999.995",
+    "99999999.994",
+    "12345678901234567890.123456789012345678",
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1.7976931348623157e308",
+    "0.1e1",
+    "123456789012345678901234567890e-10",
+]
 # Kafka record timestamps (ms) a producer may set: the edges of what Spark holds, and past them up
 # to where ``* 1000`` wraps a long round (the deltas of a batch stay within a varint).
-KAFKA_STAMPS = [0, 1, 1_700_000_000_000, MAX_TIMESTAMP_MS - 1, MAX_TIMESTAMP_MS, 2**62, -1, -2, MIN_TIMESTAMP_MS,
-                MIN_TIMESTAMP_MS - 1, -(2**61)]
-STRINGS = ["", "x", "\u00e9", "\ud800", "\ud83d\ude00", "aGk=", "aGk", "not base64!", "x" * 3000, "\u0000",
-           "12", "true", "null"]
+KAFKA_STAMPS = [
+    0,
+    1,
+    1_700_000_000_000,
+    MAX_TIMESTAMP_MS - 1,
+    MAX_TIMESTAMP_MS,
+    2**62,
+    -1,
+    -2,
+    MIN_TIMESTAMP_MS,
+    MIN_TIMESTAMP_MS - 1,
+    -(2**61),
+]
+STRINGS = [
+    "",
+    "x",
+    "\u00e9",
+    "\ud800",
+    "\ud83d\ude00",
+    "aGk=",
+    "aGk",
+    "not base64!",
+    "x" * 3000,
+    "\u0000",
+    "12",
+    "true",
+    "null",
+]
 
 
 def _json_value(rng: random.Random, depth: int = 0):
@@ -316,10 +418,11 @@ def _json_records(rng: random.Random, names: list[str], n: int) -> list[bytes | 
     out: list[bytes | None] = []
     for _ in range(n):
         chosen = rng.sample(names, rng.randrange(1, 5))
-        text = ("{" + ",".join(f'"{name}":{_json_value(rng)}' for name in chosen) + "}").encode("utf-8",
-                                                                                               "surrogatepass")
+        text = ("{" + ",".join(f'"{name}":{_json_value(rng)}' for name in chosen) + "}").encode(
+            "utf-8", "surrogatepass"
+        )
         if rng.random() < 0.05:
-            text = text[:rng.randrange(len(text) + 1)]
+            text = text[: rng.randrange(len(text) + 1)]
         out.append(None if rng.random() < 0.01 else text)
     return out
 
@@ -366,7 +469,7 @@ def test_fuzzed_json_values_of_every_type_are_rows_or_bad_records(monkeypatch, z
             assert got[0] == got[1], value
             outcomes["rows" if got[0][0] == "row" else "bad records"] += 1
         for lo in range(0, len(values), 100):
-            chunk = _batch(values[lo:lo + 100], rng)
+            chunk = _batch(values[lo : lo + 100], rng)
             unheld = (chunk.timestamps < MIN_TIMESTAMP_MS) | (chunk.timestamps >= MAX_TIMESTAMP_MS)
             for tolerant, strict in ((tolerant_schema, schema), (not_null, strict_not_null)):
                 table = RecordBatcher(tolerant, "json", fields, True, MiB, "t", 0).build([chunk])
@@ -395,7 +498,8 @@ def _not_null(ddl: str) -> str:
             start = i + 1
     fields.append(ddl[start:].strip())
     return ", ".join(f"{field} NOT NULL" for field in fields).replace(
-        "struct<a: bigint, b: string>", "struct<a: bigint NOT NULL, b: string NOT NULL>")
+        "struct<a: bigint, b: string>", "struct<a: bigint NOT NULL, b: string NOT NULL>"
+    )
 
 
 def test_the_fuzzed_schema_covers_every_type_a_json_source_decodes():
@@ -403,6 +507,21 @@ def test_the_fuzzed_schema_covers_every_type_a_json_source_decodes():
     schema = python_schema(SCHEMA)
     assert schema is not None
     kinds = {type(f.dataType) for f in schema.fields}
-    assert kinds >= {T.StringType, T.LongType, T.IntegerType, T.ShortType, T.ByteType, T.DoubleType, T.FloatType,
-                     T.BooleanType, T.DateType, T.TimestampType, T.TimestampNTZType, T.DecimalType, T.BinaryType,
-                     T.ArrayType, T.MapType, T.StructType}
+    assert kinds >= {
+        T.StringType,
+        T.LongType,
+        T.IntegerType,
+        T.ShortType,
+        T.ByteType,
+        T.DoubleType,
+        T.FloatType,
+        T.BooleanType,
+        T.DateType,
+        T.TimestampType,
+        T.TimestampNTZType,
+        T.DecimalType,
+        T.BinaryType,
+        T.ArrayType,
+        T.MapType,
+        T.StructType,
+    }

@@ -18,9 +18,17 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGES = [REPO / "pipeline_lib", REPO / "benchmarks", REPO / "testing_servers"]
 
 # Files whose missing docstrings are the owners' to write; no other file may appear in ALLOWED.
-OWNED_ELSEWHERE = ("pipeline_lib/cli.py", "pipeline_lib/logs.py", "pipeline_lib/settings.py", "pipeline_lib/spec/",
-                   "pipeline_lib/recovery/", "pipeline_lib/orchestration/", "benchmarks/",
-                   "pipeline_lib/execution/runtime/pipeline_runner.py", "pipeline_lib/checkpoint/epoch_commit.py")
+OWNED_ELSEWHERE = (
+    "pipeline_lib/cli.py",
+    "pipeline_lib/logs.py",
+    "pipeline_lib/settings.py",
+    "pipeline_lib/spec/",
+    "pipeline_lib/recovery/",
+    "pipeline_lib/orchestration/",
+    "benchmarks/",
+    "pipeline_lib/execution/runtime/pipeline_runner.py",
+    "pipeline_lib/checkpoint/epoch_commit.py",
+)
 
 # Missing docstrings in those files, to be written by their owners (then delete the entry here).
 # Empty now: every public name has its docstring; a new exception must name its file and names here.
@@ -71,14 +79,22 @@ def _missing() -> dict[str, dict[str, int]]:
 
 
 def test_every_public_class_and_function_has_a_docstring() -> None:
-    missing = [f"{file}:{line}: {name}" for file, names in _missing().items() for name, line in names.items()
-               if name not in ALLOWED.get(file, set())]
+    missing = [
+        f"{file}:{line}: {name}"
+        for file, names in _missing().items()
+        for name, line in names.items()
+        if name not in ALLOWED.get(file, set())
+    ]
     assert not missing, "public names without a docstring (one or two lines of why):\n" + "\n".join(missing)
 
 
 def test_the_allow_list_is_exact_and_covers_only_files_owned_elsewhere() -> None:
     assert all(file.startswith(OWNED_ELSEWHERE) for file in ALLOWED), "ALLOWED may name only OWNED_ELSEWHERE files"
     missing = _missing()
-    stale = [f"{file}: {name}" for file, names in ALLOWED.items() for name in sorted(names)
-             if name not in missing.get(file, {})]
+    stale = [
+        f"{file}: {name}"
+        for file, names in ALLOWED.items()
+        for name in sorted(names)
+        if name not in missing.get(file, {})
+    ]
     assert not stale, "these have a docstring now (or are gone): delete them from ALLOWED:\n" + "\n".join(stale)

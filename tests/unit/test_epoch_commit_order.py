@@ -58,30 +58,65 @@ def state_writer(stores: Stores, totals: dict[str, int]):
     table = pa.table({"user": list(totals), "total": pa.array(list(totals.values()), pa.int64())})
 
     def write(snapshot_id: str) -> StateSnapshot:
-        refs = list(write_state_files(stores.snapshots.store, snapshot_id, "flow", [(0, MAX_PARALLELISM)],
-                                      lambda span: (table, np.zeros(table.num_rows, dtype=np.int32))))
-        return StateSnapshot(key_columns=["user"], value_columns={"total": "sum(amount)"},
-                             max_parallelism=MAX_PARALLELISM, parallelism=1, keys=table.num_rows, files=refs)
+        refs = list(
+            write_state_files(
+                stores.snapshots.store,
+                snapshot_id,
+                "flow",
+                [(0, MAX_PARALLELISM)],
+                lambda span: (table, np.zeros(table.num_rows, dtype=np.int32)),
+            )
+        )
+        return StateSnapshot(
+            key_columns=["user"],
+            value_columns={"total": "sum(amount)"},
+            max_parallelism=MAX_PARALLELISM,
+            parallelism=1,
+            keys=table.num_rows,
+            files=refs,
+        )
+
     return write
 
 
-def commit(stores: Stores, epoch: int, totals: dict[str, int], history: list[HistoryEntry],
-           head_version: str | None, *, attempt: int = 1, bad: int = 0, retain: int = 10):
+def commit(
+    stores: Stores,
+    epoch: int,
+    totals: dict[str, int],
+    history: list[HistoryEntry],
+    head_version: str | None,
+    *,
+    attempt: int = 1,
+    bad: int = 0,
+    retain: int = 10,
+):
     """Commit epoch ``epoch`` of ten records on partition 0: ``totals`` as the flow's output and
     state, and ``bad`` bad records to the dead-letter sink."""
-    plan = EpochPlan(epoch=epoch, base_snapshot=history[0].snapshot_id if history else None,
-                     positions={0: (epoch - 1) * 10},
-                     ranges=[OffsetRange(topic="payments", partition=0, start=(epoch - 1) * 10, end=epoch * 10)])
+    plan = EpochPlan(
+        epoch=epoch,
+        base_snapshot=history[0].snapshot_id if history else None,
+        positions={0: (epoch - 1) * 10},
+        ranges=[OffsetRange(topic="payments", partition=0, start=(epoch - 1) * 10, end=epoch * 10)],
+    )
     rows = pa.table({"user": list(totals), "total": pa.array(list(totals.values()), pa.int64())})
     flow = FlowOutput("flow", stores.out, f"digest-{epoch}", [rows], state_writer(stores, totals))
     dead_letters = None
     if bad:  # a read task writes the bad records to the dead-letter sink before the commit starts
         parts = TaskParts(TaskPartWriter.for_sink(stores.dlq, SETTINGS, epoch, attempt, "d"), bad_records=True)
-        parts.add(pa.table({"topic": ["payments"] * bad, "partition": [0] * bad, "offset": list(range(bad)),
-                            "error": ["not JSON"] * bad}))
+        parts.add(
+            pa.table(
+                {
+                    "topic": ["payments"] * bad,
+                    "partition": [0] * bad,
+                    "offset": list(range(bad)),
+                    "error": ["not JSON"] * bad,
+                }
+            )
+        )
         dead_letters = DeadLetterOutput(stores.dlq, f"dlq-digest-{epoch}", parts.finish().files)
-    owner = CommitOwner(job="job", pipeline="main", attempt=attempt, spec_fingerprint="spec", topic="payments",
-                        retain=retain)
+    owner = CommitOwner(
+        job="job", pipeline="main", attempt=attempt, spec_fingerprint="spec", topic="payments", retain=retain
+    )
     return commit_epoch(stores.snapshots, owner, plan, [flow], dead_letters, history, head_version, bad_records=bad)
 
 
@@ -102,10 +137,21 @@ def test_parts_and_markers_then_state_then_manifest_then_head_swap_then_clean_up
     steps = [s for s in map(step, faults) if s is not None]
     cleaned = steps.index("clean-up")
     assert steps[:cleaned] == [
-        "head check", "fault after_head_check",
-        "out part", "fault mid_sink_write", "fault after_sink_files", "out marker", "fault after_sink_success",
-        "fault after_sink_files", "dlq marker", "fault after_sink_success",
-        "state", "manifest", "fault after_manifest", "head swap", "fault after_head_move",
+        "head check",
+        "fault after_head_check",
+        "out part",
+        "fault mid_sink_write",
+        "fault after_sink_files",
+        "out marker",
+        "fault after_sink_success",
+        "fault after_sink_files",
+        "dlq marker",
+        "fault after_sink_success",
+        "state",
+        "manifest",
+        "fault after_manifest",
+        "head swap",
+        "fault after_head_move",
     ]
     assert set(steps[cleaned:]) == {"clean-up"}
     deleted = {key for _, op, key in faults if op == "delete"}

@@ -36,62 +36,170 @@ from pipeline_lib.execution.source.record_decoding import (
     JsonRecordDecoder,
 )
 
-SCHEMA_FIELDS = [("user", "string"), ("amount", "bigint"), ("n", "int"), ("s", "smallint"), ("b", "tinyint"),
-                 ("x", "double"), ("y", "float"), ("ok", "boolean"), ("name", "varchar(10)")]
+SCHEMA_FIELDS = [
+    ("user", "string"),
+    ("amount", "bigint"),
+    ("n", "int"),
+    ("s", "smallint"),
+    ("b", "tinyint"),
+    ("x", "double"),
+    ("y", "float"),
+    ("ok", "boolean"),
+    ("name", "varchar(10)"),
+]
 BIG = b"1" * 5000
 
 CORPUS: list[bytes | None] = [
     # valid, missing fields, nulls, extra fields
-    b'{"user":"a","amount":1}', b' {"user" : "a" ,\n"amount":\t1 }\r\n', b'{}', b'{"user":null,"amount":null}',
-    b'{"amount":-0}', b'{"x":-0.0}', b'{"x":1}', b'{"x":0.1e1}', b'{"ok":true,"user":"b"}', b'{"ok":false}',
+    b'{"user":"a","amount":1}',
+    b' {"user" : "a" ,\n"amount":\t1 }\r\n',
+    b"{}",
+    b'{"user":null,"amount":null}',
+    b'{"amount":-0}',
+    b'{"x":-0.0}',
+    b'{"x":1}',
+    b'{"x":0.1e1}',
+    b'{"ok":true,"user":"b"}',
+    b'{"ok":false}',
     b'{"user":"a","extra":{"deep":[1,2,{"z":null}]},"more":[true,false,null,"s",1.5e3]}',
-    b'{"user":"a","extra":NaN}', b'{"user":"a","extra":Infinity}', b'{"user":"a","extra":"\\ud800"}',
-    b'{"user":"a","extra":"\xed\xa0\x80"}', b'{"user":"a","extra":"\xff"}', b'{"user":"a","extra":' + BIG + b'}',
-    b'{"user":"a","extra":' + BIG + b'.5}', b'{"user":"a","extra":1e99999}',
+    b'{"user":"a","extra":NaN}',
+    b'{"user":"a","extra":Infinity}',
+    b'{"user":"a","extra":"\\ud800"}',
+    b'{"user":"a","extra":"\xed\xa0\x80"}',
+    b'{"user":"a","extra":"\xff"}',
+    b'{"user":"a","extra":' + BIG + b"}",
+    b'{"user":"a","extra":' + BIG + b".5}",
+    b'{"user":"a","extra":1e99999}',
     # unicode
-    b'{"user":"\xc3\xa9t\xc3\xa9"}', '{"user":"ユーザー","name":"😀"}'.encode(), b'{"user":"\\ud83d\\ude00"}',
-    b'{"user":"\\u00e9\\n\\t\\"\\\\\\/"}', b'{"user":"\\u0000"}', b'{"us\\u0065r":"escaped key"}',
-    b'{"user":"\\ud800"}', b'{"user":"\xed\xa0\x80"}', b'{"user":"\xff"}', b'{"user":"\xc0\xaf"}',
-    b'{"user":"\xf4\x90\x80\x80"}', b'{"user":"a\x01b"}', b'{"user":"\x7f"}', b'\xef\xbb\xbf{"user":"bom"}',
-    '{"user":"utf16"}'.encode("utf-16"), '{"user":"utf16be"}'.encode("utf-16-be"), '{"user":"u32"}'.encode("utf-32"),
+    b'{"user":"\xc3\xa9t\xc3\xa9"}',
+    '{"user":"ユーザー","name":"😀"}'.encode(),
+    b'{"user":"\\ud83d\\ude00"}',
+    b'{"user":"\\u00e9\\n\\t\\"\\\\\\/"}',
+    b'{"user":"\\u0000"}',
+    b'{"us\\u0065r":"escaped key"}',
+    b'{"user":"\\ud800"}',
+    b'{"user":"\xed\xa0\x80"}',
+    b'{"user":"\xff"}',
+    b'{"user":"\xc0\xaf"}',
+    b'{"user":"\xf4\x90\x80\x80"}',
+    b'{"user":"a\x01b"}',
+    b'{"user":"\x7f"}',
+    b'\xef\xbb\xbf{"user":"bom"}',
+    '{"user":"utf16"}'.encode("utf-16"),
+    '{"user":"utf16be"}'.encode("utf-16-be"),
+    '{"user":"u32"}'.encode("utf-32"),
     # wrong types and coercions
-    b'{"amount":"12"}', b'{"amount":3.0}', b'{"amount":3.5}', b'{"amount":1E2}', b'{"amount":1e400}',
+    b'{"amount":"12"}',
+    b'{"amount":3.0}',
+    b'{"amount":3.5}',
+    b'{"amount":1E2}',
+    b'{"amount":1e400}',
     b'{"amount":true}',
-    b'{"amount":false}', b'{"amount":[1]}', b'{"amount":{"v":1}}', b'{"user":7}', b'{"user":true}', b'{"user":["a"]}',
-    b'{"ok":1}', b'{"ok":"true"}', b'{"ok":0}', b'{"x":true}', b'{"x":"1.5"}', b'{"y":false}', b'{"name":1}',
+    b'{"amount":false}',
+    b'{"amount":[1]}',
+    b'{"amount":{"v":1}}',
+    b'{"user":7}',
+    b'{"user":true}',
+    b'{"user":["a"]}',
+    b'{"ok":1}',
+    b'{"ok":"true"}',
+    b'{"ok":0}',
+    b'{"x":true}',
+    b'{"x":"1.5"}',
+    b'{"y":false}',
+    b'{"name":1}',
     # integer bounds and huge numbers
-    b'{"amount":9223372036854775807}', b'{"amount":9223372036854775808}', b'{"amount":-9223372036854775808}',
-    b'{"amount":-9223372036854775809}', b'{"amount":100000000000000000000000000000}', b'{"n":2147483647}',
-    b'{"n":2147483648}', b'{"n":-2147483648}', b'{"n":-2147483649}', b'{"s":32767}', b'{"s":32768}', b'{"s":-32769}',
-    b'{"b":127}', b'{"b":128}', b'{"b":-128}', b'{"b":-129}', b'{"b":127.0}', b'{"n":2147483648.0}',
-    b'{"amount":9223372036854775808.0}', b'{"amount":' + BIG + b'}', b'{"x":' + BIG + b'}',
-    b'{"x":9007199254740993}', b'{"x":18446744073709551617}', b'{"x":' + b"9" * 308 + b'}',
-    b'{"x":' + b"9" * 309 + b'}',
-    b'{"x":1.7976931348623157e308}', b'{"x":1.7976931348623159e308}', b'{"x":1e400}', b'{"x":-1e400}',
-    b'{"x":5e-324}', b'{"x":2.4703282292062328e-324}', b'{"x":1e-400}', b'{"x":NaN}', b'{"x":-Infinity}',
-    b'{"y":3.4028235e38}', b'{"y":1e39}', b'{"x":0.30000000000000004}', b'{"x":123456789012345678901234567890e-10}',
+    b'{"amount":9223372036854775807}',
+    b'{"amount":9223372036854775808}',
+    b'{"amount":-9223372036854775808}',
+    b'{"amount":-9223372036854775809}',
+    b'{"amount":100000000000000000000000000000}',
+    b'{"n":2147483647}',
+    b'{"n":2147483648}',
+    b'{"n":-2147483648}',
+    b'{"n":-2147483649}',
+    b'{"s":32767}',
+    b'{"s":32768}',
+    b'{"s":-32769}',
+    b'{"b":127}',
+    b'{"b":128}',
+    b'{"b":-128}',
+    b'{"b":-129}',
+    b'{"b":127.0}',
+    b'{"n":2147483648.0}',
+    b'{"amount":9223372036854775808.0}',
+    b'{"amount":' + BIG + b"}",
+    b'{"x":' + BIG + b"}",
+    b'{"x":9007199254740993}',
+    b'{"x":18446744073709551617}',
+    b'{"x":' + b"9" * 308 + b"}",
+    b'{"x":' + b"9" * 309 + b"}",
+    b'{"x":1.7976931348623157e308}',
+    b'{"x":1.7976931348623159e308}',
+    b'{"x":1e400}',
+    b'{"x":-1e400}',
+    b'{"x":5e-324}',
+    b'{"x":2.4703282292062328e-324}',
+    b'{"x":1e-400}',
+    b'{"x":NaN}',
+    b'{"x":-Infinity}',
+    b'{"y":3.4028235e38}',
+    b'{"y":1e39}',
+    b'{"x":0.30000000000000004}',
+    b'{"x":123456789012345678901234567890e-10}',
     # duplicate keys: the last one wins in json.loads
-    b'{"amount":1,"amount":2}', b'{"amount":"x","amount":2}', b'{"amount":2,"amount":"x"}', b'{"user":"a","user":null}',
+    b'{"amount":1,"amount":2}',
+    b'{"amount":"x","amount":2}',
+    b'{"amount":2,"amount":"x"}',
+    b'{"user":"a","user":null}',
     # not an object, not JSON, empty
-    b'[1,2]', b'[]', b'"str"', b'1', b'null', b'true', b'', b' ', b'{', b'{oops', b'{"user":"a",}', b'{"user":"a"} x',
-    b'{"user":"a"}\x00', b'{"user":"a"}\x0c', b'\x0c{"user":"a"}', b'{"user":\'a\'}', b'{user:"a"}', b'{"a":01}',
-    b'{"a":1.}', b'{"a":.5}', b'{"a":+1}', b'{"a":"\\x"}', b'{"a":"\\u12"}', b'{"a":[1,2,}', b'{"a":tru}',
+    b"[1,2]",
+    b"[]",
+    b'"str"',
+    b"1",
+    b"null",
+    b"true",
+    b"",
+    b" ",
+    b"{",
+    b"{oops",
+    b'{"user":"a",}',
+    b'{"user":"a"} x',
+    b'{"user":"a"}\x00',
+    b'{"user":"a"}\x0c',
+    b'\x0c{"user":"a"}',
+    b"{\"user\":'a'}",
+    b'{user:"a"}',
+    b'{"a":01}',
+    b'{"a":1.}',
+    b'{"a":.5}',
+    b'{"a":+1}',
+    b'{"a":"\\x"}',
+    b'{"a":"\\u12"}',
+    b'{"a":[1,2,}',
+    b'{"a":tru}',
     # nesting around the guards, and beyond the recursion limit
-    b'{"user":"a","x":1,"e":' + b"[" * 150 + b"]" * 150 + b'}', b'{"user":"a","e":' + b"[" * 250 + b"]" * 250 + b'}',
-    b'{"user":"a","e":"' + b"[" * 300 + b'"}', b'{"e":' + b"[" * 1200 + b"]" * 1200 + b'}',
+    b'{"user":"a","x":1,"e":' + b"[" * 150 + b"]" * 150 + b"}",
+    b'{"user":"a","e":' + b"[" * 250 + b"]" * 250 + b"}",
+    b'{"user":"a","e":"' + b"[" * 300 + b'"}',
+    b'{"e":' + b"[" * 1200 + b"]" * 1200 + b"}",
     # long values around the size guard
-    b'{"user":"' + b"u" * 3980 + b'"}', b'{"user":"' + b"u" * 10_000 + b'"}',
+    b'{"user":"' + b"u" * 3980 + b'"}',
+    b'{"user":"' + b"u" * 10_000 + b'"}',
     b'{"user":"' + "é".encode() * 3000 + b'"}',
     None,
 ]
 
 
-@pytest.mark.parametrize("value,reason", [
-    (b'{"user":"\\ud800"}', "field 'user': string with a lone surrogate"),
-    (b'{"user":"\xed\xa0\x80"}', "field 'user': string with a lone surrogate"),
-    (b'{"user":"a","amount":' + BIG + b'}', "malformed JSON: Exceeds the limit (4300 digits)"),
-    (b'{"e":' + b"[" * 1200 + b"]" * 1200 + b'}', "malformed JSON: maximum recursion depth exceeded"),
-])
+@pytest.mark.parametrize(
+    "value,reason",
+    [
+        (b'{"user":"\\ud800"}', "field 'user': string with a lone surrogate"),
+        (b'{"user":"\xed\xa0\x80"}', "field 'user': string with a lone surrogate"),
+        (b'{"user":"a","amount":' + BIG + b"}", "malformed JSON: Exceeds the limit (4300 digits)"),
+        (b'{"e":' + b"[" * 1200 + b"]" * 1200 + b"}", "malformed JSON: maximum recursion depth exceeded"),
+    ],
+)
 def test_values_that_used_to_crash_the_task_are_bad_records(value, reason):
     """Valid JSON that Spark cannot hold (a lone surrogate failed the Arrow conversion) and JSON that
     json.loads refuses with other errors than JSONDecodeError: now named bad records, like the rest."""
@@ -144,8 +252,11 @@ def test_non_finite_numbers_leave_the_batch_path_for_the_named_error(number):
             assert after[1].column("_error").to_pylist()[1].startswith("field 'x': expected a finite number")
             assert after[1].column("x").to_pylist() == [1.5, None]
         else:
-            assert after == ("error", "bad record at topic[3]@102: field 'x': expected a finite number, got "
-                             + repr(float(json.loads(number))))
+            assert after == (
+                "error",
+                "bad record at topic[3]@102: field 'x': expected a finite number, got "
+                + repr(float(json.loads(number))),
+            )
 
 
 def outcome(decoder, value: bytes | None, offset: int = 42):
@@ -192,6 +303,7 @@ def test_fast_decoder_equals_the_reference_per_type(dtype):
 def test_deep_nesting_is_left_to_the_reference():
     """Near the recursion limit json.loads (called a few frames deeper) fails where msgspec still
     succeeds, so a value that might nest deeper than FAST_MAX_OPENINGS goes to the reference."""
+
     class Reference:
         def decode(self, topic, partition, offset, value):
             return ("reference",)
@@ -209,8 +321,34 @@ def test_deep_nesting_is_left_to_the_reference():
 
 
 def _mutations(rng: random.Random, seeds: list[bytes], count: int) -> list[bytes]:
-    palette = [b"{", b"}", b"[", b"]", b'"', b",", b":", b"0", b"9", b".", b"e", b"-", b"+", b" ", b"\\", b"u",
-               b"\xff", b"\xc3", b"\xa9", b"true", b"null", b"1e400", b"3.0", b"\\ud800", b"\xed\xa0\x80", b"\x00"]
+    palette = [
+        b"{",
+        b"}",
+        b"[",
+        b"]",
+        b'"',
+        b",",
+        b":",
+        b"0",
+        b"9",
+        b".",
+        b"e",
+        b"-",
+        b"+",
+        b" ",
+        b"\\",
+        b"u",
+        b"\xff",
+        b"\xc3",
+        b"\xa9",
+        b"true",
+        b"null",
+        b"1e400",
+        b"3.0",
+        b"\\ud800",
+        b"\xed\xa0\x80",
+        b"\x00",
+    ]
     out = []
     for _ in range(count):
         value = bytearray(rng.choice(seeds))
@@ -220,9 +358,9 @@ def _mutations(rng: random.Random, seeds: list[bytes], count: int) -> list[bytes
             if op < 0.4:
                 value[pos:pos] = rng.choice(palette)
             elif op < 0.7:
-                del value[pos:pos + rng.randint(1, 3)]
+                del value[pos : pos + rng.randint(1, 3)]
             else:
-                value[pos:pos + 1] = rng.choice(palette)
+                value[pos : pos + 1] = rng.choice(palette)
         out.append(bytes(value))
     return out
 
@@ -245,8 +383,13 @@ def test_fast_decoder_equals_the_reference_on_random_records():
         return text
 
     def value() -> str:
-        return rng.choice([number, lambda: json.dumps(rng.choice(["x", "é", "ü😀", "\u2028", ""])),
-                           lambda: rng.choice(["true", "false", "null", "[]", "{}", '{"a":[1]}'])])()
+        return rng.choice(
+            [
+                number,
+                lambda: json.dumps(rng.choice(["x", "é", "ü😀", "\u2028", ""])),
+                lambda: rng.choice(["true", "false", "null", "[]", "{}", '{"a":[1]}']),
+            ]
+        )()
 
     seeds = []
     for _ in range(3000):
@@ -265,14 +408,31 @@ def test_fast_decoder_is_off_for_types_it_cannot_match():
 
 
 # -- whole batches: RecordBatcher vs the rows the reader used to yield, converted by PySpark -----------
-SPARK_TYPES = {"string": T.StringType(), "bigint": T.LongType(), "int": T.IntegerType(), "smallint": T.ShortType(),
-               "tinyint": T.ByteType(), "double": T.DoubleType(), "float": T.FloatType(), "boolean": T.BooleanType(),
-               "varchar(10)": T.StringType(), "timestamp": T.TimestampType(), "date": T.DateType()}
-META = [T.StructField("_topic", T.StringType()), T.StructField("_partition", T.IntegerType()),
-        T.StructField("_offset", T.LongType()), T.StructField("_timestamp_ms", T.LongType()),
-        T.StructField("_timestamp", T.TimestampType()), T.StructField("_key", T.StringType()),
-        T.StructField("_headers", T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
-                                                            T.StructField("value", T.BinaryType())])))]
+SPARK_TYPES = {
+    "string": T.StringType(),
+    "bigint": T.LongType(),
+    "int": T.IntegerType(),
+    "smallint": T.ShortType(),
+    "tinyint": T.ByteType(),
+    "double": T.DoubleType(),
+    "float": T.FloatType(),
+    "boolean": T.BooleanType(),
+    "varchar(10)": T.StringType(),
+    "timestamp": T.TimestampType(),
+    "date": T.DateType(),
+}
+META = [
+    T.StructField("_topic", T.StringType()),
+    T.StructField("_partition", T.IntegerType()),
+    T.StructField("_offset", T.LongType()),
+    T.StructField("_timestamp_ms", T.LongType()),
+    T.StructField("_timestamp", T.TimestampType()),
+    T.StructField("_key", T.StringType()),
+    T.StructField(
+        "_headers",
+        T.ArrayType(T.StructType([T.StructField("key", T.StringType()), T.StructField("value", T.BinaryType())])),
+    ),
+]
 ERRORS = [T.StructField("_error", T.StringType()), T.StructField("_raw", T.BinaryType())]
 
 
@@ -294,6 +454,7 @@ def rows_as_before(records, fields, fmt, tolerant, limit, topic, part):
         decode = lambda rec: string_decoder.decode_kv(topic, part, rec.offset, rec.key, rec.value)  # noqa: E731
         width = 2
     ok_tail = (None, None) if tolerant else ()
+
     def utf8(key):
         try:
             return None if key is None else key.decode("utf-8")
@@ -323,16 +484,38 @@ class _Source:
 
 
 def records_of(values, start=100, key=b"k"):
-    return [ConsumerRecord("topic", 3, 0, start + 2 * i, 1_700_000_000_000 + i, 0, key, v, [], None,
-                           len(key) if key is not None else -1, len(v) if v is not None else -1, -1)
-            for i, v in enumerate(values)]
+    return [
+        ConsumerRecord(
+            "topic",
+            3,
+            0,
+            start + 2 * i,
+            1_700_000_000_000 + i,
+            0,
+            key,
+            v,
+            [],
+            None,
+            len(key) if key is not None else -1,
+            len(v) if v is not None else -1,
+            -1,
+        )
+        for i, v in enumerate(values)
+    ]
 
 
 def as_kafka_batch(records) -> ColumnBatch:
     """The records written as one Kafka v2 batch by kafka-python's builder, then decoded as the
     source decodes what it fetches."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 26)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 26,
+    )
     base = records[0].offset if records else 0
     for r in records:
         builder.append(r.offset - base, timestamp=r.timestamp, key=r.key, value=r.value, headers=[])
@@ -380,8 +563,6 @@ def _same_tables(before, after):
     assert repr(before[1].to_pylist()) == repr(after[1].to_pylist())
 
 
-
-
 @pytest.mark.parametrize("tolerant", [True, False])
 def test_batches_equal_the_former_rows_converted_by_pyspark(tolerant):
     before, after = before_and_after(CORPUS, SCHEMA_FIELDS, tolerant=tolerant)
@@ -405,10 +586,15 @@ def test_batches_of_good_records_only_under_the_fail_policy():
 def test_batches_with_timestamps_and_dates_use_pyspark_converters(monkeypatch):
     """PySpark reads a naive timestamp as the worker's local time: so must the batches."""
     fields = [("user", "string"), ("at", "timestamp"), ("day", "date"), ("amount", "bigint")]
-    values = [b'{"user":"a","at":"2024-05-01T10:00:00Z","day":"2024-05-01","amount":1}',
-              b'{"user":"b","at":"2024-05-01T10:00:00.123456+02:00","day":null}',
-              b'{"user":"c","at":1714557600.5}', b'{"user":"d","at":"not a time"}', b'{"day":"2024-13-01"}',
-              b'{"at":true}', b'{"user":"e","at":"2024-05-01T10:00:00"}']
+    values = [
+        b'{"user":"a","at":"2024-05-01T10:00:00Z","day":"2024-05-01","amount":1}',
+        b'{"user":"b","at":"2024-05-01T10:00:00.123456+02:00","day":null}',
+        b'{"user":"c","at":1714557600.5}',
+        b'{"user":"d","at":"not a time"}',
+        b'{"day":"2024-13-01"}',
+        b'{"at":true}',
+        b'{"user":"e","at":"2024-05-01T10:00:00"}',
+    ]
     monkeypatch.setenv("TZ", "Asia/Kolkata")
     time.tzset()
     try:
@@ -446,6 +632,7 @@ def test_an_empty_chunk_makes_an_empty_batch_of_the_schema():
 
 # -- values PySpark or Arrow cannot hold: bad records naming the field, never a failed read -------------
 
+
 def _batch_outcomes(fields, spark_fields, values, tolerant):
     """RecordBatcher over ``values``: per record (offset, error or None, row), or the RecordError."""
     schema = T.StructType(spark_fields + META + (ERRORS if tolerant else []))
@@ -457,10 +644,18 @@ def _batch_outcomes(fields, spark_fields, values, tolerant):
     return [(r["_offset"], r.get("_error"), tuple(r[n] for n, _ in fields)) for r in table]
 
 
-OUT_OF_RANGE_TIMESTAMPS = [b'{"at":1e17}', b'{"at":-1e17}', b'{"at":1e400}', b'{"at":253402300800}',
-                           b'{"at":-62135596801}', b'{"at":"9999-12-31T23:59:59-14:00"}',
-                           b'{"at":"0001-01-01T00:00:00+14:00"}', b'{"at":"0001-01-01T00:00:00"}',
-                           b'{"at":"0001-01-01"}', b'{"at":"00010101T000000"}']
+OUT_OF_RANGE_TIMESTAMPS = [
+    b'{"at":1e17}',
+    b'{"at":-1e17}',
+    b'{"at":1e400}',
+    b'{"at":253402300800}',
+    b'{"at":-62135596801}',
+    b'{"at":"9999-12-31T23:59:59-14:00"}',
+    b'{"at":"0001-01-01T00:00:00+14:00"}',
+    b'{"at":"0001-01-01T00:00:00"}',
+    b'{"at":"0001-01-01"}',
+    b'{"at":"00010101T000000"}',
+]
 
 
 @pytest.mark.parametrize("value", OUT_OF_RANGE_TIMESTAMPS)
@@ -488,17 +683,22 @@ def test_timestamps_spark_cannot_hold_are_bad_records_on_both_paths(monkeypatch,
         time.tzset()
 
 
-TYPED_FIELDS = [("d", "decimal(5,2)", T.DecimalType(5, 2)), ("b", "binary", T.BinaryType()),
-                ("a", "array<int>", T.ArrayType(T.IntegerType())), ("m", "map<string,bigint>",
-                                                                    T.MapType(T.StringType(), T.LongType())),
-                ("s", "struct<x:int>", T.StructType([T.StructField("x", T.IntegerType())])),
-                ("ntz", "timestamp_ntz", T.TimestampNTZType())]
-UNHOLDABLE = {"d": ['1000', '999.995', '-1e300', '"1.5"', 'true', 'NaN', '1e400'],
-              "b": ['"not base64!"', '5', '"\u00e9"', '["aGk="]'],
-              "a": ['"str"', '[2147483648]', '{"x":1}', '[true]', '[[1]]'],
-              "m": ['[1]', '{"k":9223372036854775808}', '{"k":"v"}', '"m"'],
-              "s": ['[1]', '{"x":"y"}', '"s"', '{"x":1e20}'],
-              "ntz": ['"2024-01-01T00:00:00Z"', '1700000000', '"2024-01-01T00:00:00+14:00"']}
+TYPED_FIELDS = [
+    ("d", "decimal(5,2)", T.DecimalType(5, 2)),
+    ("b", "binary", T.BinaryType()),
+    ("a", "array<int>", T.ArrayType(T.IntegerType())),
+    ("m", "map<string,bigint>", T.MapType(T.StringType(), T.LongType())),
+    ("s", "struct<x:int>", T.StructType([T.StructField("x", T.IntegerType())])),
+    ("ntz", "timestamp_ntz", T.TimestampNTZType()),
+]
+UNHOLDABLE = {
+    "d": ["1000", "999.995", "-1e300", '"1.5"', "true", "NaN", "1e400"],
+    "b": ['"not base64!"', "5", '"\u00e9"', '["aGk="]'],
+    "a": ['"str"', "[2147483648]", '{"x":1}', "[true]", "[[1]]"],
+    "m": ["[1]", '{"k":9223372036854775808}', '{"k":"v"}', '"m"'],
+    "s": ["[1]", '{"x":"y"}', '"s"', '{"x":1e20}'],
+    "ntz": ['"2024-01-01T00:00:00Z"', "1700000000", '"2024-01-01T00:00:00+14:00"'],
+}
 
 
 def test_decimals_binary_nested_and_ntz_values_are_held_or_bad_records_naming_the_field():
@@ -508,12 +708,21 @@ def test_decimals_binary_nested_and_ntz_values_are_held_or_bad_records_naming_th
     binary from base64 text)."""
     fields = [(name, ddl) for name, ddl, _ in TYPED_FIELDS]
     spark = [T.StructField(name, spark_type) for name, _, spark_type in TYPED_FIELDS]
-    good = (b'{"d":123.455,"b":"aGk=","a":[1,null,-2147483648],"m":{"k":5},"s":{"x":1},'
-            b'"ntz":"2024-01-01T10:00:00"}')
+    good = b'{"d":123.455,"b":"aGk=","a":[1,null,-2147483648],"m":{"k":5},"s":{"x":1},"ntz":"2024-01-01T10:00:00"}'
     bad = [(name, b'{"%s":%s}' % (name.encode(), v.encode())) for name, vs in UNHOLDABLE.items() for v in vs]
     rows = _batch_outcomes(fields, spark, [good] + [v for _, v in bad], tolerant=True)
-    assert rows[0] == (100, None, (__import__("decimal").Decimal("123.46"), b"hi", [1, None, -2147483648],
-                                   [("k", 5)], {"x": 1}, dt.datetime(2024, 1, 1, 10)))
+    assert rows[0] == (
+        100,
+        None,
+        (
+            __import__("decimal").Decimal("123.46"),
+            b"hi",
+            [1, None, -2147483648],
+            [("k", 5)],
+            {"x": 1},
+            dt.datetime(2024, 1, 1, 10),
+        ),
+    )
     for (name, value), (_, error, row) in zip(bad, rows[1:]):
         assert error is not None and error.startswith(f"field '{name}': "), (value, error)
         assert row == (None,) * len(fields)

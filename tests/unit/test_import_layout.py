@@ -97,7 +97,7 @@ def find_cycle(edges: dict[str, dict[str, list[Import]]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(edges.get(node, {})):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)) is not None:
                 return cycle
         path.pop()
@@ -148,17 +148,22 @@ def test_execution_packages_import_only_those_below_them():
     """The Kafka source needs no Spark glue, the glue no keyed state, and only the runtime knows them all."""
     rank = {package: i for i, package in enumerate(EXECUTION_LAYERS)}
     inside = f"{PACKAGE}.execution."
-    upward = [f"{i.where}: {i.source} imports {i.target}" for i in _imports()
-              if i.source.startswith(inside) and i.target.startswith(inside)
-              and rank[i.source.split(".")[2]] < rank[i.target.split(".")[2]]]
+    upward = [
+        f"{i.where}: {i.source} imports {i.target}"
+        for i in _imports()
+        if i.source.startswith(inside)
+        and i.target.startswith(inside)
+        and rank[i.source.split(".")[2]] < rank[i.target.split(".")[2]]
+    ]
     assert not upward, "an execution package imports one above it:\n" + "\n".join(upward)
 
 
 def test_the_cli_is_the_top_layer():
     """Only ``python -m pipeline_lib`` imports the CLI: a module below it that needs the CLI's file
     (the launcher's spark-submit) finds it without importing every command."""
-    importers = sorted({i.where for i in _imports()
-                        if i.target == f"{PACKAGE}.cli" and i.source != f"{PACKAGE}.__main__"})
+    importers = sorted(
+        {i.where for i in _imports() if i.target == f"{PACKAGE}.cli" and i.source != f"{PACKAGE}.__main__"}
+    )
     assert not importers, f"{PACKAGE}.cli is imported by {importers}"
 
 
@@ -166,11 +171,15 @@ def test_the_library_imports_no_harness_package():
     """The wheel carries ``pipeline_lib`` alone: an import of ``benchmarks`` or ``testing_servers`` in
     it would fail in every installation (``pipeline-lib bench`` loads the checkout's benchmarks by
     name, bench_command.py, and says what to do when they are not there)."""
-    found = sorted(f"{i.where}: {i.source} imports {i.target}" for i in _imports()
-                   if i.source.split(".")[0] == PACKAGE and i.target.split(".")[0] in HARNESS)
+    found = sorted(
+        f"{i.where}: {i.source} imports {i.target}"
+        for i in _imports()
+        if i.source.split(".")[0] == PACKAGE and i.target.split(".")[0] in HARNESS
+    )
     assert not found, "the library imports the harness:\n" + "\n".join(found)
-    servers = sorted(i.where for i in _imports() if i.source.startswith("testing_servers")
-                     and i.target.startswith("benchmarks"))
+    servers = sorted(
+        i.where for i in _imports() if i.source.startswith("testing_servers") and i.target.startswith("benchmarks")
+    )
     assert not servers, f"testing_servers imports benchmarks: {servers}"
 
 

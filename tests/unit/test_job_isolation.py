@@ -24,9 +24,11 @@ from pipeline_lib.settings import ConnectionSettings
 
 pytestmark = pytest.mark.unit
 
-SECRETS = {"AIRFLOW__CORE__FERNET_KEY": "fernet-key-held-by-the-scheduler-000000000=",
-           "AIRFLOW__API_AUTH__JWT_SECRET": "jwt-secret-held-by-the-scheduler",
-           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://airflow:db-password-of-airflow@127.0.0.1/airflow"}
+SECRETS = {
+    "AIRFLOW__CORE__FERNET_KEY": "fernet-key-held-by-the-scheduler-000000000=",
+    "AIRFLOW__API_AUTH__JWT_SECRET": "jwt-secret-held-by-the-scheduler",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://airflow:db-password-of-airflow@127.0.0.1/airflow",
+}
 # What a hostile hook does: every process's environment and command line it can open.
 PROBE = textwrap.dedent("""
     import glob, json, sys
@@ -50,13 +52,20 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 
 def decoy() -> subprocess.Popen:
     """A process holding Airflow's secrets in its environment, as the scheduler does."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
-                            env={"PATH": os.environ["PATH"], **SECRETS})
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], env={"PATH": os.environ["PATH"], **SECRETS}
+    )
 
 
 def probe(command: list[str], env: dict[str, str] | None = None) -> dict:
-    out = subprocess.run(command, env={"PATH": os.environ["PATH"], **(env or {})},
-                         input=json.dumps(list(SECRETS.values())), capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        command,
+        env={"PATH": os.environ["PATH"], **(env or {})},
+        input=json.dumps(list(SECRETS.values())),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("probe: "))[7:])
 
@@ -83,14 +92,19 @@ def test_a_non_root_launcher_isolates_its_job_too():
     environment (same user); isolated, through a user namespace, it sees nothing."""
     if os.getuid() != 0:
         pytest.fail("this test switches to uid 65534 and needs root (CI runs as root)")
-    proc = subprocess.Popen([*NOBODY, SYSTEM_PYTHON, "-c", "import time; time.sleep(120)"],
-                            env={"PATH": os.environ["PATH"], **SECRETS})
+    proc = subprocess.Popen(
+        [*NOBODY, SYSTEM_PYTHON, "-c", "import time; time.sleep(120)"], env={"PATH": os.environ["PATH"], **SECRETS}
+    )
     try:
         job = [*NOBODY, SYSTEM_PYTHON, "-c", PROBE]
         assert probe(job)["found"] == sorted(SECRETS.values())
-        launcher = [*NOBODY, SYSTEM_PYTHON, "-c",
-                    "import subprocess, sys; from pipeline_lib.orchestration.job_isolation import isolated; "
-                    f"sys.exit(subprocess.run(isolated([sys.executable, '-c', {PROBE!r}])).returncode)"]
+        launcher = [
+            *NOBODY,
+            SYSTEM_PYTHON,
+            "-c",
+            "import subprocess, sys; from pipeline_lib.orchestration.job_isolation import isolated; "
+            f"sys.exit(subprocess.run(isolated([sys.executable, '-c', {PROBE!r}])).returncode)",
+        ]
         inside = probe(launcher, {"PYTHONPATH": str(Path(__file__).parents[2])})
         assert inside["found"] == [] and inside["pids"] == [1, 2]
     finally:
@@ -103,9 +117,13 @@ def test_launched_runs_are_isolated_and_report_how_the_job_ended(scheduler, tmp_
     unshare, whose process group holds the job, so an operator's killpg reaches it."""
     settings = ConnectionSettings.from_env({})
     run = LaunchedRun(Path("shop.yaml"), LaunchRequest(), settings, "airflow:test")
-    run.command = [sys.executable, "-c", "import os, glob; from pipeline_lib.execution.runtime.lifecycle import "
-                   "host_pid; print('pids:', len(glob.glob('/proc/[0-9]*')), os.getpid(), 'host pid:', host_pid(), "
-                   "flush=True); os.kill(os.getpid(), 9)"]
+    run.command = [
+        sys.executable,
+        "-c",
+        "import os, glob; from pipeline_lib.execution.runtime.lifecycle import "
+        "host_pid; print('pids:', len(glob.glob('/proc/[0-9]*')), os.getpid(), 'host pid:', host_pid(), "
+        "flush=True); os.kill(os.getpid(), 9)",
+    ]
     lines: list[str] = []
     pid = run.start(lines.append)
     result = run.wait(lines.append)
@@ -122,9 +140,15 @@ def test_the_job_s_exit_code_and_signals_pass_through_job_init():
     term = isolated([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"])
     assert wait_status(subprocess.run(term).returncode, term) == -signal.SIGTERM
     # a job that handles SIGTERM gets it through job_init (the kernel drops an init's unhandled signals)
-    handled = isolated([sys.executable, "-c", "import signal, sys, time\n"
-                        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\nprint('ready', flush=True)\n"
-                        "time.sleep(60)"])
+    handled = isolated(
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\nprint('ready', flush=True)\n"
+            "time.sleep(60)",
+        ]
+    )
     proc = subprocess.Popen(handled, stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout.readline().strip() == "ready"
     init = psutil.Process(proc.pid).children()[0]  # unshare's child: job_init, the namespace's first process

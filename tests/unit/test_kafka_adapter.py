@@ -44,13 +44,21 @@ def consumer():
 def _fetch(consumer: KafkaConsumer, records: bytes, high_watermark: int = 5, last_stable_offset: int = 3):
     """What the consumer's fetcher makes of a fetch response for t[0] at offset 0 (Fetcher._parse_fetched_data)."""
     data = FetchResponse.FetchableTopicResponse.PartitionData(
-        version=12, partition_index=0, error_code=0, high_watermark=high_watermark,
-        last_stable_offset=last_stable_offset, log_start_offset=0, aborted_transactions=None,
-        preferred_read_replica=-1, records=records)
+        version=12,
+        partition_index=0,
+        error_code=0,
+        high_watermark=high_watermark,
+        last_stable_offset=last_stable_offset,
+        log_start_offset=0,
+        aborted_transactions=None,
+        preferred_read_replica=-1,
+        records=records,
+    )
     return consumer._fetcher._parse_fetched_data(CompletedFetch(TP, 0, 12, data, None))
 
 
 # -- the version check -----------------------------------------------------------------------------------------
+
 
 def test_the_installed_kafka_python_is_a_tested_release():
     import kafka
@@ -82,6 +90,7 @@ def test_importing_the_adapter_checks_the_installed_release(monkeypatch):
 
 
 # -- record batches (kafka.record) -----------------------------------------------------------------------------
+
 
 def test_batch_bytes_is_the_whole_v2_batch_and_the_whole_legacy_set():
     """DefaultRecordBatch._buffer and LegacyRecordBatch._buffer hold the batch as fetched, header included."""
@@ -141,6 +150,7 @@ def test_log_append_time_is_the_timestamp_type_of_a_batch_with_the_broker_s_time
 
 # -- the fetcher's per-partition records (kafka.consumer.fetcher) ------------------------------------------------
 
+
 def test_a_reader_s_yields_are_what_a_poll_takes_and_nothing_is_skipped_by_offset():
     """Fetcher.PartitionRecords calls _unpack_records(tp, records, key_deserializer, value_deserializer)
     lazily, drops what _maybe_skip_record says (here nothing: the items have no offset), and take()
@@ -162,8 +172,12 @@ def test_a_fetched_partition_reads_and_writes_the_fetch_s_bookkeeping():
     got = {}
 
     def reader(fetched):
-        got.update(fetch_offset=fetched.fetch_offset, next=fetched.next_fetch_offset, crcs=fetched.check_crcs,
-                   committed=fetched.read_committed)
+        got.update(
+            fetch_offset=fetched.fetch_offset,
+            next=fetched.next_fetch_offset,
+            crcs=fetched.check_crcs,
+            committed=fetched.read_committed,
+        )
         batch = fetched.next_batch()
         fetched.set_leader_epoch(batch.leader_epoch)
         fetched.next_fetch_offset = 12
@@ -173,8 +187,12 @@ def test_a_fetched_partition_reads_and_writes_the_fetch_s_bookkeeping():
         fetched.drain()
 
     records = adapter.partition_records_type(reader)(
-        4, TP, MemoryRecords(build([(0, 5, None, b"a", [])], base_offset=4)), check_crcs=False,
-        isolation_level=IsolationLevel.READ_COMMITTED)
+        4,
+        TP,
+        MemoryRecords(build([(0, 5, None, b"a", [])], base_offset=4)),
+        check_crcs=False,
+        isolation_level=IsolationLevel.READ_COMMITTED,
+    )
     assert records.take() == ["chunk"]
     assert got == {"fetch_offset": 4, "next": 4, "crcs": False, "committed": True}
     assert records.next_fetch_offset == 12 and records.records_read == 3 and records.bytes_read == 100
@@ -186,8 +204,13 @@ def test_a_fetched_partition_reads_and_writes_the_fetch_s_bookkeeping():
 def test_aborted_follows_the_fetch_s_aborted_transactions_and_the_abort_marker():
     """_consume_aborted_transactions_up_to, aborted_producer_ids and _is_batch_aborted: producer 8's
     transaction from offset 3 is aborted until its ABORT marker; producer 7's is not."""
-    log = [_batch(0, 7, [b"A0"]), _marker(1, 7, COMMIT), _batch(3, 8, [b"B0"]), _marker(4, 8, ABORT),
-           _batch(5, 8, [b"B5"])]
+    log = [
+        _batch(0, 7, [b"A0"]),
+        _marker(1, 7, COMMIT),
+        _batch(3, 8, [b"B0"]),
+        _marker(4, 8, ABORT),
+        _batch(5, 8, [b"B5"]),
+    ]
     answers = []
 
     def reader(fetched):
@@ -195,9 +218,13 @@ def test_aborted_follows_the_fetch_s_aborted_transactions_and_the_abort_marker()
             answers.append(fetched.aborted(batch, lambda tp, marker: next(marker).abort))
         yield from ()
 
-    records = adapter.partition_records_type(reader)(0, TP, MemoryRecords(b"".join(log)),
-                                                     isolation_level=IsolationLevel.READ_COMMITTED,
-                                                     aborted_transactions=[Aborted(8, 3)])
+    records = adapter.partition_records_type(reader)(
+        0,
+        TP,
+        MemoryRecords(b"".join(log)),
+        isolation_level=IsolationLevel.READ_COMMITTED,
+        aborted_transactions=[Aborted(8, 3)],
+    )
     assert records.take() == []
     assert answers == [False, False, True, False, False]  # markers are never "aborted" batches
 
@@ -254,6 +281,7 @@ def test_fetch_below_sets_the_partition_fetch_size_fetch_requests_read(consumer)
 
 # -- clients and metadata (kafka.client_async, kafka.cluster) -----------------------------------------------------
 
+
 def test_close_started_closes_the_parts_a_constructor_starts():
     """A consumer's _client (its IO thread) and _metrics, a producer's _metrics: what kafka_clients
     closes when a constructor fails after starting them."""
@@ -281,12 +309,24 @@ def test_apply_auto_create_setting_reaches_the_metadata_requests(consumer):
 def _metadata(topic_id: uuid.UUID) -> MetadataResponse:
     v = 10  # topic ids since v10 (KIP-516)
     topic = MetadataResponse.MetadataResponseTopic
-    partition = topic.MetadataResponsePartition(version=v, error_code=0, partition_index=0, leader_id=0,
-                                                leader_epoch=0, replica_nodes=[0], isr_nodes=[0], offline_replicas=[])
+    partition = topic.MetadataResponsePartition(
+        version=v,
+        error_code=0,
+        partition_index=0,
+        leader_id=0,
+        leader_epoch=0,
+        replica_nodes=[0],
+        isr_nodes=[0],
+        offline_replicas=[],
+    )
     return MetadataResponse(
-        version=v, throttle_time_ms=0, cluster_id="c", controller_id=0,
+        version=v,
+        throttle_time_ms=0,
+        cluster_id="c",
+        controller_id=0,
         brokers=[MetadataResponse.MetadataResponseBroker(version=v, node_id=0, host="h", port=1, rack=None)],
-        topics=[topic(version=v, error_code=0, name="t", topic_id=topic_id, is_internal=False, partitions=[partition])])
+        topics=[topic(version=v, error_code=0, name="t", topic_id=topic_id, is_internal=False, partitions=[partition])],
+    )
 
 
 def test_known_partitions_and_topic_id_answer_from_the_consumer_s_metadata(consumer):
@@ -330,8 +370,11 @@ def test_the_login_check_s_sasl_requests_encode_and_their_answers_parse():
     assert got_correlation == correlation and list(parsed.mechanisms) == ["PLAIN", "SCRAM-SHA-256"]
     protocol.send_request(authenticate_request(b"\0user\0password", _SASL_AUTHENTICATE_VERSION))
     assert struct.unpack(">h", protocol.send_bytes()[4:6])[0] == 36  # SaslAuthenticate
-    plain = sasl_mechanism("PLAIN", "127.0.0.1", {"sasl_plain_username": "user", "sasl_plain_password": "pw",
-                                                   "security_protocol": "SASL_PLAINTEXT"})
+    plain = sasl_mechanism(
+        "PLAIN",
+        "127.0.0.1",
+        {"sasl_plain_username": "user", "sasl_plain_password": "pw", "security_protocol": "SASL_PLAINTEXT"},
+    )
     assert plain.auth_bytes() == b"user\0user\0pw"  # authorization id, user name, password
 
 
@@ -349,8 +392,16 @@ def test_no_module_outside_the_adapter_imports_kafka_python_internals():
         if "kafka_adapter" in path.parts:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
-            offenders += [f"{path.relative_to(root)}: {n}" for n in names
-                          if (n == "kafka" or n.startswith("kafka.")) and n not in public]
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                else []
+            )
+            offenders += [
+                f"{path.relative_to(root)}: {n}"
+                for n in names
+                if (n == "kafka" or n.startswith("kafka.")) and n not in public
+            ]
     assert offenders == []

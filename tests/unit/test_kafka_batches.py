@@ -16,8 +16,15 @@ GZIP = DefaultRecordBatch.CODEC_GZIP
 
 def build(records, compression=0, base_offset=0, log_append_time=False) -> bytes:
     """A v2 batch; ``records`` are (offset delta, timestamp, key, value, headers)."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 24)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 24,
+    )
     for offset, timestamp, key, value, headers in records:
         builder.append(offset, timestamp=timestamp, key=key, value=value, headers=headers)
     data = bytearray(builder.build())
@@ -98,8 +105,11 @@ def test_a_value_running_past_its_record_is_refused_naming_its_offset():
     value_length_at = second + 5
     assert data[value_length_at] == 20  # zigzag(10)
     data[value_length_at] = 24  # 12 bytes: the value takes the place of the header count
-    with pytest.raises(CorruptRecordError, match=r"record at offset 41: value length 12 does not fit the 11 bytes left "
-                                                 r"in its record"):
+    with pytest.raises(
+        CorruptRecordError,
+        match=r"record at offset 41: value length 12 does not fit the 11 bytes left "
+        r"in its record",
+    ):
         decode_batch(DefaultRecordBatch(bytes(data)))
     with pytest.raises(CorruptRecordError):
         reference(bytes(data))
@@ -147,6 +157,7 @@ def test_empty_column_batch():
 
 # -- hostile lengths, trailing bytes, offsets: built by hand, with a valid CRC ---------------------------
 
+
 def _varint(n: int) -> bytes:
     """Kafka's zigzag varint of ``n`` (any 64-bit value)."""
     u, out = ((n << 1) ^ (n >> 63)) & (2**64 - 1), bytearray()
@@ -156,8 +167,9 @@ def _varint(n: int) -> bytes:
     return bytes(out + bytes([u]))
 
 
-def _record(offset_delta: int, key_length: int, value_length: int, body: bytes = b"",
-            headers: bytes = b"\x00") -> bytes:
+def _record(
+    offset_delta: int, key_length: int, value_length: int, body: bytes = b"", headers: bytes = b"\x00"
+) -> bytes:
     fields = b"\x00" + _varint(0) + _varint(offset_delta) + _varint(key_length) + _varint(value_length) + body + headers
     return _varint(len(fields)) + fields
 
@@ -166,14 +178,19 @@ def with_records(records: bytes, count: int, base_offset: int = 0, last_offset_d
     """A v2 batch of kafka-python's header around ``records`` (raw bytes), its count and CRC set."""
     from kafka.record.util import calc_crc32c
 
-    header = bytearray(build([(0, 5, None, b"x", [])], base_offset=base_offset)[:_records_section(b"")])
+    header = bytearray(build([(0, 5, None, b"x", [])], base_offset=base_offset)[: _records_section(b"")])
     data = header + records
     struct.pack_into(">i", data, 8, len(data) - 12)  # the batch length after offset and length
     struct.pack_into(">i", data, DefaultRecordBatch.HEADER_STRUCT.size - 4, count)
-    struct.pack_into(">i", data, DefaultRecordBatch.ATTRIBUTES_OFFSET + 2, count - 1 if last_offset_delta is None
-                     else last_offset_delta)
-    struct.pack_into(">I", data, DefaultRecordBatch.CRC_OFFSET,
-                     calc_crc32c(bytes(data[DefaultRecordBatch.ATTRIBUTES_OFFSET:])))
+    struct.pack_into(
+        ">i",
+        data,
+        DefaultRecordBatch.ATTRIBUTES_OFFSET + 2,
+        count - 1 if last_offset_delta is None else last_offset_delta,
+    )
+    struct.pack_into(
+        ">I", data, DefaultRecordBatch.CRC_OFFSET, calc_crc32c(bytes(data[DefaultRecordBatch.ATTRIBUTES_OFFSET :]))
+    )
     return bytes(data)
 
 

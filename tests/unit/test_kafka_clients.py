@@ -26,4 +26,3 @@ def test_a_client_that_cannot_bootstrap_stops_its_io_thread(client):
     with pytest.raises(KafkaError):
         client(bootstrap_servers=f"127.0.0.1:{free_port()}", **NO_BROKER)
     assert _new_live_threads(before) == []
-

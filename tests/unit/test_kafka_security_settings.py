@@ -36,9 +36,14 @@ def ca_file(tmp_path_factory) -> Path:
 
 
 def secured(ca_file: Path, **overrides: str) -> dict[str, str]:
-    env = {"PIPELINE_KAFKA_BOOTSTRAP": "k1:9093,k2:9093", "PIPELINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
-           "PIPELINE_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "PIPELINE_KAFKA_SASL_USERNAME": "pipeline",
-           "PIPELINE_KAFKA_SASL_PASSWORD": PASSWORD, "PIPELINE_KAFKA_SSL_CAFILE": str(ca_file)}
+    env = {
+        "PIPELINE_KAFKA_BOOTSTRAP": "k1:9093,k2:9093",
+        "PIPELINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "PIPELINE_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+        "PIPELINE_KAFKA_SASL_USERNAME": "pipeline",
+        "PIPELINE_KAFKA_SASL_PASSWORD": PASSWORD,
+        "PIPELINE_KAFKA_SSL_CAFILE": str(ca_file),
+    }
     env.update(overrides)
     return {k: v for k, v in env.items() if v is not None}
 
@@ -70,24 +75,34 @@ def test_a_plain_cluster_needs_no_security_setting():
     check_login(kafka)  # nothing to check, no connection made
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"PIPELINE_KAFKA_SECURITY_PROTOCOL": "TLS"}, "PIPELINE_KAFKA_SECURITY_PROTOCOL is 'TLS': choose one of"),
-    ({"PIPELINE_KAFKA_SASL_MECHANISM": "GSSAPI"},
-     "PIPELINE_KAFKA_SASL_MECHANISM is 'GSSAPI': choose one of PLAIN"),
-    ({"PIPELINE_KAFKA_SASL_PASSWORD": None},
-     "PIPELINE_KAFKA_SECURITY_PROTOCOL SASL_SSL needs PIPELINE_KAFKA_SASL_PASSWORD"),
-    ({"PIPELINE_KAFKA_SASL_USERNAME": " ", "PIPELINE_KAFKA_SASL_MECHANISM": None},
-     "PIPELINE_KAFKA_SECURITY_PROTOCOL SASL_SSL needs PIPELINE_KAFKA_SASL_MECHANISM, PIPELINE_KAFKA_SASL_USERNAME"),
-    ({"PIPELINE_KAFKA_SECURITY_PROTOCOL": None},
-     "PIPELINE_KAFKA_SASL_MECHANISM, PIPELINE_KAFKA_SASL_USERNAME, PIPELINE_KAFKA_SASL_PASSWORD set but "
-     "PIPELINE_KAFKA_SECURITY_PROTOCOL is PLAINTEXT"),
-    ({"PIPELINE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"},
-     "PIPELINE_KAFKA_SSL_CAFILE set but"),
-    ({"PIPELINE_KAFKA_SSL_CAFILE": "/nonexistent/ca.pem"},
-     "PIPELINE_KAFKA_SSL_CAFILE: cannot read /nonexistent/ca.pem"),
-    ({"PIPELINE_KAFKA_BOOTSTRAP": "k1:9093,k2"}, "PIPELINE_KAFKA_BOOTSTRAP: 'k2' is not host:port"),
-    ({"PIPELINE_KAFKA_SASL_PASSWORD": "change-me"}, "PIPELINE_KAFKA_SASL_PASSWORD is a placeholder"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"PIPELINE_KAFKA_SECURITY_PROTOCOL": "TLS"}, "PIPELINE_KAFKA_SECURITY_PROTOCOL is 'TLS': choose one of"),
+        ({"PIPELINE_KAFKA_SASL_MECHANISM": "GSSAPI"}, "PIPELINE_KAFKA_SASL_MECHANISM is 'GSSAPI': choose one of PLAIN"),
+        (
+            {"PIPELINE_KAFKA_SASL_PASSWORD": None},
+            "PIPELINE_KAFKA_SECURITY_PROTOCOL SASL_SSL needs PIPELINE_KAFKA_SASL_PASSWORD",
+        ),
+        (
+            {"PIPELINE_KAFKA_SASL_USERNAME": " ", "PIPELINE_KAFKA_SASL_MECHANISM": None},
+            "PIPELINE_KAFKA_SECURITY_PROTOCOL SASL_SSL needs PIPELINE_KAFKA_SASL_MECHANISM, "
+            "PIPELINE_KAFKA_SASL_USERNAME",
+        ),
+        (
+            {"PIPELINE_KAFKA_SECURITY_PROTOCOL": None},
+            "PIPELINE_KAFKA_SASL_MECHANISM, PIPELINE_KAFKA_SASL_USERNAME, PIPELINE_KAFKA_SASL_PASSWORD set but "
+            "PIPELINE_KAFKA_SECURITY_PROTOCOL is PLAINTEXT",
+        ),
+        ({"PIPELINE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}, "PIPELINE_KAFKA_SSL_CAFILE set but"),
+        (
+            {"PIPELINE_KAFKA_SSL_CAFILE": "/nonexistent/ca.pem"},
+            "PIPELINE_KAFKA_SSL_CAFILE: cannot read /nonexistent/ca.pem",
+        ),
+        ({"PIPELINE_KAFKA_BOOTSTRAP": "k1:9093,k2"}, "PIPELINE_KAFKA_BOOTSTRAP: 'k2' is not host:port"),
+        ({"PIPELINE_KAFKA_SASL_PASSWORD": "change-me"}, "PIPELINE_KAFKA_SASL_PASSWORD is a placeholder"),
+    ],
+)
 def test_a_wrong_or_missing_setting_is_refused_naming_its_variable(ca_file, overrides, message):
     with pytest.raises(ConfigError, match="^" + message.replace("(", r"\(")) as caught:
         ConnectionSettings.from_env(secured(ca_file, **overrides)).require_kafka()
@@ -113,14 +128,24 @@ def conn(**fields):
 
 
 def test_the_airflow_connection_carries_the_security_settings_over_the_environment(ca_file):
-    kafka_conn = conn(host="broker", port=9093, login="pipeline", password=PASSWORD,
-                      extra=json.dumps({"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-256",
-                                        "ssl_cafile": str(ca_file)}))
+    kafka_conn = conn(
+        host="broker",
+        port=9093,
+        login="pipeline",
+        password=PASSWORD,
+        extra=json.dumps(
+            {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-256", "ssl_cafile": str(ca_file)}
+        ),
+    )
     env = {"PIPELINE_KAFKA_SASL_USERNAME": "env-user", "PIPELINE_KAFKA_SASL_PASSWORD": "env-password-123"}
     settings = settings_from_connections({CONN_KAFKA: kafka_conn}.get, env)
     kafka = settings.require_kafka()
     assert (kafka.bootstrap, kafka.security_protocol, kafka.sasl_mechanism, kafka.sasl_username) == (
-        "broker:9093", "SASL_SSL", "SCRAM-SHA-256", "pipeline")
+        "broker:9093",
+        "SASL_SSL",
+        "SCRAM-SHA-256",
+        "pipeline",
+    )
     assert kafka.sasl_password.get_secret_value() == PASSWORD
     # a connection without login keeps the environment's, field by field
     partial = settings_from_connections({CONN_KAFKA: conn(host="broker", port=9093)}.get, env)
@@ -128,14 +153,23 @@ def test_the_airflow_connection_carries_the_security_settings_over_the_environme
 
 
 def test_the_job_gets_the_connection_s_settings_in_its_environment_never_on_its_command_line(ca_file, tmp_path):
-    kafka_conn = conn(host="broker", port=9093, login="pipeline", password=PASSWORD,
-                      extra={"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "ssl_cafile": str(ca_file)})
+    kafka_conn = conn(
+        host="broker",
+        port=9093,
+        login="pipeline",
+        password=PASSWORD,
+        extra={"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "ssl_cafile": str(ca_file)},
+    )
     settings = settings_from_connections({CONN_KAFKA: kafka_conn}.get, {})
     env = launch_env(settings, base={"PATH": "/bin", "PIPELINE_KAFKA_SASL_PASSWORD": "stale-password-of-worker"})
     assert {k: v for k, v in env.items() if k.startswith("PIPELINE_KAFKA")} == {
-        "PIPELINE_KAFKA_BOOTSTRAP": "broker:9093", "PIPELINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
-        "PIPELINE_KAFKA_SASL_MECHANISM": "PLAIN", "PIPELINE_KAFKA_SASL_USERNAME": "pipeline",
-        "PIPELINE_KAFKA_SASL_PASSWORD": PASSWORD, "PIPELINE_KAFKA_SSL_CAFILE": str(ca_file)}
+        "PIPELINE_KAFKA_BOOTSTRAP": "broker:9093",
+        "PIPELINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "PIPELINE_KAFKA_SASL_MECHANISM": "PLAIN",
+        "PIPELINE_KAFKA_SASL_USERNAME": "pipeline",
+        "PIPELINE_KAFKA_SASL_PASSWORD": PASSWORD,
+        "PIPELINE_KAFKA_SSL_CAFILE": str(ca_file),
+    }
     assert ConnectionSettings.from_env(env).require_kafka() == settings.require_kafka()  # the job reads it back
     command = launch_command(Path("shop.yaml"), LaunchRequest(), settings, "airflow:x", tmp_path / "s.json")
     assert PASSWORD not in " ".join(command)

@@ -38,23 +38,42 @@ def conn(**fields):
 DANGEROUS = [
     ("spark.driver.extraJavaOptions", "-XX:OnOutOfMemoryError='id > /tmp/pwned'"),
     ("spark.executor.extraJavaOptions", "-XX:OnOutOfMemoryError='id'"),
-    ("spark.driver.extraClassPath", "/tmp/evil.jar"), ("spark.jars", "file:///tmp/evil.jar"),
-    ("spark.jars.packages", "evil:evil:1.0"), ("spark.jars.repositories", "http://127.0.0.1:1/"),
-    ("spark.plugins", "org.evil.Plugin"), ("spark.executorEnv.LD_PRELOAD", "/tmp/evil.so"),
-    ("spark.pyspark.python", "/tmp/evil"), ("spark.pyspark.driver.python", "/tmp/evil"),
-    ("spark.master", "spark://127.0.0.1:1"), ("spark.ui.enabled", "true"),
-    ("spark.eventLog.enabled", "true"), ("spark.eventLog.dir", "file:///tmp"),
-    ("spark.python.daemon.module", "evil"), ("spark.python.worker.module", "evil"),
-    ("spark.redaction.regex", "nothing"), ("spark.driver.bindAddress", "0.0.0.0"),
-    ("spark.sql.session.timeZone", "America/New_York"), ("spark.files", "/etc/passwd"),
-    ("spark.submit.pyFiles", "/tmp/evil.py"), ("spark.extraListeners", "org.evil.Listener"),
+    ("spark.driver.extraClassPath", "/tmp/evil.jar"),
+    ("spark.jars", "file:///tmp/evil.jar"),
+    ("spark.jars.packages", "evil:evil:1.0"),
+    ("spark.jars.repositories", "http://127.0.0.1:1/"),
+    ("spark.plugins", "org.evil.Plugin"),
+    ("spark.executorEnv.LD_PRELOAD", "/tmp/evil.so"),
+    ("spark.pyspark.python", "/tmp/evil"),
+    ("spark.pyspark.driver.python", "/tmp/evil"),
+    ("spark.master", "spark://127.0.0.1:1"),
+    ("spark.ui.enabled", "true"),
+    ("spark.eventLog.enabled", "true"),
+    ("spark.eventLog.dir", "file:///tmp"),
+    ("spark.python.daemon.module", "evil"),
+    ("spark.python.worker.module", "evil"),
+    ("spark.redaction.regex", "nothing"),
+    ("spark.driver.bindAddress", "0.0.0.0"),
+    ("spark.sql.session.timeZone", "America/New_York"),
+    ("spark.files", "/etc/passwd"),
+    ("spark.submit.pyFiles", "/tmp/evil.py"),
+    ("spark.extraListeners", "org.evil.Listener"),
 ]
-@pytest.mark.parametrize("conf", [
-    {}, {"mode": "continuous"}, {"restore": "none", "parallelism": 3},
-    {"restore": "0000000012-a3", "pipelines": ["refunds"]}, {"pipelines": ["payments", "refunds"]},
-    {"spark_conf": {"spark.cores.max": "4", "spark.executor.memory": "2g"}},
-    {"stall_seconds": 120, "lease_seconds": 10}, {"stall_seconds": 86_400},
-])
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {},
+        {"mode": "continuous"},
+        {"restore": "none", "parallelism": 3},
+        {"restore": "0000000012-a3", "pipelines": ["refunds"]},
+        {"pipelines": ["payments", "refunds"]},
+        {"spark_conf": {"spark.cores.max": "4", "spark.executor.memory": "2g"}},
+        {"stall_seconds": 120, "lease_seconds": 10},
+        {"stall_seconds": 86_400},
+    ],
+)
 def test_valid_conf_passes_both_the_form_schema_and_the_model(conf):
     for name, value in conf.items():
         jsonschema.validate(value, param_schemas(SHOP)[name]["schema"])
@@ -62,59 +81,81 @@ def test_valid_conf_passes_both_the_form_schema_and_the_model(conf):
     assert request.mode == conf.get("mode", "until_caught_up")
 
 
-@pytest.mark.parametrize("conf, field, message", [
-    ({"mode": "sometimes"}, "mode", "until_caught_up"),
-    ({"restore": "yesterday"}, "restore", "not latest, none or a snapshot id"),
-    ({"restore": "0000000012-a3\n", "pipelines": ["refunds"]}, "restore", "not latest, none or a snapshot id"),
-    ({"restore": "000000001\u0662-a3", "pipelines": ["refunds"]}, "restore", "not latest, none or a snapshot id"),
-    ({"parallelism": 0}, "parallelism", "greater than or equal to 1"),
-    ({"parallelism": 500}, "parallelism", "exceeds max_parallelism 128"),
-    ({"pipelines": ["nope"]}, "pipelines", "no pipeline ['nope']"),
-    ({"restore": "0000000012-a3"}, "restore", "exactly one pipeline"),
-    ({"lease_seconds": 0.1}, "lease_seconds", "greater than or equal to 1"),
-    ({"stall_seconds": 1}, "stall_seconds", "greater than or equal to 2"),
-    ({"stall_seconds": 86_401}, "stall_seconds", "less than or equal to 86400"),
-    ({"stall_seconds": 30, "lease_seconds": 30}, "stall_seconds", "must be more than lease_seconds 30"),
-    ({"surprise": 1}, "surprise", "is not a field of this form"),
-    ({"spark_conf": {"spark.hadoop.fs.s3a.secret.key": "x"}}, "spark_conf", "not one a run may change"),
-    ({"spark_conf": {"spark.ssl.keyStorePassword": "x"}}, "spark_conf", "not one a run may change"),
-    ({"spark_conf": {"hadoop.x": "1"}}, "spark_conf", "not one a run may change"),
-    ({"spark_conf": {"spark.cores.max\n": "1"}}, "spark_conf", "not one a run may change"),
-    *[({"spark_conf": {key: value}}, "spark_conf", "not one a run may change") for key, value in DANGEROUS],
-    ({"spark_conf": {"spark.executor.memory": "lots"}}, "spark_conf", "takes a size from 512m to 1t"),
-    ({"spark_conf": {"spark.driver.memory": "32m"}}, "spark_conf", "takes a size from 512m to 1t"),
-    ({"spark_conf": {"spark.driver.memory": "2g\n"}}, "spark_conf", "takes a size"),
-    ({"spark_conf": {"spark.cores.max": "0"}}, "spark_conf", "a whole number from 1 to 4096"),
-    ({"spark_conf": {"spark.cores.max": "-1"}}, "spark_conf", "a whole number from 1 to 4096"),
-    ({"spark_conf": {"spark.dynamicAllocation.enabled": "yes"}}, "spark_conf", "true or false"),
-])
+@pytest.mark.parametrize(
+    "conf, field, message",
+    [
+        ({"mode": "sometimes"}, "mode", "until_caught_up"),
+        ({"restore": "yesterday"}, "restore", "not latest, none or a snapshot id"),
+        ({"restore": "0000000012-a3\n", "pipelines": ["refunds"]}, "restore", "not latest, none or a snapshot id"),
+        ({"restore": "000000001\u0662-a3", "pipelines": ["refunds"]}, "restore", "not latest, none or a snapshot id"),
+        ({"parallelism": 0}, "parallelism", "greater than or equal to 1"),
+        ({"parallelism": 500}, "parallelism", "exceeds max_parallelism 128"),
+        ({"pipelines": ["nope"]}, "pipelines", "no pipeline ['nope']"),
+        ({"restore": "0000000012-a3"}, "restore", "exactly one pipeline"),
+        ({"lease_seconds": 0.1}, "lease_seconds", "greater than or equal to 1"),
+        ({"stall_seconds": 1}, "stall_seconds", "greater than or equal to 2"),
+        ({"stall_seconds": 86_401}, "stall_seconds", "less than or equal to 86400"),
+        ({"stall_seconds": 30, "lease_seconds": 30}, "stall_seconds", "must be more than lease_seconds 30"),
+        ({"surprise": 1}, "surprise", "is not a field of this form"),
+        ({"spark_conf": {"spark.hadoop.fs.s3a.secret.key": "x"}}, "spark_conf", "not one a run may change"),
+        ({"spark_conf": {"spark.ssl.keyStorePassword": "x"}}, "spark_conf", "not one a run may change"),
+        ({"spark_conf": {"hadoop.x": "1"}}, "spark_conf", "not one a run may change"),
+        ({"spark_conf": {"spark.cores.max\n": "1"}}, "spark_conf", "not one a run may change"),
+        *[({"spark_conf": {key: value}}, "spark_conf", "not one a run may change") for key, value in DANGEROUS],
+        ({"spark_conf": {"spark.executor.memory": "lots"}}, "spark_conf", "takes a size from 512m to 1t"),
+        ({"spark_conf": {"spark.driver.memory": "32m"}}, "spark_conf", "takes a size from 512m to 1t"),
+        ({"spark_conf": {"spark.driver.memory": "2g\n"}}, "spark_conf", "takes a size"),
+        ({"spark_conf": {"spark.cores.max": "0"}}, "spark_conf", "a whole number from 1 to 4096"),
+        ({"spark_conf": {"spark.cores.max": "-1"}}, "spark_conf", "a whole number from 1 to 4096"),
+        ({"spark_conf": {"spark.dynamicAllocation.enabled": "yes"}}, "spark_conf", "true or false"),
+    ],
+)
 def test_invalid_conf_is_rejected_naming_the_param(conf, field, message):
     with pytest.raises(SpecError) as err:
         LaunchRequest.from_conf(conf, SHOP)
     assert f"param {field}" in str(err.value) and message in str(err.value)
 
 
-@pytest.mark.parametrize("name, value", [
-    ("mode", "sometimes"), ("restore", "yesterday"), ("restore", "0000000012-a3\n"), ("restore", "latest\n"),
-    ("restore", "000000001\u0662-a3"), ("parallelism", 0), ("parallelism", 129),
-    ("pipelines", ["nope"]), ("parallelism", "2"),
-    ("spark_conf", {"spark.hadoop.fs.s3a.secret.key": "x"}), ("spark_conf", {"spark.ssl.keyStorePassword": "x"}),
-    ("spark_conf", {"spark.authenticate.secret": "x"}), ("spark_conf", {"hadoop.x": "1"}),
-    ("spark_conf", {"spark.cores.max": 4}), ("spark_conf", {"spark.cores.max\n": "4"}), ("stall_seconds", 1),
-    *[("spark_conf", {key: value}) for key, value in DANGEROUS],
-    ("spark_conf", {"spark.executor.memory": "lots"}), ("spark_conf", {"spark.cores.max": "four"}),
-    ("spark_conf", {"spark.driver.memory": "2g\n"}), ("spark_conf", {"spark.dynamicAllocation.enabled": "1"}),
-    ("stall_seconds", 86_401),
-    ("stall_seconds", "600"),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("mode", "sometimes"),
+        ("restore", "yesterday"),
+        ("restore", "0000000012-a3\n"),
+        ("restore", "latest\n"),
+        ("restore", "000000001\u0662-a3"),
+        ("parallelism", 0),
+        ("parallelism", 129),
+        ("pipelines", ["nope"]),
+        ("parallelism", "2"),
+        ("spark_conf", {"spark.hadoop.fs.s3a.secret.key": "x"}),
+        ("spark_conf", {"spark.ssl.keyStorePassword": "x"}),
+        ("spark_conf", {"spark.authenticate.secret": "x"}),
+        ("spark_conf", {"hadoop.x": "1"}),
+        ("spark_conf", {"spark.cores.max": 4}),
+        ("spark_conf", {"spark.cores.max\n": "4"}),
+        ("stall_seconds", 1),
+        *[("spark_conf", {key: value}) for key, value in DANGEROUS],
+        ("spark_conf", {"spark.executor.memory": "lots"}),
+        ("spark_conf", {"spark.cores.max": "four"}),
+        ("spark_conf", {"spark.driver.memory": "2g\n"}),
+        ("spark_conf", {"spark.dynamicAllocation.enabled": "1"}),
+        ("stall_seconds", 86_401),
+        ("stall_seconds", "600"),
+    ],
+)
 def test_the_form_schema_rejects_what_the_model_rejects(name, value):
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(value, param_schemas(SHOP)[name]["schema"])
 
 
 # -- connections --------------------------------------------------------------------------
-ENV = {"PIPELINE_KAFKA_BOOTSTRAP": "env-kafka:9092", "PIPELINE_S3_ENDPOINT": "http://env-s3:9000",
-       "PIPELINE_S3_ACCESS_KEY": "env-access-key", "PIPELINE_S3_SECRET_KEY": "env-secret-key"}
+ENV = {
+    "PIPELINE_KAFKA_BOOTSTRAP": "env-kafka:9092",
+    "PIPELINE_S3_ENDPOINT": "http://env-s3:9000",
+    "PIPELINE_S3_ACCESS_KEY": "env-access-key",
+    "PIPELINE_S3_SECRET_KEY": "env-secret-key",
+}
 
 
 def test_connections_win_over_the_environment_field_by_field():
@@ -139,8 +180,11 @@ def test_no_connections_means_the_environment():
 
 
 def test_a_local_master_and_an_endpoint_with_its_port_are_kept_as_given():
-    conns = {CONN_SPARK: conn(host="local[2]"), CONN_S3: conn(host="https://s3.example:8443", port=9000),
-             CONN_KAFKA: conn(host="broker", port=19092)}
+    conns = {
+        CONN_SPARK: conn(host="local[2]"),
+        CONN_S3: conn(host="https://s3.example:8443", port=9000),
+        CONN_KAFKA: conn(host="broker", port=19092),
+    }
     s = settings_from_connections(conns.get, {})
     assert s.spark_master == "local[2]"
     assert s.s3_endpoint == "https://s3.example:8443"
@@ -150,8 +194,10 @@ def test_a_local_master_and_an_endpoint_with_its_port_are_kept_as_given():
 def test_the_page_reads_s3_with_its_own_key_and_the_tasks_never_do():
     """The Pipelines page (api-server) takes pipeline_s3_ui, the read-only key, over pipeline_s3;
     the tasks (airflow_settings) never take it, so a job cannot end up with a key that cannot write."""
-    conns = {CONN_S3: conn(host="minio", port=9000, login="pipeline-user", password="pipeline-secret"),
-             CONN_S3_UI: conn(host="minio", port=9000, login="page-user", password="page-secret")}
+    conns = {
+        CONN_S3: conn(host="minio", port=9000, login="pipeline-user", password="pipeline-secret"),
+        CONN_S3_UI: conn(host="minio", port=9000, login="page-user", password="page-secret"),
+    }
     page = page_settings_from_connections(conns.get, {})
     assert page.s3_access_key.get_secret_value() == "page-user"
     assert page.s3_secret_key.get_secret_value() == "page-secret"
@@ -161,7 +207,8 @@ def test_the_page_reads_s3_with_its_own_key_and_the_tasks_never_do():
     assert only_page.s3_access_key is None and only_page.s3_endpoint is None
     # a deployment without pipeline_s3_ui keeps its page working on pipeline_s3
     assert page_settings_from_connections({CONN_S3: conns[CONN_S3]}.get, {}).s3_access_key.get_secret_value() == (
-        "pipeline-user")
+        "pipeline-user"
+    )
 
 
 def test_a_job_with_its_own_s3_connection_is_read_by_the_page_through_that_connection_s_ui_key():
@@ -170,9 +217,11 @@ def test_a_job_with_its_own_s3_connection_is_read_by_the_page_through_that_conne
     from pipeline_lib.spec.models import AirflowConnectionsSpec
 
     ids = AirflowConnectionsSpec(s3="lake_s3")
-    conns = {"lake_s3": conn(host="lake", port=9000, login="lake-writer", password="lake-secret-1"),
-             "lake_s3_ui": conn(host="lake", port=9000, login="lake-reader", password="lake-secret-2"),
-             CONN_S3_UI: conn(host="minio", port=9000, login="page-user", password="page-secret")}
+    conns = {
+        "lake_s3": conn(host="lake", port=9000, login="lake-writer", password="lake-secret-1"),
+        "lake_s3_ui": conn(host="lake", port=9000, login="lake-reader", password="lake-secret-2"),
+        CONN_S3_UI: conn(host="minio", port=9000, login="page-user", password="page-secret"),
+    }
     assert page_settings_from_connections(conns.get, {}, ids=ids).s3_access_key.get_secret_value() == "lake-reader"
     del conns["lake_s3_ui"]
     assert page_settings_from_connections(conns.get, {}, ids=ids).s3_access_key.get_secret_value() == "lake-writer"
@@ -180,10 +229,13 @@ def test_a_job_with_its_own_s3_connection_is_read_by_the_page_through_that_conne
 
 # -- launch -------------------------------------------------------------------------------
 def test_local_mode_runs_the_cli_and_a_master_means_spark_submit(tmp_path):
-    request = LaunchRequest.from_conf({"mode": "continuous", "pipelines": ["payments"], "parallelism": 3,
-                                       "spark_conf": {"spark.cores.max": "2"}}, SHOP)
-    local = launch_command(Path("shop.yaml"), request, ConnectionSettings.from_env(ENV), "airflow:x",
-                           tmp_path / "s.json")
+    request = LaunchRequest.from_conf(
+        {"mode": "continuous", "pipelines": ["payments"], "parallelism": 3, "spark_conf": {"spark.cores.max": "2"}},
+        SHOP,
+    )
+    local = launch_command(
+        Path("shop.yaml"), request, ConnectionSettings.from_env(ENV), "airflow:x", tmp_path / "s.json"
+    )
     assert local[1:4] == ["-m", "pipeline_lib.cli", "run"]
     assert local[local.index("--run-conf") + 1] == "spark.cores.max=2"
     assert "--forever" in local and local[local.index("--pipeline") + 1] == "payments"
@@ -209,14 +261,27 @@ AIRFLOW_SECRETS = {
     "AIRFLOW__API__SECRET_KEY": "api-secret-key-of-the-airflow-worker",
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql+psycopg2://airflow:db-password@postgres/airflow",
     "AIRFLOW_CONN_PIPELINE_S3": '{"conn_type": "generic", "password": "conn-password"}',
-    "AIRFLOW_VAR_TOKEN": "variable-token-value", "AWS_SECRET_ACCESS_KEY": "aws-secret-of-the-worker",
+    "AIRFLOW_VAR_TOKEN": "variable-token-value",
+    "AWS_SECRET_ACCESS_KEY": "aws-secret-of-the-worker",
     "LD_PRELOAD": "/tmp/evil.so",
 }
-NEEDED = {"PATH": "/usr/bin:/bin", "HOME": "/home/airflow", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC",
-          "TMPDIR": "/scratch", "JAVA_HOME": "/usr/lib/jvm/java-17", "JAVA_TOOL_OPTIONS": "-Xss4m",
-          "SPARK_CONF_DIR": "/etc/spark", "PYSPARK_PYTHON": "python3", "PYTHONPATH": "/opt/hooks",
-          "VIRTUAL_ENV": "/opt/venv", "SSL_CERT_FILE": "/etc/ca.pem", "PIPELINE_FAULT_POINTS": "after_plan@1",
-          "PIPELINE_HOOK_SETTING": "x"}
+NEEDED = {
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/home/airflow",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "TZ": "UTC",
+    "TMPDIR": "/scratch",
+    "JAVA_HOME": "/usr/lib/jvm/java-17",
+    "JAVA_TOOL_OPTIONS": "-Xss4m",
+    "SPARK_CONF_DIR": "/etc/spark",
+    "PYSPARK_PYTHON": "python3",
+    "PYTHONPATH": "/opt/hooks",
+    "VIRTUAL_ENV": "/opt/venv",
+    "SSL_CERT_FILE": "/etc/ca.pem",
+    "PIPELINE_FAULT_POINTS": "after_plan@1",
+    "PIPELINE_HOOK_SETTING": "x",
+}
 
 
 def test_the_job_inherits_an_allowlist_of_the_worker_environment():
@@ -242,7 +307,7 @@ def test_a_launched_child_sees_no_airflow_secret(tmp_path, monkeypatch):
     run.start(lines.append)
     result = run.wait(lines.append)
     assert result.returncode == 0, lines
-    child = json.loads(next(line for line in lines if line.startswith("env: "))[len("env: "):])
+    child = json.loads(next(line for line in lines if line.startswith("env: "))[len("env: ") :])
     assert not set(AIRFLOW_SECRETS) & set(child), sorted(set(AIRFLOW_SECRETS) & set(child))
     assert not any(value in json.dumps(child) for value in AIRFLOW_SECRETS.values())
     assert child["PIPELINE_HOOK_SETTING"] == "kept" and child["PATH"] == os.environ["PATH"]
@@ -255,9 +320,17 @@ def test_the_summary_a_run_returns_is_scrubbed(tmp_path):
     quote a credential (here URL-encoded, as a client library puts it in a request URL)."""
     settings = ConnectionSettings.from_env(ENV)
     run = LaunchedRun(Path("shop.yaml"), LaunchRequest(), settings, "airflow:test")
-    summary = {"job": "shop", "pipelines": [{"name": "payments", "status": "FAILED", "records": 3,
-                                             "reason": "GET http://s3/?X-Amz-Credential=env-access-key%2F2026 "
-                                                       "failed: {\"key\": \"env-secret-key\"}"}]}
+    summary = {
+        "job": "shop",
+        "pipelines": [
+            {
+                "name": "payments",
+                "status": "FAILED",
+                "records": 3,
+                "reason": 'GET http://s3/?X-Amz-Credential=env-access-key%2F2026 failed: {"key": "env-secret-key"}',
+            }
+        ],
+    }
     write = f"import json, sys; open(sys.argv[1], 'w').write(json.dumps({summary!r}))"
     run.command = [sys.executable, "-c", write, str(run.summary_path)]
     lines: list[str] = []

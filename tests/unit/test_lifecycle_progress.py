@@ -43,9 +43,12 @@ def test_the_heartbeat_carries_progress_and_a_newer_attempt_stops_the_old_one(tm
 
 def test_a_run_that_ends_on_its_own_says_whether_it_caught_up(tmp_path):
     snapshots = SnapshotStore(open_store(f"file://{tmp_path}/ckpt", SETTINGS), "job", "main")
-    for lag, given, expected in ((0, None, "caught up"), (None, None, "caught up"),
-                                 (40, None, "ended with 40 records waiting"),
-                                 (0, "stopped on request (SIGTERM)", "stopped on request (SIGTERM)")):
+    for lag, given, expected in (
+        (0, None, "caught up"),
+        (None, None, "caught up"),
+        (40, None, "ended with 40 records waiting"),
+        (0, "stopped on request (SIGTERM)", "stopped on request (SIGTERM)"),
+    ):
         lifecycle = Lifecycle(snapshots, 1, LAUNCH)
         lifecycle.schedule(0, 2, 60)
         try:

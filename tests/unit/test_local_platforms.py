@@ -106,8 +106,7 @@ def test_moto_app_serves_one_request_at_a_time() -> None:
 
     serial = moto_s3.one_at_a_time(app)
     bodies: list[list[bytes]] = []
-    threads = [threading.Thread(target=lambda: bodies.append(list(serial({}, lambda *a: None))))
-               for _ in range(6)]
+    threads = [threading.Thread(target=lambda: bodies.append(list(serial({}, lambda *a: None)))) for _ in range(6)]
     for t in threads:
         t.start()
     for t in threads:
@@ -116,8 +115,20 @@ def test_moto_app_serves_one_request_at_a_time() -> None:
 
 
 def test_moto_stack_is_never_restarted_in_place(tmp_path: Path) -> None:
-    info = StackInfo(tmp_path, "127.0.0.1:1", "http://127.0.0.1:2", "a" * 20, "s" * 40, None, 999_999,
-                     {"s3": 2, "broker": 1}, "memory", "", sys.executable, "moto")
+    info = StackInfo(
+        tmp_path,
+        "127.0.0.1:1",
+        "http://127.0.0.1:2",
+        "a" * 20,
+        "s" * 40,
+        None,
+        999_999,
+        {"s3": 2, "broker": 1},
+        "memory",
+        "",
+        sys.executable,
+        "moto",
+    )
     _save(info)
     with pytest.raises(StackError, match="in memory"):
         restart_stack_s3(tmp_path)

@@ -62,7 +62,8 @@ def granted(doc: dict[str, Any]) -> dict[str, set[str]]:
                 else:
                     assert action in READ_ACTIONS | WRITE_ACTIONS, f"{action} on objects: {statement}"
                     assert key.endswith("/*") and "*" not in key[:-1] and key != "*", (
-                        f"{resource}: an object resource must be one prefix, path/*")
+                        f"{resource}: an object resource must be one prefix, path/*"
+                    )
                     allowed.setdefault(action, set()).add(f"{bucket}/{key[:-1]}")
     return allowed
 
@@ -76,7 +77,8 @@ def test_each_job_policy_names_exactly_its_own_prefixes() -> None:
         assert set(allowed) == BUCKET_ACTIONS | READ_ACTIONS | WRITE_ACTIONS, (job.policy, sorted(allowed))
         for action in READ_ACTIONS | WRITE_ACTIONS:
             assert allowed[action] == mine, (
-                f"{job.policy}.json: {action} on {sorted(allowed[action])}, job {job.name} uses {sorted(mine)}")
+                f"{job.policy}.json: {action} on {sorted(allowed[action])}, job {job.name} uses {sorted(mine)}"
+            )
         assert allowed["s3:ListBucket"] == mine, (job.policy, allowed["s3:ListBucket"])
         for action in BUCKET_ACTIONS - {"s3:ListBucket"}:  # the store checks its bucket once
             assert allowed[action] == {p.split("/", 1)[0] for p in mine}, (job.policy, allowed[action])
@@ -121,7 +123,7 @@ def test_minio_init_creates_and_attaches_each_policy_file() -> None:
         assert f"mc admin policy create stack {name} /policies/{name}.json" in script, name
         assert re.search(rf'grant "\$\$\{{{access}\}}" "\$\$\{{{secret}\}}" {name}\n', script), name
         assert f'refuse_placeholder {secret} "$${{{secret}}}"' in script, secret
-        assert f'"$${{{access}}}"' in script[:script.index("export MC_HOST_stack")], f"{access} is not compared"
+        assert f'"$${{{access}}}"' in script[: script.index("export MC_HOST_stack")], f"{access} is not compared"
         assert init["environment"][secret].startswith(f"${{{secret}:?"), secret
     assert len(re.findall(r"^\s*grant ", script, re.MULTILINE)) == len(grants), script
     assert "policy attach stack readwrite" not in script and "policy detach stack readwrite" in script

@@ -45,7 +45,7 @@ def test_every_marker_names_a_listed_mutant():
     assert not orphans, f"`# guard:` markers naming no mutant of tools/mutants.py: {orphans}"
 
 
-SOURCE = '''\
+SOURCE = """\
 def f(a, b):
     if a and b:  # guard: m-if
         return 1
@@ -56,13 +56,16 @@ def f(a, b):
     z = 1  # guard: m-block
     w = 2  # guard: m-block
     return x + y
-'''
+"""
 
 
-@pytest.mark.parametrize(("original", "replacement", "expected"), [
-    ("b", "True", "    if a and (True):  # guard: m-if\n"),
-    ("if a and b:\n    return 1", "pass", "    pass\n"),
-])
+@pytest.mark.parametrize(
+    ("original", "replacement", "expected"),
+    [
+        ("b", "True", "    if a and (True):  # guard: m-if\n"),
+        ("if a and b:\n    return 1", "pass", "    pass\n"),
+    ],
+)
 def test_a_marker_on_a_compound_statement_selects_its_header_or_the_whole_statement(original, replacement, expected):
     mutation = _mutation()
     mutant = mutation.Mutant("m-if", "f.py", original, replacement, "")
@@ -83,13 +86,16 @@ def test_a_block_of_marked_statements_is_replaced_whole_and_re_indented():
     assert "    w = 2\n    z = 1  # guard: m-block\n" in mutation.mutate(mutant, SOURCE)
 
 
-@pytest.mark.parametrize(("source", "original", "why"), [
-    (SOURCE.replace("  # guard: m-if", ""), "b", "no `# guard: m-if` marker"),
-    (SOURCE + "\n\nq = 1  # guard: m-if\n", "b", "not one run of consecutive statements"),
-    (SOURCE, "c", "occurs 0 times"),
-    (SOURCE, "if a and b:\n    return 2", "is not the statement"),
-    (SOURCE.replace("x = g(a,", "x = g(a,  # guard: m-if"), "b", "marker is on 2 statements"),
-])
+@pytest.mark.parametrize(
+    ("source", "original", "why"),
+    [
+        (SOURCE.replace("  # guard: m-if", ""), "b", "no `# guard: m-if` marker"),
+        (SOURCE + "\n\nq = 1  # guard: m-if\n", "b", "not one run of consecutive statements"),
+        (SOURCE, "c", "occurs 0 times"),
+        (SOURCE, "if a and b:\n    return 2", "is not the statement"),
+        (SOURCE.replace("x = g(a,", "x = g(a,  # guard: m-if"), "b", "marker is on 2 statements"),
+    ],
+)
 def test_a_missing_or_moved_marker_or_a_changed_original_is_stale(source, original, why):
     mutation = _mutation()
     with pytest.raises(mutation.StaleMutant, match=why):

@@ -59,8 +59,11 @@ def points(requests) -> dict[tuple[str, tuple], tuple[str, float]]:
                     kind = metric.WhichOneof("data")
                     for point in getattr(metric, kind).data_points:
                         attrs = tuple(sorted((a.key, a.value.string_value) for a in point.attributes))
-                        value = point.sum if kind == "histogram" else (
-                            point.as_int if point.WhichOneof("value") == "as_int" else point.as_double)
+                        value = (
+                            point.sum
+                            if kind == "histogram"
+                            else (point.as_int if point.WhichOneof("value") == "as_int" else point.as_double)
+                        )
                         found[(metric.name, attrs)] = (kind, value)
     return found
 
@@ -69,14 +72,21 @@ def test_a_run_s_metrics_reach_an_otlp_collector_with_attributes(collector):
     from pipeline_lib.otel_metrics import OtelRunMetrics
 
     endpoint = f"http://127.0.0.1:{collector.server_address[1]}"
-    metrics = OtelRunMetrics.from_env("spend per user", {"PIPELINE_OTEL_ENDPOINT": endpoint,
-                                                         "PIPELINE_OTEL_INTERVAL_MS": "3600000"})
+    metrics = OtelRunMetrics.from_env(
+        "spend per user", {"PIPELINE_OTEL_ENDPOINT": endpoint, "PIPELINE_OTEL_INTERVAL_MS": "3600000"}
+    )
     assert metrics is not None
     metrics.epoch(REPORT)
     assert collector.requests == []  # exported in the background or at the end, never inside an epoch
-    metrics.run(JobSummary("spend per user", [
-        PipelineOutcome("main", "RAN", attempt=2, restored_from="0000000003-a1", restore_seconds=1.5),
-        PipelineOutcome("refunds", "FAILED", attempt=4, reason="fenced", fenced=True)]))
+    metrics.run(
+        JobSummary(
+            "spend per user",
+            [
+                PipelineOutcome("main", "RAN", attempt=2, restored_from="0000000003-a1", restore_seconds=1.5),
+                PipelineOutcome("refunds", "FAILED", attempt=4, reason="fenced", fenced=True),
+            ],
+        )
+    )
 
     assert {(path, kind) for path, kind, _ in collector.requests} == {("/v1/metrics", "application/x-protobuf")}
     resource = {a.key: a.value.string_value for a in collector.requests[0][2].resource_metrics[0].resource.attributes}
@@ -85,15 +95,20 @@ def test_a_run_s_metrics_reach_an_otlp_collector_with_attributes(collector):
 
     def phase(name: str) -> tuple:
         return tuple(sorted((*main, ("phase", name))))
+
     got = points(collector.requests)
     assert got == {
-        ("pipeline_lib.records", main): ("sum", 20_000), ("pipeline_lib.records_per_second", main): ("gauge", 40_000),
-        ("pipeline_lib.lag", main): ("gauge", 60_000), ("pipeline_lib.epoch_duration", main): ("histogram", 500.0),
+        ("pipeline_lib.records", main): ("sum", 20_000),
+        ("pipeline_lib.records_per_second", main): ("gauge", 40_000),
+        ("pipeline_lib.lag", main): ("gauge", 60_000),
+        ("pipeline_lib.epoch_duration", main): ("histogram", 500.0),
         ("pipeline_lib.phase", phase("spark")): ("histogram", 250.0),
         ("pipeline_lib.phase", phase("commit")): ("histogram", 12.5),
-        ("pipeline_lib.state_keys", main): ("gauge", 5_000), ("pipeline_lib.state_bytes", main): ("gauge", 90_000),
+        ("pipeline_lib.state_keys", main): ("gauge", 5_000),
+        ("pipeline_lib.state_bytes", main): ("gauge", 90_000),
         ("pipeline_lib.state_bytes_written", main): ("sum", 4_500),
-        ("pipeline_lib.rows_written", main): ("sum", 4_980), ("pipeline_lib.bad_records", main): ("sum", 2),
+        ("pipeline_lib.rows_written", main): ("sum", 4_980),
+        ("pipeline_lib.bad_records", main): ("sum", 2),
         ("pipeline_lib.restore_duration", main): ("histogram", 1500.0),
         ("pipeline_lib.fenced", (("job", "spend per user"), ("pipeline", "refunds"))): ("sum", 1),
     }

@@ -73,8 +73,9 @@ def test_a_span_size_that_does_not_divide_the_old_one_loses_no_key(tmp_path, old
         where = f"{old}->{new} key groups per file, parallelism {before}->{after}"
         assert _state_rows(root, epoch2) == expected, where
         assert epoch2.keys == len(expected), where
-        assert all(owners.span_of(f.key_group_start) == (f.key_group_start, f.key_group_end)
-                   for f in epoch2.files), where
+        assert all(owners.span_of(f.key_group_start) == (f.key_group_start, f.key_group_end) for f in epoch2.files), (
+            where
+        )
 
 
 # -- the executor cache ---------------------------------------------------------------------------
@@ -109,8 +110,9 @@ def test_the_cache_gives_every_epoch_what_the_store_would_steady_lost_and_rewoun
         if epoch == 5:
             shutil.rmtree(tmp_path / "local")  # the executor went: epoch 5 folds its chains from the store
         cached.append(_run_all(root, owners, epoch, _changes(epoch), base=cached[-1].files, cache_bytes=bound))
-        expected = {u: (t, n) for u, (t, _, n) in _expected([t for e in range(1, epoch + 1)
-                                                            for t in _changes(e)]).items()}
+        expected = {
+            u: (t, n) for u, (t, _, n) in _expected([t for e in range(1, epoch + 1) for t in _changes(e)]).items()
+        }
         assert _state_rows(root, cached[-1]) == expected, f"epoch {epoch}"
         assert _sink_bytes(cached[-1]) == _sink_bytes(plain[epoch - 1]), f"epoch {epoch}"
         if epoch < 5:  # steady: every span it rewrites is in the cache, under its chain's digest
@@ -165,8 +167,10 @@ def test_owners_disagreeing_on_a_flow_s_columns_refuse_the_snapshot(job):
     keys = manifest.flows["job"].state.keys
     ints = pa.schema([("user", pa.string()), ("total", pa.int64()), ("n", pa.int64())])
     floats = pa.schema([("user", pa.string()), ("total", pa.float64()), ("n", pa.int64())])
-    checks = [OwnerCheck(0, 1, {"job": keys - 1}, {"job": _schema_b64(ints)}),
-              OwnerCheck(1, 1, {"job": 1}, {"job": _schema_b64(floats)})]
+    checks = [
+        OwnerCheck(0, 1, {"job": keys - 1}, {"job": _schema_b64(ints)}),
+        OwnerCheck(1, 1, {"job": 1}, {"job": _schema_b64(floats)}),
+    ]
     with pytest.raises(SnapshotError, match="flow job: state files have columns"):
         check_results(manifest, checks)
     assert check_results(manifest, [checks[0], OwnerCheck(1, 1, {"job": 1}, {"job": _schema_b64(ints)})])
@@ -182,26 +186,40 @@ def _recast_spans(job: Job, spans: str) -> None:
         entry = next(f for f in files if f.deltas)
         delta = entry.deltas[-1]
         table, groups = _decoded(snapshots, delta)
-        [ref] = write_state_files(snapshots.store, NEWER, "job", [(delta.key_group_start, delta.key_group_end)],
-                                  lambda span: (_as_double(table), groups), task_attempt=7)
+        [ref] = write_state_files(
+            snapshots.store,
+            NEWER,
+            "job",
+            [(delta.key_group_start, delta.key_group_end)],
+            lambda span: (_as_double(table), groups),
+            task_attempt=7,
+        )
 
         def change(data: dict) -> None:
             for f in data["flows"]["job"]["state"]["files"]:
                 if f["key_group_start"] == entry.key_group_start:
                     f["deltas"][-1] = ref.model_dump(mode="json", exclude_none=True)
+
         rewrite_manifest(job, change)
         return
     moved = [f for f in files if f.key_group_start >= 64]
     assert moved and len(moved) < len(files)
     decoded, _ = read_spans(snapshots, moved, 1)
     rows = {(f.key_group_start, f.key_group_end): (_as_double(t), g) for f, (t, g) in zip(moved, decoded)}
-    written = {r.key_group_start: r for r in write_state_files(snapshots.store, NEWER, "job", sorted(rows),
-                                                               rows.__getitem__, task_attempt=7)}
+    written = {
+        r.key_group_start: r
+        for r in write_state_files(snapshots.store, NEWER, "job", sorted(rows), rows.__getitem__, task_attempt=7)
+    }
 
     def replace(data: dict) -> None:
         state = data["flows"]["job"]["state"]
-        state["files"] = [written[f["key_group_start"]].model_dump(mode="json", exclude_none=True)
-                          if f["key_group_start"] in written else f for f in state["files"]]
+        state["files"] = [
+            written[f["key_group_start"]].model_dump(mode="json", exclude_none=True)
+            if f["key_group_start"] in written
+            else f
+            for f in state["files"]
+        ]
+
     rewrite_manifest(job, replace)
 
 
@@ -224,8 +242,11 @@ def test_state_files_with_other_columns_make_the_restore_fall_back(job, caplog, 
     chain) are a damaged snapshot: the restore falls back to the one before, on the driver and
     on the executors, and a restore of that snapshot's id refuses naming the columns."""
     _recast_spans(job, spans)
-    restore = job.restore if where == "driver" else (
-        lambda which="latest": restore_on_executors(job, which, parallelism=int(where.split()[1])))
+    restore = (
+        job.restore
+        if where == "driver"
+        else (lambda which="latest": restore_on_executors(job, which, parallelism=int(where.split()[1])))
+    )
     with caplog.at_level(logging.ERROR, logger="pipeline_lib.checkpoint.restore"):
         restored = restore()
     assert restored.manifest.snapshot_id == OLDER and restored.fell_back_from == [NEWER]

@@ -62,8 +62,13 @@ def test_owners_hold_whole_spans_covering_every_key_group_once(parallelism, per_
 def _events(seed: int, n: int = 400) -> pa.Table:
     rng = random.Random(seed)
     users = [f"u{rng.randrange(60)}" for _ in range(n)]
-    return pa.table({"user": users, "amount": [rng.randrange(-50, 100) for _ in range(n)],
-                     "share": [rng.random() / 3 for _ in range(n)]})
+    return pa.table(
+        {
+            "user": users,
+            "amount": [rng.randrange(-50, 100) for _ in range(n)],
+            "share": [rng.random() / 3 for _ in range(n)],
+        }
+    )
 
 
 def _partial_of(events: pa.Table) -> pa.Table:
@@ -113,10 +118,21 @@ def test_the_merge_order_is_fixed_whatever_order_the_shuffle_delivers(tmp_path):
 
 def _task(root, owners: SpanOwners, epoch: int, base=(), cache_bytes: int = 0) -> OwnerTask:
     flow = _flow(root, base)
-    flow = OwnerFlow(flow.name, flow.aggregate, flow.schema,
-                     TaskPartWriter(flow.sink.location, SETTINGS, "jsonl", epoch, 1, OWNER_LABEL), flow.base)
-    return OwnerTask(CheckpointAt(f"file://{root}/ckpt", "job", "main", SETTINGS), snapshot_id_for(epoch, 1), epoch,
-                     owners, flow, cache_bytes)
+    flow = OwnerFlow(
+        flow.name,
+        flow.aggregate,
+        flow.schema,
+        TaskPartWriter(flow.sink.location, SETTINGS, "jsonl", epoch, 1, OWNER_LABEL),
+        flow.base,
+    )
+    return OwnerTask(
+        CheckpointAt(f"file://{root}/ckpt", "job", "main", SETTINGS),
+        snapshot_id_for(epoch, 1),
+        epoch,
+        owners,
+        flow,
+        cache_bytes,
+    )
 
 
 def _expected(events: list[pa.Table]) -> dict[str, tuple]:
@@ -128,10 +144,13 @@ def _expected(events: list[pa.Table]) -> dict[str, tuple]:
     return out
 
 
-def _run_all(root, owners: SpanOwners, epoch: int, tasks: list[pa.Table], base=(), attempt: int = 0,
-             cache_bytes: int = 0) -> OwnedFlow:
-    results = [_task(root, owners, epoch, base, cache_bytes).run(o, attempt, _pieces(owners, o, tasks))
-               for o in range(owners.parallelism)]
+def _run_all(
+    root, owners: SpanOwners, epoch: int, tasks: list[pa.Table], base=(), attempt: int = 0, cache_bytes: int = 0
+) -> OwnedFlow:
+    results = [
+        _task(root, owners, epoch, base, cache_bytes).run(o, attempt, _pieces(owners, o, tasks))
+        for o in range(owners.parallelism)
+    ]
     for result in results:  # references and counts only, and they survive the trip to the driver
         assert OwnedSpans.from_json(result.to_json()) == result
     return OwnedFlow(tuple(results))
@@ -181,7 +200,7 @@ def test_a_corrupt_base_file_fails_the_owner_task_naming_it(tmp_path):
     ckpt = open_store(f"file://{tmp_path}/ckpt/pipelines/main", SETTINGS)
     victim = epoch1.files[0]
     data = ckpt.get(victim.key)
-    ckpt.put(victim.key, data[:victim.offset or 0] + b"x" + data[(victim.offset or 0) + 1:])
+    ckpt.put(victim.key, data[: victim.offset or 0] + b"x" + data[(victim.offset or 0) + 1 :])
     with pytest.raises(SnapshotError, match="is corrupt"):
         _run_all(tmp_path, owners, 2, [_events(4)], base=epoch1.files)
 
@@ -191,8 +210,7 @@ def test_another_span_size_rewrites_every_span_on_the_new_grid(tmp_path):
     epoch1 = _run_all(tmp_path, SpanOwners(2, MAXP, 8), 1, events)
     owners = SpanOwners(3, MAXP, 2)  # a rescale and another span size at once
     epoch2 = _run_all(tmp_path, owners, 2, [], base=epoch1.files)
-    assert all(f.key.startswith("state/0000000002") and f.key_group_end - f.key_group_start == 2
-               for f in epoch2.files)
+    assert all(f.key.startswith("state/0000000002") and f.key_group_end - f.key_group_start == 2 for f in epoch2.files)
     assert epoch2.keys == epoch1.keys and epoch2.rows == 0
 
 
@@ -202,15 +220,29 @@ def test_the_driver_commits_the_owner_references_and_a_restore_reads_them(tmp_pa
     owned = _run_all(tmp_path, owners, 1, events)
     snapshots = SnapshotStore.open(f"file://{tmp_path}/ckpt", "job", "main", SETTINGS)
     sink = FilesSink(open_store(f"file://{tmp_path}/out", SETTINGS), "jsonl")
-    plan = EpochPlan(epoch=1, base_snapshot=None, positions={0: 0},
-                     ranges=[OffsetRange(topic="t", partition=0, start=0, end=800)])
+    plan = EpochPlan(
+        epoch=1, base_snapshot=None, positions={0: 0}, ranges=[OffsetRange(topic="t", partition=0, start=0, end=800)]
+    )
 
     def state(snapshot_id: str) -> StateSnapshot:
-        return StateSnapshot(key_columns=["user"], value_columns={"total": "sum(amount)"}, max_parallelism=MAXP,
-                             parallelism=2, keys=owned.keys, files=list(owned.files))
+        return StateSnapshot(
+            key_columns=["user"],
+            value_columns={"total": "sum(amount)"},
+            max_parallelism=MAXP,
+            parallelism=2,
+            keys=owned.keys,
+            files=list(owned.files),
+        )
 
-    committed = commit_epoch(snapshots, CommitOwner("job", "main", 1, "fp", "t", 3), plan,
-                             [FlowOutput("spend", sink, "digest", [], state, owned.sink)], None, [], None)
+    committed = commit_epoch(
+        snapshots,
+        CommitOwner("job", "main", 1, "fp", "t", 3),
+        plan,
+        [FlowOutput("spend", sink, "digest", [], state, owned.sink)],
+        None,
+        [],
+        None,
+    )
     assert committed.manifest.flows["spend"].sink.files == list(owned.sink)  # the marker lists exactly those
     assert committed.manifest.flows["spend"].rows_written == owned.rows
     restored = restore_snapshot(snapshots, {"spend": sink.store}, "latest")
@@ -218,8 +250,10 @@ def test_the_driver_commits_the_owner_references_and_a_restore_reads_them(tmp_pa
     rows = {r["user"]: (r["total"], r["avg_base"], r["n"]) for r in restored.flows["spend"].table().to_pylist()}
     expected = _expected(events)
     assert rows.keys() == expected.keys()
-    assert all(rows[u][0] == expected[u][0] and rows[u][2] == expected[u][2]
-               and rows[u][1] == pytest.approx(expected[u][1]) for u in rows)
+    assert all(
+        rows[u][0] == expected[u][0] and rows[u][2] == expected[u][2] and rows[u][1] == pytest.approx(expected[u][1])
+        for u in rows
+    )
 
 
 def test_owners_build_on_a_snapshot_the_driver_path_wrote(tmp_path):

@@ -86,8 +86,9 @@ def test_the_app_is_closed_when_airflow_login_cannot_be_imported(tmp_path, monke
 
 @pytest.mark.parametrize("authenticated", [True, False])
 def test_no_openapi_docs_answer(tmp_path, authenticated):
-    client = TestClient(create_app(_specs(tmp_path), settings_factory=lambda _ids: SETTINGS,
-                                   authenticated=authenticated))
+    client = TestClient(
+        create_app(_specs(tmp_path), settings_factory=lambda _ids: SETTINGS, authenticated=authenticated)
+    )
     for route in ["/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"]:
         assert client.get(route).status_code == 404, route
 

@@ -26,10 +26,12 @@ NO_LAG = {"lag": "false"}
 
 def _watching(log: list, after=None):
     """Opens each pipeline's real store, wrapped so that every call is logged as (job, op, key)."""
+
     def open_snapshots(uri, job, pipeline, settings):
         snapshots = SnapshotStore.open(uri, job, pipeline, settings)
         snapshots.store = Watched(snapshots.store, job, log, after)
         return snapshots
+
     return open_snapshots
 
 
@@ -44,8 +46,9 @@ def test_a_view_loads_only_the_manifests_it_shows_and_views_share_one_read(tmp_p
     _spec_file(specs, "job", tmp_path, retain=30)
     run_epochs(new_attempt(job_spec(tmp_path, retain=30)), [{f"user{i}": i} for i in range(1, 26)])  # 25 snapshots
     log: list = []
-    client = TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False,
-                                   open_snapshots=_watching(log)))
+    client = TestClient(
+        create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False, open_snapshots=_watching(log))
+    )
 
     page = client.get("/", params=NO_LAG).text
     manifests = [key for _, op, key in log if op == "get" and key.startswith(layout.MANIFESTS_PREFIX)]
@@ -68,8 +71,15 @@ def test_the_cache_expires(tmp_path):
     _spec_file(specs, "job", tmp_path)
     run_epochs(new_attempt(job_spec(tmp_path)), [{"a": 1}])
     log: list = []
-    client = TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False, cache_s=0.3,
-                                   open_snapshots=_watching(log)))
+    client = TestClient(
+        create_app(
+            specs,
+            settings_factory=lambda _ids: SETTINGS,
+            authenticated=False,
+            cache_s=0.3,
+            open_snapshots=_watching(log),
+        )
+    )
     client.get("/", params=NO_LAG)
     once = len(log)
     client.get("/", params=NO_LAG)
@@ -86,8 +96,11 @@ def test_a_view_out_of_time_shows_what_it_has_and_says_so(tmp_path):
         _spec_file(specs, job, tmp_path)
     log: list = []
     slow = _watching(log, after=lambda op, key: time.sleep(0.2))  # a store that answers slowly
-    client = TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False, budget_s=0.3,
-                                   open_snapshots=slow))
+    client = TestClient(
+        create_app(
+            specs, settings_factory=lambda _ids: SETTINGS, authenticated=False, budget_s=0.3, open_snapshots=slow
+        )
+    )
 
     started = time.monotonic()
     overview = client.get("/api/overview").json()  # lag asked too: no broker is configured, nothing waits

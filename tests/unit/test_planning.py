@@ -87,6 +87,7 @@ def test_lost_ranges_are_the_offsets_below_each_log_start_and_travel_with_the_pl
     assert lost == [OffsetRange(topic="t", partition=0, start=100, end=150)]
     assert lost_ranges("t", {0: 5}, {}) == []  # a partition the broker did not answer for loses nothing
     plan = plan_epoch(3, "0000000002-a1", "t", {0: 150, 1: 50}, {0: 200, 1: 60}, 1_000).model_copy(
-        update={"data_lost": lost})
+        update={"data_lost": lost}
+    )
     assert plan.model_validate_json(plan.model_dump_json()) == plan
     assert plan.digest() == plan.model_copy(update={"data_lost": []}).digest()  # the input is the ranges

@@ -40,8 +40,10 @@ FIRST, SECOND = "0000000001-a1", "0000000002-a1"
 def test_ranges_cut_for_spark_tile_each_range_exactly(seed):
     """One offset past a piece is a record read twice, or a read waiting at the log's end."""
     rng = random.Random(seed)
-    ranges = [OffsetRange(topic="t", partition=p, start=(s := rng.randrange(10_000)), end=s + rng.randrange(1, 9_000))
-              for p in range(rng.randint(1, 6))]
+    ranges = [
+        OffsetRange(topic="t", partition=p, start=(s := rng.randrange(10_000)), end=s + rng.randrange(1, 9_000))
+        for p in range(rng.randint(1, 6))
+    ]
     pieces = split_for_parallelism(ranges, rng.randint(1, 8), min_size=rng.choice([1, 100, 2_000]))
     for r in ranges:
         mine = [(p.start, p.end) for p in pieces if p.partition == r.partition]
@@ -62,8 +64,9 @@ def _snapshots(spec) -> SnapshotStore:
 
 def _set_head_sha(snapshots: SnapshotStore, snapshot_id: str, sha: str) -> None:
     head, _ = snapshots.read_head()
-    entries = [e.model_copy(update={"manifest_sha256": sha}) if e.snapshot_id == snapshot_id else e
-               for e in head.history]
+    entries = [
+        e.model_copy(update={"manifest_sha256": sha}) if e.snapshot_id == snapshot_id else e for e in head.history
+    ]
     snapshots.store.put(layout.HEAD_KEY, Head(job=head.job, history=entries).model_dump_json().encode())
 
 
@@ -115,8 +118,10 @@ def test_replayed_plans_that_do_not_follow_the_snapshot_refuse_the_repair(commit
     snapshots.store.put(layout.manifest_key(SECOND), b"{}")  # epoch 3 starts from snapshot 1, replaying 2
     _move_positions(snapshots, FIRST)
     [repair_] = _plan(committed)
-    assert repair_.refused == ("the plan of epoch 2 does not start where the epoch before it ended, so replaying "
-                               "it would not rebuild the state before epoch 3")
+    assert repair_.refused == (
+        "the plan of epoch 2 does not start where the epoch before it ended, so replaying "
+        "it would not rebuild the state before epoch 3"
+    )
 
 
 def test_an_epoch_whose_plan_does_not_follow_the_rebuilt_state_is_refused(committed):
@@ -134,8 +139,9 @@ def test_a_replayed_plan_its_marker_did_not_commit_refuses_the_repair(committed)
     marker = SuccessMarker.model_validate_json(out.get("epoch=2/_SUCCESS"))
     out.put("epoch=2/_SUCCESS", marker.model_copy(update={"digest": "0" * 64}).model_dump_json().encode())
     [repair_] = _plan(committed)
-    assert repair_.refused == ("the saved plan of epoch 2, replayed to rebuild the state, is not the one its marker "
-                               "of flow job committed")
+    assert repair_.refused == (
+        "the saved plan of epoch 2, replayed to rebuild the state, is not the one its marker of flow job committed"
+    )
 
 
 def test_a_snapshot_failing_its_head_checksum_or_its_state_is_passed_over(committed):
@@ -146,8 +152,7 @@ def test_a_snapshot_failing_its_head_checksum_or_its_state_is_passed_over(commit
     assert (by_sha.start_from, [p.epoch for p in by_sha.replay]) == (FIRST, [2])
     _set_head_sha(snapshots, SECOND, sha256_hex(snapshots.store.get(layout.manifest_key(SECOND))))
     assert _plan(committed)[0].start_from == SECOND
-    own = [f for f in snapshots.load_manifest(SECOND).state_files()
-           if layout.snapshot_of_state_key(f.key) == SECOND]
+    own = [f for f in snapshots.load_manifest(SECOND).state_files() if layout.snapshot_of_state_key(f.key) == SECOND]
     data = bytearray(snapshots.store.get(own[0].key))
     data[(own[0].offset or 0) + own[0].bytes // 2] ^= 0xFF
     snapshots.store.put(own[0].key, bytes(data))

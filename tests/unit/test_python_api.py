@@ -34,10 +34,12 @@ def _spec(tmp_path: Path, **changes) -> dict:
 
 
 def test_importing_the_package_and_its_api_loads_no_spark():
-    code = ("import sys, pipeline_lib\n"
-            "before = sorted(m for m in sys.modules if m.startswith(('pyspark', 'pydantic')))\n"
-            "from pipeline_lib import load_spec, run_job, read_table, job_from_dict, RunSummary\n"
-            "print(before, [m for m in sys.modules if m.startswith('pyspark')])")
+    code = (
+        "import sys, pipeline_lib\n"
+        "before = sorted(m for m in sys.modules if m.startswith(('pyspark', 'pydantic')))\n"
+        "from pipeline_lib import load_spec, run_job, read_table, job_from_dict, RunSummary\n"
+        "print(before, [m for m in sys.modules if m.startswith('pyspark')])"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert done.stdout.strip() == "[] []"
 
@@ -66,28 +68,50 @@ def test_a_bad_dict_fails_as_a_bad_file_does(tmp_path):
     with pytest.raises(SpecError) as from_file:
         load_spec(path)
     assert str(from_dict.value).startswith("built in code: invalid job spec\n  parallelism: ")
-    assert str(from_dict.value).splitlines()[1].split(": ", 1)[1] == \
-        str(from_file.value).splitlines()[1].split(": ", 2)[2]
+    assert (
+        str(from_dict.value).splitlines()[1].split(": ", 1)[1] == str(from_file.value).splitlines()[1].split(": ", 2)[2]
+    )
 
 
 def _report(epoch: int, records: int) -> EpochReport:
-    return EpochReport(pipeline="payments", epoch=epoch, snapshot_id=f"{epoch:010d}-a2", records=records,
-                       rows_written=records // 2, keys=10, lag=0, seconds=0.5, completed_splits=0)
+    return EpochReport(
+        pipeline="payments",
+        epoch=epoch,
+        snapshot_id=f"{epoch:010d}-a2",
+        records=records,
+        rows_written=records // 2,
+        keys=10,
+        lag=0,
+        seconds=0.5,
+        completed_splits=0,
+    )
 
 
 def test_the_run_summary_is_typed_and_writes_what_summary_json_writes():
-    runner_summary = JobSummary("shop", [
-        PipelineOutcome("payments", "RAN", attempt=2, restored_from="0000000003-a1",
-                        epochs=[_report(4, 100), _report(5, 50)], restore_seconds=0.2),
-        PipelineOutcome("refunds", "COMPLETED", restored_from="0000000007-a1"),
-        PipelineOutcome("orders", "FAILED", attempt=1, reason="bad record at orders[0]@3: not JSON"),
-    ])
+    runner_summary = JobSummary(
+        "shop",
+        [
+            PipelineOutcome(
+                "payments",
+                "RAN",
+                attempt=2,
+                restored_from="0000000003-a1",
+                epochs=[_report(4, 100), _report(5, 50)],
+                restore_seconds=0.2,
+            ),
+            PipelineOutcome("refunds", "COMPLETED", restored_from="0000000007-a1"),
+            PipelineOutcome("orders", "FAILED", attempt=1, reason="bad record at orders[0]@3: not JSON"),
+        ],
+    )
     summary = RunSummary.from_job_summary(runner_summary)
     assert summary.to_dict() == runner_summary.to_dict()
     payments = summary.pipeline("payments")
     assert isinstance(payments, PipelineRun)
     assert (payments.records, payments.snapshot_ids, payments.last_snapshot) == (
-        150, ("0000000004-a2", "0000000005-a2"), "0000000005-a2")
+        150,
+        ("0000000004-a2", "0000000005-a2"),
+        "0000000005-a2",
+    )
     assert summary.pipeline("refunds").skipped and summary.pipeline("refunds").last_snapshot == "0000000007-a1"
     assert [p.name for p in summary.failed] == ["orders"] and summary.records == 150
     json.dumps(summary.to_dict())
@@ -100,8 +124,11 @@ def test_the_run_summary_is_typed_and_writes_what_summary_json_writes():
 def test_read_table_takes_committed_epochs_only_and_the_newest_row_per_key(tmp_path):
     location = f"file://{tmp_path}/out"
     sink = FilesSink(open_store(location, ConnectionSettings()), "parquet")
-    rows = [[{"user": "a", "total": 1}, {"user": "b", "total": 2}], [{"user": "a", "total": 5}],
-            [{"user": "b", "total": 9}]]
+    rows = [
+        [{"user": "a", "total": 1}, {"user": "b", "total": 2}],
+        [{"user": "a", "total": 5}],
+        [{"user": "b", "total": 9}],
+    ]
     for epoch, part in enumerate(rows[:2], start=1):
         sink.write_epoch(epoch, f"d{epoch}", [pa.Table.from_pylist(part)], attempt=1)
     sink.store.put("epoch=3/part-00000-a1.parquet", b"not listed by any marker")  # an epoch in flight
@@ -118,12 +145,15 @@ def test_read_table_gives_json_lines_parts_as_written(tmp_path):
     assert read_table(location) == [{"user": "a", "at": "2026-01-02T03:04:05+00:00"}]
 
 
-@pytest.mark.parametrize("options,message", [
-    ({"stall_seconds": 10.0, "lease_seconds": 10.0}, "--stall-seconds 10 must be more than --lease-seconds 10"),
-    ({"parallelism": 1000}, "--parallelism 1000 must be between 1 and checkpoint.max_parallelism 128 of job spend"),
-    ({"spark_conf": {"spark.hadoop.fs.s3a.secret.key": "x"}}, "would carry a credential"),
-    ({"mode": "forever"}, "mode 'forever' is not one of ['continuous', 'until-caught-up']"),
-])
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"stall_seconds": 10.0, "lease_seconds": 10.0}, "--stall-seconds 10 must be more than --lease-seconds 10"),
+        ({"parallelism": 1000}, "--parallelism 1000 must be between 1 and checkpoint.max_parallelism 128 of job spend"),
+        ({"spark_conf": {"spark.hadoop.fs.s3a.secret.key": "x"}}, "would carry a credential"),
+        ({"mode": "forever"}, "mode 'forever' is not one of ['continuous', 'until-caught-up']"),
+    ],
+)
 def test_run_job_refuses_before_anything_starts(tmp_path, options, message):
     with pytest.raises(PipelineError) as refused:
         run_job(_spec(tmp_path), settings=ConnectionSettings(), **options)

@@ -33,7 +33,7 @@ def compacted_tail(base_offset: int, kept: int, last_offset_delta: int) -> bytes
     log cleaner leaves a batch whose last records it removed (the CRC computed again)."""
     data = bytearray(build([(i, 5, b"k", b"v", []) for i in range(kept)], base_offset=base_offset))
     struct.pack_into(">i", data, LAST_OFFSET_DELTA_AT, last_offset_delta)
-    covered = bytes(data[DefaultRecordBatch.ATTRIBUTES_OFFSET:])
+    covered = bytes(data[DefaultRecordBatch.ATTRIBUTES_OFFSET :])
     struct.pack_into(">I", data, DefaultRecordBatch.CRC_OFFSET, calc_crc32c(covered))
     assert DefaultRecordBatch(bytes(data)).validate_crc()
     return bytes(data)
@@ -84,15 +84,23 @@ def consumer_of(monkeypatch):
 
     def use(batches: list[bytes]) -> FakeConsumer:
         fake = FakeConsumer(batches)
-        monkeypatch.setattr(kafka_source, "_take_consumer",  # the one a read gave back, else a new one
-                            lambda key: consumer_cache.consumers.pop(key, None) or consumer_cache.CachedConsumer(fake))
+        monkeypatch.setattr(
+            kafka_source,
+            "_take_consumer",  # the one a read gave back, else a new one
+            lambda key: consumer_cache.consumers.pop(key, None) or consumer_cache.CachedConsumer(fake),
+        )
         return fake
+
     return use
 
 
 def read(start: int, end: int) -> list[int]:
-    return [int(o) for chunk in kafka_source.read_range_batches("fake:9092", "t", 0, start, end)
-            for c in chunk for o in c.offsets]
+    return [
+        int(o)
+        for chunk in kafka_source.read_range_batches("fake:9092", "t", 0, start, end)
+        for c in chunk
+        for o in c.offsets
+    ]
 
 
 @pytest.mark.parametrize("followed", [False, True], ids=["last-batch-of-the-log", "followed-by-a-batch"])

@@ -39,8 +39,14 @@ def columns(records, base_offset=40):
 @pytest.mark.parametrize("padding", [0, 500], ids=["one-pass", "record-by-record"])  # long values skip decode_all
 def test_a_not_null_field_without_a_value_or_with_a_bad_one_is_a_bad_record(padding):
     pad = b" " * padding
-    values = [b'{"user":"a","x":1}' + pad, b'{"user":"b"}' + pad, b'{"user":"c","x":null}' + pad,
-              b'{"user":"d","x":"no"}' + pad, b"not json", b'{"user":"f","x":6}' + pad]
+    values = [
+        b'{"user":"a","x":1}' + pad,
+        b'{"user":"b"}' + pad,
+        b'{"user":"c","x":null}' + pad,
+        b'{"user":"d","x":"no"}' + pad,
+        b"not json",
+        b'{"user":"f","x":6}' + pad,
+    ]
     chunk = columns([(NOW, None, v, []) for v in values])
     table = batcher(NOT_NULL, FIELDS, tolerant=True).build([chunk])
     errors = table.column("_error").to_pylist()
@@ -59,11 +65,13 @@ def test_a_not_null_field_without_a_value_or_with_a_bad_one_is_a_bad_record(padd
 def test_a_not_null_field_of_any_type_takes_a_bad_record_s_error_row():
     """Every kind of NOT NULL field (a struct's NOT NULL field too) holds the error row of a record
     that is not JSON, of one whose key is not UTF-8, and of one too large."""
-    ddl = ("s string NOT NULL, l bigint NOT NULL, i int NOT NULL, sh smallint NOT NULL, t tinyint NOT NULL, "
-           "d double NOT NULL, f float NOT NULL, ok boolean NOT NULL, day date NOT NULL, at timestamp NOT NULL, "
-           "ntz timestamp_ntz NOT NULL, price decimal(10,2) NOT NULL, raw binary NOT NULL, "
-           "ints array<int> NOT NULL, m map<string,double> NOT NULL, "
-           "st struct<a: bigint NOT NULL, b: string, c: struct<d: date NOT NULL> NOT NULL> NOT NULL")
+    ddl = (
+        "s string NOT NULL, l bigint NOT NULL, i int NOT NULL, sh smallint NOT NULL, t tinyint NOT NULL, "
+        "d double NOT NULL, f float NOT NULL, ok boolean NOT NULL, day date NOT NULL, at timestamp NOT NULL, "
+        "ntz timestamp_ntz NOT NULL, price decimal(10,2) NOT NULL, raw binary NOT NULL, "
+        "ints array<int> NOT NULL, m map<string,double> NOT NULL, "
+        "st struct<a: bigint NOT NULL, b: string, c: struct<d: date NOT NULL> NOT NULL> NOT NULL"
+    )
     schema = python_schema(ddl)
     assert schema is not None
     fields = [(f.name, f.dataType.simpleString()) for f in schema.fields]
@@ -91,8 +99,14 @@ def test_a_record_timestamp_outside_0001_9999_is_a_bad_record_naming_its_offset(
         assert errors[i] == f"record timestamp {stamp} ms is out of range (0001-01-01 to 9999-12-31 UTC)"
     assert table.column("_timestamp_ms").to_pylist() == stamps  # as Kafka holds it
     assert table.column("_timestamp").to_pylist() == [
-        dt.datetime.fromtimestamp(NOW / 1000, dt.UTC), dt.datetime(9999, 12, 31, 23, 59, 59, 999000, dt.UTC),
-        None, None, None, None, None]  # never a wrapped time
+        dt.datetime.fromtimestamp(NOW / 1000, dt.UTC),
+        dt.datetime(9999, 12, 31, 23, 59, 59, 999000, dt.UTC),
+        None,
+        None,
+        None,
+        None,
+        None,
+    ]  # never a wrapped time
     assert table.column("_raw").to_pylist()[2] == value
     with pytest.raises(RecordError, match=rf"^bad record at events\[2\]@42: record timestamp {MAX_TIMESTAMP_MS} ms"):
         batcher(NOT_NULL, FIELDS, tolerant=False).build([chunk])
@@ -102,7 +116,7 @@ def test_a_log_append_time_outside_0001_9999_is_a_bad_record_too():
     """The broker's time (a batch's max timestamp) is checked like the producer's."""
     data = bytearray(build([(0, 5, None, b'{"user":"u","x":1}', [])], base_offset=7, log_append_time=True))
     max_at = DefaultRecordBatch.ATTRIBUTES_OFFSET + 2 + 4 + 8  # after attributes, last offset delta, first timestamp
-    data[max_at:max_at + 8] = (2**62).to_bytes(8, "big")
+    data[max_at : max_at + 8] = (2**62).to_bytes(8, "big")
     chunk = decode_batch(DefaultRecordBatch(bytes(data)))  # built here, not fetched: no CRC check
     assert chunk.timestamps.tolist() == [2**62]
     with pytest.raises(RecordError, match=r"events\[2\]@7: record timestamp 4611686018427387904 ms is out of range"):

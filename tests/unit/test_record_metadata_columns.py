@@ -27,8 +27,15 @@ SCHEMA = [T.StructField("user", T.StringType()), T.StructField("amount", T.LongT
 
 def v2_batch(records, base_offset=40):
     """(timestamp, key, value, headers) records as one v2 batch."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 24)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 24,
+    )
     for i, (timestamp, key, value, headers) in enumerate(records):
         builder.append(i, timestamp=timestamp, key=key, value=value, headers=headers)
     data = bytearray(builder.build())
@@ -56,7 +63,8 @@ def test_key_headers_and_timestamp_equal_what_kafka_python_reads():
     assert table.column("_key").to_pylist() == [None if r.key is None else r.key.decode() for r in reference]
     assert table.column("_headers").to_pylist() == [[{"key": k, "value": v} for k, v in r.headers] for r in reference]
     assert table.column("_timestamp").to_pylist() == [
-        dt.datetime.fromtimestamp(r.timestamp / 1000, dt.UTC) for r in reference]
+        dt.datetime.fromtimestamp(r.timestamp / 1000, dt.UTC) for r in reference
+    ]
     assert table.column("_timestamp_ms").to_pylist() == [r.timestamp for r in reference]
     assert table.column("user").to_pylist() == ["a", "b", "c"]
     # a poll cut inside the batch keeps each record's own headers
@@ -77,14 +85,18 @@ def test_a_v0_message_has_no_headers_and_a_null_timestamp():
     assert table.column("_key").to_pylist() == ["k0", None]
 
 
-BINARY = [(1, b"\x00\x00\x01\x8b", b'{"user":"a","amount":1}', []), (2, b"ok", b'{"user":"b","amount":2}', []),
-          (3, b"\xff\xfe", b'{"user":"c","amount":3}', [])]
+BINARY = [
+    (1, b"\x00\x00\x01\x8b", b'{"user":"a","amount":1}', []),
+    (2, b"ok", b'{"user":"b","amount":2}', []),
+    (3, b"\xff\xfe", b'{"user":"c","amount":3}', []),
+]
 
 
 def test_base64_and_none_read_binary_keys():
     columns = decode_batch(DefaultRecordBatch(v2_batch(BINARY)))
     assert batcher(key_encoding="base64").build([columns]).column("_key").to_pylist() == [
-        base64.b64encode(k).decode() for _, k, _, _ in BINARY]
+        base64.b64encode(k).decode() for _, k, _, _ in BINARY
+    ]
     none = batcher(key_encoding="none").build([columns])
     assert none.column("_key").to_pylist() == [None] * 3 and none.column("amount").to_pylist() == [1, 2, 3]
 
@@ -107,8 +119,12 @@ def test_a_bad_value_is_reported_once_even_with_a_bad_key():
     assert "key is not UTF-8" not in table.column("_error").to_pylist()[0]
 
 
-SPEC = {"name": "keys", "source": {"kafka": {"topic": "t", "schema": "user string"}},
-        "sink": {"files": {"path": "file:///tmp/out"}}, "checkpoint": {"store": "file:///tmp/ckpt"}}
+SPEC = {
+    "name": "keys",
+    "source": {"kafka": {"topic": "t", "schema": "user string"}},
+    "sink": {"files": {"path": "file:///tmp/out"}},
+    "checkpoint": {"store": "file:///tmp/ckpt"},
+}
 
 
 @pytest.mark.parametrize("name", [*METADATA_COLUMNS, "_error", "_raw"])
@@ -119,8 +135,10 @@ def test_a_schema_field_named_like_a_source_column_is_refused_naming_it(name):
 
 
 def test_other_fields_starting_with_an_underscore_are_read():
-    spec = parse_spec({**SPEC, "source": {"kafka": {"topic": "t", "schema": "_id string, user string",
-                                                    "key_encoding": "base64"}}}, "job.yaml")
+    spec = parse_spec(
+        {**SPEC, "source": {"kafka": {"topic": "t", "schema": "_id string, user string", "key_encoding": "base64"}}},
+        "job.yaml",
+    )
     kafka = spec.source.kafka
     assert kafka.columns()[:2] == ["_id", "user"] and "_key" in kafka.columns()
     assert kafka.key_encoding == "base64"
@@ -129,13 +147,13 @@ def test_other_fields_starting_with_an_underscore_are_read():
 def test_auto_reads_keys_only_for_a_source_whose_flows_name_the_key_column():
     unused = parse_spec(SPEC, "job.yaml")
     assert unused.source.kafka.key_encoding == "auto" and unused.key_encoding_of("main") == "none"
-    grouped = parse_spec({**SPEC, "state": {"aggregate": {"key": ["_key"], "values": {"n": "count(*)"}}}},
-                         "job.yaml")
+    grouped = parse_spec({**SPEC, "state": {"aggregate": {"key": ["_key"], "values": {"n": "count(*)"}}}}, "job.yaml")
     assert grouped.key_encoding_of("main") == "utf8"
     named_in_a_filter = parse_spec({**SPEC, "transforms": [{"filter": "_key IS NOT NULL"}]}, "job.yaml")
     assert named_in_a_filter.key_encoding_of("main") == "utf8"
     lookalike = parse_spec({**SPEC, "transforms": [{"filter": "_key_id IS NOT NULL"}]}, "job.yaml")
     assert lookalike.key_encoding_of("main") == "none"  # a whole word only
-    explicit = parse_spec({**SPEC, "source": {"kafka": {"topic": "t", "schema": "user string",
-                                                        "key_encoding": "base64"}}}, "job.yaml")
+    explicit = parse_spec(
+        {**SPEC, "source": {"kafka": {"topic": "t", "schema": "user string", "key_encoding": "base64"}}}, "job.yaml"
+    )
     assert explicit.key_encoding_of("main") == "base64"

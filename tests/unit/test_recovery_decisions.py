@@ -31,9 +31,16 @@ def job(tmp_path):
 
 
 def put_status(snapshots, state, attempt=1, heartbeat=T0, lease=30.0, launched_by="cli", **extra):
-    status = PipelineStatus(state=state, attempt=attempt, epoch=3, updated_at=heartbeat, heartbeat_at=heartbeat,
-                            lease_seconds=lease, launch=LaunchInfo(mode="forever", parallelism=3,
-                                                                   launched_by=launched_by), **extra)
+    status = PipelineStatus(
+        state=state,
+        attempt=attempt,
+        epoch=3,
+        updated_at=heartbeat,
+        heartbeat_at=heartbeat,
+        lease_seconds=lease,
+        launch=LaunchInfo(mode="forever", parallelism=3, launched_by=launched_by),
+        **extra,
+    )
     _, version = snapshots.read_status_versioned()
     assert snapshots.swap_status(status, version)
 
@@ -67,8 +74,14 @@ def test_an_expired_lease_is_recorded_as_lost_and_relaunched_the_same_way(job):
     [decision] = recover_job(spec, SETTINGS, RecoveryPolicy(), "r1", now=T0 + dt.timedelta(seconds=31))
     assert decision.verdict == "relaunch" and decision.observed == "LOST"
     assert "no heartbeat since" in decision.reason
-    assert decision.conf == {"mode": "continuous", "restore": "latest", "parallelism": 3, "pipelines": ["main"],
-                             "reason": f"pipeline_recovery: {decision.reason}", "lease_seconds": 30.0}
+    assert decision.conf == {
+        "mode": "continuous",
+        "restore": "latest",
+        "parallelism": 3,
+        "pipelines": ["main"],
+        "reason": f"pipeline_recovery: {decision.reason}",
+        "lease_seconds": 30.0,
+    }
     assert decision.trigger_run_id == "recovery__main__a4__r1"
     assert snapshots.read_status().state == "LOST"
     record, _ = read_record(snapshots)
@@ -76,10 +89,17 @@ def test_an_expired_lease_is_recorded_as_lost_and_relaunched_the_same_way(job):
 
 
 def test_a_start_up_past_its_deadline_is_failed():
-    status = PipelineStatus(state="SCHEDULING", attempt=2, epoch=0, updated_at=T0,
-                            heartbeat_at=T0 + dt.timedelta(hours=1),
-                            lease_seconds=30, startup_deadline=T0 + dt.timedelta(minutes=5), subtasks_total=6,
-                            subtasks_started=2)
+    status = PipelineStatus(
+        state="SCHEDULING",
+        attempt=2,
+        epoch=0,
+        updated_at=T0,
+        heartbeat_at=T0 + dt.timedelta(hours=1),
+        lease_seconds=30,
+        startup_deadline=T0 + dt.timedelta(minutes=5),
+        subtasks_total=6,
+        subtasks_started=2,
+    )
     state, reason = status.observed(T0 + dt.timedelta(minutes=6))
     assert state == "FAILED" and "2/6 subtasks started" in reason
 
@@ -138,16 +158,25 @@ def test_dry_run_changes_nothing(job):
 
 def running(progress_at=T0, lag=500, stall=120.0, heartbeat=None, **extra) -> PipelineStatus:
     heartbeat = heartbeat or progress_at + dt.timedelta(minutes=10)
-    return PipelineStatus(state="RUNNING", attempt=3, epoch=4, updated_at=heartbeat, heartbeat_at=heartbeat,
-                          lease_seconds=30, progress_at=progress_at, lag=lag, stall_seconds=stall, **extra)
+    return PipelineStatus(
+        state="RUNNING",
+        attempt=3,
+        epoch=4,
+        updated_at=heartbeat,
+        heartbeat_at=heartbeat,
+        lease_seconds=30,
+        progress_at=progress_at,
+        lag=lag,
+        stall_seconds=stall,
+        **extra,
+    )
 
 
 def test_a_live_heartbeat_without_progress_while_records_wait_is_stalled():
     now = T0 + dt.timedelta(minutes=10)  # the heartbeat is fresh: not LOST
     state, reason = running().observed(now)
     assert state == "STALLED"
-    assert reason == ("attempt 3: no epoch committed since 2026-11-21T12:00:00Z with 500 records waiting "
-                      "(stall 120s)")
+    assert reason == ("attempt 3: no epoch committed since 2026-11-21T12:00:00Z with 500 records waiting (stall 120s)")
 
 
 def test_not_stalled_when_nothing_waits_progress_is_recent_or_the_record_predates_progress():
@@ -156,7 +185,8 @@ def test_not_stalled_when_nothing_waits_progress_is_recent_or_the_record_predate
     assert running(progress_at=now - dt.timedelta(seconds=119)).observed(now)[0] == "RUNNING"
     old = PipelineStatus.model_validate_json(
         '{"state": "RUNNING", "attempt": 1, "epoch": 2, "updated_at": "2026-11-21T12:00:00Z",'
-        ' "heartbeat_at": "2026-11-21T12:00:00Z", "lease_seconds": 30}')
+        ' "heartbeat_at": "2026-11-21T12:00:00Z", "lease_seconds": 30}'
+    )
     assert old.progress_at is None and old.observed(T0 + dt.timedelta(seconds=29))[0] == "RUNNING"
     # an expired lease is LOST first, whatever the progress says
     stale = running(heartbeat=T0)
@@ -165,8 +195,15 @@ def test_not_stalled_when_nothing_waits_progress_is_recent_or_the_record_predate
 
 def test_a_stalled_pipeline_is_relaunched_and_its_live_status_is_left_to_be_fenced(job):
     spec, snapshots = job
-    put_status(snapshots, "RUNNING", attempt=5, heartbeat=T0 + dt.timedelta(minutes=10), progress_at=T0,
-               lag=42, stall_seconds=300.0)
+    put_status(
+        snapshots,
+        "RUNNING",
+        attempt=5,
+        heartbeat=T0 + dt.timedelta(minutes=10),
+        progress_at=T0,
+        lag=42,
+        stall_seconds=300.0,
+    )
     now = T0 + dt.timedelta(minutes=10, seconds=5)
     [decision] = recover_job(spec, SETTINGS, RecoveryPolicy(), "r1", now=now)
     assert decision.verdict == "relaunch" and decision.observed == "STALLED"
@@ -190,8 +227,13 @@ def test_a_failure_on_deleted_records_is_left_to_a_person_until_the_source_skips
     assert decision.verdict == "gave_up" and decision.reason.startswith(reason)
     assert "set on_data_loss: skip" in decision.reason and decision.conf is None
     assert read_record(snapshots)[1] is None  # no relaunch claimed, no budget spent
-    skipping = spec.model_copy(update={"source": spec.source.model_copy(update={
-        "kafka": spec.source.kafka.model_copy(update={"on_data_loss": "skip"})})})
+    skipping = spec.model_copy(
+        update={
+            "source": spec.source.model_copy(
+                update={"kafka": spec.source.kafka.model_copy(update={"on_data_loss": "skip"})}
+            )
+        }
+    )
     [decision] = recover_job(skipping, SETTINGS, RecoveryPolicy(), "r2", now=T0 + dt.timedelta(minutes=10))
     assert decision.verdict == "relaunch"
     put_status(snapshots, "FAILED", attempt=3, reason="reading payments[0] failed: broker gone")
@@ -201,8 +243,9 @@ def test_a_failure_on_deleted_records_is_left_to_a_person_until_the_source_skips
 def test_a_relaunch_keeps_the_spark_settings_of_the_run_it_replaces(job):
     spec, snapshots = job
     run = "airflow:pipeline__rec/manual__1"
-    write_launch(snapshots, LaunchRecord(launched_by=run, spark_conf={"spark.executor.memory": "2g"},
-                                         stall_seconds=900.0))
+    write_launch(
+        snapshots, LaunchRecord(launched_by=run, spark_conf={"spark.executor.memory": "2g"}, stall_seconds=900.0)
+    )
     put_status(snapshots, "FAILED", attempt=2, reason="boom", launched_by=run)
     [decision] = recover_job(spec, SETTINGS, RecoveryPolicy(), "r1", now=T0)
     assert decision.verdict == "relaunch"
@@ -230,11 +273,13 @@ def test_a_retried_recovery_task_issues_its_own_claimed_relaunch_again(job):
     spec, snapshots = job
     put_status(snapshots, "FAILED", attempt=2, reason="boom")
     [first] = recover_job(spec, SETTINGS, RecoveryPolicy(), "airflow:pipeline_recovery/run1", now=T0)
-    [retried] = recover_job(spec, SETTINGS, RecoveryPolicy(), "airflow:pipeline_recovery/run1",
-                            now=T0 + dt.timedelta(seconds=30))
+    [retried] = recover_job(
+        spec, SETTINGS, RecoveryPolicy(), "airflow:pipeline_recovery/run1", now=T0 + dt.timedelta(seconds=30)
+    )
     assert retried.verdict == "relaunch" and retried.trigger_run_id == first.trigger_run_id
     assert retried.conf == first.conf
-    [other] = recover_job(spec, SETTINGS, RecoveryPolicy(), "airflow:pipeline_recovery/run2",
-                          now=T0 + dt.timedelta(seconds=30))
+    [other] = recover_job(
+        spec, SETTINGS, RecoveryPolicy(), "airflow:pipeline_recovery/run2", now=T0 + dt.timedelta(seconds=30)
+    )
     assert other.verdict == "waiting"  # another run waits for the pending relaunch
     assert read_record(snapshots)[0].relaunches == 1

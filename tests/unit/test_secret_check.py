@@ -26,10 +26,18 @@ from tests.unit.test_compose import ENV_EXAMPLE, parse_env_file
 EXAMPLE = parse_env_file(ENV_EXAMPLE)
 # A job's key reaches its run as PIPELINE_S3_SECRET_KEY (launcher.launch_env): spend-per-user's placeholder.
 EXAMPLE["PIPELINE_S3_SECRET_KEY"] = EXAMPLE["PIPELINE_S3_SPEND_PER_USER_SECRET_KEY"]
-EXAMPLE_SECRETS = {name: EXAMPLE[name] for name in ("POSTGRES_PASSWORD", "MINIO_ROOT_PASSWORD",
-                                                    "PIPELINE_S3_SECRET_KEY", "AIRFLOW_ADMIN_PASSWORD",
-                                                    "AIRFLOW_FERNET_KEY", "AIRFLOW_JWT_SECRET",
-                                                    "AIRFLOW_API_SECRET_KEY")}
+EXAMPLE_SECRETS = {
+    name: EXAMPLE[name]
+    for name in (
+        "POSTGRES_PASSWORD",
+        "MINIO_ROOT_PASSWORD",
+        "PIPELINE_S3_SECRET_KEY",
+        "AIRFLOW_ADMIN_PASSWORD",
+        "AIRFLOW_FERNET_KEY",
+        "AIRFLOW_JWT_SECRET",
+        "AIRFLOW_API_SECRET_KEY",
+    )
+}
 
 
 def airflow_env(values: dict[str, str]) -> dict[str, str]:
@@ -38,10 +46,10 @@ def airflow_env(values: dict[str, str]) -> dict[str, str]:
         "AIRFLOW__CORE__FERNET_KEY": values["AIRFLOW_FERNET_KEY"],
         "AIRFLOW__API_AUTH__JWT_SECRET": values["AIRFLOW_JWT_SECRET"],
         "AIRFLOW__API__SECRET_KEY": values["AIRFLOW_API_SECRET_KEY"],
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN":
-            f"postgresql+psycopg2://airflow:{values['POSTGRES_PASSWORD']}@postgres:5432/airflow",
-        "AIRFLOW_CONN_PIPELINE_S3": json.dumps({"conn_type": "generic", "login": "pipeline-s3-user",
-                                                "password": values["PIPELINE_S3_SECRET_KEY"]}),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://airflow:{values['POSTGRES_PASSWORD']}@postgres:5432/airflow",
+        "AIRFLOW_CONN_PIPELINE_S3": json.dumps(
+            {"conn_type": "generic", "login": "pipeline-s3-user", "password": values["PIPELINE_S3_SECRET_KEY"]}
+        ),
         "PIPELINE_S3_SECRET_KEY": values["PIPELINE_S3_SECRET_KEY"],
         "AIRFLOW_ADMIN_PASSWORD": values["AIRFLOW_ADMIN_PASSWORD"],
         "MINIO_ROOT_PASSWORD": values["MINIO_ROOT_PASSWORD"],
@@ -50,18 +58,27 @@ def airflow_env(values: dict[str, str]) -> dict[str, str]:
 
 def generated() -> dict[str, str]:
     """Values made the way .env.example says to make them."""
-    return {**{name: secrets.token_urlsafe(24) for name in EXAMPLE_SECRETS},
-            "AIRFLOW_FERNET_KEY": Fernet.generate_key().decode(),
-            "AIRFLOW_JWT_SECRET": secrets.token_urlsafe(64), "AIRFLOW_API_SECRET_KEY": secrets.token_urlsafe(64)}
+    return {
+        **{name: secrets.token_urlsafe(24) for name in EXAMPLE_SECRETS},
+        "AIRFLOW_FERNET_KEY": Fernet.generate_key().decode(),
+        "AIRFLOW_JWT_SECRET": secrets.token_urlsafe(64),
+        "AIRFLOW_API_SECRET_KEY": secrets.token_urlsafe(64),
+    }
 
 
 def test_every_secret_of_env_example_is_refused_naming_how_to_generate_it():
     problems = deployment_problems(airflow_env(EXAMPLE_SECRETS))
     text = "\n".join(problems)
-    expected = {"AIRFLOW__CORE__FERNET_KEY": FERNET_HOWTO, "AIRFLOW__API_AUTH__JWT_SECRET": TOKEN_HOWTO,
-                "AIRFLOW__API__SECRET_KEY": TOKEN_HOWTO, "AIRFLOW_ADMIN_PASSWORD": PASSWORD_HOWTO,
-                "PIPELINE_S3_SECRET_KEY": PASSWORD_HOWTO, "MINIO_ROOT_PASSWORD": PASSWORD_HOWTO,
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": PASSWORD_HOWTO, "AIRFLOW_CONN_PIPELINE_S3": PASSWORD_HOWTO}
+    expected = {
+        "AIRFLOW__CORE__FERNET_KEY": FERNET_HOWTO,
+        "AIRFLOW__API_AUTH__JWT_SECRET": TOKEN_HOWTO,
+        "AIRFLOW__API__SECRET_KEY": TOKEN_HOWTO,
+        "AIRFLOW_ADMIN_PASSWORD": PASSWORD_HOWTO,
+        "PIPELINE_S3_SECRET_KEY": PASSWORD_HOWTO,
+        "MINIO_ROOT_PASSWORD": PASSWORD_HOWTO,
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": PASSWORD_HOWTO,
+        "AIRFLOW_CONN_PIPELINE_S3": PASSWORD_HOWTO,
+    }
     for variable, how_to in expected.items():
         line = next((p for p in problems if variable in p), None)
         assert line is not None, f"{variable} is not refused:\n{text}"
@@ -75,17 +92,22 @@ def test_generated_secrets_pass():
     assert deployment_problems(airflow_env(generated())) == []
 
 
-@pytest.mark.parametrize("change, refused", [
-    ({"AIRFLOW__CORE__FERNET_KEY": ""}, "AIRFLOW__CORE__FERNET_KEY is empty"),
-    ({"AIRFLOW__CORE__FERNET_KEY": "x" * 44}, "AIRFLOW__CORE__FERNET_KEY is not a valid Fernet key"),
-    ({"AIRFLOW__API_AUTH__JWT_SECRET": "   "}, "AIRFLOW__API_AUTH__JWT_SECRET is empty"),
-    ({"AIRFLOW__API_AUTH__JWT_SECRET": "s3cr3t-but-short"}, "AIRFLOW__API_AUTH__JWT_SECRET is too short (16"),
-    ({"AIRFLOW__API__SECRET_KEY": "CHANGEME" * 8}, "AIRFLOW__API__SECRET_KEY is a placeholder"),
-    ({"AIRFLOW_ADMIN_PASSWORD": "admin"}, "AIRFLOW_ADMIN_PASSWORD is too short (5"),
-    ({"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://airflow:@db/airflow"},
-     "the password in AIRFLOW__DATABASE__SQL_ALCHEMY_CONN (POSTGRES_PASSWORD in .env) is empty"),
-    ({"AIRFLOW_CONN_X": "s3://user:change_me_please@host"}, "the password of AIRFLOW_CONN_X is a placeholder"),
-])
+@pytest.mark.parametrize(
+    "change, refused",
+    [
+        ({"AIRFLOW__CORE__FERNET_KEY": ""}, "AIRFLOW__CORE__FERNET_KEY is empty"),
+        ({"AIRFLOW__CORE__FERNET_KEY": "x" * 44}, "AIRFLOW__CORE__FERNET_KEY is not a valid Fernet key"),
+        ({"AIRFLOW__API_AUTH__JWT_SECRET": "   "}, "AIRFLOW__API_AUTH__JWT_SECRET is empty"),
+        ({"AIRFLOW__API_AUTH__JWT_SECRET": "s3cr3t-but-short"}, "AIRFLOW__API_AUTH__JWT_SECRET is too short (16"),
+        ({"AIRFLOW__API__SECRET_KEY": "CHANGEME" * 8}, "AIRFLOW__API__SECRET_KEY is a placeholder"),
+        ({"AIRFLOW_ADMIN_PASSWORD": "admin"}, "AIRFLOW_ADMIN_PASSWORD is too short (5"),
+        (
+            {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://airflow:@db/airflow"},
+            "the password in AIRFLOW__DATABASE__SQL_ALCHEMY_CONN (POSTGRES_PASSWORD in .env) is empty",
+        ),
+        ({"AIRFLOW_CONN_X": "s3://user:change_me_please@host"}, "the password of AIRFLOW_CONN_X is a placeholder"),
+    ],
+)
 def test_empty_placeholder_short_and_malformed_values_are_refused(change, refused):
     problems = deployment_problems({**airflow_env(generated()), **change})
     assert len(problems) == 1 and problems[0].startswith(refused), problems
@@ -94,15 +116,20 @@ def test_empty_placeholder_short_and_malformed_values_are_refused(change, refuse
 def test_required_secrets_must_be_set_and_optional_ones_only_when_set():
     problems = deployment_problems({"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "sqlite:////tmp/airflow.db"})
     assert [p.split(" ", 1)[0] for p in problems] == [
-        "AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY"]
+        "AIRFLOW__CORE__FERNET_KEY",
+        "AIRFLOW__API_AUTH__JWT_SECRET",
+        "AIRFLOW__API__SECRET_KEY",
+    ]
 
 
 def test_the_module_refuses_to_start_with_exit_status_1():
     """``python -m pipeline_lib.secret_check`` as the image's entrypoint and airflow-init run it."""
+
     def check(values):
         env = {"PATH": "/usr/bin:/bin", **airflow_env(values)}
-        return subprocess.run([sys.executable, "-m", "pipeline_lib.secret_check"], env=env, capture_output=True,
-                              text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline_lib.secret_check"], env=env, capture_output=True, text=True, timeout=60
+        )
 
     refused = check(EXAMPLE_SECRETS)
     assert refused.returncode == 1 and "refusing to start: AIRFLOW__CORE__FERNET_KEY is a placeholder" in refused.stderr
@@ -112,9 +139,13 @@ def test_the_module_refuses_to_start_with_exit_status_1():
 
 
 def test_a_job_refuses_a_placeholder_s3_secret_key(tmp_path):
-    settings = ConnectionSettings.from_env({"PIPELINE_S3_ENDPOINT": "http://127.0.0.1:1",
-                                            "PIPELINE_S3_ACCESS_KEY": "pipeline-s3-user",
-                                            "PIPELINE_S3_SECRET_KEY": EXAMPLE["PIPELINE_S3_SECRET_KEY"]})
+    settings = ConnectionSettings.from_env(
+        {
+            "PIPELINE_S3_ENDPOINT": "http://127.0.0.1:1",
+            "PIPELINE_S3_ACCESS_KEY": "pipeline-s3-user",
+            "PIPELINE_S3_SECRET_KEY": EXAMPLE["PIPELINE_S3_SECRET_KEY"],
+        }
+    )
     with pytest.raises(ConfigError, match="PIPELINE_S3_SECRET_KEY is a placeholder") as info:
         settings.require_s3()
     assert PASSWORD_HOWTO in str(info.value) and EXAMPLE["PIPELINE_S3_SECRET_KEY"] not in str(info.value)
@@ -122,8 +153,12 @@ def test_a_job_refuses_a_placeholder_s3_secret_key(tmp_path):
     spec = spend_job_spec("spend", "payments", "s3://results/spend", "s3://checkpoints/spend")
     path = tmp_path / "spend.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    env = {"PIPELINE_S3_ENDPOINT": "http://127.0.0.1:1", "PIPELINE_S3_ACCESS_KEY": "pipeline-s3-user",
-           "PIPELINE_S3_SECRET_KEY": EXAMPLE["PIPELINE_S3_SECRET_KEY"], "PIPELINE_KAFKA_BOOTSTRAP": "127.0.0.1:1"}
+    env = {
+        "PIPELINE_S3_ENDPOINT": "http://127.0.0.1:1",
+        "PIPELINE_S3_ACCESS_KEY": "pipeline-s3-user",
+        "PIPELINE_S3_SECRET_KEY": EXAMPLE["PIPELINE_S3_SECRET_KEY"],
+        "PIPELINE_KAFKA_BOOTSTRAP": "127.0.0.1:1",
+    }
     result = CliRunner().invoke(app, ["snapshots", "list", str(path)], env=env)
     assert result.exit_code == 2, result.output
     assert "error: PIPELINE_S3_SECRET_KEY is a placeholder" in result.output
@@ -134,6 +169,7 @@ def test_local_runs_need_no_secret(tmp_path):
     spec = spend_job_spec("spend", "payments", f"file://{tmp_path}/out", f"file://{tmp_path}/ckpt")
     path = Path(tmp_path / "spend.yaml")
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    result = CliRunner().invoke(app, ["snapshots", "list", str(path)],
-                                env={"PIPELINE_S3_ACCESS_KEY": "", "PIPELINE_S3_SECRET_KEY": ""})
+    result = CliRunner().invoke(
+        app, ["snapshots", "list", str(path)], env={"PIPELINE_S3_ACCESS_KEY": "", "PIPELINE_S3_SECRET_KEY": ""}
+    )
     assert result.exit_code == 0, result.output

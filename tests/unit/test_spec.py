@@ -92,8 +92,11 @@ def test_transforms_need_exactly_one_kind():
 
 def test_select_transform_skips_column_check_and_python_hook_accepted():
     spec = copy.deepcopy(GOOD)
-    spec["transforms"] = [{"filter": "amount > 0"}, {"select": ["user", "amount * 2 AS doubled"]},
-                          {"python": "mypkg.hooks:enrich"}]
+    spec["transforms"] = [
+        {"filter": "amount > 0"},
+        {"select": ["user", "amount * 2 AS doubled"]},
+        {"python": "mypkg.hooks:enrich"},
+    ]
     spec["state"]["aggregate"]["values"] = {"total": "sum(doubled)"}
     assert parse_spec(spec).transforms[2].python == "mypkg.hooks:enrich"
 
@@ -120,11 +123,15 @@ def test_max_batch_bytes_reaches_the_kafka_reader_of_each_epoch():
     plan = plan_epoch(1, None, "payments", {0: 0}, {0: 10}, 100, None)
     schema = StructType([StructField("user", StringType())])
     for cap in (None, 2_048):
-        job = parse_spec(spend_job_spec("job", "payments", "file:///tmp/o", "file:///tmp/c",
-                                        extra={"max_batch_bytes": cap} if cap else None))
+        job = parse_spec(
+            spend_job_spec(
+                "job", "payments", "file:///tmp/o", "file:///tmp/c", extra={"max_batch_bytes": cap} if cap else None
+            )
+        )
         source = job.all_sources()["main"].kafka
-        reader = epoch_range_reader("127.0.0.1:9", source, schema, plan, 1, job.on_error, job.max_record_bytes,
-                                    job.max_batch_bytes)
+        reader = epoch_range_reader(
+            "127.0.0.1:9", source, schema, plan, 1, job.on_error, job.max_record_bytes, job.max_batch_bytes
+        )
         assert reader.max_batch_bytes == cap
     assert max_batch_bytes_for(1 << 20) == 64 << 20
     with pytest.raises(SpecError, match="max_batch_bytes"):

@@ -25,9 +25,18 @@ def test_a_stalled_pipeline_shows_as_stalled_with_the_reason(tmp_path):
     (specs / "stuck.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     snapshots = SnapshotStore.open(f"file://{tmp_path}/ckpt", "stuck", "main", SETTINGS)
     now = dt.datetime.now(dt.UTC)
-    status = PipelineStatus(state="RUNNING", attempt=2, epoch=7, updated_at=now, heartbeat_at=now, lease_seconds=30,
-                            progress_at=now - dt.timedelta(hours=1), lag=1234, stall_seconds=600,
-                            launch=LaunchInfo(mode="forever", parallelism=2))
+    status = PipelineStatus(
+        state="RUNNING",
+        attempt=2,
+        epoch=7,
+        updated_at=now,
+        heartbeat_at=now,
+        lease_seconds=30,
+        progress_at=now - dt.timedelta(hours=1),
+        lag=1234,
+        stall_seconds=600,
+        launch=LaunchInfo(mode="forever", parallelism=2),
+    )
     assert snapshots.swap_status(status, None)
     client = TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False))
 

@@ -26,16 +26,22 @@ def test_the_same_versions_and_another_pyarrow_patch_match():
 
 
 def test_another_library_version_is_refused_naming_the_executor_and_both_versions():
-    assert version_mismatch(DRIVER, ("0.2.0", "26.0.1"), WHERE) == \
-        "executor 3 (host w1, pid 42) has pipeline_lib 0.2.0 (the driver has 0.1.0)"
+    assert (
+        version_mismatch(DRIVER, ("0.2.0", "26.0.1"), WHERE)
+        == "executor 3 (host w1, pid 42) has pipeline_lib 0.2.0 (the driver has 0.1.0)"
+    )
 
 
 def test_another_pyarrow_minor_or_major_is_refused():
-    assert version_mismatch(DRIVER, ("0.1.0", "26.1.0"), WHERE) == \
-        "executor 3 (host w1, pid 42) has pyarrow 26.1.0 (the driver has 26.0.1; major.minor must match)"
+    assert (
+        version_mismatch(DRIVER, ("0.1.0", "26.1.0"), WHERE)
+        == "executor 3 (host w1, pid 42) has pyarrow 26.1.0 (the driver has 26.0.1; major.minor must match)"
+    )
     both = version_mismatch(DRIVER, ("0.1.1", "25.0.1"), WHERE)
-    assert both == ("executor 3 (host w1, pid 42) has pipeline_lib 0.1.1 (the driver has 0.1.0) and "
-                    "pyarrow 25.0.1 (the driver has 26.0.1; major.minor must match)")
+    assert both == (
+        "executor 3 (host w1, pid 42) has pipeline_lib 0.1.1 (the driver has 0.1.0) and "
+        "pyarrow 25.0.1 (the driver has 26.0.1; major.minor must match)"
+    )
 
 
 def test_this_process_reports_its_own_versions_and_name():
@@ -47,10 +53,25 @@ def test_this_process_reports_its_own_versions_and_name():
 def test_under_an_executor_jvm_the_name_has_spark_s_executor_id():
     """A stand-in executor JVM (its command line holds the class and ``--executor-id 7``) runs a
     Python worker that names itself."""
-    worker = ("import os; from pipeline_lib.execution.runtime.startup import executor_name; "
-              "print(executor_name(), os.getpid())")
-    jvm = (f"import subprocess, sys; subprocess.run([sys.executable, '-c', {worker!r}], check=True)")
-    out = subprocess.run([sys.executable, "-c", jvm, "org.apache.spark.executor.CoarseGrainedExecutorBackend",
-                          "--executor-id", "7", "--hostname", "127.0.0.1"], capture_output=True, text=True,
-                         timeout=60, check=True).stdout.split()
+    worker = (
+        "import os; from pipeline_lib.execution.runtime.startup import executor_name; "
+        "print(executor_name(), os.getpid())"
+    )
+    jvm = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {worker!r}], check=True)"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            jvm,
+            "org.apache.spark.executor.CoarseGrainedExecutorBackend",
+            "--executor-id",
+            "7",
+            "--hostname",
+            "127.0.0.1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
     assert " ".join(out[:-1]) == f"executor 7 (host {socket.gethostname()}, pid {out[-1]})"

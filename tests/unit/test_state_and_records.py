@@ -32,14 +32,18 @@ SPEND_FNS = {"total": parse_aggregate("sum(amount)"), "n": parse_aggregate("coun
 def test_merging_epoch_partials_equals_one_big_aggregate():
     rng = random.Random(7)
     events = [(f"u{rng.randint(0, 30)}", rng.choice([None, rng.randint(-50, 50)])) for _ in range(3000)]
-    fns = {"total": parse_aggregate("sum(amount)"), "n": parse_aggregate("count(*)"),
-           "lo": parse_aggregate("min(amount)"), "hi": parse_aggregate("max(amount)"),
-           "nn": parse_aggregate("count(amount)")}
+    fns = {
+        "total": parse_aggregate("sum(amount)"),
+        "n": parse_aggregate("count(*)"),
+        "lo": parse_aggregate("min(amount)"),
+        "hi": parse_aggregate("max(amount)"),
+        "nn": parse_aggregate("count(amount)"),
+    }
     columns = {"user": pa.string(), **{name: pa.int64() for name in fns}}
     state = KeyedAggregateState(["user"], fns, 16)
     for start in range(0, len(events), 700):  # epochs of 700 events, partials like Spark's groupBy
         partial: dict = {}
-        for user, amount in events[start:start + 700]:
+        for user, amount in events[start : start + 700]:
             t, n, lo, hi, nn = partial.get(user, (None, 0, None, None, 0))
             if amount is not None:
                 t = amount if t is None else t + amount
@@ -52,8 +56,13 @@ def test_merging_epoch_partials_equals_one_big_aggregate():
     for user in {u for u, _ in events}:
         amounts = [a for u, a in events if u == user]
         real = [a for a in amounts if a is not None]
-        expected = [sum(real) if real else None, len(amounts), min(real, default=None), max(real, default=None),
-                    len(real)]
+        expected = [
+            sum(real) if real else None,
+            len(amounts),
+            min(real, default=None),
+            max(real, default=None),
+            len(real),
+        ]
         assert state.value((user,)) == expected
 
 
@@ -79,15 +88,27 @@ def test_slots_by_key_group_orders_like_numpy_s_unique_and_stable_argsort(max_pa
 
 
 def test_merging_non_numeric_columns_and_nan_like_spark():
-    fns = {"total": parse_aggregate("sum(amount)"), "first": parse_aggregate("min(name)"),
-           "last": parse_aggregate("max(name)"), "lo": parse_aggregate("min(x)"), "hi": parse_aggregate("max(x)")}
-    columns = {"k": pa.int32(), "total": pa.decimal128(10, 2), "first": pa.string(), "last": pa.string(),
-               "lo": pa.float64(), "hi": pa.float64()}
+    fns = {
+        "total": parse_aggregate("sum(amount)"),
+        "first": parse_aggregate("min(name)"),
+        "last": parse_aggregate("max(name)"),
+        "lo": parse_aggregate("min(x)"),
+        "hi": parse_aggregate("max(x)"),
+    }
+    columns = {
+        "k": pa.int32(),
+        "total": pa.decimal128(10, 2),
+        "first": pa.string(),
+        "last": pa.string(),
+        "lo": pa.float64(),
+        "hi": pa.float64(),
+    }
     nan = float("nan")
     state = KeyedAggregateState(["k"], fns, 8)
     state.merge(_partials(columns, [(1, Decimal("1.10"), "m", "m", 1.0, 1.0), (2, None, None, None, nan, nan)]))
-    state.merge(_partials(columns, [(1, Decimal("2.05"), "a", "z", nan, nan),
-                                    (2, Decimal("0.01"), "b", "b", 3.0, 3.0)]))
+    state.merge(
+        _partials(columns, [(1, Decimal("2.05"), "a", "z", nan, nan), (2, Decimal("0.01"), "b", "b", 3.0, 3.0)])
+    )
     one, two = state.value((1,)), state.value((2,))
     assert one[:4] == [Decimal("3.15"), "a", "z", 1.0] and math.isnan(one[4])  # max(1, NaN) is NaN, min is 1
     assert two[:4] == [Decimal("0.01"), "b", "b", 3.0] and math.isnan(two[4])
@@ -133,10 +154,22 @@ def test_restore_loads_the_stored_key_groups_and_refuses_a_key_twice():
 def _one_manifest() -> Manifest:
     """A small unsealed manifest: one flow, no state, one partition."""
     return Manifest(
-        job="j", snapshot_id="0000000001-a1", epoch=1, attempt=1, created_at="2026-01-01T00:00:00Z",
-        pipeline="main", spec_fingerprint="x", topic="t", positions={0: 5},
-        flows={"j": FlowCommit(state=None, rows_written=0, sink=SinkCommit(location="file:///tmp/s", epoch=1,
-                                                                           marker="epoch=1/_SUCCESS", files=[]))},
+        job="j",
+        snapshot_id="0000000001-a1",
+        epoch=1,
+        attempt=1,
+        created_at="2026-01-01T00:00:00Z",
+        pipeline="main",
+        spec_fingerprint="x",
+        topic="t",
+        positions={0: 5},
+        flows={
+            "j": FlowCommit(
+                state=None,
+                rows_written=0,
+                sink=SinkCommit(location="file:///tmp/s", epoch=1, marker="epoch=1/_SUCCESS", files=[]),
+            )
+        },
         lineage=Lineage(base_snapshot=None, plan_digest="d", ranges=[], records_read=5),
     )
 
@@ -163,8 +196,18 @@ def test_a_manifest_s_topic_id_is_sealed_and_one_without_keeps_its_checksum():
     assert not Manifest.from_bytes(swapped).verify_checksum()
 
 
-@pytest.mark.parametrize("value", ["0000000001-a1\n", "0000000001-a1\r\n", "000000000\u0661-a1",
-                                   "0000000001-a\uff11", "\u0969000000001-a1", " 0000000001-a1", "0000000001-a1 "])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "0000000001-a1\n",
+        "0000000001-a1\r\n",
+        "000000000\u0661-a1",
+        "0000000001-a\uff11",
+        "\u0969000000001-a1",
+        " 0000000001-a1",
+        "0000000001-a1 ",
+    ],
+)
 def test_a_snapshot_id_is_ascii_digits_and_nothing_after(value):
     """Ids become object keys and restore targets: a trailing newline or an Arabic-Indic or
     full-width digit must not pass for an id."""
@@ -205,28 +248,36 @@ def test_slots_by_key_group_follow_merges_and_restores():
     by_group = state.slots_by_key_group()
     keys = state.keys()
     for kg in range(16):
-        assert {keys[s] for s in state.slots_in(by_group, range(kg, kg + 1))} == \
-            {k for k in keys if key_group_of(k, 16) == kg}
+        assert {keys[s] for s in state.slots_in(by_group, range(kg, kg + 1))} == {
+            k for k in keys if key_group_of(k, 16) == kg
+        }
     assert sorted(state.slots_in(by_group, range(0, 16)).tolist()) == list(range(300))
     schema = pa.schema(list(SPEND.items()))
     span = state.slots_in(by_group, range(4, 9))
     restored = KeyedAggregateState(["user"], SPEND_FNS, 16)
     restored.load(state.table(span, schema), state.key_groups(span))
     again = restored.slots_by_key_group()
-    assert {restored.keys()[s] for s in restored.slots_in(again, range(0, 16))} == \
-        {k for k in keys if 4 <= key_group_of(k, 16) < 9} == {keys[s] for s in span}
+    assert (
+        {restored.keys()[s] for s in restored.slots_in(again, range(0, 16))}
+        == {k for k in keys if 4 <= key_group_of(k, 16) < 9}
+        == {keys[s] for s in span}
+    )
 
 
-@pytest.mark.parametrize("key_types", [[pa.string()], [pa.int64()], [pa.float64()], [pa.string(), pa.int32()],
-                                       [pa.large_string()]])
+@pytest.mark.parametrize(
+    "key_types", [[pa.string()], [pa.int64()], [pa.float64()], [pa.string(), pa.int32()], [pa.large_string()]]
+)
 def test_keys_are_found_again_whichever_lookup_their_type_takes(key_types):
     """One string/integer key column is looked up in Arrow, others in the dict: the same keys,
     None among them, are found again across epochs either way."""
     rng = random.Random(3)
-    pick = {pa.string(): lambda: rng.choice([None, "a", "b", "é", ""]),
-            pa.large_string(): lambda: rng.choice(["x", None]),
-            pa.int64(): lambda: rng.choice([None, -1, 0, 7]), pa.float64(): lambda: rng.choice([None, -0.5, 0.0, 2.5]),
-            pa.int32(): lambda: rng.choice([1, 2])}
+    pick = {
+        pa.string(): lambda: rng.choice([None, "a", "b", "é", ""]),
+        pa.large_string(): lambda: rng.choice(["x", None]),
+        pa.int64(): lambda: rng.choice([None, -1, 0, 7]),
+        pa.float64(): lambda: rng.choice([None, -0.5, 0.0, 2.5]),
+        pa.int32(): lambda: rng.choice([1, 2]),
+    }
     names = [f"k{i}" for i in range(len(key_types))]
     state = KeyedAggregateState(names, SPEND_FNS, 16)
     expected: dict = {}

@@ -84,8 +84,12 @@ def test_the_executor_cache_is_under_spark_s_local_directory_and_can_be_off(tmp_
 
 
 def _fresh_files(owned, epoch: int):
-    return sorted((f.key_group_start, f.sha256) for entry in owned.files for f in entry.chain()
-                  if f.key.startswith(f"state/{epoch:010d}"))
+    return sorted(
+        (f.key_group_start, f.sha256)
+        for entry in owned.files
+        for f in entry.chain()
+        if f.key.startswith(f"state/{epoch:010d}")
+    )
 
 
 def test_owner_tasks_with_the_cache_read_nothing_from_the_store_on_a_steady_epoch(tmp_path, monkeypatch):

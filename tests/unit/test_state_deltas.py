@@ -23,8 +23,17 @@ PER_FILE = 4
 
 
 def _ref(key: str, rows: int, span=(0, 4), deltas: tuple[StateFileRef, ...] = (), keys: int | None = None):
-    return StateFileRef(key=key, rows=rows, bytes=100, sha256=f"{len(key):064x}", key_group_start=span[0],
-                        key_group_end=span[1], offset=0, deltas=deltas, keys=keys)
+    return StateFileRef(
+        key=key,
+        rows=rows,
+        bytes=100,
+        sha256=f"{len(key):064x}",
+        key_group_start=span[0],
+        key_group_end=span[1],
+        offset=0,
+        deltas=deltas,
+        keys=keys,
+    )
 
 
 def _chain(rows: int, delta_rows: list[int], span=(0, 4), pack="old") -> StateFileRef:
@@ -84,14 +93,22 @@ FUNCTIONS = {"total": AggregateFunction("sum", "amount"), "n": AggregateFunction
 
 
 def _partials(keys: list, rng: random.Random, key_type: pa.DataType) -> pa.Table:
-    return pa.table({"k": pa.array(keys, key_type), "total": pa.array([rng.randint(-5, 9) for _ in keys], pa.int64()),
-                     "n": pa.array([1] * len(keys), pa.int64())})
+    return pa.table(
+        {
+            "k": pa.array(keys, key_type),
+            "total": pa.array([rng.randint(-5, 9) for _ in keys], pa.int64()),
+            "n": pa.array([1] * len(keys), pa.int64()),
+        }
+    )
 
 
-@pytest.mark.parametrize("key_type, make_key", [
-    (pa.string(), lambda i: f"user-{i}"),
-    (pa.float64(), lambda i: float("nan") if i == 7 else (None if i == 3 else i / 4)),
-])
+@pytest.mark.parametrize(
+    "key_type, make_key",
+    [
+        (pa.string(), lambda i: f"user-{i}"),
+        (pa.float64(), lambda i: float("nan") if i == 7 else (None if i == 3 else i / 4)),
+    ],
+)
 def test_a_folded_chain_is_the_span_as_the_state_writes_it_after_every_epoch(key_type, make_key):
     """Over 30 epochs of random changes the base with each epoch's delta folds, byte for byte,
     into what the keyed state would write for the span: new keys, NaN and null keys included."""
@@ -111,13 +128,14 @@ def test_a_folded_chain_is_the_span_as_the_state_writes_it_after_every_epoch(key
             whole = state.slots_in(every, span)
             rows = state.table(delta if (start, start + 4) in chains else whole, schema)
             # through Parquet, as the files are stored
-            stored = decode_state_file(encode_state_table(rows, state.key_groups(delta if (start, start + 4) in
-                                                                                  chains else whole)))
+            stored = decode_state_file(
+                encode_state_table(rows, state.key_groups(delta if (start, start + 4) in chains else whole))
+            )
             chains.setdefault((start, start + 4), []).append(stored)
             folded, groups = fold_chain(chains[(start, start + 4)], 1)
-            assert encode_state_table(folded, groups) == encode_state_table(state.table(whole, schema),
-                                                                             state.key_groups(whole)), \
-                f"epoch {epoch} span {span}"  # the bytes a compaction writes, NaN keys included
+            assert encode_state_table(folded, groups) == encode_state_table(
+                state.table(whole, schema), state.key_groups(whole)
+            ), f"epoch {epoch} span {span}"  # the bytes a compaction writes, NaN keys included
     assert max(len(chain) for chain in chains.values()) > 5
 
 
@@ -125,8 +143,12 @@ def test_a_chain_of_two_key_columns_folds_by_both():
     base = pa.table({"a": ["x", "x", "y"], "b": [1, 2, 1], "v": [1, 2, 3]})
     delta = pa.table({"a": ["x", "z"], "b": [2, 1], "v": [20, 40]})
     table, groups = fold_chain([(base, np.array([0, 0, 1], np.int32)), (delta, np.array([0, 1], np.int32))], 2)
-    assert table.to_pylist() == [{"a": "x", "b": 1, "v": 1}, {"a": "x", "b": 2, "v": 20},
-                                 {"a": "y", "b": 1, "v": 3}, {"a": "z", "b": 1, "v": 40}]
+    assert table.to_pylist() == [
+        {"a": "x", "b": 1, "v": 1},
+        {"a": "x", "b": 2, "v": 20},
+        {"a": "y", "b": 1, "v": 3},
+        {"a": "z", "b": 1, "v": 40},
+    ]
     assert groups.tolist() == [0, 0, 1, 1]
 
 
@@ -146,7 +168,8 @@ def test_an_epoch_changing_few_keys_writes_about_their_bytes_and_a_restore_is_ex
     users = [f"user-{i:05d}" for i in range(20_000)]
     runner = new_attempt(job_spec(tmp_path, retain=3))
     epochs = [{u: rng.randint(1, 99) for u in users}] + [
-        {u: rng.randint(1, 99) for u in rng.sample(users, 200)} for _ in range(6)]
+        {u: rng.randint(1, 99) for u in rng.sample(users, 200)} for _ in range(6)
+    ]
     history, _ = run_epochs(runner, epochs)
     manifest = runner.snapshots.load_manifest(history[0].snapshot_id)
     total, written = _state_bytes(manifest)

@@ -57,6 +57,7 @@ def test_in_parallel_keeps_order_overlaps_calls_and_stops_at_the_first_error():
 
 # -- packs: a snapshot's state files in one object --------------------------------------------
 
+
 def _span_rows(span):
     import numpy as np
     import pyarrow as pa
@@ -109,8 +110,11 @@ def test_a_damaged_span_of_a_pack_is_named_and_the_others_still_read(tmp_path):
     data[middle.offset + 10] ^= 0xFF
     snapshots.store.put(middle.key, bytes(data))
     assert len(read_state_files(snapshots, [refs[0], refs[2]])) == 2
-    with pytest.raises(SnapshotError, match=rf"state file {middle.key} is corrupt \(checksum mismatch of key groups "
-                                            rf"\[4, 8\) at bytes {middle.offset}\+{middle.bytes}\)"):
+    with pytest.raises(
+        SnapshotError,
+        match=rf"state file {middle.key} is corrupt \(checksum mismatch of key groups "
+        rf"\[4, 8\) at bytes {middle.offset}\+{middle.bytes}\)",
+    ):
         read_state_files(snapshots, refs)
     snapshots.store.delete(middle.key)
     with pytest.raises(SnapshotError, match=rf"state file {middle.key} is missing"):
@@ -122,13 +126,15 @@ def test_a_state_file_ref_names_its_span_s_bytes_in_a_pack():
 
     from pipeline_lib.checkpoint.manifest import StateFileRef
 
-    packed = StateFileRef(key="state/x/f/kg-00000-00001.pack", rows=1, bytes=5, sha256="ab",
-                          key_group_start=0, key_group_end=1, offset=7)
+    packed = StateFileRef(
+        key="state/x/f/kg-00000-00001.pack", rows=1, bytes=5, sha256="ab", key_group_start=0, key_group_end=1, offset=7
+    )
     assert packed.model_dump(mode="json")["offset"] == 7
     assert StateFileRef.model_validate(packed.model_dump(mode="json")) == packed
     with pytest.raises(ValidationError, match="offset"):  # every span lives in a pack
-        StateFileRef(key="state/x/f/kg-00000-00001.pack", rows=1, bytes=5, sha256="ab", key_group_start=0,
-                     key_group_end=1)
+        StateFileRef(
+            key="state/x/f/kg-00000-00001.pack", rows=1, bytes=5, sha256="ab", key_group_start=0, key_group_end=1
+        )
 
 
 def test_spans_of_sparsely_referenced_older_packs_are_folded_into_the_new_one():
@@ -136,8 +142,9 @@ def test_spans_of_sparsely_referenced_older_packs_are_folded_into_the_new_one():
     from pipeline_lib.checkpoint.state_spans import spans_to_fold
 
     def ref(key: str, span):
-        return StateFileRef(key=key, rows=1, bytes=1, sha256="x", key_group_start=span[0], key_group_end=span[1],
-                            offset=0)
+        return StateFileRef(
+            key=key, rows=1, bytes=1, sha256="x", key_group_start=span[0], key_group_end=span[1], offset=0
+        )
 
     kept = {(i, i + 1): ref("a", (i, i + 1)) for i in range(10)}  # 10 spans still in pack a
     kept.update({(10, 11): ref("b", (10, 11)), (11, 12): ref("b", (11, 12))})  # 2 in b

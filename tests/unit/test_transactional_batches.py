@@ -34,9 +34,15 @@ class _ControlBatchBuilder(DefaultRecordBatchBuilder):
 def _batch(base_offset: int, producer_id: int, values: list[bytes], compression: int = 0) -> bytes:
     """A batch of data records: transactional for a producer id, plain for PLAIN."""
     transactional = producer_id != PLAIN
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=transactional,
-                                        producer_id=producer_id, producer_epoch=0 if transactional else -1,
-                                        base_sequence=0 if transactional else -1, batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=transactional,
+        producer_id=producer_id,
+        producer_epoch=0 if transactional else -1,
+        base_sequence=0 if transactional else -1,
+        batch_size=1 << 20,
+    )
     for i, value in enumerate(values):
         builder.append(i, timestamp=1_700_000_000_000 + i, key=None, value=value, headers=[])
     return _at(builder.build(), base_offset)
@@ -45,10 +51,22 @@ def _batch(base_offset: int, producer_id: int, values: list[bytes], compression:
 def _marker(offset: int, producer_id: int, kind: int, compression: int = 0) -> bytes:
     """A transaction marker: key (version 0, type), value (version 0, coordinator epoch); the
     value is padded so that a compressed one does compress (the builder else sends it plain)."""
-    builder = _ControlBatchBuilder(magic=2, compression_type=compression, is_transactional=True,
-                                   producer_id=producer_id, producer_epoch=0, base_sequence=-1, batch_size=1 << 20)
-    builder.append(0, timestamp=1_700_000_000_000, key=struct.pack(">hh", 0, kind),
-                   value=struct.pack(">hi", 0, 0) + b"\x00" * 200, headers=[])
+    builder = _ControlBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=True,
+        producer_id=producer_id,
+        producer_epoch=0,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    builder.append(
+        0,
+        timestamp=1_700_000_000_000,
+        key=struct.pack(">hh", 0, kind),
+        value=struct.pack(">hi", 0, 0) + b"\x00" * 200,
+        headers=[],
+    )
     return _at(builder.build(), offset)
 
 
@@ -59,22 +77,29 @@ def _at(built: bytearray, base_offset: int) -> bytes:
 
 
 # A0 A1 [commit] B0 B1 [abort] P6: producer 7 commits A, producer 8 aborts B, P6 is plain.
-LOG = [_batch(0, 7, [b"A0", b"A1"]), _marker(2, 7, COMMIT), _batch(3, 8, [b"B0", b"B1"]), _marker(5, 8, ABORT),
-       _batch(6, PLAIN, [b"P6"])]
+LOG = [
+    _batch(0, 7, [b"A0", b"A1"]),
+    _marker(2, 7, COMMIT),
+    _batch(3, 8, [b"B0", b"B1"]),
+    _marker(5, 8, ABORT),
+    _batch(6, PLAIN, [b"P6"]),
+]
 LOG_ABORTED = [Aborted(8, 3)]
 
 
 def _columnar(log: list[bytes], aborted: list, level=IsolationLevel.READ_COMMITTED, fetch_offset: int = 0):
     """(offset, value) of what the columnar decoder yields, and where the next fetch starts."""
-    part = column_partition_records()(fetch_offset, TP, MemoryRecords(b"".join(log)), isolation_level=level,
-                                      aborted_transactions=aborted)
+    part = column_partition_records()(
+        fetch_offset, TP, MemoryRecords(b"".join(log)), isolation_level=level, aborted_transactions=aborted
+    )
     batches = part.take()
     return [(o, v) for b in batches for o, v in zip(b.offsets.tolist(), b.values())], part.next_fetch_offset
 
 
 def _kafka_python(log: list[bytes], aborted: list, level=IsolationLevel.READ_COMMITTED, fetch_offset: int = 0):
-    part = Fetcher.PartitionRecords(fetch_offset, TP, MemoryRecords(b"".join(log)), isolation_level=level,
-                                    aborted_transactions=aborted)
+    part = Fetcher.PartitionRecords(
+        fetch_offset, TP, MemoryRecords(b"".join(log)), isolation_level=level, aborted_transactions=aborted
+    )
     return [(r.offset, r.value) for r in part.take()], part.next_fetch_offset
 
 
@@ -105,17 +130,29 @@ def test_a_range_ending_on_a_marker_moves_the_position_past_it():
 def test_interleaved_transactions_of_two_producers_drop_only_the_aborted_one():
     """Producer 7's committed batches and producer 8's aborted ones alternate in the log; a
     plain record sits between them, and producer 8 later commits a second transaction."""
-    log = [_batch(0, 7, [b"a0"]), _batch(1, 8, [b"x1", b"x2"]), _batch(3, PLAIN, [b"p3"]), _batch(4, 7, [b"a4"]),
-           _batch(5, 8, [b"x5"]), _marker(6, 8, ABORT), _marker(7, 7, COMMIT), _batch(8, 8, [b"y8"]),
-           _marker(9, 8, COMMIT), _batch(10, PLAIN, [b"p10"])]
+    log = [
+        _batch(0, 7, [b"a0"]),
+        _batch(1, 8, [b"x1", b"x2"]),
+        _batch(3, PLAIN, [b"p3"]),
+        _batch(4, 7, [b"a4"]),
+        _batch(5, 8, [b"x5"]),
+        _marker(6, 8, ABORT),
+        _marker(7, 7, COMMIT),
+        _batch(8, 8, [b"y8"]),
+        _marker(9, 8, COMMIT),
+        _batch(10, PLAIN, [b"p10"]),
+    ]
     want = [(0, b"a0"), (3, b"p3"), (4, b"a4"), (8, b"y8"), (10, b"p10")]
     assert _columnar(log, [Aborted(8, 1)]) == (want, 11)
     assert _kafka_python(log, [Aborted(8, 1)]) == (want, 11)
 
 
 def test_a_compressed_aborted_batch_is_skipped_without_being_decompressed():
-    log = [_batch(0, 8, [b"z" * 1000] * 50, compression=DefaultRecordBatch.CODEC_GZIP), _marker(50, 8, ABORT),
-           _batch(51, PLAIN, [b"p"])]
+    log = [
+        _batch(0, 8, [b"z" * 1000] * 50, compression=DefaultRecordBatch.CODEC_GZIP),
+        _marker(50, 8, ABORT),
+        _batch(51, PLAIN, [b"p"]),
+    ]
     assert _columnar(log, [Aborted(8, 0)]) == ([(51, b"p")], 52)
 
 

@@ -24,15 +24,28 @@ from pipeline_lib.sink.task_parts import TaskParts, TaskPartWriter, WrittenParts
 from pipeline_lib.spec.models import FlowSpec
 from pipeline_lib.storage import open_store
 
-FLOW = FlowInWorker(("user",), (("total", "sum", "amount"), ("n", "count", None), ("seen", "count", "amount"),
-                                ("low", "min", "amount"), ("high", "max", "note")))
+FLOW = FlowInWorker(
+    ("user",),
+    (
+        ("total", "sum", "amount"),
+        ("n", "count", None),
+        ("seen", "count", "amount"),
+        ("low", "min", "amount"),
+        ("high", "max", "note"),
+    ),
+)
 
 
 def _rows(count: int, seed: int) -> list[dict]:
     rng = random.Random(seed)
-    return [{"user": rng.choice(["a", "b", "c", None]),
-             "amount": rng.choice([None, rng.randint(-50, 50)]),
-             "note": rng.choice([None, "x", "yy", "é"])} for _ in range(count)]
+    return [
+        {
+            "user": rng.choice(["a", "b", "c", None]),
+            "amount": rng.choice([None, rng.randint(-50, 50)]),
+            "note": rng.choice([None, "x", "yy", "é"]),
+        }
+        for _ in range(count)
+    ]
 
 
 def _expected(rows: list[dict]) -> dict:
@@ -66,7 +79,7 @@ def test_partials_equal_a_plain_python_aggregate_null_keys_and_values_included()
 
 def test_partials_of_parts_combined_equal_the_partials_of_the_whole():
     rows = _rows(3_000, seed=2)
-    parts = [FLOW.partials(pa.Table.from_pylist(rows[i:i + 700], schema=SCHEMA)) for i in range(0, 3_000, 700)]
+    parts = [FLOW.partials(pa.Table.from_pylist(rows[i : i + 700], schema=SCHEMA)) for i in range(0, 3_000, 700)]
     assert _by_key(FLOW.combined(parts)) == _expected(rows)
 
 
@@ -88,21 +101,39 @@ def test_an_integer_sum_that_leaves_int64_names_its_column_and_key():
 
 
 def test_bad_records_keep_their_place_reason_and_raw_bytes():
-    batch = pa.record_batch({"_topic": ["t", "t", "t"], "_partition": pa.array([1, 1, 1], pa.int32()),
-                             "_offset": pa.array([7, 8, 9], pa.int64()), "_error": [None, "not JSON", "too big"],
-                             "_raw": pa.array([None, b"\xff{", None], pa.binary())})
+    batch = pa.record_batch(
+        {
+            "_topic": ["t", "t", "t"],
+            "_partition": pa.array([1, 1, 1], pa.int32()),
+            "_offset": pa.array([7, 8, 9], pa.int64()),
+            "_error": [None, "not JSON", "too big"],
+            "_raw": pa.array([None, b"\xff{", None], pa.binary()),
+        }
+    )
     assert bad_records(batch).to_pylist() == [
-        {"topic": "t", "partition": 1, "offset": 8, "error": "not JSON",
-         "raw_base64": base64.b64encode(b"\xff{").decode(), "raw_bytes": 2},
+        {
+            "topic": "t",
+            "partition": 1,
+            "offset": 8,
+            "error": "not JSON",
+            "raw_base64": base64.b64encode(b"\xff{").decode(),
+            "raw_bytes": 2,
+        },
         {"topic": "t", "partition": 1, "offset": 9, "error": "too big", "raw_base64": None, "raw_bytes": None},
     ]
 
 
 def test_a_dead_letter_keeps_only_the_start_of_an_oversized_record_and_its_size():
     huge = b"{" + b"x" * (3 << 20)  # 3 MiB: kept whole, each such record would copy itself into the sink
-    batch = pa.record_batch({"_topic": ["t"], "_partition": pa.array([0], pa.int32()),
-                             "_offset": pa.array([4], pa.int64()), "_error": ["record of 3145729 bytes exceeds"],
-                             "_raw": pa.array([huge], pa.binary())})
+    batch = pa.record_batch(
+        {
+            "_topic": ["t"],
+            "_partition": pa.array([0], pa.int32()),
+            "_offset": pa.array([4], pa.int64()),
+            "_error": ["record of 3145729 bytes exceeds"],
+            "_raw": pa.array([huge], pa.binary()),
+        }
+    )
     [row] = bad_records(batch).to_pylist()
     assert base64.b64decode(row["raw_base64"]) == huge[:DEAD_LETTER_RAW_BYTES] and DEAD_LETTER_RAW_BYTES == 65536
     assert row["raw_bytes"] == len(huge)
@@ -124,8 +155,9 @@ def _outputs(rows: list[tuple[int, bytes | None, str | None]]) -> list[tuple[int
     """Each output row: (output index, partials as a table, or what the task wrote)."""
     out: list[tuple[int, pa.Table | WrittenParts]] = []
     for index, ipc, written in rows:
-        out.append((index, WrittenParts.from_json(written) if written is not None
-                    else pa.ipc.open_stream(ipc).read_all()))
+        out.append(
+            (index, WrittenParts.from_json(written) if written is not None else pa.ipc.open_stream(ipc).read_all())
+        )
     return out
 
 
@@ -147,7 +179,7 @@ def _read_parts(root, label: str, written: WrittenParts) -> pa.Table:
 
 def test_a_task_yields_one_partial_per_stateful_flow_and_writes_every_row_of_a_stateless_one(monkeypatch, tmp_path):
     rows = _rows(5_000, seed=3)
-    batches = [pa.RecordBatch.from_pylist(rows[i:i + 1_000], schema=SCHEMA) for i in range(0, 5_000, 1_000)]
+    batches = [pa.RecordBatch.from_pylist(rows[i : i + 1_000], schema=SCHEMA) for i in range(0, 5_000, 1_000)]
     monkeypatch.setattr(wa, "COMBINE_AT_ROWS", 5)  # fold the partials after every batch
     monkeypatch.setattr(task_parts, "ROWS_PER_PART", 1_500)  # and cut the stateless rows into several parts
     run = EpochInWorker(_Reader([batches]), (FLOW, FlowInWorker()), (None, _writer(tmp_path, "r")), (SCHEMA, SCHEMA))
@@ -168,7 +200,7 @@ def test_a_task_cuts_parts_where_the_rows_are_not_where_its_batches_end(monkeypa
     monkeypatch.setattr(task_parts, "ROWS_PER_PART", 1_200)
     written = []
     for size in (1_000, 333, 5_000):
-        batches = [pa.RecordBatch.from_pylist(rows[i:i + size], schema=SCHEMA) for i in range(0, 5_000, size)]
+        batches = [pa.RecordBatch.from_pylist(rows[i : i + size], schema=SCHEMA) for i in range(0, 5_000, size)]
         run = EpochInWorker(_Reader([batches]), (FlowInWorker(),), (_writer(tmp_path / str(size), "r"),), (SCHEMA,))
         [(_, parts)] = _outputs(list(run.rdd_partition([0])))
         written.append([(f.key, f.rows, f.bytes, f.sha256) for f in parts.files])
@@ -176,19 +208,58 @@ def test_a_task_cuts_parts_where_the_rows_are_not_where_its_batches_end(monkeypa
 
 
 def test_a_tolerant_task_writes_bad_records_apart_and_aggregates_only_good_ones(tmp_path):
-    schema = SCHEMA.append(pa.field("_topic", pa.string())).append(pa.field("_partition", pa.int32())) \
-        .append(pa.field("_offset", pa.int64())).append(pa.field("_error", pa.string())) \
+    schema = (
+        SCHEMA.append(pa.field("_topic", pa.string()))
+        .append(pa.field("_partition", pa.int32()))
+        .append(pa.field("_offset", pa.int64()))
+        .append(pa.field("_error", pa.string()))
         .append(pa.field("_raw", pa.binary()))
-    batch = pa.RecordBatch.from_pylist([
-        {"user": "a", "amount": 1, "note": None,
-         "_topic": "t", "_partition": 0, "_offset": 0, "_error": None, "_raw": None},
-        {"user": None, "amount": None, "note": None,
-         "_topic": "t", "_partition": 0, "_offset": 5, "_error": "bad", "_raw": b"x"},
-        {"user": None, "amount": None, "note": None,
-         "_topic": "t", "_partition": 0, "_offset": 1, "_error": "worse", "_raw": b"y"},
-        {"user": "a", "amount": 2, "note": "z",
-         "_topic": "t", "_partition": 0, "_offset": 2, "_error": None, "_raw": None},
-    ], schema=schema)
+    )
+    batch = pa.RecordBatch.from_pylist(
+        [
+            {
+                "user": "a",
+                "amount": 1,
+                "note": None,
+                "_topic": "t",
+                "_partition": 0,
+                "_offset": 0,
+                "_error": None,
+                "_raw": None,
+            },
+            {
+                "user": None,
+                "amount": None,
+                "note": None,
+                "_topic": "t",
+                "_partition": 0,
+                "_offset": 5,
+                "_error": "bad",
+                "_raw": b"x",
+            },
+            {
+                "user": None,
+                "amount": None,
+                "note": None,
+                "_topic": "t",
+                "_partition": 0,
+                "_offset": 1,
+                "_error": "worse",
+                "_raw": b"y",
+            },
+            {
+                "user": "a",
+                "amount": 2,
+                "note": "z",
+                "_topic": "t",
+                "_partition": 0,
+                "_offset": 2,
+                "_error": None,
+                "_raw": None,
+            },
+        ],
+        schema=schema,
+    )
     run = EpochInWorker(_Reader([[batch]], tolerant=True), (FLOW,), (None,), (SCHEMA,), _writer(tmp_path, "d"))
     out = _outputs(list(run.task_rows([batch])))
     assert [i for i, _ in out] == [0, wa.BAD_RECORDS]
@@ -211,49 +282,80 @@ def test_the_results_of_every_task_combine_in_key_order_with_the_first_bad_recor
     def ref(key: str) -> FileRef:
         return FileRef(key=key, rows=1, bytes=1, sha256="0" * 64)
 
-    combined = WrittenParts.combine([
-        WrittenParts((ref("epoch=1/part-d00001-0000-t1-a2.jsonl"),), 4, {"partition": 1, "offset": 0}),
-        WrittenParts((ref("epoch=1/part-d00000-0000-t0-a2.jsonl"),), 3, {"partition": 0, "offset": 7}),
-        WrittenParts((), 0, None),
-    ])
-    assert [f.key for f in combined.files] == ["epoch=1/part-d00000-0000-t0-a2.jsonl",
-                                               "epoch=1/part-d00001-0000-t1-a2.jsonl"]
+    combined = WrittenParts.combine(
+        [
+            WrittenParts((ref("epoch=1/part-d00001-0000-t1-a2.jsonl"),), 4, {"partition": 1, "offset": 0}),
+            WrittenParts((ref("epoch=1/part-d00000-0000-t0-a2.jsonl"),), 3, {"partition": 0, "offset": 7}),
+            WrittenParts((), 0, None),
+        ]
+    )
+    assert [f.key for f in combined.files] == [
+        "epoch=1/part-d00000-0000-t0-a2.jsonl",
+        "epoch=1/part-d00001-0000-t1-a2.jsonl",
+    ]
     assert combined.rows == 7 and combined.first_bad == {"partition": 0, "offset": 7}
     assert WrittenParts.from_json(combined.to_json()) == combined
 
 
 def _flow(**over) -> FlowSpec:
-    spec = {"name": "f", "source": "main", "sink": {"files": {"path": "file:///tmp/x", "format": "parquet"}},
-            "state": {"aggregate": {"key": ["user"], "values": {"total": "sum(amount)", "n": "count(*)"}}}}
+    spec = {
+        "name": "f",
+        "source": "main",
+        "sink": {"files": {"path": "file:///tmp/x", "format": "parquet"}},
+        "state": {"aggregate": {"key": ["user"], "values": {"total": "sum(amount)", "n": "count(*)"}}},
+    }
     spec.update(over)
     return FlowSpec.model_validate(spec)
 
 
-FIELDS = {"user": T.StringType(), "amount": T.LongType(), "price": T.DoubleType(), "cost": T.DecimalType(10, 2),
-          "day": T.DateType()}
+FIELDS = {
+    "user": T.StringType(),
+    "amount": T.LongType(),
+    "price": T.DoubleType(),
+    "cost": T.DecimalType(10, 2),
+    "day": T.DateType(),
+}
 
 
-@pytest.mark.parametrize("over, why", [
-    ({"transforms": [{"filter": "amount > 0"}]}, "has transforms"),
-    ({"state": {"aggregate": {"key": ["price"], "values": {"n": "count(*)"}}}}, "groups by price of type double"),
-    ({"state": {"aggregate": {"key": ["user"], "values": {"m": "max(price)"}}}},
-     "computes max(price) over type double"),
-    ({"state": {"aggregate": {"key": ["user"], "values": {"s": "sum(cost)"}}}},
-     "computes sum(cost) over type decimal(10,2)"),
-    ({"state": {"aggregate": {"key": ["user"], "values": {"s": "sum(nope)"}}}},
-     "computes sum(nope) of an unknown column"),
-    ({"state": {"aggregate": {"key": ["nope"], "values": {"n": "count(*)"}}}}, "groups by nope of type unknown"),
-])
+@pytest.mark.parametrize(
+    "over, why",
+    [
+        ({"transforms": [{"filter": "amount > 0"}]}, "has transforms"),
+        ({"state": {"aggregate": {"key": ["price"], "values": {"n": "count(*)"}}}}, "groups by price of type double"),
+        (
+            {"state": {"aggregate": {"key": ["user"], "values": {"m": "max(price)"}}}},
+            "computes max(price) over type double",
+        ),
+        (
+            {"state": {"aggregate": {"key": ["user"], "values": {"s": "sum(cost)"}}}},
+            "computes sum(cost) over type decimal(10,2)",
+        ),
+        (
+            {"state": {"aggregate": {"key": ["user"], "values": {"s": "sum(nope)"}}}},
+            "computes sum(nope) of an unknown column",
+        ),
+        ({"state": {"aggregate": {"key": ["nope"], "values": {"n": "count(*)"}}}}, "groups by nope of type unknown"),
+    ],
+)
 def test_flows_the_two_paths_could_treat_differently_take_spark_s(over, why):
     assert why in wa._needs_spark(_flow(**over), FIELDS)
 
 
-@pytest.mark.parametrize("over", [
-    {},
-    {"state": None},
-    {"state": {"aggregate": {"key": ["user", "day"],
-                             "values": {"s": "sum(price)", "m": "min(day)", "c": "count(cost)"}}}},
-])
+@pytest.mark.parametrize(
+    "over",
+    [
+        {},
+        {"state": None},
+        {
+            "state": {
+                "aggregate": {
+                    "key": ["user", "day"],
+                    "values": {"s": "sum(price)", "m": "min(day)", "c": "count(cost)"},
+                }
+            }
+        },
+    ],
+)
 def test_flows_without_transforms_over_exact_types_take_the_arrow_path(over):
     assert wa._needs_spark(_flow(**over), FIELDS) is None
 
@@ -261,8 +363,7 @@ def test_flows_without_transforms_over_exact_types_take_the_arrow_path(over):
 def test_wide_rows_are_cut_into_blobs_by_bytes_too(monkeypatch):
     monkeypatch.setattr(wa, "MAX_BLOB_BYTES", 10_000)
     table = pa.table({"payload": ["x" * 1_000] * 95})
-    blobs = [(i, t) for i, t in _outputs([(3, ipc, None) for ipc in wa.ipc_pieces(table)])
-             if isinstance(t, pa.Table)]
+    blobs = [(i, t) for i, t in _outputs([(3, ipc, None) for ipc in wa.ipc_pieces(table)]) if isinstance(t, pa.Table)]
     assert all(i == 3 for i, _ in blobs) and len(blobs) >= 10
     assert all(t.nbytes <= 12_000 for _, t in blobs)
     assert pa.concat_tables([t for _, t in blobs]).equals(table)
@@ -280,8 +381,13 @@ def test_a_task_whose_start_up_checks_fail_reports_them_and_reads_nothing(tmp_pa
     rows = _rows(100, seed=5)
     batches = [pa.RecordBatch.from_pylist(rows, schema=SCHEMA)]
     start = SourceStart("127.0.0.1:9", "t", 2, 1000, ("0.0.0-driver", pa.__version__))
-    run = EpochInWorker(_Reader([batches, batches]), (FLOW, FlowInWorker()), (None, _writer(tmp_path, "r")),
-                        (SCHEMA, SCHEMA), start=start)
+    run = EpochInWorker(
+        _Reader([batches, batches]),
+        (FLOW, FlowInWorker()),
+        (None, _writer(tmp_path, "r")),
+        (SCHEMA, SCHEMA),
+        start=start,
+    )
     [(output, ipc, text)] = list(run.rdd_partition([1]))
     assert output == wa.SOURCE_STARTED and ipc is None
     index, ok, detail = json.loads(text)

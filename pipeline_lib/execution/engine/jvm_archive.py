@@ -65,11 +65,17 @@ def build_archive(path: Path | None = None) -> Path:
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     partial.unlink(missing_ok=True)
     env = {**os.environ, ENV_JVM_ARCHIVE: "off"}  # the training JVM dumps its own, it maps none
-    done = subprocess.run([sys.executable, "-m", TRAINING_MODULE, str(partial)], env=env, capture_output=True,
-                          text=True, timeout=TRAINING_TIMEOUT_S)
+    done = subprocess.run(
+        [sys.executable, "-m", TRAINING_MODULE, str(partial)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TRAINING_TIMEOUT_S,
+    )
     if done.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
         partial.unlink(missing_ok=True)
-        raise RuntimeError(f"the JVM archive's training session failed (exit {done.returncode}):\n"
-                           f"{done.stderr[-3000:]}")
+        raise RuntimeError(
+            f"the JVM archive's training session failed (exit {done.returncode}):\n{done.stderr[-3000:]}"
+        )
     os.replace(partial, target)
     return target

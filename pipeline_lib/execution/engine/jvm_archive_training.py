@@ -15,9 +15,15 @@ from pipeline_lib.execution.engine.spark_session import LOG4J_CONFIG, start_spar
 def train(dump_to: str) -> None:
     """The training session: a session, a Python job, a SQL query with Python and Arrow in it,
     then a clean exit of the JVM, which writes the archive as it exits."""
-    spark = start_spark("pipeline-lib-jvm-archive", None, 2, overrides={
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG} "
-                                         f"-XX:ArchiveClassesAtExit={dump_to} -Xlog:cds=off,cds+dynamic=off"})
+    spark = start_spark(
+        "pipeline-lib-jvm-archive",
+        None,
+        2,
+        overrides={
+            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG} "
+            f"-XX:ArchiveClassesAtExit={dump_to} -Xlog:cds=off,cds+dynamic=off"
+        },
+    )
     sc = spark.sparkContext
     sc.parallelize(range(4), 2).mapPartitions(lambda rows: [sum(rows)]).collect()
     frame = spark.createDataFrame([("a", 1.0), ("b", 2.0), ("a", 3.0)], "user string, amount double")

@@ -40,8 +40,11 @@ def _installed_version(package: str, path: list[str]) -> bytes | None:
 
 def prefer_installed_pyspark(path: list[str]) -> list[str]:
     """``path`` with Spark's zips moved last when the installed PySpark is the zip's version."""
-    zips = [p for p in path if os.path.basename(p) == "pyspark.zip" or
-            (os.path.basename(p).startswith("py4j-") and p.endswith("-src.zip"))]
+    zips = [
+        p
+        for p in path
+        if os.path.basename(p) == "pyspark.zip" or (os.path.basename(p).startswith("py4j-") and p.endswith("-src.zip"))
+    ]
     pyspark_zip = next((p for p in zips if os.path.basename(p) == "pyspark.zip"), None)
     if pyspark_zip is None:
         return path

@@ -25,8 +25,11 @@ REDACTION_REGEX = "(?i)secret|password|passwd|token|credential|access[.]?key|pri
 # Spark reads its RPC secret from this variable (the compose stack's spark-env.sh sets it); where it
 # is set, no spec or override may turn authentication or encryption off between driver and executors.
 SPARK_AUTH_ENV = "_SPARK_AUTH_SECRET"
-RPC_PROTECTION = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true",
-                  "spark.network.crypto.saslFallback": "false"}
+RPC_PROTECTION = {
+    "spark.authenticate": "true",
+    "spark.network.crypto.enabled": "true",
+    "spark.network.crypto.saslFallback": "false",
+}
 
 
 def hardening(conf: Mapping[str, str], local: bool) -> dict[str, str]:
@@ -35,8 +38,13 @@ def hardening(conf: Mapping[str, str], local: bool) -> dict[str, str]:
     Spark's redaction of secret-looking settings, the driver's log and JVM options (added to any of
     the spec's), in local mode a driver bound to loopback, and on a cluster with an RPC secret its
     authentication and encryption."""
-    java = " ".join([conf.get("spark.driver.extraJavaOptions", ""), f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
-                     *driver_java_options()]).strip()
+    java = " ".join(
+        [
+            conf.get("spark.driver.extraJavaOptions", ""),
+            f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+            *driver_java_options(),
+        ]
+    ).strip()
     hard = {
         "spark.python.daemon.module": PYTHON_DAEMON,
         "spark.sql.session.timeZone": "UTC",
@@ -51,8 +59,13 @@ def hardening(conf: Mapping[str, str], local: bool) -> dict[str, str]:
     return hard
 
 
-def start_spark(app_name: str, master: str | None, parallelism: int, settings: SparkSpec | None = None,
-                overrides: Mapping[str, str] | None = None) -> SparkSession:
+def start_spark(
+    app_name: str,
+    master: str | None,
+    parallelism: int,
+    settings: SparkSpec | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> SparkSession:
     """Local mode inside this process by default (``local[parallelism]``), a cluster when
     ``PIPELINE_SPARK_MASTER`` names one. Local mode binds to loopback; on a cluster the driver
     must be reachable from the executors, so its address is Spark's choice unless the spec's

@@ -50,8 +50,17 @@ COMBINE_AT_ROWS = 1_000_000  # a task folds its partials into one table when the
 _SKIP_NULLS = pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)  # all-null group → null, as in Spark
 _INT64_MAX = 2**63 - 1
 
-_KEY_TYPES = (T.StringType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType, T.DateType,
-              T.TimestampType, T.TimestampNTZType)
+_KEY_TYPES = (
+    T.StringType,
+    T.ByteType,
+    T.ShortType,
+    T.IntegerType,
+    T.LongType,
+    T.BooleanType,
+    T.DateType,
+    T.TimestampType,
+    T.TimestampNTZType,
+)
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 _SUMMABLE = _INTEGRAL + (T.FloatType, T.DoubleType)
 _ORDERED = _INTEGRAL + (T.StringType, T.BooleanType, T.DateType, T.TimestampType, T.TimestampNTZType)
@@ -88,8 +97,9 @@ class FlowInWorker:
             return partials[0]
         table = pa.concat_tables(partials)
         self._check_sums(table, [(name, "sum" if fn == "count" else fn) for name, fn, _ in self.aggregates])
-        return self._grouped(table, [(name, "sum" if fn == "count" else fn, _SKIP_NULLS)
-                                     for name, fn, _ in self.aggregates])
+        return self._grouped(
+            table, [(name, "sum" if fn == "count" else fn, _SKIP_NULLS) for name, fn, _ in self.aggregates]
+        )
 
     def _grouped(self, table: pa.Table, specs: list) -> pa.Table:
         # use_threads=False: groups come out in order of first appearance, the same in every attempt
@@ -113,7 +123,8 @@ class FlowInWorker:
             if max(abs(low), abs(high)) * table.num_rows <= _INT64_MAX:
                 continue
             exact = table.select(list(self.keys)).append_column(
-                "exact", pc.cast(table.column(column), pa.decimal128(38, 0)))
+                "exact", pc.cast(table.column(column), pa.decimal128(38, 0))
+            )
             totals = exact.group_by(list(self.keys), use_threads=False).aggregate([("exact", "sum")])
             over = pc.or_(pc.greater(totals["exact_sum"], _INT64_MAX), pc.less(totals["exact_sum"], -_INT64_MAX - 1))
             if pc.any(over).as_py():
@@ -171,14 +182,18 @@ class EpochInWorker:
         for index, parts in written.items():
             yield index, None, parts.to_json()
 
-    def task_outputs(self, ranges: Sequence[tuple[str, int, int, int]]
-                     ) -> tuple[dict[int, pa.Table], dict[int, WrittenParts]]:
+    def task_outputs(
+        self, ranges: Sequence[tuple[str, int, int, int]]
+    ) -> tuple[dict[int, pa.Table], dict[int, WrittenParts]]:
         """One task: read its ranges; (each stateful flow's partials, one row per key, by flow
         index; what it wrote of each stateless flow's rows, by flow index, then of the bad
         records, under BAD_RECORDS)."""
         partials: dict[int, list[pa.Table]] = defaultdict(list)  # a stateful flow's partials so far
-        rows = {index: TaskParts(self.writers[index], self.schemas[index])
-                for index, flow in enumerate(self.flows) if not flow.stateful}
+        rows = {
+            index: TaskParts(self.writers[index], self.schemas[index])
+            for index, flow in enumerate(self.flows)
+            if not flow.stateful
+        }
         bad = TaskParts(self.dead_letters, self.bad_schema, bad_records=True) if self.reader.tolerant else None
         for batch in self.reader.read_task(ranges):
             if bad is not None:
@@ -210,9 +225,17 @@ def bad_records(batch: pa.RecordBatch) -> pa.Table:
     values = bad.column("_raw").to_pylist()
     raw = [None if r is None else base64.b64encode(r[:DEAD_LETTER_RAW_BYTES]).decode("ascii") for r in values]
     sizes = [None if r is None else len(r) for r in values]
-    return pa.table([bad.column("_topic"), bad.column("_partition"), bad.column("_offset"), bad.column("_error"),
-                     pa.array(raw, pa.string()), pa.array(sizes, pa.int64())],
-                    names=["topic", "partition", "offset", "error", "raw_base64", "raw_bytes"])
+    return pa.table(
+        [
+            bad.column("_topic"),
+            bad.column("_partition"),
+            bad.column("_offset"),
+            bad.column("_error"),
+            pa.array(raw, pa.string()),
+            pa.array(sizes, pa.int64()),
+        ],
+        names=["topic", "partition", "offset", "error", "raw_base64", "raw_bytes"],
+    )
 
 
 def ipc_pieces(table: pa.Table) -> Iterator[bytes]:
@@ -237,8 +260,9 @@ class ArrowEpochs:
         self.flows, self.schemas, self.bad_schema = flows, schemas, bad_schema
 
     @classmethod
-    def for_flows(cls, spark: SparkSession, schema: T.StructType, flows: Sequence[FlowSpec],
-                  tolerant: bool) -> tuple[ArrowEpochs | None, str]:
+    def for_flows(
+        cls, spark: SparkSession, schema: T.StructType, flows: Sequence[FlowSpec], tolerant: bool
+    ) -> tuple[ArrowEpochs | None, str]:
         """The Arrow path for these flows reading a source of ``schema``, or None and why not."""
         fields = {f.name: f.dataType for f in schema.fields}
         in_worker = []
@@ -247,16 +271,23 @@ class ArrowEpochs:
             if why:
                 return None, f"flow {flow.name} {why}"
             agg = flow.state.aggregate if flow.state else None
-            in_worker.append(FlowInWorker() if agg is None else FlowInWorker(
-                tuple(agg.key), tuple((name, f.name, f.column) for name, f in agg.functions().items())))
+            in_worker.append(
+                FlowInWorker()
+                if agg is None
+                else FlowInWorker(
+                    tuple(agg.key), tuple((name, f.name, f.column) for name, f in agg.functions().items())
+                )
+            )
         large = _large_var_types(spark)
         built = _python_schemas(schema, flows, tolerant)
         if built is not None:
             schemas = [to_arrow_schema(s, timezone="UTC", prefers_large_types=large) for s in built[0]]
             bad = built[1]
-            return cls(tuple(in_worker), schemas,
-                       to_arrow_schema(bad, timezone="UTC", prefers_large_types=large) if bad is not None else None
-                       ), "no flow needs Spark SQL"
+            return cls(
+                tuple(in_worker),
+                schemas,
+                to_arrow_schema(bad, timezone="UTC", prefers_large_types=large) if bad is not None else None,
+            ), "no flow needs Spark SQL"
 
         def arrow(frame: DataFrame) -> pa.Schema:
             return to_arrow_schema(frame.schema, timezone="UTC", prefers_large_types=large)
@@ -271,16 +302,26 @@ class ArrowEpochs:
             return None, f"Spark rejects the query: {str(exc).splitlines()[0]}"
         return cls(tuple(in_worker), schemas, bad_schema), "no flow needs Spark SQL"
 
-    def in_worker(self, reader: KafkaRangeReader, writers: Sequence[TaskPartWriter | None],
-                  dead_letters: TaskPartWriter | None = None, start: SourceStart | None = None) -> EpochInWorker:
+    def in_worker(
+        self,
+        reader: KafkaRangeReader,
+        writers: Sequence[TaskPartWriter | None],
+        dead_letters: TaskPartWriter | None = None,
+        start: SourceStart | None = None,
+    ) -> EpochInWorker:
         """The read tasks' function for ``reader``, writing stateless flows' rows with ``writers``
         (and, with ``start``, running the source subtasks' start-up checks first)."""
-        return EpochInWorker(reader, self.flows, tuple(writers), tuple(self.schemas), dead_letters, self.bad_schema,
-                             start)
+        return EpochInWorker(
+            reader, self.flows, tuple(writers), tuple(self.schemas), dead_letters, self.bad_schema, start
+        )
 
-    def read(self, spark: SparkSession, reader: KafkaRangeReader, writers: Sequence[TaskPartWriter | None],
-             dead_letters: TaskPartWriter | None = None
-             ) -> tuple[WrittenParts | None, list[pa.Table | WrittenParts], int]:
+    def read(
+        self,
+        spark: SparkSession,
+        reader: KafkaRangeReader,
+        writers: Sequence[TaskPartWriter | None],
+        dead_letters: TaskPartWriter | None = None,
+    ) -> tuple[WrittenParts | None, list[pa.Table | WrittenParts], int]:
         """(what the tasks did with the bad records, or None when the read is not tolerant; each
         flow's result in flow order: a stateful flow's partials as a table, a stateless flow's
         parts as the tasks wrote them with ``writers``; the bytes of task results the driver
@@ -288,9 +329,14 @@ class ArrowEpochs:
         _, bad, results, received = self.read_starting(spark, reader, writers, dead_letters, None)
         return bad, results, received
 
-    def read_starting(self, spark: SparkSession, reader: KafkaRangeReader, writers: Sequence[TaskPartWriter | None],
-                      dead_letters: TaskPartWriter | None, start: SourceStart | None
-                      ) -> tuple[list[tuple[int, bool, str]], WrittenParts | None, list[pa.Table | WrittenParts], int]:
+    def read_starting(
+        self,
+        spark: SparkSession,
+        reader: KafkaRangeReader,
+        writers: Sequence[TaskPartWriter | None],
+        dead_letters: TaskPartWriter | None,
+        start: SourceStart | None,
+    ) -> tuple[list[tuple[int, bool, str]], WrittenParts | None, list[pa.Table | WrittenParts], int]:
         """``read``, its tasks running the source subtasks' start-up checks first (``start``; one
         task per subtask at least): (each subtask's ``(index, ok, detail)``, then ``read``'s
         result). A task whose checks failed reads nothing, so the caller must use no part of the
@@ -300,8 +346,9 @@ class ArrowEpochs:
         # SQL's planning, code generation or Arrow transport (a short run's first SQL query costs
         # seconds of start-up).
         worker = self.in_worker(reader, writers, dead_letters, start)
-        rows: list[Row] = spark.sparkContext.parallelize(range(tasks), tasks).mapPartitions(
-            worker.rdd_partition).collect()
+        rows: list[Row] = (
+            spark.sparkContext.parallelize(range(tasks), tasks).mapPartitions(worker.rdd_partition).collect()
+        )
         parts: dict[int, list[pa.Table]] = defaultdict(list)
         written: dict[int, list[WrittenParts]] = defaultdict(list)
         checks: list[tuple[int, bool, str]] = []
@@ -339,8 +386,9 @@ def _large_var_types(spark: SparkSession) -> bool:
     return str(value).strip().lower() == "true"
 
 
-def _python_schemas(schema: T.StructType, flows: Sequence[FlowSpec], tolerant: bool
-                    ) -> tuple[list[T.StructType], T.StructType | None] | None:
+def _python_schemas(
+    schema: T.StructType, flows: Sequence[FlowSpec], tolerant: bool
+) -> tuple[list[T.StructType], T.StructType | None] | None:
     """The Spark schemas Spark's analysis gives the Arrow path's flows (``partials_frame`` of each
     stateful flow, the rows of a stateless one) and bad records (``bad_records_frame``), built in
     Python for flows ``_needs_spark`` lets through; None when a name repeats, so that Spark's own
@@ -372,14 +420,16 @@ def _python_schemas(schema: T.StructType, flows: Sequence[FlowSpec], tolerant: b
     if not tolerant:
         return out, None
     raw = fields["_raw"].nullable
-    bad = T.StructType([
-        T.StructField("topic", fields["_topic"].dataType, fields["_topic"].nullable),
-        T.StructField("partition", fields["_partition"].dataType, fields["_partition"].nullable),
-        T.StructField("offset", fields["_offset"].dataType, fields["_offset"].nullable),
-        T.StructField("error", fields["_error"].dataType, fields["_error"].nullable),
-        T.StructField("raw_base64", T.StringType(), raw),
-        T.StructField("raw_bytes", T.LongType(), raw),
-    ])
+    bad = T.StructType(
+        [
+            T.StructField("topic", fields["_topic"].dataType, fields["_topic"].nullable),
+            T.StructField("partition", fields["_partition"].dataType, fields["_partition"].nullable),
+            T.StructField("offset", fields["_offset"].dataType, fields["_offset"].nullable),
+            T.StructField("error", fields["_error"].dataType, fields["_error"].nullable),
+            T.StructField("raw_base64", T.StringType(), raw),
+            T.StructField("raw_bytes", T.LongType(), raw),
+        ]
+    )
     return out, bad
 
 

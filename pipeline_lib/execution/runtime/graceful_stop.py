@@ -19,8 +19,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @contextmanager
-def stop_on_request(request_stop: Callable[[str], None], stop_file: Path | None = None,
-                    poll_s: float = 0.5) -> Iterator[None]:
+def stop_on_request(
+    request_stop: Callable[[str], None], stop_file: Path | None = None, poll_s: float = 0.5
+) -> Iterator[None]:
     """While the block runs, SIGTERM/SIGINT or ``stop_file`` call ``request_stop``; after the first
     signal the previous handlers are back, so a second one acts as it would have. Restored on exit too."""
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}

@@ -53,9 +53,15 @@ def now_utc() -> dt.datetime:
 class Lifecycle:
     """The STATUS record of one attempt: transitions, heartbeat and progress, all by compare-and-swap."""
 
-    def __init__(self, snapshots: SnapshotStore, attempt: int, launch: LaunchInfo,
-                 lease_seconds: float = DEFAULT_LEASE_SECONDS, stall_seconds: float = DEFAULT_STALL_SECONDS,
-                 on_fenced: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        snapshots: SnapshotStore,
+        attempt: int,
+        launch: LaunchInfo,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        stall_seconds: float = DEFAULT_STALL_SECONDS,
+        on_fenced: Callable[[], None] | None = None,
+    ):
         self.snapshots, self.attempt, self.launch = snapshots, attempt, launch
         self.lease_seconds, self.stall_seconds = lease_seconds, stall_seconds
         self.on_fenced = on_fenced
@@ -77,19 +83,34 @@ class Lifecycle:
     def schedule(self, epoch: int, subtasks_total: int, startup_timeout_s: float) -> None:
         """Record SCHEDULING with the start-up deadline and start the heartbeat."""
         now = now_utc()
-        self._write(PipelineStatus(
-            state="SCHEDULING", attempt=self.attempt, epoch=epoch, updated_at=now, heartbeat_at=now,
-            lease_seconds=self.lease_seconds, startup_deadline=now + dt.timedelta(seconds=startup_timeout_s),
-            stall_seconds=self.stall_seconds,
-            subtasks_total=subtasks_total, launch=self.launch, host=socket.gethostname(), pid=host_pid(),
-        ))
+        self._write(
+            PipelineStatus(
+                state="SCHEDULING",
+                attempt=self.attempt,
+                epoch=epoch,
+                updated_at=now,
+                heartbeat_at=now,
+                lease_seconds=self.lease_seconds,
+                startup_deadline=now + dt.timedelta(seconds=startup_timeout_s),
+                stall_seconds=self.stall_seconds,
+                subtasks_total=subtasks_total,
+                launch=self.launch,
+                host=socket.gethostname(),
+                pid=host_pid(),
+            )
+        )
         self._start_heartbeat()
 
     def started(self, subtasks_started: int) -> None:
         """Every subtask's on_start is done: the pipeline is truly RUNNING (and the stall clock starts)."""
         self._progress_at = now_utc()
-        self.transition("RUNNING", subtasks_started=subtasks_started, startup_deadline=None,
-                        progress_at=self._progress_at, lag=self._lag)
+        self.transition(
+            "RUNNING",
+            subtasks_started=subtasks_started,
+            startup_deadline=None,
+            progress_at=self._progress_at,
+            lag=self._lag,
+        )
 
     def transition(self, state: LifecycleState, reason: str | None = None, **fields: Any) -> None:
         """Move to ``state`` (with ``reason`` and other fields); a live state also renews the lease."""
@@ -100,10 +121,17 @@ class Lifecycle:
         live = state in LIVE_STATES
         if state == "STOPPED" and reason is None:
             reason = self._why_stopped()
-        self._write(base.model_copy(update={
-            "state": state, "reason": reason, "updated_at": now,
-            "heartbeat_at": now if live else base.heartbeat_at, **fields,
-        }))
+        self._write(
+            base.model_copy(
+                update={
+                    "state": state,
+                    "reason": reason,
+                    "updated_at": now,
+                    "heartbeat_at": now if live else base.heartbeat_at,
+                    **fields,
+                }
+            )
+        )
         if not live:
             self.stop_heartbeat()
 
@@ -149,8 +177,9 @@ class Lifecycle:
     def _start_heartbeat(self) -> None:
         if self._thread is not None:
             return
-        self._thread = threading.Thread(target=self._heartbeat_loop, name=f"heartbeat-{self.snapshots.pipeline}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._heartbeat_loop, name=f"heartbeat-{self.snapshots.pipeline}", daemon=True
+        )
         self._thread.start()
 
     def _heartbeat_loop(self) -> None:
@@ -170,8 +199,9 @@ class Lifecycle:
         try:
             self.on_fenced()
         except Exception as exc:  # e.g. Spark already stopping: the head compare-and-swap fences it anyway
-            log.warning("pipeline %s: stopping the fenced attempt %d failed: %s", self.snapshots.pipeline,
-                        self.attempt, exc)
+            log.warning(
+                "pipeline %s: stopping the fenced attempt %d failed: %s", self.snapshots.pipeline, self.attempt, exc
+            )
 
     def stop_heartbeat(self) -> None:
         """Stop the heartbeat thread (waits briefly for it, unless called from it)."""
@@ -191,14 +221,22 @@ class Lifecycle:
                 found, version = self.snapshots.read_status_versioned()
                 if found is not None and found.attempt > self.attempt:  # guard: lifecycle-ignores-newer-attempt
                     self.fenced = True
-                    log.warning("pipeline %s: attempt %d now owns the status record; attempt %d stops writing it",
-                                self.snapshots.pipeline, found.attempt, self.attempt)
+                    log.warning(
+                        "pipeline %s: attempt %d now owns the status record; attempt %d stops writing it",
+                        self.snapshots.pipeline,
+                        found.attempt,
+                        self.attempt,
+                    )
                     return
                 if found is not None and found.attempt == self.attempt and found.state == "LOST":
-                    log.warning("pipeline %s: the record said LOST while attempt %d was alive (a late heartbeat)",
-                                self.snapshots.pipeline, self.attempt)
+                    log.warning(
+                        "pipeline %s: the record said LOST while attempt %d was alive (a late heartbeat)",
+                        self.snapshots.pipeline,
+                        self.attempt,
+                    )
                 if self.snapshots.swap_status(status, version) is not None:
                     self._current = status
                     return
-            raise RuntimeError(f"pipeline {self.snapshots.pipeline}: status record kept changing under attempt "
-                               f"{self.attempt}")
+            raise RuntimeError(
+                f"pipeline {self.snapshots.pipeline}: status record kept changing under attempt {self.attempt}"
+            )

@@ -79,8 +79,12 @@ class ReadAhead(Generic[T]):
         try:
             future.result()
         except BaseException as exc:  # a dropped read's outcome does not matter
-            log.debug("pipeline %s: the read ahead of epoch %d was dropped: %s", self._pipeline, epoch,
-                      str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            log.debug(
+                "pipeline %s: the read ahead of epoch %d was dropped: %s",
+                self._pipeline,
+                epoch,
+                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            )
 
     def close(self) -> None:
         """Cancel the read in flight and stop the thread."""

@@ -131,8 +131,9 @@ class _ColumnBatches:
         except CorruptRecordError:
             raise
         except Exception as exc:  # hostile bytes kafka-python's own accessors trip on
-            raise CorruptRecordError(f"batch at offset {batch.base_offset} cannot be decoded: "
-                                     f"{type(exc).__name__}: {exc}") from None
+            raise CorruptRecordError(
+                f"batch at offset {batch.base_offset} cannot be decoded: {type(exc).__name__}: {exc}"
+            ) from None
 
     def _decoded(self, tp, batch) -> ColumnBatch | None:
         fetched = self.fetched

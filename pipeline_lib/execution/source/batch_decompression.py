@@ -70,7 +70,7 @@ def _snappy(data: memoryview, limit: int) -> bytes:
     against what the cap leaves before the block is decompressed (it sizes the allocation)."""
     import cramjam
 
-    if len(data) > 16 and data[:len(_XERIAL_MAGIC)] == _XERIAL_MAGIC:
+    if len(data) > 16 and data[: len(_XERIAL_MAGIC)] == _XERIAL_MAGIC:
         blocks, pos = [], 16
         while pos < len(data):
             if pos + 4 > len(data):
@@ -78,7 +78,7 @@ def _snappy(data: memoryview, limit: int) -> bytes:
             (size,) = struct.unpack_from(">i", data, pos)
             if size < 0 or pos + 4 + size > len(data):
                 raise DecompressionError(f"snappy data is corrupt: block of {size} bytes past the end")
-            blocks.append(data[pos + 4:pos + 4 + size])
+            blocks.append(data[pos + 4 : pos + 4 + size])
             pos += 4 + size
     else:
         blocks = [data]
@@ -116,8 +116,7 @@ def _zstd(data: bytes, limit: int) -> bytes:
     import zstandard
 
     window = 1 << min(27, max(20, limit.bit_length()))
-    reader = zstandard.ZstdDecompressor(max_window_size=window).stream_reader(io.BytesIO(data),
-                                                                                read_across_frames=True)
+    reader = zstandard.ZstdDecompressor(max_window_size=window).stream_reader(io.BytesIO(data), read_across_frames=True)
     out: list[bytes] = []
     total = 0
     with reader:

@@ -78,17 +78,19 @@ def take_consumer(key: ConsumerKey) -> CachedConsumer:
     if key in consumers:
         return consumers.pop(key)
     bootstrap, topic, partition, columnar, isolation_level = key
-    consumer = (columnar_consumer if columnar else Consumer)(**client_config(
-        bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="none",  # never jump silently: a missing offset is an error
-        client_id=f"pipeline-lib-reader-{topic}-{partition}",
-        max_partition_fetch_bytes=FETCH_MAX_BYTES,
-        fetch_max_bytes=16 * 1024 * 1024,
-        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
-        isolation_level=isolation_level,
-    ))
+    consumer = (columnar_consumer if columnar else Consumer)(
+        **client_config(
+            bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="none",  # never jump silently: a missing offset is an error
+            client_id=f"pipeline-lib-reader-{topic}-{partition}",
+            max_partition_fetch_bytes=FETCH_MAX_BYTES,
+            fetch_max_bytes=16 * 1024 * 1024,
+            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            isolation_level=isolation_level,
+        )
+    )
     partitions_of(consumer, topic)  # its first poll then fetches, instead of idling twice for metadata
     return CachedConsumer(consumer)
 

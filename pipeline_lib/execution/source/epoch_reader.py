@@ -28,16 +28,31 @@ def source_schema(spark: SparkSession, source: KafkaSourceSpec, tolerant: bool =
     return built if built is not None else spark.createDataFrame([], ddl).schema
 
 
-def range_reader(bootstrap: str | KafkaConnection, source: KafkaSourceSpec, schema: StructType,
-                 tasks: list[list[tuple[str, int, int, int]]], epoch: int, on_error: str = "fail",
-                 max_record_bytes: int = 1 << 20, max_batch_bytes: int | None = None) -> KafkaRangeReader:
+def range_reader(
+    bootstrap: str | KafkaConnection,
+    source: KafkaSourceSpec,
+    schema: StructType,
+    tasks: list[list[tuple[str, int, int, int]]],
+    epoch: int,
+    on_error: str = "fail",
+    max_record_bytes: int = 1 << 20,
+    max_batch_bytes: int | None = None,
+) -> KafkaRangeReader:
     """The reader of one epoch's planned ranges, ``tasks`` per Spark task, for the source's schema."""
     user_fields = [f for f in schema.fields if f.name not in METADATA_COLUMNS + ERROR_COLUMNS]
-    return KafkaRangeReader(bootstrap=bootstrap, tasks=tasks, schema=schema, format=source.format,
-                            fields=[(f.name, f.dataType.simpleString()) for f in user_fields], epoch=epoch,
-                            tolerant=on_error != "fail", max_record_bytes=max_record_bytes,
-                            max_batch_bytes=max_batch_bytes, isolation_level=source.isolation_level,
-                            key_encoding=_concrete(source.key_encoding))
+    return KafkaRangeReader(
+        bootstrap=bootstrap,
+        tasks=tasks,
+        schema=schema,
+        format=source.format,
+        fields=[(f.name, f.dataType.simpleString()) for f in user_fields],
+        epoch=epoch,
+        tolerant=on_error != "fail",
+        max_record_bytes=max_record_bytes,
+        max_batch_bytes=max_batch_bytes,
+        isolation_level=source.isolation_level,
+        key_encoding=_concrete(source.key_encoding),
+    )
 
 
 def _concrete(key_encoding: str) -> str:
@@ -57,9 +72,16 @@ def read_tasks(spark: SparkSession, reader: KafkaRangeReader) -> DataFrame:
     return map_tasks(spark, len(reader.tasks), reader, reader.schema)
 
 
-def epoch_range_reader(bootstrap: str | KafkaConnection, source: KafkaSourceSpec, schema: StructType, plan: EpochPlan,
-                       parallelism: int, on_error: str = "fail", max_record_bytes: int = 1 << 20,
-                       max_batch_bytes: int | None = None) -> KafkaRangeReader:
+def epoch_range_reader(
+    bootstrap: str | KafkaConnection,
+    source: KafkaSourceSpec,
+    schema: StructType,
+    plan: EpochPlan,
+    parallelism: int,
+    on_error: str = "fail",
+    max_record_bytes: int = 1 << 20,
+    max_batch_bytes: int | None = None,
+) -> KafkaRangeReader:
     """The reader of ``plan``'s ranges, cut into ``parallelism`` tasks of about equal sizes."""
     tasks = group_into_tasks(split_for_parallelism(plan.ranges, parallelism), parallelism)
     ranges = [[(r.topic, r.partition, r.start, r.end) for r in task] for task in tasks]
@@ -76,11 +98,13 @@ def bad_records_frame(df: DataFrame) -> DataFrame:
     """A tolerant read's error rows, with the columns dead letters hold (each task writes and
     orders its own, see sink.task_parts: no shuffle to sort them all): the raw value cut to
     ``DEAD_LETTER_RAW_BYTES``, and its whole size."""
-    return (df.filter(F.col("_error").isNotNull())
-            .select(F.col("_topic").alias("topic"), F.col("_partition").alias("partition"),
-                    F.col("_offset").alias("offset"), F.col("_error").alias("error"),
-                    # one line, as the Arrow path writes it: Spark 4 chunks base64 into 76-character
-                    # MIME lines by default (spark.sql.chunkBase64String.enabled)
-                    F.regexp_replace(F.base64(F.substring("_raw", 1, DEAD_LETTER_RAW_BYTES)), r"[\r\n]", "")
-                    .alias("raw_base64"),
-                    F.length("_raw").cast("long").alias("raw_bytes")))
+    return df.filter(F.col("_error").isNotNull()).select(
+        F.col("_topic").alias("topic"),
+        F.col("_partition").alias("partition"),
+        F.col("_offset").alias("offset"),
+        F.col("_error").alias("error"),
+        # one line, as the Arrow path writes it: Spark 4 chunks base64 into 76-character
+        # MIME lines by default (spark.sql.chunkBase64String.enabled)
+        F.regexp_replace(F.base64(F.substring("_raw", 1, DEAD_LETTER_RAW_BYTES)), r"[\r\n]", "").alias("raw_base64"),
+        F.length("_raw").cast("long").alias("raw_bytes"),
+    )

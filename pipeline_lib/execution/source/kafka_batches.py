@@ -73,9 +73,17 @@ class ColumnBatch:
 
     def take(self, lo: int, hi: int) -> ColumnBatch:
         """Records ``lo..hi-1`` (positions, not offsets); shares the bytes."""
-        return ColumnBatch(self.data, self.offsets[lo:hi], self.timestamps[lo:hi], self.key_starts[lo:hi],
-                           self.key_lengths[lo:hi], self.value_starts[lo:hi], self.value_lengths[lo:hi],
-                           self.v2, self.error)
+        return ColumnBatch(
+            self.data,
+            self.offsets[lo:hi],
+            self.timestamps[lo:hi],
+            self.key_starts[lo:hi],
+            self.key_lengths[lo:hi],
+            self.value_starts[lo:hi],
+            self.value_lengths[lo:hi],
+            self.v2,
+            self.error,
+        )
 
     def between(self, start: int, end: int) -> ColumnBatch:
         """The records with ``start <= offset < end``."""
@@ -120,7 +128,7 @@ def _read_headers(data: bytes, pos: int) -> list[tuple[bytes, bytes | None]]:
         for part in ("header key", "header value"):
             raw, pos = _varint_at(data, pos, len(data), part)
             length = (raw >> 1) ^ -(raw & 1)
-            parts.append(data[pos:pos + length] if length >= 0 else None)
+            parts.append(data[pos : pos + length] if length >= 0 else None)
             pos += max(length, 0)
         headers.append((parts[0] or b"", parts[1]))
     return headers
@@ -133,13 +141,21 @@ def undecodable(offset: int, next_offset: int, raw: bytes | bytearray | memoryvi
     its offsets ``[offset, next_offset)`` and why."""
     raw = bytes(raw)
     zero, offsets = np.zeros(1, np.int64), np.array([offset], np.int64)
-    return ColumnBatch(raw, offsets, np.full(1, NO_TIMESTAMP, np.int64), zero, np.full(1, -1, np.int64),
-                       zero, np.array([len(raw)], np.int64), v2=False,
-                       error=f"undecodable record batch of offsets [{offset}, {next_offset}): {reason}")
+    return ColumnBatch(
+        raw,
+        offsets,
+        np.full(1, NO_TIMESTAMP, np.int64),
+        zero,
+        np.full(1, -1, np.int64),
+        zero,
+        np.array([len(raw)], np.int64),
+        v2=False,
+        error=f"undecodable record batch of offsets [{offset}, {next_offset}): {reason}",
+    )
 
 
 def _slices(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> list[bytes | None]:
-    return [data[s:s + n] if n >= 0 else None for s, n in zip(starts.tolist(), lengths.tolist())]
+    return [data[s : s + n] if n >= 0 else None for s, n in zip(starts.tolist(), lengths.tolist())]
 
 
 def decode_batch(batch: DefaultRecordBatch, max_bytes: int = DEFAULT_MAX_BATCH_BYTES) -> ColumnBatch:
@@ -152,8 +168,9 @@ def decode_batch(batch: DefaultRecordBatch, max_bytes: int = DEFAULT_MAX_BATCH_B
     except CorruptRecordError:
         raise
     except Exception as exc:  # a case the checks below missed: still this batch's bad record
-        raise CorruptRecordError(f"batch at offset {batch.base_offset} is corrupt: "
-                                 f"{type(exc).__name__}: {exc}") from None
+        raise CorruptRecordError(
+            f"batch at offset {batch.base_offset} is corrupt: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def _decode_v2(batch: DefaultRecordBatch, max_bytes: int) -> ColumnBatch:
@@ -168,8 +185,10 @@ def _decode_v2(batch: DefaultRecordBatch, max_bytes: int) -> ColumnBatch:
         data = bytes(records)  # one copy, whether the buffer is bytes or bytearray
     count = batch.records_count
     if count < 0 or count * MIN_RECORD_BYTES > len(data):
-        raise CorruptRecordError(f"batch at offset {base_offset}: its header claims {count} records, more than "
-                                 f"its {len(data)} bytes of records can hold")
+        raise CorruptRecordError(
+            f"batch at offset {base_offset}: its header claims {count} records, more than "
+            f"its {len(data)} bytes of records can hold"
+        )
     try:
         starts, ends = _record_bounds(data, count)
         columns = _decode_records(np.frombuffer(data, np.uint8), starts, ends)
@@ -187,8 +206,9 @@ def _decode_v2(batch: DefaultRecordBatch, max_bytes: int) -> ColumnBatch:
         timestamps = np.full(count, max_ts, np.int64)
     else:
         timestamps = ts_delta + first_ts
-    return ColumnBatch(data, offset_delta + base_offset, timestamps, key_starts, key_lengths, value_starts,
-                       value_lengths)
+    return ColumnBatch(
+        data, offset_delta + base_offset, timestamps, key_starts, key_lengths, value_starts, value_lengths
+    )
 
 
 def _check_offset_deltas(offset_delta: np.ndarray, last_offset_delta: int) -> None:
@@ -199,11 +219,15 @@ def _check_offset_deltas(offset_delta: np.ndarray, last_offset_delta: int) -> No
         return
     bad = np.flatnonzero(np.diff(offset_delta) <= 0)  # guard: kafka-offsets-may-repeat
     if len(bad):
-        raise _Corrupt(f"offset delta {int(offset_delta[bad[0] + 1])} does not follow {int(offset_delta[bad[0]])}",
-                       offset_delta=int(offset_delta[bad[0] + 1]))
+        raise _Corrupt(
+            f"offset delta {int(offset_delta[bad[0] + 1])} does not follow {int(offset_delta[bad[0]])}",
+            offset_delta=int(offset_delta[bad[0] + 1]),
+        )
     if offset_delta[0] < 0 or offset_delta[-1] > last_offset_delta:
-        raise _Corrupt(f"offset deltas {int(offset_delta[0])}..{int(offset_delta[-1])} are outside the batch's "
-                       f"0..{last_offset_delta}")
+        raise _Corrupt(
+            f"offset deltas {int(offset_delta[0])}..{int(offset_delta[-1])} are outside the batch's "
+            f"0..{last_offset_delta}"
+        )
 
 
 def decode_legacy_batch(batch: LegacyRecordBatch, max_bytes: int = DEFAULT_MAX_BATCH_BYTES) -> ColumnBatch:
@@ -217,13 +241,13 @@ def decode_legacy_batch(batch: LegacyRecordBatch, max_bytes: int = DEFAULT_MAX_B
             key_offset = batch.KEY_OFFSET_V1 if batch.magic == 1 else batch.KEY_OFFSET_V0
             wrapped = _legacy_wrapped(batch, key_offset)
             set_legacy_messages(batch, decompress(batch.compression_type, wrapped, max_bytes))
-        records = [(r.offset, NO_TIMESTAMP if r.timestamp is None else r.timestamp, r.key, r.value)
-                   for r in batch]
+        records = [(r.offset, NO_TIMESTAMP if r.timestamp is None else r.timestamp, r.key, r.value) for r in batch]
     except DecompressionError as exc:
         raise CorruptRecordError(f"message set at offset {base_offset} (v{batch.magic}): {exc}") from None
     except Exception as exc:  # kafka-python's iteration fails many ways on hostile bytes: all are this set's
-        raise CorruptRecordError(f"message set at offset {base_offset} (v{batch.magic}) is corrupt: "
-                                 f"{type(exc).__name__}: {exc}") from None
+        raise CorruptRecordError(
+            f"message set at offset {base_offset} (v{batch.magic}) is corrupt: {type(exc).__name__}: {exc}"
+        ) from None
     data = bytearray()
     key_starts: list[int] = []
     key_lengths: list[int] = []
@@ -249,7 +273,7 @@ def _legacy_wrapped(batch: LegacyRecordBatch, key_offset: int) -> memoryview:
     (value_size,) = struct.unpack_from(">i", buffer, pos)
     if value_size < 0 or pos + 4 + value_size > len(buffer):
         raise ValueError(f"the wrapper message's value of {value_size} bytes does not fit it")
-    return buffer[pos + 4:pos + 4 + value_size]
+    return buffer[pos + 4 : pos + 4 + value_size]
 
 
 class _Corrupt(Exception):
@@ -305,8 +329,10 @@ def _decode_records(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tu
     misfit = np.flatnonzero(pos != ends)
     if len(misfit):
         i = misfit[0]
-        raise _Corrupt(f"fields take {int(pos[i] - starts[i])} bytes of a {int(ends[i] - starts[i])}-byte record",
-                       offset_delta=int(offset_delta[i]))
+        raise _Corrupt(
+            f"fields take {int(pos[i] - starts[i])} bytes of a {int(ends[i] - starts[i])}-byte record",
+            offset_delta=int(offset_delta[i]),
+        )
     return ts_delta, offset_delta, key_starts, key_lengths, value_starts, value_lengths
 
 

@@ -44,9 +44,21 @@ from pipeline_lib.kafka_connection import KafkaConnection
 
 # The source's names, with the batcher's schema and the worker's consumer cache (_consumers, which
 # tests and tools/fresh_reader_probe.py read here) from the modules that own them.
-__all__ = ["ERROR_DDL", "FETCH_MAX_BYTES", "KEY_ENCODINGS", "METADATA_DDL", "READ_COMMITTED", "KafkaRangeReader",
-           "RecordBatcher", "max_batch_bytes_for", "read_range", "read_range_batches", "read_range_chunks",
-           "_CachedConsumer", "_consumers"]
+__all__ = [
+    "ERROR_DDL",
+    "FETCH_MAX_BYTES",
+    "KEY_ENCODINGS",
+    "METADATA_DDL",
+    "READ_COMMITTED",
+    "KafkaRangeReader",
+    "RecordBatcher",
+    "max_batch_bytes_for",
+    "read_range",
+    "read_range_batches",
+    "read_range_chunks",
+    "_CachedConsumer",
+    "_consumers",
+]
 
 STALL_TIMEOUT_S = 60.0
 POLL_MAX_RECORDS = 10_000  # records per poll of kafka-python's records (the columnar read counts batches)
@@ -99,40 +111,86 @@ class KafkaRangeReader:
             return
         fault_point("during_read", self.epoch)
         for topic, kafka_partition, start, end in ranges:
-            batches = RecordBatcher(self.schema, self.format, self.fields, self.tolerant, self.max_record_bytes,
-                                    topic, kafka_partition, self.key_encoding)
+            batches = RecordBatcher(
+                self.schema,
+                self.format,
+                self.fields,
+                self.tolerant,
+                self.max_record_bytes,
+                topic,
+                kafka_partition,
+                self.key_encoding,
+            )
             cap = self.max_batch_bytes or max_batch_bytes_for(self.max_record_bytes)
-            for columns in read_range_batches(self.bootstrap, topic, kafka_partition, start, end,
-                                              max_batch_bytes=cap, isolation_level=self.isolation_level,
-                                              tolerant=self.tolerant):
+            for columns in read_range_batches(
+                self.bootstrap,
+                topic,
+                kafka_partition,
+                start,
+                end,
+                max_batch_bytes=cap,
+                isolation_level=self.isolation_level,
+                tolerant=self.tolerant,
+            ):
                 yield batches.build(columns)
 
 
-def read_range(bootstrap: str | KafkaConnection, topic: str, partition: int, start: int, end: int, *,
-               isolation_level: str = READ_COMMITTED) -> Iterator:
+def read_range(
+    bootstrap: str | KafkaConnection,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    *,
+    isolation_level: str = READ_COMMITTED,
+) -> Iterator:
     """Yield kafka-python's records of ``[start, end)``; offsets may have gaps (compaction,
     transaction markers, aborted records)."""
     for records in read_range_chunks(bootstrap, topic, partition, start, end, isolation_level=isolation_level):
         yield from records
 
 
-def read_range_chunks(bootstrap: str | KafkaConnection, topic: str, partition: int, start: int, end: int, *,
-                      isolation_level: str = READ_COMMITTED) -> Iterator[list]:
+def read_range_chunks(
+    bootstrap: str | KafkaConnection,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    *,
+    isolation_level: str = READ_COMMITTED,
+) -> Iterator[list]:
     """kafka-python's records of ``[start, end)``, one list per poll (never empty), in offset order."""
     return _read_polls(bootstrap, topic, partition, start, end, _RECORDS, isolation_level=isolation_level)
 
 
-def read_range_batches(bootstrap: str | KafkaConnection, topic: str, partition: int, start: int, end: int, *,
-                       max_batch_bytes: int | None = None, isolation_level: str = READ_COMMITTED,
-                       tolerant: bool = False) -> Iterator[list[ColumnBatch]]:
+def read_range_batches(
+    bootstrap: str | KafkaConnection,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    *,
+    max_batch_bytes: int | None = None,
+    isolation_level: str = READ_COMMITTED,
+    tolerant: bool = False,
+) -> Iterator[list[ColumnBatch]]:
     """The records of ``[start, end)`` as columns (see batch_consumer), one list per poll (never
     empty), in offset order: what the source reads, without an object per record. A batch that
     cannot be decoded, or decompresses to more than ``max_batch_bytes`` (default:
     max_batch_bytes_for the default max_record_bytes), fails the read naming topic, partition
     and offsets; ``tolerant``, it is one error row (a ColumnBatch with ``error``) instead."""
     cap = max_batch_bytes or max_batch_bytes_for(DEFAULT_MAX_RECORD_BYTES)
-    return _read_polls(bootstrap, topic, partition, start, end, _COLUMNS, max_batch_bytes=cap,
-                       isolation_level=isolation_level, tolerant=tolerant)
+    return _read_polls(
+        bootstrap,
+        topic,
+        partition,
+        start,
+        end,
+        _COLUMNS,
+        max_batch_bytes=cap,
+        isolation_level=isolation_level,
+        tolerant=tolerant,
+    )
 
 
 def max_batch_bytes_for(max_record_bytes: int) -> int:
@@ -154,11 +212,21 @@ class _PollShape:
     bytes_and_records: Callable[[list], tuple[int, int]] | None = None  # to size fetches to a range
 
 
-_RECORDS = _PollShape(False, POLL_MAX_RECORDS, lambda rs: rs[0].offset, lambda rs: rs[-1].offset,
-                      lambda rs, lo, hi: [r for r in rs if lo <= r.offset < hi])
-_COLUMNS = _PollShape(True, POLL_MAX_BATCHES, lambda bs: int(bs[0].offsets[0]), lambda bs: int(bs[-1].offsets[-1]),
-                      lambda bs, lo, hi: [c for c in (b.between(lo, hi) for b in bs) if len(c)],
-                      lambda bs: (sum(len(b.data) for b in bs), sum(len(b) for b in bs)))
+_RECORDS = _PollShape(
+    False,
+    POLL_MAX_RECORDS,
+    lambda rs: rs[0].offset,
+    lambda rs: rs[-1].offset,
+    lambda rs, lo, hi: [r for r in rs if lo <= r.offset < hi],
+)
+_COLUMNS = _PollShape(
+    True,
+    POLL_MAX_BATCHES,
+    lambda bs: int(bs[0].offsets[0]),
+    lambda bs: int(bs[-1].offsets[-1]),
+    lambda bs, lo, hi: [c for c in (b.between(lo, hi) for b in bs) if len(c)],
+    lambda bs: (sum(len(b.data) for b in bs), sum(len(b) for b in bs)),
+)
 BATCH_BYTES_PER_FETCH_BYTE = 16  # a batch decompresses to at most 16 times the largest fetch (64 MiB) by default
 DEFAULT_MAX_RECORD_BYTES = 1 << 20  # the spec's default max_record_bytes
 FETCH_MIN_BYTES = 64 * 1024  # the smallest fetch sized to what a range still needs
@@ -168,9 +236,17 @@ def _fetch_bytes(records: int, bytes_per_record: float) -> int:
     return int(min(FETCH_MAX_BYTES, max(FETCH_MIN_BYTES, records * bytes_per_record * 1.1)))
 
 
-def _read_polls(bootstrap: str | KafkaConnection, topic: str, partition: int, start: int, end: int, shape: _PollShape,
-                max_batch_bytes: int | None = None, isolation_level: str = READ_COMMITTED,
-                tolerant: bool = False) -> Iterator[list]:
+def _read_polls(
+    bootstrap: str | KafkaConnection,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    shape: _PollShape,
+    max_batch_bytes: int | None = None,
+    isolation_level: str = READ_COMMITTED,
+    tolerant: bool = False,
+) -> Iterator[list]:
     from kafka import TopicPartition
     from kafka.errors import KafkaError, OffsetOutOfRangeError
 

@@ -24,8 +24,16 @@ try:
 except ImportError:  # a declared dependency; without it every record takes the reference decoder
     msgspec = None  # type: ignore[assignment]  # the module or None: callers test `msgspec is None`
 
-INT_BOUNDS = {"long": 2**63, "bigint": 2**63, "int": 2**31, "integer": 2**31,
-              "short": 2**15, "smallint": 2**15, "byte": 2**7, "tinyint": 2**7}
+INT_BOUNDS = {
+    "long": 2**63,
+    "bigint": 2**63,
+    "int": 2**31,
+    "integer": 2**31,
+    "short": 2**15,
+    "smallint": 2**15,
+    "byte": 2**7,
+    "tinyint": 2**7,
+}
 
 Coercer = Callable[[Any], Any]
 
@@ -40,6 +48,7 @@ def _int_coercer(bound: int) -> Coercer:
         if not -bound <= v < bound:
             raise ValueError(f"integer {v} out of range")
         return v
+
     return coerce
 
 
@@ -154,6 +163,7 @@ def _decimal_coercer(precision: int, scale: int) -> Coercer:
         if rounded and rounded.adjusted() >= precision - scale:  # 99.995 rounds to 100.00
             raise ValueError(f"number {v!r:.40} out of range for decimal({precision},{scale})")
         return rounded
+
     return coerce
 
 
@@ -266,8 +276,9 @@ class FastJsonDecoder:
         types = [_fast_type(dtype) for _, dtype in fields] if msgspec is not None else [None]
         if fields and None not in types:
             names = {f"f{i}": name for i, (name, _) in enumerate(fields)}  # any column name works
-            struct = msgspec.defstruct("Row", [(f"f{i}", t | None, None) for i, t in enumerate(types)],
-                                       rename=names, gc=False)
+            struct = msgspec.defstruct(
+                "Row", [(f"f{i}", t | None, None) for i, t in enumerate(types)], rename=names, gc=False
+            )
             self._fast = msgspec.json.Decoder(struct).decode
 
     def decode_all(self, values: list[bytes], all_ascii: bool) -> list[tuple] | None:
@@ -288,8 +299,12 @@ class FastJsonDecoder:
     def decode(self, topic: str, partition: int, offset: int, value: bytes | None) -> tuple:
         """As ``JsonRecordDecoder.decode`` (which it falls back to for anything msgspec does not take)."""
         fast = self._fast
-        if fast is not None and value is not None and len(value) <= FAST_MAX_BYTES and (
-                len(value) <= BRACKET_FREE_BYTES or value.count(b"[") + value.count(b"{") <= FAST_MAX_OPENINGS):
+        if (
+            fast is not None
+            and value is not None
+            and len(value) <= FAST_MAX_BYTES
+            and (len(value) <= BRACKET_FREE_BYTES or value.count(b"[") + value.count(b"{") <= FAST_MAX_OPENINGS)
+        ):
             try:
                 row = astuple(fast(value))
             except Exception:  # the reference decides what is wrong

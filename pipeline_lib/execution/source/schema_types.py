@@ -16,11 +16,24 @@ from pyspark.sql import types as T
 from pipeline_lib.spec.schema_ddl import Column, TypeTree, parse_schema_columns
 
 PRIMITIVES: dict[str, T.DataType] = {
-    "boolean": T.BooleanType(), "tinyint": T.ByteType(), "byte": T.ByteType(), "smallint": T.ShortType(),
-    "short": T.ShortType(), "int": T.IntegerType(), "integer": T.IntegerType(), "bigint": T.LongType(),
-    "long": T.LongType(), "float": T.FloatType(), "real": T.FloatType(), "double": T.DoubleType(),
-    "date": T.DateType(), "timestamp_ntz": T.TimestampNTZType(), "timestamp_ltz": T.TimestampType(),
-    "binary": T.BinaryType(), "void": T.NullType(), "variant": T.VariantType(),
+    "boolean": T.BooleanType(),
+    "tinyint": T.ByteType(),
+    "byte": T.ByteType(),
+    "smallint": T.ShortType(),
+    "short": T.ShortType(),
+    "int": T.IntegerType(),
+    "integer": T.IntegerType(),
+    "bigint": T.LongType(),
+    "long": T.LongType(),
+    "float": T.FloatType(),
+    "real": T.FloatType(),
+    "double": T.DoubleType(),
+    "date": T.DateType(),
+    "timestamp_ntz": T.TimestampNTZType(),
+    "timestamp_ltz": T.TimestampType(),
+    "binary": T.BinaryType(),
+    "void": T.NullType(),
+    "variant": T.VariantType(),
 }
 
 

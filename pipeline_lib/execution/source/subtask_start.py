@@ -98,9 +98,15 @@ class SourceStart:
             fault_point("during_startup")
 
             check_login(self.kafka, timeout_s=self.timeout_ms / 1000)  # reaches, trusts and logs in to the cluster
-            consumer = Consumer(**client_config(self.kafka, group_id=None, enable_auto_commit=False,
-                                                client_id=f"pipeline-lib-start-{index}",
-                                                request_timeout_ms=self.timeout_ms))
+            consumer = Consumer(
+                **client_config(
+                    self.kafka,
+                    group_id=None,
+                    enable_auto_commit=False,
+                    client_id=f"pipeline-lib-start-{index}",
+                    request_timeout_ms=self.timeout_ms,
+                )
+            )
             try:
                 partitions = sorted(partitions_of(consumer, self.topic))
             finally:

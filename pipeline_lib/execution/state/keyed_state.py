@@ -42,8 +42,11 @@ def _to_numpy(array: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray
     """Values and validity of an Arrow column: native NumPy for numbers, Python objects otherwise."""
     valid = array.is_valid().to_numpy(zero_copy_only=False)
     if _is_numeric(array.type):
-        values = pc.fill_null(array, 0).to_numpy(zero_copy_only=False) if array.null_count else \
-            array.to_numpy(zero_copy_only=False)
+        values = (
+            pc.fill_null(array, 0).to_numpy(zero_copy_only=False)
+            if array.null_count
+            else array.to_numpy(zero_copy_only=False)
+        )
     else:  # strings, decimals, timestamps, booleans: exactly the Python values Arrow gives back
         values = _objects(array.to_pylist())
     return values, valid
@@ -119,8 +122,14 @@ class _KeyColumn:
 
 
 def _hashes_like_python(type_: pa.DataType) -> bool:
-    return (pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_integer(type_)
-            or pa.types.is_boolean(type_) or pa.types.is_date(type_) or pa.types.is_timestamp(type_))
+    return (
+        pa.types.is_string(type_)
+        or pa.types.is_large_string(type_)
+        or pa.types.is_integer(type_)
+        or pa.types.is_boolean(type_)
+        or pa.types.is_date(type_)
+        or pa.types.is_timestamp(type_)
+    )
 
 
 def _combine(fn: str, old: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -225,8 +234,10 @@ class KeyedAggregateState:
         merged = self._merged_values(partials, known, slots[known]) if len(known) else []
         if new.any():
             positions = np.flatnonzero(new)
-            slots[positions] = self._add_keys(self._key_tuples(partials.take(pa.array(positions))),
-                                              None if key_groups is None else key_groups[positions])
+            slots[positions] = self._add_keys(
+                self._key_tuples(partials.take(pa.array(positions))),
+                None if key_groups is None else key_groups[positions],
+            )
             self._put(partials, positions, slots[positions], count_nulls_as_zero=True)
         if merged:
             assert self._columns is not None, "merged values without value columns"  # set with the first keys
@@ -274,8 +285,9 @@ class KeyedAggregateState:
             columns.append(values)
         return list(zip(*columns))
 
-    def _add_keys(self, keys: list[tuple], key_groups: np.ndarray | None,
-                  added: dict[tuple, int] | None = None) -> np.ndarray:
+    def _add_keys(
+        self, keys: list[tuple], key_groups: np.ndarray | None, added: dict[tuple, int] | None = None
+    ) -> np.ndarray:
         """Give ``keys`` (all new) the next slots; ``added`` is that key → slot mapping if the
         caller built it already."""
         first = len(self._keys)
@@ -308,8 +320,10 @@ class KeyedAggregateState:
         if self._key_arrays is None or self._columns is None:
             nkeys, types = len(self.key_columns), table.schema.types
             self._key_arrays = [_KeyColumn(name, types[i], []) for i, name in enumerate(self.key_columns)]
-            self._columns = [_Column.empty(name, types[nkeys + i], len(self._key_groups))
-                             for i, name in enumerate(self.value_columns)]
+            self._columns = [
+                _Column.empty(name, types[nkeys + i], len(self._key_groups))
+                for i, name in enumerate(self.value_columns)
+            ]
         return self._key_arrays, self._columns
 
     def _put(self, table: pa.Table, rows: np.ndarray, slots: np.ndarray, count_nulls_as_zero: bool) -> None:
@@ -325,8 +339,9 @@ class KeyedAggregateState:
                 values, valid = np.where(valid, values, 0), np.ones_like(valid)
             value_column.put(slots, values, valid)
 
-    def _merged_values(self, table: pa.Table, rows: np.ndarray,
-                       slots: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _merged_values(
+        self, table: pa.Table, rows: np.ndarray, slots: np.ndarray
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Each value column's values and validity at ``slots`` after merging ``table``'s ``rows``."""
         selected = table.take(pa.array(rows))
         nkeys = len(self.key_columns)

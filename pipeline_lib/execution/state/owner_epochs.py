@@ -71,8 +71,7 @@ class ReadForOwners:
         for flow_index, table in partials.items():
             owner_task = self.owners[flow_index]
             assert owner_task is not None, f"flow {flow_index} has partials but no owners"
-            key_groups = key_groups_of_rows(table, self.task.flows[flow_index].keys,
-                                            owner_task.owners.max_parallelism)
+            key_groups = key_groups_of_rows(table, self.task.flows[flow_index].keys, owner_task.owners.max_parallelism)
             for owner, cut in cut_by_owner(table, key_groups, owner_task.owners):
                 for sequence, ipc in enumerate(ipc_pieces(cut)):
                     yield owner, (_PARTIALS, flow_index, index, sequence, ipc)
@@ -109,9 +108,18 @@ class CutForOwners:
                 for name, value in zip(rows, (owner, self.flow, task, sequence, ipc)):
                     rows[name].append(value)
                 sequence += 1
-        yield pa.RecordBatch.from_pydict(rows, schema=pa.schema([
-            ("owner", pa.int32()), ("flow", pa.int32()), ("task", pa.int32()), ("sequence", pa.int32()),
-            ("ipc", pa.binary())]))
+        yield pa.RecordBatch.from_pydict(
+            rows,
+            schema=pa.schema(
+                [
+                    ("owner", pa.int32()),
+                    ("flow", pa.int32()),
+                    ("task", pa.int32()),
+                    ("sequence", pa.int32()),
+                    ("ipc", pa.binary()),
+                ]
+            ),
+        )
 
 
 def _keyed_value(row) -> tuple[int, tuple]:
@@ -190,15 +198,21 @@ class OwnerEpochs:
     (``flows``) and the Arrow schema of its partials (``schemas``); ``arrow``: the Arrow path's
     read, None on the Spark SQL path (``own_partials``)."""
 
-    def __init__(self, arrow: ArrowEpochs | None, parallelism: int, flows: Sequence[FlowInWorker] | None = None,
-                 schemas: Sequence[pa.Schema] | None = None):
+    def __init__(
+        self,
+        arrow: ArrowEpochs | None,
+        parallelism: int,
+        flows: Sequence[FlowInWorker] | None = None,
+        schemas: Sequence[pa.Schema] | None = None,
+    ):
         self.arrow, self.parallelism = arrow, parallelism
         self.flows = tuple(flows if flows is not None else arrow.flows if arrow is not None else ())
         self.schemas = tuple(schemas if schemas is not None else arrow.schemas if arrow is not None else ())
 
     @classmethod
-    def on_spark_sql(cls, spark: SparkSession, schema: T.StructType, flows: Sequence[FlowSpec], tolerant: bool,
-                     parallelism: int) -> OwnerEpochs:
+    def on_spark_sql(
+        cls, spark: SparkSession, schema: T.StructType, flows: Sequence[FlowSpec], tolerant: bool, parallelism: int
+    ) -> OwnerEpochs:
         """Owner tasks for flows that need Spark SQL: each stateful flow's aggregate and the
         schema of its partials, from Spark's analysis of the flow's query (no job runs)."""
         large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
@@ -211,24 +225,33 @@ class OwnerEpochs:
                 in_worker.append(FlowInWorker())
                 schemas.append(pa.schema([]))
                 continue
-            in_worker.append(FlowInWorker(tuple(agg.key),
-                                          tuple((name, f.name, f.column) for name, f in agg.functions().items())))
+            in_worker.append(
+                FlowInWorker(tuple(agg.key), tuple((name, f.name, f.column) for name, f in agg.functions().items()))
+            )
             frame = partials_frame(apply_transforms(good, flow.transforms), agg)
             schemas.append(to_arrow_schema(frame.schema, timezone="UTC", prefers_large_types=large))
         return cls(None, parallelism, in_worker, schemas)
 
-    def read(self, spark: SparkSession, reader: KafkaRangeReader, writers: Sequence[TaskPartWriter | None],
-             dead_letters: TaskPartWriter | None, owners: Sequence[OwnerTask | None]) -> OwnerRead:
+    def read(
+        self,
+        spark: SparkSession,
+        reader: KafkaRangeReader,
+        writers: Sequence[TaskPartWriter | None],
+        dead_letters: TaskPartWriter | None,
+        owners: Sequence[OwnerTask | None],
+    ) -> OwnerRead:
         """Run the epoch's two stages and collect their references (see the module docstring)."""
         assert self.arrow is not None, "the Arrow path's read on the Spark SQL path"
         owners = tuple(owners)
         tasks = max(len(reader.tasks), 1)
         read = ReadForOwners(self.arrow.in_worker(reader, writers, dead_letters), owners, self.parallelism)
-        results = (spark.sparkContext.parallelize(range(tasks), tasks)
-                   .mapPartitionsWithIndex(read)
-                   .partitionBy(self.parallelism, _owner_index)
-                   .mapPartitionsWithIndex(OwnFlows(owners))
-                   .collect())
+        results = (
+            spark.sparkContext.parallelize(range(tasks), tasks)
+            .mapPartitionsWithIndex(read)
+            .partitionBy(self.parallelism, _owner_index)
+            .mapPartitionsWithIndex(OwnFlows(owners))
+            .collect()
+        )
         written: dict[int, list[WrittenParts]] = defaultdict(list)
         owned: dict[int, list[OwnedSpans]] = defaultdict(list)
         for kind, index, text in results:
@@ -237,25 +260,36 @@ class OwnerEpochs:
             else:
                 owned[index].append(OwnedSpans.from_json(text))
         flows: list[OwnedFlow | WrittenParts] = [
-            OwnedFlow(tuple(sorted(owned[i], key=lambda o: o.owner))) if flow.stateful
-            else WrittenParts.combine(written.get(i, [])) for i, flow in enumerate(self.arrow.flows)]
+            OwnedFlow(tuple(sorted(owned[i], key=lambda o: o.owner)))
+            if flow.stateful
+            else WrittenParts.combine(written.get(i, []))
+            for i, flow in enumerate(self.arrow.flows)
+        ]
         bad = WrittenParts.combine(written.get(BAD_RECORDS, [])) if self.arrow.bad_schema is not None else None
         return OwnerRead(bad, flows, sum(len(json.dumps(r)) for r in results))
 
-    def own_partials(self, spark: SparkSession, partials: dict[int, DataFrame],
-                     owners: Sequence[OwnerTask | None]) -> tuple[dict[int, OwnedFlow], int]:
+    def own_partials(
+        self, spark: SparkSession, partials: dict[int, DataFrame], owners: Sequence[OwnerTask | None]
+    ) -> tuple[dict[int, OwnedFlow], int]:
         """The Spark SQL path's owner side: each stateful flow's partial aggregate (by flow
         index) cut by owner, shuffled to the owner tasks, merged and written there; each flow's
         references, and the bytes of task results the driver received."""
         owners = tuple(owners)
-        cut = [frame.mapInArrow(CutForOwners(i, self.flows[i].keys, owner), CUT_DDL).rdd.map(_keyed_value)
-               for i, frame in partials.items() if (owner := owners[i]) is not None]
-        results = (spark.sparkContext.union(cut)
-                   .partitionBy(self.parallelism, _owner_index)
-                   .mapPartitionsWithIndex(OwnFlows(owners))
-                   .collect())
+        cut = [
+            frame.mapInArrow(CutForOwners(i, self.flows[i].keys, owner), CUT_DDL).rdd.map(_keyed_value)
+            for i, frame in partials.items()
+            if (owner := owners[i]) is not None
+        ]
+        results = (
+            spark.sparkContext.union(cut)
+            .partitionBy(self.parallelism, _owner_index)
+            .mapPartitionsWithIndex(OwnFlows(owners))
+            .collect()
+        )
         owned: dict[int, list[OwnedSpans]] = defaultdict(list)
         for _, index, text in results:
             owned[index].append(OwnedSpans.from_json(text))
-        return ({i: OwnedFlow(tuple(sorted(owned[i], key=lambda o: o.owner))) for i in partials},
-                sum(len(json.dumps(r)) for r in results))
+        return (
+            {i: OwnedFlow(tuple(sorted(owned[i], key=lambda o: o.owner))) for i in partials},
+            sum(len(json.dumps(r)) for r in results),
+        )

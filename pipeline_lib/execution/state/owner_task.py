@@ -85,8 +85,9 @@ class StateReads:
     fetched_bytes: int = 0
 
     def __add__(self, other: StateReads) -> StateReads:
-        return StateReads(self.cached + other.cached, self.fetched + other.fetched,
-                          self.fetched_bytes + other.fetched_bytes)
+        return StateReads(
+            self.cached + other.cached, self.fetched + other.fetched, self.fetched_bytes + other.fetched_bytes
+        )
 
 
 @dataclass(frozen=True)
@@ -103,17 +104,29 @@ class OwnedSpans:
 
     def to_json(self) -> str:
         """The task's result value."""
-        return json.dumps({"owner": self.owner, "sink": [f.model_dump() for f in self.sink], "rows": self.rows,
-                           "files": [f.model_dump(exclude_none=True) for f in self.files], "keys": self.keys,
-                           "reads": asdict(self.reads)})
+        return json.dumps(
+            {
+                "owner": self.owner,
+                "sink": [f.model_dump() for f in self.sink],
+                "rows": self.rows,
+                "files": [f.model_dump(exclude_none=True) for f in self.files],
+                "keys": self.keys,
+                "reads": asdict(self.reads),
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> OwnedSpans:
         """A task's result value, as the driver collects it."""
         data = json.loads(text)
-        return cls(data["owner"], tuple(FileRef.model_validate(f) for f in data["sink"]), data["rows"],
-                   tuple(StateFileRef.model_validate(f) for f in data["files"]), data["keys"],
-                   StateReads(**data["reads"]))
+        return cls(
+            data["owner"],
+            tuple(FileRef.model_validate(f) for f in data["sink"]),
+            data["rows"],
+            tuple(StateFileRef.model_validate(f) for f in data["files"]),
+            data["keys"],
+            StateReads(**data["reads"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -152,28 +165,43 @@ class OwnerTask:
         """Merge, write and reference ``owner``'s share of the flow (see the module docstring)."""
         owned = self.owners.owned(owner)
         table, key_groups = merged_partials(self.flow, partials)
-        base = [ref for ref in self.flow.base  # guard: owner-takes-every-base-span
-                if ref.key_group_start < owned.stop and ref.key_group_end > owned.start]
-        on_grid = {(r.key_group_start, r.key_group_end): r for r in base  # guard: off-grid-span-kept
-                   if self.owners.span_of(r.key_group_start) == (r.key_group_start, r.key_group_end)}
-        off_grid = {span for r in base if (r.key_group_start, r.key_group_end) not in on_grid
-                    for span in self.owners.spans_covering(max(r.key_group_start, owned.start),
-                                                           min(r.key_group_end, owned.stop))}
+        base = [
+            ref
+            for ref in self.flow.base  # guard: owner-takes-every-base-span
+            if ref.key_group_start < owned.stop and ref.key_group_end > owned.start
+        ]
+        on_grid = {
+            (r.key_group_start, r.key_group_end): r
+            for r in base  # guard: off-grid-span-kept
+            if self.owners.span_of(r.key_group_start) == (r.key_group_start, r.key_group_end)
+        }
+        off_grid = {
+            span
+            for r in base
+            if (r.key_group_start, r.key_group_end) not in on_grid
+            for span in self.owners.spans_covering(
+                max(r.key_group_start, owned.start), min(r.key_group_end, owned.stop)
+            )
+        }
         # guard: off-grid-spans-not-rewritten
-        writes = plan_span_writes(on_grid, changed_per_span(key_groups, self.owners.per_file,
-                                                            self.owners.max_parallelism), off_grid)
+        writes = plan_span_writes(
+            on_grid, changed_per_span(key_groups, self.owners.per_file, self.owners.max_parallelism), off_grid
+        )
         kept = writes.kept
         if not writes.to_write():
-            return OwnedSpans(owner, files=tuple(sorted(kept.values(), key=lambda r: r.key_group_start)),
-                              keys=sum(r.span_keys() for r in kept.values()))
+            return OwnedSpans(
+                owner,
+                files=tuple(sorted(kept.values(), key=lambda r: r.key_group_start)),
+                keys=sum(r.span_keys() for r in kept.values()),
+            )
         snapshots = self.checkpoint.open()
         cache = StateCache.in_executor(self.cache_bytes)
-        state = KeyedAggregateState(list(self.flow.aggregate.keys), self.flow.functions(),
-                                    self.owners.max_parallelism)
+        state = KeyedAggregateState(list(self.flow.aggregate.keys), self.flow.functions(), self.owners.max_parallelism)
         reads = self._load(state, snapshots, cache, base, set(writes.to_write()), owned)
         merged = state.merge(table, key_groups) if table.num_rows else np.zeros(0, dtype=np.int64)
-        sink, rows = self._write_sink(key_order(state.table(merged, self.flow.schema), self.flow.aggregate.keys),
-                                      owner, task_attempt)
+        sink, rows = self._write_sink(
+            key_order(state.table(merged, self.flow.schema), self.flow.aggregate.keys), owner, task_attempt
+        )
         every = state.slots_by_key_group()
         changed_slots = state.slots_by_key_group(merged)
 
@@ -182,9 +210,12 @@ class OwnerTask:
             return state.table(slots, self.flow.schema), state.key_groups(slots)
 
         holding = [s for s in writes.to_write() if len(state.slots_in(every, range(*s)))]
-        written = [writes.entry(ref, len(state.slots_in(every, range(ref.key_group_start, ref.key_group_end))))
-                   for ref in write_state_files(snapshots.store, self.snapshot_id, self.flow.name, holding,
-                                                span_rows, task_attempt)]
+        written = [
+            writes.entry(ref, len(state.slots_in(every, range(ref.key_group_start, ref.key_group_end))))
+            for ref in write_state_files(
+                snapshots.store, self.snapshot_id, self.flow.name, holding, span_rows, task_attempt
+            )
+        ]
         if written:
             fault_point("after_owner_files", self.epoch)  # written, but Spark has no result yet
         if cache is not None:  # the next epoch's state, should it run on this executor
@@ -196,16 +227,26 @@ class OwnerTask:
         files = sorted([*kept.values(), *written], key=lambda r: r.key_group_start)
         return OwnedSpans(owner, sink, rows, tuple(files), sum(r.span_keys() for r in files), reads)
 
-    def _load(self, state: KeyedAggregateState, snapshots: SnapshotStore, cache: StateCache | None,
-              base: list[StateFileRef], rewrite: set[Span], owned: range) -> StateReads:
+    def _load(
+        self,
+        state: KeyedAggregateState,
+        snapshots: SnapshotStore,
+        cache: StateCache | None,
+        base: list[StateFileRef],
+        rewrite: set[Span],
+        owned: range,
+    ) -> StateReads:
         """Load into ``state`` the previous rows of the spans in ``rewrite``, from every span entry
         that holds some: its rows from ``cache`` when it has them (by the chain's digest), else
         its base and deltas from the store (each checked against its SHA-256, see
         restore.read_spans, then folded and cached)."""
         starts = np.array(sorted(s for s, _ in rewrite))
         needed = [r for r in base if any(s < r.key_group_end and e > r.key_group_start for s, e in rewrite)]
-        found = {r.chain_digest(): rows for r in needed  # guard: cache-lookup-by-base-sha
-                 if cache is not None and (rows := cache.get(r.chain_digest())) is not None}
+        found = {
+            r.chain_digest(): rows
+            for r in needed  # guard: cache-lookup-by-base-sha
+            if cache is not None and (rows := cache.get(r.chain_digest())) is not None
+        }
         missing = [r for r in needed if r.chain_digest() not in found]
         fetched, fetched_bytes = read_spans(snapshots, missing, len(self.flow.aggregate.keys))
         for ref, rows in zip(missing, fetched):
@@ -222,8 +263,9 @@ class OwnerTask:
         if tables:
             state.load(pa.concat_tables(tables).cast(self.flow.schema), np.concatenate(groups))
         files = sum(len(r.chain()) for r in needed)
-        return StateReads(files - sum(len(r.chain()) for r in missing), sum(len(r.chain()) for r in missing),
-                          fetched_bytes)
+        return StateReads(
+            files - sum(len(r.chain()) for r in missing), sum(len(r.chain()) for r in missing), fetched_bytes
+        )
 
     def _write_sink(self, table: pa.Table, owner: int, task_attempt: int) -> tuple[tuple[FileRef, ...], int]:
         """The changed keys' rows as sink parts (a new one past ROWS_PER_PART rows)."""

@@ -62,8 +62,9 @@ class OwnerCheck:
         return cls(**json.loads(text))
 
 
-def check_owned(snapshots: SnapshotStore, owner: int, owned: Owned, cache: StateCache | None,
-                key_columns: Mapping[str, int]) -> OwnerCheck:
+def check_owned(
+    snapshots: SnapshotStore, owner: int, owned: Owned, cache: StateCache | None, key_columns: Mapping[str, int]
+) -> OwnerCheck:
     """Read, check, fold and cache ``owned`` (every file of each span's chain, every object
     once); stop at the first missing or corrupt span and name it. ``key_columns``: per flow."""
     objects: dict[str, bytes] = {}
@@ -76,15 +77,23 @@ def check_owned(snapshots: SnapshotStore, owner: int, owned: Owned, cache: State
             fetched += size
             table, key_groups = spans[0]
             if schemas.setdefault(flow, table.schema) != table.schema:  # guard: verification-owner-ignores-columns
-                raise SnapshotError(f"state file {ref.describe()} has columns {table.schema}, "
-                                    f"the flow's other state files have {schemas[flow]}")
+                raise SnapshotError(
+                    f"state file {ref.describe()} has columns {table.schema}, "
+                    f"the flow's other state files have {schemas[flow]}"
+                )
             rows[flow] = rows.get(flow, 0) + table.num_rows
             files += len(ref.chain())
             if cache is not None:
                 cache.put(ref.chain_digest(), table, key_groups)  # guard: verification-caches-under-base-sha
         except SnapshotError as exc:
-            return OwnerCheck(owner, files, rows, None, fetched,
-                              f"flow {flow} span [{ref.key_group_start}, {ref.key_group_end}): {exc}")
+            return OwnerCheck(
+                owner,
+                files,
+                rows,
+                None,
+                fetched,
+                f"flow {flow} span [{ref.key_group_start}, {ref.key_group_end}): {exc}",
+            )
     if cache is not None:
         cache.trim()
     encoded = {flow: base64.b64encode(schema.serialize().to_pybytes()).decode() for flow, schema in schemas.items()}
@@ -148,37 +157,51 @@ def check_results(manifest: Manifest, checks: Sequence[OwnerCheck]) -> VerifiedS
         for flow, encoded in (check.schemas or {}).items():
             schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(encoded)))
             if schemas.setdefault(flow, schema) != schema:  # guard: verification-owners-disagree-on-columns
-                raise SnapshotError(f"snapshot {manifest.snapshot_id} flow {flow}: state files have columns "
-                                    f"{schema} and {schemas[flow]}")
+                raise SnapshotError(
+                    f"snapshot {manifest.snapshot_id} flow {flow}: state files have columns "
+                    f"{schema} and {schemas[flow]}"
+                )
     for flow, commit in manifest.flows.items():
         if commit.state is None:
             continue
         rows = sum((check.rows or {}).get(flow, 0) for check in checks)
         if rows != commit.state.keys:  # guard: verification-skips-key-count
-            raise SnapshotError(f"snapshot {manifest.snapshot_id} flow {flow} holds {rows} keys, "
-                                f"manifest says {commit.state.keys}")
+            raise SnapshotError(
+                f"snapshot {manifest.snapshot_id} flow {flow} holds {rows} keys, manifest says {commit.state.keys}"
+            )
     return VerifiedState(schemas, sum(c.files for c in checks), sum(c.fetched_bytes for c in checks))
 
 
-def verify_on_executors(spark, checkpoint: CheckpointAt, manifest: Manifest, owners: dict[str, SpanOwners],
-                        parallelism: int, cache_bytes: int, timeout_s: float) -> VerifiedState:
+def verify_on_executors(
+    spark,
+    checkpoint: CheckpointAt,
+    manifest: Manifest,
+    owners: dict[str, SpanOwners],
+    parallelism: int,
+    cache_bytes: int,
+    timeout_s: float,
+) -> VerifiedState:
     """Run the verification job (one task per owner, in the calling thread's scheduler pool),
     cancelled after ``timeout_s``; SnapshotError naming the first missing or corrupt span."""
     owned = owned_files(manifest, owners, parallelism)
     sc = spark.sparkContext
     group = f"pipeline-lib-verify-{uuid.uuid4().hex[:8]}"
     timer = threading.Timer(timeout_s, sc.cancelJobGroup, args=(group,))
-    sc.setJobGroup(group, f"verify snapshot {manifest.snapshot_id} of pipeline {checkpoint.pipeline}",
-                   interruptOnCancel=True)
+    sc.setJobGroup(
+        group, f"verify snapshot {manifest.snapshot_id} of pipeline {checkpoint.pipeline}", interruptOnCancel=True
+    )
     timer.start()
     try:
-        results = (sc.parallelize(range(parallelism), parallelism)
-                   .mapPartitionsWithIndex(CheckOwners(checkpoint, owned, cache_bytes, key_columns(manifest)))
-                   .collect())
+        results = (
+            sc.parallelize(range(parallelism), parallelism)
+            .mapPartitionsWithIndex(CheckOwners(checkpoint, owned, cache_bytes, key_columns(manifest)))
+            .collect()
+        )
     except Exception:
         if not timer.is_alive():
-            raise PipelineError(f"verifying snapshot {manifest.snapshot_id} on the executors did not finish "
-                                f"within {timeout_s:g}s") from None
+            raise PipelineError(
+                f"verifying snapshot {manifest.snapshot_id} on the executors did not finish within {timeout_s:g}s"
+            ) from None
         raise
     finally:
         timer.cancel()

@@ -73,8 +73,9 @@ class StateCache:
         path = self._path(sha256)
         if path.exists():
             return
-        with_groups = table.add_column(0, pa.field(KEY_GROUP_COLUMN, pa.int32()),
-                                       [pa.array(key_groups, type=pa.int32())])
+        with_groups = table.add_column(
+            0, pa.field(KEY_GROUP_COLUMN, pa.int32()), [pa.array(key_groups, type=pa.int32())]
+        )
         temporary = self.root / f".{sha256}.{uuid.uuid4().hex}.tmp"
         try:
             self.root.mkdir(parents=True, exist_ok=True)
