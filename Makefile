@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test full unit e2e cluster airflow airflow-up bench bench-restore bench-cluster soak mutation lint typecheck clean
+.PHONY: install demo test full compose unit e2e cluster airflow airflow-up bench bench-restore bench-cluster soak mutation lint typecheck clean
 N ?= 100
 SOAK_ARGS ?= --cluster 2
 BENCH_ARGS ?=
@@ -32,6 +32,11 @@ test: install
 # That rest: the other crash points and stores of the matrices `make test` samples.
 full: install
 	$(BIN)/python -m pytest tests -m full
+
+# docker-compose.yml run by a Docker engine of the test's own (root; installs docker.io if missing): images
+# built on stand-ins of the official ones, `docker compose up`, a job killed and recovered (docs/compose.md).
+compose: install
+	$(BIN)/python -m pytest tests/compose -m compose -rP
 
 # One tier at a time (markers in pyproject.toml; `make test` runs them all but `full`).
 unit: install
