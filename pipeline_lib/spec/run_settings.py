@@ -22,15 +22,20 @@ _UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _MEMORY = re.compile(r"([0-9]{1,7})([kmgt])b?", re.IGNORECASE)
 _WHOLE = re.compile(r"[0-9]{1,7}")
 _BOOLEAN = ("true", "false")
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # JSON-schema patterns (ECMA); (?![\s\S]) is the end of the text, as in spark_settings.CONF_KEY.
-_SCHEMA_PATTERNS = {"memory": r"^[0-9]{1,7}[kmgtKMGT][bB]?(?![\s\S])", "whole": r"^[0-9]{1,7}(?![\s\S])",
-                    "boolean": r"^(true|false)(?![\s\S])"}
+_SCHEMA_PATTERNS = {
+    "memory": r"^[0-9]{1,7}[kmgtKMGT][bB]?(?![\s\S])",
+    "whole": r"^[0-9]{1,7}(?![\s\S])",
+    "boolean": r"^(true|false)(?![\s\S])",
+    "name": r"^[A-Za-z0-9_.-]{1,64}(?![\s\S])",
+}
 
 
 @dataclass(frozen=True)
 class Allowed:
-    """One setting a run may change: its kind (``whole``, ``memory`` or ``boolean``) and bounds
-    (a whole number's, or a size's in bytes)."""
+    """One setting a run may change: its kind (``whole``, ``memory``, ``boolean`` or ``name``) and
+    bounds (a whole number's, or a size's in bytes)."""
 
     kind: str
     low: int = 0
@@ -40,6 +45,8 @@ class Allowed:
         """What the setting takes, in words, for the form's description and for refusals."""
         if self.kind == "boolean":
             return "true or false"
+        if self.kind == "name":
+            return "a name of 1 to 64 letters, digits, '_', '.' or '-'"
         if self.kind == "memory":
             return f"a size from {_size_words(self.low)} to {_size_words(self.high)}, like 2g or 512m"
         return f"a whole number from {self.low} to {self.high}"
@@ -48,6 +55,8 @@ class Allowed:
         """``value`` if it is of this kind and within bounds; ValueError in words otherwise."""
         if self.kind == "boolean":
             ok = value in _BOOLEAN
+        elif self.kind == "name":
+            ok = _NAME.fullmatch(value) is not None
         elif self.kind == "memory":
             found = _MEMORY.fullmatch(value)
             ok = found is not None and self.low <= int(found[1]) * _UNITS[found[2].lower()] <= self.high
@@ -81,6 +90,7 @@ ALLOWED: dict[str, Allowed] = {
     "spark.dynamicAllocation.minExecutors": Allowed("whole", 0, 1000),
     "spark.dynamicAllocation.initialExecutors": Allowed("whole", 0, 1000),
     "spark.dynamicAllocation.maxExecutors": Allowed("whole", 1, 1000),
+    "spark.scheduler.pool": Allowed("name"),  # the FAIR pool the job's pipelines share (default: one pool each)
 }
 
 
@@ -93,8 +103,10 @@ def check_run_setting(key: str, value: Any) -> str:
     """``value`` if a run may set ``key`` to it; ValueError saying in words what is allowed."""
     allowed = ALLOWED.get(key) if isinstance(key, str) else None
     if allowed is None:
-        raise ValueError(f"Spark setting {key!r} is not one a run may change. A run may change only its resources "
-                         f"and scheduling ({', '.join(ALLOWED)}); set anything else in the job's spec")
+        raise ValueError(
+            f"Spark setting {key!r} is not one a run may change. A run may change only its resources "
+            f"and scheduling ({', '.join(ALLOWED)}); set anything else in the job's spec"
+        )
     if not isinstance(value, str):
         raise ValueError(f"Spark setting {key} takes a string: {allowed.words()}")
     return allowed.check(key, value)
@@ -119,7 +131,12 @@ def parse_run_settings(items: Iterable[str]) -> dict[str, str]:
 def run_settings_schema() -> dict[str, Any]:
     """The trigger form's JSON schema of ``spark_conf``: exactly the allowlisted keys, each value by
     a pattern of its kind (ranges are checked by ``check_run_setting`` in ``check_params``)."""
-    return {"type": "object", "title": "Spark settings", "additionalProperties": False,
-            "properties": {key: {"type": "string", "pattern": _SCHEMA_PATTERNS[allowed.kind],
-                                 "description": allowed.words()}
-                           for key, allowed in ALLOWED.items()}}
+    return {
+        "type": "object",
+        "title": "Spark settings",
+        "additionalProperties": False,
+        "properties": {
+            key: {"type": "string", "pattern": _SCHEMA_PATTERNS[allowed.kind], "description": allowed.words()}
+            for key, allowed in ALLOWED.items()
+        },
+    }
