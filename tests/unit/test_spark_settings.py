@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 
 from pipeline_lib.cli import app
 from pipeline_lib.errors import SpecError
-from pipeline_lib.spec import parse_spec
 from pipeline_lib.execution.engine.spark_session import PYTHON_DAEMON, REDACTION_REGEX, hardening
+from pipeline_lib.spec import parse_spec
 from pipeline_lib.spec.run_settings import ALLOWED, parse_run_settings
 from pipeline_lib.spec.spark_settings import parse_conf_overrides, spark_conf
 from tests.unit.test_spec import GOOD
