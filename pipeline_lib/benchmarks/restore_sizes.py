@@ -28,16 +28,21 @@ def seed_state_snapshot(spec_path: Path, settings: ConnectionSettings, keys: int
     """Commit epoch 1 of the spec's job from nothing, holding ``keys`` random keys at ``positions``;
     its figures: state files, bytes, and the seconds spent writing the state files."""
     from pipeline_lib.checkpoint.epoch_commit import FlowOutput, commit_epoch
-    from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+    from pipeline_lib.execution.runtime.driver_state import DriverState
+    from pipeline_lib.execution.runtime.run_attempt import RunAttempt
+    from pipeline_lib.execution.runtime.runner_epoch import EpochCommit
+    from pipeline_lib.execution.runtime.runner_parts import PipelineParts
     from pipeline_lib.execution.runtime.runner_types import RunOptions
     from pipeline_lib.graph import build_graph
     from pipeline_lib.plan.offsets import EpochPlan
     from pipeline_lib.spec import load_spec
 
     job = load_spec(spec_path)
-    runner = PipelineRunner(job, build_graph(job).pipelines()[0], settings, RunOptions(restore="none"))
-    runner.attempt = runner.snapshots.claim_attempt()
-    flow = runner.flows[0]
+    parts = PipelineParts.from_spec(job, build_graph(job).pipelines()[0], settings, RunOptions(restore="none"))
+    attempt = RunAttempt(job.name, parts.pipeline.name)
+    attempt.number = parts.snapshots.claim_attempt()
+    driver = DriverState(parts)
+    flow = parts.flows[0]
     assert flow.state is not None
     state_schema = pa.schema([f for f in schema if not f.name.startswith("_")])
     rng = random.Random(seed)
@@ -46,11 +51,11 @@ def seed_state_snapshot(spec_path: Path, settings: ConnectionSettings, keys: int
         [pa.array([f"user-{i:07d}" for i in range(keys)]), pa.array([rng.randint(1, 10**7) for _ in range(keys)]),
          pa.array([rng.randint(1, 10**4) for _ in range(keys)])], schema=state_schema))
     plan = EpochPlan(epoch=1, base_snapshot=None, positions=positions, ranges=[])
-    output = FlowOutput(flow.spec.name, flow.sink, runner.sink_digest(plan, flow.sink.format),
+    output = FlowOutput(flow.spec.name, flow.sink, parts.sink_digest(plan, flow.sink.format),
                         [state_schema.empty_table()],
-                        lambda snapshot_id: runner._write_state(flow, snapshot_id, plan.epoch, changed))
+                        driver.state_writer(flow, plan.epoch, changed))
     phases: dict[str, float] = {}
-    committed = commit_epoch(runner.snapshots, runner.commit_owner, plan, [output], None, [], None,
+    committed = commit_epoch(parts.snapshots, EpochCommit(parts, driver, attempt).owner, plan, [output], None, [], None,
                              timed=_timer(phases))
     state = committed.manifest.flows[flow.spec.name].state
     assert state is not None

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+from pipeline_lib.execution.runtime.runner_planning import EpochPlanner
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.plan.keygroups import key_group_of, key_group_range, key_groups_of, subtask_of
 from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, fair_shares, plan_epoch
@@ -66,7 +66,7 @@ def test_planned_ranges_start_at_the_positions_and_never_pass_the_targets_or_sto
     positions = {p: rng.randint(0, 1_000) for p in partitions}
     latest = {p: positions[p] + rng.choice([0, 1, rng.randint(0, 5_000)]) for p in partitions}
     stops = {p: positions[p] + rng.randint(0, 3_000) for p in partitions} if seed % 2 else None
-    targets = PipelineRunner._targets(latest, stops)
+    targets = EpochPlanner.targets(latest, stops)
     budget = rng.randint(1, 6_000)
     plan = plan_epoch(7, "0000000006-a1", "t", positions, targets, budget, stops)
     shares = fair_shares({p: max(0, targets[p] - positions[p]) for p in partitions}, budget)

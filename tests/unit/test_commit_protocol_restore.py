@@ -1,6 +1,6 @@
 """The commit protocol's fast safety net, part 3: a restore verifies everything it uses.
 
-Two snapshots are committed by the real PipelineRunner (no Spark: each epoch's partial
+Two snapshots are committed by the runner's real commit (no Spark: each epoch's partial
 aggregates are handed in as its read would bring them) on local directories, with a dead-letter
 sink and state packs shared between snapshots. Then the newest is damaged in one way: a restore
 of ``latest`` must fall back to the older one with a log line naming the problem, and a restore
@@ -24,8 +24,6 @@ from pipeline_lib.checkpoint.manifest import Head, Manifest
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, restore_after, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import SnapshotError
-from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
-from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
 from pipeline_lib.execution.runtime.runner_types import EpochRead, RunOptions
 from pipeline_lib.execution.state.restore_verification import check_owned, check_results, key_columns, owned_files
 from pipeline_lib.execution.state.span_owners import SpanOwners
@@ -36,6 +34,7 @@ from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import parse_spec
 from pipeline_lib.storage import ObjectStore, open_store
+from tests.runner_fakes import TestRunner
 from tests.support import dead_letters_written
 
 SETTINGS = ConnectionSettings()
@@ -90,18 +89,16 @@ def _commit_two_snapshots(root) -> None:
     """Snapshots 1 (every user) and 2 (a few users changed, the rest of its state in pack 1),
     each with dead letters."""
     spec = job_spec(root)
-    [pipeline] = build_graph(spec).pipelines()
-    runner = PipelineRunner(spec, pipeline, SETTINGS, RunOptions())
-    runner.attempt = runner.snapshots.claim_attempt()
-    runner._cleanup = BackgroundCleanup("test")
+    runner = TestRunner(spec, RunOptions(), SETTINGS)
+    runner.claim()
     history, version = [], None
     for epoch, (amounts, bad) in enumerate([(USERS, 1), ({"user-1": 5, "user-7": 2}, 2)], start=1):
         base = history[0].snapshot_id if history else None
-        plan = runner._plan(epoch, base, {0: epoch * 10 - 10}, {0: epoch * 10}, None)
+        plan = runner.plan(epoch, base, {0: epoch * 10 - 10}, {0: epoch * 10}, None)
         read = EpochRead(plan, dead_letters_written(runner, epoch, bad_records(bad)), {"job": partials(amounts)})
-        _, head, version = runner._run_epoch(read, history, version)
+        _, head, version = runner.run_epoch(read, history, version)
         history = head.history
-    runner._cleanup.close()
+    runner.close()
     assert [e.snapshot_id for e in history] == [NEWER, OLDER]
 
 

@@ -28,7 +28,7 @@ def committed(tmp_path):
     for amounts in [{"a": 1, "b": 2}, {"a": 5}, {"c": 7}, {"a": 10, "c": 1}]:
         _, head, version = commit_epoch(runner, amounts, history, version)
         history = head.history
-    runner._cleanup.close()
+    runner.close()
     return spec
 
 

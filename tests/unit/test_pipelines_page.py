@@ -72,8 +72,7 @@ def test_a_snapshot_that_skipped_offsets_lost_to_retention_says_so_on_the_page(t
     read = epoch_read(runner, {"user3": 3}, history)
     lost = [OffsetRange(topic=TOPIC, partition=1, start=20, end=1_520)]
     skipped = dataclasses.replace(read, plan=read.plan.model_copy(update={"data_lost": lost}))
-    runner._run_epoch(skipped, history, version)
-    runner._cleanup.wait()
+    runner.run_epoch(skipped, history, version)
 
     page = TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False)).get(
         "/", params={"lag": "false"}).text

@@ -188,8 +188,8 @@ def test_the_drivers_parts_hold_the_same_rows_in_the_same_order_whatever_order_p
     for order in (sorted(amounts), sorted(amounts, reverse=True)):
         runner = new_attempt(job_spec(tmp_path / "-".join(order[:1])))
         [flow] = runner.flows
-        runner._flow_merge(flow, partials({u: 1 for u in reversed(order)}))  # the state's slots in this order
-        parts, _, _ = runner._flow_merge(flow, partials({u: amounts[u] for u in order}))
-        runner._cleanup.close()
+        runner.merge(flow, partials({u: 1 for u in reversed(order)}))  # the state's slots in this order
+        parts, _, _ = runner.merge(flow, partials({u: amounts[u] for u in order}))
+        runner.close()
         encoded.append([encode_part(t, "jsonl") for t in parts])
     assert encoded[0] == encoded[1] and all(encoded[0])

@@ -29,7 +29,7 @@ def commit_three(spec):
     for epoch, amounts in enumerate([{"a": 1, "b": 2}, {"a": 5}, {"c": 7}], start=1):
         _, head, version = commit_epoch(runner, amounts, history, version, bad=bad_records(epoch))
         history = head.history
-    runner._cleanup.close()
+    runner.close()
     return spec
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pipeline_lib.errors import FencedError, PipelineError
 from pipeline_lib.execution.engine.spark_session import start_spark
 from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+from pipeline_lib.execution.runtime.runner_factory import build_runner
 from pipeline_lib.execution.runtime.runner_types import EpochReport, Prepared, RunOptions
 from pipeline_lib.faults import remember_runner_group
 from pipeline_lib.graph import build_graph
@@ -94,7 +95,7 @@ class JobRunner:
             raise PipelineError(f"job {spec.name} has no pipeline {unknown} (it has {names})")
         if options.restore not in ("latest", "none") and len(only or names) != 1:
             raise PipelineError("--restore SNAPSHOT_ID names one pipeline's snapshot; add --pipeline NAME")
-        self.runners = [PipelineRunner(spec, p, settings, options, on_epoch) for p in pipelines
+        self.runners = [build_runner(spec, p, settings, options, on_epoch) for p in pipelines
                         if not only or p.name in only]
 
     def request_stop(self, reason: str) -> None:
@@ -102,8 +103,7 @@ class JobRunner:
         STOPPED with ``reason`` — resumable, and not something recovery relaunches."""
         log.warning("stop requested (%s): finishing the epochs in flight", reason)
         for runner in self.runners:
-            runner.stop_reason = reason
-            runner.stop_requested.set()
+            runner.request_stop(reason)
 
     def run(self) -> JobSummary:
         """Restore every pipeline, skip the COMPLETED ones, run the rest until they stop. One pipeline's
@@ -159,7 +159,7 @@ class JobRunner:
                             log.error("pipeline %s FAILED: %s", name, reason)
                             outcome.status, outcome.reason = "FAILED", reason
                             outcome.fenced = isinstance(exc, FencedError)
-                        outcome.attempt, outcome.epochs = runner.attempt, runner.epochs
+                        outcome.attempt, outcome.epochs = runner.attempt.number, runner.epochs
                         # the executors' verification of the restored state may have fallen back
                         outcome.restored_from = runner.restored.manifest.snapshot_id if runner.restored else None
                         status = runner.snapshots.read_status()
