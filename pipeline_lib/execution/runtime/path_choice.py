@@ -41,11 +41,12 @@ def state_on_owners(parts: PipelineParts, master: str | None, stored_groups_appl
     return any(f.stateful for f in parts.flows) and owners_asked(parts.job, master) and stored_groups_apply
 
 
-def may_carry_checks(parts: PipelineParts, master: str | None) -> bool:
+def may_carry_checks(parts: PipelineParts, master: str | None, stored_groups_apply: bool = True) -> bool:
     """Whether epoch 1's read may run the source subtasks' start-up checks (runtime.startup):
     only the Arrow path with keyed state on the driver may, and a flow with transforms never
     takes that path, so such a run keeps the start-up job beside its path choice."""
-    return (not any(f.spec.transforms for f in parts.flows) and not state_on_owners(parts, master)
+    return (not any(f.spec.transforms for f in parts.flows)
+            and not state_on_owners(parts, master, stored_groups_apply)
             and (parts.options.max_epochs is None or parts.options.max_epochs >= 1))
 
 

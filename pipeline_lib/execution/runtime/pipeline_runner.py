@@ -257,7 +257,7 @@ class PipelineRunner:
 
         try:
             with clear_spark_errors(f"starting the subtasks of pipeline {name}"):
-                may_ride = may_carry_checks(self.parts, spark.sparkContext.master)
+                may_ride = may_carry_checks(self.parts, spark.sparkContext.master, self.restorer.stored_groups_apply)
                 started, schema = start_pipeline(self.parts, spark, options.startup_timeout_s, parse_schema,
                                                  beside=beside, checks_may_ride=may_ride)
             assert self.lifecycle is not None
