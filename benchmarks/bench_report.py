@@ -419,7 +419,8 @@ def markdown(r: dict[str, Any]) -> str:
 
     add("## Restore time vs state size\n")
     add(
-        "A snapshot of N keys is written through the runner's own code (its keyed state and `_write_state`, "
+        "A snapshot of N keys is written through the runner's own code (its keyed state and "
+        "`DriverState.state_writer`, "
         "committed in the order every epoch commits: a sink commit, the state files, a sealed manifest, the head's "
         "compare-and-swap); then, in a fresh process, `PipelineRunner.restore()` is timed — "
         "the call `pipeline-lib run` makes before starting Spark: head + manifest + sink markers, every state file "

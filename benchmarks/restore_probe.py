@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
     from pipeline_lib.execution.runtime import runner_restore
-    from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+    from pipeline_lib.execution.runtime.runner_factory import build_runner
     from pipeline_lib.execution.runtime.runner_types import RunOptions
     from pipeline_lib.graph import build_graph
     from pipeline_lib.settings import ConnectionSettings
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
     job = load_spec(argv[0])
     pipeline = build_graph(job).pipelines()[0]
-    runner = PipelineRunner(job, pipeline, ConnectionSettings.from_env(), RunOptions(restore="latest"))
+    runner = build_runner(job, pipeline, ConnectionSettings.from_env(), RunOptions(restore="latest"))
     timings = {"fetch_thread_s": 0.0, "read_s": 0.0}
 
     read_state_object = SnapshotStore.read_state_object
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if restored is None:
         print(json.dumps({"error": "no snapshot to restore"}))
         return 1
-    keys = sum(len(f.state) for f in runner.flows if f.state is not None)
+    keys = sum(len(f.state) for f in runner.parts.flows if f.state is not None)
     state_files = restored.manifest.state_files()
     print(
         json.dumps(

@@ -1,7 +1,7 @@
 """Restore time against state size: a committed snapshot of N keys, written the way the runner
 writes one, then ``PipelineRunner.restore()`` timed in a fresh process (``restore_probe.py``).
 
-The snapshot is the runner's own: its keyed state merge and state-file code (``_write_state``),
+The snapshot is the runner's own: its keyed state merge and state-file code (``DriverState.state_writer``),
 committed in the commit order every epoch follows (checkpoint.epoch_commit) with an empty sink
 epoch, so the restore reads exactly what a real run would have left.
 """
@@ -29,16 +29,21 @@ def seed_state_snapshot(
     """Commit epoch 1 of the spec's job from nothing, holding ``keys`` random keys at ``positions``;
     its figures: state files, bytes, and the seconds spent writing the state files."""
     from pipeline_lib.checkpoint.epoch_commit import FlowOutput, commit_epoch
-    from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+    from pipeline_lib.execution.runtime.driver_state import DriverState
+    from pipeline_lib.execution.runtime.run_attempt import RunAttempt
+    from pipeline_lib.execution.runtime.runner_epoch import EpochCommit
+    from pipeline_lib.execution.runtime.runner_parts import PipelineParts
     from pipeline_lib.execution.runtime.runner_types import RunOptions
     from pipeline_lib.graph import build_graph
     from pipeline_lib.plan.offsets import EpochPlan
     from pipeline_lib.spec import load_spec
 
     job = load_spec(spec_path)
-    runner = PipelineRunner(job, build_graph(job).pipelines()[0], settings, RunOptions(restore="none"))
-    runner.attempt = runner.snapshots.claim_attempt()
-    flow = runner.flows[0]
+    parts = PipelineParts.from_spec(job, build_graph(job).pipelines()[0], settings, RunOptions(restore="none"))
+    attempt = RunAttempt(job.name, parts.pipeline.name)
+    attempt.number = parts.snapshots.claim_attempt()
+    driver = DriverState(parts)
+    flow = parts.flows[0]
     assert flow.state is not None
     state_schema = pa.schema([f for f in schema if not f.name.startswith("_")])
     rng = random.Random(seed)
@@ -57,13 +62,13 @@ def seed_state_snapshot(
     output = FlowOutput(
         flow.spec.name,
         flow.sink,
-        runner.sink_digest(plan, flow.sink.format),
+        parts.sink_digest(plan, flow.sink.format),
         [state_schema.empty_table()],
-        lambda snapshot_id: runner._write_state(flow, snapshot_id, plan.epoch, changed),
+        driver.state_writer(flow, plan.epoch, changed),
     )
     phases: dict[str, float] = {}
     committed = commit_epoch(
-        runner.snapshots, runner.commit_owner, plan, [output], None, [], None, timed=_timer(phases)
+        parts.snapshots, EpochCommit(parts, driver, attempt).owner, plan, [output], None, [], None, timed=_timer(phases)
     )
     state = committed.manifest.flows[flow.spec.name].state
     assert state is not None

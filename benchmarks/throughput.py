@@ -37,7 +37,7 @@ in one topic (events.py):
    (one event for every user of 5% of the key groups) and one touching a random 5% of the users.
 5. **restore time vs state size** (restore_sizes.py): for every size in ``--restore-keys`` a
    snapshot of that many keys is written through the runner's own state-file code
-   (``PipelineRunner._write_state``) and committed in the order every epoch commits
+   (``DriverState.write_state``) and committed in the order every epoch commits
    (checkpoint.epoch_commit: an empty sink commit, the state files, a sealed manifest, the head's
    compare-and-swap), then ``PipelineRunner.restore()`` — what ``run`` does before Spark starts —
    is timed in a fresh process (``restore_probe.py``).

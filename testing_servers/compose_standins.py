@@ -40,9 +40,11 @@ from testing_servers.minio_server import _go
 REPO = Path(__file__).resolve().parents[1]
 STANDINS = REPO / "docker" / "standins"
 SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
-SOURCES = (f"deb {MIRROR} {SUITE} main\n"
-           f"deb {MIRROR} {SUITE}-updates main\n"
-           f"deb http://deb.debian.org/debian-security {SUITE}-security main\n")
+SOURCES = (
+    f"deb {MIRROR} {SUITE} main\n"
+    f"deb {MIRROR} {SUITE}-updates main\n"
+    f"deb http://deb.debian.org/debian-security {SUITE}-security main\n"
+)
 # The machine's own certificate authorities (its outbound TLS is re-signed by them): the stand-ins
 # that install ca-certificates trust them too, so that pip and go reach their indexes from a build.
 LOCAL_CAS = Path("/usr/local/share/ca-certificates")
@@ -93,8 +95,12 @@ def rootfs_tarball(timeout: float = 1800.0) -> tuple[Path, str]:
     if target.is_file():
         return target, key
     if not shutil.which("debootstrap"):
-        _run(["apt-get", "install", "-y", "-q", "debootstrap"], "apt-get install debootstrap", timeout,
-             env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        _run(
+            ["apt-get", "install", "-y", "-q", "debootstrap"],
+            "apt-get install debootstrap",
+            timeout,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="rootfs-", dir=target.parent) as tmp:
         root = Path(tmp) / "root"
@@ -108,8 +114,11 @@ def rootfs_tarball(timeout: float = 1800.0) -> tuple[Path, str]:
                 if item.is_file():
                     item.unlink()
         staging = Path(tmp) / "rootfs.tar"
-        _run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(staging), "."], "tar of the root file system",
-             timeout)
+        _run(
+            ["tar", "--numeric-owner", "-C", str(root), "-cf", str(staging), "."],
+            "tar of the root file system",
+            timeout,
+        )
         staging.rename(target)
     return target, key
 
@@ -129,7 +138,7 @@ def go_toolchain(version: str = GO_VERSION) -> Path:
             for info in z.infolist():
                 if info.is_dir() or not info.filename.startswith(prefix):
                     continue
-                dest = staging / info.filename[len(prefix):]
+                dest = staging / info.filename[len(prefix) :]
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 with z.open(info) as src, dest.open("wb") as out:
                     shutil.copyfileobj(src, out)
@@ -147,8 +156,12 @@ def mc_binary(timeout: float = 1800.0) -> Path:
     target.parent.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="mc-", dir=target.parent.parent))
     try:
-        _run(["nice", "-n", "10", _go(), "install", f"{MC_MODULE}@{MC_VERSION}"], f"go install {MC_MODULE}", timeout,
-             env={**os.environ, "GOBIN": str(staging), "CGO_ENABLED": "0", "GOTOOLCHAIN": "local"})
+        _run(
+            ["nice", "-n", "10", _go(), "install", f"{MC_MODULE}@{MC_VERSION}"],
+            f"go install {MC_MODULE}",
+            timeout,
+            env={**os.environ, "GOBIN": str(staging), "CGO_ENABLED": "0", "GOTOOLCHAIN": "local"},
+        )
         staging.rename(target.parent)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -177,8 +190,13 @@ class StandIn:
 PYTHON = "python:3.11.14-slim-bookworm"
 STANDIN_IMAGES = (
     StandIn(PYTHON, "python.Dockerfile"),
-    StandIn("apache/airflow:3.3.2-python3.11", "airflow.Dockerfile", ("airflow-entrypoint",), base=PYTHON,
-            fetched={"constraints.txt": lambda: REPO / "docker" / "constraints.txt"}),
+    StandIn(
+        "apache/airflow:3.3.2-python3.11",
+        "airflow.Dockerfile",
+        ("airflow-entrypoint",),
+        base=PYTHON,
+        fetched={"constraints.txt": lambda: REPO / "docker" / "constraints.txt"},
+    ),
     StandIn("apache/kafka:4.1.1", "kafka.Dockerfile", ("kafka",), fetched={"libs": kafka_jars}),
     StandIn("postgres:16.16", "postgres.Dockerfile", ("postgres",)),
     StandIn("golang:1.24.13-bookworm", "golang.Dockerfile", fetched={"go": go_toolchain}),
@@ -316,9 +334,14 @@ class ImageBuilder:
         """Load or build one stand-in under its official name, in a context of its files alone."""
         inputs = {name: fetch() for name, fetch in spec.fetched.items()}
         dockerfile = STANDINS / spec.dockerfile
-        key = _digest(spec.image, self.rootfs, self.keys.get(spec.base or "", ""), dockerfile.read_bytes(),
-                      *(f"{f}:{_tree_digest(STANDINS / f)}" for f in spec.files),
-                      *(f"{n}:{_tree_digest(p)}" for n, p in sorted(inputs.items())))
+        key = _digest(
+            spec.image,
+            self.rootfs,
+            self.keys.get(spec.base or "", ""),
+            dockerfile.read_bytes(),
+            *(f"{f}:{_tree_digest(STANDINS / f)}" for f in spec.files),
+            *(f"{n}:{_tree_digest(p)}" for n, p in sorted(inputs.items())),
+        )
 
         def build() -> None:
             with tempfile.TemporaryDirectory(prefix="standin-") as tmp:
@@ -341,8 +364,7 @@ class ImageBuilder:
         bases = [self.keys[name] for name in _from_lines(built.dockerfile)]
         sources = [f"{s}:{_tree_digest(built.context / s)}" for s in _copy_sources(built.dockerfile)]
         key = _digest(built.image, built.dockerfile.read_bytes(), *bases, *sources)
-        self._load_or_build(built.image, key,
-                            lambda: self._build(built.image, built.dockerfile, built.context, {}))
+        self._load_or_build(built.image, key, lambda: self._build(built.image, built.dockerfile, built.context, {}))
 
     def build_all(self, compose_file: Path, parallel: int = 2) -> dict[str, float]:
         """Every stand-in the compose file needs, then its own images; each image's seconds."""

@@ -38,8 +38,9 @@ def ensure_installed(timeout: float = 900.0) -> None:
         raise EngineError("dockerd is missing and installing docker.io needs root")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for command in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "docker.io"]):
-        done = subprocess.run(["nice", "-n", "10", *command], env=env, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        done = subprocess.run(
+            ["nice", "-n", "10", *command], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
         if done.returncode != 0:
             raise EngineError(f"{' '.join(command)} failed:\n{(done.stdout + done.stderr)[-3000:]}")
 
@@ -63,19 +64,35 @@ class DockerEngine:
 
     def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """An environment whose ``docker`` talks to this engine only."""
-        env = {k: v for k, v in (os.environ if base is None else base).items()
-               if not k.startswith(("DOCKER_", "COMPOSE_", "BUILDKIT_"))}
-        return {**env, "DOCKER_HOST": f"unix://{self.socket}", "DOCKER_CONFIG": str(self.config_dir),
-                "DOCKER_BUILDKIT": "1"}
+        env = {
+            k: v
+            for k, v in (os.environ if base is None else base).items()
+            if not k.startswith(("DOCKER_", "COMPOSE_", "BUILDKIT_"))
+        }
+        return {
+            **env,
+            "DOCKER_HOST": f"unix://{self.socket}",
+            "DOCKER_CONFIG": str(self.config_dir),
+            "DOCKER_BUILDKIT": "1",
+        }
 
-    def docker(self, *args: str, timeout: float = 600.0, check: bool = True,
-               input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def docker(
+        self, *args: str, timeout: float = 600.0, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``docker ARGS`` against this engine; EngineError with its output when it fails."""
-        done = subprocess.run([str(DEBIAN_CLI), *args], env=self.env(), capture_output=True, text=True,
-                              timeout=timeout, input=input, check=False)
+        done = subprocess.run(
+            [str(DEBIAN_CLI), *args],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+            check=False,
+        )
         if check and done.returncode != 0:
-            raise EngineError(f"docker {' '.join(args)} failed (exit {done.returncode}):\n"
-                              f"{(done.stdout + done.stderr)[-4000:]}")
+            raise EngineError(
+                f"docker {' '.join(args)} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}"
+            )
         return done
 
 
@@ -86,12 +103,27 @@ def start_engine(parent: Path | None = None, timeout: float = 120.0) -> DockerEn
     root = Path(tempfile.mkdtemp(prefix="dk-", dir=parent or "/tmp"))
     (root / "config" / "cli-plugins").mkdir(parents=True)
     log = (root / "dockerd.log").open("ab")
-    command = ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-               "--host", f"unix://{root / 'docker.sock'}", "--pidfile", str(root / "dockerd.pid"),
-               "--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false", "--bridge=none",
-               "--storage-driver", "overlay2"]
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    command = [
+        "dockerd",
+        "--data-root",
+        str(root / "data"),
+        "--exec-root",
+        str(root / "exec"),
+        "--host",
+        f"unix://{root / 'docker.sock'}",
+        "--pidfile",
+        str(root / "dockerd.pid"),
+        "--iptables=false",
+        "--ip6tables=false",
+        "--ip-forward=false",
+        "--ip-masq=false",
+        "--bridge=none",
+        "--storage-driver",
+        "overlay2",
+    ]
+    proc = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+    )
     log.close()
     engine = DockerEngine(root, proc.pid)
     deadline = time.monotonic() + timeout
@@ -149,8 +181,9 @@ def stop_engine(engine: DockerEngine, grace: float = 30.0, remove: bool = True) 
     except ProcessLookupError:
         pass
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-                                              for p in _alive(_engine_processes(engine))):
+    while time.monotonic() < deadline and any(
+        p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in _alive(_engine_processes(engine))
+    ):
         time.sleep(0.5)
     for proc in _alive(_engine_processes(engine)):
         try:

@@ -41,10 +41,18 @@ class CliRun:
 
     def __init__(self, args: list[str], env: dict, stderr_path: Path, stdout_path: Path | None = None):
         self.args, self.stderr_path, self.stdout_path = list(args), Path(stderr_path), stdout_path
-        with self.stderr_path.open("w") as err, \
-                (open(stdout_path, "w") if stdout_path is not None else nullcontext(subprocess.DEVNULL)) as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "pipeline_lib", *self.args], env=env, text=True,
-                                         stdout=out, stderr=err, start_new_session=True)
+        with (
+            self.stderr_path.open("w") as err,
+            open(stdout_path, "w") if stdout_path is not None else nullcontext(subprocess.DEVNULL) as out,
+        ):
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pipeline_lib", *self.args],
+                env=env,
+                text=True,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
 
     @property
     def pid(self) -> int:
@@ -65,13 +73,17 @@ class CliRun:
         """``wait_for`` while this run lives: a run that has exited fails at once, and a timeout
         fails, with the run's exit code and the tail of its stderr, the evidence a bare timeout
         would hide."""
+
         def ready():
             exited = self.proc.poll() is not None  # before the predicate: all it wrote is visible
             value = predicate()
             if not value and exited:
-                raise AssertionError(f"pipeline-lib {' '.join(self.args)} exited ({self.proc.returncode}) "
-                                     f"before {what}; stderr:\n{self.stderr()[-3000:]}")
+                raise AssertionError(
+                    f"pipeline-lib {' '.join(self.args)} exited ({self.proc.returncode}) "
+                    f"before {what}; stderr:\n{self.stderr()[-3000:]}"
+                )
             return value
+
         try:
             return wait_for(ready, timeout, what, interval)
         except AssertionError as timed_out:
@@ -85,8 +97,9 @@ class CliRun:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"pipeline-lib {' '.join(self.args)} timed out after {timeout}s; "
-                                 f"stderr:\n{self.stderr()[-3000:]}") from None
+            raise AssertionError(
+                f"pipeline-lib {' '.join(self.args)} timed out after {timeout}s; stderr:\n{self.stderr()[-3000:]}"
+            ) from None
 
     def kill(self) -> None:
         """SIGKILL the whole process group if the runner still runs, and wait until every process
@@ -97,8 +110,9 @@ class CliRun:
             _wait_group_gone(self.proc.pid)
 
 
-def run_cli(args: list[str], env: dict, timeout: float = 300, kill_when: str | None = None,
-            kill_delay: float = 0.0) -> subprocess.CompletedProcess:
+def run_cli(
+    args: list[str], env: dict, timeout: float = 300, kill_when: str | None = None, kill_delay: float = 0.0
+) -> subprocess.CompletedProcess:
     """Run ``pipeline-lib ARGS`` to its end (a CliRun) and return its exit code, stdout and stderr.
 
     With ``kill_when``, SIGKILL the whole group (runner, Spark JVM, Python workers) once a
@@ -109,8 +123,12 @@ def run_cli(args: list[str], env: dict, timeout: float = 300, kill_when: str | N
             if kill_when is None:
                 run.wait(timeout)
             else:
-                run.until(lambda: any(line.startswith(kill_when) for line in run.stderr().splitlines()),
-                          timeout, f"a stderr line starting with {kill_when!r}", interval=0.02)
+                run.until(
+                    lambda: any(line.startswith(kill_when) for line in run.stderr().splitlines()),
+                    timeout,
+                    f"a stderr line starting with {kill_when!r}",
+                    interval=0.02,
+                )
                 time.sleep(kill_delay)
                 run.kill()
         finally:
@@ -154,8 +172,17 @@ def result_table(env: dict, sink: str) -> dict[str, dict]:
     return {k[0]: {"user": v["user"], "total": v["total"], "n": v["n"]} for k, v in table.items()}
 
 
-def assert_committed_output_intact(settings: ConnectionSettings, name: str, sink: str, store: str, *,
-                                   epochs: int, held_epoch: int, successor_attempt: int, status_attempt: int) -> None:
+def assert_committed_output_intact(
+    settings: ConnectionSettings,
+    name: str,
+    sink: str,
+    store: str,
+    *,
+    epochs: int,
+    held_epoch: int,
+    successor_attempt: int,
+    status_attempt: int,
+) -> None:
     """After a zombie attempt held in ``held_epoch`` was fenced: HEAD holds epochs 1..``epochs``,
     the successor's snapshots from the held epoch on, STATUS is attempt ``status_attempt``'s and
     STOPPED, and every epoch's marker lists exactly the parts its committed manifest lists, all
@@ -164,8 +191,9 @@ def assert_committed_output_intact(settings: ConnectionSettings, name: str, sink
     head, _ = snapshots.read_head()
     assert head is not None and head.latest is not None and head.latest.epoch == epochs
     assert [e.epoch for e in head.history] == list(range(epochs, 0, -1))
-    assert all(e.snapshot_id.endswith(f"-a{successor_attempt}") for e in head.history if e.epoch >= held_epoch), \
+    assert all(e.snapshot_id.endswith(f"-a{successor_attempt}") for e in head.history if e.epoch >= held_epoch), (
         head.history
+    )
     status = snapshots.read_status()
     assert status is not None and (status.attempt, status.state) == (status_attempt, "STOPPED"), status
     out = open_store(sink, settings)
@@ -184,7 +212,7 @@ def dead_letters_written(runner, epoch: int, bad):
     Arrow table), with the runner's own task writer: what the runner's commit then receives."""
     from pipeline_lib.sink.task_parts import TaskParts
 
-    _, dead_letters = runner._task_writers(epoch)
+    _, dead_letters = runner.task_writers(epoch)
     parts = TaskParts(dead_letters, bad_records=True)
     parts.add(bad)
     return parts.finish()
@@ -193,8 +221,9 @@ def dead_letters_written(runner, epoch: int, bad):
 def library_at_another_version(root: Path, version: str) -> Path:
     """A real copy of this library under ``root`` whose ``__version__`` is ``version``: put first
     on the Python workers' path, it makes the start-up's version check fail for real."""
-    shutil.copytree(Path(pipeline_lib.__file__).parent, root / "pipeline_lib",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(pipeline_lib.__file__).parent, root / "pipeline_lib", ignore=shutil.ignore_patterns("__pycache__")
+    )
     init = root / "pipeline_lib" / "__init__.py"
     text = init.read_text()
     assert f'__version__ = "{pipeline_lib.__version__}"' in text

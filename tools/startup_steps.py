@@ -22,8 +22,11 @@ STARTED = time.monotonic()
 
 
 def _stamp(message: str) -> None:
-    print(f"[{time.monotonic() - STARTED:7.3f}s] {threading.current_thread().name}: {message}", file=sys.stderr,
-          flush=True)
+    print(
+        f"[{time.monotonic() - STARTED:7.3f}s] {threading.current_thread().name}: {message}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _wrap(owner: Any, name: str) -> None:
@@ -48,12 +51,21 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline_lib import cli
     from pipeline_lib.execution.runtime import job_runner, pipeline_runner, startup, warm_up
     from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+    from pipeline_lib.execution.runtime.runner_epoch import EpochCommit, EpochReader
+    from pipeline_lib.execution.runtime.runner_planning import EpochPlanner
+    from pipeline_lib.execution.runtime.runner_restore import Restorer
 
     _stamp("imports done")
     _wrap(job_runner, "start_spark")
-    for step in ("latest_is_completed", "restore", "schedule", "prepare", "_start_over", "_positions_and_stops",
-                 "_choose_path", "_plan", "_read", "_run_epoch"):
-        _wrap(PipelineRunner, step)
+    for owner, steps in (
+        (PipelineRunner, ("latest_is_completed", "restore", "schedule", "prepare", "_take_path")),
+        (Restorer, ("start_over",)),
+        (EpochPlanner, ("positions_and_stops", "plan")),
+        (EpochReader, ("read",)),
+        (EpochCommit, ("run",)),
+    ):
+        for step in steps:
+            _wrap(owner, step)
     _wrap(pipeline_runner, "source_schema")
     _wrap(pipeline_runner.kafka_offsets, "confirmed_end_offsets")
     _wrap(startup, "start_source_subtasks")

@@ -1,4 +1,4 @@
-"""Time the driver path's state write (``_write_state``) alone, at one span size against another.
+"""Time the driver path's state write (``DriverState.state_writer``) alone, at one span size against another.
 
     .venv/bin/python tools/state_write_probe.py [--keys 100000] [--events 100000] [--epochs 12]
         [--key-groups-per-file N ...]
@@ -22,7 +22,8 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
-from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+from pipeline_lib.execution.runtime.driver_state import DriverState
+from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.execution.runtime.runner_types import RunOptions
 from pipeline_lib.graph import build_graph
 from pipeline_lib.samples import spend_job_spec
@@ -39,25 +40,35 @@ def mean_write_seconds(keys: int, events: int, epochs: int, per_file: int | None
             spec["checkpoint"]["key_groups_per_state_file"] = per_file
         (Path(tmp) / "job.yaml").write_text(yaml.safe_dump(spec))
         job = load_spec(Path(tmp) / "job.yaml")
-        runner = PipelineRunner(job, build_graph(job).pipelines()[0], ConnectionSettings.from_env({}),
-                                RunOptions(restore="none"))
-        flow = runner.flows[0]
+        parts = PipelineParts.from_spec(
+            job, build_graph(job).pipelines()[0], ConnectionSettings.from_env({}), RunOptions(restore="none")
+        )
+        state = DriverState(parts)
+        flow = parts.flows[0]
         assert flow.state is not None
         flow.state_schema = SCHEMA
         rng = np.random.default_rng(seed)
         seconds = []
         for epoch in range(1, epochs + 1):
             users = np.unique(rng.integers(0, keys, events))
-            partials = pa.Table.from_arrays([pa.array([f"user-{i:08d}" for i in users]),
-                                             pa.array(rng.integers(1, 1000, len(users))),
-                                             pa.array(np.ones(len(users), dtype=np.int64))], schema=SCHEMA)
+            partials = pa.Table.from_arrays(
+                [
+                    pa.array([f"user-{i:08d}" for i in users]),
+                    pa.array(rng.integers(1, 1000, len(users))),
+                    pa.array(np.ones(len(users), dtype=np.int64)),
+                ],
+                schema=SCHEMA,
+            )
             changed = flow.state.merge(partials)
             started = time.perf_counter()
-            snapshot = runner._write_state(flow, f"{epoch:010d}-a1", epoch, changed)
+            snapshot = state.write_state(flow, f"{epoch:010d}-a1", epoch, changed)
             seconds.append(time.perf_counter() - started)
             assert snapshot is not None
-            print(f"  epoch {epoch}: {len(changed)} keys changed, {seconds[-1]:.4f} s, {len(snapshot.files)} spans, "
-                  f"{sum(len(f.deltas) for f in snapshot.files)} deltas referenced", flush=True)
+            print(
+                f"  epoch {epoch}: {len(changed)} keys changed, {seconds[-1]:.4f} s, {len(snapshot.files)} spans, "
+                f"{sum(len(f.deltas) for f in snapshot.files)} deltas referenced",
+                flush=True,
+            )
         return statistics.fmean(seconds[2:])
 
 

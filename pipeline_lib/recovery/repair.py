@@ -1,6 +1,6 @@
 """Rebuild lost or damaged sink parts of committed epochs, byte for byte, and put them back.
 
-For each epoch ``repair_plan`` found rebuildable, a runner that commits nothing loads the state
+For each epoch ``repair_plan`` found rebuildable, a rebuilder that commits nothing loads the state
 of the snapshot the plan names (or none, before epoch 1), replays the plans after it, and runs the
 epoch's saved plan once more on Spark with the same code as a run. Parts the read tasks write go
 to a scratch location, parts the driver (or owner tasks) would write stay in memory. A regenerated
@@ -28,8 +28,11 @@ import pyarrow as pa
 from pipeline_lib.checkpoint.manifest import sha256_hex
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, read_spans
 from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
-from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
-from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+from pipeline_lib.execution.runtime.epoch_path import Writers
+from pipeline_lib.execution.runtime.path_choice import choose_path
+from pipeline_lib.execution.runtime.run_attempt import RunAttempt
+from pipeline_lib.execution.runtime.runner_epoch import EpochReader
+from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.execution.runtime.runner_types import FlowRuntime, RunOptions
 from pipeline_lib.execution.source.epoch_reader import source_schema
 from pipeline_lib.execution.state.owner_task import OWNER_LABEL
@@ -43,7 +46,7 @@ from pipeline_lib.sink.files_sink import MARKER, encode_part
 from pipeline_lib.sink.part_layout import key_order, part_slot
 from pipeline_lib.sink.task_parts import ROWS_PER_PART, TaskPartWriter
 from pipeline_lib.spec.models import JobSpec
-from pipeline_lib.storage import open_store, parse_location
+from pipeline_lib.storage import Location, open_store, parse_location
 
 log = logging.getLogger(__name__)
 RESTORED, WOULD_RESTORE, REFUSED, UNCHANGED = "restored", "rebuildable", "REFUSED", "unchanged"
@@ -72,12 +75,23 @@ def _what(sink: str) -> str:
 
 def dry_run(repairs: list[EpochRepair]) -> list[PartOutcome]:
     """What ``repair`` would do, from the planning alone: nothing is read from Kafka or written."""
-    return [PartOutcome(r.pipeline, r.epoch, _what(p.sink), p.ref.key, WOULD_RESTORE if r.rebuildable else REFUSED,
-                        f"{p.problem} ({p.detail}); {r.describe()}") for r in repairs for p in r.parts]
+    return [
+        PartOutcome(
+            r.pipeline,
+            r.epoch,
+            _what(p.sink),
+            p.ref.key,
+            WOULD_RESTORE if r.rebuildable else REFUSED,
+            f"{p.problem} ({p.detail}); {r.describe()}",
+        )
+        for r in repairs
+        for p in r.parts
+    ]
 
 
-def repair(job: JobSpec, settings: ConnectionSettings, repairs: list[EpochRepair], scratch: str | None = None
-           ) -> list[PartOutcome]:
+def repair(
+    job: JobSpec, settings: ConnectionSettings, repairs: list[EpochRepair], scratch: str | None = None
+) -> list[PartOutcome]:
     """Rebuild every rebuildable epoch of ``repairs`` and write back the parts that come out
     identical; one outcome per damaged part. ``scratch``: where read tasks write regenerated
     parts (default: a temporary local directory, which needs Spark in local mode)."""
@@ -89,8 +103,10 @@ def repair(job: JobSpec, settings: ConnectionSettings, repairs: list[EpochRepair
 
     master = settings.spark_master
     if scratch is None and master and not master.startswith("local"):  # guard: repair-cluster-without-scratch
-        raise PipelineError("repair on a Spark cluster needs --scratch s3://BUCKET/PATH: the executors write "
-                            "regenerated parts there, and a local directory is not shared")
+        raise PipelineError(
+            "repair on a Spark cluster needs --scratch s3://BUCKET/PATH: the executors write "
+            "regenerated parts there, and a local directory is not shared"
+        )
     parallelism = max(r.parallelism or 1 for r in todo)
     pipelines = {p.name: p for p in build_graph(job).pipelines()}
     with _scratch(scratch, settings) as location:
@@ -131,20 +147,55 @@ def _scratch(scratch: str | None, settings: ConnectionSettings) -> Iterator[str]
             store.delete_many(list(store.list()))
 
 
-class _Rebuilder(PipelineRunner):
-    """A pipeline runner that commits nothing and claims no attempt: it loads a snapshot's state,
-    replays plans into it, and regenerates an epoch's parts; read tasks write to the scratch
-    location only, and only while the epoch being rebuilt runs."""
+class ScratchPartWriters:
+    """The rebuilder's part writers: read tasks write the rebuilt epoch's parts to the scratch
+    location, and only while ``writing`` (the epoch being rebuilt); replays write nothing."""
+
+    def __init__(self, parts: PipelineParts, scratch: Location):
+        self.parts, self.scratch = parts, scratch
+        self.writing = False
+
+    def of(self, sink: str) -> Location:
+        """Where read tasks write the regenerated parts of ``sink`` (a flow's name or DEAD_LETTERS)."""
+        if sink == DEAD_LETTERS:
+            return self.scratch.child("dead-letters")
+        return self.scratch.child(f"flow-{[f.spec.name for f in self.parts.flows].index(sink)}")
+
+    def for_epoch(self, epoch: int) -> Writers:
+        """Scratch writers of ``epoch``'s parts while writing, else none (attempt 0: repair claims none)."""
+        flows = self.parts.flows
+        if not self.writing:
+            return Writers([None] * len(flows), None)
+        settings = self.parts.settings
+        writers: list[TaskPartWriter | None] = [
+            None
+            if flow.stateful
+            else TaskPartWriter(str(self.of(flow.spec.name)), settings, flow.sink.format, epoch, 0, "r")
+            for flow in flows
+        ]
+        dead = (
+            TaskPartWriter(str(self.of(DEAD_LETTERS)), settings, "jsonl", epoch, 0, "d")
+            if self.parts.dead_letters is not None
+            else None
+        )
+        return Writers(writers, dead)
+
+
+class _Rebuilder:
+    """A pipeline's epoch reads and merges that commit nothing and claim no attempt: it loads a
+    snapshot's state, replays plans into it, and regenerates an epoch's parts, with keyed state on
+    the driver whatever the spec says; read tasks write through ``ScratchPartWriters``."""
 
     def __init__(self, job: JobSpec, pipeline, settings: ConnectionSettings, parallelism: int, scratch: str, spark):
-        super().__init__(job, pipeline, settings, RunOptions(parallelism=parallelism))
-        self.scratch = parse_location(scratch)
-        self.writing = False
+        self.parts = parts = PipelineParts.from_spec(job, pipeline, settings, RunOptions(parallelism=parallelism))
+        self.pipeline, self.flows, self.parallelism, self.spark = pipeline, parts.flows, parallelism, spark
+        self.writers = ScratchPartWriters(parts, parse_location(scratch))
         self.at_epoch: int | None = None  # the state holds the output of epochs up to this one
-        self.spark = spark
-        tolerant = job.on_error != "fail"
-        self.schema = source_schema(spark, self.source, tolerant=tolerant)
-        self.arrow_epochs, _ = ArrowEpochs.for_flows(spark, self.schema, [f.spec for f in self.flows], tolerant)
+        attempt = RunAttempt(job.name, pipeline.name)
+        self.schema = source_schema(spark, parts.source, tolerant=parts.tolerant)
+        path = choose_path(parts, attempt, spark, self.schema, stored_groups_apply=True, owners_allowed=False)
+        self.reader = EpochReader(parts, path, self.writers, attempt)
+        self.state = path.state
 
     def continues(self, repair: EpochRepair) -> bool:
         """True when this rebuilder's state is the one ``repair``'s epoch builds on (or it needs none)."""
@@ -153,36 +204,20 @@ class _Rebuilder(PipelineRunner):
             return False
         return not repair.needs_state or self.at_epoch == repair.epoch - 1  # guard: rebuilder-continues-any-epoch
 
-    def _scratch_of(self, sink: str):
-        """Where read tasks write the regenerated parts of ``sink`` (a flow's name or DEAD_LETTERS)."""
-        if sink == DEAD_LETTERS:
-            return self.scratch.child("dead-letters")
-        return self.scratch.child(f"flow-{[f.spec.name for f in self.flows].index(sink)}")
-
-    def _task_writers(self, epoch: int) -> tuple[list[TaskPartWriter | None], TaskPartWriter | None]:
-        """Read tasks write the rebuilt epoch's parts to the scratch location; replays write nothing."""
-        if not self.writing:
-            return [None] * len(self.flows), None
-        flows: list[TaskPartWriter | None] = [
-            None if flow.stateful else TaskPartWriter(str(self._scratch_of(flow.spec.name)), self.settings,
-                                                      flow.sink.format, epoch, self.attempt, "r")
-            for flow in self.flows]
-        dead = (TaskPartWriter(str(self._scratch_of(DEAD_LETTERS)), self.settings, "jsonl", epoch, self.attempt,
-                               "d") if self.dead_letters is not None else None)
-        return flows, dead
-
     def start(self, repair: EpochRepair) -> None:
         """Load the state ``repair`` starts from, then replay the plans after it."""
         if repair.needs_state and repair.start_from is not None:
-            manifest = self.snapshots.load_manifest(repair.start_from)
+            manifest = self.parts.snapshots.load_manifest(repair.start_from)
             for flow in self.flows:
                 commit = manifest.flows.get(flow.spec.name)
                 if flow.state is None or commit is None or commit.state is None or not commit.state.files:
                     continue
-                decoded, _ = read_spans(self.snapshots, commit.state.files, len(commit.state.key_columns))
-                same_groups = commit.state.max_parallelism == self.maxp
-                flow.state.load(pa.concat_tables([t for t, _ in decoded]),
-                                np.concatenate([g for _, g in decoded]) if same_groups else None)
+                decoded, _ = read_spans(self.parts.snapshots, commit.state.files, len(commit.state.key_columns))
+                same_groups = commit.state.max_parallelism == self.parts.maxp
+                flow.state.load(
+                    pa.concat_tables([t for t, _ in decoded]),
+                    np.concatenate([g for _, g in decoded]) if same_groups else None,
+                )
                 flow.state_schema = decoded[0][0].schema
         for plan in repair.replay:
             log.info("repair of pipeline %s epoch %d: replaying epoch %d", self.pipeline.name, repair.epoch, plan.epoch)
@@ -192,11 +227,11 @@ class _Rebuilder(PipelineRunner):
     def _merge(self, plan: EpochPlan) -> dict[str, tuple[list[pa.Table], int, tuple]]:
         """Read ``plan`` on Spark and merge it into the state; per flow its driver parts, the
         keys of its state before the epoch, and the references of parts its tasks wrote."""
-        read = self._read(self.spark, self.schema, plan)
+        read = self.reader.read(self.spark, self.schema, plan)
         merged = {}
         for flow in self.flows:
             keys_before = flow.keys()
-            parts, _, written = self._flow_merge(flow, read.flows[flow.spec.name])
+            parts, _, written = self.state.merge(flow, read.flows[flow.spec.name])
             merged[flow.spec.name] = (parts, keys_before, tuple(written))
         if read.bad is not None:
             merged[DEAD_LETTERS] = ([], 0, read.bad.files)
@@ -205,11 +240,11 @@ class _Rebuilder(PipelineRunner):
     def rebuild(self, repair: EpochRepair) -> dict[str, dict[Slot, bytes]]:
         """The epoch's regenerated parts of each damaged sink, by their place in its layout."""
         assert repair.plan is not None
-        self.writing = True
+        self.writers.writing = True
         try:
             merged = self._merge(repair.plan)
         finally:
-            self.writing = False
+            self.writers.writing = False
         self.at_epoch = repair.epoch if self.at_epoch == repair.epoch - 1 else None
         flows = {f.spec.name: f for f in self.flows}
         wanted = {p.sink for p in repair.parts}
@@ -217,7 +252,7 @@ class _Rebuilder(PipelineRunner):
         for name in wanted:
             parts, keys_before, written = merged.get(name, ([], 0, ()))
             slots: dict[Slot, bytes] = {}
-            where = open_store(str(self._scratch_of(name)), self.settings) if written else None
+            where = open_store(str(self.writers.of(name)), self.parts.settings) if written else None
             for ref in written:
                 slot = part_slot(ref.key)
                 if slot is not None and where is not None:
@@ -233,7 +268,7 @@ class _Rebuilder(PipelineRunner):
     def _owner_parts(self, flow: FlowRuntime, parts: list[pa.Table], keys_before: int) -> dict[Slot, bytes]:
         """The epoch's parts as owner tasks cut them, spans sized to the state before the epoch."""
         assert flow.spec.state is not None
-        owners = SpanOwners(self.parallelism, self.maxp, self.job.checkpoint.state_file_key_groups(keys_before))
+        owners = SpanOwners(self.parallelism, self.parts.maxp, self.parts.key_groups_per_file(keys_before))
         changed = [t for t in parts if t.num_rows]
         if not changed:
             return {}
@@ -266,14 +301,21 @@ def _write_back(repair: EpochRepair, regenerated: dict[str, dict[Slot, bytes]]) 
             return PartOutcome(repair.pipeline, repair.epoch, what, part.ref.key, status, detail)
 
         if data is None:
-            outcomes.append(outcome(REFUSED, f"{part.problem}; the rebuilt epoch has no part in its place: "
-                                             "not written"))
+            outcomes.append(
+                outcome(REFUSED, f"{part.problem}; the rebuilt epoch has no part in its place: not written")
+            )
             continue
         if len(data) != ref.bytes or sha256_hex(data) != ref.sha256:  # guard: repair-writes-back-differing-part
-            outcomes.append(outcome(REFUSED, (
-                f"{part.problem}; the rebuilt part ({len(data)} bytes) differs from the one its {MARKER} recorded "
-                f"({ref.bytes} bytes, SHA-256 {ref.sha256[:12]}…): not written (a floating-point sum whose order "
-                "varies, or other library versions than those that wrote it)")))
+            outcomes.append(
+                outcome(
+                    REFUSED,
+                    (
+                        f"{part.problem}; the rebuilt part ({len(data)} bytes) differs from the one its {MARKER} "
+                        f"recorded ({ref.bytes} bytes, SHA-256 {ref.sha256[:12]}…): not written (a floating-point sum "
+                        "whose order varies, or other library versions than those that wrote it)"
+                    ),
+                )
+            )
             continue
         store = repair.stores[part.sink]
         try:
@@ -281,16 +323,22 @@ def _write_back(repair: EpochRepair, regenerated: dict[str, dict[Slot, bytes]]) 
         except NotFound:
             marker_now = None
         if marker_now != repair.markers[part.sink]:  # guard: repair-ignores-changed-marker
-            outcomes.append(outcome(UNCHANGED, f"{part.problem}; the epoch's {MARKER} changed since repair read it "
-                                               "(a run rewrote the epoch): left alone"))
+            outcomes.append(
+                outcome(
+                    UNCHANGED,
+                    f"{part.problem}; the epoch's {MARKER} changed since repair read it "
+                    "(a run rewrote the epoch): left alone",
+                )
+            )
             continue
         if check_part(store, ref) is None:  # guard: repair-rewrites-intact-part
             outcomes.append(outcome(UNCHANGED, "intact again (rewritten meanwhile): left alone"))
             continue
         store.put(ref.key, data)
         restored = check_part(store, ref)
-        outcomes.append(outcome(RESTORED, f"was {part.problem}; rebuilt {ref.rows} row(s), {ref.bytes} bytes, "
-                                          "SHA-256 as recorded") if restored is None else
-                        outcome(REFUSED, f"written back, but reads back {restored[0]}: {restored[1]}"))
+        outcomes.append(
+            outcome(RESTORED, f"was {part.problem}; rebuilt {ref.rows} row(s), {ref.bytes} bytes, SHA-256 as recorded")
+            if restored is None
+            else outcome(REFUSED, f"written back, but reads back {restored[0]}: {restored[1]}")
+        )
     return outcomes
-

@@ -27,16 +27,14 @@ from pipeline_lib.api.specs import as_job
 from pipeline_lib.api.tables import read_table
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.settings import ConnectionSettings
-from pipeline_lib.spec.models import FlowSpec, JobSpec
+from pipeline_lib.spec.models import JobSpec
 from pipeline_lib.testing.local_spec import local_copy
 from pipeline_lib.testing.records import Record
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
-    from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
-    from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts
 
 ATTEMPT = 1  # the one attempt of a test run: part names and markers carry it as a run's do
 
@@ -80,8 +78,9 @@ def run_on_records(
     SparkSession to reuse (a test suite's fixture); by default one is started and stopped."""
     from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
     from pipeline_lib.execution.engine.spark_session import start_spark
-    from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
-    from pipeline_lib.execution.runtime.runner_types import sink_digest, spec_fingerprint
+    from pipeline_lib.execution.runtime.epoch_path import Writers
+    from pipeline_lib.execution.runtime.path_choice import driver_read
+    from pipeline_lib.execution.runtime.runner_types import FlowRuntime, sink_digest, spec_fingerprint
     from pipeline_lib.execution.source.epoch_reader import epoch_range_reader, source_schema
     from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
     from pipeline_lib.plan.keygroups import subtask_of
@@ -122,7 +121,8 @@ def run_on_records(
     state_schemas: dict[str, pa.Schema] = {}  # a stateful flow's partials' schema, from its first epoch
     try:
         schema = source_schema(session, kafka, tolerant)
-        arrow, _ = ArrowEpochs.for_flows(session, schema, flows, tolerant)
+        runtimes = [FlowRuntime(spec=f, sink=sinks[f.name], state=states.get(f.name)) for f in flows]
+        read = driver_read(session, schema, runtimes, tolerant)
         while (
             plan := plan_epoch(epoch + 1, None, kafka.topic, positions, targets, local.trigger.max_records_per_epoch)
         ).ranges:
@@ -139,15 +139,14 @@ def run_on_records(
             ]
             dead_writer = TaskPartWriter.for_sink(dead, settings, epoch, ATTEMPT, "d") if dead is not None else None
             with clear_spark_errors(f"epoch {epoch} of pipeline {name}"):
-                if arrow is not None:
-                    bad, results, _ = arrow.read(session, reader, writers, dead_writer)
-                else:
-                    bad, results = _spark_sql_read(session, reader, flows, writers, dead_writer, tolerant)
-            for flow, result in zip(flows, results):
+                bad, by_flow = read(reader, Writers(writers, dead_writer))
+            for flow in flows:
+                result = by_flow[flow.name]
                 digest = sink_digest(plan, fingerprint, p, sinks[flow.name].format)
                 if isinstance(result, WrittenParts):  # a stateless flow: the read tasks wrote its rows
                     sinks[flow.name].write_epoch(epoch, digest, [], ATTEMPT, result.files)
                     continue
+                assert isinstance(result, pa.Table), "state on the driver: the partials come to the driver"
                 state = states[flow.name]
                 state_schemas.setdefault(flow.name, result.schema)
                 changed = state.merge(result)
@@ -182,46 +181,3 @@ def _source_of(job: JobSpec, source: str | None) -> str:
     if source not in sources:
         raise PipelineError(f"job {job.name} has no source {source!r} (it has {sources})")
     return source
-
-
-def _spark_sql_read(
-    spark: SparkSession,
-    reader: KafkaRangeReader,
-    flows: list[FlowSpec],
-    writers: list[TaskPartWriter | None],
-    dead_writer: TaskPartWriter | None,
-    tolerant: bool,
-) -> tuple[WrittenParts | None, list[pa.Table | WrittenParts]]:
-    """An epoch on the Spark SQL path, as the runner reads one with keyed state on the driver
-    (execution.runtime.runner_epoch): bad records written by the tasks, then per flow its
-    transforms and either its rows written by the tasks or its partial aggregate."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    from pipeline_lib.execution.engine.aggregate import epoch_partials
-    from pipeline_lib.execution.engine.transforms import apply_transforms
-    from pipeline_lib.execution.source.epoch_reader import bad_records_frame, read_tasks
-    from pipeline_lib.sink.task_parts import WRITTEN_DDL, WriteRows, collected
-
-    df: DataFrame = read_tasks(spark, reader)
-    shared = len(flows) > 1 or tolerant
-    if shared:  # read once for all flows (and the bad records), as the runner does
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        bad = None
-        if tolerant:
-            bad = collected(
-                bad_records_frame(df).mapInArrow(WriteRows(dead_writer, bad_records=True), WRITTEN_DDL).toArrow()
-            )
-            df = df.filter(F.col("_error").isNull()).drop("_error", "_raw")
-        results: list[pa.Table | WrittenParts] = []
-        for flow, writer in zip(flows, writers):
-            rows = apply_transforms(df, flow.transforms, where=f"flow {flow.name}: " if len(flows) > 1 else "")
-            if flow.state is None:
-                results.append(collected(rows.mapInArrow(WriteRows(writer), WRITTEN_DDL).toArrow()))
-            else:
-                results.append(epoch_partials(rows, flow.state.aggregate))
-        return bad, results
-    finally:
-        if shared:
-            df.unpersist()

@@ -1,11 +1,12 @@
 """The commit protocol's fast safety net, part 1: commit order, the HEAD and STATUS
 compare-and-swaps, attempt claims and garbage collection.
 
-The real PipelineRunner commits epochs on real local-directory stores; only Spark is left out
-(each epoch's partial aggregates are handed in as its read would bring them). Stores may be
-wrapped by ``Watched``, which delegates every call to the real store and notes it, to see the
-order of writes or to let another attempt act at a chosen step. tools/mutation.py checks that
-each test here fails when the safety line it covers is removed.
+The runner's real restorer, planner and commit (tests.runner_fakes) commit epochs on real
+local-directory stores; only Spark is left out (each epoch's partial aggregates are handed in
+as its read would bring them). Stores are wrapped by ``Watched``, which delegates every call to
+the real store and notes it once a test watches, to see the order of writes or to let another
+attempt act at a chosen step. tools/mutation.py checks that each test here fails when the
+safety line it covers is removed.
 """
 
 from __future__ import annotations
@@ -19,16 +20,14 @@ from pipeline_lib.checkpoint import layout
 from pipeline_lib.checkpoint.manifest import Head, HistoryEntry, LaunchInfo
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import FencedError
-from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
 from pipeline_lib.execution.runtime.lifecycle import Lifecycle
-from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
 from pipeline_lib.execution.runtime.runner_types import EpochRead, RunOptions
-from pipeline_lib.graph import build_graph
 from pipeline_lib.plan.keygroups import key_group_of
 from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import parse_spec
 from pipeline_lib.storage import open_store
+from tests.runner_fakes import TestRunner
 from tests.support import dead_letters_written
 from tests.watched_store import Watched, commit_step
 
@@ -45,53 +44,67 @@ def job_spec(root, *, retain: int = 10, per_file: int | None = None, dead_letter
     return parse_spec(spec)
 
 
-def new_attempt(spec, restore: str = "latest") -> PipelineRunner:
-    """A runner of the job's one pipeline that restored ``restore`` and claimed a new attempt,
-    as ``restore`` and ``schedule`` leave it before Spark starts."""
-    [pipeline] = build_graph(spec).pipelines()
-    runner = PipelineRunner(spec, pipeline, SETTINGS, RunOptions(restore=restore))
+def new_attempt(spec, restore: str = "latest", tap: type[Watched] = Watched) -> TestRunner:
+    """A runner's collaborators for the job's one pipeline that restored ``restore`` and claimed a
+    new attempt, as ``restore`` and ``schedule`` leave them before Spark starts."""
+    runner = TestRunner(spec, RunOptions(restore=restore), SETTINGS, tap=tap)
     runner.restore()
-    runner.attempt = runner.snapshots.claim_attempt()
-    runner._cleanup = BackgroundCleanup(f"attempt {runner.attempt}")
+    runner.claim()
     return runner
 
 
-def watch(runner: PipelineRunner, log: list, after=None) -> None:
-    runner.snapshots.store = Watched(runner.snapshots.store, "ckpt", log, after)
-    for flow in runner.flows:
-        flow.sink.store = Watched(flow.sink.store, "out", log, after)
-    if runner.dead_letters is not None:
-        runner.dead_letters.store = Watched(runner.dead_letters.store, "dlq", log, after)
+def watch(runner: TestRunner, log: list, after=None) -> None:
+    runner.watch(log, after)
 
 
 def partials(amounts: dict[str, int]) -> pa.Table:
     """An epoch's partial aggregate of the spend job (user, total, n), as Spark hands it over."""
-    return pa.table({"user": list(amounts), "total": pa.array(list(amounts.values()), pa.int64()),
-                     "n": pa.array([1] * len(amounts), pa.int64())})
+    return pa.table(
+        {
+            "user": list(amounts),
+            "total": pa.array(list(amounts.values()), pa.int64()),
+            "n": pa.array([1] * len(amounts), pa.int64()),
+        }
+    )
 
 
 def bad_records(count: int) -> pa.Table:
-    return pa.table({"topic": [TOPIC] * count, "partition": [0] * count, "offset": list(range(count)),
-                     "error": ["not JSON"] * count, "raw_base64": ["eA=="] * count})
+    return pa.table(
+        {
+            "topic": [TOPIC] * count,
+            "partition": [0] * count,
+            "offset": list(range(count)),
+            "error": ["not JSON"] * count,
+            "raw_base64": ["eA=="] * count,
+        }
+    )
 
 
-def epoch_read(runner: PipelineRunner, amounts: dict[str, int], history: list[HistoryEntry],
-               bad: pa.Table | None = None) -> EpochRead:
+def epoch_read(
+    runner: TestRunner, amounts: dict[str, int], history: list[HistoryEntry], bad: pa.Table | None = None
+) -> EpochRead:
     """The epoch after ``history``, planned as the runner plans it (saving the plan), and what its
     Spark read would bring: every flow gets ``amounts`` as partial aggregates."""
     epoch = history[0].epoch + 1 if history else 1
     base = history[0].snapshot_id if history else None
     positions = {0: (epoch - 1) * 10, 1: (epoch - 1) * 10}
-    plan = runner._plan(epoch, base, positions, {0: epoch * 10, 1: epoch * 10}, None)
-    return EpochRead(plan, dead_letters_written(runner, epoch, bad) if bad is not None else None,
-                     {flow.spec.name: partials(amounts) for flow in runner.flows})
+    plan = runner.plan(epoch, base, positions, {0: epoch * 10, 1: epoch * 10}, None)
+    return EpochRead(
+        plan,
+        dead_letters_written(runner, epoch, bad) if bad is not None else None,
+        {flow.spec.name: partials(amounts) for flow in runner.flows},
+    )
 
 
-def commit_epoch(runner: PipelineRunner, amounts: dict[str, int], history: list[HistoryEntry],
-                 head_version: str | None, bad: pa.Table | None = None):
+def commit_epoch(
+    runner: TestRunner,
+    amounts: dict[str, int],
+    history: list[HistoryEntry],
+    head_version: str | None,
+    bad: pa.Table | None = None,
+):
     read = epoch_read(runner, amounts, history, bad)
-    manifest, head, version = runner._run_epoch(read, history, head_version)
-    runner._cleanup.wait()
+    manifest, head, version = runner.run_epoch(read, history, head_version)
     return manifest, head, version
 
 
@@ -116,8 +129,7 @@ def test_an_epoch_writes_parts_then_markers_then_state_then_manifest_then_moves_
     read = epoch_read(runner, {"a": 5, "c": 1}, history, bad=bad_records(2))  # its read task wrote dead letters
     log: list = []
     watch(runner, log)
-    manifest, head, _ = runner._run_epoch(read, history, version)
-    runner._cleanup.wait()
+    manifest, head, _ = runner.run_epoch(read, history, version)
     kinds = [k for k in map(commit_step, log) if k is not None]
     steps = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
     assert steps == ["head check", "out part", "out marker", "dlq marker", "state", "manifest", "head", "clean-up"]
@@ -145,7 +157,7 @@ def test_a_runner_whose_head_moved_is_fenced_before_writing_anything(tmp_path):
     log: list = []
     watch(zombie, log)
     with pytest.raises(FencedError, match="a newer attempt has committed"):
-        zombie._run_epoch(read, history, version)
+        zombie.run_epoch(read, history, version)
     assert [entry for entry in log if entry[1] != "get_versioned"] == []
     assert not zombie.flows[0].sink.store.list("epoch=3/")
 
@@ -211,8 +223,11 @@ def test_starting_over_loses_to_a_commit_landing_after_it_read_the_head(tmp_path
         if op == "get_versioned" and key == layout.HEAD_KEY and not committed:
             committed.append(commit_epoch(runner, {"a": 2}, history, version))
 
-    starting = SnapshotStore(Watched(open_store(spec.checkpoint.store + "/pipelines/main", SETTINGS), "ckpt", [],
-                                     commit_meanwhile), "job", "main")
+    starting = SnapshotStore(
+        Watched(open_store(spec.checkpoint.store + "/pipelines/main", SETTINGS), "ckpt", [], commit_meanwhile),
+        "job",
+        "main",
+    )
     with pytest.raises(FencedError, match="could start over"):
         starting.reset_head(version)
     head, _ = runner.snapshots.read_head()
@@ -248,7 +263,8 @@ def test_claim_attempt_never_hands_out_one_number_twice(tmp_path):
     assert sorted(claimed) == [1, 2]
     third = SnapshotStore(open_store(root, SETTINGS), "job", "main")
     assert third.claim_attempt() == 3 and third.store.list(layout.ATTEMPTS_PREFIX) == [
-        layout.attempt_key(n) for n in (1, 2, 3)]
+        layout.attempt_key(n) for n in (1, 2, 3)
+    ]
 
 
 # -- STATUS compare-and-swap and fencing --------------------------------------------------------
@@ -349,9 +365,11 @@ def _referenced(snapshots: SnapshotStore, snapshot_id: str) -> set[str]:
 
 def _span_mates(key: str, per_file: int = 8) -> dict[str, int]:
     """Every user of ``USERS`` in ``key``'s span: changing them all compacts the span."""
+
     def span(user: str) -> int:
         kg = key_group_of((user,), 128)
         return kg - kg % per_file
+
     return {user: 1 for user in USERS if span(user) == span(key)}
 
 
@@ -364,8 +382,10 @@ def test_collect_garbage_keeps_shared_packs_and_deletes_only_unreferenced_older_
     snapshots = runner.snapshots
     history, _ = run_epochs(runner, [USERS, {"user-1": 5}, _span_mates("user-1"), {"user-1": 7}])
     first, second, third, fourth = (e.snapshot_id for e in reversed(history))
-    packs = {sid: {k for k in _packs(snapshots) if layout.snapshot_of_state_key(k) == sid}
-             for sid in (first, second, third, fourth)}
+    packs = {
+        sid: {k for k in _packs(snapshots) if layout.snapshot_of_state_key(k) == sid}
+        for sid in (first, second, third, fourth)
+    }
     assert all(len(keys) == 1 for keys in packs.values())
     for later in (second, third, fourth):  # each references the first pack for the spans it did not change
         assert packs[first] <= _referenced(snapshots, later)
@@ -376,8 +396,15 @@ def test_collect_garbage_keeps_shared_packs_and_deletes_only_unreferenced_older_
     deleted = snapshots.collect_garbage(head)
     removed = sorted(key for _, op, key in log if op == "delete")
     assert deleted == len(removed) > 0
-    assert removed == sorted([layout.manifest_key(first), layout.manifest_key(second), *packs[second],
-                              layout.plan_key(1), layout.plan_key(2)])
+    assert removed == sorted(
+        [
+            layout.manifest_key(first),
+            layout.manifest_key(second),
+            *packs[second],
+            layout.plan_key(1),
+            layout.plan_key(2),
+        ]
+    )
     assert snapshots.listed_snapshot_ids() == [fourth, third]
     assert _packs(snapshots) == packs[first] | packs[third] | packs[fourth]
     assert snapshots.store.list(layout.PLANS_PREFIX) == [layout.plan_key(3), layout.plan_key(4)]
@@ -406,8 +433,7 @@ def test_collect_garbage_never_deletes_what_an_epoch_being_written_needs(tmp_pat
     spec = job_spec(tmp_path, retain=1, per_file=8)
     runner = new_attempt(spec)
     history, version = run_epochs(runner, [USERS, {"user-1": 5}])
-    in_flight = new_attempt(spec)
-    in_flight.snapshots.store = CrashAtHead(in_flight.snapshots.store, "ckpt", [])
+    in_flight = new_attempt(spec, tap=CrashAtHead)
     with pytest.raises(Crash):
         commit_epoch(in_flight, {"user-2": 1, "user-3": 1}, history, version)
     snapshots = runner.snapshots
@@ -435,13 +461,17 @@ def test_a_replay_under_a_changed_spec_writes_its_epoch_again_instead_of_reusing
     replayed = epoch_read(same, {"a": 2}, history)
     assert replayed.plan.base_snapshot == history[0].snapshot_id
     assert same.sink_digest(replayed.plan, "jsonl") == first.sink_digest(replayed.plan, "jsonl")
-    changed_spec = spend_job_spec("job", TOPIC, f"file://{tmp_path}/out", f"file://{tmp_path}/ckpt",
-                                  extra={"transforms": [{"filter": "amount > 1"}]})
+    changed_spec = spend_job_spec(
+        "job",
+        TOPIC,
+        f"file://{tmp_path}/out",
+        f"file://{tmp_path}/ckpt",
+        extra={"transforms": [{"filter": "amount > 1"}]},
+    )
     changed = new_attempt(parse_spec(changed_spec), restore=history[0].snapshot_id)
     replay = epoch_read(changed, {"a": 7}, history)
     assert changed.sink_digest(replay.plan, "jsonl") != first.sink_digest(replay.plan, "jsonl")
-    changed._run_epoch(replay, history, changed.snapshots.read_head()[1])
-    changed._cleanup.wait()
+    changed.run_epoch(replay, history, changed.snapshots.read_head()[1])
     rewritten = changed.flows[0].sink.store.get("epoch=2/_SUCCESS")
     assert rewritten != written and f"-a{changed.attempt}." in rewritten.decode()
     assert first.sink_digest(replay.plan, "dead-letters") != first.sink_digest(replay.plan, "jsonl")
@@ -451,8 +481,8 @@ def test_a_replayed_plan_names_the_snapshot_this_attempt_builds_on(tmp_path):
     """An earlier attempt may have planned the epoch on a snapshot of its own that never
     committed; the replay keeps the ranges and names the committed base."""
     runner = new_attempt(job_spec(tmp_path))
-    saved = runner._plan(3, "0000000002-a1", {0: 20, 1: 20}, {0: 30, 1: 30}, None)
-    replay = runner._plan(3, "0000000002-a2", {0: 20, 1: 20}, {0: 99, 1: 99}, None)
+    saved = runner.plan(3, "0000000002-a1", {0: 20, 1: 20}, {0: 30, 1: 30}, None)
+    replay = runner.plan(3, "0000000002-a2", {0: 20, 1: 20}, {0: 99, 1: 99}, None)
     assert replay.ranges == saved.ranges and replay.base_snapshot == "0000000002-a2"
 
 

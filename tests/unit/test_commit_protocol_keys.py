@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+from pipeline_lib.execution.runtime.runner_planning import EpochPlanner
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.plan.keygroups import key_group_of, key_group_range, key_groups_of, subtask_of
 from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, fair_shares, plan_epoch
@@ -29,9 +29,15 @@ UTC = dt.UTC
 
 # -- the plan digest ----------------------------------------------------------------------------
 def _plan(**changes) -> EpochPlan:
-    fields = dict(epoch=3, base_snapshot="0000000002-a1", positions={0: 10, 1: 20},
-                  ranges=[OffsetRange(topic="t", partition=0, start=10, end=15),
-                          OffsetRange(topic="t", partition=1, start=20, end=30)])
+    fields = dict(
+        epoch=3,
+        base_snapshot="0000000002-a1",
+        positions={0: 10, 1: 20},
+        ranges=[
+            OffsetRange(topic="t", partition=0, start=10, end=15),
+            OffsetRange(topic="t", partition=1, start=20, end=30),
+        ],
+    )
     fields.update(changes)
     return EpochPlan(**fields)
 
@@ -40,15 +46,18 @@ def _ranges(*bounds) -> list[OffsetRange]:
     return [OffsetRange(topic="t", partition=p, start=a, end=b) for p, a, b in bounds]
 
 
-@pytest.mark.parametrize("change", [
-    {"ranges": _ranges((0, 11, 15), (1, 20, 30))},  # a start
-    {"ranges": _ranges((0, 10, 16), (1, 20, 30))},  # an end
-    {"ranges": _ranges((0, 10, 15), (2, 20, 30))},  # a partition
-    {"ranges": _ranges((0, 10, 15))},  # a range left out
-    {"positions": {0: 10, 1: 21}},
-    {"positions": {0: 10, 1: 20, 2: 0}},
-    {"epoch": 4},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"ranges": _ranges((0, 11, 15), (1, 20, 30))},  # a start
+        {"ranges": _ranges((0, 10, 16), (1, 20, 30))},  # an end
+        {"ranges": _ranges((0, 10, 15), (2, 20, 30))},  # a partition
+        {"ranges": _ranges((0, 10, 15))},  # a range left out
+        {"positions": {0: 10, 1: 21}},
+        {"positions": {0: 10, 1: 20, 2: 0}},
+        {"epoch": 4},
+    ],
+)
 def test_the_plan_digest_changes_with_any_part_of_the_input(change):
     assert _plan(**change).digest() != _plan().digest()
 
@@ -66,7 +75,7 @@ def test_planned_ranges_start_at_the_positions_and_never_pass_the_targets_or_sto
     positions = {p: rng.randint(0, 1_000) for p in partitions}
     latest = {p: positions[p] + rng.choice([0, 1, rng.randint(0, 5_000)]) for p in partitions}
     stops = {p: positions[p] + rng.randint(0, 3_000) for p in partitions} if seed % 2 else None
-    targets = PipelineRunner._targets(latest, stops)
+    targets = EpochPlanner.targets(latest, stops)
     budget = rng.randint(1, 6_000)
     plan = plan_epoch(7, "0000000006-a1", "t", positions, targets, budget, stops)
     shares = fair_shares({p: max(0, targets[p] - positions[p]) for p in partitions}, budget)
@@ -95,7 +104,7 @@ PINNED = [  # key, key group with max_parallelism 128, with 32768 (computed once
     ((1,), 56, 12984),
     ((-1,), 119, 10487),
     ((-123456789,), 75, 8651),
-    ((2 ** 40,), 45, 25517),
+    ((2**40,), 45, 25517),
     ((1.0,), 83, 26195),
     ((1.5,), 22, 4630),
     ((-2.5,), 29, 1565),
@@ -149,17 +158,28 @@ def test_key_groups_of_many_keys_equal_key_group_of_each():
     assert key_groups_of(iter(keys), len(keys), 128).dtype == np.int32
 
 
-@pytest.mark.parametrize("subtask,parallelism,maxp,start,stop", [
-    (0, 1, 128, 0, 128), (0, 3, 128, 0, 43), (1, 3, 128, 43, 86), (2, 3, 128, 86, 128), (5, 7, 128, 92, 110),
-    (0, 2, 32768, 0, 16384), (1, 2, 32768, 16384, 32768), (3, 10, 32768, 9831, 13108), (9, 10, 32768, 29492, 32768),
-])
+@pytest.mark.parametrize(
+    "subtask,parallelism,maxp,start,stop",
+    [
+        (0, 1, 128, 0, 128),
+        (0, 3, 128, 0, 43),
+        (1, 3, 128, 43, 86),
+        (2, 3, 128, 86, 128),
+        (5, 7, 128, 92, 110),
+        (0, 2, 32768, 0, 16384),
+        (1, 2, 32768, 16384, 32768),
+        (3, 10, 32768, 9831, 13108),
+        (9, 10, 32768, 29492, 32768),
+    ],
+)
 def test_key_group_ranges_are_pinned(subtask, parallelism, maxp, start, stop):
     assert key_group_range(subtask, parallelism, maxp) == range(start, stop)
     assert {subtask_of(kg, parallelism, maxp) for kg in (start, stop - 1)} == {subtask}
 
 
-@pytest.mark.parametrize("parallelism,maxp", [(1, 1), (2, 128), (3, 128), (7, 128), (128, 128), (5, 1000),
-                                              (10, 32768), (3, 32768)])
+@pytest.mark.parametrize(
+    "parallelism,maxp", [(1, 1), (2, 128), (3, 128), (7, 128), (128, 128), (5, 1000), (10, 32768), (3, 32768)]
+)
 def test_key_group_ranges_tile_all_groups_and_agree_with_subtask_of(parallelism, maxp):
     ranges = [key_group_range(i, parallelism, maxp) for i in range(parallelism)]
     assert ranges[0].start == 0 and ranges[-1].stop == maxp and all(len(r) for r in ranges)
@@ -173,13 +193,20 @@ def test_key_group_ranges_tile_all_groups_and_agree_with_subtask_of(parallelism,
 
 TYPED_KEYS = {
     "string": pa.array(["alice", "zürich", "", "東京"]),
-    "int64": pa.array([0, -1, 2 ** 40, 7], pa.int64()),
+    "int64": pa.array([0, -1, 2**40, 7], pa.int64()),
     "int32": pa.array([0, -1, 3, 7], pa.int32()),
     "bool": pa.array([True, False, None]),
     "float64": pa.array([1.0, 1.5, -2.5, 3.0]),
     "date32": pa.array([dt.date(2024, 2, 29), dt.date(1970, 1, 1), dt.date(2000, 1, 2), None], pa.date32()),
-    "timestamp": pa.array([dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC), dt.datetime(2024, 1, 2, tzinfo=UTC),
-                           dt.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), None], pa.timestamp("us", "UTC")),
+    "timestamp": pa.array(
+        [
+            dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC),
+            dt.datetime(2024, 1, 2, tzinfo=UTC),
+            dt.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+            None,
+        ],
+        pa.timestamp("us", "UTC"),
+    ),
     "binary": pa.array([b"\x00\xffab", b"", b"x", b"yz"], pa.binary()),
 }
 

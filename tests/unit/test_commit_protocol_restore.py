@@ -1,6 +1,6 @@
 """The commit protocol's fast safety net, part 3: a restore verifies everything it uses.
 
-Two snapshots are committed by the real PipelineRunner (no Spark: each epoch's partial
+Two snapshots are committed by the runner's real commit (no Spark: each epoch's partial
 aggregates are handed in as its read would bring them) on local directories, with a dead-letter
 sink and state packs shared between snapshots. Then the newest is damaged in one way: a restore
 of ``latest`` must fall back to the older one with a log line naming the problem, and a restore
@@ -24,8 +24,6 @@ from pipeline_lib.checkpoint.manifest import Head, Manifest
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, restore_after, restore_snapshot
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import SnapshotError
-from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
-from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
 from pipeline_lib.execution.runtime.runner_types import EpochRead, RunOptions
 from pipeline_lib.execution.state.restore_verification import check_owned, check_results, key_columns, owned_files
 from pipeline_lib.execution.state.span_owners import SpanOwners
@@ -36,6 +34,7 @@ from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import parse_spec
 from pipeline_lib.storage import ObjectStore, open_store
+from tests.runner_fakes import TestRunner
 from tests.support import dead_letters_written
 
 SETTINGS = ConnectionSettings()
@@ -44,13 +43,25 @@ USERS = {f"user-{i}": i for i in range(300)}
 
 
 def partials(amounts: dict[str, int]) -> pa.Table:
-    return pa.table({"user": list(amounts), "total": pa.array(list(amounts.values()), pa.int64()),
-                     "n": pa.array([1] * len(amounts), pa.int64())})
+    return pa.table(
+        {
+            "user": list(amounts),
+            "total": pa.array(list(amounts.values()), pa.int64()),
+            "n": pa.array([1] * len(amounts), pa.int64()),
+        }
+    )
 
 
 def bad_records(count: int) -> pa.Table:
-    return pa.table({"topic": ["payments"] * count, "partition": [0] * count, "offset": list(range(count)),
-                     "error": ["not JSON"] * count, "raw_base64": ["eA=="] * count})
+    return pa.table(
+        {
+            "topic": ["payments"] * count,
+            "partition": [0] * count,
+            "offset": list(range(count)),
+            "error": ["not JSON"] * count,
+            "raw_base64": ["eA=="] * count,
+        }
+    )
 
 
 @dataclass
@@ -72,16 +83,25 @@ class Job:
     def own_state(self, snapshot_id: str = NEWER):
         """State files ``snapshot_id`` wrote itself (in its own pack): bases, and deltas of spans
         whose base an earlier snapshot wrote."""
-        return [part for f in self.manifest(snapshot_id).flows["job"].state.files for part in f.chain()
-                if layout.snapshot_of_state_key(part.key) == snapshot_id]
+        return [
+            part
+            for f in self.manifest(snapshot_id).flows["job"].state.files
+            for part in f.chain()
+            if layout.snapshot_of_state_key(part.key) == snapshot_id
+        ]
 
     def restore(self, which: str = "latest"):
         return restore_snapshot(self.snapshots, self.sinks, which)
 
 
 def job_spec(root: Path):
-    spec = spend_job_spec("job", "payments", f"file://{root}/out", f"file://{root}/ckpt",
-                          extra={"on_error": "dead_letter", "dead_letter": {"path": f"file://{root}/dlq"}})
+    spec = spend_job_spec(
+        "job",
+        "payments",
+        f"file://{root}/out",
+        f"file://{root}/ckpt",
+        extra={"on_error": "dead_letter", "dead_letter": {"path": f"file://{root}/dlq"}},
+    )
     spec["checkpoint"]["key_groups_per_state_file"] = 8
     return parse_spec(spec)
 
@@ -90,18 +110,16 @@ def _commit_two_snapshots(root) -> None:
     """Snapshots 1 (every user) and 2 (a few users changed, the rest of its state in pack 1),
     each with dead letters."""
     spec = job_spec(root)
-    [pipeline] = build_graph(spec).pipelines()
-    runner = PipelineRunner(spec, pipeline, SETTINGS, RunOptions())
-    runner.attempt = runner.snapshots.claim_attempt()
-    runner._cleanup = BackgroundCleanup("test")
+    runner = TestRunner(spec, RunOptions(), SETTINGS)
+    runner.claim()
     history, version = [], None
     for epoch, (amounts, bad) in enumerate([(USERS, 1), ({"user-1": 5, "user-7": 2}, 2)], start=1):
         base = history[0].snapshot_id if history else None
-        plan = runner._plan(epoch, base, {0: epoch * 10 - 10}, {0: epoch * 10}, None)
+        plan = runner.plan(epoch, base, {0: epoch * 10 - 10}, {0: epoch * 10}, None)
         read = EpochRead(plan, dead_letters_written(runner, epoch, bad_records(bad)), {"job": partials(amounts)})
-        _, head, version = runner._run_epoch(read, history, version)
+        _, head, version = runner.run_epoch(read, history, version)
         history = head.history
-    runner._cleanup.close()
+    runner.close()
     assert [e.snapshot_id for e in history] == [NEWER, OLDER]
 
 
@@ -117,8 +135,10 @@ def job(committed, tmp_path) -> Job:
     """A copy of the two committed snapshots and their sinks, for one test to damage."""
     root = tmp_path / "job"
     shutil.copytree(committed, root)
-    sinks = {"job": open_store(f"file://{root}/out", SETTINGS), DEAD_LETTERS: open_store(f"file://{root}/dlq/main",
-                                                                                             SETTINGS)}
+    sinks = {
+        "job": open_store(f"file://{root}/out", SETTINGS),
+        DEAD_LETTERS: open_store(f"file://{root}/dlq/main", SETTINGS),
+    }
     built = Job(SnapshotStore.open(f"file://{root}/ckpt", "job", "main", SETTINGS), sinks)
     assert built.own_state()
     assert {f.key for f in built.manifest().flows["job"].state.files} - {f.key for f in built.own_state()}
@@ -159,8 +179,11 @@ def _own(job: Job) -> dict:
 
 def _own_delta(job: Job) -> dict:
     """A delta the newer snapshot wrote onto a span whose base the older one wrote."""
-    return next(f for f in job.own_state() if f.key != next(
-        e for e in job.manifest().flows["job"].state.files if e.key_group_start == f.key_group_start).key
+    return next(
+        f
+        for f in job.own_state()
+        if f.key
+        != next(e for e in job.manifest().flows["job"].state.files if e.key_group_start == f.key_group_start).key
     ).model_dump(mode="json")
 
 
@@ -195,30 +218,54 @@ DAMAGE: dict[str, tuple[Callable[[Job], None], str]] = {
     "wrong manifest sha in HEAD": (lambda j: set_head_sha(j, "0" * 64), "does not match its checksum in HEAD"),
     "manifest self-checksum": (
         lambda j: rewrite_manifest(j, lambda d: d["lineage"].update(records_read=7), seal=False),
-        "fails its self-checksum"),
+        "fails its self-checksum",
+    ),
     "manifest missing": (lambda j: j.snapshots.store.delete(layout.manifest_key(NEWER)), "manifest of .* is missing"),
-    "sink marker missing": (lambda j: j.sink.delete("epoch=2/_SUCCESS"),
-                            r"sink commit marker epoch=2/_SUCCESS of flow job epoch 2 is missing"),
-    "sink part missing": (lambda j: j.sink.delete(_first_part(j, "job")),
-                          r"part file epoch=2/part-\d+-a1.jsonl of flow job epoch 2 is missing"),
-    "sink part cut short": (_cut_part, r"part file epoch=2/part-\d+-a1.jsonl of flow job epoch 2 has \d+ bytes, "
-                                       r"its commit says \d+"),
-    "dead-letter marker missing": (lambda j: j.dlq.delete("epoch=2/_SUCCESS"),
-                                   "dead-letter commit marker epoch=2/_SUCCESS of epoch 2 is missing"),
-    "dead-letter part missing": (lambda j: j.dlq.delete(_first_part(j, DEAD_LETTERS)),
-                                 r"part file epoch=2/part-d\d+-\d+-t0-a1.jsonl of dead letters epoch 2 is missing"),
-    "state rows": (lambda j: rewrite_manifest(j, lambda d: _state_file(d, _own(j)).update(rows=_own(j)["rows"] + 1)),
-                   r"state file .* has \d+ rows, manifest says \d+"),
-    "state sha in manifest": (lambda j: rewrite_manifest(j, lambda d: _state_file(d, _own(j)).update(sha256="0" * 64)),
-                              r"is corrupt \(checksum mismatch"),
+    "sink marker missing": (
+        lambda j: j.sink.delete("epoch=2/_SUCCESS"),
+        r"sink commit marker epoch=2/_SUCCESS of flow job epoch 2 is missing",
+    ),
+    "sink part missing": (
+        lambda j: j.sink.delete(_first_part(j, "job")),
+        r"part file epoch=2/part-\d+-a1.jsonl of flow job epoch 2 is missing",
+    ),
+    "sink part cut short": (
+        _cut_part,
+        r"part file epoch=2/part-\d+-a1.jsonl of flow job epoch 2 has \d+ bytes, "
+        r"its commit says \d+",
+    ),
+    "dead-letter marker missing": (
+        lambda j: j.dlq.delete("epoch=2/_SUCCESS"),
+        "dead-letter commit marker epoch=2/_SUCCESS of epoch 2 is missing",
+    ),
+    "dead-letter part missing": (
+        lambda j: j.dlq.delete(_first_part(j, DEAD_LETTERS)),
+        r"part file epoch=2/part-d\d+-\d+-t0-a1.jsonl of dead letters epoch 2 is missing",
+    ),
+    "state rows": (
+        lambda j: rewrite_manifest(j, lambda d: _state_file(d, _own(j)).update(rows=_own(j)["rows"] + 1)),
+        r"state file .* has \d+ rows, manifest says \d+",
+    ),
+    "state sha in manifest": (
+        lambda j: rewrite_manifest(j, lambda d: _state_file(d, _own(j)).update(sha256="0" * 64)),
+        r"is corrupt \(checksum mismatch",
+    ),
     "state bytes": (_flip_a_byte, r"is corrupt \(checksum mismatch"),
     "state missing": (lambda j: j.snapshots.store.delete(_own(j)["key"]), r"state file state/.* is missing"),
-    "key count": (lambda j: rewrite_manifest(j, lambda d: d["flows"]["job"]["state"].update(keys=301)),
-                  "flow job holds 300 keys, manifest says 301"),
-    "span key count": (lambda j: rewrite_manifest(j, lambda d: _span_entry(d, _own_delta(j)).update(
-        keys=_own_delta(j)["rows"] + 1000)), r"with its 1 delta\(s\) holds \d+ keys, manifest says \d+"),
-    "key group outside its span": (lambda j: rewrite_manifest(j, lambda d: _move_range(j, d)),
-                                   r"holds key group \d+, outside its range"),
+    "key count": (
+        lambda j: rewrite_manifest(j, lambda d: d["flows"]["job"]["state"].update(keys=301)),
+        "flow job holds 300 keys, manifest says 301",
+    ),
+    "span key count": (
+        lambda j: rewrite_manifest(
+            j, lambda d: _span_entry(d, _own_delta(j)).update(keys=_own_delta(j)["rows"] + 1000)
+        ),
+        r"with its 1 delta\(s\) holds \d+ keys, manifest says \d+",
+    ),
+    "key group outside its span": (
+        lambda j: rewrite_manifest(j, lambda d: _move_range(j, d)),
+        r"holds key group \d+, outside its range",
+    ),
 }
 
 
@@ -304,8 +351,9 @@ def restore_on_executors(job: Job, which: str = "latest", parallelism: int = 2, 
         owned = owned_files(restored.manifest, owners, parallelism)
         try:
             keys = key_columns(restored.manifest)
-            check_results(restored.manifest, [check_owned(job.snapshots, i, files, cache, keys)
-                                              for i, files in enumerate(owned)])
+            check_results(
+                restored.manifest, [check_owned(job.snapshots, i, files, cache, keys) for i, files in enumerate(owned)]
+            )
             return restored
         except SnapshotError as exc:
             restored = restore_after(job.snapshots, job.sinks, which, restored, exc, lambda manifest: False)
@@ -335,14 +383,18 @@ def test_on_the_owner_path_a_span_found_damaged_is_named_and_nothing_older_means
     job.snapshots.store.put(shared.key, bytes(data))
     with pytest.raises(SnapshotError, match=rf"none of the 2 retained snapshots .* \({NEWER}, {OLDER}\)"):
         restore_on_executors(job)
-    with pytest.raises(SnapshotError, match=rf"flow job span \[{shared.key_group_start}, {shared.key_group_end}\): "
-                                            rf"state file {shared.key} is corrupt"):
+    with pytest.raises(
+        SnapshotError,
+        match=rf"flow job span \[{shared.key_group_start}, {shared.key_group_end}\): "
+        rf"state file {shared.key} is corrupt",
+    ):
         restore_on_executors(job, NEWER)
 
 
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
-def test_the_verification_checks_every_state_file_once_at_any_parallelism_and_fills_the_cache(job, tmp_path,
-                                                                                             parallelism):
+def test_the_verification_checks_every_state_file_once_at_any_parallelism_and_fills_the_cache(
+    job, tmp_path, parallelism
+):
     """A rescale only changes which owner checks which span; every file is checked and cached."""
     manifest = job.manifest()
     files = manifest.flows["job"].state.files

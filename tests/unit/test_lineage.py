@@ -28,14 +28,17 @@ def committed(tmp_path):
     for amounts in [{"a": 1, "b": 2}, {"a": 5}, {"c": 7}, {"a": 10, "c": 1}]:
         _, head, version = commit_epoch(runner, amounts, history, version)
         history = head.history
-    runner._cleanup.close()
+    runner.close()
     return spec
 
 
 def test_a_key_s_changes_its_input_and_its_value_at_the_restore_point(committed):
     found = explain_key(committed, SETTINGS, {"user": "a"})
     assert [(c.epoch, c.value) for c in found.changes] == [
-        (1, {"total": 1, "n": 1}), (2, {"total": 6, "n": 2}), (4, {"total": 16, "n": 3})]
+        (1, {"total": 1, "n": 1}),
+        (2, {"total": 6, "n": 2}),
+        (4, {"total": 16, "n": 3}),
+    ]
     old, _, newest = found.changes
     assert old.snapshot is None and old.ranges is None  # retain 2: epoch 1's snapshot is gone
     assert (newest.snapshot, newest.base_snapshot) == ("0000000004-a1", "0000000003-a1")

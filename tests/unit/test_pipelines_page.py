@@ -23,8 +23,10 @@ from pipeline_lib.settings import ConnectionSettings
 from tests.unit.test_commit_protocol_commit import TOPIC, epoch_read, job_spec, new_attempt, run_epochs
 
 SETTINGS = ConnectionSettings()
-HISTORY_ROW = re.compile(r'<tr><td><code>(\d{10}-a\d+)</code></td><td class="num">(\d+)</td><td>[^<]*</td>\s*'
-                         r'<td class="num">\d*</td><td class="num">([^<]*)</td>')
+HISTORY_ROW = re.compile(
+    r'<tr><td><code>(\d{10}-a\d+)</code></td><td class="num">(\d+)</td><td>[^<]*</td>\s*'
+    r'<td class="num">\d*</td><td class="num">([^<]*)</td>'
+)
 
 
 def test_the_page_shows_every_retained_snapshot_its_keys_and_the_latest_epoch(tmp_path):
@@ -37,12 +39,22 @@ def test_the_page_shows_every_retained_snapshot_its_keys_and_the_latest_epoch(tm
     snapshots = SnapshotStore.open(f"file://{tmp_path}/ckpt", "job", "main", SETTINGS)
     now = dt.datetime.now(dt.UTC)
     # the status record has epoch 7 until its next heartbeat; the head already has 12
-    status = PipelineStatus(state="RUNNING", attempt=runner.attempt, epoch=7, updated_at=now, heartbeat_at=now,
-                            lease_seconds=30, launch=LaunchInfo(mode="forever", parallelism=2))
+    status = PipelineStatus(
+        state="RUNNING",
+        attempt=runner.attempt,
+        epoch=7,
+        updated_at=now,
+        heartbeat_at=now,
+        lease_seconds=30,
+        launch=LaunchInfo(mode="forever", parallelism=2),
+    )
     assert snapshots.swap_status(status, None)
 
-    page = TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False)).get(
-        "/", params={"lag": "false"}).text
+    page = (
+        TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False))
+        .get("/", params={"lag": "false"})
+        .text
+    )
 
     assert "built-in method" not in page
     rows = HISTORY_ROW.findall(page)
@@ -54,8 +66,10 @@ def test_the_page_shows_every_retained_snapshot_its_keys_and_the_latest_epoch(tm
     assert 'target="_top"' not in page and 'target = "_top"' not in page
     assert '<a href="/dags/pipeline__job" data-airflow-link>' in page
     assert "window.top.document" in page  # the page's script follows such links in the UI's document
-    assert (f"This discards its 10 retained snapshots (latest {history[0].snapshot_id}, epoch 12) and retracts "
-            f"every epoch of its output; the run then reads topic {TOPIC} from its earliest offset") in page
+    assert (
+        f"This discards its 10 retained snapshots (latest {history[0].snapshot_id}, epoch 12) and retracts "
+        f"every epoch of its output; the run then reads topic {TOPIC} from its earliest offset"
+    ) in page
     assert f'data-refresh-seconds="{REFRESH_SECONDS}"' in page and REFRESH_SECONDS == 10
     assert "pipelines_page__" in page and "Pipelines page: restore " in page  # what a restore run carries
 
@@ -72,10 +86,12 @@ def test_a_snapshot_that_skipped_offsets_lost_to_retention_says_so_on_the_page(t
     read = epoch_read(runner, {"user3": 3}, history)
     lost = [OffsetRange(topic=TOPIC, partition=1, start=20, end=1_520)]
     skipped = dataclasses.replace(read, plan=read.plan.model_copy(update={"data_lost": lost}))
-    runner._run_epoch(skipped, history, version)
-    runner._cleanup.wait()
+    runner.run_epoch(skipped, history, version)
 
-    page = TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False)).get(
-        "/", params={"lag": "false"}).text
+    page = (
+        TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False))
+        .get("/", params={"lag": "false"})
+        .text
+    )
     assert page.count('class="data-lost"') == 1
     assert "1,500 offsets lost before they were read" in page

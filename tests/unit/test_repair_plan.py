@@ -44,8 +44,7 @@ def test_intact_output_needs_no_repair(committed):
     assert _plan(committed) == []
 
 
-def test_a_keyed_flow_epoch_is_rebuilt_from_the_snapshot_before_it_or_from_nothing_before_epoch_1(
-        committed, tmp_path):
+def test_a_keyed_flow_epoch_is_rebuilt_from_the_snapshot_before_it_or_from_nothing_before_epoch_1(committed, tmp_path):
     keys = {epoch: _delete_part(tmp_path, "out", epoch) for epoch in (1, 3)}
     first, third = _plan(committed)
     assert (first.epoch, [p.ref.key for p in first.parts], first.rebuildable) == (1, [keys[1]], True)
@@ -70,16 +69,20 @@ def test_a_damaged_snapshot_is_passed_over_and_the_plans_after_the_one_before_it
     assert (repair.start_from, [p.epoch for p in repair.replay]) == ("0000000001-a1", [2])
     # the replayed epoch's input must still be there too
     [gone] = _plan(committed, TopicLog({0: 12, 1: 0}))
-    assert gone.refused == ("replayed to rebuild the state before epoch 3, payments[0] offsets [10, 20) of epoch 2, "
-                            "is no longer in Kafka: the log starts at offset 12 (retention or a records deletion)")
+    assert gone.refused == (
+        "replayed to rebuild the state before epoch 3, payments[0] offsets [10, 20) of epoch 2, "
+        "is no longer in Kafka: the log starts at offset 12 (retention or a records deletion)"
+    )
 
 
 def test_input_deleted_by_retention_is_named_with_its_offsets(committed, tmp_path):
     _delete_part(tmp_path, "out", 2)
     _delete_part(tmp_path, "dlq/main", 3)
     second, third = _plan(committed, TopicLog({0: 15, 1: 0}))
-    assert second.refused == ("the epoch's input, payments[0] offsets [10, 20) of epoch 2, is no longer in Kafka: "
-                              "the log starts at offset 15 (retention or a records deletion)")
+    assert second.refused == (
+        "the epoch's input, payments[0] offsets [10, 20) of epoch 2, is no longer in Kafka: "
+        "the log starts at offset 15 (retention or a records deletion)"
+    )
     assert third.rebuildable  # epoch 3 reads offsets 20-30: still there
     [outcome] = [o for o in dry_run([second, third]) if o.epoch == 2]
     assert outcome.status == REFUSED and "cannot be rebuilt: the epoch's input" in outcome.detail
@@ -103,8 +106,7 @@ def test_a_changed_spec_refuses_the_epoch(committed, tmp_path):
     assert repair.refused.startswith("the marker of epoch 2 records another input, spec or parallelism")
 
 
-def test_only_a_byte_identical_part_is_written_back_and_only_under_the_marker_it_was_planned_from(
-        committed, tmp_path):
+def test_only_a_byte_identical_part_is_written_back_and_only_under_the_marker_it_was_planned_from(committed, tmp_path):
     store = open_store(f"file://{tmp_path}/out", SETTINGS)
     key = SuccessMarker.model_validate_json(store.get("epoch=2/_SUCCESS")).files[0].key
     good = store.get(key)
@@ -176,8 +178,7 @@ def test_owner_task_parts_are_regenerated_byte_for_byte_from_the_changed_rows(tm
     assert repairing.owner_parts(shuffled, ["user"], "jsonl", owners) == committed
 
 
-def test_the_drivers_parts_hold_the_same_rows_in_the_same_order_whatever_order_partials_and_state_came_in(
-        tmp_path):
+def test_the_drivers_parts_hold_the_same_rows_in_the_same_order_whatever_order_partials_and_state_came_in(tmp_path):
     """A restore loads the state in state-file order and Spark hands partials over in any order:
     the driver's parts of a keyed flow must not depend on either (sink.part_layout)."""
     from pipeline_lib.sink.files_sink import encode_part
@@ -188,8 +189,8 @@ def test_the_drivers_parts_hold_the_same_rows_in_the_same_order_whatever_order_p
     for order in (sorted(amounts), sorted(amounts, reverse=True)):
         runner = new_attempt(job_spec(tmp_path / "-".join(order[:1])))
         [flow] = runner.flows
-        runner._flow_merge(flow, partials({u: 1 for u in reversed(order)}))  # the state's slots in this order
-        parts, _, _ = runner._flow_merge(flow, partials({u: amounts[u] for u in order}))
-        runner._cleanup.close()
+        runner.merge(flow, partials({u: 1 for u in reversed(order)}))  # the state's slots in this order
+        parts, _, _ = runner.merge(flow, partials({u: amounts[u] for u in order}))
+        runner.close()
         encoded.append([encode_part(t, "jsonl") for t in parts])
     assert encoded[0] == encoded[1] and all(encoded[0])

@@ -29,7 +29,7 @@ def commit_three(spec):
     for epoch, amounts in enumerate([{"a": 1, "b": 2}, {"a": 5}, {"c": 7}], start=1):
         _, head, version = commit_epoch(runner, amounts, history, version, bad=bad_records(epoch))
         history = head.history
-    runner._cleanup.close()
+    runner.close()
     return spec
 
 
@@ -51,17 +51,23 @@ def _part(tmp_path, sink: str, epoch: int) -> str:
 def test_intact_output_and_snapshots_are_all_ok(committed):
     findings = verify_job(committed, SETTINGS)
     assert _statuses(findings) == [
-        *[("flow job", e, OK) for e in (1, 2, 3)], *[("dead letters", e, OK) for e in (1, 2, 3)],
-        *[("snapshot", e, OK) for e in (3, 2, 1)]]
+        *[("flow job", e, OK) for e in (1, 2, 3)],
+        *[("dead letters", e, OK) for e in (1, 2, 3)],
+        *[("snapshot", e, OK) for e in (3, 2, 1)],
+    ]
 
 
-@pytest.mark.parametrize("damage, status, detail", [
-    ("delete", LOST, "is missing"),
-    ("truncate", DAMAGED, "bytes, its marker says"),
-    ("flip", DAMAGED, "does not match its checksum"),
-])
+@pytest.mark.parametrize(
+    "damage, status, detail",
+    [
+        ("delete", LOST, "is missing"),
+        ("truncate", DAMAGED, "bytes, its marker says"),
+        ("flip", DAMAGED, "does not match its checksum"),
+    ],
+)
 def test_a_lost_or_damaged_part_is_reported_with_its_epoch_and_the_snapshot_that_commits_it(
-        committed, tmp_path, damage, status, detail):
+    committed, tmp_path, damage, status, detail
+):
     key = _part(tmp_path, "out", 2)
     path = tmp_path / "out" / key
     data = path.read_bytes()
@@ -113,10 +119,13 @@ def test_the_command_prints_a_table_and_exits_1_on_damage_0_when_intact(committe
     assert unknown.exit_code == 2 and "has no pipeline ['nope']" in unknown.output
 
 
-@pytest.mark.parametrize("change, detail", [
-    (lambda lineage: lineage.update(base_snapshot="0000000001-a1"), "was built on 0000000001-a1, not on"),
-    (lambda lineage: lineage["ranges"][0].update(start=lineage["ranges"][0]["start"] + 1), "read partition 0 from"),
-])
+@pytest.mark.parametrize(
+    "change, detail",
+    [
+        (lambda lineage: lineage.update(base_snapshot="0000000001-a1"), "was built on 0000000001-a1, not on"),
+        (lambda lineage: lineage["ranges"][0].update(start=lineage["ranges"][0]["start"] + 1), "read partition 0 from"),
+    ],
+)
 def test_a_snapshot_that_does_not_follow_the_one_before_it_is_reported(committed, tmp_path, change, detail):
     """A manifest consistent in every other check (sealed, HEAD pointing at its bytes) whose
     lineage skips a snapshot or leaves a gap of offsets."""
@@ -154,8 +163,11 @@ def test_recorded_findings_reach_the_pipelines_page(committed, tmp_path):
     assert read_verification(snapshots) is None
 
     def page() -> str:
-        return TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False)).get(
-            "/", params={"lag": "false"}).text
+        return (
+            TestClient(create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False))
+            .get("/", params={"lag": "false"})
+            .text
+        )
 
     assert "data-verified" not in page()  # never verified: nothing shown
     refused = CliRunner().invoke(app, ["verify", str(spec), "--record", "--pipeline", "main"])
@@ -176,5 +188,9 @@ def test_recorded_findings_reach_the_pipelines_page(committed, tmp_path):
     assert record is not None and (record.checked, record.bad) == (9, 2)
     assert [(f.what, f.epoch, f.status) for f in record.findings] == [("flow job", 2, LOST), ("snapshot", 2, LOST)]
     shown = re.search(r'data-verified="damaged"[^>]*>([^<]*)<', page())
-    assert shown is not None and f"2 of 9 LOST or DAMAGED: flow job epoch 2 LOST: part {key} is missing; " \
-        f"snapshot epoch 2 snapshot 0000000002-a1 LOST: part file {key}" in shown.group(1)
+    assert (
+        shown is not None
+        and f"2 of 9 LOST or DAMAGED: flow job epoch 2 LOST: part {key} is missing; "
+        f"snapshot epoch 2 snapshot 0000000002-a1 LOST: part file {key}"
+        in shown.group(1)
+    )

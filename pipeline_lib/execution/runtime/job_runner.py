@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pipeline_lib.errors import FencedError, PipelineError
 from pipeline_lib.execution.engine.spark_session import start_spark
 from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
+from pipeline_lib.execution.runtime.runner_factory import build_runner
 from pipeline_lib.execution.runtime.runner_types import EpochReport, Prepared, RunOptions
 from pipeline_lib.faults import remember_runner_group
 from pipeline_lib.graph import build_graph
@@ -59,13 +60,24 @@ class JobSummary:
 
     def to_dict(self) -> dict:
         """Counts and ids only (what an Airflow XCom may hold): no settings, no record data."""
-        return {"job": self.job, "pipelines": [
-            {"name": p.name, "status": p.status, "attempt": p.attempt, "restored_from": p.restored_from,
-             "epochs": len(p.epochs), "records": p.records, "reason": p.reason,
-             "first_epoch": p.epochs[0].epoch if p.epochs else None,
-             "last_epoch": p.epochs[-1].epoch if p.epochs else None,
-             "last_snapshot": p.epochs[-1].snapshot_id if p.epochs else p.restored_from}
-            for p in self.pipelines]}
+        return {
+            "job": self.job,
+            "pipelines": [
+                {
+                    "name": p.name,
+                    "status": p.status,
+                    "attempt": p.attempt,
+                    "restored_from": p.restored_from,
+                    "epochs": len(p.epochs),
+                    "records": p.records,
+                    "reason": p.reason,
+                    "first_epoch": p.epochs[0].epoch if p.epochs else None,
+                    "last_epoch": p.epochs[-1].epoch if p.epochs else None,
+                    "last_snapshot": p.epochs[-1].snapshot_id if p.epochs else p.restored_from,
+                }
+                for p in self.pipelines
+            ],
+        }
 
 
 def _abandon(prepared: Future[Prepared]) -> None:
@@ -80,9 +92,15 @@ def _abandon(prepared: Future[Prepared]) -> None:
 class JobRunner:
     """Runs a job's pipelines side by side in one Spark application, each restored and failing on its own."""
 
-    def __init__(self, spec: JobSpec, settings: ConnectionSettings, options: RunOptions,
-                 on_epoch: Callable[[EpochReport], None] | None = None, only: list[str] | None = None,
-                 spark_conf: dict[str, str] | None = None):
+    def __init__(
+        self,
+        spec: JobSpec,
+        settings: ConnectionSettings,
+        options: RunOptions,
+        on_epoch: Callable[[EpochReport], None] | None = None,
+        only: list[str] | None = None,
+        spark_conf: dict[str, str] | None = None,
+    ):
         self.spec, self.settings, self.options = spec, settings, options
         self.spark_conf = spark_conf or {}  # --conf: over the spec's spark section
         check_login(settings.require_kafka())  # a wrong password or CA fails here, before Spark starts
@@ -94,16 +112,16 @@ class JobRunner:
             raise PipelineError(f"job {spec.name} has no pipeline {unknown} (it has {names})")
         if options.restore not in ("latest", "none") and len(only or names) != 1:
             raise PipelineError("--restore SNAPSHOT_ID names one pipeline's snapshot; add --pipeline NAME")
-        self.runners = [PipelineRunner(spec, p, settings, options, on_epoch) for p in pipelines
-                        if not only or p.name in only]
+        self.runners = [
+            build_runner(spec, p, settings, options, on_epoch) for p in pipelines if not only or p.name in only
+        ]
 
     def request_stop(self, reason: str) -> None:
         """Stop gracefully: every pipeline finishes the epoch in flight, commits it and records
         STOPPED with ``reason`` — resumable, and not something recovery relaunches."""
         log.warning("stop requested (%s): finishing the epochs in flight", reason)
         for runner in self.runners:
-            runner.stop_reason = reason
-            runner.stop_requested.set()
+            runner.request_stop(reason)
 
     def run(self) -> JobSummary:
         """Restore every pipeline, skip the COMPLETED ones, run the rest until they stop. One pipeline's
@@ -125,8 +143,12 @@ class JobRunner:
                 outcomes[name] = PipelineOutcome(name, "FAILED", reason=str(exc))
                 continue
             restored_from = restored.manifest.snapshot_id if restored else None
-            outcomes[name] = PipelineOutcome(name, "RAN", restored_from=restored_from,
-                                             restore_seconds=time.monotonic() - started if restored else None)
+            outcomes[name] = PipelineOutcome(
+                name,
+                "RAN",
+                restored_from=restored_from,
+                restore_seconds=time.monotonic() - started if restored else None,
+            )
             to_deploy.append(runner)
         if to_deploy:
             remember_runner_group()
@@ -137,8 +159,13 @@ class JobRunner:
             prepared = {r.pipeline.name: preparing.submit(r.prepare) for r in to_deploy}
             preparing.shutdown(wait=False)  # the submitted work goes on; the threads end with it
             try:
-                spark = start_spark(f"pipeline-lib:{self.spec.name}", self.settings.spark_master,
-                                    max(r.parallelism for r in to_deploy), self.spec.spark, self.spark_conf)
+                spark = start_spark(
+                    f"pipeline-lib:{self.spec.name}",
+                    self.settings.spark_master,
+                    max(r.parallelism for r in to_deploy),
+                    self.spec.spark,
+                    self.spark_conf,
+                )
             except Exception as exc:
                 first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
                 for runner in to_deploy:
@@ -148,8 +175,9 @@ class JobRunner:
                 raise
             try:
                 with ThreadPoolExecutor(max_workers=len(to_deploy), thread_name_prefix="pipeline") as pool:
-                    futures = {r.pipeline.name: (r, pool.submit(r.run, spark, prepared[r.pipeline.name]))
-                               for r in to_deploy}
+                    futures = {
+                        r.pipeline.name: (r, pool.submit(r.run, spark, prepared[r.pipeline.name])) for r in to_deploy
+                    }
                     for name, (runner, future) in futures.items():
                         outcome = outcomes[name]
                         try:
@@ -159,7 +187,7 @@ class JobRunner:
                             log.error("pipeline %s FAILED: %s", name, reason)
                             outcome.status, outcome.reason = "FAILED", reason
                             outcome.fenced = isinstance(exc, FencedError)
-                        outcome.attempt, outcome.epochs = runner.attempt, runner.epochs
+                        outcome.attempt, outcome.epochs = runner.attempt.number, runner.epochs
                         # the executors' verification of the restored state may have fallen back
                         outcome.restored_from = runner.restored.manifest.snapshot_id if runner.restored else None
                         status = runner.snapshots.read_status()

@@ -1,6 +1,8 @@
 """One pipeline's epoch loop: plan → read on Spark → per flow: transform, keyed state, sink →
-snapshot commit. The runner's other sides have a module each: restore (runner_restore), planning
-(runner_planning), the epoch body (runner_epoch); this one starts the pipeline and runs the loop.
+snapshot commit. The runner is composed of its collaborators, each a module: the restorer
+(runner_restore), the planner (runner_planning), the epoch path chosen once (path_choice), the
+epoch's read and commit (runner_epoch), the clean-up and the clock; runner_factory builds them
+from the spec. This one starts the pipeline and runs the loop.
 
 Epochs are the barriers of a Chandy–Lamport cut: between two micro-batches nothing is in flight,
 so (end offsets, every flow's state after the epoch, every flow's sink output) is a consistent
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -26,25 +29,28 @@ from pipeline_lib.checkpoint.manifest import (
 )
 from pipeline_lib.errors import FencedError
 from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
-from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
 from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
+from pipeline_lib.execution.runtime.fair_pools import use_pipeline_pool
 from pipeline_lib.execution.runtime.lifecycle import Lifecycle
+from pipeline_lib.execution.runtime.part_writers import PartWriters
+from pipeline_lib.execution.runtime.path_choice import PathChooser, may_carry_checks
+from pipeline_lib.execution.runtime.phase_timer import Clock, PhaseTimer
 from pipeline_lib.execution.runtime.read_ahead import ReadAhead
-from pipeline_lib.execution.runtime.runner_epoch import EpochSide
-from pipeline_lib.execution.runtime.runner_planning import PlanningSide
-from pipeline_lib.execution.runtime.runner_restore import RestoreSide
-from pipeline_lib.execution.runtime.runner_types import EPOCH_PHASES, EpochRead, EpochReport, Prepared
+from pipeline_lib.execution.runtime.run_attempt import RunAttempt
+from pipeline_lib.execution.runtime.runner_epoch import EpochCommit, EpochReader
+from pipeline_lib.execution.runtime.runner_parts import PipelineParts
+from pipeline_lib.execution.runtime.runner_planning import EpochPlanner
+from pipeline_lib.execution.runtime.runner_restore import Restorer
+from pipeline_lib.execution.runtime.runner_types import EpochRead, EpochReport, Prepared
 from pipeline_lib.execution.runtime.startup import CarriedChecks, start_pipeline
 from pipeline_lib.execution.runtime.warm_up import WarmUp
 from pipeline_lib.execution.source.epoch_reader import source_schema
 from pipeline_lib.execution.source.subtask_start import SourceStart
-from pipeline_lib.execution.state.owner_epochs import OwnerEpochs
 from pipeline_lib.faults import fault_point
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.offsets import EpochPlan
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass
@@ -67,20 +73,81 @@ class EpochLoop:
     planned: EpochPlan | None = None  # the next epoch's plan when its read is in flight
 
 
-class PipelineRunner(RestoreSide, PlanningSide, EpochSide):
-    """Runs one pipeline epoch by epoch: plan, read, merge state, write the sink, commit; restores first.
-    Its sides share one state (RunnerCore), so subclasses (recovery.repair) override any step."""
+class PipelineRunner:
+    """Runs one pipeline epoch by epoch: plan, read, merge state, write the sink, commit; restores
+    first. Composed of ``parts`` (the spec's stores, sinks and dead letters), the ``restorer``,
+    the ``planner``, the ``attempt`` (fencing), ``choose_path`` (asked once, when the source
+    schema is known), the read tasks' part ``writers``, the ``cleanup`` and the ``clock``."""
+
+    def __init__(
+        self,
+        parts: PipelineParts,
+        restorer: Restorer,
+        planner: EpochPlanner,
+        attempt: RunAttempt,
+        choose_path: PathChooser,
+        writers: PartWriters,
+        cleanup: BackgroundCleanup,
+        clock: Clock = time.monotonic,
+        on_epoch: Callable[[EpochReport], None] | None = None,
+    ):
+        self.parts, self.restorer, self.planner, self.attempt = parts, restorer, planner, attempt
+        self.choose_path, self.writers, self.cleanup, self.clock = choose_path, writers, cleanup, clock
+        self.on_epoch = on_epoch or (lambda report: None)
+        self.timer = PhaseTimer(clock)
+        self.epochs: list[EpochReport] = []
+        self.reader: EpochReader | None = None  # the chosen path's reads and commit (set at start-up)
+        self.commit: EpochCommit | None = None
+
+    @property
+    def pipeline(self):
+        """The pipeline this runner runs."""
+        return self.parts.pipeline
+
+    @property
+    def parallelism(self) -> int:
+        """Subtasks per vertex in this run."""
+        return self.parts.parallelism
+
+    @property
+    def snapshots(self):
+        """The pipeline's snapshot store."""
+        return self.parts.snapshots
+
+    @property
+    def restored(self):
+        """The snapshot the run starts from (None: from the beginning)."""
+        return self.restorer.restored
+
+    @property
+    def lifecycle(self) -> Lifecycle | None:
+        """The attempt's status record (None before ``schedule``)."""
+        return self.attempt.lifecycle
+
+    def latest_is_completed(self) -> str | None:
+        """The id of the head snapshot if it says the pipeline is COMPLETED (read nothing else)."""
+        return self.restorer.latest_is_completed()
+
+    def restore(self):
+        """Load the chosen snapshot (see Restorer.restore); None to start from the beginning."""
+        return self.restorer.restore()
+
+    def request_stop(self, reason: str) -> None:
+        """Finish the epoch in flight, commit it, then record STOPPED with ``reason``."""
+        self.attempt.request_stop(reason)
+
     def schedule(self) -> None:
         """Claim an attempt and record SCHEDULING with a heartbeat lease, before Spark starts."""
-        _, self._head_version = self.snapshots.read_head()
-        self.attempt = self.snapshots.claim_attempt()
-        opts = self.options
+        snapshots, attempt, opts = self.parts.snapshots, self.attempt, self.parts.options
+        _, attempt.head_version = snapshots.read_head()
+        attempt.number = snapshots.claim_attempt()
         launch = LaunchInfo(mode=opts.mode, parallelism=self.parallelism, launched_by=opts.launched_by)
-        self.lifecycle = Lifecycle(self.snapshots, self.attempt, launch, opts.lease_seconds, opts.stall_seconds,
-                                   on_fenced=self._on_fenced)
+        attempt.lifecycle = Lifecycle(
+            snapshots, attempt.number, launch, opts.lease_seconds, opts.stall_seconds, on_fenced=attempt.on_fenced
+        )
         epoch = self.restored.manifest.epoch if self.restored else 0
         subtasks = sum(v.parallelism for v in self.pipeline.vertices)
-        self.lifecycle.schedule(epoch, subtasks, opts.startup_timeout_s)
+        attempt.lifecycle.schedule(epoch, subtasks, opts.startup_timeout_s)
 
     def prepare(self) -> Prepared:
         """Start-up's part that needs no Spark, so that it runs beside Spark's start (JobRunner):
@@ -90,17 +157,17 @@ class PipelineRunner(RestoreSide, PlanningSide, EpochSide):
         planned or read; after ``schedule``, whose attempt the retraction writes as."""
         assert self.lifecycle is not None, "schedule() claims the attempt first"
         if self.restored is None:
-            self._start_over()
-        resources = ExitStack()
+            self.restorer.start_over(self.attempt)
+        parts, resources = self.parts, ExitStack()
         try:
             consumer = resources.enter_context(
-                kafka_offsets.offsets_consumer(self.settings.require_kafka(), self.source.isolation_level))
-            self._offsets = consumer
-            positions, stops = self._positions_and_stops(consumer)
-            if self.source.on_data_loss == "fail":  # refused before any subtask starts (each plan checks again)
-                self._past_lost_data(self.restored.manifest.snapshot_id if self.restored else None, positions)
-            latest = kafka_offsets.confirmed_end_offsets(consumer, self.topic, sorted(positions))
-            return Prepared(resources, consumer, positions, stops, self._targets(latest, stops))
+                kafka_offsets.offsets_consumer(parts.settings.require_kafka(), parts.source.isolation_level)
+            )
+            positions, stops = self.planner.positions_and_stops(consumer, self.restored)
+            if parts.source.on_data_loss == "fail":  # refused before any subtask starts (each plan checks again)
+                self.planner.past_lost_data(self.restored.manifest.snapshot_id if self.restored else None, positions)
+            latest = kafka_offsets.confirmed_end_offsets(consumer, parts.topic, sorted(positions))
+            return Prepared(resources, consumer, positions, stops, self.planner.targets(latest, stops))
         except BaseException:
             resources.close()
             raise
@@ -111,15 +178,15 @@ class PipelineRunner(RestoreSide, PlanningSide, EpochSide):
         start); its error is this run's."""
         if self.lifecycle is None:
             self.schedule()
-        assert self.lifecycle is not None
-        self._cleanup = BackgroundCleanup(f"pipeline {self.pipeline.name}")
-        spark.sparkContext.setLocalProperty("spark.scheduler.pool", self.pipeline.name)  # FAIR: a pool per pipeline
-        self._spark = spark
+        lifecycle, name, job = self.lifecycle, self.pipeline.name, self.parts.job.name
+        assert lifecycle is not None
+        use_pipeline_pool(spark, name)  # FAIR: a pool per pipeline, or the run's one pool
+        self.attempt.spark = spark
         try:
             ready = prepared.result() if prepared is not None else self.prepare()
             before = self.restored
             try:
-                self._verify_restored_state(spark)  # may fall back to an older snapshot
+                self.restorer.verify_on_executors(spark)  # may fall back to an older snapshot
                 if self.restored is not before:  # it did: each partition resumes elsewhere
                     ready.resources.close()
                     ready = self.prepare()
@@ -130,71 +197,48 @@ class PipelineRunner(RestoreSide, PlanningSide, EpochSide):
             history = restored.history if restored else []
             base_id = restored.manifest.snapshot_id if restored else None
             epoch = restored.manifest.epoch if restored else 0
-            log.info("pipeline %s of job %s attempt %d: %s", self.pipeline.name, self.job.name, self.attempt,
-                     f"restored snapshot {base_id} (epoch {epoch})" if base_id else "starting without a snapshot")
+            log.info(
+                "pipeline %s of job %s attempt %d: %s",
+                name,
+                job,
+                self.attempt.number,
+                f"restored snapshot {base_id} (epoch {epoch})" if base_id else "starting without a snapshot",
+            )
             with ready.resources:
-                epoch = self._loop(spark, ready, epoch, base_id, history, self._head_version)
-            self._cleanup.close()
+                epoch = self._loop(spark, ready, epoch, base_id, history, self.attempt.head_version)
+            self.cleanup.close()
         except FencedError:
-            self._cleanup.close(quiet=True)
-            self.lifecycle.stop_heartbeat()
+            self.cleanup.close(quiet=True)
+            lifecycle.stop_heartbeat()
             raise  # a newer attempt owns the pipeline, and its status record
         except BaseException as exc:
-            self._cleanup.close(quiet=True)
-            if self.lifecycle.fenced:  # e.g. its Spark jobs were cancelled because a newer attempt took over
-                self.lifecycle.stop_heartbeat()
-                raise FencedError(f"job {self.job.name} pipeline {self.pipeline.name}: attempt {self.attempt} "
-                                  f"was fenced by a newer attempt ({str(exc).splitlines()[0] if str(exc) else exc!r})"
-                                  ) from exc
-            self.lifecycle.fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            self.cleanup.close(quiet=True)
+            if lifecycle.fenced:  # e.g. its Spark jobs were cancelled because a newer attempt took over
+                lifecycle.stop_heartbeat()
+                raise FencedError(
+                    f"job {job} pipeline {name}: attempt {self.attempt.number} "
+                    f"was fenced by a newer attempt ({str(exc).splitlines()[0] if str(exc) else exc!r})"
+                ) from exc
+            lifecycle.fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             raise
 
-    def _choose_path(self, spark, schema, tolerant: bool) -> None:
-        """The one place that picks an epoch's path. The Arrow path when no flow needs Spark SQL
-        (see worker_aggregation), else the Spark SQL path; on either, keyed state lives on owner
-        tasks (owner_epochs) when the spec's ``keyed_state`` asks for them (auto: on a cluster,
-        not in local mode), unless the restored state was stored under another max_parallelism
-        (every key's group must be computed again, which the driver's merge does). On owner
-        tasks the driver holds no state: what the restore loaded is dropped, its state files and
-        key counts kept."""
-        self.arrow_epochs, why = ArrowEpochs.for_flows(spark, schema, [f.spec for f in self.flows], tolerant)
-        stateful = [f for f in self.flows if f.stateful]
-        path = "Arrow path" if self.arrow_epochs else "Spark SQL path"
-        if self._on_owner_tasks(spark):
-            self.owner_epochs = (OwnerEpochs(self.arrow_epochs, self.parallelism) if self.arrow_epochs is not None
-                                 else OwnerEpochs.on_spark_sql(spark, schema, [f.spec for f in self.flows], tolerant,
-                                                               self.parallelism))
-            for flow in stateful:
-                flow.owned_keys, flow.state = flow.keys(), None
-            if self.restored is not None:
-                self.restored.flows.clear()
-            path += " with keyed state on owner tasks"
-        elif self.restored is not None and not self.restored.state_loaded:  # verified, but not for owner tasks
-            self._load_restored_state()
-        log.info("pipeline %s: epochs take the %s (%s)", self.pipeline.name, path, why)
-
-    def _on_owner_tasks(self, spark) -> bool:
-        """Whether keyed state lives on owner tasks (see _choose_path): known before the path."""
-        owners = self.job.keyed_state == "owners" or (
-            self.job.keyed_state == "auto" and not spark.sparkContext.master.startswith("local"))
-        return any(f.stateful for f in self.flows) and owners and self._stored_groups_apply
-
-    def _checks_may_ride(self, spark) -> bool:
-        """Whether epoch 1's read may run the source subtasks' start-up checks (runtime.startup):
-        only the Arrow path with keyed state on the driver may, and a flow with transforms never
-        takes that path, so such a run keeps the start-up job beside its path choice."""
-        return (not any(f.spec.transforms for f in self.flows) and not self._on_owner_tasks(spark)
-                and (self.options.max_epochs is None or self.options.max_epochs >= 1))
+    def _take_path(self, spark, schema) -> None:
+        """Choose the epochs' path (once), hand it the restored state, and build its read and commit."""
+        path = self.choose_path(spark, schema, self.restorer.stored_groups_apply)
+        path.state.take_restored(self.restored, self.restorer.load_on_driver)
+        self.reader = EpochReader(self.parts, path, self.writers, self.attempt)
+        self.commit = EpochCommit(self.parts, path.state, self.attempt, self.cleanup.submit, self.timer)
 
     def _loop(self, spark, ready: Prepared, epoch, base_id, history, head_version) -> int:
         consumer, positions, stops, targets = ready.consumer, ready.positions, ready.stops, ready.targets
-        warm_up, ahead = WarmUp(spark, self), ReadAhead[EpochRead](spark, self.pipeline.name)
+        options, name = self.parts.options, self.pipeline.name
+        ahead = ReadAhead[EpochRead](spark, name)
+        warm_up = WarmUp(spark, name, lambda schema: self._reader().warm_up(spark, schema))
 
         def parse_schema():
-            tolerant = self.job.on_error != "fail"
             with clear_spark_errors(f"parsing the schema of source {self.pipeline.source}"):
-                schema = source_schema(spark, self.source, tolerant=tolerant)
-            self._choose_path(spark, schema, tolerant)
+                schema = source_schema(spark, self.parts.source, tolerant=self.parts.tolerant)
+            self._take_path(spark, schema)
             return schema
 
         first: list[EpochPlan] = []  # the first epoch's plan, once its read has started
@@ -202,25 +246,25 @@ class PipelineRunner(RestoreSide, PlanningSide, EpochSide):
         def beside(schema, checks: SourceStart | None) -> CarriedChecks | None:
             """While the subtasks start: the first epoch's read, which pays Spark's first-query
             costs itself; with nothing to read yet, the warm-up pays them for a later epoch
-            (continuous mode only: a run until caught up ends at once). On the Arrow path with
-            keyed state on the driver the read also runs the source subtasks' ``checks`` before
-            reading; then the wait for them is returned (see start_pipeline)."""
-            if self.options.max_epochs is not None and self.options.max_epochs < 1:
+            (continuous mode only: a run until caught up ends at once). On a path that carries
+            the source subtasks' ``checks`` the read also runs them before reading; then the wait
+            for them is returned (see start_pipeline)."""
+            if options.max_epochs is not None and options.max_epochs < 1:
                 return None
-            plan = self._plan(epoch + 1, base_id, positions, targets, stops)
+            plan = self.planner.plan(epoch + 1, base_id, positions, targets, stops)
             if plan.records == 0:
-                if self.options.mode == "forever":
+                if options.mode == "forever":
                     warm_up.start(schema)
                 return None
             fault_point("after_plan", plan.epoch)
-            owners = self._owner_tasks(plan.epoch, plan.records)
-            start = checks if self.arrow_epochs is not None and self.owner_epochs is None else None
-            ahead.submit(plan.epoch, lambda: self._read(spark, schema, plan, owners, start))
+            reader = self._reader()
+            owners = reader.owner_tasks(plan.epoch, plan.records)
+            start = checks if reader.path.carries_checks else None
+            ahead.submit(plan.epoch, lambda: reader.read(spark, schema, plan, owners, start))
             first.append(plan)
             if start is None:
                 return None
-            log.info("pipeline %s: epoch %d's read runs the source subtasks' start-up checks", self.pipeline.name,
-                     plan.epoch)
+            log.info("pipeline %s: epoch %d's read runs the source subtasks' start-up checks", name, plan.epoch)
 
             def carried(timeout_s: float) -> list[tuple[int, bool, str]]:
                 read = ahead.result(plan.epoch, timeout_s)
@@ -230,109 +274,156 @@ class PipelineRunner(RestoreSide, PlanningSide, EpochSide):
             return carried
 
         try:
-            with clear_spark_errors(f"starting the subtasks of pipeline {self.pipeline.name}"):
-                started, schema = start_pipeline(self, spark, self.options.startup_timeout_s, parse_schema,
-                                                 beside=beside, checks_may_ride=self._checks_may_ride(spark))
+            with clear_spark_errors(f"starting the subtasks of pipeline {name}"):
+                may_ride = may_carry_checks(self.parts, spark.sparkContext.master, self.restorer.stored_groups_apply)
+                started, schema = start_pipeline(
+                    self.parts, spark, options.startup_timeout_s, parse_schema, beside=beside, checks_may_ride=may_ride
+                )
             assert self.lifecycle is not None
             self.lifecycle.started(started)
-            return self._epochs(EpochLoop(spark, schema, consumer, warm_up, ahead, epoch, base_id, history,
-                                          head_version, positions, stops, targets, first[0] if first else None))
+            return self._epochs(
+                EpochLoop(
+                    spark,
+                    schema,
+                    consumer,
+                    warm_up,
+                    ahead,
+                    epoch,
+                    base_id,
+                    history,
+                    head_version,
+                    positions,
+                    stops,
+                    targets,
+                    first[0] if first else None,
+                )
+            )
         finally:
             ahead.close()
             warm_up.cancel()
+
+    def _reader(self) -> EpochReader:
+        assert self.reader is not None, "the path is chosen when the source schema is parsed"
+        return self.reader
 
     def _epochs(self, loop: EpochLoop) -> int:
         """Plan, read and commit epochs until caught up, stopped, completed or ``max_epochs``; each
         epoch's successor is read while it commits (see ReadAhead). ``loop.planned``: the next
         epoch's plan when its read is in flight (the first epoch's, started beside the subtasks'
         start)."""
-        assert self.lifecycle is not None
-        while self.options.max_epochs is None or len(self.epochs) < self.options.max_epochs:
-            if self.stop_requested.is_set():
+        lifecycle, options, stop = self.lifecycle, self.parts.options, self.attempt.stop_requested
+        reader, commit = self._reader(), self.commit
+        assert lifecycle is not None and commit is not None
+        while options.max_epochs is None or len(self.epochs) < options.max_epochs:
+            if stop.is_set():
                 break
             if source_completed(loop.positions, loop.stops) and loop.base_id is not None:
                 self._status("COMPLETED", loop.epoch)
                 log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, loop.base_id)
                 return loop.epoch
             planned = loop.planned
-            plan = planned if planned is not None else self._plan(loop.epoch + 1, loop.base_id, loop.positions,
-                                                                  loop.targets, loop.stops)
+            plan = (
+                planned
+                if planned is not None
+                else self.planner.plan(loop.epoch + 1, loop.base_id, loop.positions, loop.targets, loop.stops)
+            )
             if plan.records == 0:
-                if self.options.mode == "until-caught-up" or source_completed(loop.positions, loop.stops):
+                if options.mode == "until-caught-up" or source_completed(loop.positions, loop.stops):
                     break
-                if self.stop_requested.wait(self.options.poll_interval_s):
+                if stop.wait(options.poll_interval_s):
                     break
                 self._follow_topic(loop)
                 continue
             if planned is None:
                 fault_point("after_plan", plan.epoch)
-            self.lifecycle.waiting(plan.records)
-            loop.warm_up.wait(self.options.startup_timeout_s)
-            loop.epoch, started = plan.epoch, time.monotonic()
-            self._phases = dict.fromkeys(EPOCH_PHASES, 0.0)
-            with self._timed("spark"):  # the read's own time, or only the wait for it when read ahead
+            lifecycle.waiting(plan.records)
+            loop.warm_up.wait(options.startup_timeout_s)
+            loop.epoch, started = plan.epoch, self.clock()
+            self.timer.start()
+            with self.timer.timed("spark"):  # the read's own time, or only the wait for it when read ahead
                 read = loop.ahead.take(plan.epoch) if planned is not None else None
                 if read is None:
-                    read = self._read(loop.spark, loop.schema, plan, self._owner_tasks(plan.epoch, plan.records))
-            self._adopt(read)
+                    read = reader.read(loop.spark, loop.schema, plan, reader.owner_tasks(plan.epoch, plan.records))
+            reader.path.state.adopt(read)
             loop.planned = self._read_next(loop, plan)
-            manifest, head, loop.head_version = self._run_epoch(read, loop.history, loop.head_version)
+            manifest, head, loop.head_version = commit.run(read, loop.history, loop.head_version)
             loop.history, loop.base_id, loop.positions = head.history, manifest.snapshot_id, manifest.positions
             report = EpochReport(
-                pipeline=self.pipeline.name, epoch=plan.epoch, snapshot_id=manifest.snapshot_id, records=plan.records,
+                pipeline=self.pipeline.name,
+                epoch=plan.epoch,
+                snapshot_id=manifest.snapshot_id,
+                records=plan.records,
                 rows_written=sum(c.rows_written for c in manifest.flows.values()),
-                keys=sum(f.keys() for f in self.flows if f.stateful), task_result_bytes=read.result_bytes,
-                state_reads=read.state_reads(),
+                keys=sum(f.keys() for f in self.parts.flows if f.stateful),
+                task_result_bytes=read.result_bytes,
+                state_reads=read.state_reads,
                 lag=sum(max(0, loop.targets.get(p, 0) - o) for p, o in loop.positions.items()),
-                seconds=time.monotonic() - started, completed_splits=len(manifest.completed_splits),
-                bad_records=manifest.bad_records, phases=dict(self._phases),
+                seconds=self.clock() - started,
+                completed_splits=len(manifest.completed_splits),
+                bad_records=manifest.bad_records,
+                phases=dict(self.timer.phases),
                 state_bytes=sum(f.bytes for f in manifest.state_files()),
-                state_bytes_written=sum(f.bytes for f in manifest.state_files()
-                                        if snapshot_of_state_key(f.key) == manifest.snapshot_id),
+                state_bytes_written=sum(
+                    f.bytes for f in manifest.state_files() if snapshot_of_state_key(f.key) == manifest.snapshot_id
+                ),
             )
             self.epochs.append(report)
-            self.lifecycle.progress(plan.epoch, report.lag)
+            lifecycle.progress(plan.epoch, report.lag)
             self.on_epoch(report)
         loop.ahead.cancel()  # stopped or at max_epochs with the next read in flight: it is not needed
-        self._check_not_fenced(loop.epoch)  # stopped because fenced: report it, record nothing
+        self.attempt.check_not_fenced(loop.epoch)  # stopped because fenced: report it, record nothing
         if source_completed(loop.positions, loop.stops) and loop.base_id is not None:
             self._status("COMPLETED", loop.epoch)
             log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, loop.base_id)
         else:
-            self._status("STOPPED", loop.epoch, self.stop_reason if self.stop_requested.is_set() else None)
+            self._status("STOPPED", loop.epoch, self.attempt.stop_reason if stop.is_set() else None)
         return loop.epoch
 
     def _follow_topic(self, loop: EpochLoop) -> None:
         """A continuous run with nothing to read: take the topic's partitions now (added ones are
         read from their start, like every other one) and the ends its brokers confirm."""
-        partitions = kafka_offsets.current_partitions(loop.consumer, self.topic)
-        earliest = kafka_offsets.earliest_offsets(loop.consumer, self.topic, partitions)
+        topic = self.parts.topic
+        partitions = kafka_offsets.current_partitions(loop.consumer, topic)
+        earliest = kafka_offsets.earliest_offsets(loop.consumer, topic, partitions)
         added = sorted(set(partitions) - set(loop.positions))
         if added:
-            log.info("pipeline %s: topic %s has new partitions %s, read from offsets %s", self.pipeline.name,
-                     self.topic, added, [earliest[p] for p in added])
+            log.info(
+                "pipeline %s: topic %s has new partitions %s, read from offsets %s",
+                self.pipeline.name,
+                topic,
+                added,
+                [earliest[p] for p in added],
+            )
         loop.positions = {p: loop.positions.get(p, earliest[p]) for p in partitions}
-        loop.targets = self._targets(kafka_offsets.confirmed_end_offsets(loop.consumer, self.topic, partitions),
-                                     loop.stops)
+        loop.targets = self.planner.targets(
+            kafka_offsets.confirmed_end_offsets(loop.consumer, topic, partitions), loop.stops
+        )
 
     def _read_next(self, loop: EpochLoop, plan: EpochPlan) -> EpochPlan | None:
         """Plan the epoch after ``plan`` (it starts where ``plan`` ends, on the snapshot ``plan``
         is about to commit) and start its read, unless the run ends with ``plan``."""
-        if self.stop_requested.is_set():
+        max_epochs = self.parts.options.max_epochs
+        if self.attempt.stop_requested.is_set():
             return None
-        if self.options.max_epochs is not None and len(self.epochs) + 1 >= self.options.max_epochs:
+        if max_epochs is not None and len(self.epochs) + 1 >= max_epochs:
             return None
-        following = self._plan(plan.epoch + 1, snapshot_id_for(plan.epoch, self.attempt), plan.end_positions(),
-                               loop.targets, loop.stops)
+        following = self.planner.plan(
+            plan.epoch + 1,
+            snapshot_id_for(plan.epoch, self.attempt.number),
+            plan.end_positions(),
+            loop.targets,
+            loop.stops,
+        )
         if following.records == 0:
             return None
         fault_point("after_plan", following.epoch)
-        owners = self._owner_tasks(following.epoch, following.records)  # with this epoch's files (see _adopt)
+        reader = self._reader()
+        owners = reader.owner_tasks(following.epoch, following.records)  # with this epoch's files (see adopt)
         spark, schema = loop.spark, loop.schema
-        loop.ahead.submit(following.epoch, lambda: self._read(spark, schema, following, owners))
+        loop.ahead.submit(following.epoch, lambda: reader.read(spark, schema, following, owners))
         return following
 
     def _status(self, state: LifecycleState, epoch: int, reason: str | None = None) -> None:
         assert self.lifecycle is not None
-        self._cleanup.wait()  # a final status means the last epoch's clean-up is done too
+        self.cleanup.wait()  # a final status means the last epoch's clean-up is done too
         self.lifecycle.transition(state, reason, epoch=epoch)

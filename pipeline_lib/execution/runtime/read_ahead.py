@@ -18,6 +18,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, TypeVar
 
+from pipeline_lib.execution.runtime.fair_pools import use_pipeline_pool
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -38,7 +40,7 @@ class ReadAhead(Generic[T]):
 
         def run() -> T:
             sc = self._spark.sparkContext
-            sc.setLocalProperty("spark.scheduler.pool", self._pipeline)  # a pool thread inherits no properties
+            use_pipeline_pool(self._spark, self._pipeline)  # a pool thread inherits no properties
             sc.setJobGroup(group, f"read of epoch {epoch} of pipeline {self._pipeline}", interruptOnCancel=True)
             try:
                 return read()

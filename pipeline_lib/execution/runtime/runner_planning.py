@@ -1,43 +1,57 @@
-"""A pipeline runner's planning side: positions, stops and targets, and each epoch's plan."""
+"""A pipeline runner's planner: positions, stops and targets, and each epoch's plan."""
 
 from __future__ import annotations
 
 import logging
 
+from pipeline_lib.checkpoint.restore import Restored
 from pipeline_lib.errors import DATA_LOSS, DataLossError, PipelineError, SnapshotError
-from pipeline_lib.execution.runtime.runner_core import RunnerCore
+from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, lost_ranges, plan_epoch
 
 log = logging.getLogger(__name__)
 
-class PlanningSide(RunnerCore):
+
+class EpochPlanner:
     """Which offsets each epoch reads: where partitions resume, the ends a run reads to, saved
-    plans replayed exactly, and offsets the broker deleted before they were read."""
-    def _positions_and_stops(self, consumer) -> tuple[dict[int, int], dict[int, int] | None]:
-        partitions = kafka_offsets.topic_partitions(consumer, self.topic)
-        self.topic_id = kafka_offsets.topic_id(consumer, self.topic)
-        earliest = kafka_offsets.earliest_offsets(consumer, self.topic, partitions)
-        if self.restored is not None:
-            m = self.restored.manifest
+    plans replayed exactly, and offsets the broker deleted before they were read. ``offsets``:
+    the planner's Kafka consumer while the epochs run (None: no deleted offsets are looked for)."""
+
+    def __init__(self, parts: PipelineParts):
+        self.parts = parts
+        self.topic_id: str | None = None  # the topic's Kafka id, read when planning starts
+        self.offsets = None
+
+    def positions_and_stops(self, consumer, restored: Restored | None) -> tuple[dict[int, int], dict[int, int] | None]:
+        """Where each partition resumes (``restored``'s positions, a first attempt's saved plan,
+        or the spec's starting offsets) and a bounded source's stops."""
+        self.offsets = consumer
+        partitions = kafka_offsets.topic_partitions(consumer, self.parts.topic)
+        self.topic_id = kafka_offsets.topic_id(consumer, self.parts.topic)
+        earliest = kafka_offsets.earliest_offsets(consumer, self.parts.topic, partitions)
+        if restored is not None:
+            m = restored.manifest
             self._same_topic(m.topic_id, f"snapshot {m.snapshot_id}")
             return {p: m.positions.get(p, earliest[p]) for p in partitions}, m.stop_offsets
-        first_plan = self.snapshots.load_plan(1) if self.options.restore == "latest" else None
+        first_plan = self.parts.snapshots.load_plan(1) if self.parts.options.restore == "latest" else None
         if first_plan is not None:  # a first attempt planned epoch 1 and died before committing it
             self._same_topic(first_plan.topic_id, "the plan of epoch 1")
             return {p: first_plan.positions.get(p, earliest[p]) for p in partitions}, first_plan.stop_offsets
-        if self.source.starting_offsets == "latest":
-            positions = kafka_offsets.confirmed_end_offsets(consumer, self.topic, partitions)
+        if self.parts.source.starting_offsets == "latest":
+            positions = kafka_offsets.confirmed_end_offsets(consumer, self.parts.topic, partitions)
         else:
             positions = earliest
-        stop = self.source.stop
+        stop = self.parts.source.stop
         if stop == "latest":
-            stops = kafka_offsets.confirmed_end_offsets(consumer, self.topic, partitions)
+            stops = kafka_offsets.confirmed_end_offsets(consumer, self.parts.topic, partitions)
         elif isinstance(stop, dict):
             unknown = sorted(set(stop) - set(partitions))
             if unknown:
-                raise PipelineError(f"source {self.pipeline.source}: stop names partitions {unknown} that "
-                                    f"topic {self.topic} does not have")
+                raise PipelineError(
+                    f"source {self.parts.pipeline.source}: stop names partitions {unknown} that "
+                    f"topic {self.parts.topic} does not have"
+                )
             stops = {p: stop.get(p, positions[p]) for p in partitions}
         else:
             stops = None
@@ -49,50 +63,71 @@ class PlanningSide(RunnerCore):
         would skip its first records or wait for offsets that never come."""
         if topic_id is not None and self.topic_id is not None and topic_id != self.topic_id:
             raise SnapshotError(
-                f"Kafka topic {self.topic!r} was deleted and created again: {where} read topic id {topic_id}, "
+                f"Kafka topic {self.parts.topic!r} was deleted and created again: {where} read topic id {topic_id}, "
                 f"the topic now has id {self.topic_id}, and its offsets are not this topic's; use --restore none "
-                "to start over (the sink's earlier output stays)")
+                "to start over (the sink's earlier output stays)"
+            )
 
-    def _plan(self, epoch: int, base: str | None, positions: dict[int, int], targets: dict[int, int],
-              stops: dict[int, int] | None) -> EpochPlan:
-        positions, lost = self._past_lost_data(base, positions)
-        planned = self.snapshots.load_plan(epoch)
+    def plan(
+        self,
+        epoch: int,
+        base: str | None,
+        positions: dict[int, int],
+        targets: dict[int, int],
+        stops: dict[int, int] | None,
+    ) -> EpochPlan:
+        """Epoch ``epoch``'s plan from ``positions`` on snapshot ``base``: a saved plan from the
+        same positions is replayed exactly; a new one with records is saved before it is read."""
+        positions, lost = self.past_lost_data(base, positions)
+        planned = self.parts.snapshots.load_plan(epoch)
         if planned is not None and planned.positions == positions:
             # replay exactly what an earlier attempt planned, from the snapshot this attempt builds on
             # (the earlier attempt may have planned it on a snapshot of its own that never committed)
             return planned.model_copy(update={"base_snapshot": base})  # guard: replayed-plan-keeps-old-base
-        plan = plan_epoch(epoch, base, self.topic, positions, targets, self.job.trigger.max_records_per_epoch, stops,
-                          self.topic_id)
+        plan = plan_epoch(
+            epoch,
+            base,
+            self.parts.topic,
+            positions,
+            targets,
+            self.parts.job.trigger.max_records_per_epoch,
+            stops,
+            self.topic_id,
+        )
         if lost:
             plan = plan.model_copy(update={"data_lost": lost})
         if plan.records:
-            self.snapshots.save_plan(plan)
+            self.parts.snapshots.save_plan(plan)
         return plan
 
-    def _past_lost_data(self, base: str | None, positions: dict[int, int]
-                        ) -> tuple[dict[int, int], list[OffsetRange]]:
+    def past_lost_data(self, base: str | None, positions: dict[int, int]) -> tuple[dict[int, int], list[OffsetRange]]:
         """``positions``, moved past offsets the broker deleted (retention, DeleteRecords) before
         they were read, with those ranges, under ``on_data_loss: skip``; DataLossError under
         ``fail``. Asked of every plan, a saved one too: retention runs at any time."""
-        if self._offsets is None:
+        if self.offsets is None:
             return positions, []
-        starts = kafka_offsets.earliest_offsets(self._offsets, self.topic, sorted(positions))
-        lost = lost_ranges(self.topic, positions, starts)
+        starts = kafka_offsets.earliest_offsets(self.offsets, self.parts.topic, sorted(positions))
+        lost = lost_ranges(self.parts.topic, positions, starts)
         if not lost:
             return positions, []
         where = f"snapshot {base}" if base else "the pipeline's first plan"
-        gone = "; ".join(f"{r.topic}[{r.partition}]: {where} resumes at offset {r.start}, the log starts at "
-                         f"offset {r.end} ({r.size} offsets lost)" for r in lost)
-        if self.source.on_data_loss == "fail":
+        gone = "; ".join(
+            f"{r.topic}[{r.partition}]: {where} resumes at offset {r.start}, the log starts at "
+            f"offset {r.end} ({r.size} offsets lost)"
+            for r in lost
+        )
+        if self.parts.source.on_data_loss == "fail":
             raise DataLossError(
                 f"{DATA_LOSS} (retention or a records deletion): {gone}. Set on_data_loss: skip on source "
-                f"{self.pipeline.source} to go on from the log's start and record the skipped offsets in the next "
-                "snapshot, or run with --restore none to start over")
-        log.warning("pipeline %s: %s (on_data_loss: skip): %s", self.pipeline.name, DATA_LOSS, gone)
+                f"{self.parts.pipeline.source} to go on from the log's start and record the skipped offsets in the "
+                "next snapshot, or run with --restore none to start over"
+            )
+        log.warning("pipeline %s: %s (on_data_loss: skip): %s", self.parts.pipeline.name, DATA_LOSS, gone)
         return {**positions, **{r.partition: r.end for r in lost}}, lost
 
     @staticmethod
-    def _targets(latest: dict[int, int], stops: dict[int, int] | None) -> dict[int, int]:
+    def targets(latest: dict[int, int], stops: dict[int, int] | None) -> dict[int, int]:
+        """The ends a run reads to: the ``latest`` offsets, no further than a bounded source's ``stops``."""
         if stops is None:
             return latest
         return {p: min(end, stops.get(p, end)) for p, end in latest.items()}

@@ -32,6 +32,7 @@ EPOCH_PHASES = ("spark", "merge", "sink", "state", "commit", "cleanup")  # see E
 @dataclass(frozen=True)
 class RunOptions:
     """How one run of a pipeline behaves (mode, restore point, parallelism, leases): the CLI's options."""
+
     mode: Mode = "until-caught-up"
     restore: str = "latest"
     parallelism: int | None = None
@@ -47,6 +48,7 @@ class RunOptions:
 @dataclass(frozen=True)
 class EpochReport:
     """One committed epoch's numbers, handed to ``on_epoch`` for the progress line and the run summary."""
+
     pipeline: str
     epoch: int
     snapshot_id: str
@@ -61,7 +63,7 @@ class EpochReport:
     state_reads: StateReads | None = None  # where owner tasks found the state they merged into (cache or store)
     state_bytes: int = 0  # every state file the snapshot references
     state_bytes_written: int = 0  # of which this epoch wrote (the incremental snapshot)
-    # Wall seconds of the epoch's phases, in commit order (see PipelineRunner._run_epoch, checkpoint.epoch_commit):
+    # Wall seconds of the epoch's phases, in commit order (see EpochCommit.run, checkpoint.epoch_commit):
     # spark (waiting for the Spark jobs: read Kafka, decode, transform, partial aggregate; they
     # start while the epoch before commits, see ReadAhead), merge (keyed state
     # merge and sink rows on the driver), sink (part files + _SUCCESS), state (state files),
@@ -105,11 +107,7 @@ class EpochRead:
     result_bytes: int | None = None  # task results the driver received (the Arrow path, with or without owners)
     # each source subtask's start-up checks (index, ok, detail) when the read ran them (runtime.startup)
     checks: list[tuple[int, bool, str]] | None = None
-
-    def state_reads(self) -> StateReads | None:
-        """Where the owner tasks found the previous state (None off owner tasks)."""
-        owned = [r.reads for r in self.flows.values() if isinstance(r, OwnedFlow)]
-        return sum(owned, StateReads()) if owned else None
+    state_reads: StateReads | None = None  # where the owner tasks found the previous state (None off owner tasks)
 
 
 @dataclass

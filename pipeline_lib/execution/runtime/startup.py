@@ -30,6 +30,8 @@ from pyspark.sql.types import StructType
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.transforms import apply_transforms
+from pipeline_lib.execution.runtime.fair_pools import pipeline_pool
+from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.execution.source.subtask_start import (  # noqa: F401  (names this module offers)
     SourceStart,
     SubtaskCheck,
@@ -54,8 +56,15 @@ class StartupError(PipelineError):
     """A subtask did not start; the message names it."""
 
 
-def start_source_subtasks(spark, kafka: str | KafkaConnection, source_vertex: str, topic: str, parallelism: int,
-                          timeout_s: float, pool: str | None = None) -> list[SubtaskCheck]:
+def start_source_subtasks(
+    spark,
+    kafka: str | KafkaConnection,
+    source_vertex: str,
+    topic: str,
+    parallelism: int,
+    timeout_s: float,
+    pool: str | None = None,
+) -> list[SubtaskCheck]:
     """One Spark task per source subtask, in the FAIR scheduler ``pool`` of its pipeline;
     cancelled (and reported) when the deadline passes."""
     sc = spark.sparkContext
@@ -82,9 +91,14 @@ def _timed_out(timeout_s: float, source_vertex: str) -> str:
     return f"start-up did not finish within {timeout_s:g}s: subtasks of {source_vertex} did not start on the executors"
 
 
-def start_pipeline(runner, spark, timeout_s: float, parse_schema: Callable[[], StructType],
-                   beside: Callable[[StructType, SourceStart | None], CarriedChecks | None] = lambda schema, c: None,
-                   checks_may_ride: bool = False) -> tuple[int, StructType]:
+def start_pipeline(
+    parts: PipelineParts,
+    spark,
+    timeout_s: float,
+    parse_schema: Callable[[], StructType],
+    beside: Callable[[StructType, SourceStart | None], CarriedChecks | None] = lambda schema, c: None,
+    checks_may_ride: bool = False,
+) -> tuple[int, StructType]:
     """Run every subtask's on_start; return how many started and the source schema, or raise
     StartupError. The driver parses the source schema and chooses the path (``parse_schema``),
     then calls ``beside(schema, checks)`` (the first epoch's read, or the warm-up).
@@ -94,17 +108,24 @@ def start_pipeline(runner, spark, timeout_s: float, parse_schema: Callable[[], S
     state on the driver), ``beside`` may hand ``checks`` to epoch 1's read, whose task *i* runs
     subtask *i*'s checks before reading, and return the wait for them; if it does not (nothing to
     read, another path), the start-up job runs then. Nothing ``beside`` starts may be merged or
-    commit before this returns."""
-    pipeline, p = runner.pipeline, runner.parallelism
+    commit before this returns. ``parts``: the pipeline's subtasks, flows and sinks."""
+    pipeline, p = parts.pipeline, parts.parallelism
     source_vertex = next(v for v in pipeline.vertices if v.kind == "source")
     started_at = time.monotonic()
-    kafka = runner.settings.require_kafka()
+    kafka = parts.settings.require_kafka()
     if checks_may_ride:
         schema = parse_schema()
-        carried = beside(schema, source_start(kafka, runner.topic, p, timeout_s))
+        carried = beside(schema, source_start(kafka, parts.topic, p, timeout_s))
         if carried is None:
-            checks = start_source_subtasks(spark, kafka, source_vertex.id, runner.topic, p,
-                                           max(1.0, timeout_s - (time.monotonic() - started_at)), pipeline.name)
+            checks = start_source_subtasks(
+                spark,
+                kafka,
+                source_vertex.id,
+                parts.topic,
+                p,
+                max(1.0, timeout_s - (time.monotonic() - started_at)),
+                pipeline.name,
+            )
         else:
             try:
                 rows = carried(max(0.0, timeout_s - (time.monotonic() - started_at)))
@@ -113,8 +134,16 @@ def start_pipeline(runner, spark, timeout_s: float, parse_schema: Callable[[], S
             checks = [SubtaskCheck(f"{source_vertex.id}#{i}", ok, detail) for i, ok, detail in sorted(rows)]
     else:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"on-start-{pipeline.name}") as pool:
-            source_checks = pool.submit(start_source_subtasks, spark, kafka, source_vertex.id, runner.topic, p,
-                                        timeout_s, pipeline.name)
+            source_checks = pool.submit(
+                start_source_subtasks,
+                spark,
+                kafka,
+                source_vertex.id,
+                parts.topic,
+                p,
+                timeout_s,
+                pipeline_pool(spark, pipeline.name),
+            )
             schema = parse_schema()  # an error here waits for the source subtasks' job (bounded by timeout_s)
             beside(schema, None)
             checks = source_checks.result()
@@ -122,7 +151,7 @@ def start_pipeline(runner, spark, timeout_s: float, parse_schema: Callable[[], S
     if failed:
         raise StartupError(failed)
     started = len(checks)
-    for flow in runner.flows:
+    for flow in parts.flows:
         name = flow.spec.name
         vertices = [v for v in pipeline.vertices if v.id.startswith(f"flow:{name}/")]
         current = vertices[0].id if vertices else f"flow:{name}"
@@ -133,7 +162,7 @@ def start_pipeline(runner, spark, timeout_s: float, parse_schema: Callable[[], S
             if flow.state is not None:
                 current = f"flow:{name}/state"
                 for i in range(p):
-                    key_group_range(i, p, runner.maxp)  # each subtask knows its key groups
+                    key_group_range(i, p, parts.maxp)  # each subtask knows its key groups
             current = f"flow:{name}/sink"
             flow.sink.store.exists("_SUCCESS")  # the sink's store answers (and accepts our credentials)
         except Exception as exc:

@@ -1,0 +1,112 @@
+"""The parts of one pipeline that a run works with, built once from the spec: its source, its
+flows with their sinks and keyed state, the dead-letter sink and the snapshot store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pipeline_lib.checkpoint import layout
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.errors import PipelineError
+from pipeline_lib.execution.runtime.runner_types import FlowRuntime, RunOptions, sink_digest, spec_fingerprint
+from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
+from pipeline_lib.execution.state.owner_task import CheckpointAt
+from pipeline_lib.graph import Pipeline
+from pipeline_lib.plan.offsets import EpochPlan
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.files_sink import FilesSink
+from pipeline_lib.spec.models import JobSpec, KafkaSourceSpec
+from pipeline_lib.storage import Location, ObjectStore, open_store, parse_location
+
+StoreOpener = Callable[[str | Location, ConnectionSettings], ObjectStore]
+
+
+@dataclass
+class PipelineParts:
+    """What every collaborator of a pipeline's runner reads (planner, restorer, path, commit):
+    built by ``from_spec``, or by a test from its own stores and sinks. ``flows`` hold the
+    keyed state, which the restore and the epochs move forward."""
+
+    job: JobSpec
+    pipeline: Pipeline
+    settings: ConnectionSettings
+    options: RunOptions
+    source: KafkaSourceSpec
+    snapshots: SnapshotStore
+    flows: list[FlowRuntime]
+    dead_letters: FilesSink | None
+    parallelism: int
+    maxp: int
+    fingerprint: str
+
+    @classmethod
+    def from_spec(
+        cls,
+        job: JobSpec,
+        pipeline: Pipeline,
+        settings: ConnectionSettings,
+        options: RunOptions,
+        opener: StoreOpener = open_store,
+    ) -> PipelineParts:
+        """The parts of ``pipeline`` of ``job``, each store opened with ``opener``."""
+        parallelism = options.parallelism or job.parallelism
+        maxp = job.checkpoint.max_parallelism
+        if not 1 <= parallelism <= maxp:
+            raise PipelineError(f"parallelism {parallelism} must be between 1 and max_parallelism {maxp}")
+        source = job.all_sources()[pipeline.source].kafka
+        source = source.model_copy(update={"key_encoding": job.key_encoding_of(pipeline.source)})
+        root = parse_location(job.checkpoint.store).child(layout.pipeline_root(pipeline.name))
+        snapshots = SnapshotStore(opener(root, settings), job.name, pipeline.name)
+        flows = []
+        for flow in job.all_flows():
+            if flow.source != pipeline.source:
+                continue
+            agg = flow.state.aggregate if flow.state else None
+            flows.append(
+                FlowRuntime(
+                    spec=flow,
+                    sink=FilesSink(opener(flow.sink.files.path, settings), flow.sink.files.format),
+                    state=KeyedAggregateState(agg.key, agg.functions(), maxp) if agg else None,
+                )
+            )
+        dead_letters = (
+            FilesSink(opener(parse_location(job.dead_letter.path).child(pipeline.name), settings), "jsonl")
+            if job.on_error == "dead_letter" and job.dead_letter
+            else None
+        )
+        return cls(
+            job,
+            pipeline,
+            settings,
+            options,
+            source,
+            snapshots,
+            flows,
+            dead_letters,
+            parallelism,
+            maxp,
+            spec_fingerprint(job),
+        )
+
+    @property
+    def topic(self) -> str:
+        """The Kafka topic the pipeline reads."""
+        return self.source.topic
+
+    @property
+    def tolerant(self) -> bool:
+        """Whether bad records are skipped or dead-lettered rather than failing the run."""
+        return self.job.on_error != "fail"
+
+    def sink_digest(self, plan: EpochPlan, kind: str) -> str:
+        """The digest an epoch's marker records (see ``runner_types.sink_digest``)."""
+        return sink_digest(plan, self.fingerprint, self.parallelism, kind)
+
+    def checkpoint_at(self) -> CheckpointAt:
+        """Where executors find the pipeline's checkpoint (owner tasks, the restore's verification)."""
+        return CheckpointAt(self.job.checkpoint.store, self.job.name, self.pipeline.name, self.settings)
+
+    def key_groups_per_file(self, keys: int) -> int:
+        """The key groups of one state file for a state of ``keys`` keys."""
+        return self.job.checkpoint.state_file_key_groups(keys)

@@ -1,0 +1,151 @@
+"""The Spark SQL path's two epoch paths: a flow's transforms and its ``groupBy`` run as Spark SQL
+over the epoch's rows; the keyed state lives on the driver or on owner tasks (owner_epochs)."""
+
+from __future__ import annotations
+
+from pyspark import StorageLevel
+from pyspark.sql import functions as F
+
+from pipeline_lib.execution.engine.aggregate import epoch_partials, partials_frame
+from pipeline_lib.execution.engine.transforms import apply_transforms
+from pipeline_lib.execution.runtime.driver_state import DriverState
+from pipeline_lib.execution.runtime.epoch_path import FlowResult, OwnerTasks, Writers
+from pipeline_lib.execution.runtime.owner_state import OwnerState
+from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
+from pipeline_lib.execution.source.epoch_reader import bad_records_frame, read_tasks
+from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
+from pipeline_lib.execution.source.subtask_start import SourceStart
+from pipeline_lib.execution.state.owner_epochs import OwnerEpochs
+from pipeline_lib.execution.state.owner_task import StateReads
+from pipeline_lib.plan.offsets import EpochPlan
+from pipeline_lib.sink.task_parts import WRITTEN_DDL, WriteRows, WrittenParts, collected
+
+
+class SparkSqlOnDriver:
+    """The Spark SQL path with keyed state on the driver: each stateful flow's partials
+    (Spark's ``groupBy().agg()``) are collected for the driver's merge."""
+
+    name = "Spark SQL path"
+    carries_checks = False
+
+    def __init__(self, flows: list[FlowRuntime], tolerant: bool, state: DriverState):
+        self.flows, self.tolerant, self.state = flows, tolerant, state
+
+    def read(
+        self,
+        spark,
+        reader: KafkaRangeReader,
+        plan: EpochPlan,
+        writers: Writers,
+        owners: OwnerTasks,
+        start: SourceStart | None = None,
+    ) -> EpochRead:
+        """The epoch's rows read once for every flow; stateless flows written by the tasks."""
+        assert start is None, "only the Arrow path's read runs the start-up checks"
+        bad, results, _ = _spark_sql_epoch(spark, reader, self.flows, self.tolerant, writers, None)
+        return EpochRead(plan, bad, results, 0)
+
+    def warm_up(self, spark, reader: KafkaRangeReader, writers: Writers, owners: OwnerTasks) -> None:
+        """Each flow's query over no rows (a flow with a Python hook: only the read)."""
+        _spark_sql_warm_up(read_tasks(spark, reader), self.flows, self.tolerant)
+
+
+class SparkSqlOnOwners:
+    """The Spark SQL path with keyed state on owner tasks: each partition of a flow's ``groupBy``
+    is cut by owner, shuffled to the owner tasks, merged and written there (one job for every
+    stateful flow)."""
+
+    name = "Spark SQL path with keyed state on owner tasks"
+    carries_checks = False
+
+    def __init__(self, owner_epochs: OwnerEpochs, flows: list[FlowRuntime], tolerant: bool, state: OwnerState):
+        self.owner_epochs, self.flows, self.tolerant, self.state = owner_epochs, flows, tolerant, state
+
+    def read(
+        self,
+        spark,
+        reader: KafkaRangeReader,
+        plan: EpochPlan,
+        writers: Writers,
+        owners: OwnerTasks,
+        start: SourceStart | None = None,
+    ) -> EpochRead:
+        """The epoch's rows read once for every flow; the stateful flows' partials to their owners."""
+        assert start is None, "only the Arrow path's read runs the start-up checks"
+
+        def to_owners(partials: dict[int, object]) -> tuple[dict[int, FlowResult], int, StateReads | None]:
+            owned, received = self.owner_epochs.own_partials(spark, partials, owners)  # type: ignore[arg-type]
+            reads = sum((o.reads for o in owned.values()), StateReads()) if owned else None
+            return dict(owned), received, reads
+
+        bad, results, (received, reads) = _spark_sql_epoch(spark, reader, self.flows, self.tolerant, writers, to_owners)
+        return EpochRead(plan, bad, results, received, state_reads=reads)
+
+    def warm_up(self, spark, reader: KafkaRangeReader, writers: Writers, owners: OwnerTasks) -> None:
+        """Each flow's query over no rows, its partials at the driver (no owner task runs)."""
+        _spark_sql_warm_up(read_tasks(spark, reader), self.flows, self.tolerant)
+
+
+def read_on_driver(
+    spark, reader: KafkaRangeReader, flows: list[FlowRuntime], tolerant: bool, writers: Writers
+) -> tuple[WrittenParts | None, dict[str, FlowResult]]:
+    """An epoch read as ``SparkSqlOnDriver`` reads it, without a plan or a pipeline (pipeline_lib.testing)."""
+    bad, results, _ = _spark_sql_epoch(spark, reader, flows, tolerant, writers, None)
+    return bad, results
+
+
+def _spark_sql_epoch(
+    spark, reader: KafkaRangeReader, flows: list[FlowRuntime], tolerant: bool, writers: Writers, to_owners
+) -> tuple[WrittenParts | None, dict[str, FlowResult], tuple[int, StateReads | None]]:
+    """Read the epoch's rows (once for all flows of the pipeline and its bad records), write the
+    bad records and the stateless flows' rows in the tasks, and give each stateful flow's
+    partials to the driver, or with ``to_owners`` to the owner tasks."""
+    df = read_tasks(spark, reader)
+    shared = len(flows) > 1 or tolerant
+    if shared:
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        bad = None
+        if tolerant:
+            bad = collected(
+                bad_records_frame(df)
+                .mapInArrow(WriteRows(writers.dead_letters, bad_records=True), WRITTEN_DDL)
+                .toArrow()
+            )
+            df = df.filter(F.col("_error").isNull()).drop("_error", "_raw")
+        results: dict[str, FlowResult] = {}
+        partials = {}
+        for index, (flow, writer) in enumerate(zip(flows, writers.flows)):
+            where = f"flow {flow.spec.name}: " if len(flows) > 1 else ""
+            rows = apply_transforms(df, flow.spec.transforms, where=where)
+            if not flow.stateful:
+                results[flow.spec.name] = collected(rows.mapInArrow(WriteRows(writer), WRITTEN_DDL).toArrow())
+                continue
+            assert flow.spec.state is not None
+            if to_owners is None:
+                results[flow.spec.name] = epoch_partials(rows, flow.spec.state.aggregate)
+            else:
+                partials[index] = partials_frame(rows, flow.spec.state.aggregate)
+        received, reads = 0, None
+        if partials:
+            owned, received, reads = to_owners(partials)
+            results.update({flows[index].spec.name: result for index, result in owned.items()})
+        return bad, {flow.spec.name: results[flow.spec.name] for flow in flows}, (received, reads)
+    finally:
+        if shared:
+            df.unpersist()
+
+
+def _spark_sql_warm_up(df, flows: list[FlowRuntime], tolerant: bool) -> None:
+    """The Spark SQL path's queries over no rows: a Python transform hook is never called for it."""
+    if tolerant:
+        df = df.drop("_error", "_raw")
+    for flow in flows:
+        if any(t.python is not None for t in flow.spec.transforms):
+            df.toArrow()  # only the read: user hooks run for real epochs only
+            continue
+        out = apply_transforms(df, flow.spec.transforms)
+        if flow.spec.state is not None:
+            epoch_partials(out, flow.spec.state.aggregate)
+        else:
+            out.toArrow()
