@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test full compose unit e2e cluster airflow airflow-up bench bench-restore bench-cluster soak mutation lint typecheck clean
+.PHONY: install demo test full compose format unit e2e cluster airflow airflow-up bench bench-restore bench-cluster soak mutation lint typecheck clean
 N ?= 100
 SOAK_ARGS ?= --cluster 2
 BENCH_ARGS ?=
@@ -80,9 +80,13 @@ soak: install
 mutation: install
 	$(BIN)/python tools/mutation.py $(MUTATION_ARGS)
 
-# Lint (rules in pyproject.toml's [tool.ruff]); `ruff format` is not used: see [tool.ruff.format].
+# Lint (rules in pyproject.toml's [tool.ruff]) and formatting (`ruff format`; `make format` applies it).
 lint: install
 	$(BIN)/ruff check pipeline_lib tests tools dags plugins benchmarks testing_servers
+	$(BIN)/ruff format --check pipeline_lib tests tools dags plugins benchmarks testing_servers
+
+format: install
+	$(BIN)/ruff format pipeline_lib tests tools dags plugins benchmarks testing_servers
 
 # Types (pyproject.toml's [tool.mypy]: strict for spec, plan, checkpoint and storage), with the checkout's
 # benchmarks and test servers.

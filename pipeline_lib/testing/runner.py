@@ -76,6 +76,8 @@ def run_on_records(
     keep it out of the tables (``dead_letter``: in ``dead_letters``). ``workdir``: where the
     sinks go (default: a new temporary directory, kept for the caller). ``spark``: a local
     SparkSession to reuse (a test suite's fixture); by default one is started and stopped."""
+    import pyarrow as pa
+
     from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
     from pipeline_lib.execution.engine.spark_session import start_spark
     from pipeline_lib.execution.runtime.epoch_path import Writers
