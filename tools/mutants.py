@@ -216,13 +216,6 @@ MUTANTS: list[Mutant] = [
         "an epoch's clean-up removes older attempts' dead-letter parts as well as the flows'",
     ),
     Mutant(
-        "marker-legacy-writer-zero",
-        SINK,
-        "max((_writer_of(f.key) or 0 for f in self.files), default=0)",
-        "0",
-        "a marker without the attempt field takes its writer from its part names",
-    ),
-    Mutant(
         "stale-parts-ignores-newer-marker",
         SINK,
         "current is None or current.writer() > attempt",

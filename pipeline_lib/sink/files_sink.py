@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from pipeline_lib.checkpoint.manifest import FileRef, Frozen, SinkCommit, sha256_hex
 from pipeline_lib.errors import FencedError, NotFound
@@ -42,14 +42,11 @@ class SuccessMarker(Frozen):
     epoch: int
     digest: str
     files: list[FileRef]
-    attempt: int | None = None  # the attempt that wrote it (None: a marker that predates the field)
+    attempt: int = Field(ge=0)  # the attempt that wrote it
 
     def writer(self) -> int:
-        """The attempt that wrote this marker; for markers without the field, the newest attempt
-        named by its part files (0 when it lists none)."""
-        if self.attempt is not None:
-            return self.attempt
-        return max((_writer_of(f.key) or 0 for f in self.files), default=0)  # guard: marker-legacy-writer-zero
+        """The attempt that wrote this marker: a newer one fences every older attempt's writes."""
+        return self.attempt
 
 
 def _writer_of(key: str) -> int | None:

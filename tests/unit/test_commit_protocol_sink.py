@@ -7,8 +7,6 @@ marker of a newer attempt fences every older writer, whose clean-up then deletes
 
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 import pytest
 
@@ -128,36 +126,6 @@ def test_clean_up_deletes_nothing_once_a_newer_attempt_owns_the_epoch(tmp_path):
     before = sink.store.list("epoch=1/")
     sink.remove_stale_parts(commit, attempt=2)  # attempt 2 is the zombie now
     assert sink.store.list("epoch=1/") == before
-
-
-def _legacy_marker(sink: FilesSink, attempts: list[int]) -> bytes:
-    """A marker written before markers recorded their attempt: the writer is read from part names."""
-    files = [
-        {"key": f"epoch=1/part-{i:05d}-a{a}.jsonl", "rows": 1, "bytes": 3, "sha256": "x"}
-        for i, a in enumerate(attempts)
-    ]
-    data = json.dumps({"epoch": 1, "digest": "legacy", "files": files}).encode()
-    for f in files:
-        sink.store.put(f["key"], b"{}\n")
-    sink.store.put(MARKER, data)
-    return data
-
-
-def test_a_legacy_marker_takes_its_writer_from_its_part_names(tmp_path):
-    sink = sink_on(tmp_path)
-    data = _legacy_marker(sink, [3, 1])
-    assert marker(sink).attempt is None and marker(sink).writer() == 3
-    with pytest.raises(FencedError, match="committed by attempt 3"):
-        sink.write_epoch(1, "digest-2", parts(2), attempt=2)
-    stale = SinkCommit(location=sink.location, epoch=1, marker=MARKER, files=[])
-    sink.store.put("epoch=1/part-00009-a1.jsonl", b"{}\n")
-    sink.remove_stale_parts(stale, attempt=2)
-    assert sink.store.get(MARKER) == data and sink.store.exists("epoch=1/part-00009-a1.jsonl")
-    empty = sink_on(tmp_path / "empty")
-    _legacy_marker(empty, [])
-    assert marker(empty).writer() == 0
-    empty.write_epoch(1, "digest-1", parts(1), attempt=1)
-    assert marker(empty).attempt == 1
 
 
 def test_a_start_over_loses_to_a_marker_committed_while_it_retracts(tmp_path):
