@@ -1,12 +1,12 @@
 """Docker Compose v2, built from its Go module, installed as the test engine's CLI plugin.
 
-Debian's ``docker-compose`` is 1.29 (Python, no ``service_completed_successfully`` semantics as
-v2 has them, no ``!reset``); users run ``docker compose``, the Go v2 plugin. The Go module proxy
-serves ``github.com/docker/compose/v2`` at the pinned VERSION; its go.mod has ``exclude``
-directives, which ``go install module@version`` refuses, so the module is downloaded
-(``go mod download``, checked against the checksum database) and built in a copy of it, as
-compose's own Makefile does (``./cmd``, the version in ``internal.Version``). The binary is cached
-(no binary in git) and copied to ``$DOCKER_CONFIG/cli-plugins/docker-compose`` of the engine.
+Debian's ``docker-compose`` is 1.29, the Python v1 (no ``!reset``, which the test's override
+needs); users run ``docker compose``, the Go v2 plugin. The Go module proxy serves
+``github.com/docker/compose/v2`` at the pinned VERSION; its go.mod has ``exclude`` directives,
+which ``go install module@version`` refuses, so the module is downloaded (``go mod download``,
+checked against the checksum database) and built in a copy of it, as compose's own Makefile does
+(``./cmd``, the version in ``internal.Version``). The binary is cached (no binary in git) and
+copied to ``$DOCKER_CONFIG/cli-plugins/docker-compose`` of the engine.
 """
 
 from __future__ import annotations

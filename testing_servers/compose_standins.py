@@ -305,7 +305,7 @@ class ImageBuilder:
             build()
             tarball.parent.mkdir(parents=True, exist_ok=True)
             for stale in tarball.parent.glob(tarball.name.rsplit("-", 1)[0] + "-*.tar"):
-                stale.unlink()  # the same image's earlier inputs
+                stale.unlink()  # the same image built from other inputs
             staging = tarball.with_suffix(".tmp")
             self.engine.docker("save", "-o", str(staging), image, timeout=1800)
             staging.rename(tarball)

@@ -11,6 +11,7 @@ has exited 0, and on the way out runs ``docker compose down -v`` and stops the e
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 import time
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import requests
 import yaml
 
@@ -84,8 +86,29 @@ class ComposeStack:
         rows = [json.loads(line) for line in out.splitlines() if line.strip()]
         return {row["Service"]: row for row in rows}
 
+    def non_loopback_sockets(self) -> list[str]:
+        """Sockets of the containers' processes (this engine's cgroups) bound or connected to an
+        address other than loopback, a wildcard listener included: there must be none."""
+        found = []
+        for conn in psutil.net_connections(kind="inet"):
+            if not conn.pid or all(_loopback(a.ip) for a in (conn.laddr, conn.raddr) if a):
+                continue
+            try:
+                cgroup = Path(f"/proc/{conn.pid}/cgroup").read_text()
+            except OSError:
+                continue
+            if "docker" in cgroup:
+                found.append(f"pid {conn.pid} {conn.status} {conn.laddr} -> {conn.raddr or '-'}")
+        return found
+
     def logs(self, *services: str, tail: int = 60) -> str:
         return self.compose("logs", "--no-color", "--tail", str(tail), *services, timeout=120, check=False).stdout
+
+
+def _loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip.split("%")[0])
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or bool(mapped and mapped.is_loopback)
 
 
 def _ready(stack: ComposeStack) -> tuple[bool, list[str]]:

@@ -38,10 +38,8 @@ SCHEDULER_HEALTH = "airflow-scheduler"
 
 
 class _Reset:
-    """Compose's ``!reset`` tag: the override removes the base file's value."""
-
-    def __init__(self, empty: Any) -> None:
-        self.empty = empty
+    """Compose's ``!reset []``: the override removes the base file's list (the published ports,
+    which mean nothing on the host's network)."""
 
 
 class _Dumper(yaml.SafeDumper):
@@ -49,9 +47,7 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _represent_reset(dumper: yaml.SafeDumper, value: _Reset) -> yaml.Node:
-    if isinstance(value.empty, list):
-        return dumper.represent_sequence("!reset", [])
-    return dumper.represent_scalar("!reset", "null")
+    return dumper.represent_sequence("!reset", [])
 
 
 _Dumper.add_representer(_Reset, _represent_reset)
@@ -103,9 +99,7 @@ class HostNetwork:
             "extra_hosts": [f"{other}:{LOCALHOST}" for other in sorted(self.services)],
         }
         if service.get("ports"):
-            override["ports"] = _Reset([])
-        if service.get("hostname"):  # Docker refuses a hostname of its own on the host's network
-            override["hostname"] = _Reset(None)
+            override["ports"] = _Reset()
         env = env_of(service)
         changed = {k: new for k, v in env.items() if (new := self.rewrite(v)) != v}
         if changed:

@@ -105,6 +105,8 @@ def test_the_compose_job_survives_a_killed_driver_in_the_scheduler_container(sta
     for name in NAMESPACES:
         assert job_ns[name] != seen["container"][name], f"the job shares the scheduler container's {name} namespace"
 
+    assert not stack.non_loopback_sockets(), stack.non_loopback_sockets()  # the job, Spark and every service
+
     # SIGKILL to the driver's process group (the holder, the job, its JVM and Python workers).
     stack.exec(SCHEDULER, "python", "-c", "import os, signal, sys; os.killpg(os.getpgid(int(sys.argv[1])), 9)",
                str(running.pid))
@@ -143,6 +145,7 @@ def test_the_compose_job_survives_a_killed_driver_in_the_scheduler_container(sta
                and "ACCESS_KEY" not in k]
     for text in (log, airflow.task_log(DAG, relaunch, "run_job"), json.dumps(summary)):
         assert not any(s in text for s in secrets)
+    assert not stack.non_loopback_sockets(), stack.non_loopback_sockets()
 
 
 # util-linux's unshare with the namespaces job_isolation.py asks for.
