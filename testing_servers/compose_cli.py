@@ -41,8 +41,14 @@ def fetch_compose(timeout: float = 1800.0) -> Path:
     staging = Path(tempfile.mkdtemp(prefix="compose-", dir=target.parent.parent))
     try:
         go = _go()
-        done = subprocess.run([go, "mod", "download", "-json", f"{MODULE}@{VERSION}"], env=env, capture_output=True,
-                              text=True, timeout=timeout, check=False)
+        done = subprocess.run(
+            [go, "mod", "download", "-json", f"{MODULE}@{VERSION}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if done.returncode != 0:
             raise EngineError(f"go mod download {MODULE}@{VERSION} failed:\n{(done.stdout + done.stderr)[-3000:]}")
         source = staging / "src"
@@ -51,10 +57,26 @@ def fetch_compose(timeout: float = 1800.0) -> Path:
             if not path.is_symlink():
                 path.chmod(path.stat().st_mode | 0o200)
         built = subprocess.run(
-            ["nice", "-n", "10", go, "build", "-trimpath",
-             "-ldflags", f"-s -w -X {MODULE}/internal.Version={VERSION}",
-             "-o", str(staging / "docker-compose"), "./cmd"],
-            cwd=source, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+            [
+                "nice",
+                "-n",
+                "10",
+                go,
+                "build",
+                "-trimpath",
+                "-ldflags",
+                f"-s -w -X {MODULE}/internal.Version={VERSION}",
+                "-o",
+                str(staging / "docker-compose"),
+                "./cmd",
+            ],
+            cwd=source,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if built.returncode != 0:
             raise EngineError(f"building {MODULE}@{VERSION} failed:\n{(built.stdout + built.stderr)[-3000:]}")
         shutil.rmtree(source)

@@ -64,17 +64,26 @@ class ComposeStack:
 
     @property
     def compose_args(self) -> list[str]:
-        return ["compose", "-f", str(COMPOSE_FILE), "-f", str(self.root / "host-network.yml"),
-                "--env-file", str(self.root / ".env")]
+        return [
+            "compose",
+            "-f",
+            str(COMPOSE_FILE),
+            "-f",
+            str(self.root / "host-network.yml"),
+            "--env-file",
+            str(self.root / ".env"),
+        ]
 
     def compose(self, *args: str, timeout: float = 600.0, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.engine.docker(*self.compose_args, *args, timeout=timeout, check=check)
 
-    def exec(self, service: str, *command: str, user: str | None = None, timeout: float = 120.0,
-             check: bool = True) -> subprocess.CompletedProcess[str]:
+    def exec(
+        self, service: str, *command: str, user: str | None = None, timeout: float = 120.0, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         """``docker compose exec -T SERVICE COMMAND`` (as the image's user unless ``user``)."""
-        return self.compose("exec", "-T", *(["--user", user] if user else []), service, *command,
-                            timeout=timeout, check=check)
+        return self.compose(
+            "exec", "-T", *(["--user", user] if user else []), service, *command, timeout=timeout, check=check
+        )
 
     def port(self, fixed: int) -> int:
         """The free port the test gave the compose file's ``fixed`` port."""
@@ -126,8 +135,9 @@ def _ready(stack: ComposeStack) -> tuple[bool, list[str]]:
             else:
                 waiting.append(f"{name}: {row['State']}")
         elif row.get("Health") != "healthy":
-            assert row["State"] in ("running", "created", "restarting"), \
+            assert row["State"] in ("running", "created", "restarting"), (
                 f"{name} is {row['State']}:\n{stack.logs(name)}"
+            )
             waiting.append(f"{name}: {row['State']} {row.get('Health')}")
     return not waiting, waiting
 
@@ -163,8 +173,12 @@ def running_stack(root: Path, log: Any = print, ready_timeout: float = 900.0) ->
                     raise AssertionError(f"the stack is not up after {ready_timeout:.0f} s: {ready[1]}\n{stack.logs()}")
                 time.sleep(3)
             timings["compose up to healthy"] = time.monotonic() - mark
-            stack.airflow = ComposeAirflow(f"http://127.0.0.1:{stack.port(8080)}", dotenv["AIRFLOW_ADMIN_USERNAME"],
-                                           dotenv["AIRFLOW_ADMIN_PASSWORD"], root)
+            stack.airflow = ComposeAirflow(
+                f"http://127.0.0.1:{stack.port(8080)}",
+                dotenv["AIRFLOW_ADMIN_USERNAME"],
+                dotenv["AIRFLOW_ADMIN_PASSWORD"],
+                root,
+            )
             yield stack
         except BaseException:
             (root / "compose-logs.txt").write_text(stack.logs(tail=400))

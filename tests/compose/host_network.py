@@ -78,8 +78,9 @@ class HostNetwork:
                 conn["port"] = self.port(int(conn["port"]))
             return json.dumps(conn)
         hosts = "|".join(re.escape(h) for h in [*self.names, "localhost"])
-        value = re.sub(rf"(?<![\w.-])({hosts}):(\d+)(?!\d)", lambda m: f"{m.group(1)}:{self.port(int(m.group(2)))}",
-                       value)
+        value = re.sub(
+            rf"(?<![\w.-])({hosts}):(\d+)(?!\d)", lambda m: f"{m.group(1)}:{self.port(int(m.group(2)))}", value
+        )
         return re.sub(r"(\w+)://:(\d+)", lambda m: f"{m.group(1)}://{LOCALHOST}:{self.port(int(m.group(2)))}", value)
 
     def rewrite_command(self, command: list[str]) -> list[str]:
@@ -88,8 +89,11 @@ class HostNetwork:
             if i and command[i - 1] in PORT_OPTIONS:
                 host, _, port = word.rpartition(":")
                 if port.isdigit():
-                    word = f"{LOCALHOST if host in ('', '0.0.0.0') else host}:{self.port(int(port))}" \
-                        if ":" in word else str(self.port(int(port)))
+                    word = (
+                        f"{LOCALHOST if host in ('', '0.0.0.0') else host}:{self.port(int(port))}"
+                        if ":" in word
+                        else str(self.port(int(port)))
+                    )
             out.append(self.rewrite(word))
         return out
 
@@ -105,8 +109,12 @@ class HostNetwork:
         if changed:
             override["environment"] = changed
         for key in ("command", "entrypoint"):
-            if isinstance(service.get(key), str) and "\n" in service[key] or \
-                    isinstance(service.get(key), list) and any("\n" in str(w) for w in service[key]):
+            if (
+                isinstance(service.get(key), str)
+                and "\n" in service[key]
+                or isinstance(service.get(key), list)
+                and any("\n" in str(w) for w in service[key])
+            ):
                 words = service[key] if isinstance(service[key], list) else [service[key]]
                 new_words = [self.rewrite(str(w)) for w in words]
             else:
@@ -141,8 +149,9 @@ def _add_test_settings(overrides: dict[str, Any], services: dict[str, Any], netw
     for name, service in services.items():
         env = env_of(service)
         if "AIRFLOW__CORE__EXECUTOR" in env:
-            overrides[name].setdefault("environment", {}).update({
-                "PIPELINE_RECOVERY_SCHEDULE": "none", "PIPELINE_VERIFY_SCHEDULE": "none"})
+            overrides[name].setdefault("environment", {}).update(
+                {"PIPELINE_RECOVERY_SCHEDULE": "none", "PIPELINE_VERIFY_SCHEDULE": "none"}
+            )
         if command_of(service)[:1] in (["scheduler"], ["triggerer"]):  # their log servers bind every address
             overrides[name]["command"] = [*command_of(service), "--skip-serve-logs"]
         if "SPARK_AUTH_SECRET" in env:  # the Spark driver (scheduler), master and worker
@@ -151,9 +160,12 @@ def _add_test_settings(overrides: dict[str, Any], services: dict[str, Any], netw
     api["command"] = [*api.get("command", command_of(services["airflow-apiserver"])), "--host", LOCALHOST]
     health = re.search(r"localhost:(\d+)/health", " ".join(overrides[SCHEDULER_HEALTH]["healthcheck"]["test"]))
     assert health, overrides[SCHEDULER_HEALTH]
-    overrides[SCHEDULER_HEALTH]["environment"].update({
-        "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": health.group(1),
-        "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST": LOCALHOST})
+    overrides[SCHEDULER_HEALTH]["environment"].update(
+        {
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": health.group(1),
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST": LOCALHOST,
+        }
+    )
 
 
 def write_override(path: Path, override: dict[str, Any]) -> Path:

@@ -66,11 +66,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
 def job_settings(stack: ComposeStack) -> ConnectionSettings:
     """The job's own MinIO user, as the scheduler's connection names it, on the host's port."""
     env = stack.dotenv
-    return ConnectionSettings.from_env({
-        "PIPELINE_S3_ENDPOINT": f"http://127.0.0.1:{stack.port(9000)}",
-        "PIPELINE_S3_ACCESS_KEY": env["PIPELINE_S3_SPEND_PER_USER_ACCESS_KEY"],
-        "PIPELINE_S3_SECRET_KEY": env["PIPELINE_S3_SPEND_PER_USER_SECRET_KEY"],
-        "PIPELINE_S3_REGION": env["PIPELINE_S3_REGION"]})
+    return ConnectionSettings.from_env(
+        {
+            "PIPELINE_S3_ENDPOINT": f"http://127.0.0.1:{stack.port(9000)}",
+            "PIPELINE_S3_ACCESS_KEY": env["PIPELINE_S3_SPEND_PER_USER_ACCESS_KEY"],
+            "PIPELINE_S3_SECRET_KEY": env["PIPELINE_S3_SPEND_PER_USER_SECRET_KEY"],
+            "PIPELINE_S3_REGION": env["PIPELINE_S3_REGION"],
+        }
+    )
 
 
 def status(settings: ConnectionSettings):
@@ -91,8 +94,12 @@ def test_the_compose_job_survives_a_killed_driver_in_the_scheduler_container(sta
 
     started = time.monotonic()
     run_id = airflow.trigger(DAG, {"mode": "until_caught_up", "lease_seconds": 4})
-    running = wait_for(lambda: (s := status(settings)) and s.state == "RUNNING" and s.epoch >= 1 and s, 900,
-                       "the run to commit epoch 1", interval=1)
+    running = wait_for(
+        lambda: (s := status(settings)) and s.state == "RUNNING" and s.epoch >= 1 and s,
+        900,
+        "the run to commit epoch 1",
+        interval=1,
+    )
     assert running.launch.launched_by == f"airflow:{DAG}/{run_id}"
     print(f"triggered to epoch {running.epoch} committed: {time.monotonic() - started:.1f} s")
 
@@ -108,8 +115,13 @@ def test_the_compose_job_survives_a_killed_driver_in_the_scheduler_container(sta
     assert not stack.non_loopback_sockets(), stack.non_loopback_sockets()  # the job, Spark and every service
 
     # SIGKILL to the driver's process group (the holder, the job, its JVM and Python workers).
-    stack.exec(SCHEDULER, "python", "-c", "import os, signal, sys; os.killpg(os.getpgid(int(sys.argv[1])), 9)",
-               str(running.pid))
+    stack.exec(
+        SCHEDULER,
+        "python",
+        "-c",
+        "import os, signal, sys; os.killpg(os.getpgid(int(sys.argv[1])), 9)",
+        str(running.pid),
+    )
     assert airflow.wait_for_run(DAG, run_id, timeout=300) == "failed"
     log = airflow.task_log(DAG, run_id, "run_job")
     master = f"spark://spark-master:{stack.port(7077)}"
@@ -128,11 +140,15 @@ def test_the_compose_job_survives_a_killed_driver_in_the_scheduler_container(sta
     print(f"the relaunch, restored from {summary['restored_from']}, to its end: {time.monotonic() - started:.1f} s")
     assert summary["restored_from"] == decision["restore_from"] and summary["restored_from"]
 
-    assert result_table({"PIPELINE_S3_ENDPOINT": settings.s3_endpoint,
-                         "PIPELINE_S3_ACCESS_KEY": settings.s3_access_key.get_secret_value(),
-                         "PIPELINE_S3_SECRET_KEY": settings.s3_secret_key.get_secret_value(),
-                         "PIPELINE_S3_REGION": settings.s3_region},
-                        SPEC.sink.files.path) == spend_per_user(events)
+    assert result_table(
+        {
+            "PIPELINE_S3_ENDPOINT": settings.s3_endpoint,
+            "PIPELINE_S3_ACCESS_KEY": settings.s3_access_key.get_secret_value(),
+            "PIPELINE_S3_SECRET_KEY": settings.s3_secret_key.get_secret_value(),
+            "PIPELINE_S3_REGION": settings.s3_region,
+        },
+        SPEC.sink.files.path,
+    ) == spend_per_user(events)
     final = status(settings)
     assert final.state == "STOPPED" and final.attempt == running.attempt + 1
 
@@ -141,8 +157,11 @@ def test_the_compose_job_survives_a_killed_driver_in_the_scheduler_container(sta
     [job] = [j for j in overview["jobs"] if j["name"] == JOB]
     [view] = job["pipelines"]
     assert (view["status"], view["latest_snapshot"]) == ("STOPPED", summary["last_snapshot"]), view
-    secrets = [v for k, v in stack.dotenv.items() if k.endswith(("PASSWORD", "SECRET_KEY", "_KEY", "SECRET"))
-               and "ACCESS_KEY" not in k]
+    secrets = [
+        v
+        for k, v in stack.dotenv.items()
+        if k.endswith(("PASSWORD", "SECRET_KEY", "_KEY", "SECRET")) and "ACCESS_KEY" not in k
+    ]
     for text in (log, airflow.task_log(DAG, relaunch, "run_job"), json.dumps(summary)):
         assert not any(s in text for s in secrets)
     assert not stack.non_loopback_sockets(), stack.non_loopback_sockets()
@@ -162,8 +181,19 @@ def test_the_scheduler_isolates_jobs_only_with_its_security_options(stack: Compo
     image, options = scheduler["image"], scheduler["security_opt"]
 
     def run(*args: str, entrypoint: str, security: list[str]) -> tuple[int, str]:
-        done = stack.engine.docker("run", "--rm", "--network", "host", "--entrypoint", entrypoint,
-                                   *(f"--security-opt={o}" for o in security), image, *args, check=False, timeout=300)
+        done = stack.engine.docker(
+            "run",
+            "--rm",
+            "--network",
+            "host",
+            "--entrypoint",
+            entrypoint,
+            *(f"--security-opt={o}" for o in security),
+            image,
+            *args,
+            check=False,
+            timeout=300,
+        )
         return done.returncode, (done.stdout + done.stderr).strip()
 
     assert run("-c", _PROBE, entrypoint="python", security=options) == (0, "True")
