@@ -312,13 +312,13 @@ def test_the_schemas_built_in_python_equal_sparks_analysis(spark, tolerant):
     shape, the bad records, and the session's Arrow string types."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from pipeline_lib.execution.engine.worker_aggregation import _large_var_types, _python_schemas
+    from pipeline_lib.execution.engine.arrow_fit import large_var_types, python_schemas
 
     large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes") == "true"
-    assert _large_var_types(spark) == large
+    assert large_var_types(spark) == large
     schema = source_schema(spark, _source("any"), tolerant=tolerant)
     flows = [FlowSpec.model_validate({"source": "main", "sink": SINK, **f}) for f in FLOWS]
-    built = _python_schemas(schema, flows, tolerant)
+    built = python_schemas(schema, flows, tolerant)
     assert built is not None
     df = spark.createDataFrame([], schema)
     good = df.drop("_error", "_raw") if tolerant else df

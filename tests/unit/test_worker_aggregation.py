@@ -16,6 +16,7 @@ from pyspark.sql import types as T
 from pipeline_lib.checkpoint.manifest import FileRef, sha256_hex
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine import worker_aggregation as wa
+from pipeline_lib.execution.engine.arrow_fit import needs_spark
 from pipeline_lib.execution.engine.worker_aggregation import EpochInWorker, FlowInWorker, bad_records
 from pipeline_lib.execution.source.epoch_reader import DEAD_LETTER_RAW_BYTES
 from pipeline_lib.settings import ConnectionSettings
@@ -338,7 +339,7 @@ FIELDS = {
     ],
 )
 def test_flows_the_two_paths_could_treat_differently_take_spark_s(over, why):
-    assert why in wa._needs_spark(_flow(**over), FIELDS)
+    assert why in needs_spark(_flow(**over), FIELDS)
 
 
 @pytest.mark.parametrize(
@@ -357,7 +358,7 @@ def test_flows_the_two_paths_could_treat_differently_take_spark_s(over, why):
     ],
 )
 def test_flows_without_transforms_over_exact_types_take_the_arrow_path(over):
-    assert wa._needs_spark(_flow(**over), FIELDS) is None
+    assert needs_spark(_flow(**over), FIELDS) is None
 
 
 def test_wide_rows_are_cut_into_blobs_by_bytes_too(monkeypatch):

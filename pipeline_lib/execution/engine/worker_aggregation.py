@@ -10,7 +10,7 @@ through a plain RDD job: nothing of Spark SQL (its session state, planning, code
 is needed, which on a short scheduled run is seconds of start-up.
 
 The result is the one the Spark path gives: it is cast to the Arrow schema Spark gives that
-query (built in Python by Spark's typing rules, ``_python_schemas``, which a test holds equal to
+query (built in Python by Spark's typing rules, ``arrow_fit.python_schemas``, which a test holds equal to
 Spark's own analysis; Spark analyses it when a name repeats), and a flow whose types the two could
 treat differently takes the Spark path: floating-point or decimal keys (Spark folds -0.0 into 0.0
 and every NaN into one key), min/max over floating point (Spark orders NaN above every number) or
@@ -35,6 +35,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.aggregate import partials_frame
+from pipeline_lib.execution.engine.arrow_fit import large_var_types, needs_spark, python_schemas
 from pipeline_lib.execution.source.epoch_reader import DEAD_LETTER_RAW_BYTES, bad_records_frame
 from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
 from pipeline_lib.execution.source.subtask_start import SourceStart
@@ -49,21 +50,6 @@ MAX_BLOB_BYTES = 64 << 20  # and bytes per IPC value: far below Spark's 2 GB per
 COMBINE_AT_ROWS = 1_000_000  # a task folds its partials into one table when they grow past this
 _SKIP_NULLS = pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)  # all-null group → null, as in Spark
 _INT64_MAX = 2**63 - 1
-
-_KEY_TYPES = (
-    T.StringType,
-    T.ByteType,
-    T.ShortType,
-    T.IntegerType,
-    T.LongType,
-    T.BooleanType,
-    T.DateType,
-    T.TimestampType,
-    T.TimestampNTZType,
-)
-_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
-_SUMMABLE = _INTEGRAL + (T.FloatType, T.DoubleType)
-_ORDERED = _INTEGRAL + (T.StringType, T.BooleanType, T.DateType, T.TimestampType, T.TimestampNTZType)
 
 
 @dataclass(frozen=True)
@@ -267,7 +253,7 @@ class ArrowEpochs:
         fields = {f.name: f.dataType for f in schema.fields}
         in_worker = []
         for flow in flows:
-            why = _needs_spark(flow, fields)
+            why = needs_spark(flow, fields)
             if why:
                 return None, f"flow {flow.name} {why}"
             agg = flow.state.aggregate if flow.state else None
@@ -278,8 +264,8 @@ class ArrowEpochs:
                     tuple(agg.key), tuple((name, f.name, f.column) for name, f in agg.functions().items())
                 )
             )
-        large = _large_var_types(spark)
-        built = _python_schemas(schema, flows, tolerant)
+        large = large_var_types(spark)
+        built = python_schemas(schema, flows, tolerant)
         if built is not None:
             schemas = [to_arrow_schema(s, timezone="UTC", prefers_large_types=large) for s in built[0]]
             bad = built[1]
@@ -371,90 +357,3 @@ class ArrowEpochs:
             results.append(flow.combined(got).cast(schema) if got else schema.empty_table())
         bad = WrittenParts.combine(written.get(BAD_RECORDS, [])) if self.bad_schema is not None else None
         return sorted(checks), bad, results, received
-
-
-def _large_var_types(spark: SparkSession) -> bool:
-    """The session's ``spark.sql.execution.arrow.useLargeVarTypes``, read without Spark SQL's
-    session state (its first creation costs seconds on a short run): a session's SQL settings
-    start as the SparkConf's, else Spark's defaults, and nothing here sets them later."""
-    key = "spark.sql.execution.arrow.useLargeVarTypes"
-    sc = spark.sparkContext
-    value = sc.getConf().get(key, None)
-    if value is None:
-        assert sc._jvm is not None
-        value = sc._jvm.org.apache.spark.sql.internal.SQLConf.ARROW_EXECUTION_USE_LARGE_VAR_TYPES().defaultValueString()
-    return str(value).strip().lower() == "true"
-
-
-def _python_schemas(
-    schema: T.StructType, flows: Sequence[FlowSpec], tolerant: bool
-) -> tuple[list[T.StructType], T.StructType | None] | None:
-    """The Spark schemas Spark's analysis gives the Arrow path's flows (``partials_frame`` of each
-    stateful flow, the rows of a stateless one) and bad records (``bad_records_frame``), built in
-    Python for flows ``_needs_spark`` lets through; None when a name repeats, so that Spark's own
-    analysis decides. Spark's rules: group-by keys keep their field; count is a non-null bigint;
-    an integral sum a bigint and a floating-point sum a double, min and max the column's type,
-    all nullable; a bad record's columns keep their fields' nullability (the analysed plan's
-    schema, which ``toArrow`` uses, does not narrow it after the filter on ``_error``)."""
-    fields = {f.name: f for f in schema.fields}
-    good = [f for f in schema.fields if not (tolerant and f.name in ("_error", "_raw"))]
-    out: list[T.StructType] = []
-    for flow in flows:
-        if flow.state is None:
-            out.append(T.StructType(good))
-            continue
-        agg = flow.state.aggregate
-        columns = [fields[k] for k in agg.key]
-        for name, fn in agg.functions().items():
-            if fn.name == "count":
-                columns.append(T.StructField(name, T.LongType(), False))
-                continue
-            assert fn.column is not None
-            data_type = fields[fn.column].dataType
-            if fn.name == "sum":
-                data_type = T.LongType() if isinstance(data_type, _INTEGRAL) else T.DoubleType()
-            columns.append(T.StructField(name, data_type, True))
-        if len({c.name for c in columns}) != len(columns):
-            return None
-        out.append(T.StructType(columns))
-    if not tolerant:
-        return out, None
-    raw = fields["_raw"].nullable
-    bad = T.StructType(
-        [
-            T.StructField("topic", fields["_topic"].dataType, fields["_topic"].nullable),
-            T.StructField("partition", fields["_partition"].dataType, fields["_partition"].nullable),
-            T.StructField("offset", fields["_offset"].dataType, fields["_offset"].nullable),
-            T.StructField("error", fields["_error"].dataType, fields["_error"].nullable),
-            T.StructField("raw_base64", T.StringType(), raw),
-            T.StructField("raw_bytes", T.LongType(), raw),
-        ]
-    )
-    return out, bad
-
-
-def _needs_spark(flow: FlowSpec, fields: dict[str, T.DataType]) -> str | None:
-    """Why ``flow`` must take the Spark path (None: the Arrow path gives the same result)."""
-    if flow.transforms:
-        return "has transforms"
-    if flow.state is None:
-        return None
-    agg = flow.state.aggregate
-    for key in agg.key:
-        if not isinstance(fields.get(key), _KEY_TYPES):
-            return f"groups by {key} of type {_type_name(fields.get(key))}"
-    for fn in agg.functions().values():
-        if fn.column is None:
-            continue
-        if fn.column not in fields:
-            return f"computes {fn} of an unknown column"
-        if fn.name == "count":
-            continue
-        allowed = _SUMMABLE if fn.name == "sum" else _ORDERED
-        if not isinstance(fields.get(fn.column), allowed):
-            return f"computes {fn} over type {_type_name(fields.get(fn.column))}"
-    return None
-
-
-def _type_name(data_type: T.DataType | None) -> str:
-    return "unknown (no such column)" if data_type is None else data_type.simpleString()

@@ -16,13 +16,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import ExitStack
-from dataclasses import dataclass
-from typing import Any
 
 from pipeline_lib.checkpoint.epoch_commit import source_completed
-from pipeline_lib.checkpoint.layout import snapshot_of_state_key
 from pipeline_lib.checkpoint.manifest import (
-    HistoryEntry,
     LaunchInfo,
     LifecycleState,
     snapshot_id_for,
@@ -30,6 +26,7 @@ from pipeline_lib.checkpoint.manifest import (
 from pipeline_lib.errors import FencedError
 from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
 from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
+from pipeline_lib.execution.runtime.epoch_loop import EpochLoop, epoch_report
 from pipeline_lib.execution.runtime.fair_pools import use_pipeline_pool
 from pipeline_lib.execution.runtime.lifecycle import Lifecycle
 from pipeline_lib.execution.runtime.part_writers import PartWriters
@@ -51,26 +48,6 @@ from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.offsets import EpochPlan
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class EpochLoop:
-    """What the epoch loop works with and where it stands: ``epoch``, ``base_id``, ``history``,
-    ``head_version``, ``positions``, ``targets`` and ``planned`` move as it goes."""
-
-    spark: Any
-    schema: Any  # the source's Spark schema
-    consumer: Any  # the planner's Kafka consumer
-    warm_up: WarmUp
-    ahead: ReadAhead[EpochRead]
-    epoch: int  # the latest epoch, committed or being committed (0: none)
-    base_id: str | None  # the snapshot the next epoch builds on
-    history: list[HistoryEntry]
-    head_version: str | None
-    positions: dict[int, int]  # where each partition resumes
-    stops: dict[int, int] | None  # a bounded source's ends
-    targets: dict[int, int]  # the ends this run reads to
-    planned: EpochPlan | None = None  # the next epoch's plan when its read is in flight
 
 
 class PipelineRunner:
@@ -348,24 +325,8 @@ class PipelineRunner:
             loop.planned = self._read_next(loop, plan)
             manifest, head, loop.head_version = commit.run(read, loop.history, loop.head_version)
             loop.history, loop.base_id, loop.positions = head.history, manifest.snapshot_id, manifest.positions
-            report = EpochReport(
-                pipeline=self.pipeline.name,
-                epoch=plan.epoch,
-                snapshot_id=manifest.snapshot_id,
-                records=plan.records,
-                rows_written=sum(c.rows_written for c in manifest.flows.values()),
-                keys=sum(f.keys() for f in self.parts.flows if f.stateful),
-                task_result_bytes=read.result_bytes,
-                state_reads=read.state_reads,
-                lag=sum(max(0, loop.targets.get(p, 0) - o) for p, o in loop.positions.items()),
-                seconds=self.clock() - started,
-                completed_splits=len(manifest.completed_splits),
-                bad_records=manifest.bad_records,
-                phases=dict(self.timer.phases),
-                state_bytes=sum(f.bytes for f in manifest.state_files()),
-                state_bytes_written=sum(
-                    f.bytes for f in manifest.state_files() if snapshot_of_state_key(f.key) == manifest.snapshot_id
-                ),
+            report = epoch_report(
+                self.pipeline.name, plan, manifest, read, self.parts.flows, loop, self.clock() - started, self.timer
             )
             self.epochs.append(report)
             lifecycle.progress(plan.epoch, report.lag)

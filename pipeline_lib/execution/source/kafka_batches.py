@@ -26,6 +26,13 @@ import numpy as np
 from kafka.errors import CorruptRecordError
 
 from pipeline_lib.execution.source.batch_decompression import DecompressionError, decompress
+from pipeline_lib.execution.source.record_fields import (
+    MAX_VARINT_BYTES,
+    Corrupt,
+    read_headers,
+    skip_headers,
+    varint_at,
+)
 from pipeline_lib.kafka_adapter import (
     LOG_APPEND_TIME,
     DefaultRecordBatch,
@@ -35,7 +42,6 @@ from pipeline_lib.kafka_adapter import (
     set_legacy_messages,
 )
 
-MAX_VARINT_BYTES = 10  # a 64-bit varint
 # The smallest v2 record: a length prefix and six one-byte varints (attributes, timestamp delta,
 # offset delta, key length -1, value length -1, header count 0).
 MIN_RECORD_BYTES = 7
@@ -112,26 +118,12 @@ class ColumnBatch:
         out: list[list[tuple[bytes, bytes | None]]] = [[] for _ in range(len(self))]
         counts_at = self.value_starts + np.maximum(self.value_lengths, 0)
         for i in self.with_headers().tolist():
-            out[i] = _read_headers(self.data, int(counts_at[i]))
+            out[i] = read_headers(self.data, int(counts_at[i]))
         return out
 
     def sizes(self) -> np.ndarray:
         """Key plus value bytes of each record (a null counts 0)."""
         return np.maximum(self.key_lengths, 0) + np.maximum(self.value_lengths, 0)
-
-
-def _read_headers(data: bytes, pos: int) -> list[tuple[bytes, bytes | None]]:
-    raw, pos = _varint_at(data, pos, len(data), "header count")
-    headers = []
-    for _ in range((raw >> 1) ^ -(raw & 1)):
-        parts = []
-        for part in ("header key", "header value"):
-            raw, pos = _varint_at(data, pos, len(data), part)
-            length = (raw >> 1) ^ -(raw & 1)
-            parts.append(data[pos : pos + length] if length >= 0 else None)
-            pos += max(length, 0)
-        headers.append((parts[0] or b"", parts[1]))
-    return headers
 
 
 def undecodable(offset: int, next_offset: int, raw: bytes | bytearray | memoryview, reason: str) -> ColumnBatch:
@@ -193,7 +185,7 @@ def _decode_v2(batch: DefaultRecordBatch, max_bytes: int) -> ColumnBatch:
         starts, ends = _record_bounds(data, count)
         columns = _decode_records(np.frombuffer(data, np.uint8), starts, ends)
         _check_offset_deltas(columns[1], batch.last_offset_delta)
-    except _Corrupt as exc:  # name the record: its offset when that could be read, else its place
+    except Corrupt as exc:  # name the record: its offset when that could be read, else its place
         if exc.offset_delta is not None:
             where = f"record at offset {base_offset + exc.offset_delta}"
         elif exc.index is not None:
@@ -219,12 +211,12 @@ def _check_offset_deltas(offset_delta: np.ndarray, last_offset_delta: int) -> No
         return
     bad = np.flatnonzero(np.diff(offset_delta) <= 0)  # guard: kafka-offsets-may-repeat
     if len(bad):
-        raise _Corrupt(
+        raise Corrupt(
             f"offset delta {int(offset_delta[bad[0] + 1])} does not follow {int(offset_delta[bad[0]])}",
             offset_delta=int(offset_delta[bad[0] + 1]),
         )
     if offset_delta[0] < 0 or offset_delta[-1] > last_offset_delta:
-        raise _Corrupt(
+        raise Corrupt(
             f"offset deltas {int(offset_delta[0])}..{int(offset_delta[-1])} are outside the batch's "
             f"0..{last_offset_delta}"
         )
@@ -276,31 +268,25 @@ def _legacy_wrapped(batch: LegacyRecordBatch, key_offset: int) -> memoryview:
     return buffer[pos + 4 : pos + 4 + value_size]
 
 
-class _Corrupt(Exception):
-    def __init__(self, reason: str, index: int | None = None, offset_delta: int | None = None):
-        super().__init__(reason)
-        self.reason, self.index, self.offset_delta = reason, index, offset_delta
-
-
 def _record_bounds(data: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
     """Where each record's fields start and end: the one sequential walk, over length prefixes."""
     starts, ends = [0] * count, [0] * count
     pos, size = 0, len(data)
     for i in range(count):
         if pos >= size:
-            raise _Corrupt(f"batch of {count} records ends after {i}", index=i)
+            raise Corrupt(f"batch of {count} records ends after {i}", index=i)
         b = data[pos]
         if b < 0x80:
             raw, pos = b, pos + 1
         else:
-            raw, pos = _varint_at(data, pos, size, "a record length", index=i)
+            raw, pos = varint_at(data, pos, size, "a record length", index=i)
         length = (raw >> 1) ^ -(raw & 1)
         if length <= 0 or pos + length > size:
-            raise _Corrupt(f"record length {length} does not fit the batch", index=i)
+            raise Corrupt(f"record length {length} does not fit the batch", index=i)
         starts[i], ends[i] = pos, pos + length
         pos += length
     if pos != size:  # guard: kafka-trailing-bytes-accepted
-        raise _Corrupt(f"{size - pos} unconsumed bytes after all {count} records")
+        raise Corrupt(f"{size - pos} unconsumed bytes after all {count} records")
     return np.array(starts, np.int64), np.array(ends, np.int64)
 
 
@@ -318,18 +304,18 @@ def _decode_records(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tu
         pos = value_starts + _bounded(value_lengths, ends - value_starts, "value")
         header_counts, pos = _varints(buf, pos, ends, "header count")
         _bounded(header_counts, (ends - pos) // 2, "header count")  # a header takes two varints at least
-    except _Corrupt as exc:
-        raise _Corrupt(exc.reason, offset_delta=int(offset_delta[exc.index])) from None
+    except Corrupt as exc:
+        raise Corrupt(exc.reason, offset_delta=int(offset_delta[exc.index])) from None
     with_headers = np.flatnonzero(header_counts > 0)
     if len(with_headers):  # rare on this path: walked one by one, only to check they fit
         pos = pos.copy()
         data = buf.tobytes()
         for i in with_headers.tolist():
-            pos[i] = _skip_headers(data, int(pos[i]), int(header_counts[i]), int(ends[i]), int(offset_delta[i]))
+            pos[i] = skip_headers(data, int(pos[i]), int(header_counts[i]), int(ends[i]), int(offset_delta[i]))
     misfit = np.flatnonzero(pos != ends)
     if len(misfit):
         i = misfit[0]
-        raise _Corrupt(
+        raise Corrupt(
             f"fields take {int(pos[i] - starts[i])} bytes of a {int(ends[i] - starts[i])}-byte record",
             offset_delta=int(offset_delta[i]),
         )
@@ -345,9 +331,9 @@ def _bounded(lengths: np.ndarray, left: np.ndarray, name: str) -> np.ndarray:
     if len(bad):
         i = int(bad[0])
         if lengths[i] < lowest:
-            raise _Corrupt(f"negative {name} {int(lengths[i])}", index=i)
+            raise Corrupt(f"negative {name} {int(lengths[i])}", index=i)
         label = name if name == "header count" else f"{name} length"
-        raise _Corrupt(f"{label} {int(lengths[i])} does not fit the {int(left[i])} bytes left in its record", index=i)
+        raise Corrupt(f"{label} {int(lengths[i])} does not fit the {int(left[i])} bytes left in its record", index=i)
     return np.maximum(lengths, 0)
 
 
@@ -363,7 +349,7 @@ def _varints(buf: np.ndarray, pos: np.ndarray, ends: np.ndarray, field: str) -> 
         at = after[todo]
         outside = at >= ends[todo]
         if outside.any():
-            raise _Corrupt(f"{field} runs past its record", index=int(todo[np.argmax(outside)]))
+            raise Corrupt(f"{field} runs past its record", index=int(todo[np.argmax(outside)]))
         b = buf[at]
         value[todo] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
         after[todo] = at + 1
@@ -371,34 +357,6 @@ def _varints(buf: np.ndarray, pos: np.ndarray, ends: np.ndarray, field: str) -> 
         if not len(todo):
             break
     else:
-        raise _Corrupt(f"{field} is not a varint", index=int(todo[0]))
+        raise Corrupt(f"{field} is not a varint", index=int(todo[0]))
     signed = (value >> np.uint64(1)).astype(np.int64) ^ -(value & np.uint64(1)).astype(np.int64)
     return signed, after
-
-
-def _skip_headers(data: bytes, pos: int, count: int, end: int, offset_delta: int) -> int:
-    for _ in range(count):
-        for part in ("header key", "header value"):
-            raw, pos = _varint_at(data, pos, end, part, offset_delta=offset_delta)
-            length = (raw >> 1) ^ -(raw & 1)
-            if length < (0 if part == "header key" else -1):
-                raise _Corrupt(f"negative {part} size {length}", offset_delta=offset_delta)
-            pos += max(length, 0)
-            if pos > end:
-                raise _Corrupt(f"{part} runs past its record", offset_delta=offset_delta)
-    return pos
-
-
-def _varint_at(data: bytes, pos: int, end: int, field: str, **where: int) -> tuple[int, int]:
-    """One varint (before zigzag decoding) read one byte at a time; ``where`` names the record."""
-    value, shift = 0, 0
-    for _ in range(MAX_VARINT_BYTES):
-        if pos >= end:
-            break
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-    raise _Corrupt(f"bad varint in {field}", **where)
