@@ -34,11 +34,15 @@ from pipeline_lib.spec import parse_spec
 from tests.unit.test_commit_protocol_commit import TOPIC, job_spec, new_attempt, run_epochs
 
 SETTINGS = ConnectionSettings()
-NOW = dt.datetime.now(dt.UTC)
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
 RUN = "airflow:pipeline__job/manual__2026-11-21T12:00:00+00:00"
 
 
 def _page(tmp_path, status_state="RUNNING", spark_conf=None):
+    now = _now()  # taken when the page is built: a heartbeat older than its lease reads as not live
     specs = tmp_path / "pipelines"
     specs.mkdir(exist_ok=True)
     spec = spend_job_spec("job", TOPIC, f"file://{tmp_path}/out", f"file://{tmp_path}/ckpt", retain=10)
@@ -53,8 +57,8 @@ def _page(tmp_path, status_state="RUNNING", spark_conf=None):
         state=status_state,
         attempt=runner.attempt,
         epoch=4,
-        updated_at=NOW,
-        heartbeat_at=NOW,
+        updated_at=now,
+        heartbeat_at=now,
         lease_seconds=30,
         launch=LaunchInfo(mode="forever", parallelism=2, launched_by=RUN),
     )
@@ -121,7 +125,7 @@ def test_the_page_fits_narrow_frames_and_follows_airflow_s_dark_theme(tmp_path):
 def test_relaunches_in_a_row_are_shown_only_while_the_current_attempt_continues_them(tmp_path):
     page, _, attempt, snapshots = _page(tmp_path, status_state="FAILED")
     event = RecoveryEvent(
-        at=NOW,
+        at=_now(),
         action="relaunch",
         reason="boom",
         by="r",
@@ -212,19 +216,20 @@ def test_a_bad_trigger_is_refused_in_plain_words_before_airflow_sees_it(tmp_path
 def test_a_dead_run_s_live_status_is_marked_lost_once_and_never_a_newer_attempt_s(tmp_path):
     spec = parse_spec(spend_job_spec("job", TOPIC, f"file://{tmp_path}/out", f"file://{tmp_path}/ckpt"))
     snapshots = SnapshotStore.open(spec.checkpoint.store, "job", "main", SETTINGS)
+    now = _now()
     running = PipelineStatus(
         state="RUNNING",
         attempt=3,
         epoch=2,
-        updated_at=NOW,
-        heartbeat_at=NOW,
+        updated_at=now,
+        heartbeat_at=now,
         lease_seconds=30,
         launch=LaunchInfo(mode="forever", parallelism=2, launched_by=RUN),
     )
     assert snapshots.swap_status(running, None)
     request = LaunchRequest(spark_conf={"spark.cores.max": "2"})
     assert mark_dead(spec, request, SETTINGS, "airflow:pipeline__job/other", "exit -9") == []
-    assert mark_dead(spec, request, SETTINGS, RUN, "its process ended with exit -9", now=NOW) == ["main"]
+    assert mark_dead(spec, request, SETTINGS, RUN, "its process ended with exit -9", now=now) == ["main"]
     lost = snapshots.read_status()
     assert lost.state == "LOST" and lost.reason == "attempt 3: its process ended with exit -9"
     assert mark_dead(spec, request, SETTINGS, RUN, "again") == []
