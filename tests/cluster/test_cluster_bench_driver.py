@@ -15,6 +15,7 @@ from benchmarks.driver_load import driver_load
 pytestmark = pytest.mark.cluster
 
 
+@pytest.mark.full  # a benchmark's report (`make bench-cluster`), not a guarantee
 @pytest.mark.timeout(900)
 def test_bench_driver_reports_both_modes_and_the_owner_path_sends_the_driver_less(tmp_path, monkeypatch):
     work = tmp_path / "tmp"

@@ -219,6 +219,7 @@ def _owner_holding(owners: SpanOwners, spans: list[tuple[int, int]]) -> int:
     return held[0] if len(held) == 1 else -1
 
 
+@pytest.mark.full  # make test finds a damaged span on the executors in local mode (tests/e2e/test_owner_restore.py)
 def test_a_corrupt_span_on_restore_is_found_by_the_executors_and_the_restore_falls_back_exactly(
     cluster, cluster_env, local_stack, tmp_path, cluster_payments
 ):

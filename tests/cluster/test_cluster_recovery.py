@@ -63,6 +63,7 @@ def _status(settings, name: str, pipeline: str):
     return SnapshotStore.open(f"s3://checkpoints/{name}", name, pipeline, settings).read_status()
 
 
+@pytest.mark.full  # make test fails and resumes one pipeline alone in local mode (tests/e2e/test_pipelines.py)
 def test_a_failed_pipeline_is_relaunched_alone_beside_its_running_sibling(
     cluster, cluster_env, local_stack, tmp_path, cluster_payments, monkeypatch
 ):

@@ -20,6 +20,7 @@ from benchmarks.throughput import run_bench
 from pipeline_lib.execution.runtime.runner_types import EPOCH_PHASES
 
 
+@pytest.mark.full  # the benchmark's own command is `make bench`; CI's time goes to the guarantees
 @pytest.mark.slow  # every engine and raw kafka-python, each in a Spark run of its own
 @pytest.mark.timeout(1200)
 def test_bench_smoke(tmp_path, monkeypatch):

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from pipeline_lib.execution.engine.jvm_archive import ENV_JVM_ARCHIVE, build_archive
 
 SESSION = """
@@ -22,6 +24,7 @@ def _session(archive, java_options: str = "") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", SESSION], env=env, capture_output=True, text=True, timeout=180)
 
 
+@pytest.mark.full  # start-up speed only: a missing or damaged archive changes no result
 def test_a_built_archive_is_mapped_by_the_driver_jvm_and_a_damaged_one_is_ignored(tmp_path):
     archive = build_archive(tmp_path / "spark.jsa")
     assert archive.stat().st_size > 10_000_000 and not list(tmp_path.glob(".*.partial"))

@@ -21,6 +21,7 @@ from pipeline_lib.storage import open_store
 from tests.support import CliRun, result_table, spend_spec, write_spec
 
 
+@pytest.mark.full  # `make soak` runs the cycles at scale
 @pytest.mark.slow  # four crash/restore cycles, each on a stack of its own
 def test_soak_cycles_lose_and_duplicate_nothing(tmp_path):
     report = tmp_path / "soak.md"

@@ -263,6 +263,7 @@ def status(stack: Stack):
     return SnapshotStore.open(SPEC.checkpoint.store, JOB, "main", stack.settings).read_status()
 
 
+@pytest.mark.full  # the same scenario in containers is `make compose`; make test keeps the RPC-auth check below
 def test_the_compose_job_survives_a_killed_driver_on_the_native_stack(stack: Stack) -> None:
     airflow = stack.airflow
     events = payment_events(EVENTS, USERS, seed=22)
