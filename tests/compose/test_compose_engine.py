@@ -25,11 +25,12 @@ from pathlib import Path
 import pytest
 
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_per_user
+from pipeline_lib.samples import create_topic, payment_events, produce_json
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import load_spec
 from tests.compose.compose_stack import ComposeStack, running_stack
-from tests.support import result_table, wait_for
+from tests.compose_recovery import assert_exact_spend, relaunched_by_recovery
+from tests.support import wait_for
 
 pytestmark = [pytest.mark.compose, pytest.mark.full, pytest.mark.slow, pytest.mark.timeout(5400)]
 
@@ -129,26 +130,8 @@ def test_the_compose_job_survives_a_killed_driver_in_the_scheduler_container(sta
     assert "cannot isolate the job" not in log and "PIPELINE_JOB_ISOLATION=off" not in log, log[-3000:]
     wait_for(lambda: status(settings).observed(dt.datetime.now(dt.UTC))[0] == "LOST", 120, "LOST", interval=1)
 
-    recovery = airflow.trigger("pipeline_recovery", {"jobs": [JOB]})
-    assert airflow.wait_for_run("pipeline_recovery", recovery, timeout=600) == "success"
-    [decision] = airflow.xcom("pipeline_recovery", recovery, "assess")
-    assert decision["verdict"] == "relaunch" and decision["observed"] == "LOST", decision
-    relaunch = decision["trigger_run_id"]
-    started = time.monotonic()
-    assert airflow.wait_for_run(DAG, relaunch, timeout=900) == "success"
-    summary = airflow.xcom(DAG, relaunch, "run_job")["pipelines"][0]
-    print(f"the relaunch, restored from {summary['restored_from']}, to its end: {time.monotonic() - started:.1f} s")
-    assert summary["restored_from"] == decision["restore_from"] and summary["restored_from"]
-
-    assert result_table(
-        {
-            "PIPELINE_S3_ENDPOINT": settings.s3_endpoint,
-            "PIPELINE_S3_ACCESS_KEY": settings.s3_access_key.get_secret_value(),
-            "PIPELINE_S3_SECRET_KEY": settings.s3_secret_key.get_secret_value(),
-            "PIPELINE_S3_REGION": settings.s3_region,
-        },
-        SPEC.sink.files.path,
-    ) == spend_per_user(events)
+    relaunch, summary = relaunched_by_recovery(airflow, DAG, JOB, recovery_timeout=600, run_timeout=900)
+    assert_exact_spend(settings, SPEC.sink.files.path, events)
     final = status(settings)
     assert final.state == "STOPPED" and final.attempt == running.attempt + 1
 

@@ -47,7 +47,7 @@ import yaml
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.localstack.apache_kafka import start_apache_kafka, stop_apache_kafka
 from pipeline_lib.localstack.ports import LOCALHOST, free_port
-from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_per_user
+from pipeline_lib.samples import create_topic, payment_events, produce_json
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import load_spec
 from testing_servers.minio_server import start_minio, stop_minio
@@ -55,6 +55,7 @@ from testing_servers.postgres_server import start_postgres, stop_postgres
 from testing_servers.spark_cluster import start_spark_cluster
 from tests.airflow.deployment import start_airflow
 from tests.compose_file import command_of, deep_interpolate, env_of, mounts
+from tests.compose_recovery import assert_exact_spend, relaunched_by_recovery
 from tests.stack.native_compose import (
     REFUSED,
     Natives,
@@ -64,7 +65,7 @@ from tests.stack.native_compose import (
     refused_driver,
     spark_daemon_env,
 )
-from tests.support import result_table, wait_for
+from tests.support import wait_for
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -288,26 +289,8 @@ def test_the_compose_job_survives_a_killed_driver_on_the_native_stack(stack: Sta
     assert "--driver-java-options -XX:SharedArchiveFile=" in log, log[-3000:]  # make install built the archive
     wait_for(lambda: status(stack).observed(dt.datetime.now(dt.UTC))[0] == "LOST", 60, "LOST")
 
-    recovery = airflow.trigger("pipeline_recovery", {"jobs": [JOB]})
-    assert airflow.wait_for_run("pipeline_recovery", recovery, timeout=240) == "success"
-    [decision] = airflow.xcom("pipeline_recovery", recovery, "assess")
-    assert decision["verdict"] == "relaunch" and decision["observed"] == "LOST", decision
-    relaunch = decision["trigger_run_id"]
-    started = time.monotonic()
-    assert airflow.wait_for_run(DAG, relaunch, timeout=400) == "success"
-    summary = airflow.xcom(DAG, relaunch, "run_job")["pipelines"][0]
-    print(f"the relaunch, restored from {summary['restored_from']}, to its end: {time.monotonic() - started:.1f} s")
-    assert summary["restored_from"] == decision["restore_from"] and summary["restored_from"]
-
-    assert result_table(
-        {
-            "PIPELINE_S3_ENDPOINT": stack.settings.s3_endpoint,
-            "PIPELINE_S3_ACCESS_KEY": stack.settings.s3_access_key.get_secret_value(),
-            "PIPELINE_S3_SECRET_KEY": stack.settings.s3_secret_key.get_secret_value(),
-            "PIPELINE_S3_REGION": stack.settings.s3_region,
-        },
-        SPEC.sink.files.path,
-    ) == spend_per_user(events)
+    relaunch, summary = relaunched_by_recovery(airflow, DAG, JOB, recovery_timeout=240, run_timeout=400)
+    assert_exact_spend(stack.settings, SPEC.sink.files.path, events)
     final = status(stack)
     assert final.state == "STOPPED" and final.attempt == running.attempt + 1
 
