@@ -7,6 +7,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from pipeline_lib.spec.base import FieldsError, LocationUri, StrictModel
+from pipeline_lib.spec.durations import parse_duration
 from pipeline_lib.spec.spark_settings import MEMORY, check_conf_key
 
 STATE_FILE_TARGET_KEYS = 4_096
@@ -51,10 +52,30 @@ class CheckpointSpec(StrictModel):
         return max(per, maxp // 128)
 
 
+MAX_INTERVAL_S = 24 * 3600.0
+
+
+def _interval(value: str | None) -> str | None:
+    if value is not None:
+        seconds = parse_duration(value)
+        if not 0 < seconds <= MAX_INTERVAL_S:
+            raise ValueError(f"{value!r} is outside the allowed intervals: more than 0 and at most 24 hours")
+    return value
+
+
 class TriggerSpec(StrictModel):
-    """How much one epoch reads: the trade-off between latency and per-epoch overhead."""
+    """How much one epoch reads and how often one starts: the trade-off between latency and
+    per-epoch overhead. ``interval`` (a duration such as "1 second"): an epoch starts at most once
+    per interval, and a run with nothing to read looks again each interval (see epoch_trigger);
+    unset, epochs run back to back while there is data."""
 
     max_records_per_epoch: Annotated[int, Field(ge=1, le=100_000_000)] = 20_000
+    interval: Annotated[str | None, AfterValidator(_interval)] = None
+
+    @property
+    def interval_s(self) -> float | None:
+        """The interval in seconds (None: unset)."""
+        return parse_duration(self.interval) if self.interval is not None else None
 
 
 def _memory(value: str | None) -> str | None:

@@ -42,11 +42,12 @@ def epoch_report(
     read: EpochRead,
     flows: list[FlowRuntime],
     loop: EpochLoop,
-    seconds: float,
+    started: float,
+    ended: float,
     timer: PhaseTimer,
 ) -> EpochReport:
     """The report of the epoch ``manifest`` committed: its records, rows, keys, lag, phases and
-    state bytes (those written by this snapshot apart)."""
+    state bytes (those written by this snapshot apart); ``started`` and ``ended`` on the runner's clock."""
     return EpochReport(
         pipeline=pipeline,
         epoch=plan.epoch,
@@ -57,7 +58,8 @@ def epoch_report(
         task_result_bytes=read.result_bytes,
         state_reads=read.state_reads,
         lag=sum(max(0, loop.targets.get(p, 0) - o) for p, o in loop.positions.items()),
-        seconds=seconds,
+        seconds=ended - started,
+        started=started,
         completed_splits=len(manifest.completed_splits),
         bad_records=manifest.bad_records,
         phases=dict(timer.phases),

@@ -27,6 +27,7 @@ from pipeline_lib.errors import FencedError
 from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
 from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
 from pipeline_lib.execution.runtime.epoch_loop import EpochLoop, epoch_report
+from pipeline_lib.execution.runtime.epoch_trigger import EpochTrigger
 from pipeline_lib.execution.runtime.fair_pools import use_pipeline_pool
 from pipeline_lib.execution.runtime.lifecycle import Lifecycle
 from pipeline_lib.execution.runtime.part_writers import PartWriters
@@ -290,6 +291,7 @@ class PipelineRunner:
         start)."""
         lifecycle, options, stop = self.lifecycle, self.parts.options, self.attempt.stop_requested
         reader, commit = self._reader(), self.commit
+        trigger = EpochTrigger(self.parts.job.trigger.interval_s, self.clock)  # when an epoch may start
         assert lifecycle is not None and commit is not None
         while options.max_epochs is None or len(self.epochs) < options.max_epochs:
             if stop.is_set():
@@ -307,15 +309,18 @@ class PipelineRunner:
             if plan.records == 0:
                 if options.mode == "until-caught-up" or source_completed(loop.positions, loop.stops):
                     break
-                if stop.wait(options.poll_interval_s):
+                if stop.wait(trigger.idle_wait(options.poll_interval_s)):
                     break
                 self._follow_topic(loop)
                 continue
             if planned is None:
                 fault_point("after_plan", plan.epoch)
+            wait = trigger.before_epoch()
+            if wait > 0 and stop.wait(wait):
+                break
             lifecycle.waiting(plan.records)
             loop.warm_up.wait(options.startup_timeout_s)
-            loop.epoch, started = plan.epoch, self.clock()
+            loop.epoch, started = plan.epoch, trigger.started()
             self.timer.start()
             with self.timer.timed("spark"):  # the read's own time, or only the wait for it when read ahead
                 read = loop.ahead.take(plan.epoch) if planned is not None else None
@@ -326,7 +331,7 @@ class PipelineRunner:
             manifest, head, loop.head_version = commit.run(read, loop.history, loop.head_version)
             loop.history, loop.base_id, loop.positions = head.history, manifest.snapshot_id, manifest.positions
             report = epoch_report(
-                self.pipeline.name, plan, manifest, read, self.parts.flows, loop, self.clock() - started, self.timer
+                self.pipeline.name, plan, manifest, read, self.parts.flows, loop, started, self.clock(), self.timer
             )
             self.epochs.append(report)
             lifecycle.progress(plan.epoch, report.lag)

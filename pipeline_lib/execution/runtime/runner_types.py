@@ -70,6 +70,7 @@ class EpochReport:
     # commit (head check, manifest, head compare-and-swap), cleanup (waiting for the previous epoch's
     # garbage collection and stale-part removal, which run beside this epoch: see BackgroundCleanup).
     phases: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
+    started: float = 0.0  # when the epoch started, on the runner's clock (monotonic seconds; see epoch_trigger)
 
 
 @dataclass
