@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test full compose format unit e2e cluster airflow airflow-up bench bench-restore bench-cluster soak mutation lint typecheck clean
+.PHONY: install demo test full compose format unit e2e cluster airflow airflow-up bench bench-restore bench-cluster bench-latency soak mutation lint typecheck clean
 N ?= 100
 SOAK_ARGS ?= --cluster 2
 BENCH_ARGS ?=
@@ -69,6 +69,10 @@ bench-restore: install
 # Start-up to the first committed epoch and steady-epoch time, local mode vs a standalone cluster.
 bench-cluster: install
 	$(BIN)/python -m benchmarks cluster $(BENCH_ARGS)
+
+# Latency from send to visible by rate, ours vs Structured Streaming micro-batch (benchmarks/latency.py).
+bench-latency: install
+	$(BIN)/python -m benchmarks latency $(BENCH_ARGS)
 
 # N random fault cycles on a standalone cluster of two one-core workers (driver, executor and worker
 # loss) with a report in results/soak.md (records lost and duplicated must be 0); local mode: SOAK_ARGS=.

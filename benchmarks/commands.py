@@ -1,8 +1,9 @@
 """The benchmarks' one command line: ``python -m benchmarks`` (``make bench``), or ``pipeline-lib bench``.
 
 ``python -m benchmarks [OPTIONS]`` runs the throughput benchmark (throughput.py);
-its sub-commands ``restore``, ``cluster`` and ``driver`` run the restore, cluster and driver-load
-benchmarks (restore_completed.py, cluster_vs_local.py, driver_load.py). The Makefile's bench targets
+its sub-commands ``restore``, ``cluster``, ``driver`` and ``latency`` run the restore, cluster,
+driver-load and latency benchmarks (restore_completed.py, cluster_vs_local.py, driver_load.py,
+latency.py). The Makefile's bench targets
 call these; in a source checkout ``pipeline-lib bench`` mounts the same app (pipeline_lib/bench_command.py).
 Each benchmark's modules load only when it runs, so mounting this costs other commands nothing.
 """
@@ -166,3 +167,40 @@ def driver(
     raise typer.Exit(
         driver_load(sizes, per_epoch=per_epoch, workers=workers, parallelism=parallelism, modes=chosen, out=out)
     )
+
+
+@bench_app.command("latency")
+def latency(
+    rates: Annotated[str, typer.Option(help="Producer rates (events per second), comma-separated.")] = "20,100,500",
+    seconds: Annotated[float, typer.Option(min=1, help="Seconds of producing at each rate.")] = 20.0,
+    users: Annotated[int, typer.Option(min=1, help="Distinct users (keys).")] = 1_000,
+    interval: Annotated[str, typer.Option(help="Our job's trigger.interval (e.g. '100 ms').")] = "100 ms",
+    kinds: Annotated[str, typer.Option(help="Jobs: stateless,aggregate (either or both).")] = "stateless,aggregate",
+    parallelism: Annotated[int, typer.Option(min=1, help="local[N] for both engines.")] = 2,
+    out: Annotated[Path, typer.Option(help="Folder for latency.csv, latency.json and latency.png.")] = Path(
+        "results/bench-latency"
+    ),
+) -> None:
+    """Latency from send to visible, by rate: this project's job vs Structured Streaming micro-batch.
+
+    p50/p95/p99/max per rate for the stateless and the aggregate job, with the snapshot cost per
+    epoch beside (see benchmarks/latency.py)."""
+    from benchmarks.config import parse_keys
+    from benchmarks.latency import KINDS
+    from benchmarks.latency import latency as run_latency
+    from pipeline_lib.spec.durations import parse_duration
+
+    try:
+        chosen_rates = parse_keys(rates)
+        if not chosen_rates or min(chosen_rates) < 1:
+            raise ValueError(f"{rates!r}: give rates of at least 1 event per second")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--rates") from None
+    try:
+        parse_duration(interval)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--interval") from None
+    chosen = tuple(k.strip() for k in kinds.split(",") if k.strip())
+    if not chosen or set(chosen) - set(KINDS):
+        raise typer.BadParameter(f"{kinds!r}: choose from {', '.join(KINDS)}", param_hint="--kinds")
+    raise typer.Exit(run_latency(chosen_rates, seconds, users, interval, chosen, parallelism, out))
