@@ -81,6 +81,12 @@ def run_job(
         raise SpecError(str(exc)) from None
     job = as_job(spec)
     job.effective_parallelism(parallelism)
+    interval = job.trigger.interval_s
+    if interval is not None and interval >= stall_seconds:  # records wait up to an interval for their epoch
+        raise PipelineError(
+            f"trigger.interval {job.trigger.interval!r} must be shorter than --stall-seconds {stall_seconds:g}: "
+            "a pipeline waiting for its next epoch would be reported STALLED"
+        )
     options = RunOptions(
         mode="forever" if mode == "continuous" else "until-caught-up",
         restore=restore,

@@ -115,3 +115,15 @@ def test_the_runner_starts_its_epochs_one_interval_apart(tmp_path):
     assert [r.epoch for r in runner.epochs] == [1, 2, 3, 4]
     assert [r.started for r in runner.epochs] == [5.0, 15.0, 25.0, 35.0]
     assert stop.waits == [10.0, 10.0, 10.0]
+
+
+def test_an_interval_as_long_as_the_stall_time_is_refused_before_anything_starts(tmp_path):
+    """Records wait up to an interval for their epoch: the status record would call that STALLED."""
+    from pipeline_lib import run_job
+    from pipeline_lib.errors import PipelineError
+    from pipeline_lib.settings import ConnectionSettings
+
+    spec = spec_of(tmp_path).model_dump(mode="json", exclude_none=True)
+    spec["trigger"]["interval"] = "10 minutes"
+    with pytest.raises(PipelineError, match=r"trigger.interval '10 minutes' must be shorter than --stall-seconds 600"):
+        run_job(spec, settings=ConnectionSettings())
