@@ -214,3 +214,16 @@ def test_the_deferred_task_logs_the_job_s_output_and_ends_red_with_the_reason(tm
     with pytest.raises(AirflowException, match="main: LOST"):
         op.execute_complete({}, {"outcome": "failed", "reason": "main: LOST, attempt 2", "run_dir": gone})
     assert op.execute_complete({}, {"outcome": "ended", "reason": None, "run_dir": gone}) == {}
+
+
+def test_no_trigger_stores_a_secret(tmp_path, monkeypatch):
+    """What Airflow stores of a trigger (its serialized kwargs) names connections, never their secrets."""
+    from pipeline_lib.orchestration.epoch_events import committed_epochs_asset
+
+    secret = "s3-secret-value-of-the-eu-store"
+    conn = {"conn_type": "pipeline_lib_s3", "host": "http://127.0.0.1:1", "login": "eu-access", "password": secret}
+    monkeypatch.setenv("AIRFLOW_CONN_S3_EU", json.dumps(conn))
+    [watcher] = committed_epochs_asset(_spec_file(tmp_path)).watchers
+    assert watcher.trigger.read_head() is None  # it reads its store with the connection's settings...
+    stored = [watcher.trigger.serialize(), _watch(tmp_path, tmp_path / "run").serialize()]
+    assert secret not in json.dumps(stored) and "eu-access" not in json.dumps(stored)  # ...and stores none
