@@ -49,7 +49,7 @@ def new_batch(head: Head | None, announced: dict[str, Any]) -> dict[str, Any] | 
     are new: their snapshot ids are."""
     history = head.history if head is not None else []
     seen = set(announced.get("snapshots", []))
-    fresh = [e for e in history if e.snapshot_id not in seen]
+    fresh = [e for e in history if e.snapshot_id not in seen]  # guard: epoch-batch-reannounced
     if not fresh:
         return None
     older = [e for e in history if e.snapshot_id in seen and e.epoch < fresh[-1].epoch]

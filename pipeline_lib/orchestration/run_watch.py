@@ -42,7 +42,7 @@ def run_outcome(
     for pipeline, status in statuses.items():
         ours = status is not None and status.launch is not None and status.launch.launched_by == launched_by
         if not ours:
-            if pipeline in attempts:
+            if pipeline in attempts:  # guard: run-watch-fence-unseen
                 by = status.launch.launched_by if status is not None and status.launch is not None else "a start-over"
                 newer = f"attempt {status.attempt}" if status is not None else "a newer attempt"
                 failures.append(f"{pipeline}: attempt {attempts[pipeline]} is fenced by {newer} ({by})")
@@ -51,7 +51,7 @@ def run_outcome(
             continue
         assert status is not None
         attempts[pipeline] = status.attempt
-        state, reason = status.observed(now)
+        state, reason = status.observed(now)  # guard: run-watch-lease-ignored
         if state in ("SCHEDULING", "RUNNING", "STALLED"):  # STALLED: still running; recovery judges it
             live = True
         elif state not in ENDED_WELL:
