@@ -29,9 +29,18 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from pipeline_lib.checkpoint.manifest import Head, HistoryEntry
 from pipeline_lib.graph import build_graph
+from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import load_spec
 
 STATE_KEY = "announced"
+
+
+def trigger_settings(connections: dict[str, str]) -> ConnectionSettings:
+    """The settings of a trigger's connection ids, read where it runs (the triggerer)."""
+    from pipeline_lib.orchestration.airflow_connections import airflow_settings
+    from pipeline_lib.spec.airflow_spec import AirflowConnectionsSpec
+
+    return airflow_settings(AirflowConnectionsSpec(**connections))
 
 
 def committed_epochs_asset_name(job: str, flow: str) -> str:
@@ -89,6 +98,7 @@ class CommittedEpochsTrigger(BaseEventTrigger):
         self.connections = dict(connections)
         self.poll_seconds, self.min_interval_seconds = poll_seconds, min_interval_seconds
         self._memory: dict[str, Any] | None = None  # without Airflow's asset state store
+        self._settings: ConnectionSettings | None = None  # read once, again after a failed read
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """The classpath and kwargs Airflow stores (in its metadata DB) to rebuild the trigger."""
@@ -106,13 +116,16 @@ class CommittedEpochsTrigger(BaseEventTrigger):
         )
 
     def read_head(self) -> Head | None:
-        """The pipeline's head, read with the credentials of the trigger's connections (blocking)."""
+        """The pipeline's head, read with the credentials of the trigger's connections (blocking;
+        they are looked up again after a failed read, so a rotated key is picked up)."""
         from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-        from pipeline_lib.orchestration.airflow_connections import airflow_settings
-        from pipeline_lib.spec.airflow_spec import AirflowConnectionsSpec
 
-        settings = airflow_settings(AirflowConnectionsSpec(**self.connections))
-        return SnapshotStore.open(self.store, self.job, self.pipeline, settings).read_head()[0]
+        self._settings = self._settings or trigger_settings(self.connections)
+        try:
+            return SnapshotStore.open(self.store, self.job, self.pipeline, self._settings).read_head()[0]
+        except Exception:
+            self._settings = None
+            raise
 
     async def _load(self) -> dict[str, Any]:
         if self.asset_state_store is not None:

@@ -27,6 +27,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from pipeline_lib.checkpoint.manifest import PipelineStatus
 from pipeline_lib.orchestration.detached_run import STOP, read_result
+from pipeline_lib.orchestration.epoch_events import trigger_settings
+from pipeline_lib.settings import ConnectionSettings
 
 ENDED_WELL = ("STOPPED", "COMPLETED")
 RESULT_GRACE_S = 30.0  # how long an ended run's result.json is waited for, when its folder is here
@@ -82,6 +84,7 @@ class RunWatchTrigger(BaseTrigger):
         self.job, self.store, self.pipelines = job, store, list(pipelines)
         self.connections, self.launched_by, self.run_dir = dict(connections), launched_by, run_dir
         self.poll_seconds, self.start_timeout_seconds = poll_seconds, start_timeout_seconds
+        self._settings: ConnectionSettings | None = None  # read once, again after a failed read
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """The classpath and kwargs Airflow stores (in its metadata DB) to rebuild the trigger."""
@@ -100,13 +103,16 @@ class RunWatchTrigger(BaseTrigger):
         )
 
     def read_statuses(self) -> dict[str, PipelineStatus | None]:
-        """Each pipeline's STATUS, read with the credentials of the trigger's connections (blocking)."""
+        """Each pipeline's STATUS, read with the credentials of the trigger's connections (blocking;
+        they are looked up again after a failed read)."""
         from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-        from pipeline_lib.orchestration.airflow_connections import airflow_settings
-        from pipeline_lib.spec.airflow_spec import AirflowConnectionsSpec
 
-        settings = airflow_settings(AirflowConnectionsSpec(**self.connections))
-        return {p: SnapshotStore.open(self.store, self.job, p, settings).read_status() for p in self.pipelines}
+        settings = self._settings = self._settings or trigger_settings(self.connections)
+        try:
+            return {p: SnapshotStore.open(self.store, self.job, p, settings).read_status() for p in self.pipelines}
+        except Exception:
+            self._settings = None
+            raise
 
     def _event(self, outcome: str, why: str | None) -> TriggerEvent:
         return TriggerEvent({"outcome": outcome, "reason": why, "run_dir": self.run_dir})
