@@ -70,6 +70,9 @@ RANGE_TESTS = ("tests/unit/test_range_reads.py",)
 DECODING_TESTS = ("tests/unit/test_fast_decoding.py",)
 BAD_RECORDS = ("tests/unit/test_record_batcher_bad_records.py",)
 ADAPTER = ("tests/unit/test_kafka_adapter.py",)
+STREAMING = ("tests/unit/test_airflow_streaming.py",)
+RUN_WATCH = "pipeline_lib/orchestration/run_watch.py"
+EPOCH_EVENTS = "pipeline_lib/orchestration/epoch_events.py"
 
 MUTANTS: list[Mutant] = [
     # -- HEAD: the commit --------------------------------------------------------------------
@@ -1061,5 +1064,29 @@ MUTANTS: list[Mutant] = [
         "True",
         "an untested kafka-python release fails at import, naming installed and supported releases",
         ADAPTER,
+    ),
+    Mutant(
+        "run-watch-fence-unseen",
+        RUN_WATCH,
+        "pipeline in attempts",
+        "False",
+        "a deferred run whose pipeline a newer attempt took over ends the task red, fenced, never waits forever",
+        STREAMING,
+    ),
+    Mutant(
+        "run-watch-lease-ignored",
+        RUN_WATCH,
+        "status.observed(now)",
+        "(status.state, status.reason)",
+        "a deferred run whose heartbeat lease ran out ends the task red (LOST), never waits forever",
+        STREAMING,
+    ),
+    Mutant(
+        "epoch-batch-reannounced",
+        EPOCH_EVENTS,
+        "e.snapshot_id not in seen",
+        "True",
+        "an asset watcher announces each committed epoch once, never again at its next poll",
+        STREAMING,
     ),
 ]

@@ -210,11 +210,21 @@ def launch_env(
 class LaunchedRun:
     """One job run as a child process: start it, stream its output, or stop it gracefully."""
 
-    def __init__(self, spec_path: Path, request: LaunchRequest, settings: ConnectionSettings, launched_by: str):
+    def __init__(
+        self,
+        spec_path: Path,
+        request: LaunchRequest,
+        settings: ConnectionSettings,
+        launched_by: str,
+        workdir: Path | None = None,
+    ):
+        """``workdir``: where the summary and the stop file go, kept after the run (a detached
+        run's, orchestration.detached_run); a temporary directory removed after it by default."""
         self.settings = settings
-        self._tmp = tempfile.TemporaryDirectory(prefix="pipeline-run-")
-        self.summary_path = Path(self._tmp.name) / "summary.json"
-        self.stop_file = Path(self._tmp.name) / "stop"
+        self._tmp = None if workdir is not None else tempfile.TemporaryDirectory(prefix="pipeline-run-")
+        base = workdir if workdir is not None else Path(self._tmp.name)  # type: ignore[union-attr]
+        self.summary_path = base / "summary.json"
+        self.stop_file = base / "stop"
         self.command = launch_command(spec_path, request, settings, launched_by, self.summary_path, self.stop_file)
         self.isolated_command: list[str] = []
         self.proc: subprocess.Popen | None = None
@@ -254,7 +264,8 @@ class LaunchedRun:
             self.stop()
             raise
         finally:
-            self._tmp.cleanup()
+            if self._tmp is not None:
+                self._tmp.cleanup()
         if returncode < 0 and last_error is None:
             last_error = f"the run was killed by signal {-returncode}"
         return LaunchResult(returncode, summary, last_error)

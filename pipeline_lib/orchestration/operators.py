@@ -18,11 +18,18 @@ keeps them) and, if the job's process dies, marks its still-RUNNING status LOST 
 (orchestration.run_records). Each line of the job's output is logged at its own level
 (orchestration.job_log). With the OpenLineage provider installed, a run reports its Kafka topics
 as inputs and its sinks as outputs.
+
+``deferrable=True`` (or Airflow's ``[operators] default_deferrable``) frees the worker slot while
+the job runs: the run is started detached (orchestration.detached_run), the task defers to a
+trigger that watches its status records (orchestration.run_watch), and resumes when the run ends
+to log the job's output and report as the task that waited does, red with the reason when the
+run was killed, fenced or failed.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +38,14 @@ from pydantic import ValidationError
 
 from pipeline_lib.errors import SpecError
 from pipeline_lib.orchestration.assets import committed_events, job_alias
+from pipeline_lib.orchestration.detached_run import JOB_LOG, read_result, start_detached
 from pipeline_lib.orchestration.job_log import JobLogLevels
-from pipeline_lib.orchestration.launch_request import LaunchRequest, check_restore_target
-from pipeline_lib.orchestration.launcher import LaunchedRun
+from pipeline_lib.orchestration.launch_request import LaunchRequest, check_restore_target, pipeline_names
+from pipeline_lib.orchestration.launcher import LaunchedRun, LaunchResult
 from pipeline_lib.orchestration.lineage_facets import facets, run_datasets
 from pipeline_lib.orchestration.operator_links import PipelinesPageLink
 from pipeline_lib.orchestration.run_records import mark_dead, record_launch
+from pipeline_lib.orchestration.run_watch import RunWatchTrigger
 from pipeline_lib.spec import load_spec
 from pipeline_lib.spec.models import JobSpec
 
@@ -68,7 +77,8 @@ class RunJobOperator(BaseOperator):
     """Launch the job of ``spec_path``: with the request fields given here (``mode``,
     ``restore``, ``parallelism``, ``pipelines``, ``spark_conf``, ``lease_seconds``,
     ``stall_seconds``, ``reason``; unset ones take the trigger form's defaults), or, when
-    ``request_task_id`` is set, with the request that task returned as its XCom."""
+    ``request_task_id`` is set, with the request that task returned as its XCom. ``deferrable``:
+    wait for the run in the triggerer, polling its status every ``poll_seconds``."""
 
     template_fields = ("spec_path", *REQUEST_FIELDS)
     operator_extra_links = (PipelinesPageLink(),)
@@ -88,6 +98,8 @@ class RunJobOperator(BaseOperator):
         lease_seconds: float | None = None,
         stall_seconds: float | None = None,
         reason: str | None = None,
+        deferrable: bool | None = None,
+        poll_seconds: float = 5.0,
         **kwargs: Any,
     ):
         if job_name is None:  # read once at parse time: the alias below needs the job's name
@@ -119,6 +131,11 @@ class RunJobOperator(BaseOperator):
             setattr(self, name, value)
         self.spec_path, self.job_name = spec_path, job_name
         self.request_task_id, self.stop_grace_s = request_task_id, stop_grace_s
+        if deferrable is None:
+            from airflow.configuration import conf
+
+            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
+        self.deferrable, self.poll_seconds = deferrable, poll_seconds
         self._run: LaunchedRun | None = None
 
     def launch_request(self, spec: JobSpec, context) -> LaunchRequest:
@@ -134,9 +151,8 @@ class RunJobOperator(BaseOperator):
         return {k: v for k in REQUEST_FIELDS if (v := getattr(self, k, None)) is not None}
 
     def execute(self, context) -> dict[str, Any]:
-        """Run the job to its end, streaming its log into the task's; fail the task if the run failed."""
-        from airflow.exceptions import AirflowException
-
+        """Run the job to its end, streaming its log into the task's; fail the task if the run
+        failed. Deferrable: start it detached and wait in the triggerer."""
         from pipeline_lib.orchestration.airflow_connections import airflow_settings
 
         spec = load_spec(Path(self.spec_path))
@@ -148,6 +164,8 @@ class RunJobOperator(BaseOperator):
             check_restore_target(spec, request, settings)
         launched_by = f"airflow:{self.dag_id}/{context['run_id']}"
         record_launch(spec, request, settings, launched_by)
+        if self.deferrable:
+            self._defer(spec, request, settings, launched_by)
         self._run = LaunchedRun(Path(self.spec_path), request, settings, launched_by)
         levels = JobLogLevels()
         self._run.start(log.info)
@@ -156,9 +174,55 @@ class RunJobOperator(BaseOperator):
             why = f"its process ended with exit {result.returncode} ({result.last_error or 'no error printed'})"
             if marked := mark_dead(spec, request, settings, launched_by, why):
                 log.error("marked %s LOST: %s", ", ".join(marked), why)
-            raise AirflowException(f"job {self.job_name} failed (exit {result.returncode}): {result.last_error}")
+        return self._finish(context, result)
+
+    def _finish(self, context, result: LaunchResult, also: str | None = None) -> dict[str, Any]:
+        """The task's end: red if the run failed (with ``also``, what its statuses said), else
+        the sinks' asset events and the summary as the XCom."""
+        from airflow.exceptions import AirflowException
+
+        if result.returncode != 0:
+            why = "; ".join(w for w in (result.last_error, also) if w)
+            raise AirflowException(f"job {self.job_name} failed (exit {result.returncode}): {why}")
         self._emit_sink_events(context, result.summary or {})
         return result.summary or {}
+
+    def _defer(self, spec: JobSpec, request: LaunchRequest, settings, launched_by: str) -> None:
+        """Start the run detached and defer to the trigger that watches it (ids and paths only:
+        the trigger's kwargs are stored in Airflow's metadata DB)."""
+        run_dir, pid = start_detached(Path(self.spec_path), request, settings, launched_by)
+        log.info("job %s runs detached (pid %d, folder %s); the triggerer watches it", self.job_name, pid, run_dir)
+        trigger = RunWatchTrigger(
+            job=spec.name,
+            store=spec.checkpoint.store,
+            pipelines=request.pipelines or pipeline_names(spec),
+            connections=spec.airflow.connections.model_dump(),
+            launched_by=launched_by,
+            run_dir=str(run_dir),
+            poll_seconds=self.poll_seconds,
+        )
+        self.defer(trigger=trigger, method_name="execute_complete")
+
+    def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
+        """The deferred run ended: its output into the task's log, then the end as ``execute``'s."""
+        from airflow.exceptions import AirflowException
+
+        run_dir = Path(event["run_dir"])
+        levels = JobLogLevels()
+        try:
+            with open(run_dir / JOB_LOG, encoding="utf-8") as lines:
+                for line in lines:
+                    log.log(*levels(line.rstrip("\n")))
+        except OSError:
+            log.warning("the run's output (%s) is not on this machine", run_dir / JOB_LOG)
+        ended = read_result(run_dir)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if ended is None:  # the run's folder is elsewhere: its statuses are all there is
+            if event["outcome"] != "ended":
+                raise AirflowException(f"job {self.job_name} failed: {event['reason']}")
+            return self._finish(context, LaunchResult(0, None, None))
+        result = LaunchResult(ended["returncode"], ended["summary"], ended["last_error"])
+        return self._finish(context, result, event.get("reason"))
 
     def _emit_sink_events(self, context, summary: dict[str, Any]) -> None:
         """An asset event per sink whose pipeline committed epochs in this run."""

@@ -9,8 +9,9 @@ typing over the DevTools protocol): the trigger form refusing an out-of-range nu
 links, refresh, the confirmation every restore asks (naming what it fences and discards), a
 restore that keeps the pipeline continuous and is followed to its state, and the page at 1024 and
 800 px and in Airflow's dark mode (screenshots checked by assertions). Last, a user's own DAG
-file running a job with RunJobOperator alone, the job scheduled on its sink's asset, and the
-provider's connection types as the api-server serves them.
+file running a job with RunJobOperator alone, the job scheduled on its sink's asset, the
+provider's connection types as the api-server serves them, and a deferrable continuous run (in
+the triggerer) whose committed epochs an asset watcher announces while it runs.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ REPORT_DAG = "downstream_report"
 # a user's own DAG file running a job with RunJobOperator alone, through its own Spark connection
 USER_DAG, USER_JOB, USER_TOPIC = "user_run_job", "user-job", "user-payments"
 AFTER_USER = "user-job-after"  # a job whose DAG is scheduled on the user job's sink asset
+# a continuous run in a deferrable RunJobOperator, and a DAG following its committed epochs
+STREAM_DAG, STREAM_JOB, STREAM_TOPIC, FOLLOW_DAG = "stream_run", "stream-job", "stream-payments", "stream_follow"
 SCREENSHOT = REPO / "results" / "pipelines-page.png"  # the README's picture is a copy of it
 FRAME = "document.querySelector('iframe[title=Pipelines]').contentDocument"  # the page inside the Airflow UI
 SECTION = f"{FRAME}.querySelector('section[data-job=\"{JOB}\"]')"  # the job's part of the page
@@ -113,6 +116,14 @@ def airflow(local_stack, payments, tmp_path_factory):
     (dags / "user_dag.py").write_text(
         USER_DAG_FILE.format(dag_id=USER_DAG, spec=root / "user_specs" / f"{USER_JOB}.yaml")
     )
+    create_topic(local_stack.kafka_bootstrap, STREAM_TOPIC, 2)
+    stream_spec = spend_spec(
+        STREAM_JOB, STREAM_TOPIC, f"s3://results/{STREAM_JOB}", f"s3://checkpoints/{STREAM_JOB}", per_epoch=500
+    )
+    write_spec(root / "user_specs", stream_spec)
+    (dags / "stream_dags.py").write_text(
+        STREAM_DAG_FILE.format(run=STREAM_DAG, follow=FOLLOW_DAG, spec=root / "user_specs" / f"{STREAM_JOB}.yaml")
+    )
     env = {k: "" for k in os.environ if k.startswith("PIPELINE_")}  # connections only
     env.update(airflow_connections(local_stack))
     env["AIRFLOW_CONN_USER_SPARK"] = json.dumps({"conn_type": "pipeline_lib_spark", "host": "local[1]"})
@@ -124,7 +135,7 @@ def airflow(local_stack, payments, tmp_path_factory):
     # scheduler's cleanup loop has seen it: every 60 s by default
     env["AIRFLOW__SCHEDULER__PARSING_CLEANUP_INTERVAL"] = "5"
     env["AIRFLOW__CORE__TEST_CONNECTION"] = "Enabled"  # the Connections page's Test button (the hooks' test_connection)
-    server = start_airflow(root / "home", dags, REPO / "plugins", env, all_admins=True, timeout=180)
+    server = start_airflow(root / "home", dags, REPO / "plugins", env, all_admins=True, triggerer=True, timeout=180)
     try:
         for dag_id in (
             DAG,
@@ -134,6 +145,8 @@ def airflow(local_stack, payments, tmp_path_factory):
             REPORT_DAG,
             USER_DAG,
             f"pipeline__{AFTER_USER}",
+            STREAM_DAG,
+            FOLLOW_DAG,
         ):
             server.wait_for_dag(dag_id, timeout=120)
             server.unpause(dag_id)
@@ -176,6 +189,32 @@ from pipeline_lib.orchestration.operators import RunJobOperator
 
 with DAG("{dag_id}", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), catchup=False):
     RunJobOperator(task_id="run", spec_path="{spec}", lease_seconds="{{{{ 5 + 6 }}}}")
+"""
+
+
+STREAM_DAG_FILE = """\
+# An Airflow DAG file: a continuous run that waits in the triggerer, and a DAG per committed-epoch batch.
+import datetime as dt
+
+from airflow.sdk import DAG, get_current_context, task
+
+from pipeline_lib.orchestration.epoch_events import committed_epochs_asset
+from pipeline_lib.orchestration.operators import RunJobOperator
+
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+with DAG("{run}", schedule=None, start_date=START, catchup=False):
+    RunJobOperator(
+        task_id="run", spec_path="{spec}", mode="continuous", lease_seconds=6, deferrable=True, poll_seconds=1
+    )
+
+epochs = committed_epochs_asset("{spec}", poll_seconds=1, min_interval_seconds=0)
+with DAG("{follow}", schedule=[epochs], start_date=START, catchup=False, is_paused_upon_creation=False):
+
+    @task
+    def announced():
+        return [e.extra["payload"] for e in get_current_context()["triggering_asset_events"][epochs]]
+
+    announced()
 """
 
 
@@ -666,3 +705,41 @@ def test_a_users_own_dag_runs_a_job_with_run_job_operator_alone(airflow, stack_e
         },
     ).json()
     assert tested["status"] is False and local_stack.secret_key not in tested["message"], tested
+
+
+def test_a_deferred_continuous_run_frees_its_slot_and_each_epoch_batch_runs_the_dag_following_it(
+    airflow, stack_env, local_stack
+):
+    """RunJobOperator(deferrable=True) in continuous mode: the task waits in the triggerer while
+    the job runs detached; the asset watcher announces the committed epochs while the stream runs,
+    each batch once, and the DAG scheduled on them runs; a SIGKILLed run ends the task red, with why."""
+    produce_json(local_stack.kafka_bootstrap, STREAM_TOPIC, payment_events(1_000, 20, seed=53))
+    run_id = airflow.trigger(STREAM_DAG, {})
+    store = SnapshotStore.open(
+        f"s3://checkpoints/{STREAM_JOB}", STREAM_JOB, "main", ConnectionSettings.from_env(stack_env)
+    )
+    wait_for(lambda: (s := store.read_status()) and s.state == "RUNNING" and s.epoch >= 2, 240, "epoch 2")
+    [task] = airflow.task_instances(STREAM_DAG, run_id)
+    assert task["state"] == "deferred", task  # no worker slot held while the stream runs
+
+    def announced() -> list[dict]:
+        runs = [r for r in airflow.dag_runs(FOLLOW_DAG) if r["state"] == "success"]
+        return sorted(
+            (p for r in runs for p in airflow.xcom(FOLLOW_DAG, r["dag_run_id"], "announced")),
+            key=lambda p: p["first_epoch"],
+        )
+
+    wait_for(lambda: (a := announced()) and a[-1]["last_epoch"] >= 2, 120, "epochs 1-2 announced", interval=2)
+    produce_json(local_stack.kafka_bootstrap, STREAM_TOPIC, payment_events(500, 20, seed=54))
+    batches = wait_for(
+        lambda: (a := announced()) and a[-1]["last_epoch"] >= 3 and a, 120, "epoch 3 announced", interval=2
+    )
+    assert [b["first_epoch"] for b in batches] == [1] + [b["last_epoch"] + 1 for b in batches[:-1]], batches
+    assert {b["job"] for b in batches} == {STREAM_JOB} and airflow.dag_run(STREAM_DAG, run_id)["state"] == "running"
+
+    running = store.read_status()
+    os.killpg(os.getpgid(running.pid), signal.SIGKILL)
+    assert airflow.wait_for_run(STREAM_DAG, run_id, timeout=120) == "failed"
+    log = airflow.task_log(STREAM_DAG, run_id, "run", try_number=1)
+    assert "failed (exit -9)" in log and "--forever" in log, log[-3000:]
+    assert store.read_status().state == "LOST"
