@@ -169,3 +169,44 @@ def test_the_watermark_judges_records_and_windows():
 def test_a_changed_delay_applies_from_the_restore_on(delay):
     stored = Watermark(2 * MIN, T0).to_json()
     assert Watermark.from_json(stored, delay).value_ms == T0 - delay
+
+
+def test_a_running_avg_is_written_from_its_sum_and_count(tmp_path):
+    job = parse_spec(
+        {
+            "name": "spend",
+            "source": {"kafka": {"topic": "payments", "schema": "user string, amount long"}},
+            "state": {"aggregate": {"key": ["user"], "values": {"mean": "avg(amount)", "n": "count(*)"}}},
+            "sink": {"files": {"path": f"file://{tmp_path}/out"}},
+            "checkpoint": {"store": f"file://{tmp_path}/ckpt"},
+        }
+    )
+    runner = TestRunner(job, RunOptions(restore="latest"), ConnectionSettings())
+    runner.restore()
+    runner.claim()
+    history, version = [], None
+    for epoch, (sums, counts) in enumerate([((10, 3), (2, 1)), ((5, 0), (1, 0))], start=1):
+        table = pa.table(
+            {
+                "user": ["a", "b"],
+                "mean__sum": pa.array(sums, pa.int64()),
+                "mean__count": pa.array(counts, pa.int64()),
+                "n": pa.array(counts, pa.int64()),
+            }
+        )
+        plan = runner.plan(epoch, history[0].snapshot_id if history else None, {0: epoch - 1}, {0: epoch}, None)
+        manifest, head, version = runner.run_epoch(EpochRead(plan, None, {"spend": table}), history, version)
+        history = head.history
+    rows = read_append_rows(open_store(f"file://{tmp_path}/out", ConnectionSettings()))
+    assert [(r["user"], r["mean"], r["n"]) for r in rows] == [
+        ("a", 5.0, 2),
+        ("b", 3.0, 1),
+        ("a", 5.0, 3),
+        ("b", 3.0, 1),
+    ]
+    assert manifest.flows["spend"].state.value_columns == {
+        "mean__sum": "sum(amount)",
+        "mean__count": "count(amount)",
+        "n": "count(*)",
+    }
+    assert manifest.watermarks == {}
