@@ -45,8 +45,8 @@ class AggregateSpec(StrictModel):
     values: Annotated[dict[str, str], Field(min_length=1)]
     # Event-time windows: each key's values per window, rows with window_start and window_end.
     window: WindowSpec | None = None
-    # updates: each epoch, the rows of the keys it changed (upsert); final: each window once,
-    # when the watermark passes its end (append), then evicted from the state.
+    # updates: each epoch, the rows of the keys (and windows) it changed (upsert); final: each
+    # window once, when the watermark passes its end (append). Closed windows leave the state.
     emit: Literal["updates", "final"] = "updates"
 
     @field_validator("key")
@@ -80,12 +80,6 @@ class AggregateSpec(StrictModel):
             taken = sorted((set(self.key) | set(self.values)) & set(WINDOW_COLUMNS))
             if taken:
                 raise FieldsError(f"{taken} are the window's output columns; rename them", "values", "key")
-            if self.emit != "final":
-                raise FieldsError(
-                    "a windowed aggregate needs emit: final (emit: updates of windows is not supported)",
-                    "emit",
-                    "window",
-                )
         elif self.emit == "final":
             raise FieldsError("emit: final writes each window once when it closes; it needs a window", "emit", "window")
         try:

@@ -18,7 +18,7 @@ from pipeline_lib.execution.runtime.runner_types import EpochRead, RunOptions
 from pipeline_lib.execution.state.watermark import END_OF_INPUT, NO_WATERMARK, Watermark
 from pipeline_lib.execution.state.window_close import spans_without
 from pipeline_lib.settings import ConnectionSettings
-from pipeline_lib.sink.table_reader import read_append_rows
+from pipeline_lib.sink.table_reader import epoch_rows, read_append_rows
 from pipeline_lib.spec import parse_spec
 from pipeline_lib.storage import open_store
 from tests.runner_fakes import TestRunner
@@ -210,3 +210,30 @@ def test_a_running_avg_is_written_from_its_sum_and_count(tmp_path):
         "n": "count(*)",
     }
     assert manifest.watermarks == {}
+
+
+def test_emit_updates_writes_the_windows_an_epoch_changed_and_still_evicts_closed_ones(tmp_path):
+    job = spec(tmp_path).model_dump(by_alias=True)
+    job["state"]["aggregate"]["emit"] = "updates"
+    runner = TestRunner(parse_spec(job), RunOptions(restore="latest"), ConnectionSettings())
+    runner.restore()
+    runner.claim()
+    history, version = [], None
+    batches = [
+        [("a", 0, 2, ["u", "v"], T0 + 50_000), ("b", 1, 1, ["u"], T0 + MIN + 1)],
+        [("a", 0, 1, ["w"], T0 + 10_000), ("a", 3, 1, ["w"], T0 + 3 * MIN)],
+        [("a", 0, 5, ["z"], T0), ("c", 9, 1, ["x"], T0 + 9 * MIN)],  # a@00:00 has closed: late
+    ]
+    per_epoch = []
+    for epoch, rows in enumerate(batches, start=1):
+        plan = runner.plan(epoch, history[0].snapshot_id if history else None, {0: epoch - 1}, {0: epoch}, None)
+        manifest, head, version = runner.run_epoch(EpochRead(plan, None, {"clicks": partials(rows)}), history, version)
+        history = head.history
+        out = open_store(f"file://{tmp_path}/out", ConnectionSettings())
+        per_epoch.append(sorted((r["page"], r["window_start"], r["n"], r["users"]) for r in epoch_rows(out, epoch)))
+    assert per_epoch == [
+        [("a", minute(0), 2, 2), ("b", minute(1), 1, 1)],
+        [("a", minute(0), 3, 3), ("a", minute(3), 1, 1)],  # a@00:00 closed by this epoch: its last row
+        [("c", minute(9), 1, 1)],
+    ]
+    assert manifest.late_records == 5 and len(runner.flows[0].state) == 1

@@ -19,8 +19,8 @@ def merge_on_driver(
 ) -> tuple[list[pa.Table], np.ndarray]:
     """Merge ``result`` (the epoch's partials) into ``flow``'s state: (its sink parts, the slots
     of the state the epoch changed). The rows are the changed keys' (an upsert changelog), or for
-    a windowed flow the windows the epoch closed (state.window_close; ``ended``: the bounded
-    source is read to its end after this epoch, so every window closes)."""
+    a windowed flow with ``emit: final`` the windows the epoch closed (state.window_close;
+    ``ended``: the bounded source is read to its end after this epoch, so every window closes)."""
     assert flow.state is not None and flow.spec.state is not None
     agg = flow.spec.state.aggregate
     if agg.window is not None:
@@ -30,7 +30,7 @@ def merge_on_driver(
         closed = close_windows(agg, flow.state, flow.state_schema, result, flow.watermark, ended)
         flow.state, flow.watermark, flow.late_records = closed.state, closed.watermark, closed.late_records
         flow.state_files = spans_without(flow.state_files, closed.evicted_groups)
-        return _cut(flow, closed.rows, closed.evicted_groups, parallelism, maxp), closed.changed
+        return _cut(flow, closed.rows, closed.row_groups, parallelism, maxp), closed.changed
     if flow.state_schema is None:
         flow.state_schema = result.schema
     changed = flow.state.merge(result)

@@ -27,12 +27,14 @@ from pipeline_lib.spec.flow_spec import AggregateSpec
 @dataclass(frozen=True)
 class ClosedWindows:
     """One epoch of a windowed flow: the state after it (open windows only), the slots of that
-    state the epoch changed, the rows of the windows it closed (as written), the key groups they
-    were evicted from, the records dropped as late, and the watermark for the next epoch."""
+    state the epoch changed, the rows to write (``emit: final``: of the windows it closed;
+    ``updates``: of the windows it changed, closed or not) and their key groups, the key groups
+    closed windows were evicted from, the records dropped as late, and the next watermark."""
 
     state: KeyedAggregateState
     changed: np.ndarray
     rows: pa.Table
+    row_groups: np.ndarray  # the key group of each of ``rows``
     evicted_groups: np.ndarray
     late_records: int
     watermark: Watermark
@@ -65,13 +67,14 @@ def close_windows(
     after = watermark.advanced(top, ended=ended)
     ends = event_ms(state.key_column(WINDOW_END)) if len(state) else np.zeros(0, dtype=np.int64)
     closed = np.flatnonzero(after.closed(ends))
-    rows = output_rows(agg, state.table(closed, schema))
-    groups = state.key_groups(closed).copy()
+    written = closed if agg.emit == "final" else changed
+    rows = output_rows(agg, state.table(written, schema))
+    row_groups, groups = state.key_groups(written).copy(), state.key_groups(closed).copy()
     if len(closed):
         state, remap = evicted(agg, state, schema, closed)  # guard: closed-window-kept
         changed = remap[changed]
         changed = changed[changed >= 0]
-    return ClosedWindows(state, changed, rows, groups, late_records, after)
+    return ClosedWindows(state, changed, rows, row_groups, groups, late_records, after)
 
 
 def evicted(
