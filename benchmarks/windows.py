@@ -99,9 +99,9 @@ def windows_bench(events: int = 200_000, pages: int = 1_000, per_epoch: int = 20
             ours = _windows(read_append_rows(open_store(f"s3://results/{NAME}", settings)))
             snapshots = SnapshotStore.open(f"s3://checkpoints/{NAME}", NAME, "main", settings)
             head, _ = snapshots.read_head()
-            keys = max(
-                snapshots.load_manifest(e.snapshot_id).flows[NAME].state.keys for e in head.history[1:] or head.history
-            )
+            assert head is not None, "the run committed no snapshot"
+            states = [snapshots.load_manifest(e.snapshot_id).flows[NAME].state for e in head.history]
+            keys = max(s.keys for s in states if s is not None)
             started = time.monotonic()
             child = subprocess.run(
                 [
