@@ -70,3 +70,57 @@ def windowed_answer(
                 "mean_ms": sum(r["ms"] for r in rows) / len(rows),
             }
     return written, late
+
+
+def session_answer(
+    epochs: list[list[dict]], gap_ms: int, delay_ms: int, bounded: bool
+) -> tuple[dict[tuple, dict], int]:
+    """Session windows, as ``windowed_answer``: a session is a page's records less than
+    ``gap_ms`` apart, from its first record to its last plus the gap. Each epoch, the records
+    whose own session [ts, ts + gap) ended at or before the watermark are late unless a chain of
+    records less than a gap apart links them to a record that is not late or to an open session:
+    the connected groups (open sessions and the epoch's records) without either are dropped."""
+    top: int | None = None
+    open_: dict[str, list[tuple[int, int, list[dict]]]] = {}
+    written: dict[tuple, dict] = {}
+    late = 0
+    for i, records in enumerate(epochs):
+        watermark = -(2**63) if top is None else top - delay_ms
+        by_page: dict[str, list] = {}
+        for r in records:
+            ms = _ms(r["ts"])
+            by_page.setdefault(r["page"], []).append((ms, ms + gap_ms, [r], ms + gap_ms > watermark))
+            top = ms if top is None else max(top, ms)
+        for page, items in by_page.items():
+            pieces = [(s, e, rows, True) for s, e, rows in open_.pop(page, [])] + items
+            pieces.sort(key=lambda p: (p[0], p[1]))
+            groups: list[list] = []
+            for piece in pieces:
+                if groups and piece[0] < groups[-1][1]:
+                    last = groups[-1]
+                    groups[-1] = [last[0], max(last[1], piece[1]), last[2] + piece[2], last[3] or piece[3]]
+                else:
+                    groups.append(list(piece))
+            kept = []
+            for start, end, rows, alive in groups:
+                if alive:
+                    kept.append((start, end, rows))
+                else:
+                    late += len(rows)
+            open_[page] = kept
+        after = top - delay_ms if top is not None else -(2**63)
+        if bounded and i == len(epochs) - 1:
+            after = 2**63 - 1
+        for page in list(open_):
+            still = []
+            for start, end, rows in open_[page]:
+                if end <= after:
+                    written[(page, start, end)] = {
+                        "n": len(rows),
+                        "users": len({r["user"] for r in rows}),
+                        "mean_ms": sum(r["ms"] for r in rows) / len(rows),
+                    }
+                else:
+                    still.append((start, end, rows))
+            open_[page] = still
+    return written, late

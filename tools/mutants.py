@@ -60,7 +60,9 @@ KAFKA_VERSION = "pipeline_lib/kafka_adapter/version.py"
 WATERMARK = "pipeline_lib/execution/state/watermark.py"
 WINDOW_CLOSE = "pipeline_lib/execution/state/window_close.py"
 RUNNER_PARTS = "pipeline_lib/execution/runtime/runner_parts.py"
+SESSION_MERGE = "pipeline_lib/execution/state/session_merge.py"
 WINDOWS = ("tests/unit/test_window_state.py",)
+SESSIONS = ("tests/unit/test_session_merge.py",)
 
 # The unit test files that kill the owner path's, planning's and repair's mutants.
 OWNER_GUARDS = ("tests/unit/test_owner_path_guards.py",)
@@ -1121,5 +1123,21 @@ MUTANTS: list[Mutant] = [
         "return start",
         "a restore continues from the watermark its snapshot stored, not from none",
         WINDOWS,
+    ),
+    Mutant(
+        "sessions-not-merged",
+        SESSION_MERGE,
+        "starts[nxt] < end",
+        "False",
+        "overlapping sessions of a key are one session",
+        SESSIONS,
+    ),
+    Mutant(
+        "late-session-joined",
+        SESSION_MERGE,
+        "not joining",
+        "True",
+        "a late partial session linked to a live one joins it, whatever tasks and batches the records were read in",
+        SESSIONS,
     ),
 ]

@@ -80,6 +80,13 @@ class AggregateSpec(StrictModel):
             taken = sorted((set(self.key) | set(self.values)) & set(WINDOW_COLUMNS))
             if taken:
                 raise FieldsError(f"{taken} are the window's output columns; rename them", "values", "key")
+            if self.window.kind == "session" and self.emit != "final":
+                raise FieldsError(
+                    "session windows need emit: final (a session's bounds change as it grows, so its "
+                    "updates would not replace each other)",
+                    "emit",
+                    "window",
+                )
         elif self.emit == "final":
             raise FieldsError("emit: final writes each window once when it closes; it needs a window", "emit", "window")
         try:

@@ -15,7 +15,7 @@ from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
 from pipeline_lib.execution.source.epoch_reader import source_schema
 from pipeline_lib.spec import parse_spec
 from pipeline_lib.testing import Record, run_on_records
-from tests.windows_reference import MINUTE, _ms, click_events, windowed_answer
+from tests.windows_reference import MINUTE, _ms, click_events, session_answer, windowed_answer
 
 PER_EPOCH = 150
 
@@ -88,3 +88,23 @@ def test_the_schemas_built_in_python_equal_sparks_analysis(spark, window, avg_on
     assert built is not None and built[0] == [analysed.schema]
     arrow, _ = ArrowEpochs.for_flows(spark, schema, flows, False)
     assert arrow is not None and arrow.schemas == [to_arrow_schema(analysed.schema, timezone="UTC")]
+
+
+@pytest.mark.parametrize(
+    "transforms", [None, pytest.param([{"filter": "ms > 0"}], marks=pytest.mark.full)], ids=["arrow", "spark-sql"]
+)
+def test_session_windows_equal_the_plain_python_answer(spark, tmp_path, transforms):
+    events = click_events(600, seed=9)
+    job = spec({"gap": "6 seconds"}, transforms)
+    run = run_on_records(job, [Record(e) for e in events], workdir=tmp_path, spark=spark)
+    epochs = [events[i : i + PER_EPOCH] for i in range(0, len(events), PER_EPOCH)]
+    want, late = session_answer(epochs, 6_000, 2 * MINUTE, bounded=True)
+    got = {
+        (r["page"], _ms(r["window_start"]), _ms(r["window_end"])): {k: r[k] for k in ("n", "users", "mean_ms")}
+        for r in run.table()
+    }
+    assert late > 0 and len(want) > 100 and len(run.table()) == len(got)
+    assert got.keys() == want.keys()
+    for key, row in want.items():
+        assert got[key]["n"] == row["n"] and got[key]["users"] == row["users"], key
+        assert got[key]["mean_ms"] == pytest.approx(row["mean_ms"], rel=1e-12), key

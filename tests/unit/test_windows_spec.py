@@ -105,6 +105,13 @@ def test_bad_event_time_names_field_and_reason(path, value, expected):
     assert expected in str(info.value)
 
 
+def test_session_windows_need_emit_final():
+    spec = changed("state.aggregate.window", {"column": "ts", "gap": "5 minutes"})
+    spec["state"]["aggregate"]["emit"] = "updates"
+    with pytest.raises(SpecError, match="session windows need emit: final"):
+        parse_spec(spec)
+
+
 def test_count_distinct_needs_a_window():
     spec = changed("state.aggregate.window", KeyError)
     spec["state"]["aggregate"]["emit"] = "updates"

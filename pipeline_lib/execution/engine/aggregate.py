@@ -24,10 +24,34 @@ def partials_frame(df: DataFrame, spec: AggregateSpec) -> DataFrame:
             exprs.append(F.array_sort(F.collect_set(arg)).alias(name))
         else:
             exprs.append(_SPARK_FUNCTIONS[fn.name](arg).alias(name))
+    if spec.window is not None and spec.window.kind == "session":
+        return _sessions(df, spec, exprs)
     if spec.window is not None:
         df = _windowed(df, spec)
         exprs += [_SPARK_FUNCTIONS[fn](F.col(column)).alias(name) for name, fn, column in HIDDEN_PARTIALS]
     return df.groupBy(*spec.state_key()).agg(*exprs)
+
+
+def _sessions(df: DataFrame, spec: AggregateSpec, exprs: list) -> DataFrame:
+    """The partials of session windows: Spark's ``session_window`` over this query's records,
+    per key (merged with other partials and the state's sessions on the driver)."""
+    assert spec.window is not None
+    column = F.col(spec.window.column)
+    event = F.floor(F.unix_micros(column.cast("timestamp")) / 1000).cast("long")
+    df = df.where(column.isNotNull()).withColumn(EVENT_MS, event).withColumn(LAST, F.lit(1).cast("long"))
+    exprs = exprs + [_SPARK_FUNCTIONS[fn](F.col(c)).alias(name) for name, fn, c in HIDDEN_PARTIALS]
+    session = F.session_window(column, f"{spec.window.gap_ms} milliseconds").alias("__window")
+    names = [e for e in [*spec.state_functions(), *(name for name, _, _ in HIDDEN_PARTIALS)]]
+    return (
+        df.groupBy(*spec.key, session)
+        .agg(*exprs)
+        .select(
+            *spec.key,
+            F.col("__window.start").alias(WINDOW_START),
+            F.col("__window.end").alias(WINDOW_END),
+            *names,
+        )
+    )
 
 
 def _windowed(df: DataFrame, spec: AggregateSpec) -> DataFrame:

@@ -22,7 +22,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline_lib.errors import PipelineError
 from pipeline_lib.spec.flow_spec import AggregateSpec
 from pipeline_lib.spec.window_spec import WINDOW_COLUMNS
 
@@ -47,11 +46,15 @@ def ms_column(ms: np.ndarray, like: pa.DataType) -> pa.Array:
 
 @dataclass(frozen=True)
 class WindowAssigner:
-    """Tumbling (``slide_ms == size_ms``) or hopping windows over the timestamp ``column``."""
+    """Tumbling (``slide_ms == size_ms``) or hopping windows over the timestamp ``column``, or
+    with ``gap_ms`` session windows of the ``keys`` (the sessions of this table's records;
+    sessions of several tables are merged on the driver: state.session_merge)."""
 
     column: str
     size_ms: int
     slide_ms: int
+    gap_ms: int = 0
+    keys: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, agg: AggregateSpec) -> WindowAssigner | None:
@@ -59,7 +62,7 @@ class WindowAssigner:
         if agg.window is None:
             return None
         if agg.window.kind == "session":
-            raise PipelineError("session windows (window.gap) are not supported by run yet; use size (and slide)")
+            return cls(agg.window.column, 0, 0, agg.window.gap_ms, tuple(agg.key))
         return cls(agg.window.column, agg.window.size_ms, agg.window.slide_ms)
 
     def assign(self, table: pa.Table) -> pa.Table:
@@ -70,6 +73,8 @@ class WindowAssigner:
             table = table.filter(ts.is_valid())
             ts = table.column(self.column)
         ms = event_ms(ts)
+        if self.gap_ms:
+            return self._sessions(table, ms, ts.type)
         per = self.size_ms // self.slide_ms
         last_start = ms - np.mod(ms, self.slide_ms)
         rows = np.repeat(np.arange(len(ms)), per)
@@ -81,6 +86,28 @@ class WindowAssigner:
             .append_column(WINDOW_END, ms_column(starts + self.size_ms, ts.type))
             .append_column(EVENT_MS, pa.array(ms[rows] if per > 1 else ms, pa.int64()))
             .append_column(LAST, pa.array(last, pa.int64()))
+        )
+
+    def _sessions(self, table: pa.Table, ms: np.ndarray, like: pa.DataType) -> pa.Table:
+        """Each row with the bounds of its session among this table's rows of its key: records
+        less than ``gap_ms`` apart are one session, from the first record to the last plus the gap."""
+        start, end = np.empty(len(ms), dtype=np.int64), np.empty(len(ms), dtype=np.int64)
+        rows = table.select(list(self.keys)).append_column("__row", pa.array(range(len(ms)), pa.int64()))
+        for group in rows.group_by(list(self.keys), use_threads=False).aggregate([("__row", "list")])["__row_list"]:
+            members = np.asarray(group.values.to_numpy(zero_copy_only=False), dtype=np.int64)
+            order = members[np.argsort(ms[members], kind="stable")]
+            times = ms[order]
+            new = np.ones(len(times), dtype=bool)
+            new[1:] = times[1:] - times[:-1] >= self.gap_ms
+            firsts = np.flatnonzero(new)
+            session = np.cumsum(new) - 1
+            start[order] = times[firsts][session]
+            end[order] = np.maximum.reduceat(times, firsts)[session] + self.gap_ms
+        return (
+            table.append_column(WINDOW_START, ms_column(start, like))
+            .append_column(WINDOW_END, ms_column(end, like))
+            .append_column(EVENT_MS, pa.array(ms, pa.int64()))
+            .append_column(LAST, pa.array(np.ones(len(ms), dtype=np.int64)))
         )
 
 

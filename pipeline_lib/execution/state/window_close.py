@@ -19,7 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline_lib.execution.engine.event_windows import LAST_RECORDS, MAX_EVENT, WINDOW_END, event_ms, output_rows
+from pipeline_lib.execution.state.eviction import evicted
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
+from pipeline_lib.execution.state.session_merge import sessions_merged
 from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.spec.flow_spec import AggregateSpec
 
@@ -62,34 +64,25 @@ def close_windows(
     """Merge an epoch's windowed ``partials`` (with hidden columns) into ``state`` (of ``schema``,
     the partials' without them); ``ended``: the bounded source is read to its end after this epoch,
     so every window closes."""
-    kept, late_records, top = hidden_split(partials, watermark)
+    merged_groups = np.zeros(0, dtype=np.int32)
+    if agg.window is not None and agg.window.kind == "session":
+        top = pc.max(partials.column(MAX_EVENT)).as_py()
+        state, kept, merged_groups, late_records = sessions_merged(agg, state, schema, partials, watermark)
+    else:
+        kept, late_records, top = hidden_split(partials, watermark)
     changed = state.merge(kept)
     after = watermark.advanced(top, ended=ended)
     ends = event_ms(state.key_column(WINDOW_END)) if len(state) else np.zeros(0, dtype=np.int64)
     closed = np.flatnonzero(after.closed(ends))
     written = closed if agg.emit == "final" else changed
     rows = output_rows(agg, state.table(written, schema))
-    row_groups, groups = state.key_groups(written).copy(), state.key_groups(closed).copy()
+    row_groups = state.key_groups(written).copy()
+    groups = np.concatenate([merged_groups, state.key_groups(closed)])
     if len(closed):
         state, remap = evicted(agg, state, schema, closed)  # guard: closed-window-kept
         changed = remap[changed]
         changed = changed[changed >= 0]
     return ClosedWindows(state, changed, rows, row_groups, groups, late_records, after)
-
-
-def evicted(
-    agg: AggregateSpec, state: KeyedAggregateState, schema: pa.Schema, slots: np.ndarray
-) -> tuple[KeyedAggregateState, np.ndarray]:
-    """``state`` without the keys at ``slots`` (their key groups kept for the rest), and each old
-    slot's new one (-1: evicted). A new state, as slots are only ever appended to one."""
-    keep = np.ones(len(state), dtype=bool)
-    keep[slots] = False
-    kept = np.flatnonzero(keep)
-    fresh = KeyedAggregateState(state.key_columns, agg.state_functions(), state.max_parallelism)
-    fresh.load(state.table(kept, schema), state.key_groups(kept))
-    remap = np.full(len(state), -1, dtype=np.int64)
-    remap[kept] = np.arange(len(kept))
-    return fresh, remap
 
 
 def spans_without(files: dict, groups: np.ndarray) -> dict:
