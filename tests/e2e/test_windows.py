@@ -21,7 +21,7 @@ from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.table_reader import committed_epochs, epoch_rows
 from pipeline_lib.storage import open_store
 from tests.support import run_cli, write_spec
-from tests.windows_reference import MINUTE, _ms, click_events, windowed_answer
+from tests.windows_reference import MINUTE, _ms, click_events, session_answer, windowed_answer
 
 EVENTS, PER_EPOCH = 1_200, 200  # 6 epochs of 5 minutes of event time each
 _topics = itertools.count()
@@ -67,10 +67,14 @@ def _windows_by_epoch(env: dict, sink: str) -> dict[int, list[dict]]:
     return {epoch: epoch_rows(store, epoch) for epoch in committed_epochs(store)}
 
 
-def _check(env, events, locations, size_ms: int, slide_ms: int) -> None:
+def _check(env, events, locations, size_ms: int, slide_ms: int, gap_ms: int = 0) -> None:
+    """``gap_ms``: session windows (``size_ms`` and ``slide_ms`` then only bound the open ones)."""
     name, sink, store = locations
     epochs = [events[i : i + PER_EPOCH] for i in range(0, len(events), PER_EPOCH)]
-    want, late = windowed_answer(epochs, size_ms, slide_ms, 2 * MINUTE, bounded=True)
+    if gap_ms:
+        want, late = session_answer(epochs, gap_ms, 2 * MINUTE, bounded=True)
+    else:
+        want, late = windowed_answer(epochs, size_ms, slide_ms, 2 * MINUTE, bounded=True)
     by_epoch = _windows_by_epoch(env, sink)
     assert sorted(by_epoch) == list(range(1, len(epochs) + 1))
     seen: dict[tuple, dict] = {}
@@ -152,6 +156,13 @@ def test_hopping_windows_after_a_sigkill_and_a_rescale(stack_env, tmp_path, clic
         stack_env, tmp_path, clicks, locations, "after_sink_success@3", window, ("--parallelism", "2")
     )
     _check(stack_env, events, locations, MINUTE, MINUTE // 2)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("locations", ["s3"], indirect=True)
+def test_session_windows_after_a_sigkill_in_an_epoch_that_closes_them(stack_env, tmp_path, clicks, locations):
+    events = _kill_and_restore(stack_env, tmp_path, clicks, locations, "after_sink_files@3", {"gap": "8 seconds"})
+    _check(stack_env, events, locations, MINUTE, MINUTE, gap_ms=8_000)
 
 
 @pytest.mark.full
