@@ -204,3 +204,18 @@ def latency(
     if not chosen or set(chosen) - set(KINDS):
         raise typer.BadParameter(f"{kinds!r}: choose from {', '.join(KINDS)}", param_hint="--kinds")
     raise typer.Exit(run_latency(chosen_rates, seconds, users, interval, chosen, parallelism, out))
+
+
+@bench_app.command("windows")
+def windows(
+    events: Annotated[int, typer.Option(min=1, help="JSON click events to produce.")] = 200_000,
+    pages: Annotated[int, typer.Option(min=1, help="Distinct pages (keys).")] = 1_000,
+    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 20_000,
+    parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism (local[N]).")] = 2,
+) -> None:
+    """1-minute tumbling windows with a watermark: ours vs Spark SS withWatermark + window, append.
+
+    Prints both whole-process times and their ratio (see benchmarks/windows.py)."""
+    from benchmarks.windows import windows_bench
+
+    raise typer.Exit(windows_bench(events=events, pages=pages, per_epoch=per_epoch, parallelism=parallelism))

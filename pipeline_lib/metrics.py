@@ -39,6 +39,7 @@ METRICS = {
     "state_bytes_written": ("count", "state bytes the epoch wrote (its incremental snapshot)"),
     "rows_written": ("count", "sink rows the epoch wrote"),
     "bad_records": ("count", "bad records the epoch dead-lettered or skipped"),
+    "late_records": ("count", "records the epoch dropped as late: their event-time windows were closed"),
     "restore_duration": ("timing", "restoring the pipeline's snapshot at start-up, ms"),
     "fenced": ("count", "attempts that stopped because a newer one owns the pipeline"),
 }
@@ -83,6 +84,7 @@ class RunMetrics:
             batch.incr(f"{p}.state_bytes_written", report.state_bytes_written)
             batch.incr(f"{p}.rows_written", report.rows_written)
             batch.incr(f"{p}.bad_records", report.bad_records)
+            batch.incr(f"{p}.late_records", report.late_records)
 
     def run(self, summary: JobSummary) -> None:
         """Once a run ends: each pipeline's restore time and fenced attempts."""

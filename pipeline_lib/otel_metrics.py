@@ -106,6 +106,7 @@ class OtelRunMetrics:
         self._record("state_bytes_written", report.state_bytes_written, pipeline=p)
         self._record("rows_written", report.rows_written, pipeline=p)
         self._record("bad_records", report.bad_records, pipeline=p)
+        self._record("late_records", report.late_records, pipeline=p)
 
     def run(self, summary: JobSummary) -> None:
         """Once a run ends: each pipeline's restore time and fenced attempts, then the last export."""

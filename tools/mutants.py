@@ -57,6 +57,12 @@ RECORD_DECODING = "pipeline_lib/execution/source/record_decoding.py"
 RECORD_BATCHER = "pipeline_lib/execution/source/record_batcher.py"
 ERROR_ROWS = "pipeline_lib/execution/source/error_rows.py"
 KAFKA_VERSION = "pipeline_lib/kafka_adapter/version.py"
+WATERMARK = "pipeline_lib/execution/state/watermark.py"
+WINDOW_CLOSE = "pipeline_lib/execution/state/window_close.py"
+RUNNER_PARTS = "pipeline_lib/execution/runtime/runner_parts.py"
+SESSION_MERGE = "pipeline_lib/execution/state/session_merge.py"
+WINDOWS = ("tests/unit/test_window_state.py",)
+SESSIONS = ("tests/unit/test_session_merge.py",)
 
 # The unit test files that kill the owner path's, planning's and repair's mutants.
 OWNER_GUARDS = ("tests/unit/test_owner_path_guards.py",)
@@ -1088,5 +1094,77 @@ MUTANTS: list[Mutant] = [
         "True",
         "an asset watcher announces each committed epoch once, never again at its next poll",
         STREAMING,
+    ),
+    Mutant(
+        "watermark-late-strict",
+        WATERMARK,
+        "event_ms < self.value_ms",
+        "event_ms <= self.value_ms",
+        "a record exactly at the watermark is not late (late means strictly behind it)",
+        WINDOWS,
+    ),
+    Mutant(
+        "window-closed-at-end",
+        WATERMARK,
+        "window_end_ms <= self.value_ms",
+        "window_end_ms < self.value_ms",
+        "a window closes as soon as the watermark reaches its (exclusive) end",
+        WINDOWS,
+    ),
+    Mutant(
+        "late-window-kept",
+        WINDOW_CLOSE,
+        "late = watermark.closed(ends)",
+        "late = np.zeros(len(ends), dtype=bool)",
+        "partials of windows closed before the epoch are dropped and counted, never merged or written again",
+        WINDOWS,
+    ),
+    Mutant(
+        "closed-window-kept",
+        WINDOW_CLOSE,
+        "state, remap = evicted(agg, state, schema, closed)",
+        "remap = np.arange(len(state))",
+        "a closed window leaves the keyed state (the state holds open windows only, and no window is written twice)",
+        WINDOWS,
+    ),
+    Mutant(
+        "evicted-span-kept",
+        WINDOW_CLOSE,
+        "np.searchsorted(ordered, span[1]) == np.searchsorted(ordered, span[0])",
+        "True",
+        "the state files of a span that lost closed windows are written again without them",
+        WINDOWS,
+    ),
+    Mutant(
+        "watermark-not-stored",
+        EPOCH_COMMIT,
+        'manifest = manifest.model_copy(update={"watermarks": watermarks, "late_records": late}).sealed()',
+        "pass",
+        "each snapshot stores its windowed flows' watermark and the epoch's late records",
+        WINDOWS,
+    ),
+    Mutant(
+        "watermark-restore-reset",
+        RUNNER_PARTS,
+        "return Watermark.from_json(stored, start.delay_ms)",
+        "return start",
+        "a restore continues from the watermark its snapshot stored, not from none",
+        WINDOWS,
+    ),
+    Mutant(
+        "sessions-not-merged",
+        SESSION_MERGE,
+        "starts[nxt] < end",
+        "False",
+        "overlapping sessions of a key are one session",
+        SESSIONS,
+    ),
+    Mutant(
+        "late-session-joined",
+        SESSION_MERGE,
+        "not joining",
+        "True",
+        "a late partial session linked to a live one joins it, whatever tasks and batches the records were read in",
+        SESSIONS,
     ),
 ]

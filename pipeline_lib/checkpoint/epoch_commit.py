@@ -66,6 +66,9 @@ class FlowOutput:
     parts: list[pa.Table]
     write_state: Callable[[str], StateSnapshot | None]
     written: Sequence[FileRef] = ()
+    # a windowed flow's watermark after the epoch (execution.state.watermark's JSON)
+    watermark: dict[str, int | bool | None] | None = None
+    late_records: int = 0  # records the epoch dropped as late
 
     @property
     def rows(self) -> int:
@@ -155,6 +158,11 @@ def commit_epoch(
         for flow in flows:
             commits[flow.name] = commits[flow.name].model_copy(update={"state": flow.write_state(snapshot_id)})
     manifest = _manifest(owner, plan, snapshot_id, commits, bad_records, dead_letter_commit)
+    watermarks = {flow.name: flow.watermark for flow in flows if flow.watermark is not None}
+    if watermarks:
+        late = sum(flow.late_records for flow in flows)
+        # guard: watermark-not-stored
+        manifest = manifest.model_copy(update={"watermarks": watermarks, "late_records": late}).sealed()
     with timed("commit"):
         manifest_sha = snapshots.write_manifest(manifest)  # guard: runner-head-before-manifest
         fault_point("after_manifest", epoch)  # guard: runner-head-before-manifest

@@ -203,6 +203,10 @@ class Manifest(Frozen):
     # Offsets deleted from the topic before they were read, skipped before this epoch's ranges
     # (the source's on_data_loss: skip).
     data_lost: list[OffsetRange] = []
+    # Each windowed flow's watermark after this epoch (execution.state.watermark's JSON), and the
+    # records the epoch dropped as late: a restore continues from exactly this watermark.
+    watermarks: dict[str, dict[str, int | bool | None]] = {}
+    late_records: int = 0
     dead_letters: SinkCommit | None = None
     lineage: Lineage
     checksum: str = ""
@@ -223,6 +227,7 @@ class Manifest(Frozen):
         # their checksums hold
         absent = {"topic_id"} if self.topic_id is None else set()
         absent |= set() if self.data_lost else {"data_lost"}
+        absent |= set() if self.watermarks else {"watermarks", "late_records"}
         data = self.model_dump(mode="json", exclude={"checksum"} | absent)
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 

@@ -47,7 +47,7 @@ def report_dag(dag_id: str, spec_path: Path, flow: str | None = None) -> DAG:
             chosen = next(f for f in current.all_flows() if f.name == name)
             store = open_store(chosen.sink.files.path, airflow_settings(current.airflow.connections))
             rows = (
-                len(read_upsert_table(store, chosen.state.aggregate.key))
+                len(read_upsert_table(store, chosen.state.aggregate.state_key()))
                 if chosen.state
                 else len(read_append_rows(store))
             )

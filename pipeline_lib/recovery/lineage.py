@@ -87,6 +87,11 @@ def _flow_of(job: JobSpec, key: dict[str, str], name: str | None) -> FlowSpec:
             )
     flow = chosen[0]
     assert flow.state is not None
+    if flow.state.aggregate.window is not None:
+        raise PipelineError(
+            f"flow {flow.name} is windowed: lineage follows a key of a running aggregate; read its windows "
+            "from the sink (window_start, window_end) instead"
+        )
     if set(flow.state.aggregate.key) != set(key):
         raise PipelineError(f"flow {flow.name} is keyed by {flow.state.aggregate.key}; --key gives {sorted(key)}")
     return flow

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow as pa
 
+from pipeline_lib.checkpoint.epoch_commit import source_completed
 from pipeline_lib.checkpoint.manifest import sha256_hex
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, read_spans
 from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
@@ -32,7 +33,7 @@ from pipeline_lib.execution.runtime.epoch_path import Writers
 from pipeline_lib.execution.runtime.path_choice import choose_path
 from pipeline_lib.execution.runtime.run_attempt import RunAttempt
 from pipeline_lib.execution.runtime.runner_epoch import EpochReader
-from pipeline_lib.execution.runtime.runner_parts import PipelineParts
+from pipeline_lib.execution.runtime.runner_parts import PipelineParts, restored_watermark
 from pipeline_lib.execution.runtime.runner_types import FlowRuntime, RunOptions
 from pipeline_lib.execution.source.epoch_reader import source_schema
 from pipeline_lib.execution.state.owner_task import OWNER_LABEL
@@ -209,6 +210,7 @@ class _Rebuilder:
         if repair.needs_state and repair.start_from is not None:
             manifest = self.parts.snapshots.load_manifest(repair.start_from)
             for flow in self.flows:
+                flow.watermark = restored_watermark(self.parts.job, flow.spec, manifest)
                 commit = manifest.flows.get(flow.spec.name)
                 if flow.state is None or commit is None or commit.state is None or not commit.state.files:
                     continue
@@ -229,9 +231,10 @@ class _Rebuilder:
         keys of its state before the epoch, and the references of parts its tasks wrote."""
         read = self.reader.read(self.spark, self.schema, plan)
         merged = {}
+        ended = source_completed(plan.end_positions(), plan.stop_offsets)
         for flow in self.flows:
             keys_before = flow.keys()
-            parts, _, written = self.state.merge(flow, read.flows[flow.spec.name])
+            parts, _, written = self.state.merge(flow, read.flows[flow.spec.name], ended)
             merged[flow.spec.name] = (parts, keys_before, tuple(written))
         if read.bad is not None:
             merged[DEAD_LETTERS] = ([], 0, read.bad.files)

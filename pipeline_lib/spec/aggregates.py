@@ -1,7 +1,10 @@
-"""Aggregate expressions of a keyed state step: ``sum(amount)``, ``count(*)``, ``min(x)``, ``max(x)``.
+"""Aggregate expressions of a keyed state step: ``sum(amount)``, ``count(*)``, ``min(x)``,
+``max(x)``, ``avg(x)`` and ``count_distinct(x)``.
 
 They are all mergeable (the value after an epoch is merge(old, epoch partial)), which is what
-lets the state live in snapshots and be updated one epoch at a time.
+lets the state live in snapshots and be updated one epoch at a time: ``avg`` is kept as a sum
+and a count, ``count_distinct`` as the set of values seen (exact, so it needs a window that
+closes or a bounded key space: see docs/spec.md).
 """
 
 from __future__ import annotations
@@ -10,8 +13,10 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-FunctionName = Literal["sum", "count", "min", "max"]
-_EXPR = re.compile(r"^\s*(sum|count|min|max)\s*\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$", re.I)
+FunctionName = Literal["sum", "count", "min", "max", "avg", "count_distinct"]
+# The aggregates kept as one running value that merges by itself (sum, count, min, max).
+SIMPLE_FUNCTIONS = ("sum", "count", "min", "max")
+_EXPR = re.compile(r"^\s*(sum|count|min|max|avg|count_distinct)\s*\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$", re.I)
 
 
 @dataclass(frozen=True)
@@ -21,6 +26,11 @@ class AggregateFunction:
     name: FunctionName
     column: str | None  # None for count(*)
 
+    @property
+    def simple(self) -> bool:
+        """One running value that merges by itself (not avg's sum and count, not a distinct set)."""
+        return self.name in SIMPLE_FUNCTIONS
+
     def __str__(self) -> str:
         return f"{self.name}({self.column or '*'})"
 
@@ -29,10 +39,29 @@ def parse_aggregate(expr: str) -> AggregateFunction:
     """Parse ``sum(col)`` and the like; ValueError names the forms that are accepted."""
     match = _EXPR.match(expr)
     if not match:
-        raise ValueError(f"cannot parse aggregate {expr!r}; use sum(col), count(*), count(col), min(col) or max(col)")
+        raise ValueError(
+            f"cannot parse aggregate {expr!r}; use sum(col), count(*), count(col), min(col), max(col), "
+            "avg(col) or count_distinct(col)"
+        )
     name, column = match.group(1).lower(), match.group(2)
     if column == "*":
         if name != "count":
             raise ValueError(f"{name}(*) is not defined; only count(*) takes *")
         return AggregateFunction("count", None)
     return AggregateFunction(name, column)  # type: ignore[arg-type]
+
+
+def state_functions(functions: dict[str, AggregateFunction]) -> dict[str, AggregateFunction]:
+    """The running values the keyed state keeps for ``functions``: each one as it is, but
+    ``avg(x)`` as ``<name>__sum`` = sum(x) and ``<name>__count`` = count(x) (mergeable, unlike
+    an average); ``count_distinct(x)`` keeps the set of values, counted when the row is written."""
+    out: dict[str, AggregateFunction] = {}
+    for name, fn in functions.items():
+        if fn.name == "avg":
+            out[f"{name}__sum"] = AggregateFunction("sum", fn.column)
+            out[f"{name}__count"] = AggregateFunction("count", fn.column)
+        else:
+            out[name] = fn
+    if len(out) != sum(2 if f.name == "avg" else 1 for f in functions.values()):
+        raise ValueError(f"output names clash with the sum and count an avg keeps: {sorted(functions)}")
+    return out

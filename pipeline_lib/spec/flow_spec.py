@@ -7,8 +7,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pipeline_lib.spec.aggregates import AggregateFunction, parse_aggregate
+from pipeline_lib.spec.aggregates import AggregateFunction, parse_aggregate, state_functions
 from pipeline_lib.spec.base import IDENTIFIER, NAME_PATTERN, FieldsError, LocationUri, StrictModel
+from pipeline_lib.spec.window_spec import WINDOW_COLUMNS, WindowSpec
 
 
 class TransformSpec(StrictModel):
@@ -42,6 +43,11 @@ class AggregateSpec(StrictModel):
 
     key: Annotated[list[str], Field(min_length=1)]
     values: Annotated[dict[str, str], Field(min_length=1)]
+    # Event-time windows: each key's values per window, rows with window_start and window_end.
+    window: WindowSpec | None = None
+    # updates: each epoch, the rows of the keys (and windows) it changed (upsert); final: each
+    # window once, when the watermark passes its end (append). Closed windows leave the state.
+    emit: Literal["updates", "final"] = "updates"
 
     @field_validator("key")
     @classmethod
@@ -70,6 +76,31 @@ class AggregateSpec(StrictModel):
         clash = set(self.key) & set(self.values)
         if clash:
             raise FieldsError(f"output names clash with key columns: {sorted(clash)}", "values", "key")
+        if self.window is not None:
+            taken = sorted((set(self.key) | set(self.values)) & set(WINDOW_COLUMNS))
+            if taken:
+                raise FieldsError(f"{taken} are the window's output columns; rename them", "values", "key")
+            if self.window.kind == "session" and self.emit != "final":
+                raise FieldsError(
+                    "session windows need emit: final (a session's bounds change as it grows, so its "
+                    "updates would not replace each other)",
+                    "emit",
+                    "window",
+                )
+        elif self.emit == "final":
+            raise FieldsError("emit: final writes each window once when it closes; it needs a window", "emit", "window")
+        try:
+            state_functions(self.functions())
+        except ValueError as exc:
+            raise FieldsError(str(exc), "values") from None
+        distinct = [n for n, f in self.functions().items() if f.name == "count_distinct"]
+        if distinct and self.window is None:
+            raise FieldsError(
+                f"{distinct[0]}: count_distinct keeps every value seen, so it needs a window that closes "
+                "(without one the set would grow without bound)",
+                "values",
+                "window",
+            )
         return self
 
     def functions(self) -> dict[str, AggregateFunction]:
@@ -80,7 +111,27 @@ class AggregateSpec(StrictModel):
         """The columns the aggregate reads, checked against the source's schema at load time."""
         cols = set(self.key)
         cols |= {f.column for f in self.functions().values() if f.column is not None}
+        if self.window is not None:
+            cols.add(self.window.column)
         return cols
+
+    def state_key(self) -> list[str]:
+        """The key of the keyed state: the key columns, then the window's bounds if any."""
+        return list(self.key) + (list(WINDOW_COLUMNS) if self.window is not None else [])
+
+    def state_functions(self) -> dict[str, AggregateFunction]:
+        """The running values the keyed state keeps (see aggregates.state_functions)."""
+        return state_functions(self.functions())
+
+    @property
+    def derived(self) -> bool:
+        """Whether the rows written differ from the state's rows (a window, avg or count_distinct):
+        the sink's rows are then made from the state's by ``event_windows.output_rows``."""
+        return self.window is not None or any(not f.simple for f in self.functions().values())
+
+    def output_columns(self) -> list[str]:
+        """The columns of the rows a flow writes: keys, the window's bounds if any, then values."""
+        return list(self.key) + (list(WINDOW_COLUMNS) if self.window is not None else []) + list(self.values)
 
 
 class StateSpec(StrictModel):

@@ -102,6 +102,7 @@ class JobSpec(StrictModel):
             )
         self._check_flow_sources()
         self._check_flow_columns()
+        self._check_event_time()
         self._check_locations()
         return self
 
@@ -160,6 +161,29 @@ class JobSpec(StrictModel):
                     f"{where}state.aggregate uses columns {missing} that source.kafka does not have "
                     f"(it has {sorted(known)})",
                     f"{self._flow_prefix(i)}state.aggregate",
+                )
+
+    def _check_event_time(self) -> None:
+        """A window is over the event-time column of its source's watermark, which closes it."""
+        sources = self.all_sources()
+        for i, flow in enumerate(self.all_flows()):
+            window = flow.state.aggregate.window if flow.state else None
+            if window is None:
+                continue
+            where = f"flow {flow.name}: " if self.flows is not None else ""
+            watermark = sources[flow.source].kafka.watermark
+            field = f"{self._flow_prefix(i)}state.aggregate.window.column"
+            if watermark is None:
+                raise FieldsError(
+                    f"{where}a window closes when the watermark passes its end: set the source's "
+                    'watermark, e.g. watermark: {column: ts, delay: "2 minutes"}',
+                    field,
+                )
+            if window.column != watermark.column:
+                raise FieldsError(
+                    f"{where}window column {window.column!r} is not the source's watermark column "
+                    f"{watermark.column!r}; windows are over the watermark's event time",
+                    field,
                 )
 
     def _check_locations(self) -> None:

@@ -7,7 +7,10 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from pipeline_lib.spec.base import ERROR_COLUMNS, METADATA_COLUMNS, TOPIC_PATTERN, FieldsError, StrictModel
-from pipeline_lib.spec.schema_ddl import parse_schema_ddl
+from pipeline_lib.spec.schema_ddl import parse_schema_columns, parse_schema_ddl
+from pipeline_lib.spec.window_spec import WatermarkSpec
+
+_TIMESTAMP_TYPES = ("timestamp", "timestamp_ntz", "timestamp_ltz")
 
 
 class KafkaSourceSpec(StrictModel):
@@ -32,6 +35,9 @@ class KafkaSourceSpec(StrictModel):
     # Records a run had still to read that the broker deleted first (retention, DeleteRecords):
     # fail names them; skip goes on from the log's start and records the lost range in the snapshot.
     on_data_loss: Literal["fail", "skip"] = "fail"
+    # Event time: the column and the delay behind the largest event time seen after which a
+    # record is late (dropped and counted); it closes the windows of windowed aggregates.
+    watermark: WatermarkSpec | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -54,7 +60,28 @@ class KafkaSourceSpec(StrictModel):
             raise FieldsError('format json needs a schema, e.g. schema: "user string, amount long"', "schema", "format")
         if self.format == "string" and self.schema_:
             raise FieldsError("format string yields columns key and value; remove schema", "schema", "format")
+        self._check_watermark()
         return self
+
+    def _check_watermark(self) -> None:
+        """The watermark's column is a timestamp the source yields (``_timestamp`` included)."""
+        if self.watermark is None:
+            return
+        column = self.watermark.column
+        if column == "_timestamp":
+            return
+        types = {c.name: c.tree[0] for c in parse_schema_columns(self.schema_)} if self.schema_ else {}
+        if column not in types:
+            raise FieldsError(
+                f"watermark column {column!r} is not a column of the source (have {sorted(types)} and _timestamp)",
+                "watermark.column",
+            )
+        if types[column] not in _TIMESTAMP_TYPES:
+            raise FieldsError(
+                f"watermark column {column!r} is not a timestamp; declare it 'timestamp' in the schema "
+                "(JSON values as ISO-8601 strings with a zone, e.g. 2026-03-01T00:01:02.345Z)",
+                "watermark.column",
+            )
 
     def columns(self) -> list[str]:
         """Columns the source yields, before any transform."""

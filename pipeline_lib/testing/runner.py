@@ -32,7 +32,6 @@ from pipeline_lib.testing.local_spec import local_copy
 from pipeline_lib.testing.records import Record
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 
@@ -80,15 +79,15 @@ def run_on_records(
 
     from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
     from pipeline_lib.execution.engine.spark_session import start_spark
+    from pipeline_lib.execution.runtime.driver_merge import merge_on_driver
     from pipeline_lib.execution.runtime.epoch_path import Writers
     from pipeline_lib.execution.runtime.path_choice import driver_read
+    from pipeline_lib.execution.runtime.runner_parts import windowed_watermark
     from pipeline_lib.execution.runtime.runner_types import FlowRuntime, sink_digest, spec_fingerprint
     from pipeline_lib.execution.source.epoch_reader import epoch_range_reader, source_schema
     from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
-    from pipeline_lib.plan.keygroups import subtask_of
     from pipeline_lib.plan.offsets import plan_epoch
     from pipeline_lib.sink.files_sink import FilesSink
-    from pipeline_lib.sink.part_layout import key_order
     from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts
     from pipeline_lib.storage import open_store, parse_location
     from pipeline_lib.testing.records import RecordsReader, partition_logs
@@ -105,7 +104,7 @@ def run_on_records(
     tolerant = local.on_error != "fail"
     sinks = {f.name: FilesSink(open_store(f.sink.files.path, settings), f.sink.files.format) for f in flows}
     states = {
-        f.name: KeyedAggregateState(f.state.aggregate.key, f.state.aggregate.functions(), maxp)
+        f.name: KeyedAggregateState(f.state.aggregate.state_key(), f.state.aggregate.state_functions(), maxp)
         for f in flows
         if f.state is not None
     }
@@ -120,11 +119,15 @@ def run_on_records(
     positions, targets = {q: 0 for q in logs}, {q: len(log) for q, log in logs.items()}
     session = spark if spark is not None else start_spark(f"pipeline-lib-testing:{job.name}", None, p, local.spark)
     epoch, bad_records = 0, 0
-    state_schemas: dict[str, pa.Schema] = {}  # a stateful flow's partials' schema, from its first epoch
     try:
         schema = source_schema(session, kafka, tolerant)
-        runtimes = [FlowRuntime(spec=f, sink=sinks[f.name], state=states.get(f.name)) for f in flows]
-        read = driver_read(session, schema, runtimes, tolerant)
+        runtimes = {
+            f.name: FlowRuntime(
+                spec=f, sink=sinks[f.name], state=states.get(f.name), watermark=windowed_watermark(local, f)
+            )
+            for f in flows
+        }
+        read = driver_read(session, schema, list(runtimes.values()), tolerant)
         while (
             plan := plan_epoch(epoch + 1, None, kafka.topic, positions, targets, local.trigger.max_records_per_epoch)
         ).ranges:
@@ -149,14 +152,9 @@ def run_on_records(
                     sinks[flow.name].write_epoch(epoch, digest, [], ATTEMPT, result.files)
                     continue
                 assert isinstance(result, pa.Table), "state on the driver: the partials come to the driver"
-                state = states[flow.name]
-                state_schemas.setdefault(flow.name, result.schema)
-                changed = state.merge(result)
-                subtasks = subtask_of(state.key_groups(changed), p, maxp)
-                parts = [
-                    key_order(state.table(changed[subtasks == i], state_schemas[flow.name]), state.key_columns)
-                    for i in range(p)
-                ]
+                # a bounded source (stop) ends with the records, which closes every window
+                ended = kafka.stop is not None and all(plan.end_positions().get(q, 0) >= n for q, n in targets.items())
+                parts, _ = merge_on_driver(runtimes[flow.name], result, p, maxp, ended)
                 sinks[flow.name].write_epoch(epoch, digest, parts, ATTEMPT)
             if bad is not None:
                 bad_records += bad.rows
@@ -167,7 +165,8 @@ def run_on_records(
         if spark is None:
             session.stop()
     tables = {
-        f.name: read_table(f.sink.files.path, settings, key=f.state.aggregate.key if f.state else None) for f in flows
+        f.name: read_table(f.sink.files.path, settings, key=f.state.aggregate.state_key() if f.state else None)
+        for f in flows
     }
     dead_rows = read_table(dead_location, settings) if dead_location is not None else []
     return RecordsRun(tables, dead_rows, bad_records, epoch, root)

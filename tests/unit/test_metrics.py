@@ -76,6 +76,7 @@ def test_an_epoch_s_metrics_are_named_job_pipeline_metric(receiver):
         f"{p}.state_bytes_written": ("4500", "c"),
         f"{p}.rows_written": ("4980", "c"),
         f"{p}.bad_records": ("2", "c"),
+        f"{p}.late_records": ("0", "c"),
     }
     documented = {name.split(".")[0] for name in METRICS}
     assert {name[len(p) + 1 :].split(".")[0] for name in got} <= documented

@@ -51,7 +51,7 @@ def test_documented_spec_loads(tmp_path):
         ("source.kafka.schema", "user strng", "unknown type"),
         ("source.kafka.schema", KeyError, "needs a schema"),
         ("source.kafka.bootstrap", "localhost:9092", "environment variables"),
-        ("state.aggregate.values", {"total": "avg(amount)"}, "state.aggregate.values"),
+        ("state.aggregate.values", {"total": "median(amount)"}, "state.aggregate.values"),
         ("state.aggregate.values", {"total": "sum(*)"}, "only count(*)"),
         ("state.aggregate.key", ["nope"], "columns ['nope']"),
         ("state.aggregate.key", [], "state.aggregate.key"),

@@ -78,7 +78,7 @@ def test_a_list_is_not_a_spec(tmp_path):
     [
         ("    format: json\n", "    format: avro\n", "job.yaml:5: source.kafka.format: Input should be"),
         ("parallelism: 2\n", "parallelism: 2\nsurprise: 1\n", "job.yaml:18: surprise: unknown field"),
-        ("      total: sum(amount)\n", "      total: avg(amount)\n", "job.yaml:10: state.aggregate.values:"),
+        ("      total: sum(amount)\n", "      total: median(amount)\n", "job.yaml:10: state.aggregate.values:"),
         (
             "    path: s3://results/spend-per-user\n",
             "    format: csv\n",

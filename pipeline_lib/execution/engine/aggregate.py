@@ -1,4 +1,6 @@
-"""The Spark half of the keyed state step: each epoch's partial aggregate per key."""
+"""The Spark half of the keyed state step: each epoch's partial aggregate per key, the same
+columns as the Arrow path's (flow_partials): a windowed flow's windows join the key, with its
+hidden partials (event_windows), and count_distinct is the sorted set of values."""
 
 from __future__ import annotations
 
@@ -6,6 +8,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from pipeline_lib.errors import PipelineError
+from pipeline_lib.execution.engine.event_windows import EVENT_MS, HIDDEN_PARTIALS, LAST, WINDOW_END, WINDOW_START
 from pipeline_lib.spec.models import AggregateSpec
 
 _SPARK_FUNCTIONS = {"sum": F.sum, "min": F.min, "max": F.max, "count": F.count}
@@ -14,10 +18,64 @@ _SPARK_FUNCTIONS = {"sum": F.sum, "min": F.min, "max": F.max, "count": F.count}
 def partials_frame(df: DataFrame, spec: AggregateSpec) -> DataFrame:
     """Columns: key columns, then one partial value per output name, in spec order."""
     exprs = []
-    for name, fn in spec.functions().items():
+    for name, fn in spec.state_functions().items():
         arg = F.lit(1) if fn.column is None else F.col(fn.column)
-        exprs.append(_SPARK_FUNCTIONS[fn.name](arg).alias(name))
-    return df.groupBy(*spec.key).agg(*exprs)
+        if fn.name == "count_distinct":
+            exprs.append(F.array_sort(F.collect_set(arg)).alias(name))
+        else:
+            exprs.append(_SPARK_FUNCTIONS[fn.name](arg).alias(name))
+    if spec.window is not None and spec.window.kind == "session":
+        return _sessions(df, spec, exprs)
+    if spec.window is not None:
+        df = _windowed(df, spec)
+        exprs += [_SPARK_FUNCTIONS[fn](F.col(column)).alias(name) for name, fn, column in HIDDEN_PARTIALS]
+    return df.groupBy(*spec.state_key()).agg(*exprs)
+
+
+def _sessions(df: DataFrame, spec: AggregateSpec, exprs: list) -> DataFrame:
+    """The partials of session windows: Spark's ``session_window`` over this query's records,
+    per key (merged with other partials and the state's sessions on the driver)."""
+    assert spec.window is not None
+    column = F.col(spec.window.column)
+    event = F.floor(F.unix_micros(column.cast("timestamp")) / 1000).cast("long")
+    df = df.where(column.isNotNull()).withColumn(EVENT_MS, event).withColumn(LAST, F.lit(1).cast("long"))
+    exprs = exprs + [_SPARK_FUNCTIONS[fn](F.col(c)).alias(name) for name, fn, c in HIDDEN_PARTIALS]
+    session = F.session_window(column, f"{spec.window.gap_ms} milliseconds").alias("__window")
+    names = [e for e in [*spec.state_functions(), *(name for name, _, _ in HIDDEN_PARTIALS)]]
+    return (
+        df.groupBy(*spec.key, session)
+        .agg(*exprs)
+        .select(
+            *spec.key,
+            F.col("__window.start").alias(WINDOW_START),
+            F.col("__window.end").alias(WINDOW_END),
+            *names,
+        )
+    )
+
+
+def _windowed(df: DataFrame, spec: AggregateSpec) -> DataFrame:
+    """Each row once per window holding its event time (rows without one dropped), with the
+    columns event_windows.WindowAssigner adds."""
+    window = spec.window
+    assert window is not None
+    if window.kind == "session":
+        raise PipelineError("session windows (window.gap) are not supported by run yet; use size (and slide)")
+    column, slide = F.col(window.column), window.slide_ms
+    event = F.floor(F.unix_micros(column.cast("timestamp")) / 1000).cast("long")
+    bounds = F.window(column, f"{window.size_ms} milliseconds", f"{slide} milliseconds")
+    return (
+        df.where(column.isNotNull())
+        .withColumn("__window", bounds)
+        .withColumn(WINDOW_START, F.col("__window.start"))
+        .withColumn(WINDOW_END, F.col("__window.end"))
+        .withColumn(EVENT_MS, event)
+        .withColumn(
+            LAST,
+            (F.unix_millis(F.col(WINDOW_START).cast("timestamp")) == event - F.pmod(event, F.lit(slide))).cast("long"),
+        )
+        .drop("__window")
+    )
 
 
 def epoch_partials(df: DataFrame, spec: AggregateSpec) -> pa.Table:

@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
+from pipeline_lib.execution.engine.event_windows import HIDDEN_PARTIALS
 from pipeline_lib.spec.models import FlowSpec
+from pipeline_lib.spec.window_spec import WINDOW_COLUMNS
 
 _KEY_TYPES = (
     T.StringType,
@@ -60,15 +62,23 @@ def python_schemas(
             continue
         agg = flow.state.aggregate
         columns = [fields[k] for k in agg.key]
-        for name, fn in agg.functions().items():
+        if agg.window is not None:
+            bound = fields[agg.window.column].dataType
+            columns += [T.StructField(name, bound, True) for name in WINDOW_COLUMNS]
+        for name, fn in agg.state_functions().items():
             if fn.name == "count":
                 columns.append(T.StructField(name, T.LongType(), False))
                 continue
             assert fn.column is not None
             data_type = fields[fn.column].dataType
+            if fn.name == "count_distinct":
+                columns.append(T.StructField(name, T.ArrayType(data_type, False), False))
+                continue
             if fn.name == "sum":
                 data_type = T.LongType() if isinstance(data_type, _INTEGRAL) else T.DoubleType()
             columns.append(T.StructField(name, data_type, True))
+        if agg.window is not None:  # event_windows.HIDDEN_PARTIALS
+            columns += [T.StructField(name, T.LongType(), True) for name, _, _ in HIDDEN_PARTIALS]
         if len({c.name for c in columns}) != len(columns):
             return None
         out.append(T.StructType(columns))
@@ -98,6 +108,8 @@ def needs_spark(flow: FlowSpec, fields: dict[str, T.DataType]) -> str | None:
     for key in agg.key:
         if not isinstance(fields.get(key), _KEY_TYPES):
             return f"groups by {key} of type {_type_name(fields.get(key))}"
+    if agg.window is not None and not isinstance(fields.get(agg.window.column), (T.TimestampType, T.TimestampNTZType)):
+        return f"has a window over {agg.window.column} of type {_type_name(fields.get(agg.window.column))}"
     for fn in agg.functions().values():
         if fn.column is None:
             continue
@@ -105,7 +117,7 @@ def needs_spark(flow: FlowSpec, fields: dict[str, T.DataType]) -> str | None:
             return f"computes {fn} of an unknown column"
         if fn.name == "count":
             continue
-        allowed = _SUMMABLE if fn.name == "sum" else _ORDERED
+        allowed = _SUMMABLE if fn.name in ("sum", "avg") else _KEY_TYPES if fn.name == "count_distinct" else _ORDERED
         if not isinstance(fields.get(fn.column), allowed):
             return f"computes {fn} over type {_type_name(fields.get(fn.column))}"
     return None

@@ -27,15 +27,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.aggregate import partials_frame
 from pipeline_lib.execution.engine.arrow_fit import large_var_types, needs_spark, python_schemas
+from pipeline_lib.execution.engine.flow_partials import FlowInWorker
 from pipeline_lib.execution.source.epoch_reader import DEAD_LETTER_RAW_BYTES, bad_records_frame
 from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
 from pipeline_lib.execution.source.subtask_start import SourceStart
@@ -48,75 +47,6 @@ SOURCE_STARTED = -2  # the output index of a source subtask's start-up checks, a
 MAX_ROWS_PER_BLOB = 250_000  # rows per IPC value (a few MB of partials)
 MAX_BLOB_BYTES = 64 << 20  # and bytes per IPC value: far below Spark's 2 GB per value
 COMBINE_AT_ROWS = 1_000_000  # a task folds its partials into one table when they grow past this
-_SKIP_NULLS = pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)  # all-null group → null, as in Spark
-_INT64_MAX = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class FlowInWorker:
-    """What a worker makes of one flow: its rows as read (no ``keys``) or its partial aggregate."""
-
-    keys: tuple[str, ...] = ()
-    aggregates: tuple[tuple[str, str, str | None], ...] = ()  # (output name, function, column; None: count(*))
-
-    @property
-    def stateful(self) -> bool:
-        """True for an aggregating flow (partials per key), False for one whose rows pass through."""
-        return bool(self.keys)
-
-    def partials(self, table: pa.Table) -> pa.Table:
-        """At most one row per key of ``table``: the key columns, then one partial per aggregate."""
-        specs = []
-        for _, fn, column in self.aggregates:
-            if fn == "count":
-                specs.append((column or self.keys[0], "count", pc.CountOptions("only_valid" if column else "all")))
-            elif column is None:
-                raise ValueError(f"aggregate {fn} needs an input column")
-            else:
-                specs.append((column, fn, _SKIP_NULLS))
-        self._check_sums(table, [(column, fn) for _, fn, column in self.aggregates])
-        return self._grouped(table, specs)
-
-    def combined(self, partials: Sequence[pa.Table]) -> pa.Table:
-        """Partials of the same keys (from several batches or tasks) folded into one row per key."""
-        if len(partials) == 1:
-            return partials[0]
-        table = pa.concat_tables(partials)
-        self._check_sums(table, [(name, "sum" if fn == "count" else fn) for name, fn, _ in self.aggregates])
-        return self._grouped(
-            table, [(name, "sum" if fn == "count" else fn, _SKIP_NULLS) for name, fn, _ in self.aggregates]
-        )
-
-    def _grouped(self, table: pa.Table, specs: list) -> pa.Table:
-        # use_threads=False: groups come out in order of first appearance, the same in every attempt
-        grouped = table.group_by(list(self.keys), use_threads=False).aggregate(specs)
-        nkeys = len(self.keys)
-        if grouped.column_names[:nkeys] != list(self.keys):  # older pyarrow puts the keys last
-            grouped = grouped.select(list(range(len(specs), len(specs) + nkeys)) + list(range(len(specs))))
-        return grouped.rename_columns(list(self.keys) + [name for name, _, _ in self.aggregates])
-
-    def _check_sums(self, table: pa.Table, sums: list[tuple[str | None, str]]) -> None:
-        """Refuse an integer sum that leaves int64 (pyarrow's wraps around; Spark's raises).
-
-        Wrapped intermediate sums are harmless (addition modulo 2**64 gives the exact total when
-        the total fits), so only a group whose exact total does not fit is an error; it is looked
-        for, in decimals, only when the column's largest magnitude times its rows could reach it."""
-        for column, fn in sums:
-            if fn != "sum" or column is None or not pa.types.is_integer(table.schema.field(column).type):
-                continue
-            bounds = pc.min_max(table.column(column))
-            low, high = bounds["min"].as_py() or 0, bounds["max"].as_py() or 0
-            if max(abs(low), abs(high)) * table.num_rows <= _INT64_MAX:
-                continue
-            exact = table.select(list(self.keys)).append_column(
-                "exact", pc.cast(table.column(column), pa.decimal128(38, 0))
-            )
-            totals = exact.group_by(list(self.keys), use_threads=False).aggregate([("exact", "sum")])
-            over = pc.or_(pc.greater(totals["exact_sum"], _INT64_MAX), pc.less(totals["exact_sum"], -_INT64_MAX - 1))
-            if pc.any(over).as_py():
-                row = totals.filter(pc.fill_null(over, False)).slice(0, 1).to_pylist()[0]
-                key = tuple(row[k] for k in self.keys)
-                raise PipelineError(f"sum of column {column!r} overflows bigint for key {key!r}")
 
 
 # One row of a read task's result, (output, ipc, written): an Arrow IPC stream of output ``output``
@@ -256,14 +186,7 @@ class ArrowEpochs:
             why = needs_spark(flow, fields)
             if why:
                 return None, f"flow {flow.name} {why}"
-            agg = flow.state.aggregate if flow.state else None
-            in_worker.append(
-                FlowInWorker()
-                if agg is None
-                else FlowInWorker(
-                    tuple(agg.key), tuple((name, f.name, f.column) for name, f in agg.functions().items())
-                )
-            )
+            in_worker.append(FlowInWorker.of(flow.state.aggregate if flow.state else None))
         large = large_var_types(spark)
         built = python_schemas(schema, flows, tolerant)
         if built is not None:

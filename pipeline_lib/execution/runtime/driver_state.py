@@ -12,12 +12,11 @@ import pyarrow as pa
 from pipeline_lib.checkpoint.manifest import StateSnapshot
 from pipeline_lib.checkpoint.restore import Restored
 from pipeline_lib.checkpoint.state_spans import Span, changed_per_span, plan_span_writes, spans_of, write_state_files
+from pipeline_lib.execution.runtime.driver_merge import merge_on_driver
 from pipeline_lib.execution.runtime.epoch_path import NO_SLOTS, FlowMerge, FlowResult, OwnerTasks
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
 from pipeline_lib.faults import fault_point
-from pipeline_lib.plan.keygroups import subtask_of
-from pipeline_lib.sink.part_layout import key_order
 from pipeline_lib.sink.task_parts import WrittenParts
 
 
@@ -40,21 +39,17 @@ class DriverState:
     def adopt(self, read: EpochRead) -> None:
         """Nothing to take: the driver's merge updates the state files at commit."""
 
-    def merge(self, flow: FlowRuntime, result: FlowResult) -> FlowMerge:
+    def merge(self, flow: FlowRuntime, result: FlowResult, ended: bool = False) -> FlowMerge:
         """Merge a stateful flow's partials into its state; its changed keys' rows, in key order,
         one part per subtask (a part is a function of the plan: sink.part_layout). A stateless
-        flow's result is the parts its read tasks wrote."""
+        flow's result is the parts its read tasks wrote. A windowed flow's rows are instead
+        the windows the epoch closed (state.window_close); ``ended``: the bounded source is read
+        to its end after this epoch, so every window closes."""
         if not flow.stateful:
             assert isinstance(result, WrittenParts)
             return FlowMerge([], NO_SLOTS, result.files)
-        assert flow.state is not None and isinstance(result, pa.Table), "a stateful flow's result is its partials"
-        p, maxp = self.parts.parallelism, self.parts.maxp
-        if flow.state_schema is None:
-            flow.state_schema = result.schema
-        changed = flow.state.merge(result)
-        subtasks = subtask_of(flow.state.key_groups(changed), p, maxp)  # element-wise on arrays
-        keys = flow.state.key_columns
-        parts = [key_order(flow.state.table(changed[subtasks == i], flow.state_schema), keys) for i in range(p)]
+        assert isinstance(result, pa.Table), "a stateful flow's result is its partials"
+        parts, changed = merge_on_driver(flow, result, self.parts.parallelism, self.parts.maxp, ended)
         return FlowMerge(parts, changed, ())
 
     def state_writer(self, flow: FlowRuntime, epoch: int, changed: np.ndarray) -> Callable[[str], StateSnapshot | None]:
@@ -94,8 +89,8 @@ class DriverState:
         flow.state_files = files
         agg = flow.spec.state.aggregate
         return StateSnapshot(
-            key_columns=agg.key,
-            value_columns={n: str(f) for n, f in agg.functions().items()},
+            key_columns=agg.state_key(),
+            value_columns={n: str(f) for n, f in agg.state_functions().items()},
             max_parallelism=maxp,
             parallelism=self.parts.parallelism,
             keys=len(state),

@@ -62,6 +62,7 @@ def epoch_report(
         started=started,
         completed_splits=len(manifest.completed_splits),
         bad_records=manifest.bad_records,
+        late_records=manifest.late_records,
         phases=dict(timer.phases),
         state_bytes=sum(f.bytes for f in manifest.state_files()),
         state_bytes_written=sum(

@@ -61,8 +61,9 @@ class KeyedStatePlace(Protocol):
     def adopt(self, read: EpochRead) -> None:
         """Take what the owner tasks of ``read`` returned as each flow's latest state files."""
 
-    def merge(self, flow: FlowRuntime, result: FlowResult) -> FlowMerge:
-        """The flow's share of the epoch after its keyed state took ``result``."""
+    def merge(self, flow: FlowRuntime, result: FlowResult, ended: bool = False) -> FlowMerge:
+        """The flow's share of the epoch after its keyed state took ``result`` (``ended``: the
+        bounded source is read to its end after this epoch, which closes every window)."""
 
     def state_writer(self, flow: FlowRuntime, epoch: int, changed: np.ndarray) -> Callable[[str], StateSnapshot | None]:
         """How the flow's state of ``epoch`` is written under a snapshot id, at commit time."""

@@ -75,8 +75,9 @@ class OwnerState:
                 flow.state_files = {(f.key_group_start, f.key_group_end): f for f in result.files}
                 flow.owned_keys = result.keys
 
-    def merge(self, flow: FlowRuntime, result: FlowResult) -> FlowMerge:
-        """The owner tasks merged and wrote (their files are taken in ``adopt``); the parts written."""
+    def merge(self, flow: FlowRuntime, result: FlowResult, ended: bool = False) -> FlowMerge:
+        """The owner tasks merged and wrote (their files are taken in ``adopt``); the parts written
+        (no flow with a window takes owner tasks, so ``ended`` changes nothing here)."""
         if not flow.stateful:
             assert isinstance(result, WrittenParts)
             return FlowMerge([], NO_SLOTS, result.files)
@@ -97,8 +98,8 @@ class OwnerState:
         fault_point("mid_snapshot_write", epoch)  # the state files exist; no manifest references them yet
         agg = flow.spec.state.aggregate
         return StateSnapshot(
-            key_columns=agg.key,
-            value_columns={n: str(f) for n, f in agg.functions().items()},
+            key_columns=agg.state_key(),
+            value_columns={n: str(f) for n, f in agg.state_functions().items()},
             max_parallelism=self.parts.maxp,
             parallelism=self.parts.parallelism,
             keys=flow.owned_keys,

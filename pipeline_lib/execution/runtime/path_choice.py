@@ -4,7 +4,8 @@ path for the read, keyed state on the driver or on owner tasks.
 The Arrow path when no flow needs Spark SQL (see worker_aggregation), else the Spark SQL path; on
 either, keyed state lives on owner tasks (owner_epochs) when the spec's ``keyed_state`` asks for
 them (auto: on a cluster, not in local mode), unless the restored state was stored under another
-max_parallelism (every key's group must be computed again, which the driver's merge does).
+max_parallelism (every key's group must be computed again, which the driver's merge does) or a
+flow has a window, an avg or a count_distinct (merged on the driver only).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def state_on_owners(parts: PipelineParts, master: str | None, stored_groups_appl
     """Whether the pipeline's keyed state lives on owner tasks: a stateful flow, the spec asks
     for them, and the stored key groups still apply. Known before the path (the restore reads
     the state on the driver only when it does not, and the start-up plans by it)."""
+    if any(f.spec.state is not None and f.spec.state.aggregate.derived for f in parts.flows):
+        return False  # windows, avg and count_distinct are merged on the driver (docs/spec.md)
     return any(f.stateful for f in parts.flows) and owners_asked(parts.job, master) and stored_groups_apply
 
 

@@ -13,6 +13,7 @@ from pipeline_lib.checkpoint.epoch_commit import (
     FlowOutput,
     commit_epoch,
     run_now,
+    source_completed,
 )
 from pipeline_lib.checkpoint.manifest import HistoryEntry
 from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
@@ -128,7 +129,10 @@ class EpochCommit:
                 *(bad.first_bad[c] for c in ("topic", "partition", "offset", "error")),
             )
         with self.timer.timed("merge"):
-            merged = {flow.spec.name: self.state.merge(flow, read.flows[flow.spec.name]) for flow in self.parts.flows}
+            ended = source_completed(plan.end_positions(), plan.stop_offsets)
+            merged = {
+                flow.spec.name: self.state.merge(flow, read.flows[flow.spec.name], ended) for flow in self.parts.flows
+            }
 
         def flow_output(flow: FlowRuntime) -> FlowOutput:
             out: FlowMerge = merged[flow.spec.name]
@@ -139,6 +143,8 @@ class EpochCommit:
                 out.parts,
                 self.state.state_writer(flow, plan.epoch, out.changed),
                 out.written,
+                flow.watermark.to_json() if flow.watermark is not None else None,
+                flow.late_records,
             )
 
         dead = self.parts.dead_letters

@@ -7,16 +7,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipeline_lib.checkpoint import layout
+from pipeline_lib.checkpoint.manifest import Manifest
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.runtime.runner_types import FlowRuntime, RunOptions, sink_digest, spec_fingerprint
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.owner_task import CheckpointAt
+from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.graph import Pipeline
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import FilesSink
-from pipeline_lib.spec.models import JobSpec, KafkaSourceSpec
+from pipeline_lib.spec.models import FlowSpec, JobSpec, KafkaSourceSpec
 from pipeline_lib.storage import Location, ObjectStore, open_store, parse_location
 
 StoreOpener = Callable[[str | Location, ConnectionSettings], ObjectStore]
@@ -67,7 +69,8 @@ class PipelineParts:
                 FlowRuntime(
                     spec=flow,
                     sink=FilesSink(opener(flow.sink.files.path, settings), flow.sink.files.format),
-                    state=KeyedAggregateState(agg.key, agg.functions(), maxp) if agg else None,
+                    state=KeyedAggregateState(agg.state_key(), agg.state_functions(), maxp) if agg else None,
+                    watermark=windowed_watermark(job, flow),
                 )
             )
         dead_letters = (
@@ -110,3 +113,22 @@ class PipelineParts:
     def key_groups_per_file(self, keys: int) -> int:
         """The key groups of one state file for a state of ``keys`` keys."""
         return self.job.checkpoint.state_file_key_groups(keys)
+
+
+def windowed_watermark(job: JobSpec, flow: FlowSpec) -> Watermark | None:
+    """A windowed flow's watermark before its first epoch (None: the flow has no window)."""
+    if flow.state is None or flow.state.aggregate.window is None:
+        return None
+    spec = job.all_sources()[flow.source].kafka.watermark
+    assert spec is not None, "a window needs its source's watermark (spec validation)"
+    return Watermark.start(spec)
+
+
+def restored_watermark(job: JobSpec, flow: FlowSpec, manifest: Manifest | None) -> Watermark | None:
+    """A windowed flow's watermark after the epoch of ``manifest`` (None: from the start): the
+    one it stored, exactly, with the spec's delay (None: the flow has no window)."""
+    start = windowed_watermark(job, flow)
+    stored = manifest.watermarks.get(flow.name) if manifest is not None else None
+    if start is None or stored is None:
+        return start
+    return Watermark.from_json(stored, start.delay_ms)  # guard: watermark-restore-reset

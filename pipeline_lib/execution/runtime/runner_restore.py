@@ -11,7 +11,7 @@ from pipeline_lib.checkpoint.restore import DEAD_LETTERS, Restored, load_state, 
 from pipeline_lib.errors import SnapshotError
 from pipeline_lib.execution.runtime.path_choice import owners_asked
 from pipeline_lib.execution.runtime.run_attempt import RunAttempt
-from pipeline_lib.execution.runtime.runner_parts import PipelineParts
+from pipeline_lib.execution.runtime.runner_parts import PipelineParts, restored_watermark
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.restore_verification import VerifiedState, verify_on_executors
 from pipeline_lib.execution.state.span_owners import SpanOwners
@@ -82,8 +82,9 @@ class Restorer:
         self.stored_groups_apply = True
         for flow in self.parts.flows:
             agg = flow.spec.state.aggregate if flow.spec.state else None
-            flow.state = KeyedAggregateState(agg.key, agg.functions(), self.parts.maxp) if agg else None
+            flow.state = KeyedAggregateState(agg.state_key(), agg.state_functions(), self.parts.maxp) if agg else None
             flow.state_schema, flow.state_files, flow.owned_keys = None, {}, 0
+            flow.watermark = restored_watermark(self.parts.job, flow.spec, restored.manifest)
             loaded = restored.flows.get(flow.spec.name)
             if loaded is None:  # a flow added to the spec since: it starts empty from this position
                 continue
@@ -209,8 +210,8 @@ class Restorer:
             same = (want is None and have is None) or (
                 want is not None
                 and have is not None
-                and want.key == have.key_columns
-                and {n: str(f) for n, f in want.functions().items()} == have.value_columns
+                and want.state_key() == have.key_columns
+                and {n: str(f) for n, f in want.state_functions().items()} == have.value_columns
             )
             if not same:
                 raise SnapshotError(

@@ -20,6 +20,7 @@ from pipeline_lib.execution.runtime.lifecycle import (
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.owner_epochs import OwnedFlow
 from pipeline_lib.execution.state.owner_task import StateReads
+from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.sink.files_sink import FilesSink
 from pipeline_lib.sink.task_parts import WrittenParts
@@ -59,6 +60,7 @@ class EpochReport:
     seconds: float
     completed_splits: int
     bad_records: int = 0
+    late_records: int = 0  # records dropped as late: their windows were closed (windowed flows)
     task_result_bytes: int | None = None  # what the epoch's tasks sent the driver (known on the Arrow path)
     state_reads: StateReads | None = None  # where owner tasks found the state they merged into (cache or store)
     state_bytes: int = 0  # every state file the snapshot references
@@ -84,6 +86,8 @@ class FlowRuntime:
     state_schema: pa.Schema | None = None
     state_files: dict[tuple[int, int], StateFileRef] = field(default_factory=dict)
     owned_keys: int = 0  # the keys of a state on owner tasks, as their last results counted them
+    watermark: Watermark | None = None  # a windowed flow's watermark after the last merged epoch
+    late_records: int = 0  # of the last merged epoch: records dropped as late (their windows closed)
 
     @property
     def stateful(self) -> bool:

@@ -2,7 +2,8 @@
 
 Spark (or, on the Arrow path, its Python workers) computes each epoch's partial aggregate per
 key; this class merges those partials into the running values. sum/count/min/max are all
-mergeable, so merge(state, partial) equals the aggregate over all records so far. Keys are
+mergeable, so merge(state, partial) equals the aggregate over all records so far (count_distinct
+keeps each key's set of values, avg a sum and a count: spec.aggregates.state_functions). Keys are
 bucketed into key groups (see plan.keygroups) so a snapshot can be cut by key-group ranges and
 restored with another parallelism.
 
@@ -141,6 +142,8 @@ def _combine(fn: str, old: np.ndarray, new: np.ndarray) -> np.ndarray:
         return np.fmin(old, new) if fn == "min" else np.maximum(old, new)
     if fn in ("sum", "count"):
         return _objects([a + b for a, b in zip(old, new)])
+    if fn == "count_distinct":  # the sets of values seen, as sorted lists
+        return _objects([sorted(set(a).union(b)) for a, b in zip(old, new)])
     pick = min if fn == "min" else max
     return _objects([pick(a, b) for a, b in zip(old, new)])
 
@@ -214,6 +217,11 @@ class KeyedAggregateState:
         assert self._columns is not None
         slot = np.array([self._slots[tuple(_NAN if v != v else v for v in key)]])
         return [c.arrow(slot)[0].as_py() for c in self._columns]
+
+    def key_column(self, name: str) -> pa.Array:
+        """Every key's value of key column ``name``, by slot (no copy when no key came since)."""
+        assert self._key_arrays is not None
+        return self._key_arrays[self.key_columns.index(name)].whole()
 
     def keys(self) -> list[tuple]:
         """Every key, as a tuple, in slot order (a copy)."""

@@ -225,9 +225,7 @@ class OwnerEpochs:
                 in_worker.append(FlowInWorker())
                 schemas.append(pa.schema([]))
                 continue
-            in_worker.append(
-                FlowInWorker(tuple(agg.key), tuple((name, f.name, f.column) for name, f in agg.functions().items()))
-            )
+            in_worker.append(FlowInWorker.of(agg))
             frame = partials_frame(apply_transforms(good, flow.transforms), agg)
             schemas.append(to_arrow_schema(frame.schema, timezone="UTC", prefers_large_types=large))
         return cls(None, parallelism, in_worker, schemas)

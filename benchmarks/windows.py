@@ -1,0 +1,153 @@
+"""1-minute tumbling windows with a 2-minute watermark: our job against Spark Structured Streaming
+(its Kafka connector, ``withWatermark`` + ``groupBy(window(...), key)``, append mode, checkpoint
+and output on the S3 server through S3A), on the same events in the same run.
+
+    pipeline-lib bench windows [--events 200000] [--pages 1000] [--per-epoch 20000]
+
+Both run as whole processes to the end of a bounded topic (JVM start included), ``count(*)`` and
+``avg(ms)`` per page and window. Ours closes every window at the end of the bounded source;
+Spark's append mode leaves the windows still open at the end unwritten, so the windows both wrote
+are compared. Printed: each side's seconds, the ratio, the windows written and equal, and the
+largest key count of our snapshots (bounded by the open windows, not the stream's length).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+
+from benchmarks.our_job import child_env
+from benchmarks.restore_completed import timed_run
+from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.localstack import start_stack, stop_stack
+from pipeline_lib.samples import create_topic, produce_json
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.table_reader import read_append_rows
+from pipeline_lib.storage import open_store
+
+TOPIC, NAME = "bench-clicks", "windows-bench"
+START_MS = 1_772_323_200_000
+
+
+def clicks(events: int, pages: int, seed: int = 34) -> list[dict]:
+    """Clicks 50 ms of event time apart, up to 10 s out of order; every 50th is 10 minutes late."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(events):
+        ms = START_MS + i * 50 + rng.randint(-10_000, 0) - (600_000 if i % 50 == 49 else 0)
+        ts = dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        out.append(
+            {"page": f"p{rng.randrange(pages)}", "user": f"u{rng.randrange(100)}", "ms": rng.randrange(1000), "ts": ts}
+        )
+    return out
+
+
+def job(per_epoch: int, parallelism: int) -> dict:
+    """The windowed job: a bounded topic, ``count(*)`` and ``avg(ms)`` per page and minute."""
+    return {
+        "name": NAME,
+        "source": {
+            "kafka": {
+                "topic": TOPIC,
+                "schema": "page string, user string, ms long, ts timestamp",
+                "watermark": {"column": "ts", "delay": "2 minutes"},
+                "stop": "latest",
+            }
+        },
+        "state": {
+            "aggregate": {
+                "key": ["page"],
+                "window": {"column": "ts", "size": "1 minute"},
+                "values": {"n": "count(*)", "mean_ms": "avg(ms)"},
+                "emit": "final",
+            }
+        },
+        "sink": {"files": {"path": f"s3://results/{NAME}", "format": "parquet"}},
+        "checkpoint": {"store": f"s3://checkpoints/{NAME}"},
+        "trigger": {"max_records_per_epoch": per_epoch},
+        "parallelism": parallelism,
+    }
+
+
+def _windows(rows: list[dict]) -> dict[tuple, int]:
+    return {(r["page"], round(r["window_start"].timestamp() * 1000)): r["n"] for r in rows}
+
+
+def windows_bench(events: int = 200_000, pages: int = 1_000, per_epoch: int = 20_000, parallelism: int = 2) -> int:
+    """Run both and print the comparison (see the module's docstring)."""
+    with tempfile.TemporaryDirectory(prefix="windows-bench-") as tmp:
+        root = Path(tmp)
+        info = start_stack(root / "stack", broker_storage="memory")
+        try:
+            env = child_env(info)
+            settings = ConnectionSettings.from_env(env)
+            create_topic(info.kafka_bootstrap, TOPIC, 2)
+            produce_json(info.kafka_bootstrap, TOPIC, clicks(events, pages), key_field="page")
+            spec = root / "job.yaml"
+            spec.write_text(yaml.safe_dump(job(per_epoch, parallelism)))
+            ours_s = timed_run(spec, env, "--until-caught-up")
+            ours = _windows(read_append_rows(open_store(f"s3://results/{NAME}", settings)))
+            snapshots = SnapshotStore.open(f"s3://checkpoints/{NAME}", NAME, "main", settings)
+            head, _ = snapshots.read_head()
+            assert head is not None, "the run committed no snapshot"
+            states = [snapshots.load_manifest(e.snapshot_id).flows[NAME].state for e in head.history]
+            keys = max(s.keys for s in states if s is not None)
+            started = time.monotonic()
+            child = subprocess.run(
+                [
+                    sys.executable, "-m", "benchmarks.structured_streaming_windows",
+                    "--bootstrap", info.kafka_bootstrap, "--topic", TOPIC,
+                    "--checkpoint", "s3a://checkpoints/ss-windows", "--output", "s3a://results/ss-windows",
+                    "--max-records-per-trigger", str(per_epoch), "--parallelism", str(parallelism),
+                    "--result", str(root / "ss.json"),
+                ],
+                env=env, capture_output=True, text=True,
+            )  # fmt: skip
+            theirs_s = time.monotonic() - started
+            if child.returncode != 0:
+                raise SystemExit(f"Structured Streaming failed:\n{child.stderr[-3000:]}")
+            out = open_store("s3://results/ss-windows", settings)
+            rows = [
+                r
+                for k in out.list()
+                if k.endswith(".parquet")
+                for r in pq.read_table(io.BytesIO(out.get(k))).to_pylist()
+            ]
+            theirs = _windows(rows)
+        finally:
+            stop_stack(root / "stack")
+    common = ours.keys() & theirs.keys()
+    equal = sum(ours[k] == theirs[k] for k in common)
+    print(f"\n{events:,} clicks, {pages:,} pages, {per_epoch:,} per epoch/trigger, local[{parallelism}]")
+    print("| job | whole process (s) | windows written |")
+    print("|---|---|---|")
+    print(f"| pipeline-lib | {ours_s:.1f} | {len(ours):,} |")
+    print(f"| Spark SS withWatermark + window, append | {theirs_s:.1f} | {len(theirs):,} |")
+    print(
+        f"ratio (Spark / ours): {theirs_s / ours_s:.2f}x; windows both wrote: {len(common):,}, equal counts: {equal:,}"
+    )
+    print(f"largest key count of our snapshots (before the end closed every window): {keys:,}")
+    figures = {"ours_s": round(ours_s, 3), "spark_s": round(theirs_s, 3), "ratio": round(theirs_s / ours_s, 2)}
+    print(
+        json.dumps(
+            {
+                **figures,
+                "windows_ours": len(ours),
+                "windows_spark": len(theirs),
+                "common": len(common),
+                "equal": equal,
+                "max_keys": keys,
+            }
+        )
+    )
+    return 0

@@ -1,0 +1,128 @@
+"""What a Python worker makes of one flow's records on the Arrow path: its rows as read, or its
+partial aggregate per key (one row per key, mergeable with the partials of other batches, tasks
+and epochs). A windowed flow's records are first assigned their windows (event_windows), whose
+bounds join the key; ``count_distinct`` partials are the set of values per key, as a list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline_lib.errors import PipelineError
+from pipeline_lib.execution.engine.event_windows import HIDDEN_PARTIALS, WindowAssigner
+from pipeline_lib.spec.flow_spec import AggregateSpec
+
+_ROW = "__row"  # a row's index, to gather the sets of count_distinct partials by group
+
+
+_SKIP_NULLS = pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)  # all-null group → null, as in Spark
+_INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class FlowInWorker:
+    """What a worker makes of one flow: its rows as read (no ``keys``) or its partial aggregate."""
+
+    keys: tuple[str, ...] = ()
+    aggregates: tuple[tuple[str, str, str | None], ...] = ()  # (output name, function, column; None: count(*))
+    window: WindowAssigner | None = None  # a windowed flow's windows (its keys end with their bounds)
+
+    @classmethod
+    def of(cls, agg: AggregateSpec | None) -> FlowInWorker:
+        """The worker side of a flow with aggregate ``agg`` (None: a stateless flow): the
+        state's key and running values (event_windows), and a windowed flow's hidden partials."""
+        if agg is None:
+            return cls()
+        window = WindowAssigner.of(agg)
+        aggregates = tuple((name, f.name, f.column) for name, f in agg.state_functions().items())
+        return cls(tuple(agg.state_key()), aggregates + (HIDDEN_PARTIALS if window else ()), window)
+
+    @property
+    def stateful(self) -> bool:
+        """True for an aggregating flow (partials per key), False for one whose rows pass through."""
+        return bool(self.keys)
+
+    def partials(self, table: pa.Table) -> pa.Table:
+        """At most one row per key of ``table``: the key columns, then one partial per aggregate."""
+        if self.window is not None:
+            table = self.window.assign(table)
+        specs = []
+        for _, fn, column in self.aggregates:
+            if fn == "count_distinct":
+                specs.append((column, "distinct", pc.CountOptions("only_valid")))
+            elif fn == "count":
+                specs.append((column or self.keys[0], "count", pc.CountOptions("only_valid" if column else "all")))
+            elif column is None:
+                raise ValueError(f"aggregate {fn} needs an input column")
+            else:
+                specs.append((column, fn, _SKIP_NULLS))
+        self._check_sums(table, [(column, fn) for _, fn, column in self.aggregates])
+        return self._grouped(table, specs)
+
+    def combined(self, partials: Sequence[pa.Table]) -> pa.Table:
+        """Partials of the same keys (from several batches or tasks) folded into one row per key."""
+        if len(partials) == 1:
+            return partials[0]
+        table = pa.concat_tables(partials)
+        self._check_sums(table, [(name, "sum" if fn == "count" else fn) for name, fn, _ in self.aggregates])
+        if not any(fn == "count_distinct" for _, fn, _ in self.aggregates):
+            return self._grouped(
+                table, [(name, "sum" if fn == "count" else fn, _SKIP_NULLS) for name, fn, _ in self.aggregates]
+            )
+        return self._combined_sets(table)
+
+    def _combined_sets(self, table: pa.Table) -> pa.Table:
+        """``combined`` with count_distinct partials: each group's rows by index (one grouping,
+        so they line up with its other partials), whose sets are joined in Python (partial rows
+        number the keys changed, not the records)."""
+        table = table.append_column(_ROW, pa.array(range(table.num_rows), pa.int64()))
+        specs: list = [
+            (_ROW, "list") if fn == "count_distinct" else (name, "sum" if fn == "count" else fn, _SKIP_NULLS)
+            for name, fn, _ in self.aggregates
+        ]
+        grouped = self._grouped(table, specs)
+        nkeys = len(self.keys)
+        for i, (name, fn, _) in enumerate(self.aggregates):
+            if fn != "count_distinct":
+                continue
+            values = table.column(name).to_pylist()
+            sets = [
+                sorted({v for r in rows for v in values[r] or ()}) for rows in grouped.column(nkeys + i).to_pylist()
+            ]
+            grouped = grouped.set_column(nkeys + i, name, pa.array(sets, table.schema.field(name).type))
+        return grouped
+
+    def _grouped(self, table: pa.Table, specs: list) -> pa.Table:
+        # use_threads=False: groups come out in order of first appearance, the same in every attempt
+        grouped = table.group_by(list(self.keys), use_threads=False).aggregate(specs)
+        nkeys = len(self.keys)
+        if grouped.column_names[:nkeys] != list(self.keys):  # older pyarrow puts the keys last
+            grouped = grouped.select(list(range(len(specs), len(specs) + nkeys)) + list(range(len(specs))))
+        return grouped.rename_columns(list(self.keys) + [name for name, _, _ in self.aggregates])
+
+    def _check_sums(self, table: pa.Table, sums: list[tuple[str | None, str]]) -> None:
+        """Refuse an integer sum that leaves int64 (pyarrow's wraps around; Spark's raises).
+
+        Wrapped intermediate sums are harmless (addition modulo 2**64 gives the exact total when
+        the total fits), so only a group whose exact total does not fit is an error; it is looked
+        for, in decimals, only when the column's largest magnitude times its rows could reach it."""
+        for column, fn in sums:
+            if fn != "sum" or column is None or not pa.types.is_integer(table.schema.field(column).type):
+                continue
+            bounds = pc.min_max(table.column(column))
+            low, high = bounds["min"].as_py() or 0, bounds["max"].as_py() or 0
+            if max(abs(low), abs(high)) * table.num_rows <= _INT64_MAX:
+                continue
+            exact = table.select(list(self.keys)).append_column(
+                "exact", pc.cast(table.column(column), pa.decimal128(38, 0))
+            )
+            totals = exact.group_by(list(self.keys), use_threads=False).aggregate([("exact", "sum")])
+            over = pc.or_(pc.greater(totals["exact_sum"], _INT64_MAX), pc.less(totals["exact_sum"], -_INT64_MAX - 1))
+            if pc.any(over).as_py():
+                row = totals.filter(pc.fill_null(over, False)).slice(0, 1).to_pylist()[0]
+                key = tuple(row[k] for k in self.keys)
+                raise PipelineError(f"sum of column {column!r} overflows bigint for key {key!r}")
