@@ -103,7 +103,7 @@ def run_on_records(
     kafka = kafka.model_copy(update={"key_encoding": local.key_encoding_of(name)})
     flows = [f for f in local.all_flows() if f.source == name]
     tolerant = local.on_error != "fail"
-    sinks = {f.name: FilesSink(open_store(f.sink.files.path, settings), f.sink.files.format) for f in flows}
+    sinks = {f.name: FilesSink(open_store(f.sink.parts_location, settings), f.sink.parts_format) for f in flows}
     states = {
         f.name: KeyedAggregateState(f.state.aggregate.key, f.state.aggregate.functions(), maxp)
         for f in flows
@@ -167,7 +167,8 @@ def run_on_records(
         if spark is None:
             session.stop()
     tables = {
-        f.name: read_table(f.sink.files.path, settings, key=f.state.aggregate.key if f.state else None) for f in flows
+        f.name: read_table(f.sink.parts_location, settings, key=f.state.aggregate.key if f.state else None)
+        for f in flows
     }
     dead_rows = read_table(dead_location, settings) if dead_location is not None else []
     return RecordsRun(tables, dead_rows, bad_records, epoch, root)
