@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
@@ -40,7 +40,7 @@ from pipeline_lib.errors import FencedError, PipelineError
 from pipeline_lib.faults import fault_point
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.delta_table import check_same_schema, storage_options, table_uri
-from pipeline_lib.sink.files_sink import FilesSink
+from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
 from pipeline_lib.sink.output_mode import OutputMode
 from pipeline_lib.spec.flow_spec import DELTA_PARTS_FOLDER
 from pipeline_lib.storage import ObjectStore
@@ -169,8 +169,6 @@ class DeltaSink:
                 f"the Delta table {self.path} holds epoch {epoch}, but its staged marker {self.marker_key(epoch)} "
                 "is missing; run `pipeline-lib verify`"
             )
-        from pipeline_lib.sink.files_sink import SuccessMarker
-
         marker = SuccessMarker.model_validate_json(found[0])
         if marker.writer() > attempt:
             raise FencedError(
@@ -205,8 +203,6 @@ class DeltaSink:
             return
         check_same_schema(self.path, pa.schema(table.schema().to_arrow()), rows.schema)
         if self.mode == "append":
-            from deltalake import write_deltalake
-
             write_deltalake(
                 table, rows, mode="append", partition_by=self.partition_by or None, commit_properties=properties
             )

@@ -17,7 +17,7 @@ from pipeline_lib.sink.delta_table import storage_options, table_uri
 from pipeline_lib.sink.table_reader import epoch_rows
 from pipeline_lib.spec.flow_spec import delta_parts_location
 from pipeline_lib.storage import open_store
-from tests.support import run_cli, spend_spec, write_spec
+from tests.support import CliRun, run_cli, spend_spec, write_spec
 
 deltalake = pytest.importorskip("deltalake")
 
@@ -109,3 +109,62 @@ def test_delta_table_exact_after_a_kill_at(stack_env, tmp_path, payments, fault)
 @pytest.mark.full
 def test_delta_table_on_owner_tasks(stack_env, tmp_path, payments):
     _delta_run(stack_env, tmp_path, payments, ["after_table_commit@3"], extra={"keyed_state": "owners"})
+
+
+@pytest.mark.full
+def test_a_stateless_flow_appends_the_executors_parts(stack_env, tmp_path, payments):
+    """A flow without state: the read tasks' staged Parquet parts become the table's files (the
+    driver commits add actions only); killed after the table's commit, every event once."""
+    topic, events = payments
+    name = f"delta-append-{tmp_path.name[-12:].strip('_').lower()}".replace("_", "-")
+    path, store = f"s3://results/{name}", f"s3://checkpoints/{name}"
+    spec_dict = spend_spec(name, topic, path, store)
+    del spec_dict["state"]
+    spec_dict["sink"] = {"delta": {"path": path}}
+    spec = write_spec(tmp_path, spec_dict)
+    crashed = run_cli(
+        ["run", str(spec), "--until-caught-up"], {**stack_env, "PIPELINE_FAULT_POINTS": "after_table_commit@3"}
+    )
+    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    done = run_cli(["run", str(spec), "--until-caught-up"], stack_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    settings = ConnectionSettings.from_env(stack_env)
+    table = deltalake.DeltaTable(table_uri(path), storage_options=storage_options(path, settings))
+    rows = table.to_pyarrow_table().select(["user", "amount"]).to_pylist()
+    key = lambda r: (r["user"], r["amount"])  # noqa: E731
+    assert sorted(rows, key=key) == sorted(({"user": e["user"], "amount": e["amount"]} for e in events), key=key)
+    assert all(uri.split("/")[-3] == "_pipeline_parts" for uri in table.file_uris())
+
+
+@pytest.mark.full
+def test_a_reader_mid_epoch_sees_the_last_commit_and_a_zombie_never_commits(stack_env, tmp_path, payments):
+    """An attempt held with epoch 3 staged but not in the table: a reader sees epochs 1-2 only.
+    A successor finishes the job; the held attempt, resumed with the table version it read
+    before, loses the log entry's create-only put, reads the table again and is fenced."""
+    topic, events = payments
+    name = f"delta-zombie-{tmp_path.name[-12:].strip('_').lower()}".replace("_", "-")
+    path, store = f"s3://results/{name}", f"s3://checkpoints/{name}"
+    spec_dict = spend_spec(name, topic, path, store)
+    spec_dict["sink"] = {"delta": {"path": path}}
+    spec = write_spec(tmp_path, spec_dict)
+    app_id = f"{name}/main/{name}"
+    resume, fault_log = tmp_path / "resume", tmp_path / "faults.log"
+    held_env = {
+        **stack_env,
+        "PIPELINE_FAULT_POINTS": "after_sink_success@3",
+        "PIPELINE_FAULT_PAUSE_UNTIL": str(resume),
+        "PIPELINE_FAULT_LOG": str(fault_log),
+    }
+    old = CliRun(["run", str(spec), "--lease-seconds", "1"], held_env, tmp_path / "old.log")
+    try:
+        old.until(lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text(), 240, "the hold")
+        assert _check_consistent(stack_env, path, app_id) == 2  # epoch 3 staged, not visible
+        successor = run_cli(["run", str(spec), "--until-caught-up"], stack_env)
+        assert successor.returncode == 0, successor.stderr[-3000:]
+        resume.touch()
+        old.wait(180)
+    finally:
+        old.kill()
+    assert old.returncode == 2 and "fenced" in old.stderr(), old.stderr()[-3000:]
+    rows, txn_of = _read_table(stack_env, path)
+    assert rows == spend_per_user(events)
