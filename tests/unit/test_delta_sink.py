@@ -126,3 +126,19 @@ def test_verify_reads_the_txn_against_head():
     assert txn_finding("main", "f", 4, 5).status == LOST
     assert txn_finding("main", "f", None, 2).status == LOST
     assert txn_finding("main", "f", 7, 5).status == DAMAGED
+
+
+@pytest.mark.parametrize("mode", ["upsert", "append"])
+def test_a_partitioned_table_is_written_by_partition(tmp_path, mode):
+    settings = ConnectionSettings()
+    path = f"file://{tmp_path}/table"
+    staging = FilesSink(open_store(f"{path}/_pipeline_parts", settings), "parquet")
+    sink = DeltaSink(staging, path, settings, "spend/main/spend", mode, key=("user",), partition_by=("user",))
+    sink.write_epoch(1, "d1", [_part(["a", "b"], [1, 2])], attempt=1)
+    sink.write_epoch(2, "d2", [_part(["b"], [5])], attempt=1)
+    table = DeltaTable(sink.uri)
+    assert table.metadata().partition_columns == ["user"] and table.transaction_version("spend/main/spend") == 2
+    want = [{"user": "a", "total": 1}, {"user": "b", "total": 5}]
+    if mode == "append":
+        want.insert(1, {"user": "b", "total": 2})
+    assert _rows(sink) == want
