@@ -166,5 +166,6 @@ def test_a_reader_mid_epoch_sees_the_last_commit_and_a_zombie_never_commits(stac
     finally:
         old.kill()
     assert old.returncode == 2 and "fenced" in old.stderr(), old.stderr()[-3000:]
+    assert f"the Delta table {path} was committed by attempt 2, newer than attempt 1" in old.stderr()
     rows, txn_of = _read_table(stack_env, path)
     assert rows == spend_per_user(events)
