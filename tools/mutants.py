@@ -79,6 +79,9 @@ ADAPTER = ("tests/unit/test_kafka_adapter.py",)
 STREAMING = ("tests/unit/test_airflow_streaming.py",)
 RUN_WATCH = "pipeline_lib/orchestration/run_watch.py"
 EPOCH_EVENTS = "pipeline_lib/orchestration/epoch_events.py"
+DELTA = ("tests/unit/test_delta_sink.py",)
+DELTA_SINK = "pipeline_lib/sink/delta_sink.py"
+VERIFY_TABLES = "pipeline_lib/recovery/verify_tables.py"
 
 MUTANTS: list[Mutant] = [
     # -- HEAD: the commit --------------------------------------------------------------------
@@ -1166,5 +1169,38 @@ MUTANTS: list[Mutant] = [
         "True",
         "a late partial session linked to a live one joins it, whatever tasks and batches the records were read in",
         SESSIONS,
+    ),
+    # -- the Delta sink (sink/delta_sink.py) and verify's reading of its txn -------------------
+    Mutant(
+        "delta-ignores-newer-attempt",
+        DELTA_SINK,
+        "writer is not None and writer > attempt",
+        "False",
+        "an attempt older than the table's #attempt txn is fenced before it stages or commits anything",
+        DELTA,
+    ),
+    Mutant(
+        "delta-commits-replayed-epoch",
+        DELTA_SINK,
+        "done is not None and done >= epoch",
+        "False",
+        "an epoch the table's txn already holds is not committed again (the replay after a crash past it)",
+        DELTA,
+    ),
+    Mutant(
+        "verify-table-behind-head",
+        VERIFY_TABLES,
+        "have < want",
+        "False",
+        "verify reports a Delta table whose txn is behind the head snapshot's epoch",
+        DELTA,
+    ),
+    Mutant(
+        "verify-table-far-ahead",
+        VERIFY_TABLES,
+        "have > want + 1",
+        "False",
+        "verify reports a Delta table whose txn is more than one epoch past the head snapshot's",
+        DELTA,
     ),
 ]

@@ -24,7 +24,7 @@ def sink_asset(job: str, flow: str, path: str) -> Asset:
 
 def sink_assets(spec: JobSpec) -> dict[str, Asset]:
     """Every flow's sink Asset, by flow name."""
-    return {f.name: sink_asset(spec.name, f.name, f.sink.files.path) for f in spec.all_flows()}
+    return {f.name: sink_asset(spec.name, f.name, f.sink.path) for f in spec.all_flows()}
 
 
 def job_alias(job: str) -> AssetAlias:

@@ -33,7 +33,7 @@ def run_datasets(
     sources, flows = spec.all_sources(), {f.name: f for f in spec.all_flows()}
     server = (bootstrap or "unknown").split(",")[0].strip()
     inputs = sorted({(f"kafka://{server}", sources[p.source].kafka.topic) for p in wanted})
-    outputs = sorted({_location(flows[name].sink.files.path) for p in wanted for name in p.flows})
+    outputs = sorted({_location(flows[name].sink.path) for p in wanted for name in p.flows})
     return inputs, outputs
 
 

@@ -45,7 +45,7 @@ def report_dag(dag_id: str, spec_path: Path, flow: str | None = None) -> DAG:
 
             current = load_spec(spec_path)
             chosen = next(f for f in current.all_flows() if f.name == name)
-            store = open_store(chosen.sink.files.path, airflow_settings(current.airflow.connections))
+            store = open_store(chosen.sink.parts_location, airflow_settings(current.airflow.connections))
             rows = (
                 len(read_upsert_table(store, chosen.state.aggregate.state_key()))
                 if chosen.state

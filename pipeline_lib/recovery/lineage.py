@@ -113,7 +113,7 @@ def explain_key(
         except SnapshotError:
             continue
     lineage = KeyLineage(flow.name, pipeline.name, {c: key[c] for c in columns})
-    sink = open_store(flow.sink.files.path, settings)
+    sink = open_store(flow.sink.parts_location, settings)
     typed: tuple | None = None
     for epoch in committed_epochs(sink):
         for row in epoch_rows(sink, epoch):

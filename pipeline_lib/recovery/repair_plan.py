@@ -153,7 +153,7 @@ class _Planner:
     def __init__(self, job: JobSpec, pipeline: Pipeline, sinks: dict[str, ObjectStore], snapshots: SnapshotStore):
         self.job, self.pipeline, self.sinks, self.snapshots = job, pipeline, sinks, snapshots
         flows = {f.name: f for f in job.all_flows() if f.name in pipeline.flows}
-        self.kinds = {name: f.sink.files.format for name, f in flows.items()} | {DEAD_LETTERS: "dead-letters"}
+        self.kinds = {name: f.sink.parts_format for name, f in flows.items()} | {DEAD_LETTERS: "dead-letters"}
         self.stateful = {name for name, f in flows.items() if f.state is not None}
         self.fingerprint = spec_fingerprint(job)
         self.history: list[HistoryEntry] = candidates(snapshots, "latest")

@@ -10,7 +10,6 @@ every committed epoch and every retained snapshot, and reports each one as ok, l
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
 
 from pipeline_lib.checkpoint.manifest import FileRef, HistoryEntry, Manifest, sha256_hex
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, candidates, verify_and_load
@@ -18,29 +17,13 @@ from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_spans import in_parallel
 from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
 from pipeline_lib.graph import Pipeline, build_graph
+from pipeline_lib.recovery.findings import DAMAGED, LOST, OK, Finding
+from pipeline_lib.recovery.verify_tables import table_findings
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import MARKER, SuccessMarker
 from pipeline_lib.sink.table_reader import committed_epochs
 from pipeline_lib.spec.models import JobSpec
 from pipeline_lib.storage import ObjectStore, open_store, parse_location
-
-OK, LOST, DAMAGED = "ok", "LOST", "DAMAGED"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One checked object: a sink's epoch, or a retained snapshot; ``detail`` says what is wrong."""
-
-    pipeline: str
-    what: str  # "flow <name>", "dead letters", "snapshot"
-    epoch: int
-    status: str  # ok | LOST | DAMAGED
-    detail: str = ""
-    snapshot: str | None = None
-
-    def to_dict(self) -> dict:
-        """For ``--json``."""
-        return asdict(self)
 
 
 def verify_job(job: JobSpec, settings: ConnectionSettings, only: list[str] | None = None) -> list[Finding]:
@@ -61,13 +44,15 @@ def verify_job(job: JobSpec, settings: ConnectionSettings, only: list[str] | Non
             )
         snapshots = SnapshotStore.open(job.checkpoint.store, job.name, pipeline.name, settings)
         findings.extend(_verify_snapshots(pipeline.name, snapshots, sinks))
+        head, _ = snapshots.read_head()
+        findings.extend(table_findings(job, pipeline, settings, head.latest.epoch if head and head.latest else None))
     return findings
 
 
 def pipeline_sinks(job: JobSpec, pipeline: Pipeline, settings: ConnectionSettings) -> dict[str, ObjectStore]:
     """The pipeline's sink stores by flow name, and its dead-letter store (if the job has one)."""
     flows = {f.name: f for f in job.all_flows()}
-    sinks = {name: open_store(flows[name].sink.files.path, settings) for name in pipeline.flows}
+    sinks = {name: open_store(flows[name].sink.parts_location, settings) for name in pipeline.flows}
     if job.on_error == "dead_letter" and job.dead_letter:
         sinks[DEAD_LETTERS] = open_store(parse_location(job.dead_letter.path).child(pipeline.name), settings)
     return sinks

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -71,6 +72,18 @@ def task_identity() -> tuple[int, int]:
     return (context.partitionId(), context.attemptNumber()) if context is not None else (0, 0)
 
 
+class StagedSink(Protocol):
+    """What a task writer needs of a sink (a files sink, or a Delta sink's staging folder)."""
+
+    @property
+    def store(self) -> ObjectStore:
+        """Where the parts go."""
+
+    @property
+    def format(self) -> str:
+        """Their encoding."""
+
+
 @dataclass(frozen=True)
 class TaskPartWriter:
     """Where and how a task writes parts of one output of one epoch. Pickled into the epoch's
@@ -86,7 +99,7 @@ class TaskPartWriter:
 
     @classmethod
     def for_sink(
-        cls, sink: FilesSink, settings: ConnectionSettings, epoch: int, attempt: int, label: str
+        cls, sink: StagedSink, settings: ConnectionSettings, epoch: int, attempt: int, label: str
     ) -> TaskPartWriter:
         """The writer of ``sink``'s parts for ``epoch`` of ``attempt``."""
         return cls(str(sink.store.location), settings, sink.format, epoch, attempt, label)

@@ -140,6 +140,9 @@ class StateSpec(StrictModel):
     aggregate: AggregateSpec
 
 
+DELTA_PARTS_FOLDER = "_pipeline_parts"
+
+
 class FilesSinkSpec(StrictModel):
     """Where and in which format a flow writes its output files."""
 
@@ -147,10 +150,70 @@ class FilesSinkSpec(StrictModel):
     format: Literal["jsonl", "parquet"] = "jsonl"
 
 
-class SinkSpec(StrictModel):
-    """A flow's output; a mapping so that other kinds of sink can be added beside ``files``."""
+class DeltaSinkSpec(StrictModel):
+    """A Delta Lake table: the flow's rows appended, or a running aggregate's current row per key
+    merged; optional partition columns (of the flow's output)."""
 
-    files: FilesSinkSpec
+    path: LocationUri
+    partition_by: list[str] = []
+
+    @field_validator("partition_by")
+    @classmethod
+    def _partition_columns(cls, columns: list[str]) -> list[str]:
+        for c in columns:
+            if not IDENTIFIER.fullmatch(c):
+                raise ValueError(f"partition column {c!r} is not a plain column name")
+        if len(set(columns)) != len(columns):
+            raise ValueError("partition columns repeat")
+        return columns
+
+
+def delta_parts_location(path: str) -> str:
+    """The folder of a Delta table's staged parts and markers, under the table's root."""
+    return path.rstrip("/") + "/" + DELTA_PARTS_FOLDER
+
+
+class SinkSpec(StrictModel):
+    """A flow's output: exactly one kind of sink, ``files`` or ``delta``.
+
+    Every kind keeps its epoch's parts in a files sink (``parts_location``), committed under its
+    ``_SUCCESS`` marker as the commit protocol requires; a Delta sink then commits them to its
+    table (sink/delta_sink.py)."""
+
+    files: FilesSinkSpec | None = None
+    delta: DeltaSinkSpec | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SinkSpec:
+        given = [k for k in ("files", "delta") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise FieldsError("a sink has exactly one of files, delta", *(given or ["files", "delta"]))
+        return self
+
+    @property
+    def kind(self) -> str:
+        """``files`` or ``delta``: the key of the sink's section."""
+        return "files" if self.files is not None else "delta"
+
+    @property
+    def path(self) -> str:
+        """The location the spec names (the files sink's folder, the Delta table's root)."""
+        chosen = self.files or self.delta
+        assert chosen is not None  # _exactly_one
+        return chosen.path
+
+    @property
+    def parts_location(self) -> str:
+        """Where the epoch's parts and ``_SUCCESS`` markers live: the files sink's path, or the
+        Delta table's ``_pipeline_parts`` folder (a ``_`` folder, which table readers skip)."""
+        if self.files is not None:
+            return self.files.path
+        return delta_parts_location(self.path)
+
+    @property
+    def parts_format(self) -> str:
+        """The parts' format: the files sink's, Parquet for Delta (its data files)."""
+        return self.files.format if self.files is not None else "parquet"
 
 
 class FlowSpec(StrictModel):
@@ -161,3 +224,17 @@ class FlowSpec(StrictModel):
     transforms: list[TransformSpec] = []
     state: StateSpec | None = None
     sink: SinkSpec
+
+    @model_validator(mode="after")
+    def _partitions_of_keys(self) -> FlowSpec:
+        """An upserted table's partition columns are key columns: a key's row stays in one partition."""
+        if self.sink.delta is not None and self.state is not None and self.state.aggregate.emit != "final":
+            key = self.state.aggregate.state_key()
+            other = [c for c in self.sink.delta.partition_by if c not in key]
+            if other:
+                raise FieldsError(
+                    f"sink.delta.partition_by {other} are not key columns of state.aggregate ({key}); "
+                    "an upserted table is partitioned by key columns only",
+                    "sink.delta.partition_by",
+                )
+        return self

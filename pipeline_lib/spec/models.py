@@ -192,12 +192,14 @@ class JobSpec(StrictModel):
         if self.dead_letter is not None:
             locations[str(parse_location(self.dead_letter.path))] = ("dead_letter.path", "dead_letter.path")
         for i, flow in enumerate(self.all_flows()):
-            field = f"{self._flow_prefix(i)}sink.files.path"
-            sink = str(parse_location(flow.sink.files.path))
+            field = f"{self._flow_prefix(i)}sink.{flow.sink.kind}.path"
+            sink = str(parse_location(flow.sink.path))
             if sink in locations:
                 where = f"flow {flow.name}: " if self.flows is not None else ""
                 label, other = locations[sink]
-                raise FieldsError(f"{where}sink.files.path is also used by {label}; they must differ", field, other)
+                raise FieldsError(
+                    f"{where}sink.{flow.sink.kind}.path is also used by {label}; they must differ", field, other
+                )
             locations[sink] = (f"flow {flow.name}", field)
 
     def check_shared_storage(self, spark_master: str | None) -> None:
@@ -210,7 +212,8 @@ class JobSpec(StrictModel):
         if self.dead_letter is not None:
             fields.append(("dead_letter.path", self.dead_letter.path))
         fields += [
-            (f"{self._flow_prefix(i)}sink.files.path", flow.sink.files.path) for i, flow in enumerate(self.all_flows())
+            (f"{self._flow_prefix(i)}sink.{flow.sink.kind}.path", flow.sink.path)
+            for i, flow in enumerate(self.all_flows())
         ]
         for field, location in fields:
             if parse_location(location).scheme == "file":

@@ -102,7 +102,7 @@ def run_on_records(
     kafka = kafka.model_copy(update={"key_encoding": local.key_encoding_of(name)})
     flows = [f for f in local.all_flows() if f.source == name]
     tolerant = local.on_error != "fail"
-    sinks = {f.name: FilesSink(open_store(f.sink.files.path, settings), f.sink.files.format) for f in flows}
+    sinks = {f.name: FilesSink(open_store(f.sink.parts_location, settings), f.sink.parts_format) for f in flows}
     states = {
         f.name: KeyedAggregateState(f.state.aggregate.state_key(), f.state.aggregate.state_functions(), maxp)
         for f in flows
@@ -165,7 +165,7 @@ def run_on_records(
         if spark is None:
             session.stop()
     tables = {
-        f.name: read_table(f.sink.files.path, settings, key=f.state.aggregate.state_key() if f.state else None)
+        f.name: read_table(f.sink.parts_location, settings, key=f.state.aggregate.state_key() if f.state else None)
         for f in flows
     }
     dead_rows = read_table(dead_location, settings) if dead_location is not None else []

@@ -18,6 +18,7 @@ from pipeline_lib.graph import Pipeline
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import FilesSink
+from pipeline_lib.sink.sinks import flow_sink
 from pipeline_lib.spec.models import FlowSpec, JobSpec, KafkaSourceSpec
 from pipeline_lib.storage import Location, ObjectStore, open_store, parse_location
 
@@ -68,7 +69,7 @@ class PipelineParts:
             flows.append(
                 FlowRuntime(
                     spec=flow,
-                    sink=FilesSink(opener(flow.sink.files.path, settings), flow.sink.files.format),
+                    sink=flow_sink(job.name, pipeline.name, flow, settings, opener),
                     state=KeyedAggregateState(agg.state_key(), agg.state_functions(), maxp) if agg else None,
                     watermark=windowed_watermark(job, flow),
                 )

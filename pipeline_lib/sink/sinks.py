@@ -1,0 +1,33 @@
+"""The sink a flow's spec names, opened for a run: the one place a new kind of sink is added."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.delta_sink import DeltaSink
+from pipeline_lib.sink.files_sink import FilesSink
+from pipeline_lib.sink.output_mode import key_columns, output_mode
+from pipeline_lib.spec.flow_spec import FlowSpec
+from pipeline_lib.storage import Location, ObjectStore
+
+StoreOpener = Callable[[str | Location, ConnectionSettings], ObjectStore]
+
+
+def flow_sink(
+    job: str, pipeline: str, flow: FlowSpec, settings: ConnectionSettings, opener: StoreOpener
+) -> FilesSink | DeltaSink:
+    """``flow``'s sink: a files sink, or a Delta table with its parts staged in a files sink.
+    A Delta table's ``txn`` application id is ``<job>/<pipeline>/<flow>``."""
+    staging = FilesSink(opener(flow.sink.parts_location, settings), flow.sink.parts_format)
+    if flow.sink.delta is None:
+        return staging
+    return DeltaSink(
+        staging,
+        flow.sink.delta.path,
+        settings,
+        app_id=f"{job}/{pipeline}/{flow.name}",
+        mode=output_mode(flow),
+        key=key_columns(flow),
+        partition_by=flow.sink.delta.partition_by,
+    )
