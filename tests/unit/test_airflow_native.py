@@ -34,6 +34,8 @@ from pipeline_lib.spec import parse_spec
 from tests.unit.test_commit_protocol_commit import TOPIC, job_spec, new_attempt, run_epochs
 
 SETTINGS = ConnectionSettings()
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 

@@ -13,8 +13,10 @@ from pipeline_lib.checkpoint.manifest import StateSnapshot
 from pipeline_lib.checkpoint.restore import Restored
 from pipeline_lib.checkpoint.state_spans import Span, changed_per_span, plan_span_writes, spans_of, write_state_files
 from pipeline_lib.execution.runtime.epoch_path import NO_SLOTS, FlowMerge, FlowResult, OwnerTasks
+from pipeline_lib.execution.runtime.process_merge import dropped_spans, process_merge
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
+from pipeline_lib.execution.state.process_state import ProcessInput, ProcessState
 from pipeline_lib.faults import fault_point
 from pipeline_lib.plan.keygroups import subtask_of
 from pipeline_lib.sink.part_layout import key_order
@@ -47,6 +49,9 @@ class DriverState:
         if not flow.stateful:
             assert isinstance(result, WrittenParts)
             return FlowMerge([], NO_SLOTS, result.files)
+        if isinstance(flow.state, ProcessState):
+            assert isinstance(result, ProcessInput), "a process flow's result is its rows"
+            return process_merge(flow, flow.state, result, self.parts.parallelism)
         assert flow.state is not None and isinstance(result, pa.Table), "a stateful flow's result is its partials"
         p, maxp = self.parts.parallelism, self.parts.maxp
         if flow.state_schema is None:
@@ -77,7 +82,7 @@ class DriverState:
         writes = plan_span_writes(
             {s: ref for s, ref in flow.state_files.items() if s in spans},
             changed_per_span(changed_slots[1], per_file, maxp),
-            spans - flow.state_files.keys(),
+            (spans - flow.state_files.keys()) | (spans & dropped_spans(state, per_file, maxp)),
         )
 
         def span_rows(span: Span) -> tuple[pa.Table, np.ndarray]:
@@ -92,10 +97,9 @@ class DriverState:
             files[span] = writes.entry(ref, len(state.slots_in(every, range(*span))))
             fault_point("mid_snapshot_write", epoch)
         flow.state_files = files
-        agg = flow.spec.state.aggregate
         return StateSnapshot(
-            key_columns=agg.key,
-            value_columns={n: str(f) for n, f in agg.functions().items()},
+            key_columns=flow.spec.state.key,
+            value_columns=flow.spec.state.snapshot_columns(),
             max_parallelism=maxp,
             parallelism=self.parts.parallelism,
             keys=len(state),

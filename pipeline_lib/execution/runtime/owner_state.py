@@ -95,10 +95,9 @@ class OwnerState:
         if snapshot_id != snapshot_id_for(epoch, self.attempt.number):
             raise AssertionError(f"owner tasks wrote epoch {epoch}'s state for another snapshot than {snapshot_id}")
         fault_point("mid_snapshot_write", epoch)  # the state files exist; no manifest references them yet
-        agg = flow.spec.state.aggregate
         return StateSnapshot(
-            key_columns=agg.key,
-            value_columns={n: str(f) for n, f in agg.functions().items()},
+            key_columns=flow.spec.state.key,
+            value_columns=flow.spec.state.snapshot_columns(),
             max_parallelism=self.parts.maxp,
             parallelism=self.parts.parallelism,
             keys=flow.owned_keys,

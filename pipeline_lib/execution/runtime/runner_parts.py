@@ -10,8 +10,8 @@ from pipeline_lib.checkpoint import layout
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.runtime.runner_types import FlowRuntime, RunOptions, sink_digest, spec_fingerprint
-from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.owner_task import CheckpointAt
+from pipeline_lib.execution.state.state_kinds import new_keyed_state
 from pipeline_lib.graph import Pipeline
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.settings import ConnectionSettings
@@ -62,12 +62,11 @@ class PipelineParts:
         for flow in job.all_flows():
             if flow.source != pipeline.source:
                 continue
-            agg = flow.state.aggregate if flow.state else None
             flows.append(
                 FlowRuntime(
                     spec=flow,
                     sink=FilesSink(opener(flow.sink.files.path, settings), flow.sink.files.format),
-                    state=KeyedAggregateState(agg.key, agg.functions(), maxp) if agg else None,
+                    state=new_keyed_state(flow.state, maxp),
                 )
             )
         dead_letters = (
