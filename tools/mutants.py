@@ -58,8 +58,14 @@ RECORD_BATCHER = "pipeline_lib/execution/source/record_batcher.py"
 ERROR_ROWS = "pipeline_lib/execution/source/error_rows.py"
 KAFKA_VERSION = "pipeline_lib/kafka_adapter/version.py"
 
+PROCESS_STATE = "pipeline_lib/execution/state/process_state.py"
+DEDUP = "pipeline_lib/execution/state/dedup.py"
+DRIVER_STATE = "pipeline_lib/execution/runtime/driver_state.py"
+PROCESS_MERGE = "pipeline_lib/execution/runtime/process_merge.py"
+
 # The unit test files that kill the owner path's, planning's and repair's mutants.
 OWNER_GUARDS = ("tests/unit/test_owner_path_guards.py",)
+PROCESS_TESTS = ("tests/unit/test_process_state.py",)
 OWNER_TASKS = ("tests/unit/test_owner_tasks.py",)
 CACHE_TESTS = ("tests/unit/test_state_cache.py",)
 PLANNING_GUARDS = ("tests/unit/test_planning_guards.py",)
@@ -1061,5 +1067,54 @@ MUTANTS: list[Mutant] = [
         "True",
         "an untested kafka-python release fails at import, naming installed and supported releases",
         ADAPTER,
+    ),
+    # -- a process function's state (your-own-state.md) ------------------------------------------
+    Mutant(
+        "ttl-expires-late",
+        PROCESS_STATE,
+        "updated_ms(stored) + self.ttl_ms <= self.clock_ms",
+        "updated_ms(stored) + self.ttl_ms < self.clock_ms",
+        "a key's state leaves exactly ttl after its last update on the epoch clock, not a tick later",
+        PROCESS_TESTS,
+    ),
+    Mutant(
+        "process-rows-unordered",
+        PROCESS_STATE,
+        'rows = rows.sort_by([(c, "ascending") for c in ORDER_COLUMNS])',
+        "rows = rows",
+        "a key's rows reach the function in offset order whatever order the read tasks gave them",
+        PROCESS_TESTS,
+    ),
+    Mutant(
+        "process-state-null-loaded",
+        PROCESS_STATE,
+        "stored is None",
+        "False",
+        "a stored key without a state is refused at restore, never given to the function as empty",
+        PROCESS_TESTS,
+    ),
+    Mutant(
+        "expired-key-span-as-delta",
+        DRIVER_STATE,
+        "spans & dropped_spans(state, per_file, maxp)",
+        "set()",
+        "a span that lost a key (ttl, a cleared state) is written whole: a delta would leave the key in its base",
+        PROCESS_TESTS,
+    ),
+    Mutant(
+        "process-parts-by-subtask",
+        PROCESS_MERGE,
+        "out.filter(subtasks == i)",
+        "out",
+        "each output row of a process function goes to its key's subtask's part alone",
+        PROCESS_TESTS,
+    ),
+    Mutant(
+        "dedup-passes-seen-key",
+        DEDUP,
+        "None if seen.exists() else rows.slice(0, 1)",
+        "rows.slice(0, 1)",
+        "dedup drops a key seen before, in any epoch and after a restore",
+        PROCESS_TESTS,
     ),
 ]

@@ -79,6 +79,7 @@ class DriverState:
         every = state.slots_by_key_group()
         changed_slots = state.slots_by_key_group(changed)
         spans = spans_of(np.unique(every[1]).tolist(), per_file, maxp)
+        # guard: expired-key-span-as-delta
         writes = plan_span_writes(
             {s: ref for s, ref in flow.state_files.items() if s in spans},
             changed_per_span(changed_slots[1], per_file, maxp),

@@ -12,6 +12,6 @@ from pipeline_lib.execution.state.process_handle import StateHandle
 def keep_first(key: tuple, rows: pa.Table, state: StateHandle) -> pa.Table:
     """``rows``' first row unless ``key`` was seen; either way the key is marked seen now."""
     seen = state.value("seen")
-    first = None if seen.exists() else rows.slice(0, 1)
+    first = None if seen.exists() else rows.slice(0, 1)  # guard: dedup-passes-seen-key
     seen.set(state.now_ms)
     return first if first is not None else rows.slice(0, 0)

@@ -129,6 +129,7 @@ class ProcessState:
         keys past their ttl; return the slots whose state changed (or left), the output rows
         (keys in order of first appearance) and the key group of each."""
         if ORDER_COLUMNS[0] in rows.column_names and ORDER_COLUMNS[1] in rows.column_names:
+            # guard: process-rows-unordered
             rows = rows.sort_by([(c, "ascending") for c in ORDER_COLUMNS])  # read order, whatever the tasks
         self.clock_ms = self._clock(rows)
         changed = self._expire()
@@ -262,7 +263,7 @@ class ProcessState:
         for key, group, stored in zip(keys, groups.tolist(), states):
             if key in self._slots:
                 raise ValueError(f"key {key!r} restored twice")
-            if stored is None:
+            if stored is None:  # guard: process-state-null-loaded
                 raise PipelineError(f"process state: key {key!r} is stored without a state")
             self._slots[key] = len(self._keys)
             self._keys.append(key)
