@@ -62,6 +62,7 @@ PROCESS_STATE = "pipeline_lib/execution/state/process_state.py"
 DEDUP = "pipeline_lib/execution/state/dedup.py"
 DRIVER_STATE = "pipeline_lib/execution/runtime/driver_state.py"
 PROCESS_MERGE = "pipeline_lib/execution/runtime/process_merge.py"
+PROCESS_OWNER = "pipeline_lib/execution/state/process_owner.py"
 
 # The unit test files that kill the owner path's, planning's and repair's mutants.
 OWNER_GUARDS = ("tests/unit/test_owner_path_guards.py",)
@@ -635,8 +636,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "cache-stores-written-under-base-sha",
         OWNER_TASK,
-        "cache.put(ref.chain_digest(), state.table(slots, self.flow.schema), state.key_groups(slots))",
-        "cache.put(ref.sha256, state.table(slots, self.flow.schema), state.key_groups(slots))",
+        "cache.put(ref.chain_digest(), state.table(slots, schema), state.key_groups(slots))",
+        "cache.put(ref.sha256, state.table(slots, schema), state.key_groups(slots))",
         "a span an owner wrote is cached under its new chain's digest (the next epoch's lookup)",
         OWNER_GUARDS,
     ),
@@ -1099,6 +1100,14 @@ MUTANTS: list[Mutant] = [
         "spans & dropped_spans(state, per_file, maxp)",
         "set()",
         "a span that lost a key (ttl, a cleared state) is written whole: a delta would leave the key in its base",
+        PROCESS_TESTS,
+    ),
+    Mutant(
+        "owner-expired-span-as-delta",
+        PROCESS_OWNER,
+        "dropped & writes.deltas.keys()",
+        "set()",
+        "an owner task writes a span that lost a key whole: a delta would leave the key in its base",
         PROCESS_TESTS,
     ),
     Mutant(

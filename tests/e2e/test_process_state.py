@@ -114,6 +114,24 @@ def test_process_state_and_dedup_survive_a_sigkill_exactly(stack_env, tmp_path, 
 
 
 @pytest.mark.full
+def test_on_owner_tasks_process_state_and_dedup_survive_a_sigkill_exactly(stack_env, tmp_path, resent_ids):
+    """The same on owner tasks (keyed_state: owners; `auto` on a cluster): the flows' rows are cut
+    by key to the owner tasks, which run the functions and write the parts and state files."""
+    topic, events = resent_ids
+    name, fault = "process-owners", "after_sink_success@3"
+    sinks = (f"s3://results/{name}-distinct", f"s3://results/{name}-totals")
+    spec = write_spec(tmp_path, {**_spec(name, topic, f"s3://checkpoints/{name}", sinks), "keyed_state": "owners"})
+    crashed = run_cli(["run", str(spec), "--until-caught-up"], {**stack_env, "PIPELINE_FAULT_POINTS": fault})
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert "with keyed state on owner tasks" in crashed.stderr
+    restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], stack_env)
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    _check(stack_env, sinks, events)
+    verified = run_cli(["verify", str(spec)], stack_env)
+    assert verified.returncode == 0, verified.stderr[-3000:]
+
+
+@pytest.mark.full
 def test_process_state_rescales_and_its_lost_parts_are_repaired_byte_identical(stack_env, tmp_path, resent_ids):
     """Two epochs at parallelism 2, the rest restored at 3 (the state's key groups move to other
     subtasks); then every sink part of one epoch is deleted, `verify` names them and `repair`

@@ -194,3 +194,21 @@ def test_a_stored_key_without_a_state_is_refused():
     state = _totals()
     with pytest.raises(PipelineError, match="stored without a state"):
         state.load(pa.table({"user": ["a"], "_state": pa.array([None], pa.string())}))
+
+
+def _clears(key: tuple, rows: pa.Table, state) -> None:
+    state.clear()
+
+
+def test_an_owner_writes_a_span_that_lost_a_key_whole_not_as_a_delta():
+    from pipeline_lib.checkpoint.state_spans import SpanWrites
+    from pipeline_lib.execution.state.process_owner import whole_where_dropped
+
+    state = ProcessState(ProcessSpec(key=["user"], function="m:f"), 16, _clears)
+    state.load(pa.table({"user": ["a", "b"], "_state": ['{"u":0,"v":{"x":1}}', '{"u":0,"v":{"x":2}}']}))
+    state.process(_rows(["a"], [1]), epoch=2)
+    group = int(state.key_groups(np.array([0]))[0])
+    span, other = (group, group + 1), (group + 1, group + 2)
+    writes = SpanWrites(bases=frozenset(), deltas={span: "ref", other: "ref2"}, kept={})  # type: ignore[dict-item]
+    after = whole_where_dropped(writes, state, 1, 16)
+    assert after.bases == {span} and set(after.deltas) == {other}

@@ -50,9 +50,9 @@ class OwnerState:
             per_file = parts.key_groups_per_file(flow.owned_keys or records)
             sink = TaskPartWriter.for_sink(flow.sink, parts.settings, epoch, self.attempt.number, OWNER_LABEL)
             files = tuple(flow.state_files.values()) if base else ()
-            owned = OwnerFlow(
-                flow.spec.name, sides.flows[index], flow.state_schema or sides.schemas[index], sink, files
-            )
+            process = flow.spec.state.process if flow.spec.state is not None else None
+            schema = sides.schemas[index] if process is not None else flow.state_schema or sides.schemas[index]
+            owned = OwnerFlow(flow.spec.name, sides.flows[index], schema, sink, files, process)
             tasks.append(
                 OwnerTask(
                     checkpoint,

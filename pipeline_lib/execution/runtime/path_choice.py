@@ -41,8 +41,6 @@ def state_on_owners(parts: PipelineParts, master: str | None, stored_groups_appl
     """Whether the pipeline's keyed state lives on owner tasks: a stateful flow, the spec asks
     for them, and the stored key groups still apply. Known before the path (the restore reads
     the state on the driver only when it does not, and the start-up plans by it)."""
-    if any(f.spec.state is not None and f.spec.state.process is not None for f in parts.flows):
-        return False  # a process state runs on the driver (owner tasks for it are not built yet)
     return any(f.stateful for f in parts.flows) and owners_asked(parts.job, master) and stored_groups_apply
 
 

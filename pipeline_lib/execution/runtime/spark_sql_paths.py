@@ -123,8 +123,10 @@ def _spark_sql_epoch(
                 results[flow.spec.name] = collected(rows.mapInArrow(WriteRows(writer), WRITTEN_DDL).toArrow())
                 continue
             assert flow.spec.state is not None
-            if flow.spec.state.process is not None:  # its rows, for the driver's process state
+            if flow.spec.state.process is not None and to_owners is None:  # its rows, for the driver
                 results[flow.spec.name] = ProcessInput(rows.toArrow(), reader.epoch)
+            elif flow.spec.state.process is not None:
+                partials[index] = rows  # its rows, cut by key for the owner tasks
             elif to_owners is None:
                 results[flow.spec.name] = epoch_partials(rows, flow.spec.state.aggregate)
             else:
