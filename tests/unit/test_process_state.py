@@ -212,3 +212,12 @@ def test_an_owner_writes_a_span_that_lost_a_key_whole_not_as_a_delta():
     writes = SpanWrites(bases=frozenset(), deltas={span: "ref", other: "ref2"}, kept={})  # type: ignore[dict-item]
     after = whole_where_dropped(writes, state, 1, 16)
     assert after.bases == {span} and set(after.deltas) == {other}
+
+
+def test_validate_says_hooks_must_be_stateless_and_points_to_process_functions(tmp_path):
+    from tests.unit.test_cli_errors import invoke, write_spec
+
+    result = invoke(["validate", str(write_spec(tmp_path, transforms=[{"python": "tests.hooks_example:add_cents"}]))])
+    assert result.exit_code == 0, result.output
+    assert "tests.hooks_example:add_cents) must be stateless" in " ".join(result.output.split())
+    assert "state.process" in result.output
