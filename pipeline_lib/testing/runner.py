@@ -82,9 +82,12 @@ def run_on_records(
     from pipeline_lib.execution.engine.spark_session import start_spark
     from pipeline_lib.execution.runtime.epoch_path import Writers
     from pipeline_lib.execution.runtime.path_choice import driver_read
+    from pipeline_lib.execution.runtime.process_merge import process_merge
     from pipeline_lib.execution.runtime.runner_types import FlowRuntime, sink_digest, spec_fingerprint
     from pipeline_lib.execution.source.epoch_reader import epoch_range_reader, source_schema
     from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
+    from pipeline_lib.execution.state.process_state import ProcessInput, ProcessState
+    from pipeline_lib.execution.state.state_kinds import new_keyed_state
     from pipeline_lib.plan.keygroups import subtask_of
     from pipeline_lib.plan.offsets import plan_epoch
     from pipeline_lib.sink.files_sink import FilesSink
@@ -104,11 +107,7 @@ def run_on_records(
     flows = [f for f in local.all_flows() if f.source == name]
     tolerant = local.on_error != "fail"
     sinks = {f.name: FilesSink(open_store(f.sink.files.path, settings), f.sink.files.format) for f in flows}
-    states = {
-        f.name: KeyedAggregateState(f.state.aggregate.key, f.state.aggregate.functions(), maxp)
-        for f in flows
-        if f.state is not None
-    }
+    states = {f.name: state for f in flows if (state := new_keyed_state(f.state, maxp)) is not None}
     dead_location = (
         str(parse_location(local.dead_letter.path).child(name))
         if local.on_error == "dead_letter" and local.dead_letter is not None
@@ -142,14 +141,18 @@ def run_on_records(
             dead_writer = TaskPartWriter.for_sink(dead, settings, epoch, ATTEMPT, "d") if dead is not None else None
             with clear_spark_errors(f"epoch {epoch} of pipeline {name}"):
                 bad, by_flow = read(reader, Writers(writers, dead_writer))
-            for flow in flows:
+            for flow, runtime in zip(flows, runtimes):
                 result = by_flow[flow.name]
                 digest = sink_digest(plan, fingerprint, p, sinks[flow.name].format)
                 if isinstance(result, WrittenParts):  # a stateless flow: the read tasks wrote its rows
                     sinks[flow.name].write_epoch(epoch, digest, [], ATTEMPT, result.files)
                     continue
-                assert isinstance(result, pa.Table), "state on the driver: the partials come to the driver"
                 state = states[flow.name]
+                if isinstance(state, ProcessState) and isinstance(result, ProcessInput):  # the function's rows
+                    sinks[flow.name].write_epoch(epoch, digest, process_merge(runtime, state, result, p).parts, ATTEMPT)
+                    continue
+                assert isinstance(result, pa.Table), "state on the driver: the partials come to the driver"
+                assert isinstance(state, KeyedAggregateState)
                 state_schemas.setdefault(flow.name, result.schema)
                 changed = state.merge(result)
                 subtasks = subtask_of(state.key_groups(changed), p, maxp)
@@ -167,7 +170,10 @@ def run_on_records(
         if spark is None:
             session.stop()
     tables = {
-        f.name: read_table(f.sink.files.path, settings, key=f.state.aggregate.key if f.state else None) for f in flows
+        f.name: read_table(
+            f.sink.files.path, settings, key=f.state.aggregate.key if f.state and not f.state.process else None
+        )
+        for f in flows
     }
     dead_rows = read_table(dead_location, settings) if dead_location is not None else []
     return RecordsRun(tables, dead_rows, bad_records, epoch, root)

@@ -126,3 +126,22 @@ def test_a_hook_sees_the_active_session_on_any_thread_and_its_errors_name_it(spa
     assert out["tests.hooks_example:explode"] == (
         "transforms[0].python 'tests.hooks_example:explode' raised ValueError: refund rules are broken"
     )
+
+
+def test_a_process_function_and_dedup_run_on_records(spark, tmp_path):
+    """pipeline_lib.testing runs process flows too: dedup over re-sent ids and running totals,
+    over several epochs, against plain Python."""
+    from tests.e2e.test_process_state import _expected_totals, _spec
+
+    events = [{"id": f"p{i}", **e} for i, e in enumerate(payment_events(400, 15, seed=3))]
+    sent = events + events[:40]  # re-sent, in a later epoch
+    spec = _spec("dedup", "payments", "s3://checkpoints/dedup", ("s3://results/d", "s3://results/t"))
+    spec["trigger"]["max_records_per_epoch"] = 150
+    # each user in one partition, so a user's rows come in the order sent
+    records = [
+        Record(e, key=e["user"], partition=int(e["user"][-1]) % 2, timestamp_ms=1_000 + i) for i, e in enumerate(sent)
+    ]
+    run = run_on_records(spec, records, workdir=tmp_path, spark=spark)
+    assert run.epochs == 3
+    assert sorted(r["id"] for r in run.table("distinct")) == sorted(e["id"] for e in events)
+    assert {r["user"]: r for r in run.table("totals")} == _expected_totals(sent)
