@@ -103,8 +103,10 @@ class ProcessState:
         self._function = function
         self._slots: dict[tuple, int] = {}
         self._keys: list[tuple] = []
-        self._groups: list[int] = []
         self._states: list[str | None] = []  # None: a free slot (no state)
+        self._groups = np.zeros(1024, dtype=np.int32)  # slot -> key group
+        self._live = np.zeros(1024, dtype=bool)  # slot -> holds a state
+        self._count = 0  # live slots
         self._key_types: list[pa.DataType] | None = None
         self._dropped: set[int] = set()  # key groups that lost a key since the last ``written``
         self.clock_ms = 0
@@ -115,7 +117,7 @@ class ProcessState:
         return self.key_columns + self.value_columns
 
     def __len__(self) -> int:
-        return sum(1 for s in self._states if s is not None)
+        return self._count
 
     def function(self) -> ProcessFunction:
         """The user's function, imported on first use."""
@@ -157,12 +159,12 @@ class ProcessState:
                 raise PipelineError(f"{where} left a state value JSON cannot hold: {exc}") from exc
             if stored != self._states[slot]:
                 if stored is None:
-                    self._dropped.add(self._groups[slot])
-                self._states[slot] = stored
+                    self._dropped.add(int(self._groups[slot]))
+                self._set(slot, stored)
                 changed.append(slot)
             out = output_table(result, schema, where)
             outputs.append(out)
-            groups.append(np.full(out.num_rows, self._groups[slot], dtype=np.int32))
+            groups.append(np.full(out.num_rows, int(self._groups[slot]), dtype=np.int32))
         table = pa.concat_tables(outputs) if outputs else schema.empty_table()
         out_groups = np.concatenate(groups) if groups else np.zeros(0, dtype=np.int32)
         return np.array(sorted(set(changed)), dtype=np.int64), table, out_groups
@@ -190,8 +192,8 @@ class ProcessState:
             if stored is not None and updated_ms(stored) + self.ttl_ms <= self.clock_ms  # guard: ttl-expires-late
         ]
         for slot in expired:
-            self._states[slot] = None
-            self._dropped.add(self._groups[slot])
+            self._set(slot, None)
+            self._dropped.add(int(self._groups[slot]))
         return expired
 
     def _grouped(self, rows: pa.Table) -> list[tuple[tuple, list[int]]]:
@@ -205,11 +207,25 @@ class ProcessState:
     def _slot(self, key: tuple) -> int:
         slot = self._slots.get(key)
         if slot is None:
-            slot = self._slots[key] = len(self._keys)
-            self._keys.append(key)
-            self._groups.append(int(key_groups_of([key], 1, self.max_parallelism)[0]))
-            self._states.append(None)
+            slot = self._new_slot(key, int(key_groups_of([key], 1, self.max_parallelism)[0]))
         return slot
+
+    def _new_slot(self, key: tuple, group: int) -> int:
+        """The next slot, for ``key`` (new), free until ``_set``."""
+        slot = self._slots[key] = len(self._keys)
+        self._keys.append(key)
+        self._states.append(None)
+        if slot >= len(self._groups):
+            self._groups = np.resize(self._groups, 2 * len(self._groups))
+            self._live = np.resize(self._live, 2 * len(self._live))
+        self._groups[slot], self._live[slot] = group, False
+        return slot
+
+    def _set(self, slot: int, stored: str | None) -> None:
+        """Slot ``slot``'s state becomes ``stored`` (None: free)."""
+        self._count += (stored is not None) - (self._states[slot] is not None)
+        self._states[slot] = stored
+        self._live[slot] = stored is not None
 
     # -- the snapshot -----------------------------------------------------------------------
     def dropped_groups(self) -> set[int]:
@@ -226,14 +242,18 @@ class ProcessState:
 
     def key_groups(self, slots: np.ndarray | None = None) -> np.ndarray:
         """The key group of each slot (of every slot when ``slots`` is None)."""
-        groups = np.array(self._groups, dtype=np.int32)
+        groups = self._groups[: len(self._keys)]
         return groups if slots is None else groups[slots]
 
     def slots_by_key_group(self, slots: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Live slots (of ``slots``, else all) ordered by key group, then slot."""
-        candidates = np.arange(len(self._keys)) if slots is None else np.unique(slots)
-        live = np.array([s for s in candidates.tolist() if self._states[s] is not None], dtype=np.int64)
-        groups = self.key_groups(live) if len(live) else np.zeros(0, dtype=np.int32)
+        n = len(self._keys)
+        if slots is None:
+            live = np.flatnonzero(self._live[:n])
+        else:
+            candidates = np.unique(slots).astype(np.int64)
+            live = candidates[self._live[candidates]]
+        groups = self._groups[live]
         order = np.argsort(groups, kind="stable")
         return live[order], groups[order]
 
@@ -265,10 +285,7 @@ class ProcessState:
                 raise ValueError(f"key {key!r} restored twice")
             if stored is None:  # guard: process-state-null-loaded
                 raise PipelineError(f"process state: key {key!r} is stored without a state")
-            self._slots[key] = len(self._keys)
-            self._keys.append(key)
-            self._groups.append(int(group))
-            self._states.append(stored)
+            self._set(self._new_slot(key, int(group)), stored)
 
     def stored(self, key: tuple) -> str | None:
         """One key's stored state (tests, diagnostics)."""
