@@ -34,6 +34,7 @@ def seed_state_snapshot(
     from pipeline_lib.execution.runtime.runner_epoch import EpochCommit
     from pipeline_lib.execution.runtime.runner_parts import PipelineParts
     from pipeline_lib.execution.runtime.runner_types import RunOptions
+    from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
     from pipeline_lib.graph import build_graph
     from pipeline_lib.plan.offsets import EpochPlan
     from pipeline_lib.spec import load_spec
@@ -44,7 +45,7 @@ def seed_state_snapshot(
     attempt.number = parts.snapshots.claim_attempt()
     driver = DriverState(parts)
     flow = parts.flows[0]
-    assert flow.state is not None
+    assert isinstance(flow.state, KeyedAggregateState)
     state_schema = pa.schema([f for f in schema if not f.name.startswith("_")])
     rng = random.Random(seed)
     flow.state_schema = state_schema

@@ -32,3 +32,13 @@ def broken_until_fixed(df: DataFrame) -> DataFrame:
     if not os.path.exists(os.environ["PIPELINE_HOOK_FIXED"]):
         raise ValueError("refund rules are broken")
     return df
+
+
+def needs_session(df: DataFrame) -> DataFrame:
+    """A hook that reads the active session, as one that looks up a table would."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        raise RuntimeError("no active SparkSession in the hook")
+    return df.withColumn("cents", F.col("amount") * 100)

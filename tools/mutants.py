@@ -64,8 +64,15 @@ SESSION_MERGE = "pipeline_lib/execution/state/session_merge.py"
 WINDOWS = ("tests/unit/test_window_state.py",)
 SESSIONS = ("tests/unit/test_session_merge.py",)
 
+PROCESS_STATE = "pipeline_lib/execution/state/process_state.py"
+DEDUP = "pipeline_lib/execution/state/dedup.py"
+DRIVER_STATE = "pipeline_lib/execution/runtime/driver_state.py"
+PROCESS_MERGE = "pipeline_lib/execution/runtime/process_merge.py"
+PROCESS_OWNER = "pipeline_lib/execution/state/process_owner.py"
+
 # The unit test files that kill the owner path's, planning's and repair's mutants.
 OWNER_GUARDS = ("tests/unit/test_owner_path_guards.py",)
+PROCESS_TESTS = ("tests/unit/test_process_state.py",)
 OWNER_TASKS = ("tests/unit/test_owner_tasks.py",)
 CACHE_TESTS = ("tests/unit/test_state_cache.py",)
 PLANNING_GUARDS = ("tests/unit/test_planning_guards.py",)
@@ -641,8 +648,8 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "cache-stores-written-under-base-sha",
         OWNER_TASK,
-        "cache.put(ref.chain_digest(), state.table(slots, self.flow.schema), state.key_groups(slots))",
-        "cache.put(ref.sha256, state.table(slots, self.flow.schema), state.key_groups(slots))",
+        "cache.put(ref.chain_digest(), state.table(slots, schema), state.key_groups(slots))",
+        "cache.put(ref.sha256, state.table(slots, schema), state.key_groups(slots))",
         "a span an owner wrote is cached under its new chain's digest (the next epoch's lookup)",
         OWNER_GUARDS,
     ),
@@ -1202,5 +1209,62 @@ MUTANTS: list[Mutant] = [
         "False",
         "verify reports a Delta table whose txn is more than one epoch past the head snapshot's",
         DELTA,
+    ),
+    # -- a process function's state (your-own-state.md) ------------------------------------------
+    Mutant(
+        "ttl-expires-late",
+        PROCESS_STATE,
+        "updated_ms(stored) + self.ttl_ms <= self.clock_ms",
+        "updated_ms(stored) + self.ttl_ms < self.clock_ms",
+        "a key's state leaves exactly ttl after its last update on the epoch clock, not a tick later",
+        PROCESS_TESTS,
+    ),
+    Mutant(
+        "process-rows-unordered",
+        PROCESS_STATE,
+        'rows = rows.sort_by([(c, "ascending") for c in ORDER_COLUMNS])',
+        "rows = rows",
+        "a key's rows reach the function in offset order whatever order the read tasks gave them",
+        PROCESS_TESTS,
+    ),
+    Mutant(
+        "process-state-null-loaded",
+        PROCESS_STATE,
+        "stored is None",
+        "False",
+        "a stored key without a state is refused at restore, never given to the function as empty",
+        PROCESS_TESTS,
+    ),
+    Mutant(
+        "expired-key-span-as-delta",
+        DRIVER_STATE,
+        "spans & dropped_spans(state, per_file, maxp)",
+        "set()",
+        "a span that lost a key (ttl, a cleared state) is written whole: a delta would leave the key in its base",
+        PROCESS_TESTS,
+    ),
+    Mutant(
+        "owner-expired-span-as-delta",
+        PROCESS_OWNER,
+        "dropped & writes.deltas.keys()",
+        "set()",
+        "an owner task writes a span that lost a key whole: a delta would leave the key in its base",
+        PROCESS_TESTS,
+    ),
+    Mutant(
+        "process-parts-by-subtask",
+        PROCESS_MERGE,
+        "out.filter(subtasks == i)",
+        "out",
+        "each output row of a process function goes to its key's subtask's part alone",
+        PROCESS_TESTS,
+    ),
+    Mutant(
+        "dedup-passes-seen-key",
+        DEDUP,
+        "None if seen.exists() else rows.slice(0, 1)",
+        "rows.slice(0, 1)",
+        "dedup drops a key seen before, in any epoch and after a restore",
+        PROCESS_TESTS,
     ),
 ]

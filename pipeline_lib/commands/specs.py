@@ -23,6 +23,12 @@ def validate(spec: Annotated[Path, typer.Argument(help="Job spec YAML.")]) -> No
     except PipelineError as exc:
         fail(exc)
     out.print(f"{spec}: job {job.name!r} is valid")
+    hooks = [t.python for f in job.all_flows() for t in f.transforms if t.python is not None]
+    if hooks:
+        out.print(
+            f"note: python hooks ({', '.join(sorted(set(hooks)))}) must be stateless: what a hook keeps between "
+            "calls is in no snapshot; keep state with state.process (docs/your-own-state.md)"
+        )
 
 
 @spec_app.command("schema")

@@ -80,13 +80,15 @@ def _flow_of(job: JobSpec, key: dict[str, str], name: str | None) -> FlowSpec:
         if not chosen:
             raise PipelineError(f"job {job.name} has no stateful flow {name!r} (it has {[f.name for f in stateful]})")
     else:
-        chosen = [f for f in stateful if f.state and set(f.state.aggregate.key) == set(key)]
+        chosen = [f for f in stateful if f.state and set(f.state.key) == set(key)]
         if len(chosen) != 1:
             raise PipelineError(
                 f"--key {sorted(key)} matches the keys of {len(chosen)} flows of job {job.name}; name one with --flow"
             )
     flow = chosen[0]
     assert flow.state is not None
+    if flow.state.process is not None:
+        raise PipelineError(f"flow {flow.name} keeps a process state: lineage follows a key of a running aggregate")
     if flow.state.aggregate.window is not None:
         raise PipelineError(
             f"flow {flow.name} is windowed: lineage follows a key of a running aggregate; read its windows "

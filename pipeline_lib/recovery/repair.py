@@ -271,6 +271,11 @@ class _Rebuilder:
     def _owner_parts(self, flow: FlowRuntime, parts: list[pa.Table], keys_before: int) -> dict[Slot, bytes]:
         """The epoch's parts as owner tasks cut them, spans sized to the state before the epoch."""
         assert flow.spec.state is not None
+        if flow.spec.state.process is not None:
+            raise PipelineError(
+                f"flow {flow.spec.name}: parts a process function's owner tasks wrote cannot be rebuilt yet "
+                "(its parts written on the driver can); run the pipeline again from an earlier snapshot instead"
+            )
         owners = SpanOwners(self.parallelism, self.parts.maxp, self.parts.key_groups_per_file(keys_before))
         changed = [t for t in parts if t.num_rows]
         if not changed:

@@ -5,25 +5,29 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from pipeline_lib.errors import SpecError
 from pipeline_lib.spec.aggregates import AggregateFunction, parse_aggregate, state_functions
 from pipeline_lib.spec.base import IDENTIFIER, NAME_PATTERN, FieldsError, LocationUri, StrictModel
+from pipeline_lib.spec.process_spec import DedupSpec, ProcessSpec
 from pipeline_lib.spec.window_spec import WINDOW_COLUMNS, WindowSpec
 
 
 class TransformSpec(StrictModel):
-    """Exactly one of: a Spark SQL filter, a Spark SQL select list, a Python hook."""
+    """Exactly one of: a Spark SQL filter, a Spark SQL select list, a Python hook (stateless), a
+    dedup (stateful: a flow's last transform, run as its process state, see process_spec)."""
 
     filter: str | None = None
     select: list[str] | None = None
     python: str | None = None
+    dedup: DedupSpec | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> TransformSpec:
-        given = [k for k in ("filter", "select", "python") if getattr(self, k) is not None]
+        given = [k for k in ("filter", "select", "python", "dedup") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise FieldsError("a transform has exactly one of filter, select, python", *given)
+            raise FieldsError("a transform has exactly one of filter, select, python, dedup", *given)
         if self.filter is not None and not self.filter.strip():
             raise FieldsError("filter is empty", "filter")
         if self.select is not None and (not self.select or any(not s.strip() for s in self.select)):
@@ -135,9 +139,47 @@ class AggregateSpec(StrictModel):
 
 
 class StateSpec(StrictModel):
-    """A flow's keyed state; a section of its own so that other kinds of state can be added."""
+    """A flow's keyed state: exactly one of a running ``aggregate`` and a ``process`` function of
+    the user's own (process_spec). ``aggregate`` is read through a property that refuses a process
+    state, so code written for aggregates fails loudly rather than misreading one."""
 
-    aggregate: AggregateSpec
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, serialize_by_alias=True)
+
+    aggregate_spec: AggregateSpec | None = Field(None, alias="aggregate")
+    process: ProcessSpec | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> StateSpec:
+        given = [k for k, v in (("aggregate", self.aggregate_spec), ("process", self.process)) if v is not None]
+        if len(given) != 1:
+            raise FieldsError("state has exactly one of aggregate, process", *given)
+        return self
+
+    @property
+    def aggregate(self) -> AggregateSpec:
+        """The running aggregate (SpecError for a process state)."""
+        if self.aggregate_spec is None:
+            raise SpecError("this flow keeps a process state, not an aggregate")
+        return self.aggregate_spec
+
+    @property
+    def key(self) -> list[str]:
+        """The key columns, whichever the kind of state."""
+        return self.process.key if self.process is not None else self.aggregate.key
+
+    def state_key(self) -> list[str]:
+        """The key columns of the keyed state: a process's key, or an aggregate's key and window bounds."""
+        return self.process.key if self.process is not None else self.aggregate.state_key()
+
+    def snapshot_columns(self) -> dict[str, str]:
+        """The value columns a snapshot records (a restore needs the same)."""
+        if self.process is not None:
+            return self.process.snapshot_columns()
+        return {n: str(f) for n, f in self.aggregate.state_functions().items()}
+
+    def input_columns(self) -> set[str]:
+        """The source columns the state step reads, when known from the spec (its keys for a process)."""
+        return set(self.process.key) if self.process is not None else self.aggregate.input_columns()
 
 
 DELTA_PARTS_FOLDER = "_pipeline_parts"
@@ -228,8 +270,14 @@ class FlowSpec(StrictModel):
     @model_validator(mode="after")
     def _partitions_of_keys(self) -> FlowSpec:
         """An upserted table's partition columns are key columns: a key's row stays in one partition."""
-        if self.sink.delta is not None and self.state is not None and self.state.aggregate.emit != "final":
-            key = self.state.aggregate.state_key()
+        state = self.state
+        if (
+            self.sink.delta is not None
+            and state is not None
+            and state.process is None
+            and state.aggregate.emit != "final"
+        ):
+            key = state.aggregate.state_key()
             other = [c for c in self.sink.delta.partition_by if c not in key]
             if other:
                 raise FieldsError(
@@ -238,3 +286,31 @@ class FlowSpec(StrictModel):
                     "sink.delta.partition_by",
                 )
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dedup_as_state(cls, data: object) -> object:
+        """A trailing ``dedup`` transform becomes the flow's process state; a dedup anywhere else,
+        or beside another state step, is refused (one keyed state per flow)."""
+        if not isinstance(data, dict):
+            return data
+        transforms = list(data.get("transforms") or [])
+        kinds = [t.dedup is not None if isinstance(t, TransformSpec) else "dedup" in t for t in transforms]
+        if not any(kinds):
+            return data
+        if kinds.index(True) != len(kinds) - 1:
+            raise FieldsError(
+                "dedup must be the flow's last transform (it keeps keyed state; nothing may follow it yet)",
+                f"transforms.{kinds.index(True)}.dedup",
+            )
+        if data.get("state") is not None:
+            raise FieldsError(
+                "a flow with dedup cannot have a state step too (one keyed state per flow; "
+                "dedup followed by an aggregate is not supported yet)",
+                f"transforms.{len(kinds) - 1}.dedup",
+                "state",
+            )
+        last = transforms[-1]
+        dedup = last.dedup if isinstance(last, TransformSpec) else DedupSpec.model_validate(last["dedup"])
+        assert dedup is not None
+        return {**data, "transforms": transforms[:-1], "state": StateSpec(process=dedup.as_process())}

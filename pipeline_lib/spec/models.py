@@ -154,20 +154,21 @@ class JobSpec(StrictModel):
             if not flow.state or any(t.changes_columns for t in flow.transforms):
                 continue
             known = set(sources[flow.source].kafka.columns())
-            missing = sorted(flow.state.aggregate.input_columns() - known)
+            missing = sorted(flow.state.input_columns() - known)
             if missing:
                 where = f"flow {flow.name}: " if self.flows is not None else ""
+                kind = "process" if flow.state.process is not None else "aggregate"
                 raise FieldsError(
-                    f"{where}state.aggregate uses columns {missing} that source.kafka does not have "
+                    f"{where}state.{kind} uses columns {missing} that source.kafka does not have "
                     f"(it has {sorted(known)})",
-                    f"{self._flow_prefix(i)}state.aggregate",
+                    f"{self._flow_prefix(i)}state.{kind}",
                 )
 
     def _check_event_time(self) -> None:
         """A window is over the event-time column of its source's watermark, which closes it."""
         sources = self.all_sources()
         for i, flow in enumerate(self.all_flows()):
-            window = flow.state.aggregate.window if flow.state else None
+            window = flow.state.aggregate.window if flow.state and flow.state.process is None else None
             if window is None:
                 continue
             where = f"flow {flow.name}: " if self.flows is not None else ""

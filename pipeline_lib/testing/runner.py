@@ -82,10 +82,12 @@ def run_on_records(
     from pipeline_lib.execution.runtime.driver_merge import merge_on_driver
     from pipeline_lib.execution.runtime.epoch_path import Writers
     from pipeline_lib.execution.runtime.path_choice import driver_read
+    from pipeline_lib.execution.runtime.process_merge import process_merge
     from pipeline_lib.execution.runtime.runner_parts import windowed_watermark
     from pipeline_lib.execution.runtime.runner_types import FlowRuntime, sink_digest, spec_fingerprint
     from pipeline_lib.execution.source.epoch_reader import epoch_range_reader, source_schema
-    from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
+    from pipeline_lib.execution.state.process_state import ProcessInput, ProcessState
+    from pipeline_lib.execution.state.state_kinds import new_keyed_state
     from pipeline_lib.plan.offsets import plan_epoch
     from pipeline_lib.sink.files_sink import FilesSink
     from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts
@@ -103,11 +105,7 @@ def run_on_records(
     flows = [f for f in local.all_flows() if f.source == name]
     tolerant = local.on_error != "fail"
     sinks = {f.name: FilesSink(open_store(f.sink.parts_location, settings), f.sink.parts_format) for f in flows}
-    states = {
-        f.name: KeyedAggregateState(f.state.aggregate.state_key(), f.state.aggregate.state_functions(), maxp)
-        for f in flows
-        if f.state is not None
-    }
+    states = {f.name: state for f in flows if (state := new_keyed_state(f.state, maxp)) is not None}
     dead_location = (
         str(parse_location(local.dead_letter.path).child(name))
         if local.on_error == "dead_letter" and local.dead_letter is not None
@@ -151,10 +149,15 @@ def run_on_records(
                 if isinstance(result, WrittenParts):  # a stateless flow: the read tasks wrote its rows
                     sinks[flow.name].write_epoch(epoch, digest, [], ATTEMPT, result.files)
                     continue
+                runtime = runtimes[flow.name]
+                state = states[flow.name]
+                if isinstance(state, ProcessState) and isinstance(result, ProcessInput):  # the function's rows
+                    sinks[flow.name].write_epoch(epoch, digest, process_merge(runtime, state, result, p).parts, ATTEMPT)
+                    continue
                 assert isinstance(result, pa.Table), "state on the driver: the partials come to the driver"
                 # a bounded source (stop) ends with the records, which closes every window
                 ended = kafka.stop is not None and all(plan.end_positions().get(q, 0) >= n for q, n in targets.items())
-                parts, _ = merge_on_driver(runtimes[flow.name], result, p, maxp, ended)
+                parts, _ = merge_on_driver(runtime, result, p, maxp, ended)
                 sinks[flow.name].write_epoch(epoch, digest, parts, ATTEMPT)
             if bad is not None:
                 bad_records += bad.rows
@@ -165,7 +168,9 @@ def run_on_records(
         if spark is None:
             session.stop()
     tables = {
-        f.name: read_table(f.sink.parts_location, settings, key=f.state.aggregate.state_key() if f.state else None)
+        f.name: read_table(
+            f.sink.parts_location, settings, key=f.state.state_key() if f.state and not f.state.process else None
+        )
         for f in flows
     }
     dead_rows = read_table(dead_location, settings) if dead_location is not None else []

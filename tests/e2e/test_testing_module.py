@@ -98,3 +98,50 @@ def test_skip_counts_them_and_fail_names_the_first(spark, tmp_path):
     assert skipped.table() == [{"user": "a", "total": 12, "n": 2}] and skipped.bad_records == 2
     with pytest.raises(PipelineError, match=r"bad record at payments\[0\]@1: "):
         run_on_records(spend_job_spec("spend", "payments", *NOWHERE), BAD, workdir=tmp_path / "fail", spark=spark)
+
+
+def test_a_hook_sees_the_active_session_on_any_thread_and_its_errors_name_it(spark):
+    """Epochs are planned on a read-ahead thread: the hook still gets the session, and an error
+    it raises names the hook and its place in the spec."""
+    import threading
+
+    from pipeline_lib.errors import TransformError
+    from pipeline_lib.execution.engine.transforms import apply_transforms
+    from pipeline_lib.spec.flow_spec import TransformSpec
+
+    df = spark.createDataFrame([(3,)], "amount long")
+    out: dict = {}
+
+    def on_a_thread(hook: str) -> None:
+        try:
+            out[hook] = apply_transforms(df, [TransformSpec(python=hook)]).collect()
+        except TransformError as exc:
+            out[hook] = str(exc)
+
+    for hook in ("tests.hooks_example:needs_session", "tests.hooks_example:explode"):
+        thread = threading.Thread(target=on_a_thread, args=(hook,))
+        thread.start()
+        thread.join()
+    assert [r["cents"] for r in out["tests.hooks_example:needs_session"]] == [300]
+    assert out["tests.hooks_example:explode"] == (
+        "transforms[0].python 'tests.hooks_example:explode' raised ValueError: refund rules are broken"
+    )
+
+
+def test_a_process_function_and_dedup_run_on_records(spark, tmp_path):
+    """pipeline_lib.testing runs process flows too: dedup over re-sent ids and running totals,
+    over several epochs, against plain Python."""
+    from tests.e2e.test_process_state import _expected_totals, _spec
+
+    events = [{"id": f"p{i}", **e} for i, e in enumerate(payment_events(400, 15, seed=3))]
+    sent = events + events[:40]  # re-sent, in a later epoch
+    spec = _spec("dedup", "payments", "s3://checkpoints/dedup", ("s3://results/d", "s3://results/t"))
+    spec["trigger"]["max_records_per_epoch"] = 150
+    # each user in one partition, so a user's rows come in the order sent
+    records = [
+        Record(e, key=e["user"], partition=int(e["user"][-1]) % 2, timestamp_ms=1_000 + i) for i, e in enumerate(sent)
+    ]
+    run = run_on_records(spec, records, workdir=tmp_path, spark=spark)
+    assert run.epochs == 3
+    assert sorted(r["id"] for r in run.table("distinct")) == sorted(e["id"] for e in events)
+    assert {r["user"]: r for r in run.table("totals")} == _expected_totals(sent)

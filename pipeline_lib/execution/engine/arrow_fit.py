@@ -104,6 +104,8 @@ def needs_spark(flow: FlowSpec, fields: dict[str, T.DataType]) -> str | None:
         return "has transforms"
     if flow.state is None:
         return None
+    if flow.state.process is not None:
+        return "keeps a process state"
     agg = flow.state.aggregate
     for key in agg.key:
         if not isinstance(fields.get(key), _KEY_TYPES):

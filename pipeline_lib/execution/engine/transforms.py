@@ -24,6 +24,21 @@ def load_hook(ref: str):
     return func
 
 
+def _call_hook(ref: str, df: DataFrame, where: str) -> object:
+    """Call hook ``ref`` with the DataFrame's session active in this thread (epochs are planned on
+    a read-ahead thread, where ``SparkSession.getActiveSession()`` would otherwise give None); an
+    error it raises is a TransformError naming the hook."""
+    hook = load_hook(ref)
+    spark = df.sparkSession
+    spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[union-attr]
+    try:
+        return hook(df)
+    except PySparkException:
+        raise
+    except Exception as exc:
+        raise TransformError(f"{where} {ref!r} raised {type(exc).__name__}: {exc}") from exc
+
+
 def apply_transforms(df: DataFrame, transforms: list[TransformSpec], where: str = "") -> DataFrame:
     """Build the transformed DataFrame; analysis errors surface here, before any data moves.
     ``where`` prefixes error messages (e.g. the flow's name)."""
@@ -38,7 +53,7 @@ def apply_transforms(df: DataFrame, transforms: list[TransformSpec], where: str 
                 df = df.selectExpr(*t.select)
             else:
                 assert t.python is not None
-                out = load_hook(t.python)(df)
+                out = _call_hook(t.python, df, where)
                 if not isinstance(out, DataFrame):
                     raise TransformError(f"{where} {t.python!r} returned {type(out).__name__}, not a DataFrame")
                 df = out

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from pipeline_lib.execution.engine.event_windows import LAST_RECORDS, MAX_EVENT, output_rows
 from pipeline_lib.execution.runtime.runner_types import FlowRuntime
+from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.window_close import close_windows, spans_without
 from pipeline_lib.plan.keygroups import subtask_of
 from pipeline_lib.sink.part_layout import key_order
@@ -21,7 +22,7 @@ def merge_on_driver(
     of the state the epoch changed). The rows are the changed keys' (an upsert changelog), or for
     a windowed flow with ``emit: final`` the windows the epoch closed (state.window_close;
     ``ended``: the bounded source is read to its end after this epoch, so every window closes)."""
-    assert flow.state is not None and flow.spec.state is not None
+    assert isinstance(flow.state, KeyedAggregateState) and flow.spec.state is not None
     agg = flow.spec.state.aggregate
     if agg.window is not None:
         assert flow.watermark is not None, "a windowed flow starts with its source's watermark"

@@ -14,8 +14,10 @@ from pipeline_lib.checkpoint.restore import Restored
 from pipeline_lib.checkpoint.state_spans import Span, changed_per_span, plan_span_writes, spans_of, write_state_files
 from pipeline_lib.execution.runtime.driver_merge import merge_on_driver
 from pipeline_lib.execution.runtime.epoch_path import NO_SLOTS, FlowMerge, FlowResult, OwnerTasks
+from pipeline_lib.execution.runtime.process_merge import dropped_spans, process_merge
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
+from pipeline_lib.execution.state.process_state import ProcessInput, ProcessState
 from pipeline_lib.faults import fault_point
 from pipeline_lib.sink.task_parts import WrittenParts
 
@@ -48,6 +50,9 @@ class DriverState:
         if not flow.stateful:
             assert isinstance(result, WrittenParts)
             return FlowMerge([], NO_SLOTS, result.files)
+        if isinstance(flow.state, ProcessState):
+            assert isinstance(result, ProcessInput), "a process flow's result is its rows"
+            return process_merge(flow, flow.state, result, self.parts.parallelism)
         assert isinstance(result, pa.Table), "a stateful flow's result is its partials"
         parts, changed = merge_on_driver(flow, result, self.parts.parallelism, self.parts.maxp, ended)
         return FlowMerge(parts, changed, ())
@@ -69,10 +74,11 @@ class DriverState:
         every = state.slots_by_key_group()
         changed_slots = state.slots_by_key_group(changed)
         spans = spans_of(np.unique(every[1]).tolist(), per_file, maxp)
+        # guard: expired-key-span-as-delta
         writes = plan_span_writes(
             {s: ref for s, ref in flow.state_files.items() if s in spans},
             changed_per_span(changed_slots[1], per_file, maxp),
-            spans - flow.state_files.keys(),
+            (spans - flow.state_files.keys()) | (spans & dropped_spans(state, per_file, maxp)),
         )
 
         def span_rows(span: Span) -> tuple[pa.Table, np.ndarray]:
@@ -87,10 +93,9 @@ class DriverState:
             files[span] = writes.entry(ref, len(state.slots_in(every, range(*span))))
             fault_point("mid_snapshot_write", epoch)
         flow.state_files = files
-        agg = flow.spec.state.aggregate
         return StateSnapshot(
-            key_columns=agg.state_key(),
-            value_columns={n: str(f) for n, f in agg.state_functions().items()},
+            key_columns=flow.spec.state.state_key(),
+            value_columns=flow.spec.state.snapshot_columns(),
             max_parallelism=maxp,
             parallelism=self.parts.parallelism,
             keys=len(state),

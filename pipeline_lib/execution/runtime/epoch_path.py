@@ -22,11 +22,14 @@ from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
 from pipeline_lib.execution.source.subtask_start import SourceStart
 from pipeline_lib.execution.state.owner_epochs import OwnedFlow
 from pipeline_lib.execution.state.owner_task import OwnerTask
+from pipeline_lib.execution.state.process_state import ProcessInput
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts
 
 NO_SLOTS = np.zeros(0, dtype=np.int64)  # a flow whose keyed state the driver does not hold changed none of it
-FlowResult: TypeAlias = pa.Table | OwnedFlow | WrittenParts  # a flow's share of an epoch's read (see EpochRead)
+FlowResult: TypeAlias = (
+    pa.Table | OwnedFlow | WrittenParts | ProcessInput
+)  # a flow's share of an epoch's read (see EpochRead)
 OwnerTasks: TypeAlias = tuple[OwnerTask | None, ...]  # per flow, its owner side (empty: state on the driver)
 
 

@@ -50,9 +50,9 @@ class OwnerState:
             per_file = parts.key_groups_per_file(flow.owned_keys or records)
             sink = TaskPartWriter.for_sink(flow.sink, parts.settings, epoch, self.attempt.number, OWNER_LABEL)
             files = tuple(flow.state_files.values()) if base else ()
-            owned = OwnerFlow(
-                flow.spec.name, sides.flows[index], flow.state_schema or sides.schemas[index], sink, files
-            )
+            process = flow.spec.state.process if flow.spec.state is not None else None
+            schema = sides.schemas[index] if process is not None else flow.state_schema or sides.schemas[index]
+            owned = OwnerFlow(flow.spec.name, sides.flows[index], schema, sink, files, process)
             tasks.append(
                 OwnerTask(
                     checkpoint,
@@ -96,10 +96,9 @@ class OwnerState:
         if snapshot_id != snapshot_id_for(epoch, self.attempt.number):
             raise AssertionError(f"owner tasks wrote epoch {epoch}'s state for another snapshot than {snapshot_id}")
         fault_point("mid_snapshot_write", epoch)  # the state files exist; no manifest references them yet
-        agg = flow.spec.state.aggregate
         return StateSnapshot(
-            key_columns=agg.state_key(),
-            value_columns={n: str(f) for n, f in agg.state_functions().items()},
+            key_columns=flow.spec.state.state_key(),
+            value_columns=flow.spec.state.snapshot_columns(),
             max_parallelism=self.parts.maxp,
             parallelism=self.parts.parallelism,
             keys=flow.owned_keys,

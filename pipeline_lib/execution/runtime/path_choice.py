@@ -42,7 +42,8 @@ def state_on_owners(parts: PipelineParts, master: str | None, stored_groups_appl
     """Whether the pipeline's keyed state lives on owner tasks: a stateful flow, the spec asks
     for them, and the stored key groups still apply. Known before the path (the restore reads
     the state on the driver only when it does not, and the start-up plans by it)."""
-    if any(f.spec.state is not None and f.spec.state.aggregate.derived for f in parts.flows):
+    derived = [f for f in parts.flows if f.spec.state is not None and f.spec.state.process is None]
+    if any(f.spec.state is not None and f.spec.state.aggregate.derived for f in derived):
         return False  # windows, avg and count_distinct are merged on the driver (docs/spec.md)
     return any(f.stateful for f in parts.flows) and owners_asked(parts.job, master) and stored_groups_apply
 

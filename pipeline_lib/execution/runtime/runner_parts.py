@@ -11,8 +11,8 @@ from pipeline_lib.checkpoint.manifest import Manifest
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.runtime.runner_types import FlowRuntime, RunOptions, sink_digest, spec_fingerprint
-from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.owner_task import CheckpointAt
+from pipeline_lib.execution.state.state_kinds import new_keyed_state
 from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.graph import Pipeline
 from pipeline_lib.plan.offsets import EpochPlan
@@ -65,12 +65,11 @@ class PipelineParts:
         for flow in job.all_flows():
             if flow.source != pipeline.source:
                 continue
-            agg = flow.state.aggregate if flow.state else None
             flows.append(
                 FlowRuntime(
                     spec=flow,
                     sink=flow_sink(job.name, pipeline.name, flow, settings, opener),
-                    state=KeyedAggregateState(agg.state_key(), agg.state_functions(), maxp) if agg else None,
+                    state=new_keyed_state(flow.state, maxp),
                     watermark=windowed_watermark(job, flow),
                 )
             )
@@ -118,7 +117,7 @@ class PipelineParts:
 
 def windowed_watermark(job: JobSpec, flow: FlowSpec) -> Watermark | None:
     """A windowed flow's watermark before its first epoch (None: the flow has no window)."""
-    if flow.state is None or flow.state.aggregate.window is None:
+    if flow.state is None or flow.state.process is not None or flow.state.aggregate.window is None:
         return None
     spec = job.all_sources()[flow.source].kafka.watermark
     assert spec is not None, "a window needs its source's watermark (spec validation)"

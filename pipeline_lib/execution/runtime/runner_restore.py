@@ -12,9 +12,9 @@ from pipeline_lib.errors import SnapshotError
 from pipeline_lib.execution.runtime.path_choice import owners_asked
 from pipeline_lib.execution.runtime.run_attempt import RunAttempt
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts, restored_watermark
-from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.restore_verification import VerifiedState, verify_on_executors
 from pipeline_lib.execution.state.span_owners import SpanOwners
+from pipeline_lib.execution.state.state_kinds import new_keyed_state
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,7 @@ class Restorer:
         self._check_compatible(restored.manifest)
         self.stored_groups_apply = True
         for flow in self.parts.flows:
-            agg = flow.spec.state.aggregate if flow.spec.state else None
-            flow.state = KeyedAggregateState(agg.state_key(), agg.state_functions(), self.parts.maxp) if agg else None
+            flow.state = new_keyed_state(flow.spec.state, self.parts.maxp)
             flow.state_schema, flow.state_files, flow.owned_keys = None, {}, 0
             flow.watermark = restored_watermark(self.parts.job, flow.spec, restored.manifest)
             loaded = restored.flows.get(flow.spec.name)
@@ -205,13 +204,13 @@ class Restorer:
             commit = m.flows.get(flow.spec.name)
             if commit is None:
                 continue
-            want = flow.spec.state.aggregate if flow.spec.state else None
+            want = flow.spec.state
             have = commit.state
             same = (want is None and have is None) or (
                 want is not None
                 and have is not None
                 and want.state_key() == have.key_columns
-                and {n: str(f) for n, f in want.state_functions().items()} == have.value_columns
+                and want.snapshot_columns() == have.value_columns
             )
             if not same:
                 raise SnapshotError(

@@ -17,9 +17,10 @@ from pipeline_lib.execution.runtime.lifecycle import (
     DEFAULT_STALL_SECONDS,
     DEFAULT_STARTUP_TIMEOUT_SECONDS,
 )
-from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.owner_epochs import OwnedFlow
 from pipeline_lib.execution.state.owner_task import StateReads
+from pipeline_lib.execution.state.process_state import ProcessInput
+from pipeline_lib.execution.state.state_kinds import KeyedState
 from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.sink.delta_sink import DeltaSink
@@ -83,7 +84,7 @@ class FlowRuntime:
 
     spec: FlowSpec
     sink: FilesSink | DeltaSink
-    state: KeyedAggregateState | None
+    state: KeyedState | None
     state_schema: pa.Schema | None = None
     state_files: dict[tuple[int, int], StateFileRef] = field(default_factory=dict)
     owned_keys: int = 0  # the keys of a state on owner tasks, as their last results counted them
@@ -109,7 +110,7 @@ class EpochRead:
 
     plan: EpochPlan
     bad: WrittenParts | None
-    flows: dict[str, pa.Table | OwnedFlow | WrittenParts]
+    flows: dict[str, pa.Table | OwnedFlow | WrittenParts | ProcessInput]
     result_bytes: int | None = None  # task results the driver received (the Arrow path, with or without owners)
     # each source subtask's start-up checks (index, ok, detail) when the read ran them (runtime.startup)
     checks: list[tuple[int, bool, str]] | None = None

@@ -17,6 +17,7 @@ from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
 from pipeline_lib.execution.source.subtask_start import SourceStart
 from pipeline_lib.execution.state.owner_epochs import OwnerEpochs
 from pipeline_lib.execution.state.owner_task import StateReads
+from pipeline_lib.execution.state.process_state import ProcessInput
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.sink.task_parts import WRITTEN_DDL, WriteRows, WrittenParts, collected
 
@@ -122,7 +123,11 @@ def _spark_sql_epoch(
                 results[flow.spec.name] = collected(rows.mapInArrow(WriteRows(writer), WRITTEN_DDL).toArrow())
                 continue
             assert flow.spec.state is not None
-            if to_owners is None:
+            if flow.spec.state.process is not None and to_owners is None:  # its rows, for the driver
+                results[flow.spec.name] = ProcessInput(rows.toArrow(), reader.epoch)
+            elif flow.spec.state.process is not None:
+                partials[index] = rows  # its rows, cut by key for the owner tasks
+            elif to_owners is None:
                 results[flow.spec.name] = epoch_partials(rows, flow.spec.state.aggregate)
             else:
                 partials[index] = partials_frame(rows, flow.spec.state.aggregate)
@@ -145,7 +150,7 @@ def _spark_sql_warm_up(df, flows: list[FlowRuntime], tolerant: bool) -> None:
             df.toArrow()  # only the read: user hooks run for real epochs only
             continue
         out = apply_transforms(df, flow.spec.transforms)
-        if flow.spec.state is not None:
+        if flow.spec.state is not None and flow.spec.state.process is None:
             epoch_partials(out, flow.spec.state.aggregate)
         else:
             out.toArrow()

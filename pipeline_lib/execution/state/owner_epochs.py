@@ -220,6 +220,11 @@ class OwnerEpochs:
         good = df.drop("_error", "_raw") if tolerant else df
         in_worker, schemas = [], []
         for flow in flows:
+            if flow.state is not None and flow.state.process is not None:  # the rows, keyed
+                rows = apply_transforms(good, flow.transforms)
+                in_worker.append(FlowInWorker(tuple(flow.state.process.key)))
+                schemas.append(to_arrow_schema(rows.schema, timezone="UTC", prefers_large_types=large))
+                continue
             agg = flow.state.aggregate if flow.state else None
             if agg is None:
                 in_worker.append(FlowInWorker())

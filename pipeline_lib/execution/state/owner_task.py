@@ -32,13 +32,17 @@ from pipeline_lib.checkpoint.state_files import KEY_GROUP_COLUMN
 from pipeline_lib.checkpoint.state_spans import Span, changed_per_span, plan_span_writes, write_state_files
 from pipeline_lib.execution.engine.worker_aggregation import FlowInWorker
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
+from pipeline_lib.execution.state.process_owner import process_state_schema, run_process, whole_where_dropped
+from pipeline_lib.execution.state.process_state import ProcessState
 from pipeline_lib.execution.state.span_owners import SpanOwners, without_key_groups
 from pipeline_lib.execution.state.state_cache import StateCache
+from pipeline_lib.execution.state.state_kinds import KeyedState
 from pipeline_lib.faults import fault_point
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.part_layout import key_order
 from pipeline_lib.sink.task_parts import ROWS_PER_PART, TaskPartWriter
 from pipeline_lib.spec.aggregates import AggregateFunction
+from pipeline_lib.spec.process_spec import ProcessSpec
 from pipeline_lib.storage import open_store
 
 OWNER_LABEL = "o"  # sink parts of owner tasks: part-o<owner>-<sequence>-t<task attempt>-a<attempt>
@@ -66,9 +70,20 @@ class OwnerFlow:
 
     name: str
     aggregate: FlowInWorker
-    schema: pa.Schema
+    schema: pa.Schema  # of the partials (for a process state: of the rows)
     sink: TaskPartWriter
     base: tuple[StateFileRef, ...]
+    process: ProcessSpec | None = None  # a process function's state instead of an aggregate
+
+    def state_schema(self) -> pa.Schema:
+        """The schema of the state rows: the partials', or a process state's key columns and ``_state``."""
+        return self.schema if self.process is None else process_state_schema(self.schema, self.process.key)
+
+    def new_state(self, max_parallelism: int) -> KeyedState:
+        """An empty state of the flow's kind."""
+        if self.process is not None:
+            return ProcessState(self.process, max_parallelism)
+        return KeyedAggregateState(list(self.aggregate.keys), self.functions(), max_parallelism)
 
     def functions(self) -> dict[str, AggregateFunction]:
         """The flow's aggregates by output name, as the keyed state takes them."""
@@ -145,6 +160,9 @@ def merged_partials(flow: OwnerFlow, partials: Sequence[Partial]) -> tuple[pa.Ta
     ordered = [p.table for p in sorted(partials, key=lambda p: (p.task, p.sequence)) if p.table.num_rows]
     if not ordered:
         return flow.schema.empty_table(), np.zeros(0, dtype=np.int32)
+    if flow.process is not None:  # a process function's rows: all of them, in that order
+        table, key_groups = without_key_groups(pa.concat_tables(ordered))
+        return table.cast(flow.schema), key_groups
     with_groups = replace(flow.aggregate, keys=(*flow.aggregate.keys, KEY_GROUP_COLUMN))
     table, key_groups = without_key_groups(with_groups.combined(ordered))
     return table.cast(flow.schema), key_groups
@@ -183,6 +201,8 @@ class OwnerTask:
                 max(r.key_group_start, owned.start), min(r.key_group_end, owned.stop)
             )
         }
+        if self.flow.process is not None and self.flow.process.ttl is not None:
+            off_grid |= set(on_grid)  # any key may expire: every span is read and written whole
         # guard: off-grid-spans-not-rewritten
         writes = plan_span_writes(
             on_grid, changed_per_span(key_groups, self.owners.per_file, self.owners.max_parallelism), off_grid
@@ -196,18 +216,22 @@ class OwnerTask:
             )
         snapshots = self.checkpoint.open()
         cache = StateCache.in_executor(self.cache_bytes)
-        state = KeyedAggregateState(list(self.flow.aggregate.keys), self.flow.functions(), self.owners.max_parallelism)
+        state = self.flow.new_state(self.owners.max_parallelism)
         reads = self._load(state, snapshots, cache, base, set(writes.to_write()), owned)
-        merged = state.merge(table, key_groups) if table.num_rows else np.zeros(0, dtype=np.int64)
-        sink, rows = self._write_sink(
-            key_order(state.table(merged, self.flow.schema), self.flow.aggregate.keys), owner, task_attempt
-        )
+        schema = self.flow.state_schema()
+        if isinstance(state, ProcessState):
+            merged, out = run_process(state, table, self.epoch)
+            writes = whole_where_dropped(writes, state, self.owners.per_file, self.owners.max_parallelism)
+        else:
+            merged = state.merge(table, key_groups) if table.num_rows else np.zeros(0, dtype=np.int64)
+            out = key_order(state.table(merged, schema), self.flow.aggregate.keys)
+        sink, rows = self._write_sink(out, owner, task_attempt)
         every = state.slots_by_key_group()
         changed_slots = state.slots_by_key_group(merged)
 
         def span_rows(span: Span) -> tuple[pa.Table, np.ndarray]:
             slots = state.slots_in(changed_slots if span in writes.deltas else every, range(*span))
-            return state.table(slots, self.flow.schema), state.key_groups(slots)
+            return state.table(slots, schema), state.key_groups(slots)
 
         holding = [s for s in writes.to_write() if len(state.slots_in(every, range(*s)))]
         written = [
@@ -222,14 +246,14 @@ class OwnerTask:
             for ref in written:
                 slots = state.slots_in(every, range(ref.key_group_start, ref.key_group_end))
                 # guard: cache-stores-written-under-base-sha
-                cache.put(ref.chain_digest(), state.table(slots, self.flow.schema), state.key_groups(slots))
+                cache.put(ref.chain_digest(), state.table(slots, schema), state.key_groups(slots))
             cache.trim()
         files = sorted([*kept.values(), *written], key=lambda r: r.key_group_start)
         return OwnedSpans(owner, sink, rows, tuple(files), sum(r.span_keys() for r in files), reads)
 
     def _load(
         self,
-        state: KeyedAggregateState,
+        state: KeyedState,
         snapshots: SnapshotStore,
         cache: StateCache | None,
         base: list[StateFileRef],
@@ -261,7 +285,7 @@ class OwnerTask:
             tables.append(table.filter(pa.array(keep)) if not keep.all() else table)
             groups.append(key_groups[keep])
         if tables:
-            state.load(pa.concat_tables(tables).cast(self.flow.schema), np.concatenate(groups))
+            state.load(pa.concat_tables(tables).cast(self.flow.state_schema()), np.concatenate(groups))
         files = sum(len(r.chain()) for r in needed)
         return StateReads(
             files - sum(len(r.chain()) for r in missing), sum(len(r.chain()) for r in missing), fetched_bytes
