@@ -4,27 +4,25 @@ A bounded topic of clicks (one partition, so epochs are runs of consecutive reco
 1-minute window with a 2-minute watermark, ``count(*)``, ``count_distinct`` and ``avg``. The run
 is killed in epoch 3, which closes windows and drops very late records, then run again: every
 window is written exactly once with the values of an independent plain-Python computation of the
-same semantics (tests/windows_reference.py), none is written early, no very late record is
-counted, and the snapshots' key counts stay bounded by the open windows.
+same semantics (tests/windows_reference.py; the checks are tests/windows_checks.py), none is
+written early, no very late record is counted, and the snapshots' key counts stay bounded by the
+open windows.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import pytest
 
-from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.samples import create_topic, produce_json
 from pipeline_lib.settings import ConnectionSettings
-from pipeline_lib.sink.table_reader import committed_epochs, epoch_rows
 from pipeline_lib.storage import open_store
 from tests.support import run_cli, write_spec
-from tests.windows_reference import MINUTE, _ms, click_events, session_answer, windowed_answer
+from tests.windows_checks import check_windows, clicks_spec
+from tests.windows_reference import MINUTE, click_events
 
-EVENTS, PER_EPOCH = 1_200, 200  # 6 epochs of 5 minutes of event time each
-_topics = itertools.count()
+EVENTS = 1_200  # 6 epochs of 200 records, 5 minutes of event time each
 
 
 @pytest.fixture(scope="module")
@@ -34,72 +32,6 @@ def clicks(local_stack):
     create_topic(local_stack.kafka_bootstrap, "clicks-e2e", 1)
     produce_json(local_stack.kafka_bootstrap, "clicks-e2e", events, key_field="page")
     return "clicks-e2e", events
-
-
-def clicks_spec(name: str, topic: str, sink: str, store: str, window: dict) -> dict:
-    return {
-        "name": name,
-        "source": {
-            "kafka": {
-                "topic": topic,
-                "format": "json",
-                "schema": "page string, user string, ms long, ts timestamp",
-                "watermark": {"column": "ts", "delay": "2 minutes"},
-                "stop": "latest",
-            }
-        },
-        "state": {
-            "aggregate": {
-                "key": ["page"],
-                "window": {"column": "ts", **window},
-                "values": {"n": "count(*)", "users": "count_distinct(user)", "mean_ms": "avg(ms)"},
-                "emit": "final",
-            }
-        },
-        "sink": {"files": {"path": sink, "format": "jsonl"}},
-        "checkpoint": {"store": store, "retain": 10},
-        "trigger": {"max_records_per_epoch": PER_EPOCH},
-    }
-
-
-def _windows_by_epoch(env: dict, sink: str) -> dict[int, list[dict]]:
-    store = open_store(sink, ConnectionSettings.from_env(env))
-    return {epoch: epoch_rows(store, epoch) for epoch in committed_epochs(store)}
-
-
-def _check(env, events, locations, size_ms: int, slide_ms: int, gap_ms: int = 0) -> None:
-    """``gap_ms``: session windows (``size_ms`` and ``slide_ms`` then only bound the open ones)."""
-    name, sink, store = locations
-    epochs = [events[i : i + PER_EPOCH] for i in range(0, len(events), PER_EPOCH)]
-    if gap_ms:
-        want, late = session_answer(epochs, gap_ms, 2 * MINUTE, bounded=True)
-    else:
-        want, late = windowed_answer(epochs, size_ms, slide_ms, 2 * MINUTE, bounded=True)
-    by_epoch = _windows_by_epoch(env, sink)
-    assert sorted(by_epoch) == list(range(1, len(epochs) + 1))
-    seen: dict[tuple, dict] = {}
-    top = None
-    for epoch, rows in sorted(by_epoch.items()):
-        top = max([_ms(e["ts"]) for e in epochs[epoch - 1]] + ([top] if top is not None else []))
-        for row in rows:
-            key = (row["page"], _ms(row["window_start"]), _ms(row["window_end"]))
-            assert row["window_start"].endswith("+00:00") and row["window_end"].endswith("+00:00")
-            assert key not in seen, f"window {key} written twice"
-            if epoch < len(epochs):  # closed: the watermark after this epoch reached its end
-                assert key[2] <= top - 2 * MINUTE, f"window {key} written while open, in epoch {epoch}"
-            seen[key] = {"n": row["n"], "users": row["users"], "mean_ms": row["mean_ms"]}
-    assert seen == want
-    snapshots = SnapshotStore.open(store, name, "main", ConnectionSettings.from_env(env))
-    head, _ = snapshots.read_head()
-    manifests = [snapshots.load_manifest(e.snapshot_id) for e in head.history]
-    assert sum(m.late_records for m in manifests) == late > 0
-    pages = len({e["page"] for e in events})
-    open_windows = (3 * MINUTE + 5 * MINUTE) // slide_ms + size_ms // slide_ms  # delay + an epoch's span, and more
-    for m in manifests:
-        keys = m.flows[name].state.keys
-        assert keys <= pages * (open_windows + 12), f"epoch {m.epoch} keeps {keys} keys"
-    assert manifests[0].flows[name].state.keys == 0  # the bounded source's end closed every window
-    assert json.dumps(manifests[0].watermarks[name]["ended"]) == "true"
 
 
 def _kill_and_restore(stack_env, tmp_path, clicks, locations, fault: str, window: dict, restore_args=()):
@@ -145,7 +77,7 @@ def test_sigkill_in_an_epoch_that_closes_windows_then_restore_writes_each_window
     stack_env, tmp_path, clicks, locations, fault
 ):
     events = _kill_and_restore(stack_env, tmp_path, clicks, locations, fault, TUMBLING)
-    _check(stack_env, events, locations, MINUTE, MINUTE)
+    check_windows(stack_env, events, locations, MINUTE, MINUTE)
 
 
 @pytest.mark.full
@@ -155,14 +87,14 @@ def test_hopping_windows_after_a_sigkill_and_a_rescale(stack_env, tmp_path, clic
     events = _kill_and_restore(
         stack_env, tmp_path, clicks, locations, "after_sink_success@3", window, ("--parallelism", "2")
     )
-    _check(stack_env, events, locations, MINUTE, MINUTE // 2)
+    check_windows(stack_env, events, locations, MINUTE, MINUTE // 2)
 
 
 @pytest.mark.full
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 def test_session_windows_after_a_sigkill_in_an_epoch_that_closes_them(stack_env, tmp_path, clicks, locations):
     events = _kill_and_restore(stack_env, tmp_path, clicks, locations, "after_sink_files@3", {"gap": "8 seconds"})
-    _check(stack_env, events, locations, MINUTE, MINUTE, gap_ms=8_000)
+    check_windows(stack_env, events, locations, MINUTE, MINUTE, gap_ms=8_000)
 
 
 @pytest.mark.full
@@ -186,4 +118,4 @@ def test_repair_rebuilds_a_lost_window_part_byte_identical(stack_env, tmp_path, 
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr[-3000:]
     assert {o["part"]: o["status"] for o in json.loads(repaired.stdout)} == {lost: "restored"}
     assert out.get(lost) == original
-    _check(stack_env, events, locations, MINUTE, MINUTE)
+    check_windows(stack_env, events, locations, MINUTE, MINUTE)
