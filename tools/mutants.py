@@ -57,6 +57,8 @@ RECORD_DECODING = "pipeline_lib/execution/source/record_decoding.py"
 RECORD_BATCHER = "pipeline_lib/execution/source/record_batcher.py"
 ERROR_ROWS = "pipeline_lib/execution/source/error_rows.py"
 KAFKA_VERSION = "pipeline_lib/kafka_adapter/version.py"
+KAFKA_WRITER = "pipeline_lib/sink/kafka_writer.py"
+KAFKA_WRITER_TESTS = ("tests/unit/test_kafka_writer.py",)
 
 # The unit test files that kill the owner path's, planning's and repair's mutants.
 OWNER_GUARDS = ("tests/unit/test_owner_path_guards.py",)
@@ -1061,5 +1063,29 @@ MUTANTS: list[Mutant] = [
         "True",
         "an untested kafka-python release fails at import, naming installed and supported releases",
         ADAPTER,
+    ),
+    Mutant(
+        "kafka-writer-fences",
+        KAFKA_WRITER,
+        "producer.init_transactions()",
+        "pass",
+        "a Kafka sink writer fences older producers of its id, ending their open transaction, before its marker read",
+        KAFKA_WRITER_TESTS,
+    ),
+    Mutant(
+        "kafka-skip-published",
+        KAFKA_WRITER,
+        "published_epoch(task.kafka, tid, task.topic, partition) >= task.epoch",
+        "False",
+        "an epoch a Kafka sink's partition already holds is never sent again (a restore after the publish)",
+        KAFKA_WRITER_TESTS,
+    ),
+    Mutant(
+        "kafka-marker-in-transaction",
+        KAFKA_WRITER,
+        "producer.send_offsets_to_transaction(marker, tid)",
+        "pass",
+        "a Kafka sink writer's marker commits in the same transaction as the epoch's rows",
+        KAFKA_WRITER_TESTS,
     ),
 ]

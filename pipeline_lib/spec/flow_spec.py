@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from pipeline_lib.spec.aggregates import AggregateFunction, parse_aggregate
 from pipeline_lib.spec.base import IDENTIFIER, NAME_PATTERN, FieldsError, LocationUri, StrictModel
+from pipeline_lib.spec.kafka_sink_spec import KafkaSinkSpec
 
 
 class TransformSpec(StrictModel):
@@ -97,9 +98,12 @@ class FilesSinkSpec(StrictModel):
 
 
 class SinkSpec(StrictModel):
-    """A flow's output; a mapping so that other kinds of sink can be added beside ``files``."""
+    """A flow's output; a mapping so that other kinds of sink can be added beside ``files``.
+    ``kafka`` publishes the epochs that ``files`` stages (kafka_sink_spec.staged_sinks fills
+    ``files`` in when the spec gives ``kafka`` alone)."""
 
     files: FilesSinkSpec
+    kafka: KafkaSinkSpec | None = None
 
 
 class FlowSpec(StrictModel):

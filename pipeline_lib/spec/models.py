@@ -24,6 +24,7 @@ from pipeline_lib.spec.base import (
     StrictModel,
 )
 from pipeline_lib.spec.flow_spec import AggregateSpec, FilesSinkSpec, FlowSpec, SinkSpec, StateSpec, TransformSpec
+from pipeline_lib.spec.kafka_sink_spec import KafkaSinkSpec, staged_sinks
 from pipeline_lib.spec.run_spec import CheckpointSpec, DeadLetterSpec, SparkSpec, TriggerSpec
 from pipeline_lib.spec.source_spec import KafkaSourceSpec, SourceSpec
 from pipeline_lib.storage.uri import parse_location
@@ -44,6 +45,7 @@ __all__ = [
     "FilesSinkSpec",
     "FlowSpec",
     "JobSpec",
+    "KafkaSinkSpec",
     "KafkaSourceSpec",
     "LocationUri",
     "SinkSpec",
@@ -89,6 +91,11 @@ class JobSpec(StrictModel):
     spark: SparkSpec | None = None
     airflow: AirflowSpec = AirflowSpec()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _stage_kafka_sinks(cls, data: Any) -> Any:
+        return staged_sinks(data)
+
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
         """Checks across sections; each error names the fields involved (FieldsError)."""
@@ -103,6 +110,7 @@ class JobSpec(StrictModel):
         self._check_flow_sources()
         self._check_flow_columns()
         self._check_locations()
+        self._check_kafka_sinks()
         return self
 
     def _check_error_policy(self) -> None:
@@ -161,6 +169,21 @@ class JobSpec(StrictModel):
                     f"(it has {sorted(known)})",
                     f"{self._flow_prefix(i)}state.aggregate",
                 )
+
+    def _check_kafka_sinks(self) -> None:
+        """An aggregate's Kafka sink keys and headers its records by the aggregate's own columns."""
+        for i, flow in enumerate(self.all_flows()):
+            kafka = flow.sink.kafka
+            if kafka is None or flow.state is None:
+                continue
+            have = [*flow.state.aggregate.key, *flow.state.aggregate.values]
+            for field, columns in (("key", kafka.key_columns()), ("headers", kafka.headers)):
+                missing = [c for c in columns if c not in have]
+                if missing:
+                    raise FieldsError(
+                        f"sink.kafka.{field} names {missing}, which the aggregate does not output (it has {have})",
+                        f"{self._flow_prefix(i)}sink.kafka.{field}",
+                    )
 
     def _check_locations(self) -> None:
         """The checkpoint store, the dead-letter path and every sink are distinct locations."""
