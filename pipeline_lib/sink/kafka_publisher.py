@@ -78,6 +78,10 @@ class KafkaPublisher:
             )
         return self.published[target.flow.name]
 
+    def holds(self, epoch: int) -> bool:
+        """Whether every writer of every Kafka sink holds ``epoch`` (True without Kafka sinks)."""
+        return all(self._held(target) >= epoch for target in self.targets)
+
     def publish_through(self, spark, epoch: int) -> None:
         """Publish the committed ``epoch`` to every Kafka sink whose writers may lack it (each
         writer skips it if its partition holds it). Only the head's epoch can lack it: the head

@@ -1,6 +1,6 @@
 """The Kafka sink, exactly once as a read_committed consumer sees it: the real ``pipeline-lib
 run`` on the real Apache Kafka broker (Tansu drops aborted records itself, so only Apache Kafka
-shows a duplicate an aborted transaction would leave), SIGKILLed twice, then run to the end.
+shows a duplicate an aborted transaction would leave), SIGKILLed (twice in ``make full``), then run to the end.
 
 One job, two flows of one topic: a filtered stateless flow (every kept record exactly once) and a
 per-user aggregate (an update stream: per user, the last record is the exact total). Both topics
@@ -14,10 +14,14 @@ from itertools import count
 
 import pytest
 from kafka import TopicPartition
+from kafka.errors import KafkaError
 
-from pipeline_lib.kafka_clients import Consumer
+from pipeline_lib.kafka_clients import Consumer, Producer
 from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_per_user
-from tests.support import run_cli, write_spec
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.kafka_writer import PublishTask, partition_of, publish_partition, writer_id
+from pipeline_lib.storage import open_store
+from tests.support import CliRun, run_cli, write_spec
 
 PARTITIONS = 3
 EVENTS, USERS, PER_EPOCH = 6_000, 300, 1_000  # 6 epochs
@@ -113,11 +117,14 @@ def _crash_then_finish(spec, env, faults: list[str]) -> None:
     assert "published to Kafka topic" in finished.stderr
 
 
-def test_killed_twice_every_record_once_and_every_total_exact(apache_kafka, stack_env, tmp_path, orders):
-    """Killed with a transaction open (epoch 2's records sent, not committed), then after epoch 4's
-    head moved and before it was published: the restores publish what the topics lack, once."""
+def test_killed_with_a_transaction_open_every_record_once_and_every_total_exact(
+    apache_kafka, stack_env, tmp_path, orders
+):
+    """Killed with epoch 2's records sent in an open transaction, after its head moved: the
+    restore aborts that transaction, publishes epoch 2 and the rest, once. (`make full` kills
+    twice at every pair of points below.)"""
     spec, env, kept, totals, events = _job(apache_kafka, stack_env, tmp_path, orders)
-    _crash_then_finish(spec, env, ["mid_kafka_transaction@2", "after_head_move@4"])
+    _crash_then_finish(spec, env, ["mid_kafka_transaction@2"])
     assert_exactly_once(apache_kafka.bootstrap, kept, totals, events)
     # the aborted transaction's records are in the log: a read_uncommitted consumer sees them twice
     assert len(read_topic(apache_kafka.bootstrap, kept, "read_uncommitted")) > len(
@@ -129,6 +136,7 @@ def test_killed_twice_every_record_once_and_every_total_exact(apache_kafka, stac
 @pytest.mark.parametrize(
     "faults",
     [
+        ["mid_kafka_transaction@2", "after_head_move@4"],
         ["after_plan@2", "during_read@3"],
         ["after_sink_success@2", "mid_snapshot_write@3"],
         ["after_manifest@2", "after_head_move@3"],
@@ -140,4 +148,76 @@ def test_killed_twice_every_record_once_and_every_total_exact(apache_kafka, stac
 def test_every_fault_point(apache_kafka, stack_env, tmp_path, orders, faults):
     spec, env, kept, totals, events = _job(apache_kafka, stack_env, tmp_path, orders)
     _crash_then_finish(spec, env, faults)
+    assert_exactly_once(apache_kafka.bootstrap, kept, totals, events)
+
+
+def test_a_zombie_writer_is_fenced_and_its_open_transaction_aborted(apache_kafka, tmp_path):
+    """A writer of an older attempt, paused with its transaction open (records in the log), and
+    the restore's writer of the same partition: the restore's ``init_transactions`` aborts the
+    zombie's transaction and fences it (its commit fails), the epoch is committed once, and a
+    second publish of it (a later restore) sends nothing."""
+    bootstrap, topic = apache_kafka.bootstrap, f"ks-fenced-{next(_names)}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    settings = ConnectionSettings(kafka_bootstrap=bootstrap)
+    staging = open_store(f"file://{tmp_path}/staging", settings)
+    rows = [{"user": f"u{i}", "amount": i} for i in range(60)]
+    staging.put("epoch=1/part-00000-a1.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
+    task = PublishTask(
+        job="fence",
+        pipeline="main",
+        flow="kept",
+        epoch=1,
+        attempt=2,
+        staging=f"file://{tmp_path}/staging",
+        settings=settings,
+        kafka=settings.require_kafka(),
+        parts=("epoch=1/part-00000-a1.jsonl",),
+        topic=topic,
+        key=("user",),
+        headers=(),
+        partitions=PARTITIONS,
+    )
+    zombie = Producer(bootstrap_servers=bootstrap, transactional_id=writer_id("fence", "main", "kept", topic, 0))
+    try:
+        zombie.init_transactions()
+        zombie.begin_transaction()
+        zombie.send(topic, key=b"zombie", value=b'{"user":"zombie","amount":0}', partition=0)
+        zombie.flush()
+        sent = [publish_partition(task, p) for p in range(PARTITIONS)]
+        with pytest.raises(KafkaError):
+            zombie.commit_transaction()
+    finally:
+        zombie.close()
+    assert sum(sent) == len(rows)
+    assert [publish_partition(task, p) for p in range(PARTITIONS)] == [0] * PARTITIONS
+    got = read_topic(bootstrap, topic)
+    assert sorted((v["user"], v["amount"]) for _, _, v in got) == sorted((r["user"], r["amount"]) for r in rows)
+    assert all(partition_of(k, PARTITIONS) == p for p, k, _ in got)
+    assert any(v["user"] == "zombie" for _, _, v in read_topic(bootstrap, topic, "read_uncommitted"))
+
+
+@pytest.mark.full
+def test_a_zombie_attempt_held_with_its_transaction_open_is_fenced(apache_kafka, stack_env, tmp_path, orders):
+    """An attempt held inside epoch 2's open transaction while its successor (at another
+    parallelism) runs to the end: the successor aborts that transaction and publishes everything
+    once; the zombie, let go, cannot commit, and the topics stay exact."""
+    spec, env, kept, totals, events = _job(apache_kafka, stack_env, tmp_path, orders)
+    resume, fault_log = tmp_path / "resume", tmp_path / "faults.log"
+    held = {
+        **env,
+        "PIPELINE_FAULT_POINTS": "mid_kafka_transaction@2#1",
+        "PIPELINE_FAULT_PAUSE_UNTIL": str(resume),
+        "PIPELINE_FAULT_LOG": str(fault_log),
+    }
+    old = CliRun(["run", str(spec), "--until-caught-up"], held, tmp_path / "old.log", tmp_path / "old.out")
+    try:
+        old.until(lambda: fault_log.exists() and "FAULT PAUSED" in fault_log.read_text(), 300, "the zombie to hold")
+        successor = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], env)
+        assert successor.returncode == 0, successor.stderr[-3000:]
+        assert_exactly_once(apache_kafka.bootstrap, kept, totals, events)
+        resume.touch()
+        old.wait(240)
+    finally:
+        old.kill()
+    assert old.returncode != 0, old.stderr()[-3000:]
     assert_exactly_once(apache_kafka.bootstrap, kept, totals, events)

@@ -18,6 +18,7 @@ from concurrent.futures import Future
 from contextlib import ExitStack
 
 from pipeline_lib.checkpoint.epoch_commit import source_completed
+from pipeline_lib.checkpoint.layout import epoch_of_snapshot
 from pipeline_lib.checkpoint.manifest import (
     LaunchInfo,
     LifecycleState,
@@ -104,8 +105,10 @@ class PipelineRunner:
         return self.attempt.lifecycle
 
     def latest_is_completed(self) -> str | None:
-        """The id of the head snapshot if it says the pipeline is COMPLETED (read nothing else)."""
-        return self.restorer.latest_is_completed()
+        """The id of the head snapshot if it says the pipeline is COMPLETED and every Kafka sink
+        holds its epoch (else the run deploys it, and publishes that epoch)."""
+        done = self.restorer.latest_is_completed()
+        return done if done is None or self.publisher.holds(epoch_of_snapshot(done)) else None
 
     def restore(self):
         """Load the chosen snapshot (see Restorer.restore); None to start from the beginning."""
