@@ -1,12 +1,12 @@
 """The driver's side of a pipeline's Kafka sinks: after each epoch commits (its HEAD moved), one
-Spark job publishes the epoch's staged rows, one writer task per topic partition
-(``kafka_writer``); at start-up it first publishes the committed epochs the topic does not hold
-yet. The driver sends the tasks the staged parts' keys and gets back counts: nothing it handles
-grows with the rows written.
+Spark job publishes the epoch's staged rows, one writer task per partition of each Kafka sink's
+topic (``kafka_writer``); at start-up it first publishes the head's epoch if a writer may lack it.
+The driver sends the tasks the staged parts' keys and gets back counts: nothing it handles grows
+with the rows written.
 
 Epochs are published in order, each epoch's job finishing (every writer committed) before the
-next starts, so a key's updates reach its partition in epoch order: the latest record of a key is
-its current value (an aggregate's topic may be compacted).
+next epoch commits, so a key's updates reach its partition in epoch order: the latest record of a
+key is its current value (an aggregate's topic may be compacted).
 """
 
 from __future__ import annotations
@@ -86,14 +86,28 @@ class KafkaPublisher:
         """Publish the committed ``epoch`` to every Kafka sink whose writers may lack it (each
         writer skips it if its partition holds it). Only the head's epoch can lack it: the head
         moves to an epoch only after the one before was published, in this run or at its start."""
-        for target in self.targets:
-            for e in range(max(self._held(target) + 1, epoch), epoch + 1):
-                self._publish(spark, target, e)
-                self.published[target.flow.name] = e
+        lacking = [t for t in self.targets if self._held(t) < epoch]
+        if lacking:
+            tasks = [self._task(target, epoch) for target in lacking]
+            writers = [(task, p) for task in tasks for p in range(task.partitions)]
+            sc = spark.sparkContext
+            sc.setJobDescription(f"pipeline {self.pipeline}: publish epoch {epoch} to Kafka")
+            sent = sc.parallelize(writers, len(writers)).map(lambda w: (w[0].flow, publish_partition(*w))).collect()
+            for task in tasks:
+                self.published[task.flow] = epoch
+                log.info(
+                    "pipeline %s: epoch %d of flow %s published to Kafka topic %s (%d records)",
+                    self.pipeline,
+                    epoch,
+                    task.flow,
+                    task.topic,
+                    sum(n for flow, n in sent if flow == task.flow),
+                )
         if self.targets:
             fault_point("after_kafka_publish", epoch)
 
-    def _publish(self, spark, target: KafkaTarget, epoch: int) -> None:
+    def _task(self, target: KafkaTarget, epoch: int) -> PublishTask:
+        """What each writer of ``target`` needs to publish ``epoch``: the staged parts' keys."""
         found = target.staging.store.get_versioned(target.staging.marker_key(epoch))
         if found is None:
             raise PipelineError(
@@ -103,8 +117,7 @@ class KafkaPublisher:
         marker = SuccessMarker.model_validate_json(found[0])
         kafka = target.flow.sink.kafka
         assert kafka is not None
-        partitions = self._partitions(target)
-        task = PublishTask(
+        return PublishTask(
             job=self.job,
             pipeline=self.pipeline,
             flow=target.flow.name,
@@ -117,20 +130,5 @@ class KafkaPublisher:
             topic=kafka.topic,
             key=tuple(kafka.key_columns()),
             headers=tuple(kafka.headers),
-            partitions=partitions,
-        )
-        sc = spark.sparkContext
-        sc.setJobDescription(f"pipeline {self.pipeline}: publish epoch {epoch} of flow {target.flow.name} to Kafka")
-        sent = (
-            sc.parallelize(range(partitions), partitions)
-            .map(lambda partition: publish_partition(task, partition))
-            .sum()
-        )
-        log.info(
-            "pipeline %s: epoch %d of flow %s published to Kafka topic %s (%d records)",
-            self.pipeline,
-            epoch,
-            target.flow.name,
-            kafka.topic,
-            sent,
+            partitions=self._partitions(target),
         )

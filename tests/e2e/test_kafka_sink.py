@@ -97,13 +97,13 @@ def orders(apache_kafka):
     return "ks-orders", events
 
 
-def _job(apache_kafka, stack_env, tmp_path, orders):
+def _job(apache_kafka, stack_env, tmp_path, orders, extra: dict | None = None):
     source, events = orders
     n = next(_names)
     name, kept, totals = f"ks-job-{n}", f"ks-kept-{n}", f"ks-totals-{n}"
     for topic in (kept, totals):
         create_topic(apache_kafka.bootstrap, topic, PARTITIONS)
-    spec = write_spec(tmp_path, kafka_sink_job(name, source, kept, totals, f"s3://checkpoints/{name}"))
+    spec = write_spec(tmp_path, kafka_sink_job(name, source, kept, totals, f"s3://checkpoints/{name}") | (extra or {}))
     env = {**stack_env, "PIPELINE_KAFKA_BOOTSTRAP": apache_kafka.bootstrap}
     return spec, env, kept, totals, events
 
@@ -221,3 +221,14 @@ def test_a_zombie_attempt_held_with_its_transaction_open_is_fenced(apache_kafka,
         old.kill()
     assert old.returncode != 0, old.stderr()[-3000:]
     assert_exactly_once(apache_kafka.bootstrap, kept, totals, events)
+
+
+@pytest.mark.full
+def test_on_owner_tasks_killed_after_the_head_moved_then_verified(apache_kafka, stack_env, tmp_path, orders):
+    """Keyed state on owner tasks (which stage the aggregate's rows themselves), killed after
+    epoch 3's head moved and before its publish; the staged output passes ``verify``."""
+    spec, env, kept, totals, events = _job(apache_kafka, stack_env, tmp_path, orders, {"keyed_state": "owners"})
+    _crash_then_finish(spec, env, ["after_head_move@3"])
+    assert_exactly_once(apache_kafka.bootstrap, kept, totals, events)
+    verified = run_cli(["verify", str(spec)], env)
+    assert verified.returncode == 0, verified.stderr[-3000:]
