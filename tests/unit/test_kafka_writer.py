@@ -7,6 +7,7 @@ writer against Apache Kafka, killed and fenced: tests/e2e/test_kafka_sink.py."""
 from __future__ import annotations
 
 import io
+import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -109,6 +110,12 @@ def test_record_key_and_value():
     assert kafka_writer.partition_of(None, 4) == 0
 
 
-def test_key_partition_is_the_java_clients():
-    # org.apache.kafka.common.utils.Utils.murmur2 values, as Kafka's own tests have them
-    assert key_partition(b"21", 2**31 - 1) == (-973932308 & 0x7FFFFFFF) % (2**31 - 1)
+def test_headers_and_the_partition_s_rows(tmp_path):
+    task = _task(tmp_path, 3)
+    task = kafka_writer.PublishTask(**{**task.__dict__, "headers": ("total",)})
+    rows = [r for p in range(3) for r in kafka_writer.rows_of_partition(task, p)]
+    assert sorted(k for k, _, _ in rows) == sorted(f"u{i}".encode() for i in range(40))
+    assert all(h == [("total", str(json.loads(v)["total"]).encode())] for _, v, h in rows)
+    missing = kafka_writer.PublishTask(**{**task.__dict__, "headers": ("nope",)})
+    with pytest.raises(ValueError, match="sink.kafka names columns \\['nope'\\]"):
+        list(kafka_writer.rows_of_partition(missing, 0))
