@@ -171,17 +171,24 @@ class JobSpec(StrictModel):
                 )
 
     def _check_kafka_sinks(self) -> None:
-        """An aggregate's Kafka sink keys and headers its records by the aggregate's own columns."""
+        """A Kafka sink keys and headers its records by columns the flow outputs: an aggregate's
+        own, or the source's when no transform changes them (else the writer names the column)."""
+        sources = self.all_sources()
         for i, flow in enumerate(self.all_flows()):
             kafka = flow.sink.kafka
-            if kafka is None or flow.state is None:
+            if kafka is None:
                 continue
-            have = [*flow.state.aggregate.key, *flow.state.aggregate.values]
+            if flow.state is not None:
+                have, what = [*flow.state.aggregate.key, *flow.state.aggregate.values], "the aggregate"
+            elif not any(t.changes_columns for t in flow.transforms):
+                have, what = sources[flow.source].kafka.columns(), f"source {flow.source}"
+            else:
+                continue
             for field, columns in (("key", kafka.key_columns()), ("headers", kafka.headers)):
                 missing = [c for c in columns if c not in have]
                 if missing:
                     raise FieldsError(
-                        f"sink.kafka.{field} names {missing}, which the aggregate does not output (it has {have})",
+                        f"sink.kafka.{field} names {missing}, which {what} does not output (it has {have})",
                         f"{self._flow_prefix(i)}sink.kafka.{field}",
                     )
 

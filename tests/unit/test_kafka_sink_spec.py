@@ -84,3 +84,9 @@ def test_a_bad_field_is_named(tmp_path, old, new, named):
 def test_an_aggregate_is_keyed_by_its_own_columns(tmp_path):
     message = _error(tmp_path, AGGREGATE.replace("key: [user], headers", "key: [amount], headers"))
     assert "flows.0.sink.kafka.key" in message and "amount" in message
+
+
+def test_a_filtered_flow_is_keyed_by_the_source_s_columns(tmp_path):
+    message = _error(tmp_path, STATELESS.replace("key: user", "key: customer"))
+    assert "sink.kafka.key" in message and "customer" in message
+    assert _load(tmp_path, STATELESS.replace("key: user", "key: [user, _partition]")).sink is not None
