@@ -56,6 +56,8 @@ POINTS = (
     "mid_snapshot_write",
     "after_manifest",
     "after_head_move",
+    "mid_kafka_transaction",  # in a Kafka sink's writer task: the epoch's records and marker sent, not committed
+    "after_kafka_publish",  # every Kafka sink holds the epoch, before the next epoch
 )
 # Points outside the epoch loop (no epoch number): ``during_startup`` is a subtask's on_start.
 STARTUP_POINTS = ("during_startup",)

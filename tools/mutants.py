@@ -69,6 +69,8 @@ DEDUP = "pipeline_lib/execution/state/dedup.py"
 DRIVER_STATE = "pipeline_lib/execution/runtime/driver_state.py"
 PROCESS_MERGE = "pipeline_lib/execution/runtime/process_merge.py"
 PROCESS_OWNER = "pipeline_lib/execution/state/process_owner.py"
+KAFKA_WRITER = "pipeline_lib/sink/kafka_writer.py"
+KAFKA_WRITER_TESTS = ("tests/unit/test_kafka_writer.py",)
 
 # The unit test files that kill the owner path's, planning's and repair's mutants.
 OWNER_GUARDS = ("tests/unit/test_owner_path_guards.py",)
@@ -1266,5 +1268,29 @@ MUTANTS: list[Mutant] = [
         "rows.slice(0, 1)",
         "dedup drops a key seen before, in any epoch and after a restore",
         PROCESS_TESTS,
+    ),
+    Mutant(
+        "kafka-writer-fences",
+        KAFKA_WRITER,
+        "producer.init_transactions()",
+        "pass",
+        "a Kafka sink writer fences older producers of its id, ending their open transaction, before its marker read",
+        KAFKA_WRITER_TESTS,
+    ),
+    Mutant(
+        "kafka-skip-published",
+        KAFKA_WRITER,
+        "published_epoch(task.kafka, tid, task.topic, partition) >= task.epoch",
+        "False",
+        "an epoch a Kafka sink's partition already holds is never sent again (a restore after the publish)",
+        KAFKA_WRITER_TESTS,
+    ),
+    Mutant(
+        "kafka-marker-in-transaction",
+        KAFKA_WRITER,
+        "producer.send_offsets_to_transaction(marker, tid)",
+        "pass",
+        "a Kafka sink writer's marker commits in the same transaction as the epoch's rows",
+        KAFKA_WRITER_TESTS,
     ),
 ]

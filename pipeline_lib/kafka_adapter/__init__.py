@@ -36,6 +36,7 @@ from pipeline_lib.kafka_adapter.fetching import (  # noqa: E402
     partition_records_type,
     read_fetches_with,
 )
+from pipeline_lib.kafka_adapter.partitioning import key_partition  # noqa: E402
 from pipeline_lib.kafka_adapter.record_batches import (  # noqa: E402
     LOG_APPEND_TIME,
     DefaultRecordBatch,
@@ -60,6 +61,7 @@ __all__ = [
     "fetch_below",
     "fetch_reader",
     "keep_last_stable_offsets",
+    "key_partition",
     "known_partitions",
     "last_stable_offset",
     "partition_records_type",

@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from pipeline_lib.errors import SpecError
 from pipeline_lib.spec.aggregates import AggregateFunction, parse_aggregate, state_functions
 from pipeline_lib.spec.base import IDENTIFIER, NAME_PATTERN, FieldsError, LocationUri, StrictModel
+from pipeline_lib.spec.kafka_sink_spec import KafkaSinkSpec
 from pipeline_lib.spec.process_spec import DedupSpec, ProcessSpec
 from pipeline_lib.spec.window_spec import WINDOW_COLUMNS, WindowSpec
 
@@ -216,20 +217,27 @@ def delta_parts_location(path: str) -> str:
 
 
 class SinkSpec(StrictModel):
-    """A flow's output: exactly one kind of sink, ``files`` or ``delta``.
+    """A flow's output: exactly one kind of sink, ``files``, ``delta`` or ``kafka``.
 
     Every kind keeps its epoch's parts in a files sink (``parts_location``), committed under its
     ``_SUCCESS`` marker as the commit protocol requires; a Delta sink then commits them to its
-    table (sink/delta_sink.py)."""
+    table (sink/delta_sink.py), a Kafka sink publishes them after the head moved
+    (sink/kafka_publisher.py) from the staging ``files`` that kafka_sink_spec.staged_sinks fills
+    in when the spec gives ``kafka`` alone."""
 
     files: FilesSinkSpec | None = None
     delta: DeltaSinkSpec | None = None
+    kafka: KafkaSinkSpec | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> SinkSpec:
-        given = [k for k in ("files", "delta") if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise FieldsError("a sink has exactly one of files, delta", *(given or ["files", "delta"]))
+        given = [k for k in ("files", "delta", "kafka") if getattr(self, k) is not None]
+        staged = given == ["files", "kafka"]  # a Kafka sink's staging place, named or filled in
+        if len(given) != 1 and not staged or given == ["kafka"]:
+            raise FieldsError(
+                "a sink has exactly one of files, delta, kafka (beside kafka, files names where its epochs are staged)",
+                *(given or ["files", "delta", "kafka"]),
+            )
         return self
 
     @property

@@ -24,6 +24,7 @@ from pipeline_lib.spec.base import (
     StrictModel,
 )
 from pipeline_lib.spec.flow_spec import AggregateSpec, FilesSinkSpec, FlowSpec, SinkSpec, StateSpec, TransformSpec
+from pipeline_lib.spec.kafka_sink_spec import KafkaSinkSpec, staged_sinks
 from pipeline_lib.spec.run_spec import CheckpointSpec, DeadLetterSpec, SparkSpec, TriggerSpec
 from pipeline_lib.spec.source_spec import KafkaSourceSpec, SourceSpec
 from pipeline_lib.storage.uri import parse_location
@@ -44,6 +45,7 @@ __all__ = [
     "FilesSinkSpec",
     "FlowSpec",
     "JobSpec",
+    "KafkaSinkSpec",
     "KafkaSourceSpec",
     "LocationUri",
     "SinkSpec",
@@ -89,6 +91,11 @@ class JobSpec(StrictModel):
     spark: SparkSpec | None = None
     airflow: AirflowSpec = AirflowSpec()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _stage_kafka_sinks(cls, data: Any) -> Any:
+        return staged_sinks(data)
+
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
         """Checks across sections; each error names the fields involved (FieldsError)."""
@@ -104,6 +111,7 @@ class JobSpec(StrictModel):
         self._check_flow_columns()
         self._check_event_time()
         self._check_locations()
+        self._check_kafka_sinks()
         return self
 
     def _check_error_policy(self) -> None:
@@ -186,6 +194,28 @@ class JobSpec(StrictModel):
                     f"{watermark.column!r}; windows are over the watermark's event time",
                     field,
                 )
+
+    def _check_kafka_sinks(self) -> None:
+        """A Kafka sink keys and headers its records by columns the flow outputs: an aggregate's
+        own, or the source's when no transform changes them (else the writer names the column)."""
+        sources = self.all_sources()
+        for i, flow in enumerate(self.all_flows()):
+            kafka = flow.sink.kafka
+            if kafka is None:
+                continue
+            if flow.state is not None:
+                have, what = [*flow.state.aggregate.key, *flow.state.aggregate.values], "the aggregate"
+            elif not any(t.changes_columns for t in flow.transforms):
+                have, what = sources[flow.source].kafka.columns(), f"source {flow.source}"
+            else:
+                continue
+            for field, columns in (("key", kafka.key_columns()), ("headers", kafka.headers)):
+                missing = [c for c in columns if c not in have]
+                if missing:
+                    raise FieldsError(
+                        f"sink.kafka.{field} names {missing}, which {what} does not output (it has {have})",
+                        f"{self._flow_prefix(i)}sink.kafka.{field}",
+                    )
 
     def _check_locations(self) -> None:
         """The checkpoint store, the dead-letter path and every sink are distinct locations."""

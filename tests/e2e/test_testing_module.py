@@ -131,7 +131,7 @@ def test_a_hook_sees_the_active_session_on_any_thread_and_its_errors_name_it(spa
 def test_a_process_function_and_dedup_run_on_records(spark, tmp_path):
     """pipeline_lib.testing runs process flows too: dedup over re-sent ids and running totals,
     over several epochs, against plain Python."""
-    from tests.e2e.test_process_state import _expected_totals, _spec
+    from tests.e2e.test_process_functions import _expected_totals, _spec
 
     events = [{"id": f"p{i}", **e} for i, e in enumerate(payment_events(400, 15, seed=3))]
     sent = events + events[:40]  # re-sent, in a later epoch

@@ -405,3 +405,11 @@ def test_no_module_outside_the_adapter_imports_kafka_python_internals():
                 if (n == "kafka" or n.startswith("kafka.")) and n not in public
             ]
     assert offenders == []
+
+
+def test_key_partition_is_the_java_client_s_murmur2():
+    """``key_partition`` (kafka.partitioner.default.murmur2): the partition Kafka's Java client
+    gives a key, from Utils.murmur2's values in Kafka's own tests."""
+    for key, java in ((b"21", -973932308), (b"foobar", -790332482), (b"abc", 479470107)):
+        assert adapter.key_partition(key, 2**31 - 1) == (java & 0x7FFFFFFF) % (2**31 - 1)
+        assert adapter.key_partition(key, 7) == (java & 0x7FFFFFFF) % 7

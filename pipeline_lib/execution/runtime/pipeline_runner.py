@@ -18,6 +18,7 @@ from concurrent.futures import Future
 from contextlib import ExitStack
 
 from pipeline_lib.checkpoint.epoch_commit import source_completed
+from pipeline_lib.checkpoint.layout import epoch_of_snapshot
 from pipeline_lib.checkpoint.manifest import (
     LaunchInfo,
     LifecycleState,
@@ -47,6 +48,7 @@ from pipeline_lib.execution.source.subtask_start import SourceStart
 from pipeline_lib.faults import fault_point
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.offsets import EpochPlan
+from pipeline_lib.sink.kafka_publisher import KafkaPublisher
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,7 @@ class PipelineRunner:
         self.parts, self.restorer, self.planner, self.attempt = parts, restorer, planner, attempt
         self.choose_path, self.writers, self.cleanup, self.clock = choose_path, writers, cleanup, clock
         self.on_epoch = on_epoch or (lambda report: None)
+        self.publisher = KafkaPublisher.of(parts)  # the Kafka sinks' committed epochs, published
         self.timer = PhaseTimer(clock)
         self.epochs: list[EpochReport] = []
         self.reader: EpochReader | None = None  # the chosen path's reads and commit (set at start-up)
@@ -103,8 +106,9 @@ class PipelineRunner:
         return self.attempt.lifecycle
 
     def latest_is_completed(self) -> str | None:
-        """The id of the head snapshot if it says the pipeline is COMPLETED (read nothing else)."""
-        return self.restorer.latest_is_completed()
+        """The head snapshot's id if it is COMPLETED and every Kafka sink holds its epoch (else: deploy, publish)."""
+        done = self.restorer.latest_is_completed()
+        return done if done is None or self.publisher.holds(epoch_of_snapshot(done)) else None
 
     def restore(self):
         """Load the chosen snapshot (see Restorer.restore); None to start from the beginning."""
@@ -183,6 +187,7 @@ class PipelineRunner:
                 f"restored snapshot {base_id} (epoch {epoch})" if base_id else "starting without a snapshot",
             )
             with ready.resources:
+                self.publisher.publish_through(spark, epoch)  # committed epochs a Kafka sink lacks
                 epoch = self._loop(spark, ready, epoch, base_id, history, self.attempt.head_version)
             self.cleanup.close()
         except FencedError:
@@ -329,6 +334,7 @@ class PipelineRunner:
             reader.path.state.adopt(read)
             loop.planned = self._read_next(loop, plan)
             manifest, head, loop.head_version = commit.run(read, loop.history, loop.head_version)
+            self.publisher.publish_through(loop.spark, manifest.epoch)
             loop.history, loop.base_id, loop.positions = head.history, manifest.snapshot_id, manifest.positions
             report = epoch_report(
                 self.pipeline.name, plan, manifest, read, self.parts.flows, loop, started, self.clock(), self.timer
@@ -346,8 +352,7 @@ class PipelineRunner:
         return loop.epoch
 
     def _follow_topic(self, loop: EpochLoop) -> None:
-        """A continuous run with nothing to read: take the topic's partitions now (added ones are
-        read from their start, like every other one) and the ends its brokers confirm."""
+        """Nothing to read: take the topic's partitions now (added ones from their start) and their confirmed ends."""
         topic = self.parts.topic
         partitions = kafka_offsets.current_partitions(loop.consumer, topic)
         earliest = kafka_offsets.earliest_offsets(loop.consumer, topic, partitions)

@@ -1,0 +1,134 @@
+"""The driver's side of a pipeline's Kafka sinks: after each epoch commits (its HEAD moved), one
+Spark job publishes the epoch's staged rows, one writer task per partition of each Kafka sink's
+topic (``kafka_writer``); at start-up it first publishes the head's epoch if a writer may lack it.
+The driver sends the tasks the staged parts' keys and gets back counts: nothing it handles grows
+with the rows written.
+
+Epochs are published in order, each epoch's job finishing (every writer committed) before the
+next epoch commits, so a key's updates reach its partition in epoch order: the latest record of a
+key is its current value (an aggregate's topic may be compacted).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pipeline_lib.errors import PipelineError
+from pipeline_lib.faults import fault_point
+from pipeline_lib.kafka_clients import Consumer, partitions_of
+from pipeline_lib.kafka_connection import KafkaConnection, client_config
+from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
+from pipeline_lib.sink.kafka_writer import PublishTask, publish_partition, published_epoch, writer_id
+from pipeline_lib.spec.models import FlowSpec
+
+log = logging.getLogger(__name__)
+METADATA_TIMEOUT_MS = 30_000
+
+
+@dataclass
+class KafkaTarget:
+    """One flow's Kafka sink: its spec, its staging files sink and the topic's partition count
+    (looked up once)."""
+
+    flow: FlowSpec
+    staging: FilesSink
+    partitions: int = 0
+
+
+class KafkaPublisher:
+    """Publishes a pipeline's committed epochs to its flows' Kafka sinks (none: does nothing)."""
+
+    def __init__(self, job: str, pipeline: str, settings, flows: list[tuple[FlowSpec, FilesSink]]):
+        self.job, self.pipeline, self.settings = job, pipeline, settings
+        self.targets = [KafkaTarget(spec, sink) for spec, sink in flows if spec.sink.kafka is not None]
+        self.published: dict[str, int] = {}  # flow -> every writer holds the epochs up to this
+
+    @classmethod
+    def of(cls, parts) -> KafkaPublisher:
+        """The publisher of a runner's ``PipelineParts``."""
+        return cls(parts.job.name, parts.pipeline.name, parts.settings, [(f.spec, f.sink) for f in parts.flows])
+
+    def _kafka(self) -> KafkaConnection:
+        return self.settings.require_kafka()
+
+    def _partitions(self, target: KafkaTarget) -> int:
+        if not target.partitions:
+            assert target.flow.sink.kafka is not None
+            topic = target.flow.sink.kafka.topic
+            consumer = Consumer(**client_config(self._kafka()))
+            try:
+                target.partitions = len(partitions_of(consumer, topic, METADATA_TIMEOUT_MS))
+            finally:
+                consumer.close()
+            if not target.partitions:
+                raise PipelineError(
+                    f"flow {target.flow.name}: sink.kafka.topic {topic!r} does not exist; create it first"
+                )
+        return target.partitions
+
+    def _held(self, target: KafkaTarget) -> int:
+        """The last epoch every writer of ``target`` holds (read from Kafka once per run)."""
+        if target.flow.name not in self.published:
+            assert target.flow.sink.kafka is not None
+            topic, kafka = target.flow.sink.kafka.topic, self._kafka()
+            self.published[target.flow.name] = min(
+                published_epoch(kafka, writer_id(self.job, self.pipeline, target.flow.name, topic, p), topic, p)
+                for p in range(self._partitions(target))
+            )
+        return self.published[target.flow.name]
+
+    def holds(self, epoch: int) -> bool:
+        """Whether every writer of every Kafka sink holds ``epoch`` (True without Kafka sinks)."""
+        return all(self._held(target) >= epoch for target in self.targets)
+
+    def publish_through(self, spark, epoch: int) -> None:
+        """Publish the committed ``epoch`` to every Kafka sink whose writers may lack it (each
+        writer skips it if its partition holds it). Only the head's epoch can lack it: the head
+        moves to an epoch only after the one before was published, in this run or at its start."""
+        lacking = [t for t in self.targets if self._held(t) < epoch]
+        if lacking:
+            tasks = [self._task(target, epoch) for target in lacking]
+            writers = [(task, p) for task in tasks for p in range(task.partitions)]
+            sc = spark.sparkContext
+            sc.setJobDescription(f"pipeline {self.pipeline}: publish epoch {epoch} to Kafka")
+            sent = sc.parallelize(writers, len(writers)).map(lambda w: (w[0].flow, publish_partition(*w))).collect()
+            for task in tasks:
+                self.published[task.flow] = epoch
+                log.info(
+                    "pipeline %s: epoch %d of flow %s published to Kafka topic %s (%d records)",
+                    self.pipeline,
+                    epoch,
+                    task.flow,
+                    task.topic,
+                    sum(n for flow, n in sent if flow == task.flow),
+                )
+        if self.targets:
+            fault_point("after_kafka_publish", epoch)
+
+    def _task(self, target: KafkaTarget, epoch: int) -> PublishTask:
+        """What each writer of ``target`` needs to publish ``epoch``: the staged parts' keys."""
+        found = target.staging.store.get_versioned(target.staging.marker_key(epoch))
+        if found is None:
+            raise PipelineError(
+                f"flow {target.flow.name}: epoch {epoch} is committed but its staged output "
+                f"({target.staging.location}) has no marker; cannot publish it to Kafka"
+            )
+        marker = SuccessMarker.model_validate_json(found[0])
+        kafka = target.flow.sink.kafka
+        assert kafka is not None
+        return PublishTask(
+            job=self.job,
+            pipeline=self.pipeline,
+            flow=target.flow.name,
+            epoch=epoch,
+            attempt=marker.attempt,
+            staging=target.flow.sink.parts_location,
+            settings=self.settings,
+            kafka=self._kafka(),
+            parts=tuple(f.key for f in marker.files),
+            topic=kafka.topic,
+            key=tuple(kafka.key_columns()),
+            headers=tuple(kafka.headers),
+            partitions=self._partitions(target),
+        )

@@ -1,0 +1,170 @@
+"""One writer of a Kafka sink: publishes one committed epoch's rows of one output partition in
+one Kafka transaction, on an executor.
+
+Each (flow, topic partition) has one transactional id, the same in every attempt and epoch. A
+writer's ``init_transactions`` fences every older producer of that id (a zombie attempt's, a lost
+task's) and aborts or finishes its open transaction. The transaction carries, beside the rows, a
+consumer-group offset of the writer's own group (the same id) whose offset is the epoch: Kafka
+commits both or neither, so the group's offset says which epochs the topic holds. Read after
+``init_transactions``, nothing can commit between that read and this writer's commit but this
+writer: a later producer of the id fences this one, whose commit then fails. So an epoch already
+there is never written again, and one not there is written once (docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow.parquet as pq
+from kafka import TopicPartition
+from kafka.structs import OffsetAndMetadata
+
+from pipeline_lib.faults import fault_point
+from pipeline_lib.kafka_adapter import key_partition
+from pipeline_lib.kafka_clients import Consumer, Producer
+from pipeline_lib.kafka_connection import KafkaConnection, client_config
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.storage import open_store
+
+# A writer's transaction is open while it sends one epoch's rows of one partition; the broker
+# aborts one left open longer (a writer that died with it open), which frees read_committed
+# consumers waiting behind it even if no restore comes. It must not exceed the broker's
+# transaction.max.timeout.ms (15 minutes by default).
+TRANSACTION_TIMEOUT_MS = 120_000
+NOT_PUBLISHED = 0  # the marker of a writer that has published nothing (epochs start at 1)
+
+
+@dataclass(frozen=True)
+class PublishTask:
+    """One committed epoch of one flow to publish: what every writer task receives (the staged
+    parts' keys, never rows)."""
+
+    job: str
+    pipeline: str
+    flow: str
+    epoch: int
+    attempt: int  # the attempt that committed the epoch (the marker's metadata)
+    staging: str  # the staging files sink's location
+    settings: ConnectionSettings
+    kafka: KafkaConnection
+    parts: tuple[str, ...]  # the staged part files the epoch's _SUCCESS lists, in its order
+    topic: str
+    key: tuple[str, ...]
+    headers: tuple[str, ...]
+    partitions: int  # the topic's partition count
+
+
+def writer_id(job: str, pipeline: str, flow: str, topic: str, partition: int) -> str:
+    """The transactional id, and the consumer group of the marker, of one writer."""
+    return f"pipeline-lib.{job}.{pipeline}.{flow}.{topic}.{partition}"
+
+
+def _json_default(value):
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def _text(value) -> bytes:
+    """A key or header column's bytes: a string as it is, anything else as JSON."""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return json.dumps(value, default=_json_default, separators=(",", ":")).encode("utf-8")
+
+
+def record_key(row: dict, columns: tuple[str, ...]) -> bytes | None:
+    """The record key: one column's value (a string as it is, else JSON; null: no key), or the
+    JSON array of several columns' values."""
+    if len(columns) == 1:
+        value = row[columns[0]]
+        return None if value is None else _text(value)
+    return json.dumps([row[c] for c in columns], default=_json_default, separators=(",", ":")).encode("utf-8")
+
+
+def record_value(row: dict) -> bytes:
+    """The record value: the row as one compact JSON object (the files sink's JSON Lines form)."""
+    return json.dumps(row, default=_json_default, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def partition_of(key: bytes | None, partitions: int) -> int:
+    """A record's partition: Kafka's default partitioner's for a key, partition 0 for no key (a
+    fixed one, so a replay sends it to the same writer)."""
+    return 0 if key is None else key_partition(key, partitions)
+
+
+def rows_of_partition(task: PublishTask, partition: int) -> Iterator[tuple[bytes | None, bytes, list]]:
+    """(key, value, headers) of the epoch's rows that go to ``partition``, in the staged order."""
+    store = open_store(task.staging, task.settings)
+    missing = [*task.key, *task.headers]
+    for part in task.parts:
+        data = store.get(part)
+        if part.endswith(".jsonl"):
+            rows = [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
+        else:
+            rows = pq.read_table(io.BytesIO(data)).to_pylist()
+        absent = [c for c in missing if rows and c not in rows[0]]
+        if absent:
+            raise ValueError(
+                f"flow {task.flow}: sink.kafka names columns {absent} that its output does not have "
+                f"(it has {sorted(rows[0])})"
+            )
+        for row in rows:
+            key = record_key(row, task.key)
+            if partition_of(key, task.partitions) != partition:
+                continue
+            headers = [(h, _text(row[h])) for h in task.headers if row[h] is not None]
+            yield key, record_value(row), headers
+
+
+def published_epoch(kafka: KafkaConnection, group: str, topic: str, partition: int) -> int:
+    """The last epoch the writer's committed transactions hold (its group's offset), 0 if none."""
+    consumer = Consumer(**client_config(kafka, group_id=group, enable_auto_commit=False))
+    try:
+        found = consumer.committed(TopicPartition(topic, partition))
+    finally:
+        consumer.close()
+    return NOT_PUBLISHED if found is None else int(found)
+
+
+def publish_partition(task: PublishTask, partition: int) -> int:
+    """Publish the epoch's rows of ``partition`` once: the rows sent (0 when the topic already
+    holds the epoch)."""
+    tid = writer_id(task.job, task.pipeline, task.flow, task.topic, partition)
+    producer = Producer(
+        **client_config(
+            task.kafka,
+            transactional_id=tid,
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=20,
+            batch_size=256 << 10,
+            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+        )
+    )
+    try:
+        # fences older producers of this writer; their open transaction ends
+        producer.init_transactions()  # guard: kafka-writer-fences
+        if published_epoch(task.kafka, tid, task.topic, partition) >= task.epoch:  # guard: kafka-skip-published
+            return 0
+        producer.begin_transaction()
+        sent = 0
+        for key, value, headers in rows_of_partition(task, partition):
+            producer.send(task.topic, key=key, value=value, headers=headers, partition=partition)
+            sent += 1
+        marker = {TopicPartition(task.topic, partition): OffsetAndMetadata(task.epoch, f"a{task.attempt}", -1)}
+        producer.send_offsets_to_transaction(marker, tid)  # guard: kafka-marker-in-transaction
+        producer.flush()  # the records are in the log, in the open transaction
+        fault_point("mid_kafka_transaction", task.epoch)
+        producer.commit_transaction()
+        return sent
+    finally:
+        producer.close()

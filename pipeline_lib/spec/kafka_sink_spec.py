@@ -1,0 +1,72 @@
+"""The ``sink.kafka`` section: a flow's output published to a Kafka topic, exactly once for
+``read_committed`` consumers (docs/protocol.md, "The Kafka sink").
+
+A Kafka sink stages each epoch's output as a files sink first (the protocol's part files and
+``_SUCCESS`` marker, verified, repaired and restored like any files sink), then publishes the
+committed epoch to the topic. ``staged_sinks`` fills in that staging files sink before the job is
+validated, so every part of the library that reads ``sink.files`` works unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+
+from pipeline_lib.spec.base import IDENTIFIER, TOPIC_PATTERN, StrictModel
+
+STAGING_FOLDER = "kafka-staging"  # under the checkpoint store, one folder per flow
+STAGING_FORMAT = "parquet"  # keeps the columns' types for the records' JSON
+
+
+class KafkaSinkSpec(StrictModel):
+    """The topic, the column(s) that make the record key, the value's format and the columns
+    sent as headers."""
+
+    topic: Annotated[str, Field(pattern=TOPIC_PATTERN)]
+    key: str | Annotated[list[str], Field(min_length=1)]
+    format: Literal["json"] = "json"
+    headers: list[str] = []
+
+    @field_validator("key", "headers")
+    @classmethod
+    def _plain_columns(cls, value: str | list[str]) -> str | list[str]:
+        columns = [value] if isinstance(value, str) else value
+        for column in columns:
+            if not IDENTIFIER.fullmatch(column):
+                raise ValueError(f"column {column!r} is not a plain column name")
+        if len(set(columns)) != len(columns):
+            raise ValueError("columns repeat")
+        return value
+
+    def key_columns(self) -> list[str]:
+        """The key's columns, in order."""
+        return [self.key] if isinstance(self.key, str) else list(self.key)
+
+
+def _staged(sink: Any, store: Any, flow: Any) -> Any:
+    """``sink`` with a staging files sink under ``store`` when it is a Kafka sink without one."""
+    if not isinstance(sink, dict) or "kafka" not in sink or "files" in sink:
+        return sink
+    if not isinstance(store, str) or not isinstance(flow, str):
+        return sink  # the missing store or name is reported by its own field
+    return {**sink, "files": {"path": f"{store.rstrip('/')}/{STAGING_FOLDER}/{flow}", "format": STAGING_FORMAT}}
+
+
+def staged_sinks(data: Any) -> Any:
+    """The raw job ``data`` with every Kafka sink given its staging files sink
+    (``<checkpoint.store>/kafka-staging/<flow>``, Parquet); a ``files`` beside ``kafka`` is the
+    staging place itself."""
+    if not isinstance(data, dict):
+        return data
+    checkpoint = data.get("checkpoint")
+    store = checkpoint.get("store") if isinstance(checkpoint, dict) else None
+    out = dict(data)
+    if "sink" in out:
+        out["sink"] = _staged(out["sink"], store, out.get("name"))
+    if isinstance(out.get("flows"), list):
+        out["flows"] = [
+            {**f, "sink": _staged(f.get("sink"), store, f.get("name"))} if isinstance(f, dict) else f
+            for f in out["flows"]
+        ]
+    return out

@@ -1,0 +1,121 @@
+"""The Kafka sink's writer (pipeline_lib/sink/kafka_writer.py) without a broker: a recording
+stand-in for the transactional producer, staged parts in a local directory. What it checks:
+the marker read after ``init_transactions`` decides, an epoch the partition holds is never sent
+again, and the marker travels in the same transaction as the rows, before the commit. The same
+writer against Apache Kafka, killed and fenced: tests/e2e/test_kafka_sink.py."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline_lib.kafka_adapter import key_partition
+from pipeline_lib.kafka_connection import KafkaConnection
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink import kafka_writer
+from pipeline_lib.storage import open_store
+
+pytestmark = pytest.mark.unit
+
+
+class RecordingProducer:
+    """Records the transactional calls in order (the real producer's API, no broker)."""
+
+    calls: list = []
+
+    def __init__(self, **config):
+        self.config = config
+
+    def init_transactions(self):
+        self.calls.append(("init",))
+
+    def begin_transaction(self):
+        self.calls.append(("begin",))
+
+    def send(self, topic, key, value, headers, partition):
+        self.calls.append(("send", partition, key))
+
+    def send_offsets_to_transaction(self, offsets, group):
+        self.calls.append(("marker", group, {tp.partition: o.offset for tp, o in offsets.items()}))
+
+    def flush(self):
+        pass
+
+    def commit_transaction(self):
+        self.calls.append(("commit",))
+
+    def close(self):
+        self.calls.append(("close",))
+
+
+def _task(tmp_path, epoch: int) -> kafka_writer.PublishTask:
+    store = open_store(f"file://{tmp_path}/staging", ConnectionSettings())
+    users = [f"u{i}" for i in range(40)]
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"user": users, "total": list(range(40))}), buf)
+    store.put("epoch=3/part-00000-a1.parquet", buf.getvalue())
+    return kafka_writer.PublishTask(
+        job="j",
+        pipeline="main",
+        flow="totals",
+        epoch=epoch,
+        attempt=1,
+        staging=f"file://{tmp_path}/staging",
+        settings=ConnectionSettings(),
+        kafka=KafkaConnection("127.0.0.1:9"),
+        parts=("epoch=3/part-00000-a1.parquet",),
+        topic="out",
+        key=("user",),
+        headers=(),
+        partitions=3,
+    )
+
+
+@pytest.fixture
+def producer(monkeypatch):
+    RecordingProducer.calls = []
+    monkeypatch.setattr(kafka_writer, "Producer", RecordingProducer)
+    return RecordingProducer
+
+
+def test_an_epoch_the_partition_holds_is_not_sent_again(tmp_path, producer, monkeypatch):
+    seen = []
+    monkeypatch.setattr(kafka_writer, "published_epoch", lambda *a: seen.append(list(producer.calls)) or 3)
+    assert kafka_writer.publish_partition(_task(tmp_path, 3), 1) == 0
+    assert seen == [[("init",)]]  # the marker is read after init_transactions fenced older producers
+    assert producer.calls == [("init",), ("close",)]
+
+
+def test_rows_and_marker_commit_in_one_transaction(tmp_path, producer, monkeypatch):
+    monkeypatch.setattr(kafka_writer, "published_epoch", lambda *a: 2)
+    sent = kafka_writer.publish_partition(_task(tmp_path, 3), 1)
+    mine = [f"u{i}".encode() for i in range(40) if key_partition(f"u{i}".encode(), 3) == 1]
+    assert sent == len(mine) > 0
+    calls = producer.calls
+    assert calls[:2] == [("init",), ("begin",)]
+    assert [c[2] for c in calls if c[0] == "send"] == mine and all(c[1] == 1 for c in calls if c[0] == "send")
+    assert calls[-3:] == [("marker", "pipeline-lib.j.main.totals.out.1", {1: 3}), ("commit",), ("close",)]
+
+
+def test_record_key_and_value():
+    assert kafka_writer.record_key({"user": "a", "n": 1}, ("user",)) == b"a"
+    assert kafka_writer.record_key({"user": None}, ("user",)) is None
+    assert kafka_writer.record_key({"a": "x", "b": 2}, ("a", "b")) == b'["x",2]'
+    assert kafka_writer.record_key({"n": 5}, ("n",)) == b"5"
+    assert kafka_writer.record_value({"user": "é", "n": 1}) == '{"user":"é","n":1}'.encode()
+    assert kafka_writer.partition_of(None, 4) == 0
+
+
+def test_headers_and_the_partition_s_rows(tmp_path):
+    task = _task(tmp_path, 3)
+    task = kafka_writer.PublishTask(**{**task.__dict__, "headers": ("total",)})
+    rows = [r for p in range(3) for r in kafka_writer.rows_of_partition(task, p)]
+    assert sorted(k for k, _, _ in rows) == sorted(f"u{i}".encode() for i in range(40))
+    assert all(h == [("total", str(json.loads(v)["total"]).encode())] for _, v, h in rows)
+    missing = kafka_writer.PublishTask(**{**task.__dict__, "headers": ("nope",)})
+    with pytest.raises(ValueError, match="sink.kafka names columns \\['nope'\\]"):
+        list(kafka_writer.rows_of_partition(missing, 0))
