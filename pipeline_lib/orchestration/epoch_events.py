@@ -36,11 +36,13 @@ STATE_KEY = "announced"
 
 
 def trigger_settings(connections: dict[str, str]) -> ConnectionSettings:
-    """The settings of a trigger's connection ids, read where it runs (the triggerer)."""
-    from pipeline_lib.orchestration.airflow_connections import airflow_settings
+    """The settings of a trigger's connection ids, read where it runs (the triggerer). A trigger
+    only reads checkpoints, so S3 comes from the read-only ``<s3>_ui`` connection when the
+    triggerer has it (the compose stack gives it no job's own key), else from the job's."""
+    from pipeline_lib.orchestration.airflow_connections import airflow_page_settings
     from pipeline_lib.spec.airflow_spec import AirflowConnectionsSpec
 
-    return airflow_settings(AirflowConnectionsSpec(**connections))
+    return airflow_page_settings(AirflowConnectionsSpec(**connections))
 
 
 def committed_epochs_asset_name(job: str, flow: str) -> str:

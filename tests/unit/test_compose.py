@@ -590,11 +590,12 @@ def test_data_lives_in_named_volumes(raw_compose: dict[str, Any], services: dict
 
 
 # Who holds which S3 key: each job's (pipeline_s3_<job>, the connection its spec names) only the
-# service that runs the tasks, the Pipelines page's read-only one (pipeline_s3_<job>_ui, one per job,
-# one key) only the api-server. No service holds PIPELINE_S3_ACCESS_KEY/SECRET_KEY: that fallback
-# would be one key for every job.
+# service that runs the tasks, the read-only one (pipeline_s3_<job>_ui, one per job, one key) only
+# the api-server (the page) and the triggerer (whose watchers read heads and statuses). No service
+# holds PIPELINE_S3_ACCESS_KEY/SECRET_KEY: that fallback would be one key for every job.
 TASK_RUNNER = "airflow-scheduler"  # LocalExecutor: every task, so every job, runs in the scheduler
 PAGE_SERVER = "airflow-apiserver"  # serves the Pipelines page (plugins/)
+TRIGGERER = "airflow-triggerer"  # committed-epoch asset watchers and deferred runs' watches read checkpoints
 PIPELINE_KEY_VARS = {settings_module.ENV_S3_ACCESS_KEY, settings_module.ENV_S3_SECRET_KEY}
 
 
@@ -604,7 +605,7 @@ def s3_connection_ids(service: str) -> set[str]:
     the page's server."""
     if service == TASK_RUNNER:
         return {job.conn_id for job in compose_jobs()}
-    if service == PAGE_SERVER:
+    if service in (PAGE_SERVER, TRIGGERER):
         return {f"{job.conn_id}_ui" for job in compose_jobs()}
     return set()
 
@@ -698,12 +699,13 @@ def test_each_secret_reaches_only_the_services_that_need_it(
     raw_compose: dict[str, Any], env_example: dict[str, str]
 ) -> None:
     """Each job's secret key (marked by a value of its own) reaches the scheduler, which runs the
-    jobs, and minio-init, which creates its user; the page's key only the api-server and
-    minio-init; the Spark secret only the cluster and the scheduler, its driver. Every Airflow
-    service would otherwise hold a key that can rewrite snapshots or join the cluster."""
+    jobs, and minio-init, which creates its user; the read-only key only the api-server (the
+    page), the triggerer (its watchers) and minio-init; the Spark secret only the cluster and the
+    scheduler, its driver. Every Airflow service would otherwise hold a key that can rewrite
+    snapshots or join the cluster."""
     wanted = {job.secret_var: {TASK_RUNNER, "minio-init"} for job in compose_jobs()}
     wanted |= {
-        "PIPELINE_S3_UI_SECRET_KEY": {PAGE_SERVER, "minio-init"},
+        "PIPELINE_S3_UI_SECRET_KEY": {PAGE_SERVER, TRIGGERER, "minio-init"},
         "SPARK_AUTH_SECRET": {TASK_RUNNER, *SPARK_SERVICES},
     }
     marked = {**env_example, **{name: f"key-marker-{i}-{name.lower()}" for i, name in enumerate(wanted)}}
