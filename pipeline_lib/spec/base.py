@@ -41,3 +41,13 @@ def _valid_location(value: str) -> str:
 
 
 LocationUri = Annotated[str, AfterValidator(_valid_location)]
+
+
+def check_key_columns(keys: list[str]) -> list[str]:
+    """Key columns are plain column names, none repeated (a pydantic field validator's body)."""
+    for k in keys:
+        if not IDENTIFIER.fullmatch(k):
+            raise ValueError(f"key column {k!r} is not a plain column name")
+    if len(set(keys)) != len(keys):
+        raise ValueError("key columns repeat")
+    return keys

@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from pipeline_lib.errors import SpecError
 from pipeline_lib.spec.aggregates import AggregateFunction, parse_aggregate, state_functions
-from pipeline_lib.spec.base import IDENTIFIER, NAME_PATTERN, FieldsError, LocationUri, StrictModel
+from pipeline_lib.spec.base import IDENTIFIER, NAME_PATTERN, FieldsError, LocationUri, StrictModel, check_key_columns
 from pipeline_lib.spec.kafka_sink_spec import KafkaSinkSpec
 from pipeline_lib.spec.process_spec import DedupSpec, ProcessSpec
 from pipeline_lib.spec.window_spec import WINDOW_COLUMNS, WindowSpec
@@ -57,12 +57,7 @@ class AggregateSpec(StrictModel):
     @field_validator("key")
     @classmethod
     def _keys_are_identifiers(cls, keys: list[str]) -> list[str]:
-        for k in keys:
-            if not IDENTIFIER.fullmatch(k):
-                raise ValueError(f"key column {k!r} is not a plain column name")
-        if len(set(keys)) != len(keys):
-            raise ValueError("key columns repeat")
-        return keys
+        return check_key_columns(keys)
 
     @field_validator("values")
     @classmethod

@@ -12,21 +12,12 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from pipeline_lib.spec.base import IDENTIFIER, StrictModel
+from pipeline_lib.spec.base import StrictModel, check_key_columns
 from pipeline_lib.spec.durations import parse_duration_ms
 from pipeline_lib.spec.schema_ddl import parse_schema_ddl
 
 FUNCTION_PATTERN = r"[A-Za-z_][\w.]*:[A-Za-z_]\w*"
 DEDUP_FUNCTION = "pipeline_lib.execution.state.dedup:keep_first"  # the built-in behind ``dedup``
-
-
-def _check_keys(keys: list[str]) -> list[str]:
-    for k in keys:
-        if not IDENTIFIER.fullmatch(k):
-            raise ValueError(f"key column {k!r} is not a plain column name")
-    if len(set(keys)) != len(keys):
-        raise ValueError("key columns repeat")
-    return keys
 
 
 def _check_duration(value: str | None) -> str | None:
@@ -49,7 +40,7 @@ class ProcessSpec(StrictModel):
     ttl: str | None = None
     rows: Literal["arrow", "pandas"] = "arrow"
 
-    _keys = field_validator("key")(_check_keys)
+    _keys = field_validator("key")(check_key_columns)
     _ttl = field_validator("ttl")(_check_duration)
 
     @field_validator("output")
@@ -79,7 +70,7 @@ class DedupSpec(StrictModel):
     key: Annotated[list[str], Field(min_length=1)]
     within: str
 
-    _keys = field_validator("key")(_check_keys)
+    _keys = field_validator("key")(check_key_columns)
     _within = field_validator("within")(_check_duration)
 
     def as_process(self) -> ProcessSpec:

@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import importlib
-
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 
 from pipeline_lib.errors import TransformError
 from pipeline_lib.spec.models import TransformSpec
+from pipeline_lib.user_code import import_function
 
 
 def load_hook(ref: str):
     """The Python hook ``module:function``; TransformError if it cannot be imported or is not callable."""
-    module_name, _, func_name = ref.partition(":")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TransformError(f"python hook {ref!r}: cannot import {module_name!r}: {exc}") from None
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        raise TransformError(f"python hook {ref!r}: {module_name} has no function {func_name!r}")
-    return func
+        return import_function(ref)
+    except LookupError as exc:
+        raise TransformError(f"python hook {ref!r}: {exc}") from None
 
 
 def _call_hook(ref: str, df: DataFrame, where: str) -> object:

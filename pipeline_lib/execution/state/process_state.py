@@ -16,7 +16,6 @@ The same methods as ``KeyedAggregateState`` where the snapshot code reads them (
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,9 +26,11 @@ import pyarrow.compute as pc
 
 from pipeline_lib.errors import PipelineError, SpecError
 from pipeline_lib.execution.source.schema_types import python_schema
+from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.process_handle import StateHandle, updated_ms
 from pipeline_lib.plan.keygroups import key_groups_of
 from pipeline_lib.spec.process_spec import ProcessSpec
+from pipeline_lib.user_code import import_function
 
 STATE_COLUMN = "_state"
 CLOCK_COLUMN = "_timestamp_ms"  # the epoch clock: the largest of these among the epoch's rows
@@ -49,15 +50,10 @@ ProcessFunction = Callable[[tuple, Any, StateHandle], Any]
 
 def load_function(path: str) -> ProcessFunction:
     """``package.module:function`` imported; SpecError names what is missing."""
-    module_name, _, name = path.partition(":")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SpecError(f"process function {path}: cannot import {module_name}: {exc}") from exc
-    function = getattr(module, name, None)
-    if not callable(function):
-        raise SpecError(f"process function {path}: {module_name} has no function {name}")
-    return function
+        return import_function(path)
+    except LookupError as exc:
+        raise SpecError(f"process function {path}: {exc}") from None
 
 
 def output_schema(spec: ProcessSpec, rows: pa.Schema) -> pa.Schema:
@@ -257,12 +253,7 @@ class ProcessState:
         order = np.argsort(groups, kind="stable")
         return live[order], groups[order]
 
-    @staticmethod
-    def slots_in(by_group: tuple[np.ndarray, np.ndarray], key_groups: range) -> np.ndarray:
-        """The slots whose key group is in ``key_groups``, from ``slots_by_key_group``'s result."""
-        order, sorted_groups = by_group
-        lo, hi = np.searchsorted(sorted_groups, [key_groups.start, key_groups.stop])
-        return order[lo:hi]
+    slots_in = staticmethod(KeyedAggregateState.slots_in)  # the same lookup over the same sorted groups
 
     def table(self, slots: np.ndarray, schema: pa.Schema) -> pa.Table:
         """The state rows of ``slots`` (live ones) as ``schema``."""
