@@ -15,14 +15,14 @@ def test_cli_rejects_a_bad_spec_before_starting_anything(tmp_path, stack_env):
     spec = tmp_path / "bad.yaml"
     spec.write_text(
         "name: x\nsource: {kafka: {topic: t, format: json}}\nsink: {files: {path: 'file:///tmp/a'}}\n"
-        "checkpoint: {store: 'file:///tmp/b'}\nstate: {aggregate: {key: [user], values: {t: 'avg(x)'}}}\n"
+        "checkpoint: {store: 'file:///tmp/b'}\nstate: {aggregate: {key: [user], values: {t: 'median(x)'}}}\n"
     )
     for args in (["validate", str(spec)], ["run", str(spec)]):
         result = run_cli(args, stack_env, timeout=60)
         assert result.returncode == 2
         assert "source.kafka: Value error" not in result.stderr
         assert "source.kafka: format json needs a schema" in result.stderr
-        assert "state.aggregate.values: t: cannot parse aggregate 'avg(x)'" in result.stderr
+        assert "state.aggregate.values: t: cannot parse aggregate 'median(x)'" in result.stderr
 
 
 def test_cli_names_missing_connection_settings(tmp_path, payments):
