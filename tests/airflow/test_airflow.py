@@ -640,6 +640,7 @@ def test_the_pipelines_page_fits_narrow_windows_and_follows_airflow_s_dark_mode(
         shutil.copy(shot, REPO / "results" / "pipelines-page-dark.png")
 
 
+@pytest.mark.full  # make test: a user's DAG runs RunJobOperator(deferrable=True) (test_a_deferred_continuous_run_...)
 def test_a_users_own_dag_runs_a_job_with_run_job_operator_alone(airflow, stack_env, local_stack):
     """RunJobOperator with spec_path only, in a DAG file of the user's: the form's defaults, the
     spec's own Spark connection (user_spark, local[1]; the default one is local[2]), an exact result."""

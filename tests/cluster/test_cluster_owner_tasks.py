@@ -57,6 +57,7 @@ def test_an_owner_task_lost_after_writing_its_files_is_rerun_and_only_committed_
             assert committed_sinks[epoch] == listed
 
 
+@pytest.mark.full  # make test: a lost worker on the cluster, and transforms on owner tasks in local mode
 def test_a_flow_with_transforms_keeps_its_keyed_state_on_owner_tasks_through_a_lost_executor(
     cluster, cluster_env, local_stack, tmp_path, cluster_payments
 ):

@@ -142,6 +142,7 @@ def test_external_sigkill_mid_run_then_restore_is_exact(stack_env, local_stack, 
     assert _every_epoch_exact(stack_env, local_stack, locations) == 8
 
 
+@pytest.mark.full  # make test: one kill at each sampled point; two in a row are in the sinks' full matrices too
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 def test_two_crashes_in_a_row_and_a_rerun_with_nothing_new(stack_env, local_stack, tmp_path, payments, locations):
     topic, events = payments

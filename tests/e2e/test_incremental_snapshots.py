@@ -42,6 +42,7 @@ def _touching(groups: set[int], users: list[str], amount: int) -> list[dict]:
     return [{"user": u, "amount": amount} for u in users if key_group_of((u,), MAXP) in groups]
 
 
+@pytest.mark.full  # the span deltas are unit-tested and in the mutation list; this proves it on a real run
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 def test_an_epoch_writes_state_files_only_for_the_key_groups_it_touched(stack_env, tmp_path, local_stack, locations):
     name, sink, store_uri = locations

@@ -189,7 +189,7 @@ PATHS = {"arrow": ("Arrow path", {}), "spark-sql": ("Spark SQL path", {"transfor
 
 
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
-@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("path", ["arrow", pytest.param("spark-sql", marks=pytest.mark.full)])
 def test_a_job_totals_exactly_the_committed_and_plain_records(
     stack_env, apache_kafka, interleaved, tmp_path, locations, path
 ):

@@ -45,7 +45,11 @@ def _after_epoch(run: CliRun, epoch: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "budget,outcome", [(120, "rides it out"), pytest.param(5, "fails cleanly", marks=pytest.mark.full)]
+    "budget,outcome",
+    [
+        pytest.param(120, "rides it out", marks=pytest.mark.full),  # retries in budget: test_storage.py in make test
+        pytest.param(5, "fails cleanly", marks=pytest.mark.full),
+    ],
 )
 def test_s3_server_away_for_30s(own_stack, tmp_path, budget, outcome):
     info, env, events = own_stack("memory")  # the broker's log must not live in the S3 server here

@@ -24,7 +24,7 @@ def test_the_archive_is_one_per_pyspark_version_and_spark_home_in_the_cache(monk
     assert driver_java_options() == []  # not built: the JVM starts as Spark ships it
     path.parent.mkdir(parents=True)
     path.write_bytes(b"an archive")
-    assert driver_java_options() == [f"-XX:SharedArchiveFile={path}"]
+    assert driver_java_options() == [f"-XX:SharedArchiveFile={path}", "-Xlog:cds=off,cds+dynamic=off"]
 
 
 def test_a_named_archive_is_used_and_off_means_none(monkeypatch, tmp_path):
@@ -32,7 +32,7 @@ def test_a_named_archive_is_used_and_off_means_none(monkeypatch, tmp_path):
     monkeypatch.setenv(ENV_JVM_ARCHIVE, str(named))
     assert archive_path() == named and driver_java_options() == []
     named.write_bytes(b"an archive")
-    assert driver_java_options() == [f"-XX:SharedArchiveFile={named}"]
+    assert driver_java_options() == [f"-XX:SharedArchiveFile={named}", "-Xlog:cds=off,cds+dynamic=off"]
     monkeypatch.setenv(ENV_JVM_ARCHIVE, "off")
     assert archive_path() is None and driver_java_options() == []
 
@@ -44,5 +44,6 @@ def test_spark_submit_starts_the_driver_jvm_from_the_archive_when_there_is_one(m
     assert "--driver-java-options" not in without
     (tmp_path / "spark.jsa").write_bytes(b"an archive")
     command = launch_command(Path("shop.yaml"), LaunchRequest(), settings, "airflow:x", tmp_path / "s.json")
-    assert command[command.index("--driver-java-options") + 1] == f"-XX:SharedArchiveFile={tmp_path / 'spark.jsa'}"
+    java = command[command.index("--driver-java-options") + 1]
+    assert java == f"-XX:SharedArchiveFile={tmp_path / 'spark.jsa'} -Xlog:cds=off,cds+dynamic=off"
     assert command.index("--driver-java-options") < command.index("run")  # spark-submit's option, not the job's

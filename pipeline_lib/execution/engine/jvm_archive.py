@@ -32,8 +32,9 @@ TRAINING_MODULE = "pipeline_lib.execution.engine.jvm_archive_training"
 
 def archive_path() -> Path | None:
     """Where this install's archive is (``None``: archives are off, or no PySpark). By default
-    ``$XDG_CACHE_HOME/pipeline-lib/jvm/`` (``~/.cache``), one file per PySpark version and
-    Spark home: the class path an archive is valid for."""
+    ``$XDG_CACHE_HOME/pipeline-lib/jvm/`` (``~/.cache``), one file per PySpark version, Spark home
+    and install of its jars (their folder's modification time): the JVM checks each jar's time
+    and size against the archive, so a reinstalled PySpark needs an archive of its own."""
     configured = os.environ.get(ENV_JVM_ARCHIVE, "")
     if configured == "off":
         return None
@@ -44,14 +45,20 @@ def archive_path() -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     home = Path(list(spec.submodule_search_locations)[0])
-    digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
+    jars = home / "jars"
+    installed = jars.stat().st_mtime_ns if jars.is_dir() else 0
+    digest = hashlib.sha256(f"{home.resolve()}:{installed}".encode()).hexdigest()[:12]
     return cache_dir("jvm") / f"spark-{importlib.metadata.version('pyspark')}-{digest}.jsa"
 
 
 def driver_java_options() -> list[str]:
-    """The driver JVM's options for the archive: none when there is no archive to use."""
+    """The driver JVM's options for the archive: none when there is no archive to use. The JVM's
+    own words about an archive it cannot map are off: they go to stdout, where a command's JSON
+    goes, and such an archive is only slower, never wrong."""
     path = archive_path()
-    return [f"-XX:SharedArchiveFile={path}"] if path is not None and path.is_file() else []
+    if path is None or not path.is_file():
+        return []
+    return [f"-XX:SharedArchiveFile={path}", "-Xlog:cds=off,cds+dynamic=off"]
 
 
 def build_archive(path: Path | None = None) -> Path:
