@@ -58,7 +58,8 @@ def _writer_of(key: str) -> int | None:
     return int(writer) if writer.isascii() and writer.isdigit() else None
 
 
-def _json_default(value):
+def json_default(value):
+    """How a row's value that JSON has no type for is written (the JSON Lines parts, Kafka records)."""
     if isinstance(value, (dt.datetime, dt.date)):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
@@ -75,7 +76,7 @@ def encode_part(table: pa.Table, fmt: str) -> bytes:
         pq.write_table(table, buf, compression="zstd")
         return buf.getvalue()
     lines = (
-        json.dumps(row, default=_json_default, ensure_ascii=False, separators=(",", ":")) for row in table.to_pylist()
+        json.dumps(row, default=json_default, ensure_ascii=False, separators=(",", ":")) for row in table.to_pylist()
     )
     return "".join(line + "\n" for line in lines).encode("utf-8")
 

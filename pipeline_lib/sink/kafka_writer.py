@@ -13,8 +13,6 @@ there is never written again, and one not there is written once (docs/protocol.m
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import io
 import json
 from collections.abc import Iterator
@@ -29,6 +27,7 @@ from pipeline_lib.kafka_adapter import key_partition
 from pipeline_lib.kafka_clients import Consumer, Producer
 from pipeline_lib.kafka_connection import KafkaConnection, client_config
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.files_sink import json_default
 from pipeline_lib.storage import open_store
 
 # A writer's transaction is open while it sends one epoch's rows of one partition; the broker
@@ -64,21 +63,11 @@ def writer_id(job: str, pipeline: str, flow: str, topic: str, partition: int) ->
     return f"pipeline-lib.{job}.{pipeline}.{flow}.{topic}.{partition}"
 
 
-def _json_default(value):
-    if isinstance(value, (dt.datetime, dt.date)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, (bytes, bytearray)):
-        return value.hex()
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
-
-
 def _text(value) -> bytes:
     """A key or header column's bytes: a string as it is, anything else as JSON."""
     if isinstance(value, str):
         return value.encode("utf-8")
-    return json.dumps(value, default=_json_default, separators=(",", ":")).encode("utf-8")
+    return json.dumps(value, default=json_default, separators=(",", ":")).encode("utf-8")
 
 
 def record_key(row: dict, columns: tuple[str, ...]) -> bytes | None:
@@ -87,12 +76,12 @@ def record_key(row: dict, columns: tuple[str, ...]) -> bytes | None:
     if len(columns) == 1:
         value = row[columns[0]]
         return None if value is None else _text(value)
-    return json.dumps([row[c] for c in columns], default=_json_default, separators=(",", ":")).encode("utf-8")
+    return json.dumps([row[c] for c in columns], default=json_default, separators=(",", ":")).encode("utf-8")
 
 
 def record_value(row: dict) -> bytes:
     """The record value: the row as one compact JSON object (the files sink's JSON Lines form)."""
-    return json.dumps(row, default=_json_default, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return json.dumps(row, default=json_default, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def partition_of(key: bytes | None, partitions: int) -> int:
