@@ -90,6 +90,8 @@ RUN_WATCH = "pipeline_lib/orchestration/run_watch.py"
 EPOCH_EVENTS = "pipeline_lib/orchestration/epoch_events.py"
 DELTA = ("tests/unit/test_delta_sink.py",)
 DELTA_SINK = "pipeline_lib/sink/delta_sink.py"
+DELTA_MERGE = "pipeline_lib/sink/delta_merge.py"
+DELTA_MERGE_TESTS = ("tests/unit/test_delta_merge.py",)
 VERIFY_TABLES = "pipeline_lib/recovery/verify_tables.py"
 
 MUTANTS: list[Mutant] = [
@@ -1195,6 +1197,54 @@ MUTANTS: list[Mutant] = [
         "False",
         "an epoch the table's txn already holds is not committed again (the replay after a crash past it)",
         DELTA,
+    ),
+    Mutant(
+        "delta-merge-keeps-changed-keys",
+        DELTA_MERGE,
+        "current.filter(pc.invert(hit))",
+        "current",
+        "a bucket's merge drops the old row of every changed key: one current row per key",
+        DELTA_MERGE_TESTS,
+    ),
+    Mutant(
+        "delta-merge-null-keys-differ",
+        DELTA_MERGE,
+        "pc.is_in(current.column(column), value_set=changed.column(column).combine_chunks(), skip_nulls=False)",
+        "pc.is_in(current.column(column), value_set=changed.column(column).combine_chunks(), skip_nulls=True)",
+        "a null key is one key in a bucket's merge, as in keyed state: its old row is replaced",
+        DELTA_MERGE_TESTS,
+    ),
+    Mutant(
+        "delta-merge-keeps-replaced-files",
+        DELTA_MERGE,
+        "[list(f) for f in live]",
+        "[]",
+        "a bucket's new file comes with the remove actions of the files it replaces",
+        DELTA_MERGE_TESTS,
+    ),
+    Mutant(
+        "delta-merge-ignores-foreign-files",
+        DELTA_MERGE,
+        "bucket is None",
+        "False",
+        "a table file outside the bucket layout (another tool's rewrite) is refused, never left beside the merge",
+        DELTA_MERGE_TESTS,
+    ),
+    Mutant(
+        "delta-merge-ignores-table-buckets",
+        DELTA_SINK,
+        "int(configured) if configured else self.buckets",
+        "self.buckets",
+        "an upserted table is merged with the bucket count it was created with, whatever the spec says now",
+        DELTA_MERGE_TESTS,
+    ),
+    Mutant(
+        "delta-vacuum-reaches-epoch-in-flight",
+        "pipeline_lib/sink/delta_maintenance.py",
+        "max(retention_hours, min_hours)",
+        "retention_hours",
+        "a table's VACUUM keeps at least an hour of unreferenced files: the next epoch's merge files in flight",
+        ("tests/unit/test_delta_upkeep.py",),
     ),
     Mutant(
         "verify-table-behind-head",

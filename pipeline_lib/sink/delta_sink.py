@@ -17,8 +17,9 @@ commit's sink step, before the manifest and HEAD (epoch_commit):
   attempt's commit loses the log entry's create-only put, reads the table again and is fenced.
 
 Appending flows add the staged Parquet files themselves (O(files) on the driver: only add
-actions). Upserting flows merge the epoch's changed rows by key with delta-rs's MERGE, which
-rewrites the table files holding those keys (copy-on-write, as Spark's Delta MERGE does).
+actions). Upserting flows merge the epoch's changed rows by key on the executors, each task
+rewriting one bucket of keys (sink/delta_merge.py), and the driver commits their add and remove
+actions; a partitioned upsert still merges with delta-rs's MERGE on the driver.
 """
 
 from __future__ import annotations
@@ -39,6 +40,17 @@ from pipeline_lib.checkpoint.manifest import FileRef, SinkCommit
 from pipeline_lib.errors import FencedError, PipelineError
 from pipeline_lib.faults import fault_point
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.delta_maintenance import TableUpkeep, keep_up
+from pipeline_lib.sink.delta_merge import (
+    BUCKETS_PROPERTY,
+    BucketMerge,
+    BucketSplit,
+    MergeRunner,
+    SparkMerge,
+    live_buckets,
+    merge_actions,
+    merge_in_process,
+)
 from pipeline_lib.sink.delta_table import check_same_schema, storage_options, table_uri
 from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
 from pipeline_lib.sink.output_mode import OutputMode
@@ -62,8 +74,15 @@ class DeltaSink:
         mode: OutputMode,
         key: Sequence[str] = (),
         partition_by: Sequence[str] = (),
+        buckets: int = 16,
+        checkpoint_interval: int = 100,
+        upkeep: TableUpkeep | None = None,
     ):
         self.staging = staging
+        self.settings = settings
+        self.buckets = buckets  # of a new upserted table; an existing one keeps its own
+        self.checkpoint_interval, self.upkeep = checkpoint_interval, upkeep or TableUpkeep()
+        self.merge_runner: MergeRunner = merge_in_process  # the runner sets Spark's (SparkMerge)
         self.path = path
         self.uri = table_uri(path)
         self._options = storage_options(path, settings)
@@ -72,6 +91,10 @@ class DeltaSink:
         self.mode = mode
         self.key = list(key)
         self.partition_by = list(partition_by)
+
+    def merge_on(self, spark, job_tag: str | None = None) -> None:
+        """Run an upsert's merge as Spark tasks of ``spark`` (under the run attempt's ``job_tag``)."""
+        self.merge_runner = SparkMerge(spark, job_tag)
 
     # -- what the runner reads of every sink (the staged parts, as a files sink) ----------------
     @property
@@ -103,8 +126,20 @@ class DeltaSink:
         return self.staging.committed_epochs()
 
     def remove_stale_parts(self, commit: SinkCommit, attempt: int) -> None:
-        """Staged parts the marker does not list; never a listed one (an append's table file)."""
+        """Staged parts the marker does not list, never a listed one (an append's table file); then,
+        every ``upkeep.every`` epochs, the table's compaction and VACUUM (delta_maintenance.py).
+        Both run in the epoch's background clean-up, after HEAD moved."""
         self.staging.remove_stale_parts(commit, attempt)
+        if self.upkeep.due(commit.epoch) and (table := self.open()) is not None:
+            done = keep_up(table, self.mode, self.upkeep.retention_hours, commit.epoch)
+            log.info(
+                "Delta table %s after epoch %d: %d file(s) compacted into %d, %d file(s) vacuumed",
+                self.path,
+                commit.epoch,
+                done.compacted,
+                done.added,
+                done.vacuumed,
+            )
 
     # -- the table ------------------------------------------------------------------------------
     def open(self) -> DeltaTable | None:
@@ -185,17 +220,14 @@ class DeltaSink:
         if self.mode == "append" and not self.partition_by:
             self._add_files(table, files, properties)
             return
+        if self.mode == "upsert" and not self.partition_by:
+            self._merge_on_executors(table, epoch, attempt, files, properties)
+            return
         rows = self._read(files)
         if table is None:
             if rows is None:
                 return  # nothing to create the table from; the first epoch with rows creates it
-            table = DeltaTable.create(
-                self.uri,
-                rows.schema,
-                mode="ignore",
-                partition_by=self.partition_by or None,
-                storage_options=self._options,
-            )
+            table = self._create(rows.schema)
         if rows is None:
             table.create_write_transaction(
                 [], "append", table.schema(), self.partition_by or None, commit_properties=properties
@@ -215,6 +247,58 @@ class DeltaSink:
             .execute()
         )
 
+    def _merge_on_executors(
+        self,
+        table: DeltaTable | None,
+        epoch: int,
+        attempt: int,
+        files: Sequence[FileRef],
+        properties: CommitProperties,
+    ) -> None:
+        """The upsert of the epoch's changed rows, one bucket per task (sink/delta_merge.py);
+        here only the table's file list and the tasks' actions: O(files)."""
+        parts = [ref.key for ref in files if ref.rows]
+        if table is not None:
+            configured = table.metadata().configuration.get(BUCKETS_PROPERTY)
+            buckets = int(configured) if configured else self.buckets  # guard: delta-merge-ignores-table-buckets
+            live = live_buckets(self._live_files(table), self.path)
+        else:
+            buckets, live = self.buckets, {}
+        results = []
+        if parts:
+            split = BucketSplit(str(self.staging.store.location), self.settings, tuple(self.key), buckets)
+            merge = BucketMerge(self.path, self.settings, tuple(self.key), live, epoch, attempt)
+            results = self.merge_runner(split, parts, merge)
+        actions, schema = merge_actions(results)
+        if table is None:
+            if schema is None:
+                return  # nothing to create the table from; the first epoch with rows creates it
+            table = self._create(schema, {BUCKETS_PROPERTY: str(buckets)})
+            if table.metadata().configuration.get(BUCKETS_PROPERTY) != str(buckets):
+                raise PipelineError(f"the Delta table {self.path} was created meanwhile with another bucket layout")
+        if schema is not None:
+            check_same_schema(self.path, pa.schema(table.schema().to_arrow()), schema)
+        table.create_write_transaction(actions, "append", table.schema(), commit_properties=properties)
+
+    def _create(self, schema: pa.Schema, configuration: dict[str, str] | None = None) -> DeltaTable:
+        """The table, created by the first epoch with rows (or found, if another attempt was first),
+        with its log checkpointed every ``checkpoint_interval`` commits."""
+        return DeltaTable.create(
+            self.uri,
+            schema,
+            mode="ignore",
+            partition_by=self.partition_by or None,
+            configuration={"delta.checkpointInterval": str(self.checkpoint_interval), **(configuration or {})},
+            raise_if_key_not_exists=False,  # our own keys (pipeline_lib.*): readers ignore what they do not know
+            storage_options=self._options,
+        )
+
+    @staticmethod
+    def _live_files(table: DeltaTable) -> list[tuple[str, int]]:
+        """The table's data files (path, size) from its log: O(files), no data read."""
+        adds = table.get_add_actions(flatten=True)
+        return list(zip(adds.column("path").to_pylist(), adds.column("size_bytes").to_pylist()))
+
     def _read(self, files: Sequence[FileRef]) -> pa.Table | None:
         """The epoch's staged rows (None for an epoch without rows), for a MERGE or a partitioned append."""
         tables = [pq.read_table(io.BytesIO(self.staging.store.get(ref.key))) for ref in files if ref.rows]
@@ -226,7 +310,7 @@ class DeltaSink:
         if files:
             schema = pq.read_schema(io.BytesIO(self.staging.store.get(files[0].key)))
             if table is None:
-                table = DeltaTable.create(self.uri, schema, mode="ignore", storage_options=self._options)
+                table = self._create(schema)
             check_same_schema(self.path, pa.schema(table.schema().to_arrow()), schema)
         if table is None:
             return  # nothing to create the table from; the first epoch with rows creates it

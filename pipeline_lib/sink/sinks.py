@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.delta_maintenance import TableUpkeep
 from pipeline_lib.sink.delta_sink import DeltaSink
 from pipeline_lib.sink.files_sink import FilesSink
 from pipeline_lib.sink.output_mode import key_columns, output_mode
@@ -30,4 +31,7 @@ def flow_sink(
         mode=output_mode(flow),
         key=key_columns(flow),
         partition_by=flow.sink.delta.partition_by,
+        buckets=flow.sink.delta.buckets,
+        checkpoint_interval=flow.sink.delta.checkpoint_interval,
+        upkeep=TableUpkeep(flow.sink.delta.maintenance_every, flow.sink.delta.vacuum_retention_hours),
     )

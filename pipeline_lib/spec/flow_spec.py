@@ -194,6 +194,14 @@ class DeltaSinkSpec(StrictModel):
 
     path: LocationUri
     partition_by: list[str] = []
+    # an upserted table's key buckets, one data file (and one merge task) each; fixed at creation
+    buckets: int = Field(default=16, ge=1, le=4096)
+    # commits between the log's checkpoints (delta.checkpointInterval, set when the table is created)
+    checkpoint_interval: int = Field(default=100, ge=1)
+    # epochs between compactions and VACUUMs in the background clean-up (0: never), and the hours of
+    # removed files VACUUM keeps for readers' time travel (at least 1: see sink/delta_maintenance.py)
+    maintenance_every: int = Field(default=100, ge=0)
+    vacuum_retention_hours: int = Field(default=168, ge=1)
 
     @field_validator("partition_by")
     @classmethod

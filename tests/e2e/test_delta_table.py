@@ -13,6 +13,7 @@ import pytest
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.delta_merge import bucket_of_path
 from pipeline_lib.sink.delta_table import storage_options, table_uri
 from pipeline_lib.sink.table_reader import epoch_rows
 from pipeline_lib.spec.flow_spec import delta_parts_location
@@ -50,12 +51,15 @@ def _check_consistent(env: dict, path: str, app_id: str) -> int:
     return committed
 
 
-def _delta_run(stack_env, tmp_path, payments, kills: list[str], extra: dict | None = None) -> None:
+def _delta_run(
+    stack_env, tmp_path, payments, kills: list[str], extra: dict | None = None, buckets: int | None = None
+) -> str:
+    """Run with each of ``kills`` in turn, then to the end; checks the table after each. The job's name."""
     topic, events = payments
     name = f"delta-{tmp_path.name[-20:].strip('_').lower()}".replace("_", "-")
     path, store = f"s3://results/{name}", f"s3://checkpoints/{name}"
     spec_dict = spend_spec(name, topic, path, store, extra=extra)
-    spec_dict["sink"] = {"delta": {"path": path}}
+    spec_dict["sink"] = {"delta": {"path": path, **({"buckets": buckets} if buckets else {})}}
     spec = write_spec(tmp_path, spec_dict)
     app_id = f"{name}/main/{name}"
     for fault in kills:
@@ -74,6 +78,7 @@ def _delta_run(stack_env, tmp_path, payments, kills: list[str], extra: dict | No
     assert head is not None and head.latest is not None and txn_of(app_id) == head.latest.epoch
     verified = run_cli(["verify", str(spec)], stack_env)
     assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
+    return name
 
 
 def test_delta_table_ahead_of_head_after_a_kill(stack_env, tmp_path, payments):
@@ -106,6 +111,21 @@ def test_delta_table_exact_after_a_kill_at(stack_env, tmp_path, payments, fault)
     _delta_run(stack_env, tmp_path, payments, [fault])
 
 
+def test_delta_merge_tasks_on_owner_tasks_killed_after_writing_a_bucket(stack_env, tmp_path, payments):
+    """Keyed state on owner tasks, the upsert merged by Spark tasks one bucket each: killed after
+    a merge task wrote its bucket's new file (no commit references it yet), the table read right
+    after the kill is the committed epochs, at the end exactly the plain-Python answer, and
+    every live file is one bucket's (sink/delta_merge.py)."""
+    name = _delta_run(
+        stack_env, tmp_path, payments, ["after_merge_files@3"], extra={"keyed_state": "owners"}, buckets=4
+    )
+    path = f"s3://results/{name}"
+    settings = ConnectionSettings.from_env(stack_env)
+    table = deltalake.DeltaTable(table_uri(path), storage_options=storage_options(path, settings))
+    buckets = [bucket_of_path(p) for p in table.get_add_actions(flatten=True).column("path").to_pylist()]
+    assert None not in buckets and len(set(buckets)) == len(buckets) <= 4
+
+
 @pytest.mark.full
 def test_delta_table_on_owner_tasks(stack_env, tmp_path, payments):
     _delta_run(stack_env, tmp_path, payments, ["after_table_commit@3"], extra={"keyed_state": "owners"})
@@ -134,6 +154,36 @@ def test_a_stateless_flow_appends_the_executors_parts(stack_env, tmp_path, payme
     key = lambda r: (r["user"], r["amount"])  # noqa: E731
     assert sorted(rows, key=key) == sorted(({"user": e["user"], "amount": e["amount"]} for e in events), key=key)
     assert all(uri.split("/")[-3] == "_pipeline_parts" for uri in table.file_uris())
+
+
+@pytest.mark.full
+def test_delta_upkeep_killed_after_compaction(stack_env, tmp_path, payments):
+    """A stateless flow compacted and vacuumed every 2 epochs in the background clean-up, killed
+    after a compaction's commit: the table read right after the kill holds every event of the
+    epochs its txn names once, and at the end every event once (sink/delta_maintenance.py)."""
+    topic, events = payments
+    name = f"delta-upkeep-{tmp_path.name[-12:].strip('_').lower()}".replace("_", "-")
+    path, store = f"s3://results/{name}", f"s3://checkpoints/{name}"
+    spec_dict = spend_spec(name, topic, path, store)
+    del spec_dict["state"]
+    spec_dict["sink"] = {"delta": {"path": path, "maintenance_every": 2}}
+    spec = write_spec(tmp_path, spec_dict)
+    settings = ConnectionSettings.from_env(stack_env)
+    crashed = run_cli(
+        ["run", str(spec), "--until-caught-up"], {**stack_env, "PIPELINE_FAULT_POINTS": "after_table_compaction@2"}
+    )
+    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    table = deltalake.DeltaTable(table_uri(path), storage_options=storage_options(path, settings))
+    staged = open_store(delta_parts_location(path), settings)
+    through = table.transaction_version(f"{name}/main/{name}")
+    assert table.to_pyarrow_table().num_rows == sum(len(epoch_rows(staged, e)) for e in range(1, through + 1))
+    assert any(not uri.split("/")[-2].startswith("epoch=") for uri in table.file_uris())  # compacted
+    done = run_cli(["run", str(spec), "--until-caught-up"], stack_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = deltalake.DeltaTable(table_uri(path), storage_options=storage_options(path, settings))
+    rows = table.to_pyarrow_table().select(["user", "amount"]).to_pylist()
+    key = lambda r: (r["user"], r["amount"])  # noqa: E731
+    assert sorted(rows, key=key) == sorted(({"user": e["user"], "amount": e["amount"]} for e in events), key=key)
 
 
 @pytest.mark.full

@@ -27,6 +27,7 @@ from pipeline_lib.execution.source.epoch_reader import epoch_range_reader, range
 from pipeline_lib.execution.source.subtask_start import SourceStart
 from pipeline_lib.faults import fault_point
 from pipeline_lib.plan.offsets import EpochPlan
+from pipeline_lib.sink.delta_sink import DeltaSink
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +148,9 @@ class EpochCommit:
                 flow.late_records,
             )
 
+        for flow in self.parts.flows:  # an upserted Delta table is merged by this run's Spark tasks
+            if isinstance(flow.sink, DeltaSink) and self.attempt.spark is not None:
+                flow.sink.merge_on(self.attempt.spark, self.attempt.job_tag)
         dead = self.parts.dead_letters
         dead_letters = (
             DeadLetterOutput(dead, self.parts.sink_digest(plan, "dead-letters"), bad.files)
