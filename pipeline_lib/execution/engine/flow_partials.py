@@ -1,7 +1,8 @@
 """What a Python worker makes of one flow's records on the Arrow path: its rows as read, or its
 partial aggregate per key (one row per key, mergeable with the partials of other batches, tasks
 and epochs). A windowed flow's records are first assigned their windows (event_windows), whose
-bounds join the key; ``count_distinct`` partials are the set of values per key, as a list.
+bounds join the key; ``count_distinct`` partials are the set of values per key, as a list, and
+the approximate ones a serialized sketch per key (sketches).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import pyarrow.compute as pc
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.event_windows import HIDDEN_PARTIALS, WindowAssigner
+from pipeline_lib.execution.engine.sketches import SKETCH_FUNCTIONS, sketch_merge, sketch_of
 from pipeline_lib.spec.flow_spec import AggregateSpec
 
 _ROW = "__row"  # a row's index, to gather the sets of count_distinct partials by group
+_GATHERED = ("count_distinct", *SKETCH_FUNCTIONS)  # partials merged in Python, by group
 
 
 _SKIP_NULLS = pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)  # all-null group → null, as in Spark
@@ -54,6 +57,8 @@ class FlowInWorker:
         for _, fn, column in self.aggregates:
             if fn == "count_distinct":
                 specs.append((column, "distinct", pc.CountOptions("only_valid")))
+            elif fn in SKETCH_FUNCTIONS:
+                specs.append((column, "list"))  # each group's values, sketched below
             elif fn == "count":
                 specs.append((column or self.keys[0], "count", pc.CountOptions("only_valid" if column else "all")))
             elif column is None:
@@ -61,7 +66,17 @@ class FlowInWorker:
             else:
                 specs.append((column, fn, _SKIP_NULLS))
         self._check_sums(table, [(column, fn) for _, fn, column in self.aggregates])
-        return self._grouped(table, specs)
+        return self._sketched(self._grouped(table, specs))
+
+    def _sketched(self, grouped: pa.Table) -> pa.Table:
+        """``grouped`` with each sketch function's list of values per group made its sketch."""
+        nkeys = len(self.keys)
+        for i, (name, fn, column) in enumerate(self.aggregates):
+            if fn in SKETCH_FUNCTIONS:
+                where = f"{fn}({column})"
+                sketches = [sketch_of(fn, values, where) for values in grouped.column(nkeys + i).to_pylist()]
+                grouped = grouped.set_column(nkeys + i, name, pa.array(sketches, pa.binary()))
+        return grouped
 
     def combined(self, partials: Sequence[pa.Table]) -> pa.Table:
         """Partials of the same keys (from several batches or tasks) folded into one row per key."""
@@ -69,27 +84,31 @@ class FlowInWorker:
             return partials[0]
         table = pa.concat_tables(partials)
         self._check_sums(table, [(name, "sum" if fn == "count" else fn) for name, fn, _ in self.aggregates])
-        if not any(fn == "count_distinct" for _, fn, _ in self.aggregates):
+        if not any(fn in _GATHERED for _, fn, _ in self.aggregates):
             return self._grouped(
                 table, [(name, "sum" if fn == "count" else fn, _SKIP_NULLS) for name, fn, _ in self.aggregates]
             )
         return self._combined_sets(table)
 
     def _combined_sets(self, table: pa.Table) -> pa.Table:
-        """``combined`` with count_distinct partials: each group's rows by index (one grouping,
-        so they line up with its other partials), whose sets are joined in Python (partial rows
-        number the keys changed, not the records)."""
+        """``combined`` with count_distinct or sketch partials: each group's rows by index (one
+        grouping, so they line up with its other partials), whose sets are joined (sketches
+        merged) in Python (partial rows number the keys changed, not the records)."""
         table = table.append_column(_ROW, pa.array(range(table.num_rows), pa.int64()))
         specs: list = [
-            (_ROW, "list") if fn == "count_distinct" else (name, "sum" if fn == "count" else fn, _SKIP_NULLS)
+            (_ROW, "list") if fn in _GATHERED else (name, "sum" if fn == "count" else fn, _SKIP_NULLS)
             for name, fn, _ in self.aggregates
         ]
         grouped = self._grouped(table, specs)
         nkeys = len(self.keys)
         for i, (name, fn, _) in enumerate(self.aggregates):
-            if fn != "count_distinct":
+            if fn not in _GATHERED:
                 continue
             values = table.column(name).to_pylist()
+            if fn in SKETCH_FUNCTIONS:
+                merged = [sketch_merge(fn, [values[r] for r in rows]) for rows in grouped.column(nkeys + i).to_pylist()]
+                grouped = grouped.set_column(nkeys + i, name, pa.array(merged, pa.binary()))
+                continue
             sets = [
                 sorted({v for r in rows for v in values[r] or ()}) for rows in grouped.column(nkeys + i).to_pylist()
             ]

@@ -3,7 +3,8 @@
 Spark (or, on the Arrow path, its Python workers) computes each epoch's partial aggregate per
 key; this class merges those partials into the running values. sum/count/min/max are all
 mergeable, so merge(state, partial) equals the aggregate over all records so far (count_distinct
-keeps each key's set of values, avg a sum and a count: spec.aggregates.state_functions). Keys are
+keeps each key's set of values, avg a sum and a count, the approximate ones a sketch:
+spec.aggregates.state_functions). Keys are
 bucketed into key groups (see plan.keygroups) so a snapshot can be cut by key-group ranges and
 restored with another parallelism.
 
@@ -24,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline_lib.errors import PipelineError
+from pipeline_lib.execution.engine.sketches import SKETCH_FUNCTIONS, sketch_merge
 from pipeline_lib.plan.keygroups import key_groups_of
 from pipeline_lib.spec.aggregates import AggregateFunction
 
@@ -144,6 +146,8 @@ def _combine(fn: str, old: np.ndarray, new: np.ndarray) -> np.ndarray:
         return _objects([a + b for a, b in zip(old, new)])
     if fn == "count_distinct":  # the sets of values seen, as sorted lists
         return _objects([sorted(set(a).union(b)) for a, b in zip(old, new)])
+    if fn in SKETCH_FUNCTIONS:  # serialized sketches: their union  # guard: sketch-state-merge
+        return _objects([sketch_merge(fn, [a, b]) for a, b in zip(old, new)])
     pick = min if fn == "min" else max
     return _objects([pick(a, b) for a, b in zip(old, new)])
 
