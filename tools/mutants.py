@@ -1293,4 +1293,20 @@ MUTANTS: list[Mutant] = [
         "a Kafka sink writer's marker commits in the same transaction as the epoch's rows",
         KAFKA_WRITER_TESTS,
     ),
+    Mutant(
+        "sketch-state-merge",
+        "pipeline_lib/execution/state/keyed_state.py",
+        "sketch_merge(fn, [a, b])",
+        "b",
+        "a key's approx_count_distinct/approx_percentile sketch is the union of every epoch's, not the last one's",
+        ("tests/unit/test_sketches.py",),
+    ),
+    Mutant(
+        "sketch-partials-merge",
+        "pipeline_lib/execution/engine/flow_partials.py",
+        "sketch_merge(fn, [values[r] for r in rows])",
+        "values[rows[-1]]",
+        "a worker's batches' sketches of one key are merged, not the last batch's kept",
+        ("tests/unit/test_sketches.py",),
+    ),
 ]

@@ -55,7 +55,9 @@ def parse_aggregate(expr: str) -> AggregateFunction:
         )
     name, column, param = match.group(1).lower(), match.group(2), match.group(3)
     if name == "approx_percentile":
-        return AggregateFunction(name, column if column != "*" else _no_star(name), _quantile(expr, param))
+        return AggregateFunction(
+            "approx_percentile", column if column != "*" else _no_star(name), _quantile(expr, param)
+        )
     if param is not None:
         raise ValueError(f"{name} takes one column, not {expr!r}")
     if column == "*":

@@ -53,7 +53,7 @@ class FlowInWorker:
         """At most one row per key of ``table``: the key columns, then one partial per aggregate."""
         if self.window is not None:
             table = self.window.assign(table)
-        specs = []
+        specs: list[tuple] = []
         for _, fn, column in self.aggregates:
             if fn == "count_distinct":
                 specs.append((column, "distinct", pc.CountOptions("only_valid")))
@@ -106,7 +106,10 @@ class FlowInWorker:
                 continue
             values = table.column(name).to_pylist()
             if fn in SKETCH_FUNCTIONS:
-                merged = [sketch_merge(fn, [values[r] for r in rows]) for rows in grouped.column(nkeys + i).to_pylist()]
+                groups = grouped.column(nkeys + i).to_pylist()
+                merged = [
+                    sketch_merge(fn, [values[r] for r in rows]) for rows in groups
+                ]  # guard: sketch-partials-merge
                 grouped = grouped.set_column(nkeys + i, name, pa.array(merged, pa.binary()))
                 continue
             sets = [

@@ -146,8 +146,8 @@ def _combine(fn: str, old: np.ndarray, new: np.ndarray) -> np.ndarray:
         return _objects([a + b for a, b in zip(old, new)])
     if fn == "count_distinct":  # the sets of values seen, as sorted lists
         return _objects([sorted(set(a).union(b)) for a, b in zip(old, new)])
-    if fn in SKETCH_FUNCTIONS:  # serialized sketches: their union  # guard: sketch-state-merge
-        return _objects([sketch_merge(fn, [a, b]) for a, b in zip(old, new)])
+    if fn in SKETCH_FUNCTIONS:  # serialized sketches: their union
+        return _objects([sketch_merge(fn, [a, b]) for a, b in zip(old, new)])  # guard: sketch-state-merge
     pick = min if fn == "min" else max
     return _objects([pick(a, b) for a, b in zip(old, new)])
 
