@@ -1304,9 +1304,25 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "sketch-partials-merge",
         "pipeline_lib/execution/engine/flow_partials.py",
-        "sketch_merge(fn, [values[r] for r in rows])",
+        "merge(fn, [values[r] for r in rows])",
         "values[rows[-1]]",
         "a worker's batches' sketches of one key are merged, not the last batch's kept",
+        ("tests/unit/test_sketches.py",),
+    ),
+    Mutant(
+        "top-state-merge",
+        "pipeline_lib/execution/state/keyed_state.py",
+        "top_merge([a, b], int(param or 0))",
+        "b",
+        "a key's top(col, n) is the n largest of every epoch's values, not the last epoch's",
+        ("tests/unit/test_sketches.py",),
+    ),
+    Mutant(
+        "top-partials-merge",
+        "pipeline_lib/execution/engine/flow_partials.py",
+        "top_merge([values[r] for r in rows], n)",
+        "values[rows[-1]]",
+        "a worker's batches' top lists of one key are merged, not the last batch's kept",
         ("tests/unit/test_sketches.py",),
     ),
 ]

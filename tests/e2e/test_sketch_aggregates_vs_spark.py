@@ -1,7 +1,8 @@
-"""approx_count_distinct and approx_percentile against Spark's own functions on the same events,
+"""approx_count_distinct, approx_percentile and top against Spark's own functions on the same events,
 in the same local Spark session: our run of the events through ``run_on_records`` (several
 epochs, so the sketches are merged across epochs and batches) and Spark's batch
-``approx_count_distinct`` / ``percentile_approx`` and exact ``countDistinct`` over them.
+``approx_count_distinct`` / ``percentile_approx``, exact ``countDistinct`` and
+``slice(sort_array(collect_list(ms), false), 1, 3)`` (top, equal) over them.
 
 Approximate values are checked against the documented error (sketches.HLL_RSE, KLL_RANK_ERROR):
 the distinct estimate within 4 standard errors of the exact count, the percentile's rank within
@@ -36,6 +37,7 @@ VALUES = {
     "users": "approx_count_distinct(user)",
     "p50": "approx_percentile(ms, 0.5)",
     "p95": "approx_percentile(ms, 0.95)",
+    "top3": "top(ms, 3)",
 }
 
 
@@ -97,6 +99,7 @@ def sparks_answer(spark, rows: list[dict], window: str | None) -> dict[tuple, di
         F.percentile_approx("ms", 0.5).alias("p50"),
         F.percentile_approx("ms", 0.95).alias("p95"),
         F.array_sort(F.collect_list("ms")).alias("values"),
+        F.slice(F.sort_array(F.collect_list("ms"), asc=False), 1, 3).alias("top3"),
     )
     if window is not None:
         out = out.withColumn("start", F.unix_millis(F.col("w.start")))
@@ -119,7 +122,7 @@ def test_sketches_are_within_their_documented_error_of_sparks(spark, tmp_path, t
     want = sparks_answer(spark, rows, None)
     assert got.keys() == want.keys() and len(want) == 4
     for key, row in want.items():
-        assert got[key]["n"] == row["n"]
+        assert got[key]["n"] == row["n"] and got[key]["top3"] == row["top3"]
         exact = row["exact_users"]
         assert abs(got[key]["users"] - exact) <= 4 * HLL_RSE * exact, (key, got[key]["users"], exact)
         assert abs(row["spark_users"] - exact) <= 0.2 * exact  # Spark's own (rsd 0.05) agrees with both
@@ -138,7 +141,7 @@ def test_sketches_in_a_window_with_emit_final_equal_sparks(spark, tmp_path):
     want = sparks_answer(spark, rows, "1 minute")
     assert len(got) == len(run.table()) and got.keys() == want.keys() and len(want) > 40
     for key, row in want.items():
-        assert got[key]["n"] == row["n"]
+        assert got[key]["n"] == row["n"] and got[key]["top3"] == row["top3"]
         assert got[key]["p50"] == row["p50"] and got[key]["p95"] == row["p95"], key
         # the HLL sketch is exact (a list of coupons) at these sizes
         assert got[key]["users"] == row["exact_users"], key

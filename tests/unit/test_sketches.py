@@ -1,4 +1,4 @@
-"""approx_count_distinct's HLL and approx_percentile's KLL partials: made from values, merged
+"""approx_count_distinct's HLL, approx_percentile's KLL and top's partials: made from values, merged
 across batches (a worker's ``combined``), epochs (the keyed state's merge) and a snapshot's
 restore (the runner's real restorer on local stores), the merge equal to the sketch of all the
 values. tools/mutation.py checks these fail without the merge lines."""
@@ -24,6 +24,7 @@ from pipeline_lib.execution.engine.sketches import (
     kll_of,
     kll_quantile,
 )
+from pipeline_lib.execution.engine.top_values import top_merge, top_of
 from pipeline_lib.execution.runtime.runner_types import EpochRead, RunOptions
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.settings import ConnectionSettings
@@ -31,7 +32,12 @@ from pipeline_lib.spec import parse_spec
 from pipeline_lib.spec.aggregates import parse_aggregate
 from tests.runner_fakes import TestRunner
 
-VALUES = {"n": "count(*)", "users": "approx_count_distinct(user)", "p90": "approx_percentile(ms, 0.9)"}
+VALUES = {
+    "n": "count(*)",
+    "users": "approx_count_distinct(user)",
+    "p90": "approx_percentile(ms, 0.9)",
+    "top2": "top(ms, 2)",
+}
 
 
 def spec_dict(root) -> dict:
@@ -75,9 +81,19 @@ def test_values_a_sketch_cannot_take_are_refused_naming_the_aggregate():
         hll_of([__import__("datetime").date(2026, 1, 1)])
 
 
-def test_the_parser_takes_one_q_in_the_unit_interval():
+def test_top_keeps_the_n_largest_nan_above_every_number_nulls_skipped():
+    assert top_of([3, None, 9, 1, 9], 3) == [9, 9, 3]
+    nan = float("nan")
+    got = top_merge([[5.0, 1.0], None, [nan, 2.0]], 2)
+    assert got[0] != got[0] and got[1] == 5.0
+    assert top_merge([["b"], ["c", "a"]], 5) == ["c", "b", "a"]
+
+
+def test_the_parser_takes_one_q_in_the_unit_interval_and_a_whole_n():
     assert parse_aggregate("approx_percentile(ms, 0.95)").param == 0.95
-    for bad in ("approx_percentile(ms)", "approx_percentile(ms, 0)", "approx_percentile(ms, 1.5)", "sum(ms, 2)"):
+    assert parse_aggregate("top(ms, 3)").param == 3
+    bad_forms = ("approx_percentile(ms)", "approx_percentile(ms, 0)", "approx_percentile(ms, 1.5)", "sum(ms, 2)")
+    for bad in (*bad_forms, "top(ms)", "top(ms, 0)", "top(ms, 2.5)", "top(*, 2)"):
         with pytest.raises(ValueError):
             parse_aggregate(bad)
 
@@ -102,6 +118,7 @@ def test_a_worker_s_batches_merge_into_the_sketch_of_all_their_records(tmp_path)
     a = next(r for r in both if r["page"] == "a")
     assert a["n"] == 4 and hll_estimate(a["users"]) == 3
     assert kll_quantile(a["p90"], 0.9) == 50.0 and kll_quantile(a["p90"], 0.5) == 30.0
+    assert a["top2"] == [50, 40]
 
 
 def test_the_keyed_state_merges_sketches_across_epochs(tmp_path):
@@ -110,8 +127,8 @@ def test_the_keyed_state_merges_sketches_across_epochs(tmp_path):
     state = KeyedAggregateState(["page"], functions, 128)
     state.merge(flow.partials(records(["a", "a"], ["u1", "u2"], [1, 2])))
     state.merge(flow.partials(records(["a", "b"], ["u3", "u1"], [3, 9])))
-    n, users, p90 = state.value(("a",))
-    assert n == 3 and hll_estimate(users) == 3 and kll_quantile(p90, 1.0) == 3.0
+    n, users, p90, top2 = state.value(("a",))
+    assert n == 3 and hll_estimate(users) == 3 and kll_quantile(p90, 1.0) == 3.0 and top2 == [3, 2]
 
 
 def test_the_rows_written_are_the_estimates():
@@ -121,12 +138,13 @@ def test_the_rows_written_are_the_estimates():
             "n": pa.array([2, 0], pa.int64()),
             "users": pa.array([hll_of(["x", "y"]), None], pa.binary()),
             "p90": pa.array([kll_of([1, 2]), None], pa.binary()),
+            "top2": pa.array([[2, 1], []], pa.list_(pa.int64())),
         }
     )
     spec = parse_spec(spec_dict("/tmp")).state.aggregate
     assert output_rows(spec, rows).to_pylist() == [
-        {"page": "a", "n": 2, "users": 2, "p90": 2.0},
-        {"page": "b", "n": 0, "users": 0, "p90": None},
+        {"page": "a", "n": 2, "users": 2, "p90": 2.0, "top2": [2, 1]},
+        {"page": "b", "n": 0, "users": 0, "p90": None, "top2": []},
     ]
 
 
@@ -158,8 +176,8 @@ def test_sketches_survive_a_snapshot_and_restore_and_keep_merging(tmp_path):
     first.commit(flow.partials(records(["a", "b"], ["u1", "u1"], [5, 6])))
     first.commit(flow.partials(records(["a"], ["u2"], [7])))  # an incremental snapshot of key a
     again = Epochs(tmp_path, after=first)
-    n, users, p90 = again.value("a")
-    assert n == 2 and hll_estimate(users) == 2 and kll_quantile(p90, 0.5) == 5.0
+    n, users, p90, top2 = again.value("a")
+    assert n == 2 and hll_estimate(users) == 2 and kll_quantile(p90, 0.5) == 5.0 and top2 == [7, 5]
     again.commit(flow.partials(records(["a"], ["u3"], [1])))
-    n, users, p90 = again.value("a")
-    assert n == 3 and hll_estimate(users) == 3 and kll_quantile(p90, 0.1) == 1.0
+    n, users, p90, top2 = again.value("a")
+    assert n == 3 and hll_estimate(users) == 3 and kll_quantile(p90, 0.1) == 1.0 and top2 == [7, 5]

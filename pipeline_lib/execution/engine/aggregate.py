@@ -26,6 +26,8 @@ def partials_frame(df: DataFrame, spec: AggregateSpec) -> DataFrame:
         arg = F.lit(1) if fn.column is None else F.col(fn.column)
         if fn.name == "count_distinct":
             exprs.append(F.array_sort(F.collect_set(arg)).alias(name))
+        elif fn.name == "top":  # the n largest, largest first (NaN above every number, nulls skipped)
+            exprs.append(F.slice(F.sort_array(F.collect_list(arg), asc=False), 1, int(fn.param or 0)).alias(name))
         elif fn.name in SKETCH_FUNCTIONS:
             values = F.collect_set(arg) if fn.name == "approx_count_distinct" else F.collect_list(arg)
             exprs.append(_sketch_udf(fn.name, str(fn))(values).alias(name))

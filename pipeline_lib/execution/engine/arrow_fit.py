@@ -35,6 +35,7 @@ _ALLOWED = {  # the column types each aggregate takes on the Arrow path (_ORDERE
     "count_distinct": _KEY_TYPES,
     "approx_count_distinct": _SUMMABLE + (T.StringType, T.BooleanType),
     "approx_percentile": _SUMMABLE,
+    "top": _ORDERED + (T.FloatType, T.DoubleType),
 }
 
 
@@ -79,7 +80,7 @@ def python_schemas(
                 continue
             assert fn.column is not None
             data_type = fields[fn.column].dataType
-            if fn.name == "count_distinct":
+            if fn.name in ("count_distinct", "top"):
                 columns.append(T.StructField(name, T.ArrayType(data_type, False), False))
                 continue
             if fn.name in SKETCH_FUNCTIONS:  # a serialized sketch, null for a group without values

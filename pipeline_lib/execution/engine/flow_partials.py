@@ -16,10 +16,12 @@ import pyarrow.compute as pc
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.event_windows import HIDDEN_PARTIALS, WindowAssigner
 from pipeline_lib.execution.engine.sketches import SKETCH_FUNCTIONS, sketch_merge, sketch_of
+from pipeline_lib.execution.engine.top_values import top_merge, top_of
 from pipeline_lib.spec.flow_spec import AggregateSpec
 
 _ROW = "__row"  # a row's index, to gather the sets of count_distinct partials by group
-_GATHERED = ("count_distinct", *SKETCH_FUNCTIONS)  # partials merged in Python, by group
+_GATHERED = ("count_distinct", "top", *SKETCH_FUNCTIONS)  # partials merged in Python, by group
+_LISTED = ("top", *SKETCH_FUNCTIONS)  # partials made in Python from each group's list of values
 
 
 _SKIP_NULLS = pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)  # all-null group → null, as in Spark
@@ -33,6 +35,7 @@ class FlowInWorker:
     keys: tuple[str, ...] = ()
     aggregates: tuple[tuple[str, str, str | None], ...] = ()  # (output name, function, column; None: count(*))
     window: WindowAssigner | None = None  # a windowed flow's windows (its keys end with their bounds)
+    tops: tuple[tuple[str, int], ...] = ()  # (output name, n) of each top(col, n)
 
     @classmethod
     def of(cls, agg: AggregateSpec | None) -> FlowInWorker:
@@ -41,8 +44,10 @@ class FlowInWorker:
         if agg is None:
             return cls()
         window = WindowAssigner.of(agg)
-        aggregates = tuple((name, f.name, f.column) for name, f in agg.state_functions().items())
-        return cls(tuple(agg.state_key()), aggregates + (HIDDEN_PARTIALS if window else ()), window)
+        functions = agg.state_functions()
+        aggregates = tuple((name, f.name, f.column) for name, f in functions.items())
+        tops = tuple((name, int(f.param or 0)) for name, f in functions.items() if f.name == "top")
+        return cls(tuple(agg.state_key()), aggregates + (HIDDEN_PARTIALS if window else ()), window, tops)
 
     @property
     def stateful(self) -> bool:
@@ -57,8 +62,8 @@ class FlowInWorker:
         for _, fn, column in self.aggregates:
             if fn == "count_distinct":
                 specs.append((column, "distinct", pc.CountOptions("only_valid")))
-            elif fn in SKETCH_FUNCTIONS:
-                specs.append((column, "list"))  # each group's values, sketched below
+            elif fn in _LISTED:
+                specs.append((column, "list"))  # each group's values, made its partial below
             elif fn == "count":
                 specs.append((column or self.keys[0], "count", pc.CountOptions("only_valid" if column else "all")))
             elif column is None:
@@ -69,10 +74,14 @@ class FlowInWorker:
         return self._sketched(self._grouped(table, specs))
 
     def _sketched(self, grouped: pa.Table) -> pa.Table:
-        """``grouped`` with each sketch function's list of values per group made its sketch."""
-        nkeys = len(self.keys)
+        """``grouped`` with each sketch function's list of values per group made its sketch, and
+        each top's made its n largest."""
+        nkeys, tops = len(self.keys), dict(self.tops)
         for i, (name, fn, column) in enumerate(self.aggregates):
-            if fn in SKETCH_FUNCTIONS:
+            if fn == "top":
+                lists = [top_of(values, tops[name]) for values in grouped.column(nkeys + i).to_pylist()]
+                grouped = grouped.set_column(nkeys + i, name, pa.array(lists, grouped.schema.field(nkeys + i).type))
+            elif fn in SKETCH_FUNCTIONS:
                 where = f"{fn}({column})"
                 sketches = [sketch_of(fn, values, where) for values in grouped.column(nkeys + i).to_pylist()]
                 grouped = grouped.set_column(nkeys + i, name, pa.array(sketches, pa.binary()))
@@ -100,21 +109,22 @@ class FlowInWorker:
             for name, fn, _ in self.aggregates
         ]
         grouped = self._grouped(table, specs)
-        nkeys = len(self.keys)
+        nkeys, tops = len(self.keys), dict(self.tops)
         for i, (name, fn, _) in enumerate(self.aggregates):
             if fn not in _GATHERED:
                 continue
-            values = table.column(name).to_pylist()
+            values, groups = table.column(name).to_pylist(), grouped.column(nkeys + i).to_pylist()
+            if fn == "top":
+                n = tops[name]
+                lists = [top_merge([values[r] for r in rows], n) for rows in groups]  # guard: top-partials-merge
+                grouped = grouped.set_column(nkeys + i, name, pa.array(lists, table.schema.field(name).type))
+                continue
             if fn in SKETCH_FUNCTIONS:
-                groups = grouped.column(nkeys + i).to_pylist()
-                merged = [
-                    sketch_merge(fn, [values[r] for r in rows]) for rows in groups
-                ]  # guard: sketch-partials-merge
+                merge = sketch_merge
+                merged = [merge(fn, [values[r] for r in rows]) for rows in groups]  # guard: sketch-partials-merge
                 grouped = grouped.set_column(nkeys + i, name, pa.array(merged, pa.binary()))
                 continue
-            sets = [
-                sorted({v for r in rows for v in values[r] or ()}) for rows in grouped.column(nkeys + i).to_pylist()
-            ]
+            sets = [sorted({v for r in rows for v in values[r] or ()}) for rows in groups]
             grouped = grouped.set_column(nkeys + i, name, pa.array(sets, table.schema.field(name).type))
         return grouped
 
