@@ -112,13 +112,13 @@ def worker(root) -> FlowInWorker:
 
 def test_a_worker_s_batches_merge_into_the_sketch_of_all_their_records(tmp_path):
     flow = worker(tmp_path)
-    one = flow.partials(records(["a", "b", "a"], ["u1", "u1", "u2"], [10, 20, 30]))
+    one = flow.partials(records(["a", "b", "a"], ["u1", "u1", "u2"], [10, 20, 99]))
     two = flow.partials(records(["a", "a"], ["u3", "u1"], [40, 50]))
     both = flow.combined([one, two]).to_pylist()
     a = next(r for r in both if r["page"] == "a")
     assert a["n"] == 4 and hll_estimate(a["users"]) == 3
-    assert kll_quantile(a["p90"], 0.9) == 50.0 and kll_quantile(a["p90"], 0.5) == 30.0
-    assert a["top2"] == [50, 40]
+    assert kll_quantile(a["p90"], 0.9) == 99.0 and kll_quantile(a["p90"], 0.5) == 40.0
+    assert a["top2"] == [99, 50]  # one value from each batch
 
 
 def test_the_keyed_state_merges_sketches_across_epochs(tmp_path):
