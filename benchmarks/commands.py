@@ -212,10 +212,15 @@ def windows(
     pages: Annotated[int, typer.Option(min=1, help="Distinct pages (keys).")] = 1_000,
     per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 20_000,
     parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism (local[N]).")] = 2,
+    sketches: Annotated[
+        bool, typer.Option(help="Also approx_count_distinct(user) and approx_percentile(ms, 0.95) on both sides.")
+    ] = False,
 ) -> None:
     """1-minute tumbling windows with a watermark: ours vs Spark SS withWatermark + window, append.
 
     Prints both whole-process times and their ratio (see benchmarks/windows.py)."""
     from benchmarks.windows import windows_bench
 
-    raise typer.Exit(windows_bench(events=events, pages=pages, per_epoch=per_epoch, parallelism=parallelism))
+    raise typer.Exit(
+        windows_bench(events=events, pages=pages, per_epoch=per_epoch, parallelism=parallelism, sketches=sketches)
+    )

@@ -6,6 +6,7 @@ server through S3A (the child process of ``pipeline-lib bench windows``, benchma
       .select(from_json(value, "page string, user string, ms long, ts timestamp"))
       .withWatermark("ts", "2 minutes")
       .groupBy(window("ts", "1 minute"), "page").agg(count(*) as n, avg(ms) as mean_ms)
+        (--sketches: also approx_count_distinct(user) as users, percentile_approx(ms, 0.95) as p95)
       .writeStream.outputMode("append").option("checkpointLocation", "s3a://...")
       .foreachBatch(each batch's closed windows as parquet to s3a://results/.../batch=<id>)
       .trigger(availableNow=True)
@@ -14,6 +15,7 @@ server through S3A (the child process of ``pipeline-lib bench windows``, benchma
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 
@@ -23,9 +25,10 @@ from benchmarks.structured_streaming_kafka import s3a_settings
 from pipeline_lib.settings import ConnectionSettings
 
 SCHEMA = "page string, user string, ms long, ts timestamp"
+SKETCHES_FLAG = "--sketches"
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, sketches_too: bool = False) -> dict:
     """Run the windowed query to the end of the topic and return its timings."""
     from pyspark.sql import functions as F
 
@@ -42,15 +45,25 @@ def run(args: argparse.Namespace) -> dict:
     )
     if args.max_records_per_trigger > 0:
         source = source.option("maxOffsetsPerTrigger", str(args.max_records_per_trigger))
+    sketches = (
+        [F.approx_count_distinct("user").alias("users"), F.percentile_approx("ms", 0.95).alias("p95")]
+        if sketches_too
+        else []
+    )
     windows = (
         source.load()
         .select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("e"))
         .select("e.*")
         .withWatermark("ts", "2 minutes")
         .groupBy(F.window("ts", "1 minute"), "page")
-        .agg(F.count(F.lit(1)).alias("n"), F.avg("ms").alias("mean_ms"))
+        .agg(F.count(F.lit(1)).alias("n"), F.avg("ms").alias("mean_ms"), *sketches)
         .select(
-            "page", F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "n", "mean_ms"
+            "page",
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "n",
+            "mean_ms",
+            *(["users", "p95"] if sketches else []),
         )
     )
     output = args.output.rstrip("/")
@@ -73,7 +86,10 @@ def run(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry of the child process; prints its figures as JSON (or writes ``--result``)."""
-    return child_main(__doc__, run, "an s3a://", argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    sketches_too = SKETCHES_FLAG in argv  # this child's own flag, not one of child_main's
+    rest = [a for a in argv if a != SKETCHES_FLAG]
+    return child_main(__doc__, functools.partial(run, sketches_too=sketches_too), "an s3a://", rest)
 
 
 if __name__ == "__main__":

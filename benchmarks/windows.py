@@ -2,13 +2,15 @@
 (its Kafka connector, ``withWatermark`` + ``groupBy(window(...), key)``, append mode, checkpoint
 and output on the S3 server through S3A), on the same events in the same run.
 
-    pipeline-lib bench windows [--events 200000] [--pages 1000] [--per-epoch 20000]
+    pipeline-lib bench windows [--events 200000] [--pages 1000] [--per-epoch 20000] [--sketches]
 
 Both run as whole processes to the end of a bounded topic (JVM start included), ``count(*)`` and
 ``avg(ms)`` per page and window. Ours closes every window at the end of the bounded source;
 Spark's append mode leaves the windows still open at the end unwritten, so the windows both wrote
 are compared. Printed: each side's seconds, the ratio, the windows written and equal, and the
 largest key count of our snapshots (bounded by the open windows, not the stream's length).
+``--sketches`` adds ``approx_count_distinct(user)`` and ``approx_percentile(ms, 0.95)`` (Spark's
+``approx_count_distinct`` and ``percentile_approx``) to both, and prints how far apart they are.
 """
 
 from __future__ import annotations
@@ -52,8 +54,12 @@ def clicks(events: int, pages: int, seed: int = 34) -> list[dict]:
     return out
 
 
-def job(per_epoch: int, parallelism: int) -> dict:
-    """The windowed job: a bounded topic, ``count(*)`` and ``avg(ms)`` per page and minute."""
+SKETCHES = {"users": "approx_count_distinct(user)", "p95": "approx_percentile(ms, 0.95)"}
+
+
+def job(per_epoch: int, parallelism: int, sketches: bool = False) -> dict:
+    """The windowed job: a bounded topic, ``count(*)`` and ``avg(ms)`` per page and minute (and
+    the two sketches with ``sketches``)."""
     return {
         "name": NAME,
         "source": {
@@ -68,7 +74,7 @@ def job(per_epoch: int, parallelism: int) -> dict:
             "aggregate": {
                 "key": ["page"],
                 "window": {"column": "ts", "size": "1 minute"},
-                "values": {"n": "count(*)", "mean_ms": "avg(ms)"},
+                "values": {"n": "count(*)", "mean_ms": "avg(ms)", **(SKETCHES if sketches else {})},
                 "emit": "final",
             }
         },
@@ -83,7 +89,21 @@ def _windows(rows: list[dict]) -> dict[tuple, int]:
     return {(r["page"], round(r["window_start"].timestamp() * 1000)): r["n"] for r in rows}
 
 
-def windows_bench(events: int = 200_000, pages: int = 1_000, per_epoch: int = 20_000, parallelism: int = 2) -> int:
+def _sketch_gaps(ours: list[dict], theirs: list[dict]) -> tuple[int, int]:
+    """The largest gaps between both sides' sketch values over the windows both wrote with equal
+    counts (the same records: the others differ by the late records each side took)."""
+    mine = {(r["page"], round(r["window_start"].timestamp() * 1000)): r for r in ours}
+    users = p95 = 0
+    for r in theirs:
+        other = mine.get((r["page"], round(r["window_start"].timestamp() * 1000)))
+        if other is not None and other["n"] == r["n"]:
+            users, p95 = max(users, abs(other["users"] - r["users"])), max(p95, abs(other["p95"] - r["p95"]))
+    return users, p95
+
+
+def windows_bench(
+    events: int = 200_000, pages: int = 1_000, per_epoch: int = 20_000, parallelism: int = 2, sketches: bool = False
+) -> int:
     """Run both and print the comparison (see the module's docstring)."""
     with tempfile.TemporaryDirectory(prefix="windows-bench-") as tmp:
         root = Path(tmp)
@@ -94,9 +114,10 @@ def windows_bench(events: int = 200_000, pages: int = 1_000, per_epoch: int = 20
             create_topic(info.kafka_bootstrap, TOPIC, 2)
             produce_json(info.kafka_bootstrap, TOPIC, clicks(events, pages), key_field="page")
             spec = root / "job.yaml"
-            spec.write_text(yaml.safe_dump(job(per_epoch, parallelism)))
+            spec.write_text(yaml.safe_dump(job(per_epoch, parallelism, sketches)))
             ours_s = timed_run(spec, env, "--until-caught-up")
-            ours = _windows(read_append_rows(open_store(f"s3://results/{NAME}", settings)))
+            our_rows = read_append_rows(open_store(f"s3://results/{NAME}", settings))
+            ours = _windows(our_rows)
             snapshots = SnapshotStore.open(f"s3://checkpoints/{NAME}", NAME, "main", settings)
             head, _ = snapshots.read_head()
             assert head is not None, "the run committed no snapshot"
@@ -109,7 +130,7 @@ def windows_bench(events: int = 200_000, pages: int = 1_000, per_epoch: int = 20
                     "--bootstrap", info.kafka_bootstrap, "--topic", TOPIC,
                     "--checkpoint", "s3a://checkpoints/ss-windows", "--output", "s3a://results/ss-windows",
                     "--max-records-per-trigger", str(per_epoch), "--parallelism", str(parallelism),
-                    "--result", str(root / "ss.json"),
+                    "--result", str(root / "ss.json"), *(["--sketches"] if sketches else []),
                 ],
                 env=env, capture_output=True, text=True,
             )  # fmt: skip
@@ -137,6 +158,12 @@ def windows_bench(events: int = 200_000, pages: int = 1_000, per_epoch: int = 20
         f"ratio (Spark / ours): {theirs_s / ours_s:.2f}x; windows both wrote: {len(common):,}, equal counts: {equal:,}"
     )
     print(f"largest key count of our snapshots (before the end closed every window): {keys:,}")
+    if sketches:
+        users, p95 = _sketch_gaps(our_rows, rows)
+        print(
+            f"largest gaps to Spark's approx_count_distinct: {users}, percentile_approx(ms, 0.95): {p95} "
+            "(windows of equal counts)"
+        )
     figures = {"ours_s": round(ours_s, 3), "spark_s": round(theirs_s, 3), "ratio": round(theirs_s / ours_s, 2)}
     print(
         json.dumps(

@@ -42,3 +42,8 @@ def needs_session(df: DataFrame) -> DataFrame:
     if spark is None:
         raise RuntimeError("no active SparkSession in the hook")
     return df.withColumn("cents", F.col("amount") * 100)
+
+
+def with_watermark(df: DataFrame) -> DataFrame:
+    """A hook that sets a watermark on its epoch's batch (refused: it belongs on the source)."""
+    return df.selectExpr("*", "current_timestamp() AS ts").withWatermark("ts", "2 minutes")

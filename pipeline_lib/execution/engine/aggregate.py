@@ -1,15 +1,19 @@
 """The Spark half of the keyed state step: each epoch's partial aggregate per key, the same
 columns as the Arrow path's (flow_partials): a windowed flow's windows join the key, with its
-hidden partials (event_windows), and count_distinct is the sorted set of values."""
+hidden partials (event_windows), count_distinct is the sorted set of values and the approximate
+ones the serialized sketch of the group's values (made by a Python UDF over them, with the same
+functions as the Arrow path's, so the bytes are alike)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.event_windows import EVENT_MS, HIDDEN_PARTIALS, LAST, WINDOW_END, WINDOW_START
+from pipeline_lib.execution.engine.sketches import SKETCH_FUNCTIONS, sketch_of
 from pipeline_lib.spec.models import AggregateSpec
 
 _SPARK_FUNCTIONS = {"sum": F.sum, "min": F.min, "max": F.max, "count": F.count}
@@ -22,6 +26,11 @@ def partials_frame(df: DataFrame, spec: AggregateSpec) -> DataFrame:
         arg = F.lit(1) if fn.column is None else F.col(fn.column)
         if fn.name == "count_distinct":
             exprs.append(F.array_sort(F.collect_set(arg)).alias(name))
+        elif fn.name == "top":  # the n largest, largest first (NaN above every number, nulls skipped)
+            exprs.append(F.slice(F.sort_array(F.collect_list(arg), asc=False), 1, int(fn.param or 0)).alias(name))
+        elif fn.name in SKETCH_FUNCTIONS:
+            values = F.collect_set(arg) if fn.name == "approx_count_distinct" else F.collect_list(arg)
+            exprs.append(_sketch_udf(fn.name, str(fn))(values).alias(name))
         else:
             exprs.append(_SPARK_FUNCTIONS[fn.name](arg).alias(name))
     if spec.window is not None and spec.window.kind == "session":
@@ -30,6 +39,11 @@ def partials_frame(df: DataFrame, spec: AggregateSpec) -> DataFrame:
         df = _windowed(df, spec)
         exprs += [_SPARK_FUNCTIONS[fn](F.col(column)).alias(name) for name, fn, column in HIDDEN_PARTIALS]
     return df.groupBy(*spec.state_key()).agg(*exprs)
+
+
+def _sketch_udf(fn: str, where: str):
+    """A Python UDF making the sketch of ``fn`` from one group's collected values (on executors)."""
+    return F.udf(lambda values: sketch_of(fn, values or (), where), T.BinaryType())
 
 
 def _sessions(df: DataFrame, spec: AggregateSpec, exprs: list) -> DataFrame:

@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from pipeline_lib.execution.engine.event_windows import HIDDEN_PARTIALS
+from pipeline_lib.execution.engine.sketches import SKETCH_FUNCTIONS
 from pipeline_lib.spec.models import FlowSpec
 from pipeline_lib.spec.window_spec import WINDOW_COLUMNS
 
@@ -28,6 +29,14 @@ _KEY_TYPES = (
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 _SUMMABLE = _INTEGRAL + (T.FloatType, T.DoubleType)
 _ORDERED = _INTEGRAL + (T.StringType, T.BooleanType, T.DateType, T.TimestampType, T.TimestampNTZType)
+_ALLOWED = {  # the column types each aggregate takes on the Arrow path (_ORDERED when not here)
+    "sum": _SUMMABLE,
+    "avg": _SUMMABLE,
+    "count_distinct": _KEY_TYPES,
+    "approx_count_distinct": _SUMMABLE + (T.StringType, T.BooleanType),
+    "approx_percentile": _SUMMABLE,
+    "top": _ORDERED + (T.FloatType, T.DoubleType),
+}
 
 
 def large_var_types(spark: SparkSession) -> bool:
@@ -71,8 +80,11 @@ def python_schemas(
                 continue
             assert fn.column is not None
             data_type = fields[fn.column].dataType
-            if fn.name == "count_distinct":
+            if fn.name in ("count_distinct", "top"):
                 columns.append(T.StructField(name, T.ArrayType(data_type, False), False))
+                continue
+            if fn.name in SKETCH_FUNCTIONS:  # a serialized sketch, null for a group without values
+                columns.append(T.StructField(name, T.BinaryType(), True))
                 continue
             if fn.name == "sum":
                 data_type = T.LongType() if isinstance(data_type, _INTEGRAL) else T.DoubleType()
@@ -119,7 +131,7 @@ def needs_spark(flow: FlowSpec, fields: dict[str, T.DataType]) -> str | None:
             return f"computes {fn} of an unknown column"
         if fn.name == "count":
             continue
-        allowed = _SUMMABLE if fn.name in ("sum", "avg") else _KEY_TYPES if fn.name == "count_distinct" else _ORDERED
+        allowed = _ALLOWED.get(fn.name, _ORDERED)
         if not isinstance(fields.get(fn.column), allowed):
             return f"computes {fn} over type {_type_name(fields.get(fn.column))}"
     return None

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline_lib.execution.engine.sketches import hll_estimate, kll_quantile
 from pipeline_lib.spec.flow_spec import AggregateSpec
 from pipeline_lib.spec.window_spec import WINDOW_COLUMNS
 
@@ -114,7 +115,8 @@ class WindowAssigner:
 def output_rows(agg: AggregateSpec, state_rows: pa.Table) -> pa.Table:
     """The rows a flow writes from its state's rows: the key columns, the window's bounds, then
     each value; ``avg`` is its sum over its count (a double; null without values),
-    ``count_distinct`` the size of its set (a bigint)."""
+    ``count_distinct`` the size of its set (a bigint), ``approx_count_distinct`` its sketch's
+    estimate (a bigint) and ``approx_percentile`` its sketch's quantile (a double)."""
     columns = {name: state_rows.column(name) for name in agg.state_key()}
     for name, fn in agg.functions().items():
         if fn.name == "avg":
@@ -124,6 +126,12 @@ def output_rows(agg: AggregateSpec, state_rows: pa.Table) -> pa.Table:
         elif fn.name == "count_distinct":
             sizes = pc.list_value_length(state_rows.column(name))
             columns[name] = pc.cast(pc.fill_null(sizes, 0), pa.int64())
+        elif fn.name == "approx_count_distinct":
+            columns[name] = pa.array([hll_estimate(s) for s in state_rows.column(name).to_pylist()], pa.int64())
+        elif fn.name == "approx_percentile":
+            assert fn.param is not None
+            sketches = state_rows.column(name).to_pylist()
+            columns[name] = pa.array([kll_quantile(s, fn.param) for s in sketches], pa.float64())
         else:
             columns[name] = state_rows.column(name)
     return pa.table(columns)

@@ -1,7 +1,8 @@
 """What a Python worker makes of one flow's records on the Arrow path: its rows as read, or its
 partial aggregate per key (one row per key, mergeable with the partials of other batches, tasks
 and epochs). A windowed flow's records are first assigned their windows (event_windows), whose
-bounds join the key; ``count_distinct`` partials are the set of values per key, as a list.
+bounds join the key; ``count_distinct`` partials are the set of values per key, as a list, and
+the approximate ones a serialized sketch per key (sketches).
 """
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ import pyarrow.compute as pc
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.event_windows import HIDDEN_PARTIALS, WindowAssigner
+from pipeline_lib.execution.engine.sketches import SKETCH_FUNCTIONS, sketch_merge, sketch_of
+from pipeline_lib.execution.engine.top_values import top_merge, top_of
 from pipeline_lib.spec.flow_spec import AggregateSpec
 
 _ROW = "__row"  # a row's index, to gather the sets of count_distinct partials by group
+_GATHERED = ("count_distinct", "top", *SKETCH_FUNCTIONS)  # partials merged in Python, by group
+_LISTED = ("top", *SKETCH_FUNCTIONS)  # partials made in Python from each group's list of values
 
 
 _SKIP_NULLS = pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)  # all-null group → null, as in Spark
@@ -30,6 +35,7 @@ class FlowInWorker:
     keys: tuple[str, ...] = ()
     aggregates: tuple[tuple[str, str, str | None], ...] = ()  # (output name, function, column; None: count(*))
     window: WindowAssigner | None = None  # a windowed flow's windows (its keys end with their bounds)
+    tops: tuple[tuple[str, int], ...] = ()  # (output name, n) of each top(col, n)
 
     @classmethod
     def of(cls, agg: AggregateSpec | None) -> FlowInWorker:
@@ -38,8 +44,10 @@ class FlowInWorker:
         if agg is None:
             return cls()
         window = WindowAssigner.of(agg)
-        aggregates = tuple((name, f.name, f.column) for name, f in agg.state_functions().items())
-        return cls(tuple(agg.state_key()), aggregates + (HIDDEN_PARTIALS if window else ()), window)
+        functions = agg.state_functions()
+        aggregates = tuple((name, f.name, f.column) for name, f in functions.items())
+        tops = tuple((name, int(f.param or 0)) for name, f in functions.items() if f.name == "top")
+        return cls(tuple(agg.state_key()), aggregates + (HIDDEN_PARTIALS if window else ()), window, tops)
 
     @property
     def stateful(self) -> bool:
@@ -50,10 +58,12 @@ class FlowInWorker:
         """At most one row per key of ``table``: the key columns, then one partial per aggregate."""
         if self.window is not None:
             table = self.window.assign(table)
-        specs = []
+        specs: list[tuple] = []
         for _, fn, column in self.aggregates:
             if fn == "count_distinct":
                 specs.append((column, "distinct", pc.CountOptions("only_valid")))
+            elif fn in _LISTED:
+                specs.append((column, "list"))  # each group's values, made its partial below
             elif fn == "count":
                 specs.append((column or self.keys[0], "count", pc.CountOptions("only_valid" if column else "all")))
             elif column is None:
@@ -61,7 +71,21 @@ class FlowInWorker:
             else:
                 specs.append((column, fn, _SKIP_NULLS))
         self._check_sums(table, [(column, fn) for _, fn, column in self.aggregates])
-        return self._grouped(table, specs)
+        return self._sketched(self._grouped(table, specs))
+
+    def _sketched(self, grouped: pa.Table) -> pa.Table:
+        """``grouped`` with each sketch function's list of values per group made its sketch, and
+        each top's made its n largest."""
+        nkeys, tops = len(self.keys), dict(self.tops)
+        for i, (name, fn, column) in enumerate(self.aggregates):
+            if fn == "top":
+                lists = [top_of(values, tops[name]) for values in grouped.column(nkeys + i).to_pylist()]
+                grouped = grouped.set_column(nkeys + i, name, pa.array(lists, grouped.schema.field(nkeys + i).type))
+            elif fn in SKETCH_FUNCTIONS:
+                where = f"{fn}({column})"
+                sketches = [sketch_of(fn, values, where) for values in grouped.column(nkeys + i).to_pylist()]
+                grouped = grouped.set_column(nkeys + i, name, pa.array(sketches, pa.binary()))
+        return grouped
 
     def combined(self, partials: Sequence[pa.Table]) -> pa.Table:
         """Partials of the same keys (from several batches or tasks) folded into one row per key."""
@@ -69,30 +93,38 @@ class FlowInWorker:
             return partials[0]
         table = pa.concat_tables(partials)
         self._check_sums(table, [(name, "sum" if fn == "count" else fn) for name, fn, _ in self.aggregates])
-        if not any(fn == "count_distinct" for _, fn, _ in self.aggregates):
+        if not any(fn in _GATHERED for _, fn, _ in self.aggregates):
             return self._grouped(
                 table, [(name, "sum" if fn == "count" else fn, _SKIP_NULLS) for name, fn, _ in self.aggregates]
             )
         return self._combined_sets(table)
 
     def _combined_sets(self, table: pa.Table) -> pa.Table:
-        """``combined`` with count_distinct partials: each group's rows by index (one grouping,
-        so they line up with its other partials), whose sets are joined in Python (partial rows
-        number the keys changed, not the records)."""
+        """``combined`` with count_distinct or sketch partials: each group's rows by index (one
+        grouping, so they line up with its other partials), whose sets are joined (sketches
+        merged) in Python (partial rows number the keys changed, not the records)."""
         table = table.append_column(_ROW, pa.array(range(table.num_rows), pa.int64()))
         specs: list = [
-            (_ROW, "list") if fn == "count_distinct" else (name, "sum" if fn == "count" else fn, _SKIP_NULLS)
+            (_ROW, "list") if fn in _GATHERED else (name, "sum" if fn == "count" else fn, _SKIP_NULLS)
             for name, fn, _ in self.aggregates
         ]
         grouped = self._grouped(table, specs)
-        nkeys = len(self.keys)
+        nkeys, tops = len(self.keys), dict(self.tops)
         for i, (name, fn, _) in enumerate(self.aggregates):
-            if fn != "count_distinct":
+            if fn not in _GATHERED:
                 continue
-            values = table.column(name).to_pylist()
-            sets = [
-                sorted({v for r in rows for v in values[r] or ()}) for rows in grouped.column(nkeys + i).to_pylist()
-            ]
+            values, groups = table.column(name).to_pylist(), grouped.column(nkeys + i).to_pylist()
+            if fn == "top":
+                n = tops[name]
+                lists = [top_merge([values[r] for r in rows], n) for rows in groups]  # guard: top-partials-merge
+                grouped = grouped.set_column(nkeys + i, name, pa.array(lists, table.schema.field(name).type))
+                continue
+            if fn in SKETCH_FUNCTIONS:
+                merge = sketch_merge
+                merged = [merge(fn, [values[r] for r in rows]) for rows in groups]  # guard: sketch-partials-merge
+                grouped = grouped.set_column(nkeys + i, name, pa.array(merged, pa.binary()))
+                continue
+            sets = [sorted({v for r in rows for v in values[r] or ()}) for rows in groups]
             grouped = grouped.set_column(nkeys + i, name, pa.array(sets, table.schema.field(name).type))
         return grouped
 

@@ -6,6 +6,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 
 from pipeline_lib.errors import TransformError
+from pipeline_lib.execution.engine.hook_watermark import no_watermark_in
 from pipeline_lib.spec.models import TransformSpec
 from pipeline_lib.user_code import import_function
 
@@ -21,13 +22,15 @@ def load_hook(ref: str):
 def _call_hook(ref: str, df: DataFrame, where: str) -> object:
     """Call hook ``ref`` with the DataFrame's session active in this thread (epochs are planned on
     a read-ahead thread, where ``SparkSession.getActiveSession()`` would otherwise give None); an
-    error it raises is a TransformError naming the hook."""
+    error it raises is a TransformError naming the hook, as is a call of ``withWatermark``
+    (hook_watermark)."""
     hook = load_hook(ref)
     spark = df.sparkSession
     spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[union-attr]
     try:
-        return hook(df)
-    except PySparkException:
+        with no_watermark_in(f"{where} {ref!r}", type(df)):
+            return hook(df)
+    except (PySparkException, TransformError):
         raise
     except Exception as exc:
         raise TransformError(f"{where} {ref!r} raised {type(exc).__name__}: {exc}") from exc

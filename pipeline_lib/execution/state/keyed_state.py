@@ -3,7 +3,8 @@
 Spark (or, on the Arrow path, its Python workers) computes each epoch's partial aggregate per
 key; this class merges those partials into the running values. sum/count/min/max are all
 mergeable, so merge(state, partial) equals the aggregate over all records so far (count_distinct
-keeps each key's set of values, avg a sum and a count: spec.aggregates.state_functions). Keys are
+keeps each key's set of values, avg a sum and a count, the approximate ones a sketch:
+spec.aggregates.state_functions). Keys are
 bucketed into key groups (see plan.keygroups) so a snapshot can be cut by key-group ranges and
 restored with another parallelism.
 
@@ -24,6 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline_lib.errors import PipelineError
+from pipeline_lib.execution.engine.sketches import SKETCH_FUNCTIONS, sketch_merge
+from pipeline_lib.execution.engine.top_values import top_merge
 from pipeline_lib.plan.keygroups import key_groups_of
 from pipeline_lib.spec.aggregates import AggregateFunction
 
@@ -133,8 +136,9 @@ def _hashes_like_python(type_: pa.DataType) -> bool:
     )
 
 
-def _combine(fn: str, old: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """fn applied to two arrays of values that are both present (no nulls here)."""
+def _combine(fn: str, old: np.ndarray, new: np.ndarray, param: float | None = None) -> np.ndarray:
+    """fn applied to two arrays of values that are both present (no nulls here); ``param``: the
+    function's parameter (top's n)."""
     if old.dtype != object:
         if fn in ("sum", "count"):
             return old + new
@@ -144,6 +148,10 @@ def _combine(fn: str, old: np.ndarray, new: np.ndarray) -> np.ndarray:
         return _objects([a + b for a, b in zip(old, new)])
     if fn == "count_distinct":  # the sets of values seen, as sorted lists
         return _objects([sorted(set(a).union(b)) for a, b in zip(old, new)])
+    if fn == "top":  # each key's n largest values
+        return _objects([top_merge([a, b], int(param or 0)) for a, b in zip(old, new)])  # guard: top-state-merge
+    if fn in SKETCH_FUNCTIONS:  # serialized sketches: their union
+        return _objects([sketch_merge(fn, [a, b]) for a, b in zip(old, new)])  # guard: sketch-state-merge
     pick = min if fn == "min" else max
     return _objects([pick(a, b) for a, b in zip(old, new)])
 
@@ -165,6 +173,7 @@ class KeyedAggregateState:
         self.key_columns = list(key_columns)
         self.value_columns = list(functions)
         self._fns = [functions[name].name for name in self.value_columns]
+        self._params = [functions[name].param for name in self.value_columns]
         self.max_parallelism = max_parallelism
         self._slots: dict[tuple, int] = {}  # key -> slot
         self._keys: list[tuple] = []  # slot -> key
@@ -355,14 +364,14 @@ class KeyedAggregateState:
         nkeys = len(self.key_columns)
         assert self._columns is not None
         out = []
-        for fn, column, partial in zip(self._fns, self._columns, selected.columns[nkeys:]):
+        for fn, param, column, partial in zip(self._fns, self._params, self._columns, selected.columns[nkeys:]):
             new, new_valid = _to_numpy(partial)
             old, old_valid = column.values[slots], column.valid[slots]
             both = old_valid & new_valid
             merged = np.where(new_valid, new, old)  # one side missing: keep the other (possibly none)
             if both.any():
                 a, b = old[both], new[both]
-                result = _combine(fn, a, b)
+                result = _combine(fn, a, b, param)
                 if fn in ("sum", "count") and result.dtype.kind == "i":
                     wrapped = _overflowed(a, b, result)
                     if wrapped.any():
