@@ -1,9 +1,9 @@
 """Opening an Iceberg catalog with pyiceberg on our stores.
 
 The catalog's properties are the spec's (type, uri, warehouse, extra non-secret ones) and the
-job's S3 endpoint and keys for pyiceberg's file IO. pyiceberg merges its own environment
-variables (``PYICEBERG_CATALOG__<NAME>__<KEY>``) on top, which is where a REST catalog's
-credential or a database password is given. The properties are never logged: they hold keys.
+job's S3 endpoint and keys for pyiceberg's file IO. pyiceberg's own environment variables
+(``PYICEBERG_CATALOG__<NAME>__<KEY>``) are laid over them: that is where a REST catalog's
+credential or a database URI with its password is given. The properties are never logged: they hold keys.
 A SQLite catalog is a file on the driver's disk; its folder is created here.
 """
 
@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.utils.config import Config
 
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec.iceberg_spec import IcebergCatalogSpec
@@ -44,4 +45,6 @@ def open_catalog(spec: IcebergCatalogSpec, settings: ConnectionSettings) -> Cata
     uri = urlsplit(spec.uri)
     if spec.type == "sql" and uri.scheme == "sqlite" and uri.path.startswith("//"):
         Path(uri.path[1:]).parent.mkdir(parents=True, exist_ok=True)
-    return load_catalog(spec.name, **catalog_properties(spec, settings))
+    environment = Config().get_catalog_config(spec.name) or {}
+    given = {k: v for k, v in environment.items() if isinstance(v, str)}
+    return load_catalog(spec.name, **(catalog_properties(spec, settings) | given))

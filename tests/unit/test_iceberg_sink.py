@@ -173,3 +173,11 @@ def test_a_schema_change_is_refused_naming_the_columns(tmp_path):
 def test_verify_reads_the_record_against_head():
     assert txn_finding("main", "f", 6, 5, kind="Iceberg").status == OK
     assert txn_finding("main", "f", 4, 5, kind="Iceberg").status == LOST
+
+
+def test_the_environment_gives_the_catalog_what_the_spec_may_not(tmp_path, monkeypatch):
+    """A database URI with its password comes from pyiceberg's environment variables, over the spec's."""
+    sink = _sink(tmp_path)
+    real = f"sqlite:///{tmp_path}/other.db"
+    monkeypatch.setenv("PYICEBERG_CATALOG__PIPELINE__URI", real)
+    assert sink.catalog.properties["uri"] == real
