@@ -91,6 +91,8 @@ EPOCH_EVENTS = "pipeline_lib/orchestration/epoch_events.py"
 DELTA = ("tests/unit/test_delta_sink.py",)
 DELTA_SINK = "pipeline_lib/sink/delta_sink.py"
 VERIFY_TABLES = "pipeline_lib/recovery/verify_tables.py"
+ICEBERG = ("tests/unit/test_iceberg_sink.py",)
+ICEBERG_SINK = "pipeline_lib/sink/iceberg_sink.py"
 
 MUTANTS: list[Mutant] = [
     # -- HEAD: the commit --------------------------------------------------------------------
@@ -1292,5 +1294,30 @@ MUTANTS: list[Mutant] = [
         "pass",
         "a Kafka sink writer's marker commits in the same transaction as the epoch's rows",
         KAFKA_WRITER_TESTS,
+    ),
+    # -- the Iceberg sink (sink/iceberg_sink.py) ---------------------------------------------------
+    Mutant(
+        "iceberg-ignores-newer-attempt",
+        ICEBERG_SINK,
+        "writer is not None and writer > attempt",
+        "False",
+        "an attempt older than the Iceberg table's attempt record is fenced before it stages or commits anything",
+        ICEBERG,
+    ),
+    Mutant(
+        "iceberg-commits-replayed-epoch",
+        ICEBERG_SINK,
+        "done is not None and done >= epoch",
+        "False",
+        "an epoch the Iceberg table's epoch record already holds is not committed again (the replay after a crash)",
+        ICEBERG,
+    ),
+    Mutant(
+        "iceberg-commit-retries",
+        ICEBERG_SINK,
+        'TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "format-version": "2"}',
+        'TABLE_PROPERTIES = {"commit.retry.num-retries": "4", "format-version": "2"}',
+        "pyiceberg never rebases a lost Iceberg commit by itself: the sink reads the table again and checks its fence",
+        ICEBERG,
     ),
 ]

@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 COMMIT_TRIES = 5  # reads of the table per epoch: each lost swap is another writer's commit
 EPOCH_PROPERTY, ATTEMPT_PROPERTY = "pipeline-lib.epoch.", "pipeline-lib.attempt."
 # no automatic rebase of a lost commit (it would skip our fence check); v2 for row-level deletes
-TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "format-version": "2"}
+TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "format-version": "2"}  # guard: iceberg-commit-retries
 
 
 class IcebergSink:
@@ -223,8 +223,9 @@ class IcebergSink:
         }
         tx = table.transaction()
         # first, so that it is the transaction's one snapshot assertion: the table must still be at
-        # the snapshot whose record we checked when the catalog swaps the pointer
-        tx._apply((), (AssertRefSnapshotId(snapshot_id=base, ref="main"),))  # guard: iceberg-commit-unasserted
+        # the snapshot whose record we checked when the catalog swaps the pointer (pyiceberg's own
+        # snapshot producers assert the same today; this does not rely on it)
+        tx._apply((), (AssertRefSnapshotId(snapshot_id=base, ref="main"),))
         if not files:
             with tx.update_snapshot(snapshot_properties=summary).fast_append():
                 pass  # an epoch without rows is still one snapshot, so that it asserts its base too
