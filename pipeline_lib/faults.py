@@ -52,7 +52,7 @@ POINTS = (
     "mid_sink_write",
     "after_sink_files",
     "after_sink_success",
-    "after_table_commit",  # a table sink's (Delta) commit made, before the state, manifest and HEAD
+    "after_table_commit",  # a table sink's (Delta, Iceberg) commit made, before the state, manifest and HEAD
     "mid_snapshot_write",
     "after_manifest",
     "after_head_move",
