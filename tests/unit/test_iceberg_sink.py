@@ -181,3 +181,19 @@ def test_the_environment_gives_the_catalog_what_the_spec_may_not(tmp_path, monke
     real = f"sqlite:///{tmp_path}/other.db"
     monkeypatch.setenv("PYICEBERG_CATALOG__PIPELINE__URI", real)
     assert sink.catalog.properties["uri"] == real
+
+
+def test_a_windowed_upsert_matches_keys_with_their_window_bounds(tmp_path):
+    """Windows with ``emit: updates``: the key is the columns and the window's bounds (timestamps)."""
+    sink = _sink(tmp_path, key=("user", "window_start"))
+    ts = pa.timestamp("us", tz="UTC")
+
+    def part(users, starts, totals):
+        return pa.table({"user": users, "window_start": pa.array(starts, ts), "total": pa.array(totals, pa.int64())})
+
+    sink.write_epoch(1, "d1", [part(["a", "a", "b"], [0, 60_000_000, 0], [1, 2, 3])], attempt=1)
+    sink.write_epoch(2, "d2", [part(["a", "b"], [60_000_000, 60_000_000], [5, 7])], attempt=1)
+    table = sink.open()
+    assert table is not None
+    got = sorted((r["user"], r["window_start"].timestamp(), r["total"]) for r in table.scan().to_arrow().to_pylist())
+    assert got == [("a", 0.0, 1), ("a", 60.0, 5), ("b", 0.0, 3), ("b", 60.0, 7)]
