@@ -75,6 +75,15 @@ def _iceberg_run(stack_env, tmp_path, payments, kills: list[str], extra: dict | 
     verified = run_cli(["verify", str(spec)], stack_env)
     assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
     assert "Iceberg table" in verified.stdout + verified.stderr
+    # the S3 secret reached pyiceberg's file IO in memory only: not the catalog's file, the table's metadata, logs
+    secret = ConnectionSettings.from_env(stack_env).require_s3()[2]
+    table = sink.open()
+    assert table is not None
+    folder, file = table.metadata_location.rsplit("/", 1)
+    metadata = open_store(folder, ConnectionSettings.from_env(stack_env)).get(file)
+    catalog_file = (tmp_path / "catalog" / "iceberg.db").read_bytes()
+    assert secret.encode() not in catalog_file and secret.encode() not in metadata
+    assert secret not in done.stdout + done.stderr + verified.stdout + verified.stderr
 
 
 def test_iceberg_table_ahead_of_head_after_a_kill(stack_env, tmp_path, payments):
