@@ -34,7 +34,13 @@ from functools import cached_property
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import CommitFailedException, NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NamespaceAlreadyExistsError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
 from pyiceberg.expressions import AlwaysFalse, AlwaysTrue, And, BooleanExpression, EqualTo, In, IsNull, Or
 from pyiceberg.table import Table
 from pyiceberg.table.update import AssertRefSnapshotId
@@ -194,14 +200,14 @@ class IcebergSink:
         namespace = self.name.split(".")[0]
         try:
             self.catalog.create_namespace(namespace)
-        except Exception:  # noqa: BLE001 - it exists (each catalog names that differently)
+        except NamespaceAlreadyExistsError:
             pass
         try:
             return self.catalog.create_table(
                 self.name, schema, location=file_uri(self.spec.location), properties=TABLE_PROPERTIES
             )
-        except TableAlreadyExistsError:  # another writer created it first: its fence is checked next
-            return self.catalog.load_table(self.name)
+        except TableAlreadyExistsError as exc:  # another writer created it first: read it, check its fence
+            raise CommitFailedException(f"the table {self.name} was created by another writer") from exc
         except NoSuchNamespaceError as exc:
             raise PipelineError(f"the Iceberg catalog has no namespace {namespace!r} and refused to create it") from exc
 

@@ -197,3 +197,14 @@ def test_a_windowed_upsert_matches_keys_with_their_window_bounds(tmp_path):
     assert table is not None
     got = sorted((r["user"], r["window_start"].timestamp(), r["total"]) for r in table.scan().to_arrow().to_pylist())
     assert got == [("a", 0.0, 1), ("a", 60.0, 5), ("b", 0.0, 3), ("b", 60.0, 7)]
+
+
+def test_a_zombie_that_found_no_table_is_fenced_by_the_table_a_newer_attempt_created(tmp_path):
+    old, new = _sink(tmp_path), _sink(tmp_path)
+    staged = old.staging.write_epoch(1, "d1", [_part(["a"], [9])], 1)  # read "no table", then stalled
+    new.write_epoch(1, "n1", [_part(["a"], [5])], attempt=2)
+    with pytest.raises(CommitFailedException):
+        old._commit(None, 1, 1, staged.files)
+    with pytest.raises(FencedError):
+        old.write_epoch(2, "d2", [_part(["a"], [9])], attempt=1)
+    assert _rows(new) == [{"user": "a", "total": 5}]
