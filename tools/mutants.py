@@ -1320,4 +1320,12 @@ MUTANTS: list[Mutant] = [
         "pyiceberg never rebases a lost Iceberg commit by itself: the sink reads the table again and checks its fence",
         ICEBERG,
     ),
+    Mutant(
+        "iceberg-created-table-unfenced",
+        ICEBERG_SINK,
+        'raise CommitFailedException("created by another writer") from exc',
+        "return self.catalog.load_table(self.name)",
+        "a table another writer created first is read again and its fence checked before this attempt commits to it",
+        ICEBERG,
+    ),
 ]
