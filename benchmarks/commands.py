@@ -224,3 +224,17 @@ def windows(
     raise typer.Exit(
         windows_bench(events=events, pages=pages, per_epoch=per_epoch, parallelism=parallelism, sketches=sketches)
     )
+
+
+@bench_app.command("tables")
+def tables(
+    epochs: Annotated[int, typer.Option(min=1, help="Epochs written to each table.")] = 20,
+    keys: Annotated[int, typer.Option(min=1, help="Distinct keys of the aggregate.")] = 100_000,
+    changed: Annotated[int, typer.Option(min=1, help="Keys (rows) each epoch changes (writes).")] = 2_000,
+    parts: Annotated[int, typer.Option(min=1, help="Staged parts per epoch (the executors' files).")] = 4,
+) -> None:
+    """The Iceberg sink's driver commit per epoch against the Delta sink's, upsert and append (see
+    benchmarks/table_commits.py; no Spark SS Iceberg writer for Spark 4.x is available here)."""
+    from benchmarks.table_commits import tables_bench
+
+    raise typer.Exit(tables_bench(epochs=epochs, keys=keys, changed=min(changed, keys), parts=parts))

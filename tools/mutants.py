@@ -93,6 +93,8 @@ DELTA_SINK = "pipeline_lib/sink/delta_sink.py"
 DELTA_MERGE = "pipeline_lib/sink/delta_merge.py"
 DELTA_MERGE_TESTS = ("tests/unit/test_delta_merge.py",)
 VERIFY_TABLES = "pipeline_lib/recovery/verify_tables.py"
+ICEBERG = ("tests/unit/test_iceberg_sink.py",)
+ICEBERG_SINK = "pipeline_lib/sink/iceberg_sink.py"
 
 MUTANTS: list[Mutant] = [
     # -- HEAD: the commit --------------------------------------------------------------------
@@ -1374,5 +1376,38 @@ MUTANTS: list[Mutant] = [
         "values[rows[-1]]",
         "a worker's batches' top lists of one key are merged, not the last batch's kept",
         ("tests/unit/test_sketches.py",),
+    ),
+    # -- the Iceberg sink (sink/iceberg_sink.py) ---------------------------------------------------
+    Mutant(
+        "iceberg-ignores-newer-attempt",
+        ICEBERG_SINK,
+        "writer is not None and writer > attempt",
+        "False",
+        "an attempt older than the Iceberg table's attempt record is fenced before it stages or commits anything",
+        ICEBERG,
+    ),
+    Mutant(
+        "iceberg-commits-replayed-epoch",
+        ICEBERG_SINK,
+        "done is not None and done >= epoch",
+        "False",
+        "an epoch the Iceberg table's epoch record already holds is not committed again (the replay after a crash)",
+        ICEBERG,
+    ),
+    Mutant(
+        "iceberg-commit-retries",
+        ICEBERG_SINK,
+        'TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "format-version": "2"}',
+        'TABLE_PROPERTIES = {"commit.retry.num-retries": "4", "format-version": "2"}',
+        "pyiceberg never rebases a lost Iceberg commit by itself: the sink reads the table again and checks its fence",
+        ICEBERG,
+    ),
+    Mutant(
+        "iceberg-created-table-unfenced",
+        ICEBERG_SINK,
+        'raise CommitFailedException("created by another writer") from exc',
+        "return self.catalog.load_table(self.name)",
+        "a table another writer created first is read again and its fence checked before this attempt commits to it",
+        ICEBERG,
     ),
 ]

@@ -47,9 +47,9 @@ def _describe(field: pa.Field) -> str:
     return f"{field.name} {field.type}"
 
 
-def check_same_schema(location: str, table: pa.Schema, epoch: pa.Schema) -> None:
+def check_same_schema(location: str, table: pa.Schema, epoch: pa.Schema, kind: str = "Delta") -> None:
     """A run writes the columns the table was created with: SpecError naming the columns that a
-    changed spec adds, drops or retypes (a Delta table's readers rely on its schema)."""
+    changed spec adds, drops or retypes (a table's readers rely on its schema; Delta or Iceberg)."""
     have = {f.name: f for f in table}
     want = {f.name: f for f in epoch}
     added = [_describe(want[n]) for n in want if n not in have]
@@ -66,7 +66,7 @@ def check_same_schema(location: str, table: pa.Schema, epoch: pa.Schema) -> None
             if cols
         ]
         raise SpecError(
-            f"the Delta table at {location} has other columns than this spec writes ({'; '.join(parts)}); "
+            f"the {kind} table at {location} has other columns than this spec writes ({'; '.join(parts)}); "
             "write to a new table path, or start over with --restore none after moving the table away"
         )
 

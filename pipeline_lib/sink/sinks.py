@@ -8,6 +8,7 @@ from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.delta_maintenance import TableUpkeep
 from pipeline_lib.sink.delta_sink import DeltaSink
 from pipeline_lib.sink.files_sink import FilesSink
+from pipeline_lib.sink.iceberg_sink import IcebergSink
 from pipeline_lib.sink.output_mode import key_columns, output_mode
 from pipeline_lib.spec.flow_spec import FlowSpec
 from pipeline_lib.storage import Location, ObjectStore
@@ -17,10 +18,13 @@ StoreOpener = Callable[[str | Location, ConnectionSettings], ObjectStore]
 
 def flow_sink(
     job: str, pipeline: str, flow: FlowSpec, settings: ConnectionSettings, opener: StoreOpener
-) -> FilesSink | DeltaSink:
-    """``flow``'s sink: a files sink, or a Delta table with its parts staged in a files sink.
-    A Delta table's ``txn`` application id is ``<job>/<pipeline>/<flow>``."""
+) -> FilesSink | DeltaSink | IcebergSink:
+    """``flow``'s sink: a files sink, or a Delta or Iceberg table with its parts staged in a files
+    sink. A table's idempotency record is kept under ``<job>/<pipeline>/<flow>``."""
     staging = FilesSink(opener(flow.sink.parts_location, settings), flow.sink.parts_format)
+    if flow.sink.iceberg is not None:
+        app_id = f"{job}/{pipeline}/{flow.name}"
+        return IcebergSink(staging, flow.sink.iceberg, settings, app_id, output_mode(flow), key_columns(flow))
     if flow.sink.delta is None:
         return staging
     return DeltaSink(

@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from pipeline_lib.errors import SpecError
 from pipeline_lib.spec.aggregates import AggregateFunction, parse_aggregate, state_functions
 from pipeline_lib.spec.base import IDENTIFIER, NAME_PATTERN, FieldsError, LocationUri, StrictModel, check_key_columns
+from pipeline_lib.spec.iceberg_spec import IcebergSinkSpec
 from pipeline_lib.spec.kafka_sink_spec import KafkaSinkSpec
 from pipeline_lib.spec.process_spec import DedupSpec, ProcessSpec
 from pipeline_lib.spec.window_spec import WINDOW_COLUMNS, WindowSpec
@@ -231,26 +232,33 @@ class SinkSpec(StrictModel):
     files: FilesSinkSpec | None = None
     delta: DeltaSinkSpec | None = None
     kafka: KafkaSinkSpec | None = None
+    iceberg: IcebergSinkSpec | None = None  # sink/iceberg_sink.py
 
     @model_validator(mode="after")
     def _exactly_one(self) -> SinkSpec:
-        given = [k for k in ("files", "delta", "kafka") if getattr(self, k) is not None]
+        given = [k for k in ("files", "delta", "kafka", "iceberg") if getattr(self, k) is not None]
         staged = given == ["files", "kafka"]  # a Kafka sink's staging place, named or filled in
         if len(given) != 1 and not staged or given == ["kafka"]:
             raise FieldsError(
-                "a sink has exactly one of files, delta, kafka (beside kafka, files names where its epochs are staged)",
-                *(given or ["files", "delta", "kafka"]),
+                "a sink has exactly one of files, delta, kafka, iceberg "
+                "(beside kafka, files names where its epochs are staged)",
+                *(given or ["files", "delta", "kafka", "iceberg"]),
             )
         return self
 
     @property
     def kind(self) -> str:
-        """``files`` or ``delta``: the key of the sink's section."""
+        """``files``, ``delta`` or ``iceberg``: the key of the sink's section."""
+        if self.iceberg is not None:
+            return "iceberg"
         return "files" if self.files is not None else "delta"
 
     @property
     def path(self) -> str:
-        """The location the spec names (the files sink's folder, the Delta table's root)."""
+        """The location the spec names (the files sink's folder, the Delta table's root), or the
+        Iceberg table's root under its warehouse."""
+        if self.iceberg is not None:
+            return self.iceberg.location
         chosen = self.files or self.delta
         assert chosen is not None  # _exactly_one
         return chosen.path
@@ -261,11 +269,13 @@ class SinkSpec(StrictModel):
         Delta table's ``_pipeline_parts`` folder (a ``_`` folder, which table readers skip)."""
         if self.files is not None:
             return self.files.path
+        if self.iceberg is not None:
+            return self.iceberg.parts_location
         return delta_parts_location(self.path)
 
     @property
     def parts_format(self) -> str:
-        """The parts' format: the files sink's, Parquet for Delta (its data files)."""
+        """The parts' format: the files sink's, Parquet for Delta and Iceberg (their data files)."""
         return self.files.format if self.files is not None else "parquet"
 
 
