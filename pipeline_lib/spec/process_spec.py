@@ -39,6 +39,9 @@ class ProcessSpec(StrictModel):
     output: str | None = None
     ttl: str | None = None
     rows: Literal["arrow", "pandas"] = "arrow"
+    # "package.module:function" called as on_timer(key, timer, state) when a timer of the key
+    # fires (execution.state.process_timers); without it, the handle has no timers
+    on_timer: Annotated[str | None, Field(pattern=f"^{FUNCTION_PATTERN}$")] = None
 
     _keys = field_validator("key")(check_key_columns)
     _ttl = field_validator("ttl")(_check_duration)

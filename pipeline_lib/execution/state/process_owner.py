@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from pipeline_lib.checkpoint.state_spans import SpanWrites, spans_of
 from pipeline_lib.execution.state.process_state import STATE_COLUMN, ProcessState
+from pipeline_lib.execution.state.process_timers import TimerClock
 
 
 def process_state_schema(rows: pa.Schema, key: list[str]) -> pa.Schema:
@@ -18,9 +19,10 @@ def process_state_schema(rows: pa.Schema, key: list[str]) -> pa.Schema:
     return pa.schema([*(rows.field(k) for k in key), pa.field(STATE_COLUMN, pa.string())])
 
 
-def run_process(state: ProcessState, rows: pa.Table, epoch: int) -> tuple[np.ndarray, pa.Table]:
-    """The slots whose state changed and the output rows of the owner's share of ``epoch``."""
-    changed, out, _ = state.process(rows, epoch)
+def run_process(state: ProcessState, rows: pa.Table, epoch: int, clock: TimerClock) -> tuple[np.ndarray, pa.Table]:
+    """The slots whose state changed and the output rows of the owner's share of ``epoch``
+    (timers fired against ``clock``, the watermark the driver had as the epoch started)."""
+    changed, out, _ = state.process(rows, epoch, clock)
     return changed, out
 
 
