@@ -159,3 +159,27 @@ def test_the_epochs_largest_event_time_and_an_owners_result_carry_it():
     assert max_event_ms(_rows(["a", "b"], [T0 + 5, T0]), "ts") == T0 + 5
     assert max_event_ms(_rows([], []), "ts") is None and max_event_ms(_rows(["a"], [T0]), None) is None
     assert OwnedSpans.from_json(OwnedSpans(3, max_event_ms=T0).to_json()).max_event_ms == T0
+
+
+def test_owners_of_timers_or_a_ttl_rewrite_every_span():
+    from pipeline_lib.execution.state.process_owner import rewrites_every_span
+
+    plain = ProcessSpec(key=["user"], function="m:f")
+    assert not rewrites_every_span(plain) and not rewrites_every_span(None)
+    assert rewrites_every_span(plain.model_copy(update={"on_timer": "m:g"}))
+    assert rewrites_every_span(plain.model_copy(update={"ttl": "1 minute"}))
+
+
+def test_a_process_flows_watermark_advances_by_its_epochs_and_ends_with_the_source():
+    from pipeline_lib.execution.runtime.process_merge import process_merge
+    from pipeline_lib.execution.runtime.runner_types import FlowRuntime
+    from pipeline_lib.execution.state.process_state import ProcessInput
+    from pipeline_lib.execution.state.watermark import END_OF_INPUT, Watermark
+
+    state = _sessions()
+    flow = FlowRuntime(spec=None, sink=None, state=state, watermark=Watermark(60_000))  # type: ignore[arg-type]
+    process_merge(flow, state, ProcessInput(_rows(["a", "b"], [T0 + 5, T0]), 1), 2, False, "ts")
+    assert flow.watermark is not None and flow.watermark.value_ms == T0 + 5 - 60_000
+    merged = process_merge(flow, state, ProcessInput(_rows(["b"], [T0 + 9]), 2), 2, True, "ts")
+    assert flow.watermark.value_ms == END_OF_INPUT
+    assert sum(p.num_rows for p in merged.parts) == 2  # every session closed at the end

@@ -33,7 +33,12 @@ from pipeline_lib.checkpoint.state_spans import Span, changed_per_span, plan_spa
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.worker_aggregation import FlowInWorker
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
-from pipeline_lib.execution.state.process_owner import process_state_schema, run_process, whole_where_dropped
+from pipeline_lib.execution.state.process_owner import (
+    process_state_schema,
+    rewrites_every_span,
+    run_process,
+    whole_where_dropped,
+)
 from pipeline_lib.execution.state.process_state import ProcessState
 from pipeline_lib.execution.state.process_timers import TimerClock, max_event_ms
 from pipeline_lib.execution.state.span_owners import SpanOwners, without_key_groups
@@ -208,9 +213,7 @@ class OwnerTask:
                 max(r.key_group_start, owned.start), min(r.key_group_end, owned.stop)
             )
         }
-        process = self.flow.process
-        if process is not None and (process.ttl is not None or process.on_timer is not None):
-            # guard: owner-timer-spans-skipped
+        if rewrites_every_span(self.flow.process):
             off_grid |= set(on_grid)  # any key may expire or fire: every span is read and written whole
         top = self._max_event(table)
         # guard: off-grid-spans-not-rewritten

@@ -172,7 +172,7 @@ class StateHandle:
         maps = {n: sorted(m.items(), key=lambda kv: json.dumps(kv[0])) for n, m in self._maps.items() if m}
         if maps:
             data["m"] = maps
-        data.update(self.timers.stored())
+        data.update(self.timers.stored())  # guard: timers-not-stored
         return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 

@@ -195,7 +195,7 @@ class ProcessState:
 
             def call(handle: StateHandle, k: tuple = key, t: Timer = timer) -> Any:
                 if t.kind == "event":
-                    handle.timers.delete_event_time(t.ms)  # guard: fired-timer-kept
+                    handle.timers.delete_event_time(t.ms)
                 else:
                     handle.timers.delete_processing_time(t.ms)
                 return on_timer(k, t, handle)

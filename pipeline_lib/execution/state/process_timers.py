@@ -168,8 +168,10 @@ class TimerIndex:
         The timer leaves the index; the caller drops it from the key's state."""
         due = []
         event = self._head(EVENT)
-        if event is not None and event_until is not None and event[0] <= event_until:  # guard: timer-fires-early
-            due.append((event[0], 0, event[1], event[2], EVENT))
+        if event is not None and event_until is not None:
+            reached = event[0] <= event_until  # guard: timer-fires-early, timer-fires-late
+            if reached:
+                due.append((event[0], 0, event[1], event[2], EVENT))
         processing = self._head(PROCESSING)
         if processing is not None and processing[0] <= processing_until:
             due.append((processing[0], 1, processing[1], processing[2], PROCESSING))
