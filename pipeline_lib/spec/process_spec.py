@@ -32,7 +32,8 @@ class ProcessSpec(StrictModel):
     it returns is cast to ``output`` (a schema in DDL, like the source's; None: the rows' own
     schema, as dedup gives). ``ttl``: a key's state is dropped that long after its last update,
     measured on the epoch clock (the largest Kafka record timestamp, ``_timestamp_ms``, among
-    the epoch's rows: a replay expires what the first run did)."""
+    the epoch's rows: a replay expires what the first run did). ``on_timer``: called for the
+    timers the function registers (docs/your-own-state.md, "Timers")."""
 
     key: Annotated[list[str], Field(min_length=1)]
     function: Annotated[str, Field(pattern=f"^{FUNCTION_PATTERN}$")]

@@ -24,7 +24,6 @@ import pyarrow.compute as pc
 from pipeline_lib.errors import PipelineError
 
 EVENT, PROCESSING = "event", "processing"
-_KIND_ORDER = {EVENT: 0, PROCESSING: 1}
 
 
 @dataclass(frozen=True)
