@@ -150,3 +150,27 @@ def test_session_timers_rescale_and_lost_parts_are_repaired_byte_identical(stack
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr[-3000:]
     assert {k: sink_store.get(k) for k in lost} == lost
     check_sessions(stack_env, sink, events)
+
+
+@pytest.mark.full
+def test_session_timers_run_on_records_in_pipeline_lib_testing(tmp_path):
+    """``pipeline_lib.testing.run_on_records`` fires the timers as a run does: the sessions of
+    plain Python, the last ones at the end of the bounded records. Spark in this process."""
+    from pipeline_lib.execution.engine.spark_session import start_spark
+    from pipeline_lib.testing import Record, run_on_records
+
+    rng = random.Random(7)
+    events = [
+        {"user": f"u{i // 40 + rng.randrange(4):02d}", "amount": rng.randint(1, 9), "ts": iso(T0 + i * 5_000)}
+        for i in range(300)
+    ]
+    spec = sessions_spec("sessions", "timers", "s3://results/s", "s3://checkpoints/s")
+    spec["trigger"]["max_records_per_epoch"] = 100
+    records = [Record(e, key=e["user"], partition=0) for e in events]
+    spark = start_spark("test-process-timers", None, 2)
+    try:
+        run = run_on_records(spec, records, workdir=tmp_path, spark=spark)
+    finally:
+        spark.stop()
+    written = sorted(run.table(), key=lambda s: (s["user"], s["start_ms"]))
+    assert written == expected_sessions(events)
