@@ -56,7 +56,7 @@ def session_timer(key: tuple, timer, state) -> list[dict]:
 
 def sessions(key, frames, state):
     """``applyInPandasWithState``'s function: the same sessions, with an event-time timeout."""
-    import pandas as pd
+    import pandas as pd  # type: ignore[import-untyped]
 
     (user,) = key
     if state.hasTimedOut:
