@@ -238,3 +238,18 @@ def tables(
     from benchmarks.table_commits import tables_bench
 
     raise typer.Exit(tables_bench(epochs=epochs, keys=keys, changed=min(changed, keys), parts=parts))
+
+
+@bench_app.command("process")
+def process(
+    events: Annotated[int, typer.Option(min=1, help="JSON events to produce.")] = 200_000,
+    active: Annotated[int, typer.Option(min=1, help="Users active at a time (the set slides).")] = 200,
+    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 20_000,
+    parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism (local[N]).")] = 2,
+) -> None:
+    """Per-user session totals with an event-time timer: ours vs Spark SS applyInPandasWithState.
+
+    Prints both whole-process times and their ratio (see benchmarks/process_bench.py)."""
+    from benchmarks.process_bench import process_bench
+
+    raise typer.Exit(process_bench(events=events, active=active, per_epoch=per_epoch, parallelism=parallelism))

@@ -69,6 +69,9 @@ DEDUP = "pipeline_lib/execution/state/dedup.py"
 DRIVER_STATE = "pipeline_lib/execution/runtime/driver_state.py"
 PROCESS_MERGE = "pipeline_lib/execution/runtime/process_merge.py"
 PROCESS_OWNER = "pipeline_lib/execution/state/process_owner.py"
+PROCESS_TIMERS = "pipeline_lib/execution/state/process_timers.py"
+PROCESS_HANDLE = "pipeline_lib/execution/state/process_handle.py"
+TIMER_TESTS = ("tests/unit/test_process_timers.py",)
 KAFKA_WRITER = "pipeline_lib/sink/kafka_writer.py"
 KAFKA_WRITER_TESTS = ("tests/unit/test_kafka_writer.py",)
 
@@ -1312,6 +1315,54 @@ MUTANTS: list[Mutant] = [
         "out",
         "each output row of a process function goes to its key's subtask's part alone",
         PROCESS_TESTS,
+    ),
+    Mutant(
+        "timer-fires-early",
+        PROCESS_TIMERS,
+        "event[0] <= event_until",
+        "True",
+        "an event-time timer fires only once the watermark the epoch started with has reached it",
+        TIMER_TESTS,
+    ),
+    Mutant(
+        "timer-fires-late",
+        PROCESS_TIMERS,
+        "event[0] <= event_until",
+        "event[0] < event_until",
+        "an event-time timer fires in the epoch whose watermark equals its time, not an epoch later",
+        TIMER_TESTS,
+    ),
+    Mutant(
+        "timers-not-stored",
+        PROCESS_HANDLE,
+        "data.update(self.timers.stored())",
+        "pass",
+        "a key's timers are stored in its state's JSON, so a snapshot and a restore keep them",
+        TIMER_TESTS,
+    ),
+    Mutant(
+        "timers-not-indexed",
+        PROCESS_STATE,
+        "self.spec.on_timer is not None",
+        "False",
+        "every stored timer (set in a call or restored from a snapshot) is in the index that fires them",
+        TIMER_TESTS,
+    ),
+    Mutant(
+        "owner-timer-spans-skipped",
+        PROCESS_OWNER,
+        "process.ttl is not None or process.on_timer is not None",
+        "process.ttl is not None",
+        "an owner of a process state with timers loads and writes all its spans: any key may fire without rows",
+        TIMER_TESTS,
+    ),
+    Mutant(
+        "process-watermark-stuck",
+        PROCESS_MERGE,
+        "flow.watermark = flow.watermark.advanced(top, ended=ended)",
+        "pass",
+        "a process flow's watermark advances by each epoch's largest event time (and to the end with the source)",
+        TIMER_TESTS,
     ),
     Mutant(
         "dedup-passes-seen-key",

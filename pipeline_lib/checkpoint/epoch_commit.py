@@ -112,6 +112,11 @@ def source_completed(positions: dict[int, int], stops: dict[int, int] | None) ->
     return stops is not None and len(completed_splits(positions, stops)) == len(stops)
 
 
+def plan_ends(plan: EpochPlan) -> bool:
+    """Whether a bounded source is read to its end with ``plan``'s epoch."""
+    return source_completed(plan.end_positions(), plan.stop_offsets)
+
+
 @contextmanager
 def untimed(phase: str) -> Iterator[None]:
     """A timer that times nothing, for callers (tests, tools) that do not report phases."""

@@ -32,13 +32,17 @@ class ProcessSpec(StrictModel):
     it returns is cast to ``output`` (a schema in DDL, like the source's; None: the rows' own
     schema, as dedup gives). ``ttl``: a key's state is dropped that long after its last update,
     measured on the epoch clock (the largest Kafka record timestamp, ``_timestamp_ms``, among
-    the epoch's rows: a replay expires what the first run did)."""
+    the epoch's rows: a replay expires what the first run did). ``on_timer``: called for the
+    timers the function registers (docs/your-own-state.md, "Timers")."""
 
     key: Annotated[list[str], Field(min_length=1)]
     function: Annotated[str, Field(pattern=f"^{FUNCTION_PATTERN}$")]
     output: str | None = None
     ttl: str | None = None
     rows: Literal["arrow", "pandas"] = "arrow"
+    # "package.module:function" called as on_timer(key, timer, state) when a timer of the key
+    # fires (execution.state.process_timers); without it, the handle has no timers
+    on_timer: Annotated[str | None, Field(pattern=f"^{FUNCTION_PATTERN}$")] = None
 
     _keys = field_validator("key")(check_key_columns)
     _ttl = field_validator("ttl")(_check_duration)

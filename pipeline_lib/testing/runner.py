@@ -151,12 +151,14 @@ def run_on_records(
                     continue
                 runtime = runtimes[flow.name]
                 state = states[flow.name]
+                # a bounded source (stop) ends with the records, which closes every window and fires every timer
+                ended = kafka.stop is not None and all(plan.end_positions().get(q, 0) >= n for q, n in targets.items())
                 if isinstance(state, ProcessState) and isinstance(result, ProcessInput):  # the function's rows
-                    sinks[flow.name].write_epoch(epoch, digest, process_merge(runtime, state, result, p).parts, ATTEMPT)
+                    column = kafka.watermark.column if kafka.watermark is not None else None
+                    merged = process_merge(runtime, state, result, p, ended, column)
+                    sinks[flow.name].write_epoch(epoch, digest, merged.parts, ATTEMPT)
                     continue
                 assert isinstance(result, pa.Table), "state on the driver: the partials come to the driver"
-                # a bounded source (stop) ends with the records, which closes every window
-                ended = kafka.stop is not None and all(plan.end_positions().get(q, 0) >= n for q, n in targets.items())
                 parts, _ = merge_on_driver(runtime, result, p, maxp, ended)
                 sinks[flow.name].write_epoch(epoch, digest, parts, ATTEMPT)
             if bad is not None:

@@ -34,7 +34,7 @@ class DriverState:
         if restored is not None and not restored.state_loaded:
             load_on_driver()
 
-    def owner_tasks(self, epoch: int, records: int, base: bool = True) -> OwnerTasks:
+    def owner_tasks(self, epoch: int, records: int, base: bool = True, ended: bool = False) -> OwnerTasks:
         """No owner tasks: the driver merges."""
         return ()
 
@@ -52,7 +52,8 @@ class DriverState:
             return FlowMerge([], NO_SLOTS, result.files)
         if isinstance(flow.state, ProcessState):
             assert isinstance(result, ProcessInput), "a process flow's result is its rows"
-            return process_merge(flow, flow.state, result, self.parts.parallelism)
+            column = self.parts.event_column(flow.spec)
+            return process_merge(flow, flow.state, result, self.parts.parallelism, ended, column)
         assert isinstance(result, pa.Table), "a stateful flow's result is its partials"
         parts, changed = merge_on_driver(flow, result, self.parts.parallelism, self.parts.maxp, ended)
         return FlowMerge(parts, changed, ())

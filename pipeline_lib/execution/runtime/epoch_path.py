@@ -58,8 +58,9 @@ class KeyedStatePlace(Protocol):
         """Make the restored snapshot this place's starting state (``load_on_driver`` reads a
         state verified on the executors into the driver)."""
 
-    def owner_tasks(self, epoch: int, records: int, base: bool = True) -> OwnerTasks:
-        """Per flow, the owner side of an epoch of ``records`` records (empty on the driver)."""
+    def owner_tasks(self, epoch: int, records: int, base: bool = True, ended: bool = False) -> OwnerTasks:
+        """Per flow, the owner side of an epoch of ``records`` records (empty on the driver;
+        ``ended``: the bounded source is read to its end with it)."""
 
     def adopt(self, read: EpochRead) -> None:
         """Take what the owner tasks of ``read`` returned as each flow's latest state files."""

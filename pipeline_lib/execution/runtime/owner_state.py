@@ -8,9 +8,11 @@ from functools import partial
 
 import numpy as np
 
+from pipeline_lib.checkpoint.epoch_commit import plan_ends
 from pipeline_lib.checkpoint.manifest import StateSnapshot, snapshot_id_for
 from pipeline_lib.checkpoint.restore import Restored
 from pipeline_lib.execution.runtime.epoch_path import NO_SLOTS, FlowMerge, FlowResult, OwnerTasks
+from pipeline_lib.execution.runtime.process_merge import timer_clock
 from pipeline_lib.execution.runtime.run_attempt import RunAttempt
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
@@ -36,10 +38,11 @@ class OwnerState:
         if restored is not None:
             restored.flows.clear()
 
-    def owner_tasks(self, epoch: int, records: int, base: bool = True) -> OwnerTasks:
+    def owner_tasks(self, epoch: int, records: int, base: bool = True, ended: bool = False) -> OwnerTasks:
         """Per flow (None: a stateless flow), owners of spans sized to the state's keys before the
         epoch (to the records, for a first epoch), building on the flow's latest state files
-        (none when not ``base``: the warm-up's tasks, which must write nothing)."""
+        (none when not ``base``: the warm-up's tasks, which must write nothing); a process flow's
+        timers fire against its watermark as the epoch starts (``ended``: and all after its rows)."""
         parts, sides = self.parts, self.owner_epochs
         checkpoint = parts.checkpoint_at()
         tasks: list[OwnerTask | None] = []
@@ -52,7 +55,8 @@ class OwnerState:
             files = tuple(flow.state_files.values()) if base else ()
             process = flow.spec.state.process if flow.spec.state is not None else None
             schema = sides.schemas[index] if process is not None else flow.state_schema or sides.schemas[index]
-            owned = OwnerFlow(flow.spec.name, sides.flows[index], schema, sink, files, process)
+            column = parts.event_column(flow.spec) if process is not None else None
+            owned = OwnerFlow(flow.spec.name, sides.flows[index], schema, sink, files, process, column)
             tasks.append(
                 OwnerTask(
                     checkpoint,
@@ -61,6 +65,7 @@ class OwnerState:
                     SpanOwners(parts.parallelism, parts.maxp, per_file),
                     owned,
                     parts.job.checkpoint.cache_bytes,
+                    timer_clock(flow, ended),
                 )
             )
         return tuple(tasks)
@@ -74,6 +79,9 @@ class OwnerState:
             if flow.stateful and isinstance(result, OwnedFlow):
                 flow.state_files = {(f.key_group_start, f.key_group_end): f for f in result.files}
                 flow.owned_keys = result.keys
+                if flow.watermark is not None:  # a process flow's: by every owner's largest event time
+                    tops = [o.max_event_ms for o in result.owners if o.max_event_ms is not None]
+                    flow.watermark = flow.watermark.advanced(max(tops) if tops else None, ended=plan_ends(read.plan))
 
     def merge(self, flow: FlowRuntime, result: FlowResult, ended: bool = False) -> FlowMerge:
         """The owner tasks merged and wrote (their files are taken in ``adopt``); the parts written

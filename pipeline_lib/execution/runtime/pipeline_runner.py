@@ -241,7 +241,7 @@ class PipelineRunner:
                 return None
             fault_point("after_plan", plan.epoch)
             reader = self._reader()
-            owners = reader.owner_tasks(plan.epoch, plan.records)
+            owners = reader.owner_tasks(plan)
             start = checks if reader.path.carries_checks else None
             ahead.submit(plan.epoch, lambda: reader.read(spark, schema, plan, owners, start))
             first.append(plan)
@@ -330,7 +330,7 @@ class PipelineRunner:
             with self.timer.timed("spark"):  # the read's own time, or only the wait for it when read ahead
                 read = loop.ahead.take(plan.epoch) if planned is not None else None
                 if read is None:
-                    read = reader.read(loop.spark, loop.schema, plan, reader.owner_tasks(plan.epoch, plan.records))
+                    read = reader.read(loop.spark, loop.schema, plan, reader.owner_tasks(plan))
             reader.path.state.adopt(read)
             loop.planned = self._read_next(loop, plan)
             manifest, head, loop.head_version = commit.run(read, loop.history, loop.head_version)
@@ -389,7 +389,7 @@ class PipelineRunner:
             return None
         fault_point("after_plan", following.epoch)
         reader = self._reader()
-        owners = reader.owner_tasks(following.epoch, following.records)  # with this epoch's files (see adopt)
+        owners = reader.owner_tasks(following)  # with this epoch's files (see adopt)
         spark, schema = loop.spark, loop.schema
         loop.ahead.submit(following.epoch, lambda: reader.read(spark, schema, following, owners))
         return following

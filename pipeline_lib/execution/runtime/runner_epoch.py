@@ -12,6 +12,7 @@ from pipeline_lib.checkpoint.epoch_commit import (
     DeadLetterOutput,
     FlowOutput,
     commit_epoch,
+    plan_ends,
     run_now,
     source_completed,
 )
@@ -41,9 +42,10 @@ class EpochReader:
     def __init__(self, parts: PipelineParts, path: EpochPath, writers: PartWriters, attempt: RunAttempt):
         self.parts, self.path, self.writers, self.attempt = parts, path, writers, attempt
 
-    def owner_tasks(self, epoch: int, records: int) -> OwnerTasks:
-        """The owner side of an epoch (empty with keyed state on the driver), on the flows' latest state files."""
-        return self.path.state.owner_tasks(epoch, records)
+    def owner_tasks(self, plan: EpochPlan) -> OwnerTasks:
+        """The owner side of ``plan``'s epoch (empty with keyed state on the driver), on the flows'
+        latest state files."""
+        return self.path.state.owner_tasks(plan.epoch, plan.records, ended=plan_ends(plan))
 
     def read(
         self, spark, schema, plan: EpochPlan, owners: OwnerTasks = (), start: SourceStart | None = None

@@ -110,16 +110,26 @@ class PipelineParts:
         """Where executors find the pipeline's checkpoint (owner tasks, the restore's verification)."""
         return CheckpointAt(self.job.checkpoint.store, self.job.name, self.pipeline.name, self.settings)
 
+    def event_column(self, flow: FlowSpec) -> str | None:
+        """The watermark column of ``flow``'s source (None: the source has no watermark)."""
+        watermark = self.job.all_sources()[flow.source].kafka.watermark
+        return watermark.column if watermark is not None else None
+
     def key_groups_per_file(self, keys: int) -> int:
         """The key groups of one state file for a state of ``keys`` keys."""
         return self.job.checkpoint.state_file_key_groups(keys)
 
 
 def windowed_watermark(job: JobSpec, flow: FlowSpec) -> Watermark | None:
-    """A windowed flow's watermark before its first epoch (None: the flow has no window)."""
-    if flow.state is None or flow.state.process is not None or flow.state.aggregate.window is None:
+    """A windowed flow's watermark before its first epoch, or a process flow's whose source has
+    a watermark (its event-time timers fire by it); None: the flow has none."""
+    if flow.state is None:
         return None
     spec = job.all_sources()[flow.source].kafka.watermark
+    if flow.state.process is not None:
+        return Watermark.start(spec) if spec is not None else None
+    if flow.state.aggregate.window is None:
+        return None
     assert spec is not None, "a window needs its source's watermark (spec validation)"
     return Watermark.start(spec)
 

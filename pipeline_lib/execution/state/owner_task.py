@@ -30,10 +30,17 @@ from pipeline_lib.checkpoint.restore import read_spans
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import KEY_GROUP_COLUMN
 from pipeline_lib.checkpoint.state_spans import Span, changed_per_span, plan_span_writes, write_state_files
+from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.worker_aggregation import FlowInWorker
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
-from pipeline_lib.execution.state.process_owner import process_state_schema, run_process, whole_where_dropped
+from pipeline_lib.execution.state.process_owner import (
+    process_state_schema,
+    rewrites_every_span,
+    run_process,
+    whole_where_dropped,
+)
 from pipeline_lib.execution.state.process_state import ProcessState
+from pipeline_lib.execution.state.process_timers import TimerClock, max_event_ms
 from pipeline_lib.execution.state.span_owners import SpanOwners, without_key_groups
 from pipeline_lib.execution.state.state_cache import StateCache
 from pipeline_lib.execution.state.state_kinds import KeyedState
@@ -74,6 +81,7 @@ class OwnerFlow:
     sink: TaskPartWriter
     base: tuple[StateFileRef, ...]
     process: ProcessSpec | None = None  # a process function's state instead of an aggregate
+    event_column: str | None = None  # the source's watermark column (a process flow's timers fire by it)
 
     def state_schema(self) -> pa.Schema:
         """The schema of the state rows: the partials', or a process state's key columns and ``_state``."""
@@ -116,6 +124,7 @@ class OwnedSpans:
     files: tuple[StateFileRef, ...] = ()
     keys: int = 0
     reads: StateReads = field(default_factory=lambda: StateReads())
+    max_event_ms: int | None = None  # the largest event time among the owner's rows (a process flow's)
 
     def to_json(self) -> str:
         """The task's result value."""
@@ -127,6 +136,7 @@ class OwnedSpans:
                 "files": [f.model_dump(exclude_none=True) for f in self.files],
                 "keys": self.keys,
                 "reads": asdict(self.reads),
+                "max_event_ms": self.max_event_ms,
             }
         )
 
@@ -141,6 +151,7 @@ class OwnedSpans:
             tuple(StateFileRef.model_validate(f) for f in data["files"]),
             data["keys"],
             StateReads(**data["reads"]),
+            data.get("max_event_ms"),
         )
 
 
@@ -178,6 +189,7 @@ class OwnerTask:
     owners: SpanOwners
     flow: OwnerFlow
     cache_bytes: int = 0  # the executor's state cache bound (checkpoint.cache_bytes); 0: no cache
+    clock: TimerClock = TimerClock()  # what a process flow's timers fire against this epoch
 
     def run(self, owner: int, task_attempt: int, partials: Sequence[Partial]) -> OwnedSpans:
         """Merge, write and reference ``owner``'s share of the flow (see the module docstring)."""
@@ -201,8 +213,9 @@ class OwnerTask:
                 max(r.key_group_start, owned.start), min(r.key_group_end, owned.stop)
             )
         }
-        if self.flow.process is not None and self.flow.process.ttl is not None:
-            off_grid |= set(on_grid)  # any key may expire: every span is read and written whole
+        if rewrites_every_span(self.flow.process):
+            off_grid |= set(on_grid)  # any key may expire or fire: every span is read and written whole
+        top = self._max_event(table)
         # guard: off-grid-spans-not-rewritten
         writes = plan_span_writes(
             on_grid, changed_per_span(key_groups, self.owners.per_file, self.owners.max_parallelism), off_grid
@@ -213,6 +226,7 @@ class OwnerTask:
                 owner,
                 files=tuple(sorted(kept.values(), key=lambda r: r.key_group_start)),
                 keys=sum(r.span_keys() for r in kept.values()),
+                max_event_ms=top,
             )
         snapshots = self.checkpoint.open()
         cache = StateCache.in_executor(self.cache_bytes)
@@ -220,7 +234,7 @@ class OwnerTask:
         reads = self._load(state, snapshots, cache, base, set(writes.to_write()), owned)
         schema = self.flow.state_schema()
         if isinstance(state, ProcessState):
-            merged, out = run_process(state, table, self.epoch)
+            merged, out = run_process(state, table, self.epoch, self.clock)
             writes = whole_where_dropped(writes, state, self.owners.per_file, self.owners.max_parallelism)
         else:
             merged = state.merge(table, key_groups) if table.num_rows else np.zeros(0, dtype=np.int64)
@@ -249,7 +263,21 @@ class OwnerTask:
                 cache.put(ref.chain_digest(), state.table(slots, schema), state.key_groups(slots))
             cache.trim()
         files = sorted([*kept.values(), *written], key=lambda r: r.key_group_start)
-        return OwnedSpans(owner, sink, rows, tuple(files), sum(r.span_keys() for r in files), reads)
+        return OwnedSpans(owner, sink, rows, tuple(files), sum(r.span_keys() for r in files), reads, top)
+
+    def _max_event(self, rows: pa.Table) -> int | None:
+        """A process flow's largest event time among the owner's rows (the driver advances the
+        watermark by the largest of every owner's); PipelineError when its timers need the
+        watermark's column and the rows lost it."""
+        process, column = self.flow.process, self.flow.event_column
+        if process is None or column is None:
+            return None
+        if process.on_timer is not None and rows.num_rows and column not in rows.column_names:
+            raise PipelineError(
+                f"process state {process.function} has timers, fired by the watermark on column "
+                f"{column!r}, which the rows reaching it no longer have (keep it in the transforms' select)"
+            )
+        return max_event_ms(rows, column)
 
     def _load(
         self,

@@ -8,9 +8,8 @@ as JSON text, never pickled, so a snapshot can be read without running user code
 changed class cannot make it unreadable. A map's keys may be any JSON scalar.
 
 ``now_ms`` is the epoch clock (the largest Kafka record timestamp among the epoch's rows), the same in a
-replay of the epoch; ``ttl`` measures against it. Event-time timers are meant to go beside the
-states as ``register_timer(ts)`` once the source has a watermark: their due times would be kept
-in this handle's JSON under ``"t"`` and fired by the state before the epoch's rows.
+replay of the epoch; ``ttl`` and processing-time timers measure against it. ``timers`` are the
+key's event-time and processing-time timers (process_timers), kept in the same JSON.
 """
 
 from __future__ import annotations
@@ -18,6 +17,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+
+from pipeline_lib.execution.state.process_timers import Timers
 
 _MISSING = object()
 
@@ -116,9 +117,19 @@ class MapState:
 class StateHandle:
     """One key's states for one call of the process function (see the module docstring)."""
 
-    def __init__(self, key: tuple, epoch: int, now_ms: int, stored: str | None):
-        self.key, self.epoch, self.now_ms = key, epoch, now_ms
+    def __init__(
+        self,
+        key: tuple,
+        epoch: int,
+        now_ms: int,
+        stored: str | None,
+        timer_error: str | None = "timers need on_timer in the process spec",
+        event_timer_error: str | None = None,
+        watermark_ms: int | None = None,
+    ):
+        self.key, self.epoch, self.now_ms, self.watermark_ms = key, epoch, now_ms, watermark_ms
         data = json.loads(stored) if stored else {}
+        self.timers = Timers(data.get("te", []), data.get("tp", []), timer_error, event_timer_error)
         self._values: dict[str, Any] = data.get("v", {})
         self._lists: dict[str, list[Any]] = data.get("l", {})
         self._maps: dict[str, dict[Any, Any]] = {n: {k: v for k, v in pairs} for n, pairs in data.get("m", {}).items()}
@@ -137,14 +148,15 @@ class StateHandle:
         return MapState(self._maps, name)
 
     def clear(self) -> None:
-        """Drop every state of this key (it leaves the snapshot)."""
+        """Drop every state and timer of this key (it leaves the snapshot)."""
+        self.timers.clear()
         self._values.clear()
         self._lists.clear()
         self._maps.clear()
 
     def is_empty(self) -> bool:
         """Whether the key holds no state (then it is not stored)."""
-        return not (self._values or any(self._lists.values()) or any(self._maps.values()))
+        return not (self._values or any(self._lists.values()) or any(self._maps.values()) or self.timers)
 
     def dumps(self, updated_ms: int) -> str | None:
         """The key's state as stored (canonical JSON; None when empty); TypeError or ValueError
@@ -160,6 +172,7 @@ class StateHandle:
         maps = {n: sorted(m.items(), key=lambda kv: json.dumps(kv[0])) for n, m in self._maps.items() if m}
         if maps:
             data["m"] = maps
+        data.update(self.timers.stored())  # guard: timers-not-stored
         return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 

@@ -11,6 +11,8 @@ import pyarrow as pa
 
 from pipeline_lib.checkpoint.state_spans import SpanWrites, spans_of
 from pipeline_lib.execution.state.process_state import STATE_COLUMN, ProcessState
+from pipeline_lib.execution.state.process_timers import TimerClock
+from pipeline_lib.spec.process_spec import ProcessSpec
 
 
 def process_state_schema(rows: pa.Schema, key: list[str]) -> pa.Schema:
@@ -18,9 +20,17 @@ def process_state_schema(rows: pa.Schema, key: list[str]) -> pa.Schema:
     return pa.schema([*(rows.field(k) for k in key), pa.field(STATE_COLUMN, pa.string())])
 
 
-def run_process(state: ProcessState, rows: pa.Table, epoch: int) -> tuple[np.ndarray, pa.Table]:
-    """The slots whose state changed and the output rows of the owner's share of ``epoch``."""
-    changed, out, _ = state.process(rows, epoch)
+def rewrites_every_span(process: ProcessSpec | None) -> bool:
+    """Whether an owner reads and writes all its spans every epoch: any key of a process state
+    with a ttl may expire, and any key with timers may fire, whether or not it has rows."""
+    # guard: owner-timer-spans-skipped
+    return process is not None and (process.ttl is not None or process.on_timer is not None)
+
+
+def run_process(state: ProcessState, rows: pa.Table, epoch: int, clock: TimerClock) -> tuple[np.ndarray, pa.Table]:
+    """The slots whose state changed and the output rows of the owner's share of ``epoch``
+    (timers fired against ``clock``, the watermark the driver had as the epoch started)."""
+    changed, out, _ = state.process(rows, epoch, clock)
     return changed, out
 
 

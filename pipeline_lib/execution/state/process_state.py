@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,8 @@ from pipeline_lib.errors import PipelineError, SpecError
 from pipeline_lib.execution.source.schema_types import python_schema
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.process_handle import StateHandle, updated_ms
+from pipeline_lib.execution.state.process_timers import Timer, TimerClock, TimerIndex
+from pipeline_lib.execution.state.watermark import END_OF_INPUT
 from pipeline_lib.plan.keygroups import key_groups_of
 from pipeline_lib.spec.process_spec import ProcessSpec
 from pipeline_lib.user_code import import_function
@@ -46,9 +49,16 @@ class ProcessInput:
 
 
 ProcessFunction = Callable[[tuple, Any, StateHandle], Any]
+TimerFunction = Callable[[tuple, Timer, StateHandle], Any]
+NO_TIMERS = TimerClock()
 
 
-def load_function(path: str) -> ProcessFunction:
+def _with_rows(function: ProcessFunction, key: tuple, rows: Any, handle: StateHandle) -> Any:
+    """One call of the process function (bound to its key and rows, then given the handle)."""
+    return function(key, rows, handle)
+
+
+def load_function(path: str) -> Any:
     """``package.module:function`` imported; SpecError names what is missing."""
     try:
         return import_function(path)
@@ -70,7 +80,7 @@ def output_schema(spec: ProcessSpec, rows: pa.Schema) -> pa.Schema:
 
 def output_table(result: Any, schema: pa.Schema, where: str) -> pa.Table:
     """What a function returned (an Arrow table, a pandas frame, a list of dicts, None) as ``schema``."""
-    if result is None:
+    if result is None or (isinstance(result, list) and not result):
         return schema.empty_table()
     try:
         if isinstance(result, pa.Table):
@@ -97,6 +107,8 @@ class ProcessState:
         self.max_parallelism = max_parallelism
         self.ttl_ms = spec.ttl_ms()
         self._function = function
+        self._on_timer: TimerFunction | None = None
+        self.timers = TimerIndex()
         self._slots: dict[tuple, int] = {}
         self._keys: list[tuple] = []
         self._states: list[str | None] = []  # None: a free slot (no state)
@@ -121,11 +133,22 @@ class ProcessState:
             self._function = load_function(self.spec.function)
         return self._function
 
+    def on_timer(self) -> TimerFunction:
+        """The user's ``on_timer``, imported on first use."""
+        assert self.spec.on_timer is not None
+        if self._on_timer is None:
+            self._on_timer = load_function(self.spec.on_timer)
+        return self._on_timer
+
     # -- the epoch --------------------------------------------------------------------------
-    def process(self, rows: pa.Table, epoch: int) -> tuple[np.ndarray, pa.Table, np.ndarray]:
+    def process(
+        self, rows: pa.Table, epoch: int, clock: TimerClock = NO_TIMERS
+    ) -> tuple[np.ndarray, pa.Table, np.ndarray]:
         """Run the function over ``rows`` (one call per key, rows in read order) after expiring
-        keys past their ttl; return the slots whose state changed (or left), the output rows
-        (keys in order of first appearance) and the key group of each."""
+        keys past their ttl and firing the timers due at the watermark the epoch started with
+        and at the epoch clock (and, when the source ends with this epoch, every event-time
+        timer after the rows); return the slots whose state changed (or left), the output rows
+        (fired timers first, then keys in order of first appearance) and the key group of each."""
         if ORDER_COLUMNS[0] in rows.column_names and ORDER_COLUMNS[1] in rows.column_names:
             # guard: process-rows-unordered
             rows = rows.sort_by([(c, "ascending") for c in ORDER_COLUMNS])  # read order, whatever the tasks
@@ -139,31 +162,81 @@ class ProcessState:
         schema = output_schema(self.spec, rows.schema)
         outputs: list[pa.Table] = []
         groups: list[np.ndarray] = []
-        function, as_pandas = self.function(), self.spec.rows == "pandas"
-        for key, positions in self._grouped(rows):
-            slot = self._slot(key)
-            where = f"process function {self.spec.function} for key {key!r} in epoch {epoch}"
-            handle = StateHandle(key, epoch, self.clock_ms, self._states[slot])
-            part = rows.take(pa.array(positions))
-            try:
-                result = function(key, part.to_pandas() if as_pandas else part, handle)
-            except Exception as exc:
-                raise PipelineError(f"{where} failed: {type(exc).__name__}: {exc}") from exc
-            try:
-                stored = handle.dumps(self.clock_ms)
-            except (TypeError, ValueError) as exc:
-                raise PipelineError(f"{where} left a state value JSON cannot hold: {exc}") from exc
-            if stored != self._states[slot]:
-                if stored is None:
-                    self._dropped.add(int(self._groups[slot]))
-                self._set(slot, stored)
+
+        def run(slot: int, key: tuple, call: Callable[[StateHandle], Any], where: str) -> None:
+            out, stored = self._call(slot, key, epoch, clock, call, where, schema)
+            if stored:
                 changed.append(slot)
-            out = output_table(result, schema, where)
             outputs.append(out)
             groups.append(np.full(out.num_rows, int(self._groups[slot]), dtype=np.int32))
+
+        if self.spec.on_timer is not None:
+            self._fire(epoch, clock.watermark_ms, run)
+        function, as_pandas = self.function(), self.spec.rows == "pandas"
+        for key, positions in self._grouped(rows):
+            part = rows.take(pa.array(positions))
+            data = part.to_pandas() if as_pandas else part
+            where = f"process function {self.spec.function} for key {key!r} in epoch {epoch}"
+            run(self._slot(key), key, partial(_with_rows, function, key, data), where)
+        if self.spec.on_timer is not None and clock.ended:  # the watermark goes to the end: all fire
+            self._fire(epoch, END_OF_INPUT, run)
         table = pa.concat_tables(outputs) if outputs else schema.empty_table()
         out_groups = np.concatenate(groups) if groups else np.zeros(0, dtype=np.int32)
         return np.array(sorted(set(changed)), dtype=np.int64), table, out_groups
+
+    def _fire(self, epoch: int, event_until: int | None, run: Callable) -> None:
+        """Call ``on_timer`` for every timer due at watermark ``event_until`` (None: no event-time
+        timer is due) or at the epoch clock, earliest first, including those the calls register."""
+        on_timer = self.on_timer()
+        while (due := self.timers.pop_due(event_until, self.clock_ms)) is not None:
+            slot, timer = due
+            key = self._keys[slot]
+            where = f"on_timer {self.spec.on_timer} for key {key!r} ({timer.kind} time {timer.ms}) in epoch {epoch}"
+
+            def call(handle: StateHandle, k: tuple = key, t: Timer = timer) -> Any:
+                if t.kind == "event":
+                    handle.timers.delete_event_time(t.ms)
+                else:
+                    handle.timers.delete_processing_time(t.ms)
+                return on_timer(k, t, handle)
+
+            run(slot, key, call, where)
+
+    def _call(
+        self,
+        slot: int,
+        key: tuple,
+        epoch: int,
+        clock: TimerClock,
+        call: Callable[[StateHandle], Any],
+        where: str,
+        schema: pa.Schema,
+    ) -> tuple[pa.Table, bool]:
+        """One call of the user's code for ``key``: its output rows, and whether its state changed."""
+        timer_error = None if self.spec.on_timer else f"{where}: timers need on_timer in the process spec"
+        event_error = (
+            None
+            if clock.watermark_ms is not None
+            else f"{where}: event-time timers need the source's watermark (source.kafka.watermark)"
+        )
+        stored = self._states[slot]
+        handle = StateHandle(key, epoch, self.clock_ms, stored, timer_error, event_error, clock.watermark_ms)
+        try:
+            result = call(handle)
+        except PipelineError:
+            raise
+        except Exception as exc:
+            raise PipelineError(f"{where} failed: {type(exc).__name__}: {exc}") from exc
+        try:
+            stored = handle.dumps(self.clock_ms)
+        except (TypeError, ValueError) as exc:
+            raise PipelineError(f"{where} left a state value JSON cannot hold: {exc}") from exc
+        changed = stored != self._states[slot]
+        if changed:
+            if stored is None:
+                self._dropped.add(int(self._groups[slot]))
+            self._set(slot, stored)
+        return output_table(result, schema, where), changed
 
     def _clock(self, rows: pa.Table) -> int:
         """The epoch clock: the largest Kafka record timestamp of the epoch's rows, a function of
@@ -222,6 +295,8 @@ class ProcessState:
         self._count += (stored is not None) - (self._states[slot] is not None)
         self._states[slot] = stored
         self._live[slot] = stored is not None
+        if self.spec.on_timer is not None:  # guard: timers-not-indexed
+            self.timers.update(slot, int(self._groups[slot]), self._keys[slot], stored)
 
     # -- the snapshot -----------------------------------------------------------------------
     def dropped_groups(self) -> set[int]:

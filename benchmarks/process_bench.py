@@ -1,0 +1,145 @@
+"""A keyed process function with a timer: per-user session totals (benchmarks/session_functions.py)
+in our job against Spark Structured Streaming's ``applyInPandasWithState`` with an event-time
+timeout (benchmarks/structured_streaming_sessions.py), on the same events in the same run.
+
+    pipeline-lib bench process [--events 200000] [--per-epoch 20000]
+
+Both run as whole processes to the end of a bounded topic (JVM start included), with a 1-minute
+watermark and a 30-second session gap. Ours fires every timer at the end of the bounded source;
+Spark's ``availableNow`` run leaves the sessions whose timeout the watermark has not passed
+unwritten, so the sessions both wrote are compared. Printed: each side's seconds, the ratio, the
+sessions written and the equal ones.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+
+from benchmarks.our_job import child_env
+from benchmarks.restore_completed import timed_run
+from benchmarks.session_functions import OUTPUT
+from pipeline_lib.localstack import start_stack, stop_stack
+from pipeline_lib.samples import create_topic, produce_json
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.table_reader import read_append_rows
+from pipeline_lib.storage import open_store
+
+TOPIC, NAME = "bench-sessions", "process-bench"
+START_MS = 1_772_323_200_000
+
+
+def session_events(events: int, active: int, seed: int = 36) -> list[dict]:
+    """Events 50 ms of event time apart from ``active`` users at a time (the set slides, so users
+    come and go and their sessions close by timer), amounts 1 to 99."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(events):
+        ts = dt.datetime.fromtimestamp((START_MS + i * 50) / 1000, dt.UTC).isoformat(timespec="milliseconds")
+        user = f"u{i // 50 + rng.randrange(active):07d}"
+        out.append({"user": user, "amount": rng.randint(1, 99), "ts": ts.replace("+00:00", "Z")})
+    return out
+
+
+def job(per_epoch: int, parallelism: int) -> dict:
+    """Our sessions job over the bounded topic."""
+    return {
+        "name": NAME,
+        "source": {
+            "kafka": {
+                "topic": TOPIC,
+                "schema": "user string, amount long, ts timestamp",
+                "watermark": {"column": "ts", "delay": "1 minute"},
+                "stop": "latest",
+            }
+        },
+        "state": {
+            "process": {
+                "key": ["user"],
+                "function": "benchmarks.session_functions:session_rows",
+                "on_timer": "benchmarks.session_functions:session_timer",
+                "output": OUTPUT,
+            }
+        },
+        "sink": {"files": {"path": f"s3://results/{NAME}", "format": "parquet"}},
+        "checkpoint": {"store": f"s3://checkpoints/{NAME}"},
+        "trigger": {"max_records_per_epoch": per_epoch},
+        "parallelism": parallelism,
+    }
+
+
+def _sessions(rows: list[dict]) -> dict[tuple, tuple]:
+    return {(r["user"], r["start_ms"]): (r["end_ms"], r["total"], r["n"]) for r in rows}
+
+
+def process_bench(events: int = 200_000, active: int = 200, per_epoch: int = 20_000, parallelism: int = 2) -> int:
+    """Run both and print the comparison (see the module's docstring)."""
+    with tempfile.TemporaryDirectory(prefix="process-bench-") as tmp:
+        root = Path(tmp)
+        info = start_stack(root / "stack", broker_storage="memory")
+        try:
+            env = child_env(info)
+            settings = ConnectionSettings.from_env(env)
+            create_topic(info.kafka_bootstrap, TOPIC, 2)
+            produce_json(info.kafka_bootstrap, TOPIC, session_events(events, active), key_field="user")
+            spec = root / "job.yaml"
+            spec.write_text(yaml.safe_dump(job(per_epoch, parallelism)))
+            ours_s = timed_run(spec, env, "--until-caught-up")
+            ours = _sessions(read_append_rows(open_store(f"s3://results/{NAME}", settings)))
+            started = time.monotonic()
+            child = subprocess.run(
+                [
+                    sys.executable, "-m", "benchmarks.structured_streaming_sessions",
+                    "--bootstrap", info.kafka_bootstrap, "--topic", TOPIC,
+                    "--checkpoint", "s3a://checkpoints/ss-sessions", "--output", "s3a://results/ss-sessions",
+                    "--max-records-per-trigger", str(per_epoch), "--parallelism", str(parallelism),
+                    "--result", str(root / "ss.json"),
+                ],
+                env=env, capture_output=True, text=True,
+            )  # fmt: skip
+            theirs_s = time.monotonic() - started
+            if child.returncode != 0:
+                raise SystemExit(f"Structured Streaming failed:\n{child.stderr[-3000:]}")
+            out = open_store("s3://results/ss-sessions", settings)
+            rows = [
+                r
+                for k in out.list()
+                if k.endswith(".parquet")
+                for r in pq.read_table(io.BytesIO(out.get(k))).to_pylist()
+            ]
+            theirs = _sessions(rows)
+        finally:
+            stop_stack(root / "stack")
+    common = ours.keys() & theirs.keys()
+    equal = sum(ours[k] == theirs[k] for k in common)
+    print(
+        f"\n{events:,} events, {active:,} users active at a time, {per_epoch:,} per epoch/trigger, local[{parallelism}]"
+    )
+    print("| job | whole process (s) | sessions written |")
+    print("|---|---|---|")
+    print(f"| pipeline-lib process function + event-time timer | {ours_s:.1f} | {len(ours):,} |")
+    print(f"| Spark SS applyInPandasWithState, EventTimeTimeout | {theirs_s:.1f} | {len(theirs):,} |")
+    print(f"ratio (Spark / ours): {theirs_s / ours_s:.2f}x; sessions both wrote: {len(common):,}, equal: {equal:,}")
+    figures = {"ours_s": round(ours_s, 3), "spark_s": round(theirs_s, 3), "ratio": round(theirs_s / ours_s, 2)}
+    print(
+        json.dumps(
+            {
+                **figures,
+                "sessions_ours": len(ours),
+                "sessions_spark": len(theirs),
+                "common": len(common),
+                "equal": equal,
+            }
+        )
+    )
+    return 0
