@@ -6,12 +6,15 @@ with the rows written.
 
 Epochs are published in order, each epoch's job finishing (every writer committed) before the
 next epoch commits, so a key's updates reach its partition in epoch order: the latest record of a
-key is its current value (an aggregate's topic may be compacted).
+key is its current value (an aggregate's topic may be compacted). Once published, the staged
+epochs no retained snapshot needs are deleted by the pipeline's background clean-up
+(``kafka_staging``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pipeline_lib.errors import PipelineError
@@ -19,6 +22,7 @@ from pipeline_lib.faults import fault_point
 from pipeline_lib.kafka_clients import Consumer, partitions_of
 from pipeline_lib.kafka_connection import KafkaConnection, client_config
 from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
+from pipeline_lib.sink.kafka_staging import drop_staged_epochs, droppable_below
 from pipeline_lib.sink.kafka_writer import PublishTask, publish_partition, published_epoch, writer_id
 from pipeline_lib.spec.models import FlowSpec
 
@@ -39,15 +43,26 @@ class KafkaTarget:
 class KafkaPublisher:
     """Publishes a pipeline's committed epochs to its flows' Kafka sinks (none: does nothing)."""
 
-    def __init__(self, job: str, pipeline: str, settings, flows: list[tuple[FlowSpec, FilesSink]]):
-        self.job, self.pipeline, self.settings = job, pipeline, settings
+    def __init__(
+        self,
+        job: str,
+        pipeline: str,
+        settings,
+        flows: list[tuple[FlowSpec, FilesSink]],
+        clean_up_with: Callable[[Callable[[], None]], None] = lambda work: work(),
+    ):
+        self.job, self.pipeline, self.settings, self.clean_up_with = job, pipeline, settings, clean_up_with
         self.targets = [KafkaTarget(spec, sink) for spec, sink in flows if spec.sink.kafka is not None]
         self.published: dict[str, int] = {}  # flow -> every writer holds the epochs up to this
 
     @classmethod
-    def of(cls, parts) -> KafkaPublisher:
-        """The publisher of a runner's ``PipelineParts``."""
-        return cls(parts.job.name, parts.pipeline.name, parts.settings, [(f.spec, f.sink) for f in parts.flows])
+    def of(cls, parts, cleanup=None) -> KafkaPublisher:
+        """The publisher of a runner's ``PipelineParts``; ``cleanup`` (a ``BackgroundCleanup``)
+        deletes published staged epochs in the background (without one: inline)."""
+        flows = [(f.spec, f.sink) for f in parts.flows]
+        if cleanup is None:
+            return cls(parts.job.name, parts.pipeline.name, parts.settings, flows)
+        return cls(parts.job.name, parts.pipeline.name, parts.settings, flows, cleanup.submit)
 
     def _kafka(self) -> KafkaConnection:
         return self.settings.require_kafka()
@@ -82,10 +97,12 @@ class KafkaPublisher:
         """Whether every writer of every Kafka sink holds ``epoch`` (True without Kafka sinks)."""
         return all(self._held(target) >= epoch for target in self.targets)
 
-    def publish_through(self, spark, epoch: int) -> None:
+    def publish_through(self, spark, epoch: int, history: Sequence | None = None) -> None:
         """Publish the committed ``epoch`` to every Kafka sink whose writers may lack it (each
         writer skips it if its partition holds it). Only the head's epoch can lack it: the head
-        moves to an epoch only after the one before was published, in this run or at its start."""
+        moves to an epoch only after the one before was published, in this run or at its start.
+        With the head's ``history`` (its retained snapshots), then hands the deletion of the
+        staged epochs none of them needs to the clean-up."""
         lacking = [t for t in self.targets if self._held(t) < epoch]
         if lacking:
             tasks = [self._task(target, epoch) for target in lacking]
@@ -105,6 +122,27 @@ class KafkaPublisher:
                 )
         if self.targets:
             fault_point("after_kafka_publish", epoch)
+        if self.targets and history:
+            self._drop_published([entry.epoch for entry in history])
+
+    def _drop_published(self, history_epochs: list[int]) -> None:
+        """Delete each target's staged epochs that are published and older than every retained
+        snapshot's (the limits are taken now, the deletion runs in the clean-up)."""
+        limits = [(t, droppable_below(self.published.get(t.flow.name, 0), history_epochs)) for t in self.targets]
+
+        def drop() -> None:
+            for target, below in limits:
+                dropped = drop_staged_epochs(target.staging, below)
+                if dropped:
+                    log.info(
+                        "pipeline %s: flow %s: deleted published staged epochs %d..%d",
+                        self.pipeline,
+                        target.flow.name,
+                        dropped[0],
+                        dropped[-1],
+                    )
+
+        self.clean_up_with(drop)
 
     def _task(self, target: KafkaTarget, epoch: int) -> PublishTask:
         """What each writer of ``target`` needs to publish ``epoch``: the staged parts' keys."""
@@ -131,4 +169,5 @@ class KafkaPublisher:
             key=tuple(kafka.key_columns()),
             headers=tuple(kafka.headers),
             partitions=self._partitions(target),
+            tombstone=kafka.tombstone,
         )

@@ -56,6 +56,7 @@ class PublishTask:
     key: tuple[str, ...]
     headers: tuple[str, ...]
     partitions: int  # the topic's partition count
+    tombstone: str | None = None  # the boolean column whose true rows are sent with a null value
 
 
 def writer_id(job: str, pipeline: str, flow: str, topic: str, partition: int) -> str:
@@ -79,8 +80,13 @@ def record_key(row: dict, columns: tuple[str, ...]) -> bytes | None:
     return json.dumps([row[c] for c in columns], default=json_default, separators=(",", ":")).encode("utf-8")
 
 
-def record_value(row: dict) -> bytes:
-    """The record value: the row as one compact JSON object (the files sink's JSON Lines form)."""
+def record_value(row: dict, tombstone: str | None = None) -> bytes | None:
+    """The record value: the row as one compact JSON object (the files sink's JSON Lines form)
+    without its ``tombstone`` column, or None (a tombstone) when that column is true."""
+    if tombstone is not None:
+        if row[tombstone] is True:  # guard: kafka-tombstone-sent-as-value
+            return None
+        row = {c: v for c, v in row.items() if c != tombstone}
     return json.dumps(row, default=json_default, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
@@ -90,10 +96,11 @@ def partition_of(key: bytes | None, partitions: int) -> int:
     return 0 if key is None else key_partition(key, partitions)
 
 
-def rows_of_partition(task: PublishTask, partition: int) -> Iterator[tuple[bytes | None, bytes, list]]:
-    """(key, value, headers) of the epoch's rows that go to ``partition``, in the staged order."""
+def rows_of_partition(task: PublishTask, partition: int) -> Iterator[tuple[bytes | None, bytes | None, list]]:
+    """(key, value, headers) of the epoch's rows that go to ``partition``, in the staged order
+    (value None: a tombstone)."""
     store = open_store(task.staging, task.settings)
-    missing = [*task.key, *task.headers]
+    missing = [*task.key, *task.headers, *([task.tombstone] if task.tombstone else [])]
     for part in task.parts:
         data = store.get(part)
         if part.endswith(".jsonl"):
@@ -111,7 +118,13 @@ def rows_of_partition(task: PublishTask, partition: int) -> Iterator[tuple[bytes
             if partition_of(key, task.partitions) != partition:
                 continue
             headers = [(h, _text(row[h])) for h in task.headers if row[h] is not None]
-            yield key, record_value(row), headers
+            value = record_value(row, task.tombstone)
+            if value is None and key is None:
+                raise ValueError(
+                    f"flow {task.flow}: a row of epoch {task.epoch} is a tombstone ({task.tombstone} is true) "
+                    f"with a null key ({', '.join(task.key)}); a tombstone needs a key"
+                )
+            yield key, value, headers
 
 
 def published_epoch(kafka: KafkaConnection, group: str, topic: str, partition: int) -> int:

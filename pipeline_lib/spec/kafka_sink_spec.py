@@ -20,18 +20,20 @@ STAGING_FORMAT = "parquet"  # keeps the columns' types for the records' JSON
 
 
 class KafkaSinkSpec(StrictModel):
-    """The topic, the column(s) that make the record key, the value's format and the columns
-    sent as headers."""
+    """The topic, the column(s) that make the record key, the value's format, the columns sent
+    as headers, and the boolean column whose true rows are sent as tombstones (the key with a
+    null value: a deletion on a compacted topic)."""
 
     topic: Annotated[str, Field(pattern=TOPIC_PATTERN)]
     key: str | Annotated[list[str], Field(min_length=1)]
     format: Literal["json"] = "json"
     headers: list[str] = []
+    tombstone: str | None = None
 
-    @field_validator("key", "headers")
+    @field_validator("key", "headers", "tombstone")
     @classmethod
-    def _plain_columns(cls, value: str | list[str]) -> str | list[str]:
-        columns = [value] if isinstance(value, str) else value
+    def _plain_columns(cls, value: str | list[str] | None) -> str | list[str] | None:
+        columns = [] if value is None else [value] if isinstance(value, str) else value
         for column in columns:
             if not IDENTIFIER.fullmatch(column):
                 raise ValueError(f"column {column!r} is not a plain column name")

@@ -209,7 +209,8 @@ class JobSpec(StrictModel):
                 have, what = sources[flow.source].kafka.columns(), f"source {flow.source}"
             else:
                 continue
-            for field, columns in (("key", kafka.key_columns()), ("headers", kafka.headers)):
+            tombstone = [kafka.tombstone] if kafka.tombstone else []
+            for field, columns in (("key", kafka.key_columns()), ("headers", kafka.headers), ("tombstone", tombstone)):
                 missing = [c for c in columns if c not in have]
                 if missing:
                     raise FieldsError(

@@ -2,9 +2,10 @@
 run`` on the real Apache Kafka broker (Tansu drops aborted records itself, so only Apache Kafka
 shows a duplicate an aborted transaction would leave), SIGKILLed (twice in ``make full``), then run to the end.
 
-One job, two flows of one topic: a filtered stateless flow (every kept record exactly once) and a
-per-user aggregate (an update stream: per user, the last record is the exact total). Both topics
-are read back with read_committed and checked against plain Python.
+One job, three flows of one topic: a filtered stateless flow (every kept record exactly once), a
+per-user aggregate (an update stream: per user, the last record is the exact total) and a
+stateless flow whose small orders are tombstones (``sink.kafka.tombstone``). The topics are read
+back with read_committed and checked against plain Python.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from kafka.errors import KafkaError
 from pipeline_lib.kafka_clients import Consumer, Producer
 from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_per_user
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.files_sink import FilesSink
+from pipeline_lib.sink.kafka_staging import staged_epochs
 from pipeline_lib.sink.kafka_writer import PublishTask, partition_of, publish_partition, writer_id
 from pipeline_lib.storage import open_store
 from tests.support import CliRun, run_cli, write_spec
@@ -28,9 +31,11 @@ EVENTS, USERS, PER_EPOCH = 6_000, 300, 1_000  # 6 epochs
 _names = count()
 
 
-def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple[int, bytes, dict]]:
+def read_topic(
+    bootstrap: str, topic: str, isolation: str = "read_committed", decode: bool = True
+) -> list[tuple[int, bytes, dict]]:
     """Every record of ``topic`` a consumer of ``isolation`` reads: (partition, key, value), in
-    each partition's order."""
+    each partition's order (the value's JSON decoded, or its bytes)."""
     consumer = Consumer(bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False)
     try:
         tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
@@ -42,7 +47,9 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed") ->
             if all(consumer.position(tp) >= ends[tp] for tp in tps):
                 break
             for tp, records in consumer.poll(timeout_ms=500).items():
-                out[tp.partition] += [(tp.partition, r.key, json.loads(r.value)) for r in records]
+                out[tp.partition] += [
+                    (tp.partition, r.key, json.loads(r.value) if decode else r.value) for r in records
+                ]
         else:
             raise AssertionError(f"{topic}: not read to its end {ends}")
         return [r for p in range(PARTITIONS) for r in out[p]]
@@ -63,6 +70,12 @@ def kafka_sink_job(name: str, source: str, kept: str, totals: str, store: str) -
                 "sink": {"kafka": {"topic": kept, "key": "user", "format": "json"}},
             },
             {
+                "name": "gone",
+                "source": "orders",
+                "transforms": [{"select": ["user", "amount", "amount < 100 AS gone"]}],
+                "sink": {"kafka": {"topic": gone_topic(kept), "key": "user", "tombstone": "gone"}},
+            },
+            {
                 "name": "totals",
                 "source": "orders",
                 "state": {"aggregate": {"key": ["user"], "values": {"total": "sum(amount)", "n": "count(*)"}}},
@@ -75,8 +88,26 @@ def kafka_sink_job(name: str, source: str, kept: str, totals: str, store: str) -
     }
 
 
+def gone_topic(kept: str) -> str:
+    """The topic of the job's third flow, whose rows with amount < 100 are tombstones."""
+    return kept.replace("-kept-", "-gone-")
+
+
+def assert_tombstones(bootstrap: str, topic: str, events: list[dict]) -> None:
+    """Every event once: the small ones as their user's tombstone (null value), the rest as
+    their row without the tombstone column; per user, the last record is the last event's."""
+    got = read_topic(bootstrap, topic, decode=False)
+    expected = [(e["user"].encode(), None if e["amount"] < 100 else (e["user"], e["amount"])) for e in events]
+    seen = [(k, None if v is None else (json.loads(v)["user"], json.loads(v)["amount"])) for _, k, v in got]
+    assert sorted(seen, key=repr) == sorted(expected, key=repr)
+    assert all(v is None or set(json.loads(v)) == {"user", "amount"} for _, _, v in got)
+    assert dict(seen) == dict(expected)  # both in each user's order: the last record wins
+
+
 def assert_exactly_once(bootstrap: str, kept: str, totals: str, events: list[dict]) -> None:
-    """Every kept event once, keyed by its user; per user the last update is the exact total."""
+    """Every kept event once, keyed by its user; per user the last update is the exact total;
+    the third flow's tombstones as plain Python says."""
+    assert_tombstones(bootstrap, gone_topic(kept), events)
     got_kept = read_topic(bootstrap, kept)
     assert sorted((v["user"], v["amount"]) for _, _, v in got_kept) == sorted(
         (e["user"], e["amount"]) for e in events if e["amount"] > 500
@@ -97,13 +128,15 @@ def orders(apache_kafka):
     return "ks-orders", events
 
 
-def _job(apache_kafka, stack_env, tmp_path, orders, extra: dict | None = None):
+def _job(apache_kafka, stack_env, tmp_path, orders, extra: dict | None = None, retain: int = 10):
     source, events = orders
     n = next(_names)
     name, kept, totals = f"ks-job-{n}", f"ks-kept-{n}", f"ks-totals-{n}"
-    for topic in (kept, totals):
+    for topic in (kept, totals, gone_topic(kept)):
         create_topic(apache_kafka.bootstrap, topic, PARTITIONS)
-    spec = write_spec(tmp_path, kafka_sink_job(name, source, kept, totals, f"s3://checkpoints/{name}") | (extra or {}))
+    job = kafka_sink_job(name, source, kept, totals, f"s3://checkpoints/{name}")
+    job["checkpoint"]["retain"] = retain
+    spec = write_spec(tmp_path, job | (extra or {}))
     env = {**stack_env, "PIPELINE_KAFKA_BOOTSTRAP": apache_kafka.bootstrap}
     return spec, env, kept, totals, events
 
@@ -122,10 +155,16 @@ def test_killed_with_a_transaction_open_every_record_once_and_every_total_exact(
 ):
     """Killed with epoch 2's records sent in an open transaction, after its head moved: the
     restore aborts that transaction, publishes epoch 2 and the rest, once. (`make full` kills
-    twice at every pair of points below.)"""
-    spec, env, kept, totals, events = _job(apache_kafka, stack_env, tmp_path, orders)
+    twice at every pair of points below.) With two snapshots retained, the staging folders end
+    with the last two epochs only: the published ones before them were deleted."""
+    spec, env, kept, totals, events = _job(apache_kafka, stack_env, tmp_path, orders, retain=2)
     _crash_then_finish(spec, env, ["mid_kafka_transaction@2"])
     assert_exactly_once(apache_kafka.bootstrap, kept, totals, events)
+    store = f"s3://checkpoints/{spec.stem}/kafka-staging"
+    for flow in ("kept", "totals", "gone"):
+        staging = FilesSink(open_store(f"{store}/{flow}", ConnectionSettings.from_env(env)), "parquet")
+        assert sorted(staged_epochs(staging)) == [5, 6]
+        assert staging.committed_epochs() == [5, 6]
     # the aborted transaction's records are in the log: a read_uncommitted consumer sees them twice
     assert len(read_topic(apache_kafka.bootstrap, kept, "read_uncommitted")) > len(
         read_topic(apache_kafka.bootstrap, kept)

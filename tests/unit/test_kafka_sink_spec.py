@@ -74,6 +74,8 @@ def test_the_external_form_loads_with_its_staging_under_the_checkpoint_store(tmp
         ("topic: orders-kept", "topic: 'orders kept'", "sink.kafka.topic"),
         ("key: user", "key: [user, user]", "sink.kafka.key"),
         ("key: user", "key: []", "sink.kafka.key"),
+        ("key: user", "key: user\n    tombstone: 'a b'", "sink.kafka.tombstone"),
+        ("key: user", "key: user\n    tombstone: deleted", "sink.kafka.tombstone"),
     ],
 )
 def test_a_bad_field_is_named(tmp_path, old, new, named):

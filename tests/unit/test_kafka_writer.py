@@ -119,3 +119,20 @@ def test_headers_and_the_partition_s_rows(tmp_path):
     missing = kafka_writer.PublishTask(**{**task.__dict__, "headers": ("nope",)})
     with pytest.raises(ValueError, match="sink.kafka names columns \\['nope'\\]"):
         list(kafka_writer.rows_of_partition(missing, 0))
+
+
+def test_a_row_whose_tombstone_column_is_true_is_sent_with_a_null_value(tmp_path):
+    assert kafka_writer.record_value({"user": "a", "gone": True}, "gone") is None
+    assert kafka_writer.record_value({"user": "a", "gone": False}, "gone") == b'{"user":"a"}'
+    assert kafka_writer.record_value({"user": "a", "gone": None}, "gone") == b'{"user":"a"}'
+    task = kafka_writer.PublishTask(**{**_task(tmp_path, 3).__dict__, "tombstone": "gone"})
+    store = open_store(f"file://{tmp_path}/staging", ConnectionSettings())
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"user": ["a", "b", None], "gone": [True, False, True]}), buf)
+    store.put("epoch=3/part-00000-a1.parquet", buf.getvalue())
+    with pytest.raises(ValueError, match="flow totals: a row of epoch 3 is a tombstone .* with a null key"):
+        [r for p in range(3) for r in kafka_writer.rows_of_partition(task, p)]
+    pq.write_table(pa.table({"user": ["a", "b"], "gone": [True, False]}), buf := io.BytesIO())
+    store.put("epoch=3/part-00000-a1.parquet", buf.getvalue())
+    rows = sorted((k, v) for p in range(3) for k, v, _ in kafka_writer.rows_of_partition(task, p))
+    assert rows == [(b"a", None), (b"b", b'{"user":"b"}')]

@@ -74,7 +74,7 @@ class PipelineRunner:
         self.parts, self.restorer, self.planner, self.attempt = parts, restorer, planner, attempt
         self.choose_path, self.writers, self.cleanup, self.clock = choose_path, writers, cleanup, clock
         self.on_epoch = on_epoch or (lambda report: None)
-        self.publisher = KafkaPublisher.of(parts)  # the Kafka sinks' committed epochs, published
+        self.publisher = KafkaPublisher.of(parts, cleanup)  # the Kafka sinks' committed epochs, published
         self.timer = PhaseTimer(clock)
         self.epochs: list[EpochReport] = []
         self.reader: EpochReader | None = None  # the chosen path's reads and commit (set at start-up)
@@ -187,7 +187,7 @@ class PipelineRunner:
                 f"restored snapshot {base_id} (epoch {epoch})" if base_id else "starting without a snapshot",
             )
             with ready.resources:
-                self.publisher.publish_through(spark, epoch)  # committed epochs a Kafka sink lacks
+                self.publisher.publish_through(spark, epoch, history)  # committed epochs a Kafka sink lacks
                 epoch = self._loop(spark, ready, epoch, base_id, history, self.attempt.head_version)
             self.cleanup.close()
         except FencedError:
@@ -334,7 +334,7 @@ class PipelineRunner:
             reader.path.state.adopt(read)
             loop.planned = self._read_next(loop, plan)
             manifest, head, loop.head_version = commit.run(read, loop.history, loop.head_version)
-            self.publisher.publish_through(loop.spark, manifest.epoch)
+            self.publisher.publish_through(loop.spark, manifest.epoch, head.history)
             loop.history, loop.base_id, loop.positions = head.history, manifest.snapshot_id, manifest.positions
             report = epoch_report(
                 self.pipeline.name, plan, manifest, read, self.parts.flows, loop, started, self.clock(), self.timer
