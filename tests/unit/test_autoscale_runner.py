@@ -96,3 +96,36 @@ def test_the_spec_refuses_a_max_over_max_parallelism_and_unknown_pipelines(tmp_p
         parse_spec({**spec, "autoscale": {"max": 4_096, "target_lag_records": 1}})
     with pytest.raises(Exception, match="which the job does not have"):
         parse_spec({**spec, "autoscale": {"max": 2, "target_lag_records": 1, "pipelines": {"other": {"max": 1}}}})
+
+
+def test_the_pipelines_page_shows_the_parallelism_and_its_latest_changes(tmp_path):
+    import yaml
+    from fastapi.testclient import TestClient
+
+    from pipeline_lib.orchestration.ui_app import create_app
+
+    run(tmp_path, RunOptions(max_epochs=3))  # epochs 1 and 2 at 1, epoch 3 at 2
+    specs = tmp_path / "pipelines"
+    specs.mkdir()
+    spec = spend_job_spec("job", "payments", f"file://{tmp_path}/out", f"file://{tmp_path}/ckpt", parallelism=1)
+    (specs / "job.yaml").write_text(yaml.safe_dump({**spec, "autoscale": POLICY}, sort_keys=False))
+    app = create_app(specs, settings_factory=lambda _ids: SETTINGS, authenticated=False)
+    page = TestClient(app).get("/", params={"lag": "false"}).text
+    assert '<div class="reason" data-parallelism="2">parallelism 2 · scaled 1 → 2 at epoch 3</div>' in page
+
+
+def test_a_relaunch_of_an_autoscaled_pipeline_keeps_no_parallelism(tmp_path):
+    """Recovery's relaunch (and the page's restore form) leave the parallelism to the restore,
+    which resumes with the snapshot's; a pipeline not autoscaled keeps its launch's."""
+    import datetime as dt
+
+    from pipeline_lib.checkpoint.manifest import LaunchInfo, PipelineStatus
+    from pipeline_lib.recovery.recover import kept_settings
+
+    now = dt.datetime.now(dt.UTC)
+    status = PipelineStatus(
+        state="FAILED", attempt=2, epoch=3, updated_at=now, launch=LaunchInfo(mode="forever", parallelism=2)
+    )
+    assert "parallelism" not in kept_settings(autoscaled(tmp_path), status, None, "main")
+    off = autoscaled(tmp_path, {"pipelines": {"main": {"enabled": False}}})
+    assert kept_settings(off, status, None, "main")["parallelism"] == 2
