@@ -88,11 +88,13 @@ def test_sigkill_after_a_scale_up_and_after_a_scale_down_on_owner_tasks_is_exact
 @pytest.mark.parametrize(
     ("faults", "extra"),
     [
-        (["after_plan@3"], {}),
-        (["after_head_move@3"], {}),
-        (["during_read@12"], {}),
-        (["after_sink_success@12"], {"keyed_state": "owners"}),
-        (["after_head_move@2", "after_head_move@11"], {"keyed_state": "owners"}),
+        pytest.param(["after_plan@3"], {}, id="after_plan@3-driver"),
+        pytest.param(["after_head_move@3"], {}, id="after_head_move@3-driver"),
+        pytest.param(["during_read@12"], {}, id="during_read@12-driver"),
+        pytest.param(["after_sink_success@12"], {"keyed_state": "owners"}, id="after_sink_success@12-owners"),
+        pytest.param(
+            ["after_head_move@2", "after_head_move@11"], {"keyed_state": "owners"}, id="after_head_move@2,11-owners"
+        ),
     ],
 )
 def test_sigkill_around_a_scale_change_is_exact(stack_env, local_stack, tmp_path, payments, locations, faults, extra):
