@@ -158,3 +158,14 @@ def test_an_override_is_checked_merged():
         AutoscaleSpec(max=4, target_lag_records=100, pipelines={"a": {"min": 5}})
     with pytest.raises(ValidationError, match="unknown field"):
         AutoscaleSpec(max=4, target_lag_records=100, pipelines={"a": {"maxx": 2}})
+
+
+def test_the_benchmark_command_refuses_a_rate_below_one():
+    from typer.testing import CliRunner
+
+    from pipeline_lib.cli import app
+
+    runner = CliRunner()
+    assert "stepped input rate" in runner.invoke(app, ["bench", "autoscale", "--help"]).output
+    refused = runner.invoke(app, ["bench", "autoscale", "--rates", "100,0"])
+    assert refused.exit_code == 2 and "--rates" in refused.output  # the message is boxed and wrapped
