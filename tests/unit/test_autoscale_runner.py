@@ -129,3 +129,16 @@ def test_a_relaunch_of_an_autoscaled_pipeline_keeps_no_parallelism(tmp_path):
     assert "parallelism" not in kept_settings(autoscaled(tmp_path), status, None, "main")
     off = autoscaled(tmp_path, {"pipelines": {"main": {"enabled": False}}})
     assert kept_settings(off, status, None, "main")["parallelism"] == 2
+
+
+def test_latest_offsets_the_broker_cannot_give_leave_the_run_s_ends_to_weigh(tmp_path):
+    spec = autoscaled(tmp_path)
+    runner, _ = composed_runner(spec, RunOptions(), SETTINGS, FakeClock(), WatchedStores(spec))
+
+    def unreachable(loop):
+        raise OSError("broker unreachable")
+
+    runner.autoscaler.latest_offsets = unreachable
+    runner.restore()
+    runner.run(FakeSpark("local[3]"), prepared(dict.fromkeys(range(PARTITIONS), 0)))
+    assert [r.parallelism for r in runner.epochs] == [1, 1, 2, 2]  # the targets (20 a partition) weighed
