@@ -253,3 +253,28 @@ def process(
     from benchmarks.process_bench import process_bench
 
     raise typer.Exit(process_bench(events=events, active=active, per_epoch=per_epoch, parallelism=parallelism))
+
+
+@bench_app.command("autoscale")
+def autoscale(
+    rates: Annotated[str, typer.Option(help="Producer rates (events per second) in turn, comma-separated.")] = (
+        "200,2000,200"
+    ),
+    seconds: Annotated[float, typer.Option(min=1, help="Seconds of producing at each rate.")] = 20.0,
+    max_parallelism: Annotated[int, typer.Option("--max", min=1, help="autoscale.max of the run with it on.")] = 2,
+    target_lag: Annotated[int, typer.Option(min=1, help="autoscale.target_lag_records.")] = 2_000,
+    per_epoch: Annotated[int, typer.Option(min=1, help="trigger.max_records_per_epoch.")] = 2_000,
+) -> None:
+    """Lag and parallelism over time under a stepped input rate, autoscaling off and on.
+
+    Prints both series side by side and each run's largest and final lag (see benchmarks/autoscale.py)."""
+    from benchmarks.autoscale import autoscale as run_autoscale
+    from benchmarks.config import parse_keys
+
+    try:
+        chosen = parse_keys(rates)
+        if not chosen or min(chosen) < 1:
+            raise ValueError(f"{rates!r}: give rates of at least 1 event per second")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--rates") from None
+    raise typer.Exit(run_autoscale(chosen, seconds, max_parallelism, target_lag, per_epoch))

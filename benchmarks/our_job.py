@@ -33,7 +33,8 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the checkout: benchmarks/,
 JVM_CHATTER = ("WARNING: Using incubator modules", "Setting default log level", "To adjust logging level")
 EPOCH_LINE = re.compile(
     r"^epoch (?P<epoch>\d+) committed: (?P<records>\d+) records, (?P<rows>\d+) rows out, (?P<keys>\d+) keys, "
-    r"lag (?P<lag>\d+), (?P<seconds>[\d.]+)s.*?\(pipeline (?P<pipeline>[^,]+), snapshot (?P<snapshot>[^)]+)\)"
+    r"lag (?P<lag>\d+), (?P<seconds>[\d.]+)s(?:, \d+ bad records)?(?:, parallelism (?P<parallelism>\d+))?"
+    r".*?\(pipeline (?P<pipeline>[^,]+), snapshot (?P<snapshot>[^)]+)\)"
     r"(?: \[(?P<phases>[^\]]*)\])?"
     r"(?: \[state files: (?P<cached>\d+) cached, (?P<fetched>\d+) fetched \((?P<fetched_bytes>\d+) bytes\)\])?"
     r"(?: \[(?:driver received (?P<received>\d+) bytes, )?state (?P<state>\d+) bytes, (?P<written>\d+) written\])?\s*$"
@@ -83,6 +84,7 @@ def parse_epoch_line(line: str) -> dict[str, Any] | None:
         "seconds": float(m.group("seconds")),
         "snapshot": m.group("snapshot"),
         "phases": phases,
+        **({"parallelism": int(m.group("parallelism"))} if m.group("parallelism") is not None else {}),
         **(
             {
                 "state_files_cached": int(m.group("cached")),

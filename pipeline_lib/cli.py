@@ -257,6 +257,8 @@ def _print_epoch(report, timings: bool = False) -> None:
         f"epoch {report.epoch} committed: {report.records} records, {report.rows_written} rows out, "
         f"{report.keys} keys, lag {report.lag}, {report.seconds:.2f}s"
         + (f", {report.bad_records} bad records" if report.bad_records else "")
+        + (f", parallelism {report.parallelism}" if report.parallelism else "")
+        + (f" (autoscale: {report.autoscale})" if report.autoscale else "")
         + " "
         f"(pipeline {report.pipeline}, snapshot {report.snapshot_id})" + phases,
         event="epoch_committed",
@@ -273,6 +275,8 @@ def _print_epoch(report, timings: bool = False) -> None:
         task_result_bytes=report.task_result_bytes,
         state_bytes=report.state_bytes,
         state_bytes_written=report.state_bytes_written,
+        parallelism=report.parallelism,
+        autoscale=report.autoscale,
         **(
             {
                 "state_files_cached": reads.cached,

@@ -42,6 +42,8 @@ METRICS = {
     "late_records": ("count", "records the epoch dropped as late: their event-time windows were closed"),
     "restore_duration": ("timing", "restoring the pipeline's snapshot at start-up, ms"),
     "fenced": ("count", "attempts that stopped because a newer one owns the pipeline"),
+    "parallelism": ("gauge", "the subtasks the epoch ran with (autoscale changes it between epochs)"),
+    "autoscale_events": ("count", "changes of the parallelism the autoscaler decided after the epoch"),
 }
 
 
@@ -85,6 +87,9 @@ class RunMetrics:
             batch.incr(f"{p}.rows_written", report.rows_written)
             batch.incr(f"{p}.bad_records", report.bad_records)
             batch.incr(f"{p}.late_records", report.late_records)
+            batch.gauge(f"{p}.parallelism", report.parallelism)
+            if report.scaled_to is not None:
+                batch.incr(f"{p}.autoscale_events")
 
     def run(self, summary: JobSummary) -> None:
         """Once a run ends: each pipeline's restore time and fenced attempts."""

@@ -107,6 +107,9 @@ class OtelRunMetrics:
         self._record("rows_written", report.rows_written, pipeline=p)
         self._record("bad_records", report.bad_records, pipeline=p)
         self._record("late_records", report.late_records, pipeline=p)
+        self._record("parallelism", report.parallelism, pipeline=p)
+        if report.scaled_to is not None:
+            self._record("autoscale_events", 1, pipeline=p)
 
     def run(self, summary: JobSummary) -> None:
         """Once a run ends: each pipeline's restore time and fenced attempts, then the last export."""

@@ -97,6 +97,7 @@ class CommitOwner:
     spec_fingerprint: str
     topic: str
     retain: int
+    parallelism: int | None = None  # the subtasks the epoch ran with (a restore resumes with it under autoscale)
 
 
 class CommittedEpoch(NamedTuple):
@@ -205,6 +206,7 @@ def _manifest(
         attempt=owner.attempt,
         created_at=dt.datetime.now(dt.UTC),
         spec_fingerprint=owner.spec_fingerprint,
+        parallelism=owner.parallelism,
         topic=owner.topic,
         topic_id=plan.topic_id,
         positions=positions,

@@ -33,6 +33,7 @@ def list_snapshots(snapshots: SnapshotStore) -> list[dict[str, Any]]:
                 created_at=m.created_at.strftime("%Y-%m-%d %H:%M:%S"),
                 keys=sum(f.state.keys for f in m.flows.values() if f.state),
                 records_read=m.lineage.records_read,
+                parallelism=m.parallelism,  # the subtasks the epoch ran with (autoscale changes it)
                 completed=m.completed,
                 data_lost=sum(r.size for r in m.data_lost),  # offsets skipped (retention)
                 positions={str(p): o for p, o in sorted(m.positions.items())},

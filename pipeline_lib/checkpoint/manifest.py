@@ -209,6 +209,8 @@ class Manifest(Frozen):
     late_records: int = 0
     dead_letters: SinkCommit | None = None
     lineage: Lineage
+    # The subtasks the epoch ran with: an autoscaled pipeline's restore resumes with it.
+    parallelism: int | None = Field(default=None, ge=1)
     checksum: str = ""
 
     @field_validator("snapshot_id")
@@ -228,6 +230,7 @@ class Manifest(Frozen):
         absent = {"topic_id"} if self.topic_id is None else set()
         absent |= set() if self.data_lost else {"data_lost"}
         absent |= set() if self.watermarks else {"watermarks", "late_records"}
+        absent |= set() if self.parallelism is not None else {"parallelism"}
         data = self.model_dump(mode="json", exclude={"checksum"} | absent)
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 

@@ -62,6 +62,8 @@ class PipelineView:
     settings: dict = field(default_factory=dict)  # the run settings a restore keeps (mode, Spark settings...)
     run_dag: str | None = None  # the Airflow DAG run that launched the current attempt, if one did
     run_id: str | None = None
+    parallelism: int | None = None  # the latest snapshot's (autoscale changes it between epochs)
+    scaled: str | None = None  # the latest parallelism changes the history shows, newest first
 
 
 @dataclass
@@ -165,14 +167,24 @@ def _fill(view: PipelineView, snapshots: SnapshotStore, now: dt.datetime, spec: 
             view.heartbeat_age_s = round((now - status.heartbeat_at).total_seconds(), 1)
         if status.subtasks_total:
             view.subtasks = f"{status.subtasks_started}/{status.subtasks_total} started"
-        view.settings = kept_settings(spec, status, read_launch(snapshots, view.launched_by))
+        view.settings = kept_settings(spec, status, read_launch(snapshots, view.launched_by), view.name)
         if view.launched_by and view.launched_by.startswith("airflow:") and "/" in view.launched_by:
             view.run_dag, view.run_id = view.launched_by.removeprefix("airflow:").split("/", 1)
     rows, view.history_total, view.retained = newest_snapshots(snapshots)
     view.history = [
         {
             k: r.get(k)
-            for k in ("snapshot_id", "epoch", "created_at", "records_read", "keys", "status", "completed", "data_lost")
+            for k in (
+                "snapshot_id",
+                "epoch",
+                "created_at",
+                "records_read",
+                "keys",
+                "status",
+                "completed",
+                "data_lost",
+                "parallelism",
+            )
         }
         for r in rows
     ]
@@ -180,6 +192,7 @@ def _fill(view: PipelineView, snapshots: SnapshotStore, now: dt.datetime, spec: 
     if head is not None:
         view.latest_snapshot, view.latest_at, view.keys = head["snapshot_id"], head.get("created_at"), head.get("keys")
         view.positions = head.get("positions") or {}
+        view.parallelism, view.scaled = head.get("parallelism"), parallelism_changes(rows)
         # the status record carries the epoch only from its next heartbeat; the head has it at once
         view.epoch = max(view.epoch or 0, head.get("epoch") or 0)
     record, version = read_record(snapshots)
@@ -246,3 +259,15 @@ def _fill_lag(views: list[PipelineView], settings: ConnectionSettings, deadline:
             # the login check's and the settings' errors name what is wrong and hold no secret
             why = str(exc)[:200] if isinstance(exc, PipelineError) else type(exc).__name__
             v.lag_note = v.lag_note or f"broker unreachable: {why}"
+
+
+def parallelism_changes(rows: list[dict], most: int = 3) -> str | None:
+    """The latest changes of parallelism between consecutive snapshots of ``rows`` (newest
+    first), e.g. "2 → 3 at epoch 9 · 1 → 2 at epoch 4"; None: none in the history shown."""
+    known = [(r["epoch"], r["parallelism"]) for r in rows if r.get("parallelism") and r.get("epoch")]
+    changes = [
+        f"{before} → {after} at epoch {epoch}"
+        for (epoch, after), (_, before) in zip(known, known[1:], strict=False)
+        if after != before
+    ]
+    return " · ".join(changes[:most]) or None

@@ -225,7 +225,7 @@ def _parallelism(spec: JobSpec, status: PipelineStatus) -> int:
 
 def _relaunch_conf(spec: JobSpec, status: PipelineStatus, snapshots: SnapshotStore, why: str) -> dict[str, Any]:
     return {
-        **kept_settings(spec, status, read_launch(snapshots, _launched_by(status))),
+        **kept_settings(spec, status, read_launch(snapshots, _launched_by(status)), snapshots.pipeline),
         "restore": "latest",
         "pipelines": [snapshots.pipeline],
         "reason": f"pipeline_recovery: {why}"[:500],
@@ -247,13 +247,18 @@ def in_a_row(record: RecoveryRecord, status: PipelineStatus) -> bool:
     return bool(last and last.trigger_run_id and launched_by.endswith(f"/{last.trigger_run_id}"))
 
 
-def kept_settings(spec: JobSpec, status: PipelineStatus, launch: LaunchRecord | None) -> dict[str, Any]:
+def kept_settings(
+    spec: JobSpec, status: PipelineStatus, launch: LaunchRecord | None, pipeline: str | None = None
+) -> dict[str, Any]:
     """The run settings a relaunch keeps from the attempt it replaces (its mode, parallelism,
-    lease and stall times, and the Spark settings its run was given), as the job DAG's params."""
+    lease and stall times, and the Spark settings its run was given), as the job DAG's params.
+    An autoscaled ``pipeline`` keeps no parallelism: its restore resumes with its snapshot's."""
     settings: dict[str, Any] = {
         "mode": MODE_PARAM[status.launch.mode] if status.launch else "until_caught_up",
         "parallelism": _parallelism(spec, status),
     }
+    if pipeline is not None and spec.autoscale is not None and spec.autoscale.for_pipeline(pipeline) is not None:
+        del settings["parallelism"]
     lease = status.lease_seconds or (launch.lease_seconds if launch else None)
     stall = status.stall_seconds or (launch.stall_seconds if launch else None)
     if lease:

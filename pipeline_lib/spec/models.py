@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from pipeline_lib.errors import SpecError
 from pipeline_lib.spec.airflow_spec import AirflowConnectionsSpec, AirflowSpec
+from pipeline_lib.spec.autoscale_spec import AutoscaleSpec
 from pipeline_lib.spec.base import (
     ERROR_COLUMNS,
     IDENTIFIER,
@@ -90,6 +91,8 @@ class JobSpec(StrictModel):
     keyed_state: Literal["auto", "owners", "driver"] = "auto"
     spark: SparkSpec | None = None
     airflow: AirflowSpec = AirflowSpec()
+    # Parallelism changed at epoch boundaries from each pipeline's lag (docs/autoscaling.md).
+    autoscale: AutoscaleSpec | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -112,6 +115,8 @@ class JobSpec(StrictModel):
         self._check_event_time()
         self._check_locations()
         self._check_kafka_sinks()
+        if self.autoscale is not None:
+            self.autoscale.check_bounds(self.checkpoint.max_parallelism, sorted(self.all_sources()))
         return self
 
     def _check_error_policy(self) -> None:

@@ -52,6 +52,9 @@ REPORT = EpochReport(
     phases={"spark": 0.25, "commit": 0.0125},
     state_bytes=90_000,
     state_bytes_written=4_500,
+    parallelism=2,
+    autoscale="2 → 3: load 1.50 (lag 60000 records) ≥ scale_up_at 1.0",
+    scaled_to=3,
 )
 
 
@@ -77,6 +80,8 @@ def test_an_epoch_s_metrics_are_named_job_pipeline_metric(receiver):
         f"{p}.rows_written": ("4980", "c"),
         f"{p}.bad_records": ("2", "c"),
         f"{p}.late_records": ("0", "c"),
+        f"{p}.parallelism": ("2", "g"),
+        f"{p}.autoscale_events": ("1", "c"),
     }
     documented = {name.split(".")[0] for name in METRICS}
     assert {name[len(p) + 1 :].split(".")[0] for name in got} <= documented

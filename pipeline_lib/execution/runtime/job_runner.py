@@ -162,7 +162,7 @@ class JobRunner:
                 spark = start_spark(
                     f"pipeline-lib:{self.spec.name}",
                     self.settings.spark_master,
-                    max(r.parallelism for r in to_deploy),
+                    max(max(r.parallelism, r.autoscaler.ceiling) for r in to_deploy),  # room to scale up
                     self.spec.spark,
                     self.spark_conf,
                 )

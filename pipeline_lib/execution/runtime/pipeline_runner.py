@@ -26,6 +26,7 @@ from pipeline_lib.checkpoint.manifest import (
 )
 from pipeline_lib.errors import FencedError
 from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
+from pipeline_lib.execution.runtime.autoscaler import Autoscaler
 from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
 from pipeline_lib.execution.runtime.epoch_loop import EpochLoop, epoch_report
 from pipeline_lib.execution.runtime.epoch_trigger import EpochTrigger
@@ -42,6 +43,7 @@ from pipeline_lib.execution.runtime.runner_planning import EpochPlanner
 from pipeline_lib.execution.runtime.runner_restore import Restorer
 from pipeline_lib.execution.runtime.runner_types import EpochRead, EpochReport, Prepared
 from pipeline_lib.execution.runtime.startup import CarriedChecks, start_pipeline
+from pipeline_lib.execution.runtime.topic_follow import follow_topic
 from pipeline_lib.execution.runtime.warm_up import WarmUp
 from pipeline_lib.execution.source.epoch_reader import source_schema
 from pipeline_lib.execution.source.subtask_start import SourceStart
@@ -75,6 +77,7 @@ class PipelineRunner:
         self.choose_path, self.writers, self.cleanup, self.clock = choose_path, writers, cleanup, clock
         self.on_epoch = on_epoch or (lambda report: None)
         self.publisher = KafkaPublisher.of(parts, cleanup)  # the Kafka sinks' committed epochs, published
+        self.autoscaler = Autoscaler.of(parts)  # the parallelism's changes at epoch boundaries (autoscale)
         self.timer = PhaseTimer(clock)
         self.epochs: list[EpochReport] = []
         self.reader: EpochReader | None = None  # the chosen path's reads and commit (set at start-up)
@@ -111,8 +114,11 @@ class PipelineRunner:
         return done if done is None or self.publisher.holds(epoch_of_snapshot(done)) else None
 
     def restore(self):
-        """Load the chosen snapshot (see Restorer.restore); None to start from the beginning."""
-        return self.restorer.restore()
+        """Load the chosen snapshot (see Restorer.restore); None to start from the beginning. An
+        autoscaled pipeline resumes with the parallelism the snapshot ran at (see Autoscaler)."""
+        restored = self.restorer.restore()
+        self.autoscaler.resume_with(restored.manifest if restored is not None else None)
+        return restored
 
     def request_stop(self, reason: str) -> None:
         """Finish the epoch in flight, commit it, then record STOPPED with ``reason``."""
@@ -316,7 +322,7 @@ class PipelineRunner:
                     break
                 if stop.wait(trigger.idle_wait(options.poll_interval_s)):
                     break
-                self._follow_topic(loop)
+                follow_topic(self.parts, self.planner, loop)
                 continue
             if planned is None:
                 fault_point("after_plan", plan.epoch)
@@ -339,6 +345,7 @@ class PipelineRunner:
             report = epoch_report(
                 self.pipeline.name, plan, manifest, read, self.parts.flows, loop, started, self.clock(), self.timer
             )
+            report = self.autoscaler.after_epoch(report, loop)  # may change the next epoch's parallelism
             self.epochs.append(report)
             lifecycle.progress(plan.epoch, report.lag)
             self.on_epoch(report)
@@ -351,30 +358,11 @@ class PipelineRunner:
             self._status("STOPPED", loop.epoch, self.attempt.stop_reason if stop.is_set() else None)
         return loop.epoch
 
-    def _follow_topic(self, loop: EpochLoop) -> None:
-        """Nothing to read: take the topic's partitions now (added ones from their start) and their confirmed ends."""
-        topic = self.parts.topic
-        partitions = kafka_offsets.current_partitions(loop.consumer, topic)
-        earliest = kafka_offsets.earliest_offsets(loop.consumer, topic, partitions)
-        added = sorted(set(partitions) - set(loop.positions))
-        if added:
-            log.info(
-                "pipeline %s: topic %s has new partitions %s, read from offsets %s",
-                self.pipeline.name,
-                topic,
-                added,
-                [earliest[p] for p in added],
-            )
-        loop.positions = {p: loop.positions.get(p, earliest[p]) for p in partitions}
-        loop.targets = self.planner.targets(
-            kafka_offsets.confirmed_end_offsets(loop.consumer, topic, partitions), loop.stops
-        )
-
     def _read_next(self, loop: EpochLoop, plan: EpochPlan) -> EpochPlan | None:
         """Plan the epoch after ``plan`` (it starts where ``plan`` ends, on the snapshot ``plan``
         is about to commit) and start its read, unless the run ends with ``plan``."""
         max_epochs = self.parts.options.max_epochs
-        if self.attempt.stop_requested.is_set():
+        if self.attempt.stop_requested.is_set() or self.autoscaler.holds_read_ahead():
             return None
         if max_epochs is not None and len(self.epochs) + 1 >= max_epochs:
             return None

@@ -113,6 +113,7 @@ class EpochCommit:
             spec_fingerprint=parts.fingerprint,
             topic=parts.topic,
             retain=parts.job.checkpoint.retain,
+            parallelism=parts.parallelism,  # guard: autoscale-manifest-records-parallelism
         )
 
     def run(self, read: EpochRead, history: list[HistoryEntry], head_version: str | None) -> CommittedEpoch:

@@ -76,6 +76,9 @@ class EpochReport:
     # garbage collection and stale-part removal, which run beside this epoch: see BackgroundCleanup).
     phases: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
     started: float = 0.0  # when the epoch started, on the runner's clock (monotonic seconds; see epoch_trigger)
+    parallelism: int = 0  # the subtasks the epoch ran with (its snapshot records it)
+    autoscale: str | None = None  # the autoscaler's decision after the epoch, with its reason (None: off)
+    scaled_to: int | None = None  # the parallelism that decision changes to (None: it keeps it)
 
 
 @dataclass
