@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from pipeline_lib.errors import SpecError
 from pipeline_lib.spec.aggregates import AggregateFunction, parse_aggregate, state_functions
 from pipeline_lib.spec.base import IDENTIFIER, NAME_PATTERN, FieldsError, LocationUri, StrictModel, check_key_columns
+from pipeline_lib.spec.join_spec import JoinSpec
 from pipeline_lib.spec.kafka_sink_spec import KafkaSinkSpec
 from pipeline_lib.spec.process_spec import DedupSpec, ProcessSpec
 from pipeline_lib.spec.window_spec import WINDOW_COLUMNS, WindowSpec
@@ -17,18 +18,20 @@ from pipeline_lib.spec.window_spec import WINDOW_COLUMNS, WindowSpec
 
 class TransformSpec(StrictModel):
     """Exactly one of: a Spark SQL filter, a Spark SQL select list, a Python hook (stateless), a
-    dedup (stateful: a flow's last transform, run as its process state, see process_spec)."""
+    dedup (stateful: a flow's last transform, run as its process state, see process_spec), a
+    stream-static join with a pinned table version (join_spec)."""
 
     filter: str | None = None
     select: list[str] | None = None
     python: str | None = None
     dedup: DedupSpec | None = None
+    join: JoinSpec | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> TransformSpec:
-        given = [k for k in ("filter", "select", "python", "dedup") if getattr(self, k) is not None]
+        given = [k for k in ("filter", "select", "python", "dedup", "join") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise FieldsError("a transform has exactly one of filter, select, python, dedup", *given)
+            raise FieldsError("a transform has exactly one of filter, select, python, dedup, join", *given)
         if self.filter is not None and not self.filter.strip():
             raise FieldsError("filter is empty", "filter")
         if self.select is not None and (not self.select or any(not s.strip() for s in self.select)):

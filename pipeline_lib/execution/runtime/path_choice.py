@@ -72,12 +72,13 @@ def choose_path(
             owned = OwnerEpochs(arrow, parts.parallelism)
             path = ArrowOnOwners(owned, flows, OwnerState(parts, attempt, owned))
         else:
-            owned = OwnerEpochs.on_spark_sql(spark, schema, [f.spec for f in flows], tolerant, parts.parallelism)
-            path = SparkSqlOnOwners(owned, flows, tolerant, OwnerState(parts, attempt, owned))
+            specs = [f.spec for f in flows]
+            owned = OwnerEpochs.on_spark_sql(spark, schema, specs, tolerant, parts.parallelism, parts.settings)
+            path = SparkSqlOnOwners(owned, flows, tolerant, OwnerState(parts, attempt, owned), parts.settings)
     elif arrow is not None:
         path = ArrowOnDriver(arrow, flows, DriverState(parts))
     else:
-        path = SparkSqlOnDriver(flows, tolerant, DriverState(parts))
+        path = SparkSqlOnDriver(flows, tolerant, DriverState(parts), parts.settings)
     log.info("pipeline %s: epochs take the %s (%s)", parts.pipeline.name, path.name, why)
     return path
 
