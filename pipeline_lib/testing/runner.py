@@ -79,6 +79,7 @@ def run_on_records(
 
     from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
     from pipeline_lib.execution.engine.spark_session import start_spark
+    from pipeline_lib.execution.engine.table_join import StaticTables
     from pipeline_lib.execution.runtime.driver_merge import merge_on_driver
     from pipeline_lib.execution.runtime.epoch_path import Writers
     from pipeline_lib.execution.runtime.path_choice import driver_read
@@ -125,7 +126,7 @@ def run_on_records(
             )
             for f in flows
         }
-        read = driver_read(session, schema, list(runtimes.values()), tolerant)
+        read = driver_read(session, schema, list(runtimes.values()), tolerant, StaticTables(settings))
         while (
             plan := plan_epoch(epoch + 1, None, kafka.topic, positions, targets, local.trigger.max_records_per_epoch)
         ).ranges:

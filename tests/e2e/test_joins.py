@@ -13,11 +13,14 @@ from collections import defaultdict
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import write_deltalake
 
 from pipeline_lib.api.tables import read_table
 from pipeline_lib.plan.offsets import EpochPlan
+from pipeline_lib.plan.table_pins import TablePin
 from pipeline_lib.samples import create_topic, produce_json
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.delta_table import storage_options, table_uri
 from pipeline_lib.storage import open_store
 from tests.support import run_cli, write_spec
 
@@ -66,15 +69,24 @@ def plans(settings: ConnectionSettings, store: str) -> list[EpochPlan]:
     return sorted((EpochPlan.model_validate_json(checkpoints.get(k)) for k in keys), key=lambda p: p.epoch)
 
 
+def known_users(pin: TablePin) -> set[str]:
+    """The users of a pinned version: u0-u199 in users-a (or Delta version 0), u200-u399 added
+    by users-b (or Delta version 1)."""
+    if pin.version is not None:
+        return {f"u{u}" for u in range(0, 200 if pin.version == 0 else 400)}
+    users = set()
+    for f in pin.files:
+        users |= {f"u{u}" for u in (range(0, 200) if f.key == "users-a.parquet" else range(200, 400))}
+    return users
+
+
 def expected_per_country(events: list[dict], saved: list[EpochPlan]) -> dict[str, dict]:
     """Plain Python: each epoch's events (one partition: offset = index) joined with the users of
-    the files its plan pinned (u0-u199 in users-a, u200-u399 in users-b), summed per country."""
+    the version its plan pinned, summed per country."""
     out: dict[str, dict] = defaultdict(lambda: {"total": 0, "n": 0})
     for plan in saved:
         (pin,) = plan.tables.values()
-        known = set()
-        for f in pin.files:
-            known |= {f"u{u}" for u in (range(0, 200) if f.key == "users-a.parquet" else range(200, 400))}
+        known = known_users(pin)
         for r in plan.ranges:
             for e in events[r.start : r.end]:
                 if e["user"] in known:
@@ -107,3 +119,66 @@ def test_a_join_replays_the_pinned_table_version_after_a_sigkill_and_takes_a_cha
     assert {r["country"]: r for r in rows} == expected_per_country(events, saved)
     verified = run_cli(["verify", str(spec)], stack_env)
     assert verified.returncode == 0, verified.stderr[-3000:]
+
+
+def users_table(users: range) -> pa.Table:
+    return pa.table({"user": [f"u{u}" for u in users], "country": [country_of(u) for u in users]})
+
+
+@pytest.mark.full
+def test_on_owner_tasks_a_delta_join_replays_its_version_and_rescales(stack_env, tmp_path, orders):
+    """The same with a Delta table (version 0, then an append while the job is down) and keyed
+    state on owner tasks, restored at parallelism 3."""
+    topic, events = orders
+    settings = ConnectionSettings.from_env(stack_env)
+    name, table = "joins-delta-owners", "s3://dims/joins-delta-users"
+    options = storage_options(table, settings)
+    write_deltalake(table_uri(table), users_table(range(0, 200)), storage_options=options)
+    raw = join_spec(name, topic, table, keyed_state="owners")
+    raw["transforms"][0]["join"]["format"] = "delta"
+    spec = write_spec(tmp_path, raw)
+    crashed = run_cli(
+        ["run", str(spec), "--until-caught-up"], {**stack_env, "PIPELINE_FAULT_POINTS": "after_sink_success@2"}
+    )
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert "with keyed state on owner tasks" in crashed.stderr
+    write_deltalake(table_uri(table), users_table(range(200, 400)), mode="append", storage_options=options)
+    restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], stack_env)
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    saved = plans(settings, f"s3://checkpoints/{name}")
+    assert [next(iter(p.tables.values())).version for p in saved][:2] == [0, 0]
+    assert next(iter(saved[-1].tables.values())).version == 1
+    rows = read_table(f"s3://results/{name}", settings, key=["country"])
+    assert {r["country"]: r for r in rows} == expected_per_country(events, saved)
+    verified = run_cli(["verify", str(spec)], stack_env)
+    assert verified.returncode == 0, verified.stderr[-3000:]
+
+
+@pytest.mark.full
+def test_repair_rebuilds_a_joined_epoch_with_the_version_its_plan_pinned(stack_env, tmp_path, orders):
+    """Two epochs with users-a only; users-b added; the rest at parallelism 3. Every part of
+    epoch 2 is deleted: `repair` rebuilds it byte for byte, so with the version epoch 2 pinned,
+    not the table as it is now."""
+    topic, events = orders
+    settings = ConnectionSettings.from_env(stack_env)
+    name, table = "joins-repair", "s3://dims/joins-repair-users/"
+    write_users(settings, table, "users-a.parquet", range(0, 200))
+    spec = write_spec(tmp_path, join_spec(name, topic, table))
+    first = run_cli(["run", str(spec), "--max-epochs", "2"], stack_env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    write_users(settings, table, "users-b.parquet", range(200, 400))
+    rest = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], stack_env)
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    sink = open_store(f"s3://results/{name}", settings)
+    lost = {k: sink.get(k) for k in sink.list("epoch=2/part-")}
+    assert lost, sink.list()
+    for key in lost:
+        sink.delete(key)
+    damaged = run_cli(["verify", str(spec)], stack_env)
+    assert damaged.returncode != 0 and all(k in damaged.stdout for k in lost), damaged.stdout
+    repaired = run_cli(["repair", str(spec)], stack_env)
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr[-3000:]
+    assert {k: sink.get(k) for k in lost} == lost
+    saved = plans(settings, f"s3://checkpoints/{name}")
+    rows = read_table(f"s3://results/{name}", settings, key=["country"])
+    assert {r["country"]: r for r in rows} == expected_per_country(events, saved)

@@ -124,3 +124,26 @@ def test_the_join_transform_is_validated_naming_the_field():
             "sink: {files: {path: 's3://results/j'}}\ncheckpoint: {store: 's3://checkpoints/j'}\n"
         )
         parse_spec(read_yaml(text, "j.yaml")[0], "j.yaml")
+
+
+def test_the_planner_pins_each_new_plan_and_a_replayed_plan_keeps_its_pin(tmp_path):
+    """The runner's real planner on local stores: epoch 1's plan pins the table; the table
+    changes; epoch 1 planned again from the same positions (a replay) keeps the old pin, so it
+    joins what the first run joined; epoch 2 is planned anew and takes the new version."""
+    from pipeline_lib.execution.runtime.runner_types import RunOptions
+    from pipeline_lib.samples import spend_job_spec
+    from tests.runner_fakes import TestRunner
+
+    table = tmp_path / "users"
+    _users(table, "a.parquet", ["u1"], "fr")
+    raw = spend_job_spec("job", "pay", f"file://{tmp_path}/out", f"file://{tmp_path}/ckpt")
+    raw["transforms"] = [{"join": {"table": f"file://{table}", "on": ["user"]}}]
+    planner = TestRunner(parse_spec(raw), RunOptions(), SETTINGS).planner
+    first = planner.plan(1, None, {0: 0}, {0: 10}, None)
+    _users(table, "b.parquet", ["u2"], "de")
+    replay = planner.plan(1, None, {0: 0}, {0: 10}, None)
+    second = planner.plan(2, "s1", {0: 10}, {0: 20}, None)
+    location = f"file://{table}"
+    assert [f.key for f in first.tables[location].files] == ["a.parquet"]
+    assert replay.tables == first.tables and replay.digest() == first.digest()
+    assert [f.key for f in second.tables[location].files] == ["a.parquet", "b.parquet"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from pipeline_lib.execution.engine.table_join import StaticTables
 from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
 from pipeline_lib.execution.runtime.arrow_paths import ArrowOnDriver, ArrowOnOwners
 from pipeline_lib.execution.runtime.driver_state import DriverState
@@ -86,13 +87,16 @@ def choose_path(
 DriverRead = Callable[[KafkaRangeReader, Writers], tuple[WrittenParts | None, dict[str, FlowResult]]]
 
 
-def driver_read(spark, schema, flows: list[FlowRuntime], tolerant: bool) -> DriverRead:
+def driver_read(
+    spark, schema, flows: list[FlowRuntime], tolerant: bool, tables: StaticTables | None = None
+) -> DriverRead:
     """How an epoch is read with keyed state on the driver, as ``choose_path`` decides it without
     owner tasks: (reader, writers) -> (bad records, each flow's result). For pipeline_lib.testing,
-    which runs a spec's flows without a pipeline, a plan or a snapshot store."""
+    which runs a spec's flows without a pipeline, a plan or a snapshot store (``tables``: a join's
+    tables, pinned as they are at each epoch)."""
     arrow, _ = ArrowEpochs.for_flows(spark, schema, [f.spec for f in flows], tolerant)
     if arrow is None:
-        return lambda reader, writers: read_on_driver(spark, reader, flows, tolerant, writers)
+        return lambda reader, writers: read_on_driver(spark, reader, flows, tolerant, writers, tables)
 
     def arrow_read(reader: KafkaRangeReader, writers: Writers) -> tuple[WrittenParts | None, dict[str, FlowResult]]:
         bad, results, _ = arrow.read(spark, reader, writers.flows, writers.dead_letters)

@@ -102,6 +102,7 @@ class EpochPlanner:
             plan = plan.model_copy(update={"data_lost": lost})
         if self.joins:  # the tables' versions this epoch joins, saved with its offsets
             where = f"pipeline {self.parts.pipeline.name} epoch {epoch}"
+            # guard: plan-pins-no-tables
             plan = plan.model_copy(update={"tables": pin_tables(self.joins, self.parts.settings, self.pinned, where)})
             self.pinned = dict(plan.tables)
         if plan.records:
@@ -111,6 +112,7 @@ class EpochPlanner:
     def pin_missing(self, plan: EpochPlan) -> EpochPlan:
         """A saved plan keeps its pins (a replay joins what the first run joined); a table the plan
         does not pin (a join added to the spec since) is pinned now and the plan saved again."""
+        # guard: replayed-plan-repinned
         missing = {location: join for location, join in self.joins.items() if location not in plan.tables}
         if missing:
             where = f"pipeline {self.parts.pipeline.name} epoch {plan.epoch}"

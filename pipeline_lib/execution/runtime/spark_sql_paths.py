@@ -172,8 +172,8 @@ def _spark_sql_warm_up(df, flows: list[FlowRuntime], tolerant: bool, tables: Sta
     if tolerant:
         df = df.drop("_error", "_raw")
     for flow in flows:
-        if any(t.python is not None for t in flow.spec.transforms):
-            df.toArrow()  # only the read: user hooks run for real epochs only
+        if any(t.python is not None or t.join is not None for t in flow.spec.transforms):
+            df.toArrow()  # only the read: user hooks run for real epochs only, tables are read for their pins
             continue
         out = apply_transforms(df, flow.spec.transforms, tables=tables)
         if flow.spec.state is not None and flow.spec.state.process is None:
