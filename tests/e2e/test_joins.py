@@ -133,6 +133,7 @@ def test_on_owner_tasks_a_delta_join_replays_its_version_and_rescales(stack_env,
     settings = ConnectionSettings.from_env(stack_env)
     name, table = "joins-delta-owners", "s3://dims/joins-delta-users"
     options = storage_options(table, settings)
+    open_store("s3://dims/made-by-test", settings).put("bucket", b"")  # delta-rs does not create the bucket
     write_deltalake(table_uri(table), users_table(range(0, 200)), storage_options=options)
     raw = join_spec(name, topic, table, keyed_state="owners")
     raw["transforms"][0]["join"]["format"] = "delta"
@@ -182,3 +183,82 @@ def test_repair_rebuilds_a_joined_epoch_with_the_version_its_plan_pinned(stack_e
     saved = plans(settings, f"s3://checkpoints/{name}")
     rows = read_table(f"s3://results/{name}", settings, key=["country"])
     assert {r["country"]: r for r in rows} == expected_per_country(events, saved)
+
+
+@pytest.fixture(scope="module")
+def resent_orders(local_stack) -> tuple[str, list[dict]]:
+    """(topic, events): 6,000 orders with an id and an event time on 3 partitions, then 300 of
+    the first 2,000 sent again (thousands of offsets later)."""
+    events = [
+        {
+            "id": f"r{i:05d}",
+            "user": f"u{(i * 7919) % USERS}",
+            "amount": i % 97 + 1,
+            "ts": f"2026-11-27T10:{i // 200:02d}:00Z",
+        }
+        for i in range(EVENTS)
+    ]
+    again = [events[i] for i in range(0, 2_000, 7)][:300]
+    create_topic(local_stack.kafka_bootstrap, "joins-dedup-e2e", 3)
+    produce_json(local_stack.kafka_bootstrap, "joins-dedup-e2e", events + again)
+    return "joins-dedup-e2e", events
+
+
+def issue_spec(name: str, topic: str, table: str, **extra) -> dict:
+    """The spec form of issue 36: dedup, then a join, then an aggregate keyed by a table column."""
+    return {
+        "name": name,
+        "source": {
+            "kafka": {
+                "topic": topic,
+                "format": "json",
+                "schema": "id string, user string, amount long, ts timestamp",
+                "watermark": {"column": "ts", "delay": "1 minute"},
+            }
+        },
+        "transforms": [
+            {"dedup": {"key": ["id"], "within": "10 minutes"}},
+            {"join": {"table": table, "format": "parquet", "on": ["user"], "how": "left"}},
+        ],
+        "state": {"aggregate": {"key": ["country"], "values": {"total": "sum(amount)", "n": "count(*)"}}},
+        "sink": {"files": {"path": f"s3://results/{name}"}},
+        "checkpoint": {"store": f"s3://checkpoints/{name}"},
+        "trigger": {"max_records_per_epoch": 1_500},
+        "parallelism": 2,
+        **extra,
+    }
+
+
+def distinct_per_country(events: list[dict]) -> dict[str, dict]:
+    """Plain Python: per country, the total and count over distinct ids."""
+    out: dict[str, dict] = defaultdict(lambda: {"total": 0, "n": 0})
+    for e in {e["id"]: e for e in events}.values():
+        row = out[country_of(int(e["user"][1:]))]
+        row["total"] += e["amount"]
+        row["n"] += 1
+    return {c: {"country": c, **v} for c, v in out.items()}
+
+
+def run_killed_twice(env: dict, spec, faults: tuple[str, str], *restore: str) -> None:
+    """Two runs SIGKILLed at ``faults``, then one to the end (``restore``: its extra options)."""
+    for fault in faults:
+        crashed = run_cli(["run", str(spec), "--until-caught-up"], {**env, "PIPELINE_FAULT_POINTS": fault})
+        assert crashed.returncode == -9, crashed.stderr[-2000:]
+    finished = run_cli(["run", str(spec), "--until-caught-up", *restore], env)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "restored from" in finished.stderr
+
+
+def test_dedup_then_join_then_aggregate_by_a_table_column_survives_two_sigkills_exactly(
+    stack_env, tmp_path, resent_orders
+):
+    topic, events = resent_orders
+    settings = ConnectionSettings.from_env(stack_env)
+    name, table = "joins-dedup", "s3://dims/joins-dedup-users/"
+    write_users(settings, table, "users.parquet", range(0, USERS))
+    spec = write_spec(tmp_path, issue_spec(name, topic, table))
+    run_killed_twice(stack_env, spec, ("mid_snapshot_write@2", "after_sink_success@3"))
+    rows = read_table(f"s3://results/{name}", settings, key=["country"])
+    assert {r["country"]: r for r in rows} == distinct_per_country(events)
+    verified = run_cli(["verify", str(spec)], stack_env)
+    assert verified.returncode == 0, verified.stderr[-3000:]

@@ -53,7 +53,10 @@ def read_pinned_file(pin: TablePin, file: PinnedFile, settings: ConnectionSettin
             f"({file.size} bytes, version {file.version or pin.version}); the epoch cannot join the rows it "
             "joined before (keep a table's files until no plan pins them: write new files, or Delta versions)"
         )
-    table = pq.read_table(io.BytesIO(data))
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except pa.ArrowInvalid as exc:
+        raise PipelineError(f"join table {pin.location}: file {file.key} is not Parquet ({exc})") from None
     with _LOCK:
         _FILES[cache_key] = table
         while sum(t.nbytes for t in _FILES.values()) > CACHE_BYTES and len(_FILES) > 1:
