@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from pipeline_lib.spec.base import LocationUri, StrictModel, check_key_columns
 
@@ -25,6 +25,14 @@ class JoinSpec(StrictModel):
     how: Literal["inner", "left"] = "inner"
 
     _on = field_validator("on")(check_key_columns)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on(cls, data: object) -> object:
+        """YAML 1.1 (PyYAML) reads an unquoted ``on`` key as the boolean true: take it as ``on``."""
+        if isinstance(data, dict) and True in data and "on" not in data:
+            return {("on" if k is True else k): v for k, v in data.items()}
+        return data
 
     @property
     def location(self) -> str:

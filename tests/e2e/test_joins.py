@@ -96,6 +96,7 @@ def expected_per_country(events: list[dict], saved: list[EpochPlan]) -> dict[str
     return {c: {"country": c, **v} for c, v in out.items()}
 
 
+@pytest.mark.full  # make test runs the join in the issue's spec form below
 def test_a_join_replays_the_pinned_table_version_after_a_sigkill_and_takes_a_change_next_epoch(
     stack_env, tmp_path, orders
 ):
@@ -262,3 +263,32 @@ def test_dedup_then_join_then_aggregate_by_a_table_column_survives_two_sigkills_
     assert {r["country"]: r for r in rows} == distinct_per_country(events)
     verified = run_cli(["verify", str(spec)], stack_env)
     assert verified.returncode == 0, verified.stderr[-3000:]
+
+
+@pytest.mark.full
+def test_dedup_join_aggregate_asking_for_owners_rescales_and_its_lost_parts_are_repaired(
+    stack_env, tmp_path, resent_orders
+):
+    """The same asking for owner tasks (the pipeline keeps its state on the driver all the same),
+    killed twice, the last run at parallelism 3; then every part of epoch 2 is deleted and
+    `repair` rebuilds it byte for byte from the snapshot before it, with the stage's state."""
+    topic, events = resent_orders
+    settings = ConnectionSettings.from_env(stack_env)
+    name, table = "joins-dedup-rescale", "s3://dims/joins-dedup-rescale-users/"
+    write_users(settings, table, "users.parquet", range(0, USERS))
+    spec = write_spec(tmp_path, issue_spec(name, topic, table, keyed_state="owners"))
+    run_killed_twice(stack_env, spec, ("after_read@2", "after_head_move@3"), "--parallelism", "3")
+    rows = read_table(f"s3://results/{name}", settings, key=["country"])
+    assert {r["country"]: r for r in rows} == distinct_per_country(events)
+    sink = open_store(f"s3://results/{name}", settings)
+    lost = {k: sink.get(k) for k in sink.list("epoch=2/part-")}
+    assert lost, sink.list()
+    for key in lost:
+        sink.delete(key)
+    damaged = run_cli(["verify", str(spec)], stack_env)
+    assert damaged.returncode != 0 and all(k in damaged.stdout for k in lost), damaged.stdout
+    repaired = run_cli(["repair", str(spec)], stack_env)
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr[-3000:]
+    assert {k: sink.get(k) for k in lost} == lost
+    clean = run_cli(["verify", str(spec)], stack_env)
+    assert clean.returncode == 0, clean.stdout + clean.stderr[-3000:]

@@ -147,3 +147,32 @@ def test_the_planner_pins_each_new_plan_and_a_replayed_plan_keeps_its_pin(tmp_pa
     assert [f.key for f in first.tables[location].files] == ["a.parquet"]
     assert replay.tables == first.tables and replay.digest() == first.digest()
     assert [f.key for f in second.tables[location].files] == ["a.parquet", "b.parquet"]
+
+
+def test_dedup_then_join_then_aggregate_runs_as_a_dedup_stage_and_the_flow_reading_it():
+    """The issue's spec form: the flow becomes its dedup stage (a process state, writing only
+    markers under the checkpoint store) and the flow (the join, the aggregate by a column of the
+    table) reading the stage's rows; other forms around a dedup are refused, naming the field."""
+    text = (
+        "name: orders\nsource: {kafka: {topic: t, format: json, schema: 'id string, user string, amount long'}}\n"
+        "transforms:\n  - dedup: {key: [id], within: '10 minutes'}\n"
+        "  - join: {table: 's3://dims/users/', format: parquet, on: [user], how: left}\n"
+        "state: {aggregate: {key: [country], values: {total: sum(amount), n: count(*)}}}\n"
+        "sink: {files: {path: 's3://results/orders'}}\ncheckpoint: {store: 's3://checkpoints/orders'}\n"
+    )
+    job = parse_spec(read_yaml(text, "orders.yaml")[0], "orders.yaml")
+    stage, flow = job.all_flows()
+    assert (stage.name, stage.after, flow.name, flow.after) == ("orders-dedup", None, "orders", "orders-dedup")
+    assert stage.state is not None and stage.state.process is not None and stage.state.key == ["id"]
+    assert stage.sink.path == "s3://checkpoints/orders/stages/orders" and stage.transforms == []
+    assert [t.join is not None for t in flow.transforms] == [True] and flow.state.aggregate.key == ["country"]
+    for bad, field in (
+        (text.replace("state: {aggregate:", "state: {process: {key: [id], function: 'm:f'}, x:"), "state"),
+        (text.replace("  - join:", "  - dedup: {key: [user], within: '1 hour'}\n  - join:"), "transforms.1.dedup"),
+        (
+            text.replace("state: {aggregate: {key: [country], values: {total: sum(amount), n: count(*)}}}\n", ""),
+            "state",
+        ),
+    ):
+        with pytest.raises(SpecError, match=field.replace(".", r"\.")):
+            parse_spec(read_yaml(bad, "orders.yaml")[0], "orders.yaml")

@@ -46,6 +46,8 @@ def state_on_owners(parts: PipelineParts, master: str | None, stored_groups_appl
     derived = [f for f in parts.flows if f.spec.state is not None and f.spec.state.process is None]
     if any(f.spec.state is not None and f.spec.state.aggregate.derived for f in derived):
         return False  # windows, avg and count_distinct are merged on the driver (docs/spec.md)
+    if any(f.spec.after is not None for f in parts.flows):
+        return False  # a flow after a dedup stage aggregates the stage's rows on the driver (docs/joins.md)
     return any(f.stateful for f in parts.flows) and owners_asked(parts.job, master) and stored_groups_apply
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from pipeline_lib.execution.engine.aggregate import epoch_partials, partials_frame
 from pipeline_lib.execution.engine.table_join import StaticTables
 from pipeline_lib.execution.engine.transforms import apply_transforms
+from pipeline_lib.execution.runtime.chained_flows import chained_input
 from pipeline_lib.execution.runtime.driver_state import DriverState
 from pipeline_lib.execution.runtime.epoch_path import FlowResult, OwnerTasks, Writers
 from pipeline_lib.execution.runtime.owner_state import OwnerState
@@ -142,9 +144,16 @@ def _spark_sql_epoch(
             df = df.filter(F.col("_error").isNull()).drop("_error", "_raw")
         results: dict[str, FlowResult] = {}
         partials = {}
+        stage_schemas: dict[str, StructType] = {}
         for index, (flow, writer) in enumerate(zip(flows, writers.flows)):
             where = f"flow {flow.spec.name}: " if len(flows) > 1 else ""
+            if flow.spec.after is not None:  # its rows are its dedup stage's, at the merge
+                assert to_owners is None, "a flow after a dedup stage keeps its state on the driver"
+                schema = stage_schemas[flow.spec.after]
+                results[flow.spec.name] = chained_input(spark, flow.spec, schema, tables, where)
+                continue
             rows = apply_transforms(df, flow.spec.transforms, where=where, tables=tables)
+            stage_schemas[flow.spec.name] = rows.schema
             if not flow.stateful:
                 results[flow.spec.name] = collected(rows.mapInArrow(WriteRows(writer), WRITTEN_DDL).toArrow())
                 continue
@@ -172,6 +181,8 @@ def _spark_sql_warm_up(df, flows: list[FlowRuntime], tolerant: bool, tables: Sta
     if tolerant:
         df = df.drop("_error", "_raw")
     for flow in flows:
+        if flow.spec.after is not None:
+            continue  # its query runs over its stage's rows, at the merge
         if any(t.python is not None or t.join is not None for t in flow.spec.transforms):
             df.toArrow()  # only the read: user hooks run for real epochs only, tables are read for their pins
             continue

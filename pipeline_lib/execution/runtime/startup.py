@@ -160,7 +160,9 @@ def start_pipeline(
             if flow.spec.transforms:
                 current = f"flow:{name}/transform0"
                 empty = spark.createDataFrame([], schema)
-                apply_transforms(empty, flow.spec.transforms, f"flow {name}: ", StaticTables(parts.settings))
+                stage = [f.spec.transforms for f in parts.flows if f.spec.name == flow.spec.after]  # its rows' own
+                transforms = [*(stage[0] if stage else []), *flow.spec.transforms]
+                apply_transforms(empty, transforms, f"flow {name}: ", StaticTables(parts.settings))
             if flow.state is not None:
                 current = f"flow:{name}/state"
                 for i in range(p):
