@@ -278,3 +278,18 @@ def autoscale(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--rates") from None
     raise typer.Exit(run_autoscale(chosen, seconds, max_parallelism, target_lag, per_epoch))
+
+
+@bench_app.command("joins")
+def joins(
+    events: Annotated[int, typer.Option(min=1, help="JSON order events to produce.")] = 200_000,
+    users: Annotated[int, typer.Option(min=1, help="Rows of the joined users table.")] = 10_000,
+    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 20_000,
+    parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism (local[N]).")] = 2,
+) -> None:
+    """A stream-static join, then sum and count per country: ours vs Spark SS join + groupBy, update.
+
+    Prints both whole-process times and their ratio (see benchmarks/joins.py)."""
+    from benchmarks.joins import joins_bench
+
+    raise typer.Exit(joins_bench(events=events, users=users, per_epoch=per_epoch, parallelism=parallelism))

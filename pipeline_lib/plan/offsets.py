@@ -13,6 +13,8 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from pipeline_lib.plan.table_pins import TablePin
+
 
 class OffsetRange(BaseModel):
     """Records ``[start, end)`` of one topic partition."""
@@ -50,6 +52,8 @@ class EpochPlan(BaseModel):
     # Offsets deleted from the log before they were read, skipped under on_data_loss: skip:
     # ``positions`` already start past them.
     data_lost: list[OffsetRange] = []
+    # The version of each table a flow joins (by location), pinned when the epoch was planned.
+    tables: dict[str, TablePin] = {}
 
     @property
     def records(self) -> int:
@@ -63,9 +67,12 @@ class EpochPlan(BaseModel):
 
     def digest(self) -> str:
         """Identifies the epoch's input; the base snapshot's name is left out on purpose, as a
-        replay after a fallback reads the same input from a differently named snapshot."""
+        replay after a fallback reads the same input from a differently named snapshot. The pinned
+        tables count when there are any (a plan without joins keeps the digest it always had)."""
         # guard: plan-digest-ignores-ranges, plan-digest-ignores-positions, plan-digest-ignores-epoch
-        body = json.dumps(self.model_dump(mode="json", include={"epoch", "positions", "ranges"}), sort_keys=True)
+        # guard: plan-digest-ignores-tables
+        fields = {"epoch", "positions", "ranges"} | ({"tables"} if self.tables else set())
+        body = json.dumps(self.model_dump(mode="json", include=fields), sort_keys=True)
         return hashlib.sha256(body.encode()).hexdigest()
 
 

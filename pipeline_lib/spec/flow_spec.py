@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from pipeline_lib.errors import SpecError
 from pipeline_lib.spec.aggregates import AggregateFunction, parse_aggregate, state_functions
 from pipeline_lib.spec.base import IDENTIFIER, NAME_PATTERN, FieldsError, LocationUri, StrictModel, check_key_columns
 from pipeline_lib.spec.iceberg_spec import IcebergSinkSpec
+from pipeline_lib.spec.join_spec import JoinSpec
 from pipeline_lib.spec.kafka_sink_spec import KafkaSinkSpec
 from pipeline_lib.spec.process_spec import DedupSpec, ProcessSpec
 from pipeline_lib.spec.window_spec import WINDOW_COLUMNS, WindowSpec
@@ -18,18 +19,20 @@ from pipeline_lib.spec.window_spec import WINDOW_COLUMNS, WindowSpec
 
 class TransformSpec(StrictModel):
     """Exactly one of: a Spark SQL filter, a Spark SQL select list, a Python hook (stateless), a
-    dedup (stateful: a flow's last transform, run as its process state, see process_spec)."""
+    dedup (stateful: a flow's last transform, run as its process state, see process_spec), a
+    stream-static join with a pinned table version (join_spec)."""
 
     filter: str | None = None
     select: list[str] | None = None
     python: str | None = None
     dedup: DedupSpec | None = None
+    join: JoinSpec | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> TransformSpec:
-        given = [k for k in ("filter", "select", "python", "dedup") if getattr(self, k) is not None]
+        given = [k for k in ("filter", "select", "python", "dedup", "join") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise FieldsError("a transform has exactly one of filter, select, python, dedup", *given)
+            raise FieldsError("a transform has exactly one of filter, select, python, dedup, join", *given)
         if self.filter is not None and not self.filter.strip():
             raise FieldsError("filter is empty", "filter")
         if self.select is not None and (not self.select or any(not s.strip() for s in self.select)):
@@ -287,6 +290,13 @@ class FlowSpec(StrictModel):
     transforms: list[TransformSpec] = []
     state: StateSpec | None = None
     sink: SinkSpec
+    # The dedup stage whose rows of each epoch this flow reads instead of the source's (flow_chain).
+    _after: str | None = PrivateAttr(default=None)
+
+    @property
+    def after(self) -> str | None:
+        """The name of the dedup stage this flow reads from (None: it reads its source)."""
+        return self._after
 
     @model_validator(mode="after")
     def _partitions_of_keys(self) -> FlowSpec:
@@ -311,26 +321,33 @@ class FlowSpec(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _dedup_as_state(cls, data: object) -> object:
-        """A trailing ``dedup`` transform becomes the flow's process state; a dedup anywhere else,
-        or beside another state step, is refused (one keyed state per flow)."""
+        """A trailing ``dedup`` transform becomes the flow's process state. A dedup followed by
+        stateless transforms and an aggregate stays in ``transforms``: the job runs it as a stage
+        of its own (flow_chain.split_chain). Anything else is refused: one dedup per flow, and an
+        aggregate after it."""
         if not isinstance(data, dict):
             return data
         transforms = list(data.get("transforms") or [])
         kinds = [t.dedup is not None if isinstance(t, TransformSpec) else "dedup" in t for t in transforms]
         if not any(kinds):
             return data
-        if kinds.index(True) != len(kinds) - 1:
-            raise FieldsError(
-                "dedup must be the flow's last transform (it keeps keyed state; nothing may follow it yet)",
-                f"transforms.{kinds.index(True)}.dedup",
-            )
-        if data.get("state") is not None:
-            raise FieldsError(
-                "a flow with dedup cannot have a state step too (one keyed state per flow; "
-                "dedup followed by an aggregate is not supported yet)",
-                f"transforms.{len(kinds) - 1}.dedup",
-                "state",
-            )
+        at = kinds.index(True)
+        if kinds.count(True) > 1:
+            raise FieldsError("a flow has one dedup", f"transforms.{len(kinds) - 1 - kinds[::-1].index(True)}.dedup")
+        state = data.get("state")
+        aggregate = isinstance(state, StateSpec) and state.aggregate_spec is not None
+        aggregate = aggregate or (isinstance(state, dict) and "aggregate" in state and "process" not in state)
+        if at != len(kinds) - 1 or state is not None:
+            if state is None or not aggregate:
+                raise FieldsError(
+                    "after a dedup come stateless transforms (filter, select, join) and a state.aggregate, "
+                    "or nothing: a flow keeps the dedup's state and at most one aggregate",
+                    f"transforms.{at}.dedup",
+                    "state",
+                )
+            if any(not isinstance(t, TransformSpec) and "python" in t for t in transforms[at + 1 :]):
+                raise FieldsError("a python hook cannot follow a dedup in its flow", f"transforms.{at}.dedup")
+            return data
         last = transforms[-1]
         dedup = last.dedup if isinstance(last, TransformSpec) else DedupSpec.model_validate(last["dedup"])
         assert dedup is not None

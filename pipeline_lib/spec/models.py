@@ -24,6 +24,7 @@ from pipeline_lib.spec.base import (
     LocationUri,
     StrictModel,
 )
+from pipeline_lib.spec.flow_chain import split_chain
 from pipeline_lib.spec.flow_spec import AggregateSpec, FilesSinkSpec, FlowSpec, SinkSpec, StateSpec, TransformSpec
 from pipeline_lib.spec.kafka_sink_spec import KafkaSinkSpec, staged_sinks
 from pipeline_lib.spec.run_spec import CheckpointSpec, DeadLetterSpec, SparkSpec, TriggerSpec
@@ -288,14 +289,19 @@ class JobSpec(StrictModel):
         return "utf8" if named else "none"
 
     def all_flows(self) -> list[FlowSpec]:
-        """The flows, the single-flow form included, so callers handle one shape."""
+        """The flows, the single-flow form included, so callers handle one shape; a flow with a
+        dedup before its aggregate as its dedup stage and itself (flow_chain)."""
         if self.flows is not None:
-            return list(self.flows)
-        if self.sink is None:
+            flows = list(self.flows)
+        elif self.sink is None:
             return []
-        return [
-            FlowSpec(name=self.name, source=SINGLE_SOURCE, transforms=self.transforms, state=self.state, sink=self.sink)
-        ]
+        else:
+            flows = [
+                FlowSpec(
+                    name=self.name, source=SINGLE_SOURCE, transforms=self.transforms, state=self.state, sink=self.sink
+                )
+            ]
+        return [part for flow in flows for part in split_chain(flow, self.checkpoint.store)]
 
 
 def job_spec_json_schema() -> dict[str, Any]:

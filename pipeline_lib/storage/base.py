@@ -70,6 +70,11 @@ class ObjectStore(abc.ABC):
         """All keys starting with ``prefix`` (a plain string prefix), recursive and sorted."""
         return sorted(self._list(check_prefix(prefix)))
 
+    def list_versions(self, prefix: str = "") -> dict[str, tuple[int, str]]:
+        """Each key under ``prefix`` with its size and version token (the token ``get_versioned``
+        gives with the content): what pins a table's files (plan.table_pins)."""
+        return dict(sorted(self._list_versions(check_prefix(prefix)).items()))
+
     def delete(self, key: str) -> None:
         """Remove ``key``; a missing key is not an error (deletes are idempotent)."""
         self._delete_many([check_relative(key)])
@@ -98,6 +103,15 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def _size(self, key: str) -> int: ...
+
+    def _list_versions(self, prefix: str) -> dict[str, tuple[int, str]]:
+        """Reads every object for its token; a backend whose listing carries it overrides this."""
+        found = {}
+        for key in self._list(prefix):
+            got = self._get_versioned(key)
+            if got is not None:
+                found[key] = (len(got[0]), got[1])
+        return found
 
     @abc.abstractmethod
     def _list(self, prefix: str) -> Keys: ...

@@ -279,6 +279,17 @@ class S3Store(ObjectStore):
 
         return self._call("list", prefix, listing)
 
+    def _list_versions(self, prefix: str) -> dict[str, tuple[int, str]]:
+        def listing() -> dict[str, tuple[int, str]]:
+            objects = self._client.list_objects(self._bucket, prefix=self._root + prefix, recursive=True)
+            return {
+                o.object_name[len(self._root) :]: (o.size or 0, (o.etag or "").strip('"'))
+                for o in objects
+                if o.object_name and not o.is_dir
+            }
+
+        return self._call("list", prefix, listing)
+
     def _delete_many(self, keys: Keys) -> None:
         def delete() -> None:
             batch = [DeleteObject(self._name(k)) for k in keys]

@@ -79,6 +79,8 @@ def run_on_records(
 
     from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
     from pipeline_lib.execution.engine.spark_session import start_spark
+    from pipeline_lib.execution.engine.table_join import StaticTables
+    from pipeline_lib.execution.runtime.chained_flows import ChainedInput, stages_of
     from pipeline_lib.execution.runtime.driver_merge import merge_on_driver
     from pipeline_lib.execution.runtime.epoch_path import Writers
     from pipeline_lib.execution.runtime.path_choice import driver_read
@@ -125,7 +127,8 @@ def run_on_records(
             )
             for f in flows
         }
-        read = driver_read(session, schema, list(runtimes.values()), tolerant)
+        stages, stage_rows = stages_of(flows), {}
+        read = driver_read(session, schema, list(runtimes.values()), tolerant, StaticTables(settings))
         while (
             plan := plan_epoch(epoch + 1, None, kafka.topic, positions, targets, local.trigger.max_records_per_epoch)
         ).ranges:
@@ -155,9 +158,13 @@ def run_on_records(
                 ended = kafka.stop is not None and all(plan.end_positions().get(q, 0) >= n for q, n in targets.items())
                 if isinstance(state, ProcessState) and isinstance(result, ProcessInput):  # the function's rows
                     column = kafka.watermark.column if kafka.watermark is not None else None
-                    merged = process_merge(runtime, state, result, p, ended, column)
-                    sinks[flow.name].write_epoch(epoch, digest, merged.parts, ATTEMPT)
+                    out = process_merge(runtime, state, result, p, ended, column).parts
+                    if flow.name in stages:  # a dedup stage: its flow aggregates the rows it passed
+                        stage_rows[flow.name], out = pa.concat_tables(out) if out else pa.table({}), []
+                    sinks[flow.name].write_epoch(epoch, digest, out, ATTEMPT)
                     continue
+                if isinstance(result, ChainedInput):
+                    result = result.build(stage_rows.pop(result.after))
                 assert isinstance(result, pa.Table), "state on the driver: the partials come to the driver"
                 parts, _ = merge_on_driver(runtime, result, p, maxp, ended)
                 sinks[flow.name].write_epoch(epoch, digest, parts, ATTEMPT)

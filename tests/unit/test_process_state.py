@@ -140,18 +140,26 @@ def test_process_spec_is_checked_where_written():
     }
 
 
-def test_dedup_must_be_last_and_alone():
+def test_dedup_is_last_or_followed_by_stateless_transforms_and_an_aggregate():
     base = {"name": "f", "source": "main", "sink": {"files": {"path": "file:///tmp/x"}}}
-    with pytest.raises(ValidationError, match="last transform"):
+    with pytest.raises(ValidationError, match="after a dedup come stateless transforms"):
         FlowSpec.model_validate({**base, "transforms": [{"dedup": {"key": ["id"], "within": "1 h"}}, {"filter": "x"}]})
-    with pytest.raises(ValidationError, match="cannot have a state step too"):
+    with pytest.raises(ValidationError, match="after a dedup come stateless transforms"):
         FlowSpec.model_validate(
             {
                 **base,
                 "transforms": [{"dedup": {"key": ["id"], "within": "1 h"}}],
-                "state": {"aggregate": {"key": ["u"], "values": {"n": "count(*)"}}},
+                "state": {"process": {"key": ["u"], "function": "m:f"}},
             }
         )
+    chained = FlowSpec.model_validate(
+        {
+            **base,
+            "transforms": [{"dedup": {"key": ["id"], "within": "1 h"}}],
+            "state": {"aggregate": {"key": ["u"], "values": {"n": "count(*)"}}},
+        }
+    )
+    assert chained.transforms[0].dedup is not None and chained.state is not None  # split by the job (flow_chain)
 
 
 def _dedup_runner(root, restore: str = "latest"):

@@ -1,4 +1,5 @@
-"""Stateless transforms from the spec, applied in order: SQL filter, SQL select, Python hook."""
+"""Stateless transforms from the spec, applied in order: SQL filter, SQL select, Python hook, a
+join with a pinned table (table_join)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pyspark.sql import DataFrame
 
 from pipeline_lib.errors import TransformError
 from pipeline_lib.execution.engine.hook_watermark import no_watermark_in
+from pipeline_lib.execution.engine.table_join import StaticTables, join_table
 from pipeline_lib.spec.models import TransformSpec
 from pipeline_lib.user_code import import_function
 
@@ -36,18 +38,23 @@ def _call_hook(ref: str, df: DataFrame, where: str) -> object:
         raise TransformError(f"{where} {ref!r} raised {type(exc).__name__}: {exc}") from exc
 
 
-def apply_transforms(df: DataFrame, transforms: list[TransformSpec], where: str = "") -> DataFrame:
+def apply_transforms(
+    df: DataFrame, transforms: list[TransformSpec], where: str = "", tables: StaticTables | None = None
+) -> DataFrame:
     """Build the transformed DataFrame; analysis errors surface here, before any data moves.
-    ``where`` prefixes error messages (e.g. the flow's name)."""
+    ``where`` prefixes error messages (e.g. the flow's name); ``tables``: the pinned versions of
+    the tables a join reads, and the settings to read them."""
     prefix = where
     for i, t in enumerate(transforms):
-        kind = "filter" if t.filter is not None else "select" if t.select is not None else "python"
+        kind = next(k for k in ("filter", "select", "join", "python") if getattr(t, k) is not None)
         where = f"{prefix}transforms[{i}].{kind}"
         try:
             if t.filter is not None:
                 df = df.filter(t.filter)
             elif t.select is not None:
                 df = df.selectExpr(*t.select)
+            elif t.join is not None:
+                df = join_table(df, t.join, tables, where)
             else:
                 assert t.python is not None
                 out = _call_hook(t.python, df, where)

@@ -12,6 +12,7 @@ import pyarrow as pa
 from pipeline_lib.checkpoint.manifest import StateSnapshot
 from pipeline_lib.checkpoint.restore import Restored
 from pipeline_lib.checkpoint.state_spans import Span, changed_per_span, plan_span_writes, spans_of, write_state_files
+from pipeline_lib.execution.runtime.chained_flows import ChainedInput, stages_of
 from pipeline_lib.execution.runtime.driver_merge import merge_on_driver
 from pipeline_lib.execution.runtime.epoch_path import NO_SLOTS, FlowMerge, FlowResult, OwnerTasks
 from pipeline_lib.execution.runtime.process_merge import dropped_spans, process_merge
@@ -28,6 +29,8 @@ class DriverState:
 
     def __init__(self, parts: PipelineParts):
         self.parts = parts
+        self.stages = stages_of([f.spec for f in parts.flows])  # dedup stages whose rows a flow reads
+        self.stage_rows: dict[str, pa.Table] = {}  # of this epoch, from each stage's merge to its flow's
 
     def take_restored(self, restored: Restored | None, load_on_driver: Callable[[], None]) -> None:
         """A restore verified on the executors (for owner tasks) is read into the driver after all."""
@@ -53,7 +56,13 @@ class DriverState:
         if isinstance(flow.state, ProcessState):
             assert isinstance(result, ProcessInput), "a process flow's result is its rows"
             column = self.parts.event_column(flow.spec)
-            return process_merge(flow, flow.state, result, self.parts.parallelism, ended, column)
+            merged = process_merge(flow, flow.state, result, self.parts.parallelism, ended, column)
+            if flow.spec.name not in self.stages:
+                return merged
+            self.stage_rows[flow.spec.name] = pa.concat_tables(merged.parts) if merged.parts else pa.table({})
+            return FlowMerge([], merged.changed, ())  # a stage writes no rows: its flow aggregates them
+        if isinstance(result, ChainedInput):
+            result = result.build(self.stage_rows.pop(result.after))
         assert isinstance(result, pa.Table), "a stateful flow's result is its partials"
         parts, changed = merge_on_driver(flow, result, self.parts.parallelism, self.parts.maxp, ended)
         return FlowMerge(parts, changed, ())

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from pipeline_lib.checkpoint.manifest import FileRef, StateSnapshot
 from pipeline_lib.checkpoint.restore import Restored
+from pipeline_lib.execution.runtime.chained_flows import ChainedInput
 from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
 from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
 from pipeline_lib.execution.source.subtask_start import SourceStart
@@ -28,7 +29,7 @@ from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts
 
 NO_SLOTS = np.zeros(0, dtype=np.int64)  # a flow whose keyed state the driver does not hold changed none of it
 FlowResult: TypeAlias = (
-    pa.Table | OwnedFlow | WrittenParts | ProcessInput
+    pa.Table | OwnedFlow | WrittenParts | ProcessInput | ChainedInput
 )  # a flow's share of an epoch's read (see EpochRead)
 OwnerTasks: TypeAlias = tuple[OwnerTask | None, ...]  # per flow, its owner side (empty: state on the driver)
 

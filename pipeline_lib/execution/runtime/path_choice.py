@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from pipeline_lib.execution.engine.table_join import StaticTables
 from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
 from pipeline_lib.execution.runtime.arrow_paths import ArrowOnDriver, ArrowOnOwners
 from pipeline_lib.execution.runtime.driver_state import DriverState
@@ -45,6 +46,8 @@ def state_on_owners(parts: PipelineParts, master: str | None, stored_groups_appl
     derived = [f for f in parts.flows if f.spec.state is not None and f.spec.state.process is None]
     if any(f.spec.state is not None and f.spec.state.aggregate.derived for f in derived):
         return False  # windows, avg, count_distinct and sketches are merged on the driver (docs/spec.md)
+    if any(f.spec.after is not None for f in parts.flows):
+        return False  # a flow after a dedup stage aggregates the stage's rows on the driver (docs/joins.md)
     return any(f.stateful for f in parts.flows) and owners_asked(parts.job, master) and stored_groups_apply
 
 
@@ -72,12 +75,13 @@ def choose_path(
             owned = OwnerEpochs(arrow, parts.parallelism)
             path = ArrowOnOwners(owned, flows, OwnerState(parts, attempt, owned))
         else:
-            owned = OwnerEpochs.on_spark_sql(spark, schema, [f.spec for f in flows], tolerant, parts.parallelism)
-            path = SparkSqlOnOwners(owned, flows, tolerant, OwnerState(parts, attempt, owned))
+            specs = [f.spec for f in flows]
+            owned = OwnerEpochs.on_spark_sql(spark, schema, specs, tolerant, parts.parallelism, parts.settings)
+            path = SparkSqlOnOwners(owned, flows, tolerant, OwnerState(parts, attempt, owned), parts.settings)
     elif arrow is not None:
         path = ArrowOnDriver(arrow, flows, DriverState(parts))
     else:
-        path = SparkSqlOnDriver(flows, tolerant, DriverState(parts))
+        path = SparkSqlOnDriver(flows, tolerant, DriverState(parts), parts.settings)
     log.info("pipeline %s: epochs take the %s (%s)", parts.pipeline.name, path.name, why)
     return path
 
@@ -85,13 +89,16 @@ def choose_path(
 DriverRead = Callable[[KafkaRangeReader, Writers], tuple[WrittenParts | None, dict[str, FlowResult]]]
 
 
-def driver_read(spark, schema, flows: list[FlowRuntime], tolerant: bool) -> DriverRead:
+def driver_read(
+    spark, schema, flows: list[FlowRuntime], tolerant: bool, tables: StaticTables | None = None
+) -> DriverRead:
     """How an epoch is read with keyed state on the driver, as ``choose_path`` decides it without
     owner tasks: (reader, writers) -> (bad records, each flow's result). For pipeline_lib.testing,
-    which runs a spec's flows without a pipeline, a plan or a snapshot store."""
+    which runs a spec's flows without a pipeline, a plan or a snapshot store (``tables``: a join's
+    tables, pinned as they are at each epoch)."""
     arrow, _ = ArrowEpochs.for_flows(spark, schema, [f.spec for f in flows], tolerant)
     if arrow is None:
-        return lambda reader, writers: read_on_driver(spark, reader, flows, tolerant, writers)
+        return lambda reader, writers: read_on_driver(spark, reader, flows, tolerant, writers, tables)
 
     def arrow_read(reader: KafkaRangeReader, writers: Writers) -> tuple[WrittenParts | None, dict[str, FlowResult]]:
         bad, results, _ = arrow.read(spark, reader, writers.flows, writers.dead_letters)

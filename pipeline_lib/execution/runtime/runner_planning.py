@@ -6,6 +6,7 @@ import logging
 
 from pipeline_lib.checkpoint.restore import Restored
 from pipeline_lib.errors import DATA_LOSS, DataLossError, PipelineError, SnapshotError
+from pipeline_lib.execution.engine.table_pinning import joins_of, pin_tables
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, lost_ranges, plan_epoch
@@ -22,6 +23,8 @@ class EpochPlanner:
         self.parts = parts
         self.topic_id: str | None = None  # the topic's Kafka id, read when planning starts
         self.offsets = None
+        self.joins = joins_of(flow.spec for flow in parts.flows)  # the tables each plan pins
+        self.pinned: dict = {}  # the last plan's pins, to log a table that changed
 
     def positions_and_stops(self, consumer, restored: Restored | None) -> tuple[dict[int, int], dict[int, int] | None]:
         """Where each partition resumes (``restored``'s positions, a first attempt's saved plan,
@@ -83,7 +86,8 @@ class EpochPlanner:
         if planned is not None and planned.positions == positions:
             # replay exactly what an earlier attempt planned, from the snapshot this attempt builds on
             # (the earlier attempt may have planned it on a snapshot of its own that never committed)
-            return planned.model_copy(update={"base_snapshot": base})  # guard: replayed-plan-keeps-old-base
+            replay = planned.model_copy(update={"base_snapshot": base})  # guard: replayed-plan-keeps-old-base
+            return self.pin_missing(replay)
         plan = plan_epoch(
             epoch,
             base,
@@ -96,8 +100,27 @@ class EpochPlanner:
         )
         if lost:
             plan = plan.model_copy(update={"data_lost": lost})
+        if self.joins:  # the tables' versions this epoch joins, saved with its offsets
+            where = f"pipeline {self.parts.pipeline.name} epoch {epoch}"
+            # guard: plan-pins-no-tables
+            plan = plan.model_copy(update={"tables": pin_tables(self.joins, self.parts.settings, self.pinned, where)})
+            self.pinned = dict(plan.tables)
         if plan.records:
             self.parts.snapshots.save_plan(plan)
+        return plan
+
+    def pin_missing(self, plan: EpochPlan) -> EpochPlan:
+        """A saved plan keeps its pins (a replay joins what the first run joined); a table the plan
+        does not pin (a join added to the spec since) is pinned now and the plan saved again."""
+        # guard: replayed-plan-repinned
+        missing = {location: join for location, join in self.joins.items() if location not in plan.tables}
+        if missing:
+            where = f"pipeline {self.parts.pipeline.name} epoch {plan.epoch}"
+            plan = plan.model_copy(
+                update={"tables": {**plan.tables, **pin_tables(missing, self.parts.settings, {}, where)}}
+            )
+            self.parts.snapshots.save_plan(plan)
+        self.pinned = dict(plan.tables)
         return plan
 
     def past_lost_data(self, base: str | None, positions: dict[int, int]) -> tuple[dict[int, int], list[OffsetRange]]:

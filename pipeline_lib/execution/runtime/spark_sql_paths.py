@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from pipeline_lib.execution.engine.aggregate import epoch_partials, partials_frame
+from pipeline_lib.execution.engine.table_join import StaticTables
 from pipeline_lib.execution.engine.transforms import apply_transforms
+from pipeline_lib.execution.runtime.chained_flows import chained_input
 from pipeline_lib.execution.runtime.driver_state import DriverState
 from pipeline_lib.execution.runtime.epoch_path import FlowResult, OwnerTasks, Writers
 from pipeline_lib.execution.runtime.owner_state import OwnerState
@@ -19,6 +22,7 @@ from pipeline_lib.execution.state.owner_epochs import OwnerEpochs
 from pipeline_lib.execution.state.owner_task import StateReads
 from pipeline_lib.execution.state.process_state import ProcessInput
 from pipeline_lib.plan.offsets import EpochPlan
+from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.task_parts import WRITTEN_DDL, WriteRows, WrittenParts, collected
 
 
@@ -29,8 +33,8 @@ class SparkSqlOnDriver:
     name = "Spark SQL path"
     carries_checks = False
 
-    def __init__(self, flows: list[FlowRuntime], tolerant: bool, state: DriverState):
-        self.flows, self.tolerant, self.state = flows, tolerant, state
+    def __init__(self, flows: list[FlowRuntime], tolerant: bool, state: DriverState, settings: ConnectionSettings):
+        self.flows, self.tolerant, self.state, self.settings = flows, tolerant, state, settings
 
     def read(
         self,
@@ -43,12 +47,13 @@ class SparkSqlOnDriver:
     ) -> EpochRead:
         """The epoch's rows read once for every flow; stateless flows written by the tasks."""
         assert start is None, "only the Arrow path's read runs the start-up checks"
-        bad, results, _ = _spark_sql_epoch(spark, reader, self.flows, self.tolerant, writers, None)
+        tables = StaticTables(self.settings, plan.tables)
+        bad, results, _ = _spark_sql_epoch(spark, reader, self.flows, self.tolerant, writers, None, tables)
         return EpochRead(plan, bad, results, 0)
 
     def warm_up(self, spark, reader: KafkaRangeReader, writers: Writers, owners: OwnerTasks) -> None:
         """Each flow's query over no rows (a flow with a Python hook: only the read)."""
-        _spark_sql_warm_up(read_tasks(spark, reader), self.flows, self.tolerant)
+        _spark_sql_warm_up(read_tasks(spark, reader), self.flows, self.tolerant, StaticTables(self.settings))
 
 
 class SparkSqlOnOwners:
@@ -59,8 +64,16 @@ class SparkSqlOnOwners:
     name = "Spark SQL path with keyed state on owner tasks"
     carries_checks = False
 
-    def __init__(self, owner_epochs: OwnerEpochs, flows: list[FlowRuntime], tolerant: bool, state: OwnerState):
+    def __init__(
+        self,
+        owner_epochs: OwnerEpochs,
+        flows: list[FlowRuntime],
+        tolerant: bool,
+        state: OwnerState,
+        settings: ConnectionSettings,
+    ):
         self.owner_epochs, self.flows, self.tolerant, self.state = owner_epochs, flows, tolerant, state
+        self.settings = settings
 
     def read(
         self,
@@ -79,24 +92,39 @@ class SparkSqlOnOwners:
             reads = sum((o.reads for o in owned.values()), StateReads()) if owned else None
             return dict(owned), received, reads
 
-        bad, results, (received, reads) = _spark_sql_epoch(spark, reader, self.flows, self.tolerant, writers, to_owners)
+        tables = StaticTables(self.settings, plan.tables)
+        bad, results, (received, reads) = _spark_sql_epoch(
+            spark, reader, self.flows, self.tolerant, writers, to_owners, tables
+        )
         return EpochRead(plan, bad, results, received, state_reads=reads)
 
     def warm_up(self, spark, reader: KafkaRangeReader, writers: Writers, owners: OwnerTasks) -> None:
         """Each flow's query over no rows, its partials at the driver (no owner task runs)."""
-        _spark_sql_warm_up(read_tasks(spark, reader), self.flows, self.tolerant)
+        _spark_sql_warm_up(read_tasks(spark, reader), self.flows, self.tolerant, StaticTables(self.settings))
 
 
 def read_on_driver(
-    spark, reader: KafkaRangeReader, flows: list[FlowRuntime], tolerant: bool, writers: Writers
+    spark,
+    reader: KafkaRangeReader,
+    flows: list[FlowRuntime],
+    tolerant: bool,
+    writers: Writers,
+    tables: StaticTables | None = None,
 ) -> tuple[WrittenParts | None, dict[str, FlowResult]]:
-    """An epoch read as ``SparkSqlOnDriver`` reads it, without a plan or a pipeline (pipeline_lib.testing)."""
-    bad, results, _ = _spark_sql_epoch(spark, reader, flows, tolerant, writers, None)
+    """An epoch read as ``SparkSqlOnDriver`` reads it, without a plan or a pipeline (pipeline_lib.testing;
+    ``tables``: a join's tables pinned as they are now)."""
+    bad, results, _ = _spark_sql_epoch(spark, reader, flows, tolerant, writers, None, tables)
     return bad, results
 
 
 def _spark_sql_epoch(
-    spark, reader: KafkaRangeReader, flows: list[FlowRuntime], tolerant: bool, writers: Writers, to_owners
+    spark,
+    reader: KafkaRangeReader,
+    flows: list[FlowRuntime],
+    tolerant: bool,
+    writers: Writers,
+    to_owners,
+    tables: StaticTables | None,
 ) -> tuple[WrittenParts | None, dict[str, FlowResult], tuple[int, StateReads | None]]:
     """Read the epoch's rows (once for all flows of the pipeline and its bad records), write the
     bad records and the stateless flows' rows in the tasks, and give each stateful flow's
@@ -116,9 +144,16 @@ def _spark_sql_epoch(
             df = df.filter(F.col("_error").isNull()).drop("_error", "_raw")
         results: dict[str, FlowResult] = {}
         partials = {}
+        stage_schemas: dict[str, StructType] = {}
         for index, (flow, writer) in enumerate(zip(flows, writers.flows)):
             where = f"flow {flow.spec.name}: " if len(flows) > 1 else ""
-            rows = apply_transforms(df, flow.spec.transforms, where=where)
+            if flow.spec.after is not None:  # its rows are its dedup stage's, at the merge
+                assert to_owners is None, "a flow after a dedup stage keeps its state on the driver"
+                schema = stage_schemas[flow.spec.after]
+                results[flow.spec.name] = chained_input(spark, flow.spec, schema, tables, where)
+                continue
+            rows = apply_transforms(df, flow.spec.transforms, where=where, tables=tables)
+            stage_schemas[flow.spec.name] = rows.schema
             if not flow.stateful:
                 results[flow.spec.name] = collected(rows.mapInArrow(WriteRows(writer), WRITTEN_DDL).toArrow())
                 continue
@@ -141,15 +176,17 @@ def _spark_sql_epoch(
             df.unpersist()
 
 
-def _spark_sql_warm_up(df, flows: list[FlowRuntime], tolerant: bool) -> None:
+def _spark_sql_warm_up(df, flows: list[FlowRuntime], tolerant: bool, tables: StaticTables) -> None:
     """The Spark SQL path's queries over no rows: a Python transform hook is never called for it."""
     if tolerant:
         df = df.drop("_error", "_raw")
     for flow in flows:
-        if any(t.python is not None for t in flow.spec.transforms):
-            df.toArrow()  # only the read: user hooks run for real epochs only
+        if flow.spec.after is not None:
+            continue  # its query runs over its stage's rows, at the merge
+        if any(t.python is not None or t.join is not None for t in flow.spec.transforms):
+            df.toArrow()  # only the read: user hooks run for real epochs only, tables are read for their pins
             continue
-        out = apply_transforms(df, flow.spec.transforms)
+        out = apply_transforms(df, flow.spec.transforms, tables=tables)
         if flow.spec.state is not None and flow.spec.state.process is None:
             epoch_partials(out, flow.spec.state.aggregate)
         else:

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pyspark.sql.types import StructType
 
 from pipeline_lib.errors import PipelineError
+from pipeline_lib.execution.engine.table_join import StaticTables
 from pipeline_lib.execution.engine.transforms import apply_transforms
 from pipeline_lib.execution.runtime.fair_pools import pipeline_pool
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
@@ -158,7 +159,10 @@ def start_pipeline(
         try:
             if flow.spec.transforms:
                 current = f"flow:{name}/transform0"
-                apply_transforms(spark.createDataFrame([], schema), flow.spec.transforms, where=f"flow {name}: ")
+                empty = spark.createDataFrame([], schema)
+                stage = [f.spec.transforms for f in parts.flows if f.spec.name == flow.spec.after]  # its rows' own
+                transforms = [*(stage[0] if stage else []), *flow.spec.transforms]
+                apply_transforms(empty, transforms, f"flow {name}: ", StaticTables(parts.settings))
             if flow.state is not None:
                 current = f"flow:{name}/state"
                 for i in range(p):

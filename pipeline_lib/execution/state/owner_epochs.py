@@ -30,6 +30,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline_lib.checkpoint.manifest import FileRef, StateFileRef
 from pipeline_lib.execution.engine.aggregate import partials_frame
+from pipeline_lib.execution.engine.table_join import StaticTables
 from pipeline_lib.execution.engine.transforms import apply_transforms
 from pipeline_lib.execution.engine.worker_aggregation import (
     BAD_RECORDS,
@@ -42,6 +43,7 @@ from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
 from pipeline_lib.execution.source.worker_heap import freeze_imported_heap
 from pipeline_lib.execution.state.owner_task import OwnedSpans, OwnerTask, Partial, StateReads
 from pipeline_lib.execution.state.span_owners import cut_by_owner, key_groups_of_rows
+from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts, task_identity
 from pipeline_lib.spec.models import FlowSpec
 
@@ -211,17 +213,24 @@ class OwnerEpochs:
 
     @classmethod
     def on_spark_sql(
-        cls, spark: SparkSession, schema: T.StructType, flows: Sequence[FlowSpec], tolerant: bool, parallelism: int
+        cls,
+        spark: SparkSession,
+        schema: T.StructType,
+        flows: Sequence[FlowSpec],
+        tolerant: bool,
+        parallelism: int,
+        settings: ConnectionSettings | None = None,
     ) -> OwnerEpochs:
         """Owner tasks for flows that need Spark SQL: each stateful flow's aggregate and the
         schema of its partials, from Spark's analysis of the flow's query (no job runs)."""
         large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
         df = spark.createDataFrame([], schema)
         good = df.drop("_error", "_raw") if tolerant else df
+        tables = StaticTables(settings) if settings is not None else None  # a join's table as it is now
         in_worker, schemas = [], []
         for flow in flows:
             if flow.state is not None and flow.state.process is not None:  # the rows, keyed
-                rows = apply_transforms(good, flow.transforms)
+                rows = apply_transforms(good, flow.transforms, tables=tables)
                 in_worker.append(FlowInWorker(tuple(flow.state.process.key)))
                 schemas.append(to_arrow_schema(rows.schema, timezone="UTC", prefers_large_types=large))
                 continue
@@ -231,7 +240,7 @@ class OwnerEpochs:
                 schemas.append(pa.schema([]))
                 continue
             in_worker.append(FlowInWorker.of(agg))
-            frame = partials_frame(apply_transforms(good, flow.transforms), agg)
+            frame = partials_frame(apply_transforms(good, flow.transforms, tables=tables), agg)
             schemas.append(to_arrow_schema(frame.schema, timezone="UTC", prefers_large_types=large))
         return cls(None, parallelism, in_worker, schemas)
 
