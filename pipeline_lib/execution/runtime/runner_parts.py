@@ -116,8 +116,12 @@ class PipelineParts:
 
 
 def windowed_watermark(job: JobSpec, flow: FlowSpec) -> Watermark | None:
-    """A windowed flow's watermark before its first epoch (None: the flow has no window)."""
-    if flow.state is None or flow.state.process is not None or flow.state.aggregate.window is None:
+    """A windowed flow's (or an event-time ttl's) watermark before its first epoch (None: the
+    flow has neither)."""
+    if flow.state is None or flow.state.process is not None:
+        return None
+    agg = flow.state.aggregate
+    if agg.window is None and (agg.ttl is None or not agg.ttl.event):
         return None
     spec = job.all_sources()[flow.source].kafka.watermark
     assert spec is not None, "a window needs its source's watermark (spec validation)"
