@@ -91,18 +91,18 @@ def stored_keys(epochs: Epochs, manifest) -> list[str]:
 
 def test_processing_time_ttl_expires_keys_at_the_boundary_and_a_key_that_returns_starts_from_zero(tmp_path):
     epochs = Epochs(tmp_path, PROCESSING)
-    pages = [f"p{i}" for i in range(30)]  # several spans, so the span that loses a key is rewritten
+    pages = [f"p{i}" for i in range(30)]  # several spans of 8 key groups
     _, rows = epochs.commit([("a", 3, T0), ("b", 1, T0 + 5 * MIN)] + [(p, 1, T0 + 6 * MIN) for p in pages])
     assert ("a", 3) in rows and len(epochs.keys()) == 32  # the clock (00:06) is this epoch's records'
-    epochs.commit([("c", 1, T0 + 9 * MIN)])
-    assert len(epochs.keys()) == 33  # a: 00:00 + 10 min > 00:09
+    epochs.commit([("c", 1, T0 + 9 * MIN), ("x11", 1, T0 + 9 * MIN)])  # x11: in a's span of key groups
+    assert len(epochs.keys()) == 34  # a: 00:00 + 10 min > 00:09
     manifest, rows = epochs.commit([("c", 1, T0 + 15 * MIN), ("b", 2, T0 + 14 * MIN)])
     assert rows == [("b", 3), ("c", 2)]
     assert "a" not in epochs.keys() and "b" in epochs.keys()  # a: 00:00 + 10 min <= 00:15, gone
-    assert "a" not in stored_keys(epochs, manifest) and manifest.flows["clicks"].state.keys == 32
+    assert "a" not in stored_keys(epochs, manifest) and manifest.flows["clicks"].state.keys == 33
     manifest, rows = epochs.commit([("a", 1, T0 + 16 * MIN)])
     assert rows == [("a", 1)]  # from zero, not 4
-    assert epochs.keys() == stored_keys(epochs, manifest) == ["a", "b", "c"]  # the pages: 00:16 <= 00:16
+    assert epochs.keys() == stored_keys(epochs, manifest) == ["a", "b", "c", "x11"]  # the pages: 00:16 <= 00:16
     assert manifest.flows["clicks"].state.value_columns == {"n": "count(*)", "__ttl_last": "max(_timestamp_ms)"}
 
 
