@@ -62,6 +62,9 @@ WINDOW_CLOSE = "pipeline_lib/execution/state/window_close.py"
 RUNNER_PARTS = "pipeline_lib/execution/runtime/runner_parts.py"
 SESSION_MERGE = "pipeline_lib/execution/state/session_merge.py"
 WINDOWS = ("tests/unit/test_window_state.py",)
+TTL_EXPIRY = "pipeline_lib/execution/state/ttl_expiry.py"
+DRIVER_MERGE = "pipeline_lib/execution/runtime/driver_merge.py"
+AGGREGATE_TTL = ("tests/unit/test_aggregate_ttl.py",)
 SESSIONS = ("tests/unit/test_session_merge.py",)
 
 PROCESS_STATE = "pipeline_lib/execution/state/process_state.py"
@@ -1582,5 +1585,30 @@ MUTANTS: list[Mutant] = [
         "got is None",
         "a pinned file that changed since its plan is refused, never joined",
         tests=("tests/unit/test_table_pins.py",),
+    ),
+    # -- a plain running aggregate's ttl (spec.md, "Expiring state") -----------------------------
+    Mutant(
+        "ttl-expiry-boundary",
+        TTL_EXPIRY,
+        "last_ms + ttl_ms <= clock_ms",
+        "last_ms + ttl_ms < clock_ms",
+        "an aggregate's key leaves exactly ttl after its last update on its clock, not a tick later",
+        AGGREGATE_TTL,
+    ),
+    Mutant(
+        "ttl-expired-kept",
+        TTL_EXPIRY,
+        "fresh, remap = evicted(agg, state, schema, gone)",
+        "fresh, remap = state, np.arange(len(state))",
+        "an expired key leaves the aggregate's state, so its next record starts from zero",
+        AGGREGATE_TTL,
+    ),
+    Mutant(
+        "ttl-expired-span-as-delta",
+        DRIVER_MERGE,
+        "flow.state_files = spans_without(flow.state_files, gone.groups)",
+        "flow.state_files = flow.state_files",
+        "a span that lost an expired key is written whole, as a delta would leave the key in its base",
+        AGGREGATE_TTL,
     ),
 ]

@@ -14,6 +14,7 @@ from pipeline_lib.spec.iceberg_spec import IcebergSinkSpec
 from pipeline_lib.spec.join_spec import JoinSpec
 from pipeline_lib.spec.kafka_sink_spec import KafkaSinkSpec
 from pipeline_lib.spec.process_spec import DedupSpec, ProcessSpec
+from pipeline_lib.spec.ttl_spec import TTL_COLUMN, TtlSpec
 from pipeline_lib.spec.window_spec import WINDOW_COLUMNS, WindowSpec
 
 
@@ -57,6 +58,8 @@ class AggregateSpec(StrictModel):
     # updates: each epoch, the rows of the keys (and windows) it changed (upsert); final: each
     # window once, when the watermark passes its end (append). Closed windows leave the state.
     emit: Literal["updates", "final"] = "updates"
+    # A plain running aggregate's keys leave the state this long after their last update (ttl_spec).
+    ttl: TtlSpec | None = None
 
     @field_validator("key")
     @classmethod
@@ -93,6 +96,12 @@ class AggregateSpec(StrictModel):
                 )
         elif self.emit == "final":
             raise FieldsError("emit: final writes each window once when it closes; it needs a window", "emit", "window")
+        if self.ttl is not None and self.window is not None:
+            raise FieldsError(
+                "a window leaves the state when it closes; ttl is for plain running aggregates", "ttl", "window"
+            )
+        if TTL_COLUMN in self.values:
+            raise FieldsError(f"{TTL_COLUMN} is the ttl's hidden value; rename it", "values")
         try:
             state_functions(self.functions())
         except ValueError as exc:
@@ -117,6 +126,8 @@ class AggregateSpec(StrictModel):
         cols |= {f.column for f in self.functions().values() if f.column is not None}
         if self.window is not None:
             cols.add(self.window.column)
+        if self.ttl is not None:
+            cols.add(self.ttl.clock_column)
         return cols
 
     def state_key(self) -> list[str]:
@@ -124,14 +135,19 @@ class AggregateSpec(StrictModel):
         return list(self.key) + (list(WINDOW_COLUMNS) if self.window is not None else [])
 
     def state_functions(self) -> dict[str, AggregateFunction]:
-        """The running values the keyed state keeps (see aggregates.state_functions)."""
-        return state_functions(self.functions())
+        """The running values the keyed state keeps (see aggregates.state_functions), and with a
+        ttl each key's last update, max(its clock column), last (ttl_spec.TTL_COLUMN)."""
+        kept = state_functions(self.functions())
+        if self.ttl is not None:
+            kept[TTL_COLUMN] = AggregateFunction("max", self.ttl.clock_column)
+        return kept
 
     @property
     def derived(self) -> bool:
-        """Whether the rows written differ from the state's rows (a window, avg or count_distinct):
+        """Whether the rows written differ from the state's rows (a window, avg, count_distinct or a ttl):
         the sink's rows are then made from the state's by ``event_windows.output_rows``."""
-        return self.window is not None or any(not f.simple for f in self.functions().values())
+        simple = all(f.simple for f in self.functions().values())
+        return self.window is not None or self.ttl is not None or not simple
 
     def output_columns(self) -> list[str]:
         """The columns of the rows a flow writes: keys, the window's bounds if any, then values."""

@@ -183,6 +183,9 @@ class JobSpec(StrictModel):
         sources = self.all_sources()
         for i, flow in enumerate(self.all_flows()):
             window = flow.state.aggregate.window if flow.state and flow.state.process is None else None
+            ttl = flow.state.aggregate.ttl if flow.state and flow.state.process is None else None
+            if ttl is not None and ttl.event:
+                self._check_ttl_column(i, flow, ttl.column)
             if window is None:
                 continue
             where = f"flow {flow.name}: " if self.flows is not None else ""
@@ -200,6 +203,18 @@ class JobSpec(StrictModel):
                     f"{watermark.column!r}; windows are over the watermark's event time",
                     field,
                 )
+
+    def _check_ttl_column(self, i: int, flow: FlowSpec, column: str | None) -> None:
+        """An event-time ttl is measured by the watermark, over its column."""
+        watermark = self.all_sources()[flow.source].kafka.watermark
+        if watermark is None or watermark.column != column:
+            where = f"flow {flow.name}: " if self.flows is not None else ""
+            have = f"the watermark's column is {watermark.column!r}" if watermark else "the source has no watermark"
+            raise FieldsError(
+                f"{where}an event_time ttl expires keys by the source's watermark, over its column ({have}; "
+                'set e.g. watermark: {column: ts, delay: "2 minutes"} and ttl.column: ts)',
+                f"{self._flow_prefix(i)}state.aggregate.ttl.column",
+            )
 
     def _check_kafka_sinks(self) -> None:
         """A Kafka sink keys and headers its records by columns the flow outputs: an aggregate's

@@ -10,6 +10,7 @@ import pyarrow as pa
 from pipeline_lib.execution.engine.event_windows import LAST_RECORDS, MAX_EVENT, output_rows
 from pipeline_lib.execution.runtime.runner_types import FlowRuntime
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
+from pipeline_lib.execution.state.ttl_expiry import expire
 from pipeline_lib.execution.state.window_close import close_windows, spans_without
 from pipeline_lib.plan.keygroups import subtask_of
 from pipeline_lib.sink.part_layout import key_order
@@ -37,7 +38,15 @@ def merge_on_driver(
     changed = flow.state.merge(result)
     rows = flow.state.table(changed, flow.state_schema)
     rows = output_rows(agg, rows) if agg.derived else rows
-    return _cut(flow, rows, flow.state.key_groups(changed), parallelism, maxp), changed
+    parts = _cut(flow, rows, flow.state.key_groups(changed), parallelism, maxp)
+    if agg.ttl is not None:
+        gone = expire(agg, flow.state, flow.state_schema, result, flow.watermark)
+        flow.state, flow.watermark = gone.state, gone.watermark
+        flow.state_files = spans_without(flow.state_files, gone.groups)  # guard: ttl-expired-span-as-delta
+        if gone.remap is not None:
+            changed = gone.remap[changed]
+            changed = changed[changed >= 0]
+    return parts, changed
 
 
 def _cut(flow: FlowRuntime, rows: pa.Table, groups: np.ndarray, parallelism: int, maxp: int) -> list[pa.Table]:

@@ -5,7 +5,7 @@ The Arrow path when no flow needs Spark SQL (see worker_aggregation), else the S
 either, keyed state lives on owner tasks (owner_epochs) when the spec's ``keyed_state`` asks for
 them (auto: on a cluster, not in local mode), unless the restored state was stored under another
 max_parallelism (every key's group must be computed again, which the driver's merge does) or a
-flow has a window, an avg, a count_distinct or a sketch (merged on the driver only).
+flow has a window, an avg, a count_distinct, a sketch or a ttl (merged on the driver only).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def state_on_owners(parts: PipelineParts, master: str | None, stored_groups_appl
     the state on the driver only when it does not, and the start-up plans by it)."""
     derived = [f for f in parts.flows if f.spec.state is not None and f.spec.state.process is None]
     if any(f.spec.state is not None and f.spec.state.aggregate.derived for f in derived):
-        return False  # windows, avg, count_distinct and sketches are merged on the driver (docs/spec.md)
+        return False  # windows, avg, count_distinct, sketches and ttl are merged on the driver (docs/spec.md)
     if any(f.spec.after is not None for f in parts.flows):
         return False  # a flow after a dedup stage aggregates the stage's rows on the driver (docs/joins.md)
     return any(f.stateful for f in parts.flows) and owners_asked(parts.job, master) and stored_groups_apply

@@ -121,16 +121,17 @@ class PipelineParts:
 
 
 def windowed_watermark(job: JobSpec, flow: FlowSpec) -> Watermark | None:
-    """A windowed flow's watermark before its first epoch, or a process flow's whose source has
-    a watermark (its event-time timers fire by it); None: the flow has none."""
+    """A windowed flow's (or an event-time ttl's) watermark before its first epoch, or a process
+    flow's whose source has a watermark (its event-time timers fire by it); None: the flow has none."""
     if flow.state is None:
         return None
     spec = job.all_sources()[flow.source].kafka.watermark
     if flow.state.process is not None:
         return Watermark.start(spec) if spec is not None else None
-    if flow.state.aggregate.window is None:
+    agg = flow.state.aggregate
+    if agg.window is None and (agg.ttl is None or not agg.ttl.event):
         return None
-    assert spec is not None, "a window needs its source's watermark (spec validation)"
+    assert spec is not None, "a window or an event-time ttl needs its source's watermark (spec validation)"
     return Watermark.start(spec)
 
 
