@@ -1,5 +1,5 @@
 """A plain running aggregate with an event-time ttl, computed in plain Python, independently of
-the library: the answer tests/e2e/test_aggregate_ttl.py compares a run's files sink with. The
+the library: the answer tests/e2e/test_ttl_expiry.py compares a run's files sink with. The
 semantics (docs/spec.md, "Expiring state"): epoch by epoch, each record adds to its key's count
 and total and moves the key's last update to its event time if later; the epoch's changed keys
 are written; then the watermark (the largest event time so far minus the delay) expires every
