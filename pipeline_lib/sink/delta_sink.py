@@ -52,8 +52,9 @@ from pipeline_lib.sink.delta_merge import (
     merge_in_process,
 )
 from pipeline_lib.sink.delta_table import check_same_schema, storage_options, table_uri
-from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
+from pipeline_lib.sink.files_sink import FilesSink
 from pipeline_lib.sink.output_mode import OutputMode
+from pipeline_lib.sink.staged_commit import staged_commit
 from pipeline_lib.spec.flow_spec import DELTA_PARTS_FOLDER
 from pipeline_lib.storage import ObjectStore
 
@@ -198,22 +199,7 @@ class DeltaSink:
 
     def _committed(self, epoch: int, attempt: int) -> SinkCommit:
         """The staged commit of an epoch the table already holds (written before the table's)."""
-        found = self.staging.store.get_versioned(self.marker_key(epoch))
-        if found is None:
-            raise PipelineError(
-                f"the Delta table {self.path} holds epoch {epoch}, but its staged marker {self.marker_key(epoch)} "
-                "is missing; run `pipeline-lib verify`"
-            )
-        marker = SuccessMarker.model_validate_json(found[0])
-        if marker.writer() > attempt:
-            raise FencedError(
-                f"epoch {epoch} of {self.path} was staged by attempt {marker.writer()}, newer than attempt {attempt}; "
-                "this runner is fenced and stops"
-            )
-        log.info("epoch %d is already in the Delta table %s; not committing it again", epoch, self.path)
-        return SinkCommit(
-            location=self.staging.location, epoch=epoch, marker=self.marker_key(epoch), files=marker.files
-        )
+        return staged_commit(self.staging, f"the Delta table {self.path}", epoch, attempt)
 
     def _commit(self, table: DeltaTable | None, epoch: int, attempt: int, files: Sequence[FileRef]) -> None:
         properties = self._properties(epoch, attempt)

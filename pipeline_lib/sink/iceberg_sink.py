@@ -50,9 +50,10 @@ from pipeline_lib.errors import FencedError, PipelineError
 from pipeline_lib.faults import fault_point
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.delta_table import check_same_schema
-from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
+from pipeline_lib.sink.files_sink import FilesSink
 from pipeline_lib.sink.iceberg_catalog import file_uri, open_catalog
 from pipeline_lib.sink.output_mode import OutputMode
+from pipeline_lib.sink.staged_commit import staged_commit
 from pipeline_lib.spec.iceberg_spec import IcebergSinkSpec
 from pipeline_lib.storage import ObjectStore
 
@@ -179,22 +180,7 @@ class IcebergSink:
 
     def _committed(self, epoch: int, attempt: int) -> SinkCommit:
         """The staged commit of an epoch the table already holds (written before the table's)."""
-        found = self.staging.store.get_versioned(self.marker_key(epoch))
-        if found is None:
-            raise PipelineError(
-                f"the Iceberg table {self.name} holds epoch {epoch}, but its staged marker {self.marker_key(epoch)} "
-                "is missing; run `pipeline-lib verify`"
-            )
-        marker = SuccessMarker.model_validate_json(found[0])
-        if marker.writer() > attempt:
-            raise FencedError(
-                f"epoch {epoch} of {self.name} was staged by attempt {marker.writer()}, newer than attempt {attempt}; "
-                "this runner is fenced and stops"
-            )
-        log.info("epoch %d is already in the Iceberg table %s; not committing it again", epoch, self.name)
-        return SinkCommit(
-            location=self.staging.location, epoch=epoch, marker=self.marker_key(epoch), files=marker.files
-        )
+        return staged_commit(self.staging, f"the Iceberg table {self.name}", epoch, attempt)
 
     def _create(self, schema: pa.Schema) -> Table:
         namespace = self.name.split(".")[0]
