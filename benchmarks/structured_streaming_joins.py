@@ -18,10 +18,8 @@ import argparse
 import sys
 import time
 
-from benchmarks.spark_connectors import connector_jars
-from benchmarks.streaming_session import batch_figures, child_main, start_session
-from benchmarks.structured_streaming_kafka import s3a_settings
-from pipeline_lib.settings import ConnectionSettings
+from benchmarks.connector_queries import connector_session, json_events, run_to_end
+from benchmarks.streaming_session import child_main
 
 SCHEMA = "id string, user string, amount long"
 
@@ -31,43 +29,14 @@ def run(args: argparse.Namespace) -> dict:
     from pyspark.sql import functions as F
 
     started = time.monotonic()
-    classpath = ":".join(str(p) for p in connector_jars())
-    extra = {"spark.driver.extraClassPath": classpath, **s3a_settings(ConnectionSettings.from_env())}
-    spark = start_session("bench-structured-streaming-joins", args.parallelism, args.shuffle_partitions, extra)
+    spark = connector_session("bench-structured-streaming-joins", args)
     ready = time.monotonic()
-    source = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("subscribe", args.topic)
-        .option("startingOffsets", "earliest")
-    )
-    if args.max_records_per_trigger > 0:
-        source = source.option("maxOffsetsPerTrigger", str(args.max_records_per_trigger))
+    events = json_events(spark, args, SCHEMA)
     users = spark.read.parquet(args.table)
     totals = (
-        source.load()
-        .select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("e"))
-        .select("e.*")
-        .join(users, "user")
-        .groupBy("country")
-        .agg(F.sum("amount").alias("total"), F.count(F.lit(1)).alias("n"))
+        events.join(users, "user").groupBy("country").agg(F.sum("amount").alias("total"), F.count(F.lit(1)).alias("n"))
     )
-    output = args.output.rstrip("/")
-
-    def write_batch(batch_df, batch_id: int) -> None:
-        batch_df.write.mode("overwrite").parquet(f"{output}/batch={batch_id:08d}")
-
-    query = (
-        totals.writeStream.outputMode("update")
-        .option("checkpointLocation", args.checkpoint)
-        .foreachBatch(write_batch)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    batches = batch_figures(query)
-    spark.stop()
-    return {"spark_start_s": round(ready - started, 3), "spark_ready_monotonic": ready, "batches": batches}
+    return run_to_end(spark, totals, "update", args, started, ready)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,11 +21,9 @@ import argparse
 import sys
 import time
 
+from benchmarks.connector_queries import connector_session, json_events, run_to_end
 from benchmarks.session_functions import sessions
-from benchmarks.spark_connectors import connector_jars
-from benchmarks.streaming_session import batch_figures, child_main, start_session
-from benchmarks.structured_streaming_kafka import s3a_settings
-from pipeline_lib.settings import ConnectionSettings
+from benchmarks.streaming_session import child_main
 
 SCHEMA = "user string, amount long, ts timestamp"
 OUTPUT = "user string, start_ms long, end_ms long, total long, n long"
@@ -34,46 +32,18 @@ STATE = "start_ms long, end_ms long, total long, n long"
 
 def run(args: argparse.Namespace) -> dict:
     """Run the sessions query to the end of the topic and return its timings."""
-    from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     started = time.monotonic()
-    classpath = ":".join(str(p) for p in connector_jars())
-    extra = {"spark.driver.extraClassPath": classpath, **s3a_settings(ConnectionSettings.from_env())}
-    spark = start_session("bench-structured-streaming-sessions", args.parallelism, args.shuffle_partitions, extra)
+    spark = connector_session("bench-structured-streaming-sessions", args)
     ready = time.monotonic()
-    source = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("subscribe", args.topic)
-        .option("startingOffsets", "earliest")
-    )
-    if args.max_records_per_trigger > 0:
-        source = source.option("maxOffsetsPerTrigger", str(args.max_records_per_trigger))
+    events = json_events(spark, args, SCHEMA)
     closed = (
-        source.load()
-        .select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("e"))
-        .select("e.*")
-        .withWatermark("ts", "1 minute")
+        events.withWatermark("ts", "1 minute")
         .groupBy("user")
         .applyInPandasWithState(sessions, OUTPUT, STATE, "append", GroupStateTimeout.EventTimeTimeout)
     )
-    output = args.output.rstrip("/")
-
-    def write_batch(batch_df, batch_id: int) -> None:
-        batch_df.write.mode("overwrite").parquet(f"{output}/batch={batch_id:08d}")
-
-    query = (
-        closed.writeStream.outputMode("append")
-        .option("checkpointLocation", args.checkpoint)
-        .foreachBatch(write_batch)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    batches = batch_figures(query)
-    spark.stop()
-    return {"spark_start_s": round(ready - started, 3), "spark_ready_monotonic": ready, "batches": batches}
+    return run_to_end(spark, closed, "append", args, started, ready)
 
 
 def main(argv: list[str] | None = None) -> int:

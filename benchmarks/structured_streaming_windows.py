@@ -19,10 +19,8 @@ import functools
 import sys
 import time
 
-from benchmarks.spark_connectors import connector_jars
-from benchmarks.streaming_session import batch_figures, child_main, start_session
-from benchmarks.structured_streaming_kafka import s3a_settings
-from pipeline_lib.settings import ConnectionSettings
+from benchmarks.connector_queries import connector_session, json_events, run_to_end
+from benchmarks.streaming_session import child_main
 
 SCHEMA = "page string, user string, ms long, ts timestamp"
 SKETCHES_FLAG = "--sketches"
@@ -33,28 +31,16 @@ def run(args: argparse.Namespace, sketches_too: bool = False) -> dict:
     from pyspark.sql import functions as F
 
     started = time.monotonic()
-    classpath = ":".join(str(p) for p in connector_jars())
-    extra = {"spark.driver.extraClassPath": classpath, **s3a_settings(ConnectionSettings.from_env())}
-    spark = start_session("bench-structured-streaming-windows", args.parallelism, args.shuffle_partitions, extra)
+    spark = connector_session("bench-structured-streaming-windows", args)
     ready = time.monotonic()
-    source = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
-        .option("subscribe", args.topic)
-        .option("startingOffsets", "earliest")
-    )
-    if args.max_records_per_trigger > 0:
-        source = source.option("maxOffsetsPerTrigger", str(args.max_records_per_trigger))
+    events = json_events(spark, args, SCHEMA)
     sketches = (
         [F.approx_count_distinct("user").alias("users"), F.percentile_approx("ms", 0.95).alias("p95")]
         if sketches_too
         else []
     )
     windows = (
-        source.load()
-        .select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("e"))
-        .select("e.*")
-        .withWatermark("ts", "2 minutes")
+        events.withWatermark("ts", "2 minutes")
         .groupBy(F.window("ts", "1 minute"), "page")
         .agg(F.count(F.lit(1)).alias("n"), F.avg("ms").alias("mean_ms"), *sketches)
         .select(
@@ -66,22 +52,7 @@ def run(args: argparse.Namespace, sketches_too: bool = False) -> dict:
             *(["users", "p95"] if sketches else []),
         )
     )
-    output = args.output.rstrip("/")
-
-    def write_batch(batch_df, batch_id: int) -> None:
-        batch_df.write.mode("overwrite").parquet(f"{output}/batch={batch_id:08d}")
-
-    query = (
-        windows.writeStream.outputMode("append")
-        .option("checkpointLocation", args.checkpoint)
-        .foreachBatch(write_batch)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    batches = batch_figures(query)
-    spark.stop()
-    return {"spark_start_s": round(ready - started, 3), "spark_ready_monotonic": ready, "batches": batches}
+    return run_to_end(spark, windows, "append", args, started, ready)
 
 
 def main(argv: list[str] | None = None) -> int:
