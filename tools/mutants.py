@@ -111,6 +111,7 @@ MUTANTS: list[Mutant] = [
         "self.store.put(layout.HEAD_KEY, head.model_dump_json(indent=1).encode())\n"
         "version = self.store.get_versioned(layout.HEAD_KEY)[1]",
         "the HEAD compare-and-swap: an overtaken attempt could still commit over the newer one",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "head-check-noop",
@@ -118,6 +119,7 @@ MUTANTS: list[Mutant] = [
         "(found[1] if found else None) != expected_version",
         "False",
         "ensure_head_unchanged: a fenced attempt would go on writing sink output",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "runner-skips-head-check",
@@ -125,6 +127,7 @@ MUTANTS: list[Mutant] = [
         "snapshots.ensure_head_unchanged(head_version)",
         "None",
         "the runner's head check before any visible write of an epoch",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "runner-head-before-manifest",
@@ -136,6 +139,7 @@ MUTANTS: list[Mutant] = [
         "head, version = snapshots.move_head(manifest, manifest_sha, history, head_version, owner.retain)\n"
         "snapshots.write_manifest(manifest)",
         "commit order: the manifest is durable before HEAD points at it",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "reset-head-ignores-read-version",
@@ -143,6 +147,7 @@ MUTANTS: list[Mutant] = [
         "version != expected_version or (version := self.store.put_if(layout.HEAD_KEY, empty, version)) is None",
         "(version := self.store.put_if(layout.HEAD_KEY, empty, version)) is None",
         "start-over resets HEAD only from the version this attempt read at its start",
+        tests=("tests/unit/test_start_over.py",),
     ),
     Mutant(
         "reset-head-plain-put",
@@ -150,6 +155,7 @@ MUTANTS: list[Mutant] = [
         "(version := self.store.put_if(layout.HEAD_KEY, empty, version))",
         "self.store.put(layout.HEAD_KEY, empty) or (version := self.store.get_versioned(layout.HEAD_KEY)[1])",
         "start-over's HEAD reset is a compare-and-swap: a commit landing meanwhile fences the reset",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     # -- attempts and STATUS -----------------------------------------------------------------
     Mutant(
@@ -158,6 +164,7 @@ MUTANTS: list[Mutant] = [
         'self.store.put_if(layout.attempt_key(attempt), b"", None) is None',
         'self.store.put(layout.attempt_key(attempt), b"") is not None',
         "claim_attempt's exclusive create: two runners could hold one attempt number",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "status-cas-plain-put",
@@ -166,6 +173,7 @@ MUTANTS: list[Mutant] = [
         "self.store.put(layout.STATUS_KEY, status.model_dump_json(indent=1).encode())\n"
         "return self.store.get_versioned(layout.STATUS_KEY)[1]",
         "the STATUS compare-and-swap: a write racing a newer attempt's would replace its record",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "lifecycle-ignores-newer-attempt",
@@ -173,6 +181,7 @@ MUTANTS: list[Mutant] = [
         "found is not None and found.attempt > self.attempt",
         "False",
         "a newer attempt's STATUS record fences an older attempt's writes",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "lifecycle-fence-not-sticky",
@@ -180,6 +189,7 @@ MUTANTS: list[Mutant] = [
         "if self.fenced:\n    return",
         "pass",
         "a fenced attempt never writes STATUS again",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     # -- the local store's compare-and-swap --------------------------------------------------
     Mutant(
@@ -188,6 +198,7 @@ MUTANTS: list[Mutant] = [
         "(current[1] if current else None) != expected_version",
         "False",
         "LocalStore.put_if's precondition, under every compare-and-swap of a local store",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "local-version-size-only",
@@ -195,6 +206,7 @@ MUTANTS: list[Mutant] = [
         'f"{st.st_mtime_ns}-{st.st_size}-{hashlib.sha256(data).hexdigest()[:16]}"',
         'f"{st.st_size}"',
         "a version token changes with every write, not only with the size",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     # -- the sink's _SUCCESS marker ----------------------------------------------------------
     Mutant(
@@ -203,6 +215,7 @@ MUTANTS: list[Mutant] = [
         "self.store.put_if(self.marker_key(epoch), marker.model_dump_json(indent=1).encode(), version) is None",
         "self.store.put(self.marker_key(epoch), marker.model_dump_json(indent=1).encode()) is not None",
         "the _SUCCESS compare-and-swap: a marker committed while this attempt wrote parts is replaced",
+        tests=("tests/unit/test_commit_protocol_sink.py",),
     ),
     Mutant(
         "marker-ignores-newer-attempt",
@@ -210,6 +223,7 @@ MUTANTS: list[Mutant] = [
         "existing is not None and existing.writer() > attempt",
         "False",
         "a newer attempt's marker fences an older writer of the epoch",
+        tests=("tests/unit/test_commit_protocol_sink.py",),
     ),
     Mutant(
         "marker-reused-for-any-digest",
@@ -217,6 +231,7 @@ MUTANTS: list[Mutant] = [
         "existing is not None and existing.digest == digest",
         "existing is not None",
         "a committed epoch is reused only for the same planned input (equal digest)",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "marker-reused-with-lost-parts",
@@ -224,6 +239,7 @@ MUTANTS: list[Mutant] = [
         "self._parts_intact(existing)",
         "True",
         "a marker is reused only while every part it lists is there with its size",
+        tests=("tests/unit/test_commit_protocol_sink.py",),
     ),
     Mutant(
         "sink-digest-ignores-spec",
@@ -231,6 +247,7 @@ MUTANTS: list[Mutant] = [
         'f"{plan.digest()}|{fingerprint}|{parallelism}|{kind}"',
         'f"{plan.digest()}|{parallelism}|{kind}"',
         "a sink epoch is reused only under the same spec (other transforms give other rows)",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "replayed-plan-keeps-old-base",
@@ -238,6 +255,7 @@ MUTANTS: list[Mutant] = [
         'planned.model_copy(update={"base_snapshot": base})',
         "planned",
         "a replayed plan's lineage names the snapshot it was really built on",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "dead-letter-stale-parts-kept",
@@ -245,6 +263,7 @@ MUTANTS: list[Mutant] = [
         "dead_letters.sink.remove_stale_parts(dead_letter_commit, owner.attempt)",
         "None",
         "an epoch's clean-up removes older attempts' dead-letter parts as well as the flows'",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "stale-parts-ignores-newer-marker",
@@ -252,6 +271,7 @@ MUTANTS: list[Mutant] = [
         "current is None or current.writer() > attempt",
         "current is None",
         "clean-up deletes nothing once a newer attempt's marker is in place",
+        tests=("tests/unit/test_commit_protocol_sink.py",),
     ),
     Mutant(
         "stale-parts-ignores-marker-in-place",
@@ -259,6 +279,7 @@ MUTANTS: list[Mutant] = [
         "{f.key for f in commit.files} | {f.key for f in current.files}",
         "{f.key for f in commit.files}",
         "clean-up never deletes a part the marker in place lists",
+        tests=("tests/unit/test_commit_protocol_sink.py",),
     ),
     Mutant(
         "stale-parts-deletes-non-parts",
@@ -266,6 +287,7 @@ MUTANTS: list[Mutant] = [
         'key in listed or not key.rsplit("/", 1)[-1].startswith("part-")',
         "key in listed",
         "clean-up deletes part files only (never the _SUCCESS marker)",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "stale-parts-deletes-newer-attempts",
@@ -273,6 +295,7 @@ MUTANTS: list[Mutant] = [
         "writer is None or writer <= attempt",
         "True",
         "clean-up never deletes a part of a newer attempt (one writing the epoch right now)",
+        tests=("tests/unit/test_commit_protocol_sink.py",),
     ),
     Mutant(
         "stale-parts-keeps-own-orphans",
@@ -280,6 +303,7 @@ MUTANTS: list[Mutant] = [
         "writer <= attempt",
         "writer < attempt",
         "clean-up deletes this attempt's parts the marker does not list (a failed task attempt's)",
+        tests=("tests/unit/test_commit_protocol_sink.py",),
     ),
     Mutant(
         "retract-ignores-newer-marker",
@@ -287,6 +311,7 @@ MUTANTS: list[Mutant] = [
         "existing is not None and existing.writer() > attempt",
         "False",
         "start-over never retracts an epoch a newer attempt committed",
+        tests=("tests/unit/test_start_over.py",),
     ),
     Mutant(
         "retract-marker-plain-put",
@@ -294,6 +319,7 @@ MUTANTS: list[Mutant] = [
         "self.store.put_if(self.marker_key(epoch), empty.model_dump_json(indent=1).encode(), version) is None",
         "self.store.put(self.marker_key(epoch), empty.model_dump_json(indent=1).encode()) is not None",
         "start-over's empty marker is a compare-and-swap: a marker committed meanwhile fences it",
+        tests=("tests/unit/test_commit_protocol_sink.py",),
     ),
     # -- restore verification ----------------------------------------------------------------
     Mutant(
@@ -302,6 +328,7 @@ MUTANTS: list[Mutant] = [
         "snapshots.load_manifest(entry.snapshot_id, entry.manifest_sha256 or None)",
         "snapshots.load_manifest(entry.snapshot_id, None)",
         "restore checks the manifest against its SHA-256 in HEAD",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "manifest-sha-unchecked",
@@ -309,6 +336,7 @@ MUTANTS: list[Mutant] = [
         "expected_sha is not None and sha256_hex(data) != expected_sha",
         "False",
         "load_manifest compares the manifest's bytes with the SHA-256 it was committed with",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "manifest-self-checksum-skipped",
@@ -316,6 +344,7 @@ MUTANTS: list[Mutant] = [
         "not manifest.verify_checksum()",
         "False",
         "load_manifest rejects a manifest whose self-checksum fails",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "manifest-verify-always-true",
@@ -323,6 +352,7 @@ MUTANTS: list[Mutant] = [
         "bool(self.checksum) and self.checksum == sha256_hex(self._body())",
         "True",
         "Manifest.verify_checksum compares the sealed checksum with the body",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "restore-skips-sink-marker",
@@ -330,6 +360,7 @@ MUTANTS: list[Mutant] = [
         "not sink.exists(commit.sink.marker)",
         "False",
         "restore requires each flow's _SUCCESS marker",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "restore-skips-dead-letter-marker",
@@ -337,6 +368,7 @@ MUTANTS: list[Mutant] = [
         "dlq is None or not dlq.exists(manifest.dead_letters.marker)",
         "False",
         "restore requires the dead-letter commit's _SUCCESS marker",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "restore-skips-part-files",
@@ -344,6 +376,7 @@ MUTANTS: list[Mutant] = [
         'check_part_files(sink, commit.sink, f"flow {name}")',
         "None",
         "restore requires every part file a flow's sink commit lists",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "restore-skips-dead-letter-part-files",
@@ -351,6 +384,7 @@ MUTANTS: list[Mutant] = [
         'check_part_files(dlq, manifest.dead_letters, "dead letters")',
         "None",
         "restore requires every part file the dead-letter commit lists",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "restore-skips-part-size",
@@ -358,6 +392,7 @@ MUTANTS: list[Mutant] = [
         "size != ref.bytes",
         "False",
         "restore requires each listed part file to have its recorded size",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "restore-skips-row-count",
@@ -365,6 +400,7 @@ MUTANTS: list[Mutant] = [
         "file_table.num_rows != ref.rows",
         "False",
         "restore compares each state file's rows with the manifest",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "restore-skips-key-count",
@@ -372,6 +408,7 @@ MUTANTS: list[Mutant] = [
         "flow.rows != commit.state.keys",
         "False",
         "restore compares a flow's restored keys with the manifest's key count",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "restore-skips-key-group-range",
@@ -379,6 +416,7 @@ MUTANTS: list[Mutant] = [
         "len(outside)",
         "False",
         "restore rejects a state file holding a key group outside its span",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "restore-skips-state-sha",
@@ -386,6 +424,7 @@ MUTANTS: list[Mutant] = [
         "sha256_hex(data) != ref.sha256",
         "False",
         "restore checks every state file (span of a pack) against its SHA-256",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "restore-exact-id-falls-back",
@@ -393,6 +432,7 @@ MUTANTS: list[Mutant] = [
         "exact",
         "False",
         "a restore of an explicit snapshot id refuses instead of silently restoring an older one",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "restore-after-exact-id-falls-back",
@@ -400,6 +440,7 @@ MUTANTS: list[Mutant] = [
         "exact",
         "False",
         "an explicit snapshot id whose state the executors refuse is refused, not an older one restored",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     # -- restore verification on the executors (the owner path) -----------------------------
     Mutant(
@@ -408,6 +449,7 @@ MUTANTS: list[Mutant] = [
         "check.problem is not None",
         "False",
         "a span an owner found missing or corrupt refuses the snapshot",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "span-skips-file-check",
@@ -415,6 +457,7 @@ MUTANTS: list[Mutant] = [
         "check_state_file(file_ref, file_table, file_groups)",
         "None",
         "the driver and the executors check each file of a span's chain (rows, key groups) against the manifest",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "span-skips-key-count",
@@ -422,6 +465,7 @@ MUTANTS: list[Mutant] = [
         "table.num_rows != ref.span_keys()",
         "False",
         "a span folded from its base and deltas must hold the keys its manifest entry says",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     Mutant(
         "span-fold-keeps-oldest-value",
@@ -429,6 +473,7 @@ MUTANTS: list[Mutant] = [
         "last[np.lexsort((first, key_groups[first]))]",
         "first[np.lexsort((first, key_groups[first]))]",
         "a span's key takes its value from the newest delta holding it",
+        tests=("tests/unit/test_owner_path_guards.py",),
     ),
     Mutant(
         "span-chain-reads-base-only",
@@ -436,6 +481,7 @@ MUTANTS: list[Mutant] = [
         '[self.model_copy(update={"deltas": (), "keys": None}), *self.deltas]',
         '[self.model_copy(update={"deltas": (), "keys": None})]',
         "every reader of a span (restore, verification, owners, GC) takes its deltas too",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "verification-skips-key-count",
@@ -443,6 +489,7 @@ MUTANTS: list[Mutant] = [
         "rows != commit.state.keys",
         "False",
         "the owners' rows of a flow must be the manifest's key count",
+        tests=("tests/unit/test_commit_protocol_restore.py",),
     ),
     # -- garbage collection ------------------------------------------------------------------
     Mutant(
@@ -451,6 +498,7 @@ MUTANTS: list[Mutant] = [
         "sid not in retained and layout.epoch_of_snapshot(sid) <= latest.epoch",
         "sid not in retained",
         "GC never deletes a manifest newer than the head (an epoch being committed)",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "gc-deletes-newer-state",
@@ -458,6 +506,7 @@ MUTANTS: list[Mutant] = [
         "key not in referenced and layout.epoch_of_snapshot(sid) <= latest.epoch",
         "key not in referenced",
         "GC never deletes state newer than the head (an epoch being committed)",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "gc-refs-latest-only",
@@ -465,6 +514,7 @@ MUTANTS: list[Mutant] = [
         "head.history",
         "head.history[:1]",
         "GC keeps what every retained snapshot references, not only the newest",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "gc-ignores-deltas",
@@ -472,6 +522,7 @@ MUTANTS: list[Mutant] = [
         "ref.chain()",
         "[ref]",
         "GC keeps the packs holding a retained span's deltas, not only its base",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "gc-ignores-references",
@@ -479,6 +530,7 @@ MUTANTS: list[Mutant] = [
         "referenced |= refs",
         "pass",
         "GC keeps every state object a retained snapshot references",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "gc-deletes-retained-plans",
@@ -486,6 +538,7 @@ MUTANTS: list[Mutant] = [
         "int(k[6:16]) < oldest_epoch",
         "int(k[6:16]) <= latest.epoch",
         "GC keeps the plans of retained epochs (a restore of any of them replays the same input)",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     # -- planning ----------------------------------------------------------------------------
     Mutant(
@@ -494,6 +547,7 @@ MUTANTS: list[Mutant] = [
         '{"epoch", "positions", "ranges"}',
         '{"epoch", "positions"}',
         "the plan digest covers the ranges: other input never reuses a committed sink epoch",
+        tests=("tests/unit/test_commit_protocol_keys.py",),
     ),
     Mutant(
         "plan-digest-ignores-positions",
@@ -501,6 +555,7 @@ MUTANTS: list[Mutant] = [
         '{"epoch", "positions", "ranges"}',
         '{"epoch", "ranges"}',
         "the plan digest covers the positions",
+        tests=("tests/unit/test_commit_protocol_keys.py",),
     ),
     Mutant(
         "plan-digest-ignores-epoch",
@@ -508,6 +563,7 @@ MUTANTS: list[Mutant] = [
         '{"epoch", "positions", "ranges"}',
         '{"positions", "ranges"}',
         "the plan digest covers the epoch",
+        tests=("tests/unit/test_commit_protocol_keys.py",),
     ),
     Mutant(
         "plan-range-end-past-share",
@@ -515,6 +571,7 @@ MUTANTS: list[Mutant] = [
         "positions[p] + shares[p]",
         "positions[p] + shares[p] + 1",
         "a planned range ends at start + share, never past the target or stop offset",
+        tests=("tests/unit/test_commit_protocol_keys.py",),
     ),
     Mutant(
         "plan-end-positions-unmoved",
@@ -522,6 +579,7 @@ MUTANTS: list[Mutant] = [
         "{**self.positions, **{r.partition: r.end for r in self.ranges}}",
         "dict(self.positions)",
         "a snapshot's positions are its epoch's range ends (else records are read twice)",
+        tests=("tests/unit/test_commit_protocol_keys.py",),
     ),
     # -- key groups --------------------------------------------------------------------------
     Mutant(
@@ -530,6 +588,7 @@ MUTANTS: list[Mutant] = [
         'zlib.crc32(encoded.encode("utf-8"))',
         'int.from_bytes(__import__("hashlib").md5(encoded.encode("utf-8")).digest()[:4], "big")',
         "the key-group hash is crc32: stored snapshots place keys by it",
+        tests=("tests/unit/test_commit_protocol_commit.py",),
     ),
     Mutant(
         "keygroup-ascii-json",
@@ -537,6 +596,7 @@ MUTANTS: list[Mutant] = [
         'json.dumps([_canonical(v) for v in key], separators=(",", ":"), ensure_ascii=False)',
         'json.dumps([_canonical(v) for v in key], separators=(",", ":"), ensure_ascii=True)',
         "the canonical form keeps non-ASCII characters as UTF-8",
+        tests=("tests/unit/test_commit_protocol_keys.py",),
     ),
     Mutant(
         "keygroup-spaced-json",
@@ -544,6 +604,7 @@ MUTANTS: list[Mutant] = [
         'json.dumps([_canonical(v) for v in key], separators=(",", ":"), ensure_ascii=False)',
         "json.dumps([_canonical(v) for v in key], ensure_ascii=False)",
         "the canonical form is compact JSON",
+        tests=("tests/unit/test_commit_protocol_keys.py",),
     ),
     Mutant(
         "keygroup-float-as-int",
@@ -551,6 +612,7 @@ MUTANTS: list[Mutant] = [
         "value",
         "int(value)",
         "float keys keep their type: 1.0 and 1 are different keys",
+        tests=("tests/unit/test_commit_protocol_keys.py",),
     ),
     Mutant(
         "keygroup-datetime-str",
@@ -558,6 +620,7 @@ MUTANTS: list[Mutant] = [
         "value.isoformat()",
         "str(value)",
         "dates and times are canonicalised as ISO 8601",
+        tests=("tests/unit/test_commit_protocol_keys.py",),
     ),
     Mutant(
         "keygroup-decimal-raw",
@@ -565,6 +628,7 @@ MUTANTS: list[Mutant] = [
         "str(value)",
         "value",
         "decimal keys are canonicalised as their text (JSON has no decimals)",
+        tests=("tests/unit/test_commit_protocol_keys.py",),
     ),
     Mutant(
         "keygroup-range-start",
@@ -572,6 +636,7 @@ MUTANTS: list[Mutant] = [
         "subtask * max_parallelism + parallelism - 1",
         "subtask * max_parallelism",
         "subtask key-group ranges tile [0, max_parallelism) and agree with subtask_of",
+        tests=("tests/unit/test_commit_protocol_keys.py",),
     ),
     Mutant(
         "subtask-of-modulo",
@@ -579,6 +644,7 @@ MUTANTS: list[Mutant] = [
         "key_group * parallelism // max_parallelism",
         "key_group % parallelism",
         "subtask_of gives each key group to the subtask whose range holds it",
+        tests=("tests/unit/test_commit_protocol_keys.py",),
     ),
     # -- the owner path: which owner holds, reads, merges and writes which span ----------------
     Mutant(
