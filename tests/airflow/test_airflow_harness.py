@@ -18,7 +18,8 @@ import requests
 from tests.airflow.deployment import start_airflow
 from tests.airflow.rest_api import AirflowApiError
 
-pytestmark = pytest.mark.timeout(300)
+# The harness itself is exercised by every test in tests/airflow; this smoke test of it is `make full`.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.full]
 
 DAG_ID = "harness_smoke"
 DAG_FILE = textwrap.dedent("""

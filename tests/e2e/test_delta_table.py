@@ -111,6 +111,7 @@ def test_delta_table_exact_after_a_kill_at(stack_env, tmp_path, payments, fault)
     _delta_run(stack_env, tmp_path, payments, [fault])
 
 
+@pytest.mark.full  # make test kills the Delta sink on the driver path; its merge tasks' guards are unit-tested
 def test_delta_merge_tasks_on_owner_tasks_killed_after_writing_a_bucket(stack_env, tmp_path, payments):
     """Keyed state on owner tasks, the upsert merged by Spark tasks one bucket each: killed after
     a merge task wrote its bucket's new file (no commit references it yet), the table read right

@@ -129,7 +129,7 @@ def kafka_env(stack_env, apache_kafka):
     return {**stack_env, "PIPELINE_KAFKA_BOOTSTRAP": apache_kafka.bootstrap}
 
 
-@pytest.mark.timeout(1200)  # a run, a repair and four verifies: minutes on 2 cores other runs share
+@pytest.mark.timeout(1200)  # a run, a repair and three verifies: minutes on 2 cores other runs share
 def test_repair_rebuilds_randomly_damaged_parts_byte_identical(kafka_env, apache_kafka, tmp_path):
     seed = int(os.environ.get("REPAIR_SEED", random.randrange(1 << 30)))
     print(f"damage seed: {seed} (REPAIR_SEED={seed} repeats it)")
@@ -162,8 +162,21 @@ def test_repair_rebuilds_randomly_damaged_parts_byte_identical(kafka_env, apache
     assert clean.returncode == 0 and " 0 lost or damaged" in clean.stdout, clean.stdout + clean.stderr[-3000:]
     _check_output(kafka_env, name, events)
 
-    # a state file of the latest snapshot gets a flipped byte: verify names that snapshot, and a
-    # restore falls back to the one before it and gives the same output
+
+@pytest.mark.full  # make test: a restore falls back from a damaged span (tests/e2e/test_owner_restore.py)
+@pytest.mark.timeout(1200)
+def test_verify_names_a_snapshot_with_a_flipped_byte_and_a_restore_falls_back_from_it(
+    kafka_env, apache_kafka, tmp_path
+):
+    """A state file of the latest snapshot gets a flipped byte: verify names that snapshot, and a
+    restore falls back to the one before it and gives the same output."""
+    name, topic = "repair-flipped", "repair-flipped"
+    create_topic(apache_kafka.bootstrap, topic, PARTITIONS)
+    events = payment_events(3_000, 150, seed=7)
+    _produce(apache_kafka.bootstrap, topic, events)
+    spec = write_spec(tmp_path, _spec(name, topic))
+    ran = run_cli(["run", str(spec)], kafka_env, timeout=LOADED)
+    assert ran.returncode == 0, ran.stderr[-3000:]
     checkpoints = open_store(f"s3://checkpoints/{name}", ConnectionSettings.from_env(kafka_env))
     snapshots = [f for f in _verify_json(kafka_env, spec) if f["what"] == "snapshot"]
     latest = max(snapshots, key=lambda f: f["epoch"])["snapshot"]
