@@ -473,7 +473,7 @@ MUTANTS: list[Mutant] = [
         "last[np.lexsort((first, key_groups[first]))]",
         "first[np.lexsort((first, key_groups[first]))]",
         "a span's key takes its value from the newest delta holding it",
-        tests=("tests/unit/test_owner_path_guards.py",),
+        tests=("tests/unit/test_state_deltas.py",),
     ),
     Mutant(
         "span-chain-reads-base-only",
