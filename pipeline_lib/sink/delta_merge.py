@@ -137,6 +137,7 @@ class BucketMerge:
         changed = kept_rows(touched)
         store = open_store(self.table, self.settings)
         live = self.current.get(bucket, ())
+        # guard: delta-merge-keeps-expired-rows
         kept = [_without_keys(pq.read_table(io.BytesIO(store.get(path))), touched, self.keys) for path, _ in live]
         schema = changed.schema.serialize().to_pybytes().hex()
         try:

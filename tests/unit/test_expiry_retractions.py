@@ -81,9 +81,14 @@ def test_an_epoch_writes_its_changed_keys_and_a_delete_for_each_expired_key_once
     assert expired_slots(None).tolist() == []
 
 
-def test_a_flow_without_a_ttl_writes_no_flag():
+def test_a_flow_without_a_ttl_writes_no_flag_and_closed_windows_are_never_retracted():
     job = dict(SPEC, state={"aggregate": {"key": ["user"], "values": {"total": "sum(amount)"}}})
     assert not retracts(parse_spec(job).all_flows()[0]) and retracts(parse_spec(SPEC).all_flows()[0])
+    source = {"kafka": {**SPEC["source"]["kafka"], "schema": "user string, amount long, ts timestamp"}}
+    source["kafka"]["watermark"] = {"column": "ts", "delay": "1 minute"}
+    window = {"column": "ts", "size": "1 minute"}
+    updates = {"key": ["user"], "values": {"total": "sum(amount)"}, "window": window, "emit": "updates"}
+    assert not retracts(parse_spec(dict(SPEC, source=source, state={"aggregate": updates})).all_flows()[0])
     assert kept_rows(pa.table({"user": ["a"]})).column_names == ["user"]
 
 

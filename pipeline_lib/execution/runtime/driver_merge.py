@@ -43,7 +43,8 @@ def merge_on_driver(
         flow.state, flow.watermark, remap = gone.state, gone.watermark, gone.remap
         flow.state_files = spans_without(flow.state_files, gone.groups)  # guard: ttl-expired-span-as-delta
     # the changed keys' rows and the expired keys' retractions, from the state before expiry
-    rows, groups = epoch_rows(agg, merged, flow.state_schema, changed, expired_slots(remap))
+    gone_slots = expired_slots(remap)  # guard: ttl-retractions-dropped
+    rows, groups = epoch_rows(agg, merged, flow.state_schema, changed, gone_slots)
     parts = _cut(flow, rows, groups, parallelism, maxp)
     if remap is not None:
         changed = remap[changed]
