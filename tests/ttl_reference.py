@@ -3,7 +3,9 @@ the library: the answer tests/e2e/test_ttl_expiry.py compares a run's files sink
 semantics (docs/spec.md, "Expiring state"): epoch by epoch, each record adds to its key's count
 and total and moves the key's last update to its event time if later; the epoch's changed keys
 are written; then the watermark (the largest event time so far minus the delay) expires every
-key whose last update plus the ttl is at or behind it. A key that comes back starts from zero."""
+key whose last update plus the ttl is at or behind it, and the epoch writes a delete for each
+(its last values, flagged; a key that changed and expired in the epoch is written as its delete
+only). A key that comes back starts from zero."""
 
 from __future__ import annotations
 
@@ -36,8 +38,11 @@ def user_events(n: int, seed: int, start_ms: int = 1_772_323_200_000) -> list[di
     return out
 
 
-def ttl_answer(epochs: list[list[dict]], ttl_ms: int, delay_ms: int) -> tuple[list[dict[str, tuple]], int]:
-    """(each epoch's written rows, user -> (n, total); the keys left in the state at the end)."""
+def ttl_answer(
+    epochs: list[list[dict]], ttl_ms: int, delay_ms: int
+) -> tuple[list[dict[str, tuple]], dict[str, tuple[int, int]]]:
+    """(each epoch's written rows, user -> (n, total, deleted); the keys left in the state at the
+    end, user -> (n, total): the table an upsert sink holds)."""
     state: dict[str, list[int]] = {}  # user -> [n, total, last update ms]
     top: int | None = None
     written = []
@@ -51,8 +56,10 @@ def ttl_answer(epochs: list[list[dict]], ttl_ms: int, delay_ms: int) -> tuple[li
             row[2] = max(row[2], ms)
             changed.add(r["user"])
             top = ms if top is None else max(top, ms)
-        written.append({u: (state[u][0], state[u][1]) for u in changed})
+        rows = {u: (state[u][0], state[u][1], False) for u in changed}
         assert top is not None
         for user in [u for u, row in state.items() if row[2] + ttl_ms <= top - delay_ms]:
+            rows[user] = (state[user][0], state[user][1], True)
             del state[user]
-    return written, len(state)
+        written.append(rows)
+    return written, {u: (row[0], row[1]) for u, row in state.items()}

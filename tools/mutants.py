@@ -65,6 +65,9 @@ WINDOWS = ("tests/unit/test_window_state.py",)
 TTL_EXPIRY = "pipeline_lib/execution/state/ttl_expiry.py"
 DRIVER_MERGE = "pipeline_lib/execution/runtime/driver_merge.py"
 AGGREGATE_TTL = ("tests/unit/test_aggregate_ttl.py",)
+EXPIRY_ROWS = "pipeline_lib/execution/state/expiry_rows.py"
+TABLE_READER = "pipeline_lib/sink/table_reader.py"
+RETRACTIONS = ("tests/unit/test_expiry_retractions.py",)
 SESSIONS = ("tests/unit/test_session_merge.py",)
 
 PROCESS_STATE = "pipeline_lib/execution/state/process_state.py"
@@ -1676,5 +1679,70 @@ MUTANTS: list[Mutant] = [
         "flow.state_files = flow.state_files",
         "a span that lost an expired key is written whole, as a delta would leave the key in its base",
         AGGREGATE_TTL,
+    ),
+    # -- keys a ttl expires leave every sink once (spec.md, "What the sinks see") -------------
+    Mutant(
+        "ttl-retractions-dropped",
+        DRIVER_MERGE,
+        "expired_slots(remap)",
+        "expired_slots(None)",
+        "the epoch that expires a key writes its delete, so the sinks drop the key",
+        (*AGGREGATE_TTL, *RETRACTIONS),
+    ),
+    Mutant(
+        "retraction-written-twice",
+        EXPIRY_ROWS,
+        "kept = changed[~np.isin(changed, expired)]",
+        "kept = changed",
+        "a key that changed and expired in one epoch is written once, as its delete",
+        RETRACTIONS,
+    ),
+    Mutant(
+        "retraction-not-written",
+        EXPIRY_ROWS,
+        "np.concatenate([kept, expired])",
+        "kept",
+        "an expired key's delete is among the epoch's rows",
+        RETRACTIONS,
+    ),
+    Mutant(
+        "retraction-ignored-by-reader",
+        TABLE_READER,
+        "is_deleted(row)",
+        "False",
+        "read_upsert_table drops a key whose last row is a delete",
+        RETRACTIONS,
+    ),
+    Mutant(
+        "retraction-kept-in-table",
+        "pipeline_lib/sink/retractions.py",
+        "live = rows.filter(pc.invert(pc.fill_null(rows.column(DELETED_COLUMN), False)))",
+        "live = rows",
+        "a Delta or Iceberg upsert does not write an expired key's row back",
+        RETRACTIONS,
+    ),
+    Mutant(
+        "delta-merge-keeps-expired-rows",
+        "pipeline_lib/sink/delta_merge.py",
+        "touched",
+        "changed",
+        "a bucket's merge drops the current row of a key the epoch expired",
+        RETRACTIONS,
+    ),
+    Mutant(
+        "delta-expired-key-kept",
+        "pipeline_lib/sink/delta_sink.py",
+        "merger.when_matched_delete(predicate=deleted)",
+        "merger",
+        "a partitioned Delta upsert's MERGE deletes the rows of keys the epoch expired",
+        RETRACTIONS,
+    ),
+    Mutant(
+        "kafka-expired-key-sent-as-value",
+        KAFKA_WRITER,
+        "row.get(retraction) is True",
+        "False",
+        "a Kafka sink sends a key a ttl expired as a tombstone (its key, a null value)",
+        RETRACTIONS,
     ),
 ]

@@ -12,8 +12,9 @@ An epoch's merge is one Spark job of two stages (``SparkMerge``):
 1. one task per staged part (``BucketSplit``) reads it and cuts its rows by bucket;
 2. Spark's shuffle brings each bucket's changed rows to one task (``BucketMerge``), which reads
    the bucket's current file, replaces the rows of the changed keys (copy-on-write, as Spark's
-   Delta MERGE rewrites the files that hold matched keys), writes one new file and returns its
-   add action and the remove actions of the files it replaces: paths and sizes only.
+   Delta MERGE rewrites the files that hold matched keys) and drops those of the keys a ttl
+   expired (sink.retractions), writes one new file and returns its add action and the remove
+   actions of the files it replaces: paths and sizes only.
 
 The driver then commits every task's actions in one Delta transaction with the epoch's ``txn``
 (delta_sink.py), so its work is O(files) and no row passes through it. A new file of a crashed
@@ -43,6 +44,7 @@ from pipeline_lib.plan.keygroups import key_groups_of
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.delta_table import check_same_schema
 from pipeline_lib.sink.part_layout import key_order
+from pipeline_lib.sink.retractions import kept_rows
 from pipeline_lib.sink.task_parts import task_identity
 from pipeline_lib.storage import open_store
 
@@ -129,10 +131,14 @@ class BucketMerge:
         changed_parts = [_from_ipc(p) for p in pieces]
         if not changed_parts:
             return None
-        changed = pa.concat_tables(changed_parts)
+        # every changed key's row leaves the bucket's file; the upserts come back, the deletes
+        # (keys a ttl expired, sink.retractions) do not
+        touched = pa.concat_tables(changed_parts)
+        changed = kept_rows(touched)
         store = open_store(self.table, self.settings)
         live = self.current.get(bucket, ())
-        kept = [_without_keys(pq.read_table(io.BytesIO(store.get(path))), changed, self.keys) for path, _ in live]
+        # guard: delta-merge-keeps-expired-rows
+        kept = [_without_keys(pq.read_table(io.BytesIO(store.get(path))), touched, self.keys) for path, _ in live]
         schema = changed.schema.serialize().to_pybytes().hex()
         try:
             for table in kept:

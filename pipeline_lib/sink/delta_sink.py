@@ -19,7 +19,9 @@ commit's sink step, before the manifest and HEAD (epoch_commit):
 Appending flows add the staged Parquet files themselves (O(files) on the driver: only add
 actions). Upserting flows merge the epoch's changed rows by key on the executors, each task
 rewriting one bucket of keys (sink/delta_merge.py), and the driver commits their add and remove
-actions; a partitioned upsert still merges with delta-rs's MERGE on the driver.
+actions; a partitioned upsert still merges with delta-rs's MERGE on the driver. Either way the
+rows of keys a ttl expired (``__deleted``, sink.retractions) delete the key's row in the same
+commit, and the flag is never a column of the table.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from pipeline_lib.sink.delta_merge import (
 from pipeline_lib.sink.delta_table import check_same_schema, storage_options, table_uri
 from pipeline_lib.sink.files_sink import FilesSink
 from pipeline_lib.sink.output_mode import OutputMode
+from pipeline_lib.sink.retractions import DELETED_COLUMN, without_flag
 from pipeline_lib.sink.staged_commit import staged_commit
 from pipeline_lib.spec.flow_spec import DELTA_PARTS_FOLDER
 from pipeline_lib.storage import ObjectStore
@@ -213,23 +216,30 @@ class DeltaSink:
         if table is None:
             if rows is None:
                 return  # nothing to create the table from; the first epoch with rows creates it
-            table = self._create(rows.schema)
+            table = self._create(without_flag(rows.schema))
         if rows is None:
             table.create_write_transaction(
                 [], "append", table.schema(), self.partition_by or None, commit_properties=properties
             )
             return
-        check_same_schema(self.path, pa.schema(table.schema().to_arrow()), rows.schema)
+        check_same_schema(self.path, pa.schema(table.schema().to_arrow()), without_flag(rows.schema))
         if self.mode == "append":
             write_deltalake(
                 table, rows, mode="append", partition_by=self.partition_by or None, commit_properties=properties
             )
             return
         predicate = " AND ".join(f't."{k}" IS NOT DISTINCT FROM s."{k}"' for k in self.key)
+        merger = table.merge(rows, predicate, source_alias="s", target_alias="t", commit_properties=properties)
+        if DELETED_COLUMN not in rows.column_names:
+            merger.when_matched_update_all().when_not_matched_insert_all().execute()
+            return
+        # the rows of keys a ttl expired delete theirs (sink.retractions); the flag is never stored
+        deleted, columns = f's."{DELETED_COLUMN}"', [c for c in rows.column_names if c != DELETED_COLUMN]
+        values = {f'"{c}"': f's."{c}"' for c in columns}
         (
-            table.merge(rows, predicate, source_alias="s", target_alias="t", commit_properties=properties)
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
+            merger.when_matched_delete(predicate=deleted)  # guard: delta-expired-key-kept
+            .when_matched_update(values, predicate=f"NOT {deleted}")
+            .when_not_matched_insert(values, predicate=f"NOT {deleted}")
             .execute()
         )
 

@@ -21,6 +21,7 @@ Appending flows add the staged Parquet files themselves (``add_files``: O(files)
 the driver, no rows). Upserting flows delete the epoch's changed keys and append their rows in
 one transaction (copy-on-write: the data files holding those keys are rewritten, as Spark's
 Iceberg MERGE does in its default mode): the driver reads the changed rows, O(changed keys).
+The keys a ttl expired (``__deleted``, sink.retractions) are deleted and not appended again.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from pipeline_lib.sink.delta_table import check_same_schema
 from pipeline_lib.sink.files_sink import FilesSink
 from pipeline_lib.sink.iceberg_catalog import file_uri, open_catalog
 from pipeline_lib.sink.output_mode import OutputMode
+from pipeline_lib.sink.retractions import kept_rows, without_flag
 from pipeline_lib.sink.staged_commit import staged_commit
 from pipeline_lib.spec.iceberg_spec import IcebergSinkSpec
 from pipeline_lib.storage import ObjectStore
@@ -200,7 +202,7 @@ class IcebergSink:
     def _commit(self, table: Table | None, epoch: int, attempt: int, files: Sequence[FileRef]) -> None:
         files = [ref for ref in files if ref.rows]
         if files:
-            schema = pq.read_schema(io.BytesIO(self.staging.store.get(files[0].key)))
+            schema = without_flag(pq.read_schema(io.BytesIO(self.staging.store.get(files[0].key))))
             if table is None:
                 table = self._create(schema)
             check_same_schema(self.spec.location, table.schema().as_arrow(), schema, kind="Iceberg")
@@ -228,8 +230,8 @@ class IcebergSink:
             rows = pa.concat_tables([pq.read_table(io.BytesIO(self.staging.store.get(ref.key))) for ref in files])
             with warnings.catch_warnings():  # "did not match any records": an epoch of new keys only
                 warnings.simplefilter("ignore", UserWarning)
-                tx.delete(key_filter(rows, self.key), snapshot_properties=summary)
-            tx.append(rows.cast(table.schema().as_arrow()), snapshot_properties=summary)
+                tx.delete(key_filter(rows, self.key), snapshot_properties=summary)  # the deleted keys' too
+            tx.append(kept_rows(rows).cast(table.schema().as_arrow()), snapshot_properties=summary)
         tx.set_properties(record)
         tx.commit_transaction()
 

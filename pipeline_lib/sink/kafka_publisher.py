@@ -24,6 +24,7 @@ from pipeline_lib.kafka_connection import KafkaConnection, client_config
 from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
 from pipeline_lib.sink.kafka_staging import drop_staged_epochs, droppable_below
 from pipeline_lib.sink.kafka_writer import PublishTask, publish_partition, published_epoch, writer_id
+from pipeline_lib.sink.retractions import DELETED_COLUMN, retracts
 from pipeline_lib.spec.models import FlowSpec
 
 log = logging.getLogger(__name__)
@@ -170,4 +171,5 @@ class KafkaPublisher:
             headers=tuple(kafka.headers),
             partitions=self._partitions(target),
             tombstone=kafka.tombstone,
+            retraction=DELETED_COLUMN if retracts(target.flow) else None,
         )

@@ -57,6 +57,7 @@ class PublishTask:
     headers: tuple[str, ...]
     partitions: int  # the topic's partition count
     tombstone: str | None = None  # the boolean column whose true rows are sent with a null value
+    retraction: str | None = None  # a ttl's delete flag (sink.retractions): true rows are tombstones too
 
 
 def writer_id(job: str, pipeline: str, flow: str, topic: str, partition: int) -> str:
@@ -80,9 +81,14 @@ def record_key(row: dict, columns: tuple[str, ...]) -> bytes | None:
     return json.dumps([row[c] for c in columns], default=json_default, separators=(",", ":")).encode("utf-8")
 
 
-def record_value(row: dict, tombstone: str | None = None) -> bytes | None:
+def record_value(row: dict, tombstone: str | None = None, retraction: str | None = None) -> bytes | None:
     """The record value: the row as one compact JSON object (the files sink's JSON Lines form)
-    without its ``tombstone`` column, or None (a tombstone) when that column is true."""
+    without its ``tombstone`` and ``retraction`` columns, or None (a tombstone) when either is
+    true (``retraction``: the row of a key a ttl expired, sink.retractions)."""
+    if retraction is not None:
+        if row.get(retraction) is True:  # guard: kafka-expired-key-sent-as-value
+            return None
+        row = {c: v for c, v in row.items() if c != retraction}
     if tombstone is not None:
         if row[tombstone] is True:  # guard: kafka-tombstone-sent-as-value
             return None
@@ -118,10 +124,11 @@ def rows_of_partition(task: PublishTask, partition: int) -> Iterator[tuple[bytes
             if partition_of(key, task.partitions) != partition:
                 continue
             headers = [(h, _text(row[h])) for h in task.headers if row[h] is not None]
-            value = record_value(row, task.tombstone)
+            value = record_value(row, task.tombstone, task.retraction)
             if value is None and key is None:
                 raise ValueError(
-                    f"flow {task.flow}: a row of epoch {task.epoch} is a tombstone ({task.tombstone} is true) "
+                    f"flow {task.flow}: a row of epoch {task.epoch} is a tombstone "
+                    f"({task.tombstone or task.retraction} is true) "
                     f"with a null key ({', '.join(task.key)}); a tombstone needs a key"
                 )
             yield key, value, headers

@@ -5,8 +5,9 @@ equal the ones its ``_SUCCESS`` marker recorded, so the layout must not depend o
 scheduling. Every writer keeps to these rules:
 
 * a stateful flow's part (the driver's, one per subtask; an owner task's, cut every
-  ``ROWS_PER_PART`` rows) holds the changed keys of its key groups sorted by the key columns
-  (``key_order``), whatever order the partials arrived in;
+  ``ROWS_PER_PART`` rows) holds the changed keys of its key groups (and with a ttl the deletes of
+  the keys it expired, sink.retractions) sorted by the key columns (``key_order``), whatever
+  order the partials arrived in;
 * a read task's part (a stateless flow's rows, dead letters) holds the rows of the task's planned
   ranges in offset order, cut every ``ROWS_PER_PART`` rows (sink.task_parts).
 

@@ -2,7 +2,8 @@
 
 Only epochs whose ``_SUCCESS`` exists count; only the part files the marker lists are read.
 For an aggregate the rows are an upsert changelog, so the current table holds, per key, the row
-of the highest committed epoch.
+of the highest committed epoch, unless that row is a delete (``__deleted`` true: a key a ttl
+expired, sink.retractions), which takes the key out of the table.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 import pyarrow.parquet as pq
 
 from pipeline_lib.sink.files_sink import MARKER, SuccessMarker
+from pipeline_lib.sink.retractions import DELETED_COLUMN, is_deleted
 from pipeline_lib.storage import ObjectStore
 
 _EPOCH_DIR = re.compile(r"^epoch=([0-9]+)/")  # ASCII digits only: "epoch=٣" is no epoch
@@ -39,11 +41,16 @@ def epoch_rows(store: ObjectStore, epoch: int) -> list[dict]:
 
 
 def read_upsert_table(store: ObjectStore, key: list[str]) -> dict[tuple, dict]:
-    """Per key, the row of the highest committed epoch."""
+    """Per key, the row of the highest committed epoch (without the changelog's flag); a key whose
+    last row is a delete is not in the table."""
     table: dict[tuple, dict] = {}
     for epoch in committed_epochs(store):
         for row in epoch_rows(store, epoch):
-            table[tuple(row[k] for k in key)] = row
+            if is_deleted(row):  # guard: retraction-ignored-by-reader
+                table.pop(tuple(row[k] for k in key), None)
+            else:
+                row.pop(DELETED_COLUMN, None)
+                table[tuple(row[k] for k in key)] = row
     return table
 
 

@@ -14,7 +14,7 @@ from pipeline_lib.spec.iceberg_spec import IcebergSinkSpec
 from pipeline_lib.spec.join_spec import JoinSpec
 from pipeline_lib.spec.kafka_sink_spec import KafkaSinkSpec
 from pipeline_lib.spec.process_spec import DedupSpec, ProcessSpec
-from pipeline_lib.spec.ttl_spec import TTL_COLUMN, TtlSpec
+from pipeline_lib.spec.ttl_spec import DELETED_COLUMN, TTL_COLUMN, TtlSpec
 from pipeline_lib.spec.window_spec import WINDOW_COLUMNS, WindowSpec
 
 
@@ -102,6 +102,8 @@ class AggregateSpec(StrictModel):
             )
         if TTL_COLUMN in self.values:
             raise FieldsError(f"{TTL_COLUMN} is the ttl's hidden value; rename it", "values")
+        if self.ttl is not None and DELETED_COLUMN in {*self.key, *self.values}:
+            raise FieldsError(f"{DELETED_COLUMN} flags the rows of keys a ttl expires; rename it", "values", "key")
         try:
             state_functions(self.functions())
         except ValueError as exc:

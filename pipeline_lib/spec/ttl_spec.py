@@ -18,6 +18,8 @@ from pipeline_lib.spec.durations import parse_duration_ms
 # The hidden running value a ttl adds to the state: max(clock column), the key's last update.
 TTL_COLUMN = "__ttl_last"
 PROCESSING_CLOCK = "_timestamp_ms"  # the Kafka record timestamp, in ms
+# The flag every row of a ttl's flow carries: true in the row that retracts an expired key (sink.retractions).
+DELETED_COLUMN = "__deleted"
 
 
 class TtlSpec(StrictModel):

@@ -77,7 +77,9 @@ class Epochs:
         manifest, head, self.version = self.runner.run_epoch(read, self.history, self.version)
         self.history = head.history
         out = open_store(f"file://{self.root}/out", ConnectionSettings())
-        return manifest, sorted((r["page"], r["n"]) for r in epoch_rows(out, epoch))
+        written = epoch_rows(out, epoch)
+        self.deleted = sorted(r["page"] for r in written if r["__deleted"])  # the keys it expired
+        return manifest, sorted((r["page"], r["n"]) for r in written if not r["__deleted"])
 
     def keys(self) -> list[str]:
         return sorted(k[0] for k in self.runner.flows[0].state.keys())
@@ -99,9 +101,11 @@ def test_processing_time_ttl_expires_keys_at_the_boundary_and_a_key_that_returns
     manifest, rows = epochs.commit([("c", 1, T0 + 15 * MIN), ("b", 2, T0 + 14 * MIN)])
     assert rows == [("b", 3), ("c", 2)]
     assert "a" not in epochs.keys() and "b" in epochs.keys()  # a: 00:00 + 10 min <= 00:15, gone
+    assert epochs.deleted == ["a"]  # its retraction, in the epoch that expired it
     assert "a" not in stored_keys(epochs, manifest) and manifest.flows["clicks"].state.keys == 33
     manifest, rows = epochs.commit([("a", 1, T0 + 16 * MIN)])
     assert rows == [("a", 1)]  # from zero, not 4
+    assert epochs.deleted == sorted(pages)  # expired at 00:16, unchanged in the epoch: their deletes
     assert epochs.keys() == stored_keys(epochs, manifest) == ["a", "b", "c", "x11"]  # the pages: 00:16 <= 00:16
     assert manifest.flows["clicks"].state.value_columns == {"n": "count(*)", "__ttl_last": "max(_timestamp_ms)"}
 
@@ -117,8 +121,9 @@ def test_event_time_ttl_expires_by_the_watermark_and_a_restore_continues_from_it
     # a record behind the watermark still counts (no window to be late for); the watermark 00:14
     # reaches b's last update plus the ttl exactly
     manifest, rows = again.commit([("a", 1, T0 + 3 * MIN), ("c", 1, T0 + 16 * MIN)])
-    assert rows == [("a", 1), ("c", 2)]
+    assert rows == [("c", 2)]
     assert again.keys() == ["c"]  # b: 00:04 + 10 min <= 00:14; a came back at 00:03: expired again
+    assert again.deleted == ["a", "b"]  # a changed and expired in one epoch: its delete only
 
 
 def test_the_expiry_boundary_is_exact():

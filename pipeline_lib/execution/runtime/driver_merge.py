@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from pipeline_lib.execution.engine.event_windows import LAST_RECORDS, MAX_EVENT, output_rows
+from pipeline_lib.execution.engine.event_windows import LAST_RECORDS, MAX_EVENT
 from pipeline_lib.execution.runtime.runner_types import FlowRuntime
+from pipeline_lib.execution.state.expiry_rows import epoch_rows, expired_slots
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.ttl_expiry import expire
 from pipeline_lib.execution.state.window_close import close_windows, spans_without
@@ -36,16 +37,18 @@ def merge_on_driver(
     if flow.state_schema is None:
         flow.state_schema = result.schema
     changed = flow.state.merge(result)
-    rows = flow.state.table(changed, flow.state_schema)
-    rows = output_rows(agg, rows) if agg.derived else rows
-    parts = _cut(flow, rows, flow.state.key_groups(changed), parallelism, maxp)
+    merged, remap = flow.state, None
     if agg.ttl is not None:
         gone = expire(agg, flow.state, flow.state_schema, result, flow.watermark)
-        flow.state, flow.watermark = gone.state, gone.watermark
+        flow.state, flow.watermark, remap = gone.state, gone.watermark, gone.remap
         flow.state_files = spans_without(flow.state_files, gone.groups)  # guard: ttl-expired-span-as-delta
-        if gone.remap is not None:
-            changed = gone.remap[changed]
-            changed = changed[changed >= 0]
+    # the changed keys' rows and the expired keys' retractions, from the state before expiry
+    gone_slots = expired_slots(remap)  # guard: ttl-retractions-dropped
+    rows, groups = epoch_rows(agg, merged, flow.state_schema, changed, gone_slots)
+    parts = _cut(flow, rows, groups, parallelism, maxp)
+    if remap is not None:
+        changed = remap[changed]
+        changed = changed[changed >= 0]
     return parts, changed
 
 
