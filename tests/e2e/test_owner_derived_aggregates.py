@@ -27,6 +27,7 @@ VALUES = {
     "top3": "top(amount, 3)",
 }
 OWNED = "with keyed state on owner tasks"
+LOADED = 900  # seconds a CLI call may take on a busy 2-core machine (a run takes ~30 s on an idle one)
 
 
 def _spec(tmp_path, locations, topic: str, transforms: list | None):
@@ -57,13 +58,13 @@ def plain_python(events: list[dict]) -> dict[str, dict]:
     return out
 
 
-def _table(env: dict, sink: str) -> dict[str, dict]:
+def table_of(env: dict, sink: str) -> dict[str, dict]:
     rows = read_upsert_table(open_store(sink, ConnectionSettings.from_env(env)), ["user"])
     return {k[0]: {name: row[name] for name in VALUES} for k, row in rows.items()}
 
 
 def _check(env: dict, sink: str, events: list[dict]) -> None:
-    got, want = _table(env, sink), plain_python(events)
+    got, want = table_of(env, sink), plain_python(events)
     assert got.keys() == want.keys()
     for user, row in want.items():
         assert got[user] == {**row, "mean": pytest.approx(row["mean"], rel=1e-12)}, user
@@ -86,17 +87,18 @@ def test_derived_aggregates_on_owner_tasks_survive_a_sigkill_and_a_rescale_exact
     crashed = run_cli(
         ["run", str(spec), "--until-caught-up"],
         {**stack_env, "PIPELINE_FAULT_POINTS": fault, "PIPELINE_FAULT_LOG": str(fault_log)},
+        timeout=LOADED,
     )
     assert crashed.returncode == -9, crashed.stderr[-2000:]
     assert f"FAULT INJECTED: {fault.split('@')[0]} epoch=3" in fault_log.read_text()
     assert OWNED in crashed.stderr
-    restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], stack_env)
+    restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], stack_env, timeout=LOADED)
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert "rescaling keyed state from 2 to 3 subtasks" in restored.stderr
     assert OWNED in restored.stderr and "read 0 bytes of state on the driver" in restored.stderr
     _check(stack_env, sink, events)
 
-    clean = run_cli(["verify", str(spec)], stack_env)
+    clean = run_cli(["verify", str(spec)], stack_env, timeout=LOADED)
     assert clean.returncode == 0 and " 0 lost or damaged" in clean.stdout, clean.stdout + clean.stderr[-3000:]
     if transforms:
         return  # the repair of the owners' parts is the same on either read path
@@ -106,7 +108,7 @@ def test_derived_aggregates_on_owner_tasks_survive_a_sigkill_and_a_rescale_exact
     lost = next(f["key"] for f in marker["files"] if "/part-o" in f["key"])  # an owner task's part
     original = out.get(lost)
     out.delete(lost)
-    repaired = run_cli(["repair", str(spec), "--json"], stack_env)
+    repaired = run_cli(["repair", str(spec), "--json"], stack_env, timeout=LOADED)
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr[-3000:]
     assert {o["part"]: o["status"] for o in json.loads(repaired.stdout)} == {lost: "restored"}
     assert out.get(lost) == original  # the driver's merge made the owners' bytes again
