@@ -1745,4 +1745,29 @@ MUTANTS: list[Mutant] = [
         "a Kafka sink sends a key a ttl expired as a tombstone (its key, a null value)",
         RETRACTIONS,
     ),
+    # -- avg, count_distinct, the sketches and top on owner tasks (distributed-state.md) ------------
+    Mutant(
+        "owner-derived-rows",
+        OWNER_TASK,
+        "self.derived is not None",
+        "False",
+        "an owner task writes a derived aggregate's averages, estimates and quantiles, not its state's sketches",
+        ("tests/unit/test_owner_derived.py",),
+    ),
+    Mutant(
+        "owner-top-keeps-n",
+        OWNER_TASK,
+        "AggregateFunction(fn, column, tops.get(name))",
+        "AggregateFunction(fn, column)",
+        "an owner task merges a key's top(col, n) into its n largest values, not into none",
+        ("tests/unit/test_owner_derived.py",),
+    ),
+    Mutant(
+        "owner-window-ttl-on-driver",
+        "pipeline_lib/execution/runtime/path_choice.py",
+        "agg.window is not None or agg.ttl is not None",
+        "False",
+        "a flow with a window or a ttl keeps the driver's merge, which closes windows and expires keys",
+        ("tests/unit/test_owner_derived.py",),
+    ),
 ]

@@ -56,7 +56,9 @@ class OwnerState:
             process = flow.spec.state.process if flow.spec.state is not None else None
             schema = sides.schemas[index] if process is not None else flow.state_schema or sides.schemas[index]
             column = parts.event_column(flow.spec) if process is not None else None
-            owned = OwnerFlow(flow.spec.name, sides.flows[index], schema, sink, files, process, column)
+            agg = flow.spec.state.aggregate if process is None and flow.spec.state is not None else None
+            derived = agg if agg is not None and agg.derived else None
+            owned = OwnerFlow(flow.spec.name, sides.flows[index], schema, sink, files, process, column, derived)
             tasks.append(
                 OwnerTask(
                     checkpoint,
@@ -85,7 +87,7 @@ class OwnerState:
 
     def merge(self, flow: FlowRuntime, result: FlowResult, ended: bool = False) -> FlowMerge:
         """The owner tasks merged and wrote (their files are taken in ``adopt``); the parts written
-        (no flow with a window takes owner tasks, so ``ended`` changes nothing here)."""
+        (no flow with a window or a ttl takes owner tasks, so ``ended`` changes nothing here)."""
         if not flow.stateful:
             assert isinstance(result, WrittenParts)
             return FlowMerge([], NO_SLOTS, result.files)

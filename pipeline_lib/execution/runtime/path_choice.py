@@ -5,7 +5,7 @@ The Arrow path when no flow needs Spark SQL (see worker_aggregation), else the S
 either, keyed state lives on owner tasks (owner_epochs) when the spec's ``keyed_state`` asks for
 them (auto: on a cluster, not in local mode), unless the restored state was stored under another
 max_parallelism (every key's group must be computed again, which the driver's merge does) or a
-flow has a window, an avg, a count_distinct, a sketch or a ttl (merged on the driver only).
+flow has a window or a ttl (closed and expired on the driver only: ``driver_only``).
 """
 
 from __future__ import annotations
@@ -39,13 +39,22 @@ def owners_asked(job: JobSpec, master: str | None) -> bool:
     return job.keyed_state == "owners" or (job.keyed_state == "auto" and not (master or "local").startswith("local"))
 
 
+def driver_only(flow: FlowRuntime) -> bool:
+    """Whether ``flow``'s aggregate merges on the driver only: a window (closed by the watermark)
+    or a ttl (expired by it). avg, the sketches and top are partials that merge
+    the same way on owner tasks (owner_task.OwnerFlow), so they do not keep a flow here."""
+    if flow.spec.state is None or flow.spec.state.process is not None:
+        return False
+    agg = flow.spec.state.aggregate
+    return agg.window is not None or agg.ttl is not None  # guard: owner-window-ttl-on-driver
+
+
 def state_on_owners(parts: PipelineParts, master: str | None, stored_groups_apply: bool = True) -> bool:
     """Whether the pipeline's keyed state lives on owner tasks: a stateful flow, the spec asks
     for them, and the stored key groups still apply. Known before the path (the restore reads
     the state on the driver only when it does not, and the start-up plans by it)."""
-    derived = [f for f in parts.flows if f.spec.state is not None and f.spec.state.process is None]
-    if any(f.spec.state is not None and f.spec.state.aggregate.derived for f in derived):
-        return False  # windows, avg, count_distinct, sketches and ttl are merged on the driver (docs/spec.md)
+    if any(driver_only(f) for f in parts.flows):
+        return False  # windows and ttl are closed and expired on the driver (docs/distributed-state.md)
     if any(f.spec.after is not None for f in parts.flows):
         return False  # a flow after a dedup stage aggregates the stage's rows on the driver (docs/joins.md)
     return any(f.stateful for f in parts.flows) and owners_asked(parts.job, master) and stored_groups_apply

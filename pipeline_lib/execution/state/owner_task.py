@@ -31,6 +31,7 @@ from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import KEY_GROUP_COLUMN
 from pipeline_lib.checkpoint.state_spans import Span, changed_per_span, plan_span_writes, write_state_files
 from pipeline_lib.errors import PipelineError
+from pipeline_lib.execution.engine.event_windows import output_rows
 from pipeline_lib.execution.engine.worker_aggregation import FlowInWorker
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.process_owner import (
@@ -49,6 +50,7 @@ from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.part_layout import key_order
 from pipeline_lib.sink.task_parts import ROWS_PER_PART, TaskPartWriter
 from pipeline_lib.spec.aggregates import AggregateFunction
+from pipeline_lib.spec.flow_spec import AggregateSpec
 from pipeline_lib.spec.process_spec import ProcessSpec
 from pipeline_lib.storage import open_store
 
@@ -82,6 +84,7 @@ class OwnerFlow:
     base: tuple[StateFileRef, ...]
     process: ProcessSpec | None = None  # a process function's state instead of an aggregate
     event_column: str | None = None  # the source's watermark column (a process flow's timers fire by it)
+    derived: AggregateSpec | None = None  # an avg, sketch or top: its rows are made from the state's
 
     def state_schema(self) -> pa.Schema:
         """The schema of the state rows: the partials', or a process state's key columns and ``_state``."""
@@ -95,7 +98,19 @@ class OwnerFlow:
 
     def functions(self) -> dict[str, AggregateFunction]:
         """The flow's aggregates by output name, as the keyed state takes them."""
-        return {name: AggregateFunction(fn, column) for name, fn, column in self.aggregate.aggregates}  # type: ignore[arg-type]
+        tops = dict(self.aggregate.tops)  # top's n: a key keeps its n largest values as it merges
+        return {
+            name: AggregateFunction(fn, column, tops.get(name))  # type: ignore[arg-type]  # guard: owner-top-keeps-n
+            for name, fn, column in self.aggregate.aggregates
+        }
+
+    def sink_rows(self, state_rows: pa.Table) -> pa.Table:
+        """The rows the flow writes from its state's rows, in key order: the state's own, or for
+        a derived aggregate its averages, distinct counts, estimates and quantiles
+        (``event_windows.output_rows``, as the driver's merge makes them)."""
+        if self.derived is not None:  # guard: owner-derived-rows
+            state_rows = output_rows(self.derived, state_rows)
+        return key_order(state_rows, self.aggregate.keys)
 
 
 @dataclass(frozen=True)
@@ -238,7 +253,7 @@ class OwnerTask:
             writes = whole_where_dropped(writes, state, self.owners.per_file, self.owners.max_parallelism)
         else:
             merged = state.merge(table, key_groups) if table.num_rows else np.zeros(0, dtype=np.int64)
-            out = key_order(state.table(merged, schema), self.flow.aggregate.keys)
+            out = self.flow.sink_rows(state.table(merged, schema))
         sink, rows = self._write_sink(out, owner, task_attempt)
         every = state.slots_by_key_group()
         changed_slots = state.slots_by_key_group(merged)
