@@ -1,16 +1,19 @@
-"""The executors' Python daemon moves Spark's source-only zips last on the path only when the
+"""The executors' Python daemon takes Spark's source-only zips off the path only when the
 installed PySpark is the zip's version; otherwise Spark's path stays as it is."""
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 import sysconfig
 import zipfile
+import zipimport
 from pathlib import Path
 
 import pyspark
 
-from pipeline_lib.execution.engine.python_daemon import prefer_installed_pyspark
+from pipeline_lib.execution.engine.python_daemon import forget_importers, prefer_installed_pyspark
 
 SITE = sysconfig.get_paths()["purelib"]
 LIB = Path(pyspark.__file__).parent / "python" / "lib"
@@ -27,9 +30,9 @@ def _zip_of(tmp_path: Path, version: str) -> str:
     return str(path)
 
 
-def test_spark_s_zips_go_last_when_the_installed_pyspark_is_their_version():
+def test_spark_s_zips_leave_the_path_when_the_installed_pyspark_is_their_version():
     path = ["/srv/job", SHIPPED_ZIP, PY4J_ZIP, "/usr/lib/python311.zip", SITE]
-    assert prefer_installed_pyspark(path) == ["/srv/job", "/usr/lib/python311.zip", SITE, SHIPPED_ZIP, PY4J_ZIP]
+    assert prefer_installed_pyspark(path) == ["/srv/job", "/usr/lib/python311.zip", SITE]
 
 
 def test_the_path_stays_as_spark_set_it_for_a_zip_of_another_version(tmp_path):
@@ -49,4 +52,18 @@ def test_a_missing_installed_py4j_keeps_spark_s(tmp_path):
     only_pyspark.mkdir()
     os.symlink(Path(pyspark.__file__).parent, only_pyspark / "pyspark")
     path = [SHIPPED_ZIP, PY4J_ZIP, str(only_pyspark)]
-    assert prefer_installed_pyspark(path) == [PY4J_ZIP, str(only_pyspark), SHIPPED_ZIP]
+    assert prefer_installed_pyspark(path) == [PY4J_ZIP, str(only_pyspark)]
+
+
+def test_a_forgotten_zip_importer_is_not_re_read_at_each_task(tmp_path, monkeypatch):
+    """A worker calls importlib.invalidate_caches() before every task: a zip importer Python
+    still keeps for a path entry re-reads its archive then (pyspark.zip: 1,485 entries)."""
+    archive = _zip_of(tmp_path, "0.0.0")
+    monkeypatch.setitem(sys.path_importer_cache, archive, zipimport.zipimporter(archive))
+    reads: list[str] = []
+    monkeypatch.setattr(zipimport, "_read_directory", lambda path: reads.append(path) or {})
+    importlib.invalidate_caches()
+    assert reads == [archive]  # what each task pays while the importer is kept
+    forget_importers([archive])
+    importlib.invalidate_caches()
+    assert reads == [archive] and archive not in sys.path_importer_cache
