@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.delta_maintenance import TableUpkeep
 from pipeline_lib.sink.delta_sink import DeltaSink
 from pipeline_lib.sink.files_sink import FilesSink
-from pipeline_lib.sink.iceberg_sink import IcebergSink
 from pipeline_lib.sink.output_mode import key_columns, output_mode
 from pipeline_lib.spec.flow_spec import FlowSpec
 from pipeline_lib.storage import Location, ObjectStore
+
+if TYPE_CHECKING:
+    from pipeline_lib.sink.iceberg_sink import IcebergSink
 
 StoreOpener = Callable[[str | Location, ConnectionSettings], ObjectStore]
 
@@ -23,6 +26,8 @@ def flow_sink(
     sink. A table's idempotency record is kept under ``<job>/<pipeline>/<flow>``."""
     staging = FilesSink(opener(flow.sink.parts_location, settings), flow.sink.parts_format)
     if flow.sink.iceberg is not None:
+        from pipeline_lib.sink.iceberg_sink import IcebergSink  # pyiceberg loads for an Iceberg sink only (~0.5 s CPU)
+
         app_id = f"{job}/{pipeline}/{flow.name}"
         return IcebergSink(staging, flow.sink.iceberg, settings, app_id, output_mode(flow), key_columns(flow))
     if flow.sink.delta is None:

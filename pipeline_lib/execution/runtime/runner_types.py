@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
@@ -25,9 +25,11 @@ from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.sink.delta_sink import DeltaSink
 from pipeline_lib.sink.files_sink import FilesSink
-from pipeline_lib.sink.iceberg_sink import IcebergSink
 from pipeline_lib.sink.task_parts import WrittenParts
 from pipeline_lib.spec.models import FlowSpec, JobSpec
+
+if TYPE_CHECKING:  # pyiceberg takes ~0.5 s of CPU to import: a run loads it only for an Iceberg sink (sink.sinks)
+    from pipeline_lib.sink.iceberg_sink import IcebergSink
 
 Mode = Literal["until-caught-up", "forever"]
 EPOCH_PHASES = ("spark", "merge", "sink", "state", "commit", "cleanup")  # see EpochReport.phases

@@ -211,7 +211,9 @@ class KeyedAggregateState:
     def slots_in(by_group: tuple[np.ndarray, np.ndarray], key_groups: range) -> np.ndarray:
         """The slots whose key group is in ``key_groups``, from ``slots_by_key_group``'s result."""
         order, sorted_groups = by_group
-        lo, hi = np.searchsorted(sorted_groups, [key_groups.start, key_groups.stop])
+        # bounds of the groups' own dtype: with a list, NumPy would cast all the groups to int64 first (O(keys))
+        bounds = np.array([key_groups.start, key_groups.stop], dtype=sorted_groups.dtype)
+        lo, hi = np.searchsorted(sorted_groups, bounds)
         return order[lo:hi]
 
     def table(self, slots: np.ndarray, schema: pa.Schema) -> pa.Table:
