@@ -153,7 +153,10 @@ def test_each_side_is_evicted_when_the_watermark_passes_its_window_and_left_rows
     rows = _rows([_event("order", "a", 1, T0), _event("payment", "b", 2, T0)])
     _, out, _ = state.process(rows, 1, TimerClock(NO_WATERMARK))
     assert out.num_rows == 0 and len(state) == 2
-    # the watermark at the payment's time: b's payment can meet no order coming later (before = 0)
+    # the watermark at the payment's time: an order at that time could still come (before = 0)
+    _, out, _ = state.process(_rows([], 2), 2, TimerClock(T0))
+    assert state.stored(("b",)) is not None and out.num_rows == 0
+    # past it: b's payment can meet no order coming later
     _, out, _ = state.process(_rows([], 2), 2, TimerClock(T0 + 1))
     assert state.stored(("b",)) is None and state.stored(("a",)) is not None and out.num_rows == 0
     # the watermark at the order's last matching time: a payment then would still match

@@ -144,7 +144,7 @@ def join_rows(join: StreamJoinSpec, key: tuple, rows: pa.Table, state: StateHand
             for left in lefts:
                 if in_window(join, left[0], t):
                     pairs.append((left[1], row))
-                    left[2] = True
+                    left[2] = True  # guard: join-match-not-marked
             rights.append([t, row])
             state.timers.register_event_time(right_expiry(join, t))
         else:
@@ -164,8 +164,10 @@ def evict_rows(
     ``how: left``, the left rows among them that never matched come out with nulls."""
     lefts, rights = state.list("l").get(), state.list("r").get()
     gone = [left for left in lefts if left_expiry(join, left[0]) <= timer.ms]
-    state.list("l").set([left for left in lefts if left_expiry(join, left[0]) > timer.ms])
-    state.list("r").set([right for right in rights if right_expiry(join, right[0]) > timer.ms])
+    waiting = [left for left in lefts if left_expiry(join, left[0]) > timer.ms]
+    state.list("l").set(waiting)  # guard: join-left-kept
+    pending = [right for right in rights if right_expiry(join, right[0]) > timer.ms]
+    state.list("r").set(pending)  # guard: join-right-kept
     unmatched: list[tuple[list, list | None]] = []
     if join.how == "left":
         unmatched = [(left[1], None) for left in gone if not left[2]]
