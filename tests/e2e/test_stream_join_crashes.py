@@ -116,6 +116,7 @@ def _kill_and_restore(env, tmp_path, name: str, fault: str, restore_args=(), **e
     assert f"FAULT INJECTED: {fault.split('@')[0]} epoch=3" in fault_log.read_text()
     restored = run_cli(["run", str(spec), "--until-caught-up", *restore_args], env)
     assert restored.returncode == 0, restored.stderr[-3000:]
+    (tmp_path / "restored.log").write_text(restored.stderr)
     assert "restored from" in restored.stderr
     return spec
 
@@ -138,6 +139,7 @@ def test_on_owner_tasks_the_join_survives_a_sigkill_and_a_rescale(stack_env, tmp
     spec = _kill_and_restore(
         stack_env, tmp_path, name, "after_sink_success@3", ("--parallelism", "3"), keyed_state="owners"
     )
+    assert "with keyed state on owner tasks" in (tmp_path / "restored.log").read_text()
     assert written(stack_env, f"s3://results/{name}") == expected(orders_and_payments)
     verified = run_cli(["verify", str(spec)], stack_env)
     assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]
