@@ -293,3 +293,17 @@ def joins(
     from benchmarks.joins import joins_bench
 
     raise typer.Exit(joins_bench(events=events, users=users, per_epoch=per_epoch, parallelism=parallelism))
+
+
+@bench_app.command("stream-joins")
+def stream_joins(
+    orders: Annotated[int, typer.Option(min=1, help="Orders to produce (each with 0-2 payments).")] = 50_000,
+    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 20_000,
+    parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism (local[N]).")] = 2,
+) -> None:
+    """A stream-stream interval join of orders and payments: ours vs Spark SS with withWatermark on both sides.
+
+    Prints both whole-process times and their ratio (see benchmarks/stream_joins.py)."""
+    from benchmarks.stream_joins import stream_joins_bench
+
+    raise typer.Exit(stream_joins_bench(orders=orders, per_epoch=per_epoch, parallelism=parallelism))

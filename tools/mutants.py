@@ -31,6 +31,8 @@ class Mutant:
 
 
 SNAPSHOTS = "pipeline_lib/checkpoint/snapshot_store.py"
+STREAM_JOIN = "pipeline_lib/execution/state/stream_join.py"
+STREAM_JOIN_TESTS = ("tests/unit/test_stream_join.py",)
 RESTORE = "pipeline_lib/checkpoint/restore.py"
 MANIFEST = "pipeline_lib/checkpoint/manifest.py"
 SINK = "pipeline_lib/sink/files_sink.py"
@@ -1769,5 +1771,62 @@ MUTANTS: list[Mutant] = [
         "False",
         "a flow with a window or a ttl keeps the driver's merge, which closes windows and expires keys",
         ("tests/unit/test_owner_derived.py",),
+    ),
+    # -- stream-stream interval joins (joins.md, "Stream-stream interval joins") ----------------
+    Mutant(
+        "join-window-bounds",
+        STREAM_JOIN,
+        "left_ms - join.before_ms <= right_ms <= left_ms + join.within_ms",
+        "left_ms - join.before_ms < right_ms < left_ms + join.within_ms",
+        "a stream row exactly at either bound of a left row's window matches it",
+        STREAM_JOIN_TESTS,
+    ),
+    Mutant(
+        "join-left-evicted-early",
+        STREAM_JOIN,
+        "left_ms + join.within_ms + 1",
+        "left_ms + join.within_ms",
+        "a left row stays until no stream row in its window can come (one at t + within is not late)",
+        STREAM_JOIN_TESTS,
+    ),
+    Mutant(
+        "join-right-evicted-early",
+        STREAM_JOIN,
+        "right_ms + join.before_ms + 1",
+        "right_ms + join.before_ms",
+        "a stream row stays until no left row whose window holds it can come",
+        STREAM_JOIN_TESTS,
+    ),
+    Mutant(
+        "join-left-kept",
+        STREAM_JOIN,
+        'state.list("l").set(waiting)',
+        'state.list("l").set(lefts)',
+        "left rows leave the join's state when the watermark passes their window: the state is bounded",
+        STREAM_JOIN_TESTS,
+    ),
+    Mutant(
+        "join-right-kept",
+        STREAM_JOIN,
+        'state.list("r").set(pending)',
+        'state.list("r").set(rights)',
+        "stream rows leave the join's state when the watermark passes their window: the state is bounded",
+        STREAM_JOIN_TESTS,
+    ),
+    Mutant(
+        "join-keeps-late-rows",
+        STREAM_JOIN,
+        "watermark is not None and t < watermark",
+        "False",
+        "a row behind the watermark (its partners may be gone) is dropped, not kept in the state",
+        STREAM_JOIN_TESTS,
+    ),
+    Mutant(
+        "join-match-not-marked",
+        STREAM_JOIN,
+        "left[2] = True",
+        "pass",
+        "a left row that found a match is not written again with nulls by a left outer join",
+        STREAM_JOIN_TESTS,
     ),
 ]

@@ -14,6 +14,7 @@ from pipeline_lib.spec.iceberg_spec import IcebergSinkSpec
 from pipeline_lib.spec.join_spec import JoinSpec
 from pipeline_lib.spec.kafka_sink_spec import KafkaSinkSpec
 from pipeline_lib.spec.process_spec import DedupSpec, ProcessSpec
+from pipeline_lib.spec.stream_join_spec import StreamJoinSpec, stream_join_as_state
 from pipeline_lib.spec.ttl_spec import DELETED_COLUMN, TTL_COLUMN, TtlSpec
 from pipeline_lib.spec.window_spec import WINDOW_COLUMNS, WindowSpec
 
@@ -28,10 +29,22 @@ class TransformSpec(StrictModel):
     python: str | None = None
     dedup: DedupSpec | None = None
     join: JoinSpec | None = None
+    # ``- join: {stream: ...}``: a stream-stream interval join (stream_join_spec), the flow's last
+    stream_join: StreamJoinSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stream_join(cls, data: object) -> object:
+        """``join`` with a ``stream`` (not a ``table``) is a stream-stream join."""
+        if isinstance(data, dict) and isinstance(data.get("join"), dict) and "stream" in data["join"]:
+            return {**{k: v for k, v in data.items() if k != "join"}, "stream_join": data["join"]}
+        return data
 
     @model_validator(mode="after")
     def _exactly_one(self) -> TransformSpec:
-        given = [k for k in ("filter", "select", "python", "dedup", "join") if getattr(self, k) is not None]
+        given = [
+            k for k in ("filter", "select", "python", "dedup", "join", "stream_join") if getattr(self, k) is not None
+        ]
         if len(given) != 1:
             raise FieldsError("a transform has exactly one of filter, select, python, dedup, join", *given)
         if self.filter is not None and not self.filter.strip():
@@ -335,6 +348,12 @@ class FlowSpec(StrictModel):
                     "sink.delta.partition_by",
                 )
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stream_join_as_state(cls, data: object) -> object:
+        """A trailing stream join becomes the flow's process state (stream_join_spec)."""
+        return stream_join_as_state(data, ProcessSpec, StateSpec)
 
     @model_validator(mode="before")
     @classmethod

@@ -29,6 +29,7 @@ from pipeline_lib.spec.flow_spec import AggregateSpec, FilesSinkSpec, FlowSpec, 
 from pipeline_lib.spec.kafka_sink_spec import KafkaSinkSpec, staged_sinks
 from pipeline_lib.spec.run_spec import CheckpointSpec, DeadLetterSpec, SparkSpec, TriggerSpec
 from pipeline_lib.spec.source_spec import KafkaSourceSpec, SourceSpec
+from pipeline_lib.spec.stream_join_spec import check_stream_join_watermark
 from pipeline_lib.storage.uri import parse_location
 
 __all__ = [
@@ -114,6 +115,7 @@ class JobSpec(StrictModel):
         self._check_flow_sources()
         self._check_flow_columns()
         self._check_event_time()
+        self._check_stream_joins()
         self._check_locations()
         self._check_kafka_sinks()
         if self.autoscale is not None:
@@ -203,6 +205,16 @@ class JobSpec(StrictModel):
                     f"{watermark.column!r}; windows are over the watermark's event time",
                     field,
                 )
+
+    def _check_stream_joins(self) -> None:
+        """A stream join evicts by its source's watermark, over the join's time column."""
+        sources = self.all_sources()
+        for i, flow in enumerate(self.all_flows()):
+            join = flow.state.process.stream_join if flow.state and flow.state.process else None
+            if join is not None:
+                where = f"flow {flow.name}: " if self.flows is not None else ""
+                watermark = sources[flow.source].kafka.watermark
+                check_stream_join_watermark(join, watermark, where, f"{self._flow_prefix(i)}transforms.join.time")
 
     def _check_ttl_column(self, i: int, flow: FlowSpec, column: str | None) -> None:
         """An event-time ttl is measured by the watermark, over its column."""

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from pipeline_lib.spec.base import StrictModel, check_key_columns
+from pipeline_lib.spec.base import FieldsError, StrictModel, check_key_columns
 from pipeline_lib.spec.durations import parse_duration_ms
 from pipeline_lib.spec.schema_ddl import parse_schema_ddl
+from pipeline_lib.spec.stream_join_spec import JOIN_FUNCTION, StreamJoinSpec
 
 FUNCTION_PATTERN = r"[A-Za-z_][\w.]*:[A-Za-z_]\w*"
 DEDUP_FUNCTION = "pipeline_lib.execution.state.dedup:keep_first"  # the built-in behind ``dedup``
@@ -43,6 +44,8 @@ class ProcessSpec(StrictModel):
     # "package.module:function" called as on_timer(key, timer, state) when a timer of the key
     # fires (execution.state.process_timers); without it, the handle has no timers
     on_timer: Annotated[str | None, Field(pattern=f"^{FUNCTION_PATTERN}$")] = None
+    # set by ``- join: {stream: ...}`` (stream_join_spec): the built-in join's settings
+    stream_join: StreamJoinSpec | None = None
 
     _keys = field_validator("key")(check_key_columns)
     _ttl = field_validator("ttl")(_check_duration)
@@ -56,6 +59,12 @@ class ProcessSpec(StrictModel):
             except ValueError as exc:
                 raise ValueError(f"output: {exc}") from None
         return value
+
+    @model_validator(mode="after")
+    def _join_is_built_in(self) -> ProcessSpec:
+        if self.stream_join is not None and self.function != JOIN_FUNCTION:
+            raise FieldsError("stream_join is set by a join transform with a stream, not by hand", "stream_join")
+        return self
 
     def ttl_ms(self) -> int | None:
         """The ttl in milliseconds (None: state is kept until the function clears it)."""

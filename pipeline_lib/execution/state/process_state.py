@@ -30,6 +30,8 @@ from pipeline_lib.execution.source.schema_types import python_schema
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.process_handle import StateHandle, updated_ms
 from pipeline_lib.execution.state.process_timers import Timer, TimerClock, TimerIndex
+from pipeline_lib.execution.state.stream_join import evict_rows, join_rows
+from pipeline_lib.execution.state.stream_join import output_schema as join_output_schema
 from pipeline_lib.execution.state.watermark import END_OF_INPUT
 from pipeline_lib.plan.keygroups import key_groups_of
 from pipeline_lib.spec.process_spec import ProcessSpec
@@ -67,7 +69,10 @@ def load_function(path: str) -> Any:
 
 
 def output_schema(spec: ProcessSpec, rows: pa.Schema) -> pa.Schema:
-    """The Arrow schema of the function's output: the spec's ``output`` DDL, or the rows' own."""
+    """The Arrow schema of the function's output: the spec's ``output`` DDL, or the rows' own
+    (a stream join's: its keys and both sides' columns)."""
+    if spec.stream_join is not None:
+        return join_output_schema(spec.stream_join, rows)
     if spec.output is None:
         return rows
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -118,6 +123,7 @@ class ProcessState:
         self._key_types: list[pa.DataType] | None = None
         self._dropped: set[int] = set()  # key groups that lost a key since the last ``written``
         self.clock_ms = 0
+        self._rows_schema: pa.Schema | None = None  # this epoch's rows' (a stream join's output is built from it)
 
     @property
     def columns(self) -> list[str]:
@@ -128,7 +134,9 @@ class ProcessState:
         return self._count
 
     def function(self) -> ProcessFunction:
-        """The user's function, imported on first use."""
+        """The user's function, imported on first use (a stream join's: the built-in)."""
+        if self.spec.stream_join is not None:
+            return partial(join_rows, self.spec.stream_join)
         if self._function is None:
             self._function = load_function(self.spec.function)
         return self._function
@@ -136,6 +144,9 @@ class ProcessState:
     def on_timer(self) -> TimerFunction:
         """The user's ``on_timer``, imported on first use."""
         assert self.spec.on_timer is not None
+        if self.spec.stream_join is not None:
+            assert self._rows_schema is not None
+            return partial(evict_rows, self.spec.stream_join, self._rows_schema)
         if self._on_timer is None:
             self._on_timer = load_function(self.spec.on_timer)
         return self._on_timer
@@ -160,6 +171,7 @@ class ProcessState:
         if self._key_types is None:
             self._key_types = [rows.schema.field(k).type for k in self.key_columns]
         schema = output_schema(self.spec, rows.schema)
+        self._rows_schema = rows.schema
         outputs: list[pa.Table] = []
         groups: list[np.ndarray] = []
 

@@ -1,0 +1,166 @@
+"""A stream-stream interval join of orders with their payments (within [-1 minute, +15 minutes]
+on event time, a 5-minute watermark): our job against Spark Structured Streaming (its Kafka
+connector, ``withWatermark`` on both sides and an interval join condition, append mode, checkpoint
+and output on the S3 server through S3A), on the same events in the same run.
+
+    pipeline-lib bench stream-joins [--orders 50000] [--per-epoch 20000]
+
+Both run as whole processes to the end of a bounded topic (JVM start included). Printed: each
+side's seconds, the ratio, and whether each side's matches equal plain Python's interval join.
+The join is inner: Spark writes a left outer join's unmatched rows only once its watermark passes
+them, which a run to the topic's end (``availableNow``) does not do for the last ones.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+
+from benchmarks.our_job import child_env
+from benchmarks.restore_completed import timed_run
+from pipeline_lib.api.tables import read_table
+from pipeline_lib.localstack import start_stack, stop_stack
+from pipeline_lib.samples import create_topic, produce_json
+from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.storage import open_store
+
+TOPIC, NAME, T0, MIN = "bench-order-events", "stream-joins-bench", 1_772_323_200_000, 60_000
+
+
+def events(orders: int, seed: int = 36) -> list[dict[str, Any]]:
+    """Orders a second apart, each with 0-2 payments from 90 s before to 20 minutes after it,
+    produced out of order by up to a minute; ``ms`` is each event's time (not produced)."""
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    for i in range(orders):
+        order_ms = T0 + i * 1_000
+        out.append({"kind": "order", "order_id": f"o{i}", "amount": i % 97 + 1, "ms": order_ms})
+        for j in range(rng.choice([0, 1, 1, 2])):
+            pay_ms = order_ms + rng.randint(-90_000, 20 * MIN)
+            out.append({"kind": "payment", "order_id": f"o{i}", "amount": j + 1, "ms": pay_ms})
+    out.sort(key=lambda e: e["ms"] + rng.randint(0, 60_000))
+    return out
+
+
+def iso(ms: int) -> str:
+    """Event time as the ISO text the records carry."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def expected(produced: list[dict]) -> set[tuple]:
+    """Plain Python: (order, order ms, payment amount, payment ms) of every match."""
+    payments: dict[str, list[dict]] = {}
+    for e in produced:
+        if e["kind"] == "payment":
+            payments.setdefault(e["order_id"], []).append(e)
+    return {
+        (o["order_id"], o["ms"], p["amount"], p["ms"])
+        for o in produced
+        if o["kind"] == "order"
+        for p in payments.get(o["order_id"], [])
+        if o["ms"] - MIN <= p["ms"] <= o["ms"] + 15 * MIN
+    }
+
+
+def job(per_epoch: int, parallelism: int) -> dict:
+    """Our job: the bounded topic, the interval join, a Parquet sink."""
+    return {
+        "name": NAME,
+        "source": {
+            "kafka": {
+                "topic": TOPIC,
+                "schema": "kind string, order_id string, amount long, ts timestamp",
+                "watermark": {"column": "ts", "delay": "5 minutes"},
+                "stop": "latest",
+            }
+        },
+        "transforms": [
+            {
+                "join": {
+                    "stream": "payment",
+                    "side": "kind",
+                    "on": ["order_id"],
+                    "time": "ts",
+                    "within": "15 minutes",
+                    "before": "1 minute",
+                }
+            }
+        ],
+        "sink": {"files": {"path": f"s3://results/{NAME}", "format": "parquet"}},
+        "checkpoint": {"store": f"s3://checkpoints/{NAME}"},
+        "trigger": {"max_records_per_epoch": per_epoch},
+        "parallelism": parallelism,
+    }
+
+
+def _key(row: dict) -> tuple:
+    return (
+        row["order_id"],
+        int(row["ts"].timestamp() * 1000),
+        row["payment_amount"],
+        int(row["payment_ts"].timestamp() * 1000),
+    )
+
+
+def stream_joins_bench(orders: int = 50_000, per_epoch: int = 20_000, parallelism: int = 2) -> int:
+    """Run both and print the comparison (see the module's docstring)."""
+    produced = events(orders)
+    with tempfile.TemporaryDirectory(prefix="stream-joins-bench-") as tmp:
+        root = Path(tmp)
+        info = start_stack(root / "stack", broker_storage="memory")
+        try:
+            env = child_env(info)
+            settings = ConnectionSettings.from_env(env)
+            create_topic(info.kafka_bootstrap, TOPIC, 2)
+            records = [{**{k: v for k, v in e.items() if k != "ms"}, "ts": iso(e["ms"])} for e in produced]
+            produce_json(info.kafka_bootstrap, TOPIC, records, key_field="order_id")
+            spec = root / "job.yaml"
+            spec.write_text(yaml.safe_dump(job(per_epoch, parallelism)))
+            ours_s = timed_run(spec, env, "--until-caught-up")
+            ours_rows = read_table(f"s3://results/{NAME}", settings)
+            started = time.monotonic()
+            child = subprocess.run(
+                [
+                    sys.executable, "-m", "benchmarks.structured_streaming_stream_joins",
+                    "--bootstrap", info.kafka_bootstrap, "--topic", TOPIC,
+                    "--checkpoint", "s3a://checkpoints/ss-stream-joins", "--output", "s3a://results/ss-stream-joins",
+                    "--max-records-per-trigger", str(per_epoch), "--parallelism", str(parallelism),
+                    "--result", str(root / "ss.json"),
+                ],
+                env=env, capture_output=True, text=True,
+            )  # fmt: skip
+            theirs_s = time.monotonic() - started
+            if child.returncode != 0:
+                raise SystemExit(f"Structured Streaming failed:\n{child.stderr[-3000:]}")
+            out = open_store("s3://results/ss-stream-joins", settings)
+            theirs_rows = [
+                r
+                for key in sorted(k for k in out.list() if k.endswith(".parquet"))
+                for r in pq.read_table(io.BytesIO(out.get(key))).to_pylist()
+            ]
+        finally:
+            stop_stack(root / "stack")
+    truth = expected(produced)
+    ours, theirs = [_key(r) for r in ours_rows], [_key(r) for r in theirs_rows]
+    ours_ok = len(ours) == len(truth) and set(ours) == truth
+    theirs_ok = len(theirs) == len(truth) and set(theirs) == truth
+    print(f"\n{orders:,} orders, {len(produced):,} events, {len(truth):,} matches, {per_epoch:,} per epoch/trigger")
+    print("| job | whole process (s) | matches | equals plain Python |")
+    print("|---|---|---|---|")
+    print(f"| pipeline-lib stream join | {ours_s:.1f} | {len(ours):,} | {ours_ok} |")
+    print(f"| Spark SS stream-stream join, withWatermark on both | {theirs_s:.1f} | {len(theirs):,} | {theirs_ok} |")
+    print(f"ratio (Spark / ours): {theirs_s / ours_s:.2f}x")
+    figures = {"ours_s": round(ours_s, 3), "spark_s": round(theirs_s, 3), "ratio": round(theirs_s / ours_s, 2)}
+    print(json.dumps({**figures, "ours_equal": ours_ok, "spark_equal": theirs_ok}))
+    return 0 if ours_ok and theirs_ok else 1

@@ -1,0 +1,130 @@
+"""The spec of a stream-stream interval join: ``- join: {stream, side, on, time, within, before, how}``.
+
+Both streams come through the flow's one source (one pipeline, one snapshot): the rows whose
+``side`` column equals ``stream`` are the joined stream's, the others the flow's own (the left).
+A left row at event time ``t`` matches the stream's rows of the same ``on`` key whose event time
+is in ``[t - before, t + within]``. The join runs as a built-in process state keyed by ``on``
+(execution.state.stream_join), so its unmatched rows are in key groups like any keyed state:
+exactly once, rescaled, verified and repaired with the rest. Its timers evict a row once the
+source's watermark has passed the last time a match could come.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from pipeline_lib.spec.base import IDENTIFIER, FieldsError, StrictModel, check_key_columns
+from pipeline_lib.spec.durations import parse_duration_ms
+
+JOIN_FUNCTION = "pipeline_lib.execution.state.stream_join:join_rows"
+JOIN_TIMER = "pipeline_lib.execution.state.stream_join:evict_rows"
+
+
+class StreamJoinSpec(StrictModel):
+    """``stream``: the value of ``side`` that marks the joined stream's rows (their columns come
+    out prefixed ``<stream>_``); ``time``: the event-time column, the source watermark's;
+    ``within``: how long after a left row a stream row may come; ``before``: how long before it
+    (default 0); ``how``: ``inner`` emits matches, ``left`` also each left row that found none,
+    with nulls, once the watermark has passed its window."""
+
+    stream: Annotated[str, Field(min_length=1)]
+    side: str
+    on: Annotated[list[str], Field(min_length=1)]
+    time: str
+    within: str
+    before: str = "0 s"
+    how: Literal["inner", "left"] = "inner"
+
+    _on = field_validator("on")(check_key_columns)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on(cls, data: object) -> object:
+        """YAML 1.1 (PyYAML) reads an unquoted ``on`` key as the boolean true: take it as ``on``."""
+        if isinstance(data, dict) and True in data and "on" not in data:
+            return {("on" if k is True else k): v for k, v in data.items()}
+        return data
+
+    @field_validator("side", "time")
+    @classmethod
+    def _plain_column(cls, value: str) -> str:
+        if not IDENTIFIER.fullmatch(value):
+            raise ValueError(f"{value!r} is not a plain column name")
+        return value
+
+    @field_validator("within", "before")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        parse_duration_ms(value, allow_zero=True)
+        return value
+
+    @model_validator(mode="after")
+    def _columns_apart(self) -> StreamJoinSpec:
+        if self.side in self.on or self.time in self.on:
+            raise FieldsError("side and time are not join keys", "side", "time", "on")
+        if self.side == self.time:
+            raise FieldsError("side and time are different columns", "side", "time")
+        return self
+
+    @property
+    def within_ms(self) -> int:
+        """The latest a stream row may come after a left row, in ms."""
+        return parse_duration_ms(self.within, allow_zero=True)
+
+    @property
+    def before_ms(self) -> int:
+        """The earliest a stream row may come before a left row, in ms."""
+        return parse_duration_ms(self.before, allow_zero=True)
+
+    @property
+    def prefix(self) -> str:
+        """What the stream's columns are prefixed with in the output."""
+        return f"{self.stream}_"
+
+
+def is_stream_join(transform: Any) -> bool:
+    """Whether a transform (a TransformSpec or its raw mapping) is a stream-stream join."""
+    if isinstance(transform, dict):
+        join = transform.get("join")
+        return (isinstance(join, dict) and "stream" in join) or "stream_join" in transform
+    return getattr(transform, "stream_join", None) is not None
+
+
+def stream_join_as_state(data: object, process_spec: Any, state_spec: Any) -> object:
+    """A flow (raw mapping) whose last transform is a stream join, with that join as its process
+    state; anything else with a stream join is refused, naming the field."""
+    if not isinstance(data, dict):
+        return data
+    transforms = list(data.get("transforms") or [])
+    at = [i for i, t in enumerate(transforms) if is_stream_join(t)]
+    if not at:
+        return data
+    if at != [len(transforms) - 1] or data.get("state") is not None:
+        raise FieldsError(
+            "a stream join is the flow's last transform and the flow has no other state "
+            "(its matches go to the sink; aggregate them in a flow reading that sink)",
+            f"transforms.{at[0]}.join",
+            "state",
+        )
+    last = transforms[-1]
+    if isinstance(last, dict):
+        raw = last.get("stream_join", last.get("join"))
+        join = raw if isinstance(raw, StreamJoinSpec) else StreamJoinSpec.model_validate(raw)
+    else:
+        join = last.stream_join
+    process = process_spec(key=list(join.on), function=JOIN_FUNCTION, on_timer=JOIN_TIMER, stream_join=join)
+    return {**data, "transforms": transforms[:-1], "state": state_spec(process=process)}
+
+
+def check_stream_join_watermark(join: StreamJoinSpec, watermark: Any, where: str, field: str) -> None:
+    """A stream join evicts by the source's watermark, over its own time column."""
+    if watermark is None or watermark.column != join.time:
+        have = f"the watermark's column is {watermark.column!r}" if watermark else "the source has no watermark"
+        raise FieldsError(
+            f"{where}a stream join keeps each row until the source's watermark passes its window, over "
+            f"the join's time column {join.time!r} ({have}; set e.g. watermark: "
+            f'{{column: {join.time}, delay: "1 minute"}})',
+            field,
+        )
