@@ -60,6 +60,9 @@ class AggregateSpec(StrictModel):
     emit: Literal["updates", "final"] = "updates"
     # A plain running aggregate's keys leave the state this long after their last update (ttl_spec).
     ttl: TtlSpec | None = None
+    # A windowed aggregate's late records (every window closed): dropped and counted, or also
+    # written to the job's dead letters with their position and why (late_letters).
+    on_late: Literal["drop", "dead_letter"] = "drop"
 
     @field_validator("key")
     @classmethod
@@ -99,6 +102,13 @@ class AggregateSpec(StrictModel):
         if self.ttl is not None and self.window is not None:
             raise FieldsError(
                 "a window leaves the state when it closes; ttl is for plain running aggregates", "ttl", "window"
+            )
+        if self.on_late == "dead_letter" and (self.window is None or self.window.kind == "session"):
+            raise FieldsError(
+                "on_late: dead_letter needs a tumbling or hopping window (a ttl drops no record as late; "
+                "a session window's late records are judged on the driver, which never sees records)",
+                "on_late",
+                "window",
             )
         if TTL_COLUMN in self.values:
             raise FieldsError(f"{TTL_COLUMN} is the ttl's hidden value; rename it", "values")
