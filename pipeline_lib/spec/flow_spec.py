@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -116,6 +117,13 @@ class AggregateSpec(StrictModel):
             state_functions(self.functions())
         except ValueError as exc:
             raise FieldsError(str(exc), "values") from None
+        unordered = [n for n, f in self.functions().items() if f.name in ("first", "last") and f.order is None]
+        if unordered:
+            raise FieldsError(
+                f"{unordered[0]}: first(col) and last(col) are by event time: without a window, name its "
+                "column, e.g. first(col, ts)",
+                "values",
+            )
         distinct = [n for n, f in self.functions().items() if f.name == "count_distinct"]
         if distinct and self.window is None:
             raise FieldsError(
@@ -127,13 +135,22 @@ class AggregateSpec(StrictModel):
         return self
 
     def functions(self) -> dict[str, AggregateFunction]:
-        """The parsed aggregates by output column."""
-        return {name: parse_aggregate(expr) for name, expr in self.values.items()}
+        """The parsed aggregates by output column; ``first``/``last`` without their event-time
+        column take the window's."""
+        out = {name: parse_aggregate(expr) for name, expr in self.values.items()}
+        if self.window is not None:
+            column = self.window.column
+            out = {
+                n: replace(f, order=column) if f.name in ("first", "last") and f.order is None else f
+                for n, f in out.items()
+            }
+        return out
 
     def input_columns(self) -> set[str]:
         """The columns the aggregate reads, checked against the source's schema at load time."""
         cols = set(self.key)
         cols |= {f.column for f in self.functions().values() if f.column is not None}
+        cols |= {f.order for f in self.functions().values() if f.order is not None}
         if self.window is not None:
             cols.add(self.window.column)
         if self.ttl is not None:

@@ -91,7 +91,7 @@ def test_late_records_land_in_the_dead_letters_exactly_once_across_a_sigkill(
     letters = read_append_rows(open_store(f"{dead}/main", ConnectionSettings.from_env(stack_env)))
     got = [(r["topic"], r["partition"], r["offset"]) for r in letters]
     assert len(got) == len(set(got)), "a late record dead-lettered twice"
-    want = expected_letters(topic, "main", events)
+    want = expected_letters(topic, name, events)  # the single-flow form: the flow is named as the job
     assert {(r["topic"], r["partition"], r["offset"]): r["error"] for r in letters} == want
     assert all(r["raw_base64"] is None and r["raw_bytes"] is None for r in letters)
     check_windows(stack_env, events, locations, MINUTE, MINUTE)  # late ones counted: as many as the letters
