@@ -118,7 +118,7 @@ def test_the_letters_are_the_records_whose_partials_the_driver_drops_as_late(tmp
     flow = spec.all_flows()[0]
     agg = flow.state.aggregate
     watermark = Watermark(2 * MIN, T0 + 5 * MIN)  # at T0 + 3 min
-    route = LateRoute.of(flow, watermark, writer(tmp_path))
+    route = LateRoute.of(flow, watermark.value_ms, writer(tmp_path))
     table = records(seed=len(window))
     letters = route.letters(table)
     size, slide = agg.window.size_ms, agg.window.slide_ms
@@ -129,14 +129,14 @@ def test_the_letters_are_the_records_whose_partials_the_driver_drops_as_late(tmp
 
 def test_a_record_is_late_once_its_window_ends_at_the_watermark_not_before(tmp_path):
     flow = job(TUMBLING).all_flows()[0]
-    route = LateRoute.of(flow, Watermark(0, T0 + 2 * MIN), writer(tmp_path))
+    route = LateRoute.of(flow, Watermark(0, T0 + 2 * MIN).value_ms, writer(tmp_path))
     ms = np.array([T0 + MIN - 1, T0 + MIN, T0 + 2 * MIN - 1, T0 + 2 * MIN], dtype=np.int64)
     assert route.late(ms).tolist() == [True, True, True, False]
 
 
 def test_a_letter_names_the_record_and_why(tmp_path):
     flow = job(TUMBLING).all_flows()[0]
-    route = LateRoute.of(flow, Watermark(2 * MIN, T0 + 4 * MIN), writer(tmp_path))
+    route = LateRoute.of(flow, Watermark(2 * MIN, T0 + 4 * MIN).value_ms, writer(tmp_path))
     table = records(seed=1).slice(0, 0)
     row = {"page": "a", "ts": (T0 + 10_000) * 1000, "_topic": "clicks", "_partition": 2, "_offset": 41}
     table = pa.concat_tables([table, pa.Table.from_pylist([row], schema=table.schema)])
@@ -168,7 +168,7 @@ def test_a_read_task_writes_its_late_records_and_still_hands_them_to_the_partial
     spec = job(TUMBLING)
     flow = spec.all_flows()[0]
     watermark = Watermark(2 * MIN, T0 + 5 * MIN)
-    route = LateRoute.of(flow, watermark, writer(tmp_path))
+    route = LateRoute.of(flow, watermark.value_ms, writer(tmp_path))
     table = records(seed=7).append_column("_error", pa.nulls(400, pa.string()))
     table = table.append_column("_raw", pa.nulls(400, pa.binary()))
     worker = FlowInWorker.of(flow.state.aggregate)

@@ -21,7 +21,6 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline_lib.execution.engine.event_windows import event_ms
-from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.sink.task_parts import TaskParts, TaskPartWriter, written_batch
 from pipeline_lib.spec.flow_spec import FlowSpec
 
@@ -49,13 +48,14 @@ class LateRoute:
     writer: TaskPartWriter
 
     @classmethod
-    def of(cls, spec: FlowSpec, watermark: Watermark | None, writer: TaskPartWriter | None) -> LateRoute | None:
-        """The route of ``spec``'s late records (None: its aggregate drops them, or no dead letters)."""
+    def of(cls, spec: FlowSpec, watermark_ms: int | None, writer: TaskPartWriter | None) -> LateRoute | None:
+        """The route of ``spec``'s late records judged at ``watermark_ms`` (state.watermark's
+        ``value_ms``); None: its aggregate drops them, or there are no dead letters."""
         agg = spec.state.aggregate_spec if spec.state is not None else None
         if agg is None or agg.on_late != "dead_letter" or writer is None:
             return None
-        assert agg.window is not None and watermark is not None, "on_late needs a window (spec validation)"
-        return cls(spec.name, agg.window.column, agg.window.size_ms, agg.window.slide_ms, watermark.value_ms, writer)
+        assert agg.window is not None and watermark_ms is not None, "on_late needs a window (spec validation)"
+        return cls(spec.name, agg.window.column, agg.window.size_ms, agg.window.slide_ms, watermark_ms, writer)
 
     def late(self, ms: np.ndarray) -> np.ndarray:
         """Which event times (int64 ms) are late: the end of their last window is at or behind the watermark."""

@@ -37,11 +37,12 @@ def routed(writers: Writers, flows: Sequence[FlowRuntime], starts: dict[str, Wat
     if writers.dead_letters is None or not any(routes_late(f) for f in flows):
         return writers
     late = replace(writers.dead_letters, label=LATE_LABEL)
-    routes = tuple(
-        LateRoute.of(f.spec, (starts or {}).get(f.spec.name, f.watermark), late) if routes_late(f) else None
-        for f in flows
-    )
-    return writers._replace(late=routes)
+    routes = []
+    for flow in flows:
+        watermark = (starts or {}).get(flow.spec.name, flow.watermark)
+        judged = watermark.value_ms if watermark is not None else None
+        routes.append(LateRoute.of(flow.spec, judged, late) if routes_late(flow) else None)
+    return writers._replace(late=tuple(routes))
 
 
 def watermarks_after(flows: Sequence[FlowRuntime], read: EpochRead) -> dict[str, Watermark] | None:
