@@ -97,8 +97,12 @@ def sparks_answer(spark, clicks: list[tuple[int, dict]], windowed: bool) -> dict
     return {(r.page,): (r.f, r.l) for r in out.collect()}
 
 
-@pytest.mark.parametrize("transforms", [[], [{"filter": "user IS NOT NULL"}]], ids=["arrow", "spark-sql"])
-@pytest.mark.parametrize("windowed", [True, False], ids=["window", "running"])
+@pytest.mark.parametrize(
+    "transforms",
+    [[], pytest.param([{"filter": "user IS NOT NULL"}], marks=pytest.mark.full)],
+    ids=["arrow", "spark-sql"],
+)
+@pytest.mark.parametrize("windowed", [True, pytest.param(False, marks=pytest.mark.full)], ids=["window", "running"])
 def test_first_and_last_equal_sparks_min_by_and_max_by(spark, tmp_path, transforms, windowed):
     clicks = events(600, seed=21)
     records = [Record(e, key=e["page"], partition=p) for p, e in clicks]

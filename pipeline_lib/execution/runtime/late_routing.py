@@ -67,3 +67,11 @@ def dead_letter_files(bad: WrittenParts, late: WrittenParts | None) -> tuple[Fil
     if late is None:
         return tuple(bad.files)
     return tuple(sorted((*bad.files, *late.files), key=lambda f: f.key))  # guard: late-letters-uncommitted
+
+
+def with_late(bad: WrittenParts | None, late: WrittenParts | None) -> WrittenParts | None:
+    """``bad`` whose files include the late records' (their rows are not bad records, so not
+    counted): how pipeline_lib.testing, which commits the bad records' files, commits both."""
+    if bad is None or late is None:
+        return bad
+    return WrittenParts(dead_letter_files(bad, late), bad.rows, bad.first_bad)

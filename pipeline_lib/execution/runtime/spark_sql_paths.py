@@ -14,6 +14,7 @@ from pipeline_lib.execution.runtime.chained_flows import chained_input
 from pipeline_lib.execution.runtime.driver_state import DriverState
 from pipeline_lib.execution.runtime.epoch_path import FlowResult, OwnerTasks, Writers
 from pipeline_lib.execution.runtime.late_letters_sql import arrow_schema_of, late_letters
+from pipeline_lib.execution.runtime.late_routing import with_late
 from pipeline_lib.execution.runtime.owner_state import OwnerState
 from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
 from pipeline_lib.execution.source.epoch_reader import bad_records_frame, read_tasks
@@ -113,9 +114,10 @@ def read_on_driver(
     tables: StaticTables | None = None,
 ) -> tuple[WrittenParts | None, dict[str, FlowResult]]:
     """An epoch read as ``SparkSqlOnDriver`` reads it, without a plan or a pipeline (pipeline_lib.testing;
-    ``tables``: a join's tables pinned as they are now)."""
-    bad, results, _, _ = _spark_sql_epoch(spark, reader, flows, tolerant, writers, None, tables)
-    return bad, results
+    ``tables``: a join's tables pinned as they are now); the late records' dead letters are in the
+    bad records' files, not in their count."""
+    bad, results, _, late = _spark_sql_epoch(spark, reader, flows, tolerant, writers, None, tables)
+    return with_late(bad, late), results
 
 
 def _spark_sql_epoch(
