@@ -15,7 +15,11 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
+from pipeline_lib.execution.engine.aggregate import partials_frame
+from pipeline_lib.execution.engine.arrow_fit import python_schemas
 from pipeline_lib.execution.engine.spark_session import start_spark
+from pipeline_lib.execution.source.epoch_reader import source_schema
+from pipeline_lib.spec import parse_spec
 from pipeline_lib.testing import Record, run_on_records
 from tests.windows_reference import MINUTE, _ms, iso
 
@@ -117,3 +121,14 @@ def test_first_and_last_equal_sparks_min_by_and_max_by(spark, tmp_path, transfor
             got[(r["page"],)] = (r["first_user"], r["last_user"])
     want = sparks_answer(spark, clicks, windowed)
     assert len(want) >= 4 and got == want
+
+
+@pytest.mark.parametrize("windowed", [True, False], ids=["window", "running"])
+def test_the_partials_schema_built_in_python_equals_sparks_analysis(spark, windowed):
+    """The Arrow path casts its (t, p, o, v) partials to the schema Spark's analysis gives them."""
+    job = parse_spec(spec(windowed, []))
+    flows = job.all_flows()
+    schema = source_schema(spark, job.source.kafka, tolerant=False)
+    built = python_schemas(schema, flows, False)
+    analysed = partials_frame(spark.createDataFrame([], schema), flows[0].state.aggregate)
+    assert built is not None and built[0] == [analysed.schema]
