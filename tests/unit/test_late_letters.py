@@ -22,7 +22,7 @@ from pipeline_lib.execution.engine.event_windows import MAX_EVENT
 from pipeline_lib.execution.engine.flow_partials import FlowInWorker
 from pipeline_lib.execution.engine.late_letters import LateRoute, iso_ms
 from pipeline_lib.execution.runtime.epoch_path import Writers
-from pipeline_lib.execution.runtime.late_routing import dead_letter_files, routed, watermarks_after
+from pipeline_lib.execution.runtime.late_routing import dead_letter_files, late_letter_part, routed, watermarks_after
 from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
 from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.execution.state.window_close import hidden_split
@@ -229,3 +229,8 @@ def test_the_spec_refuses_what_on_late_cannot_do_naming_the_field(kwargs, field,
     with pytest.raises(SpecError) as err:
         job(**kwargs)
     assert field in str(err.value) and says in str(err.value)
+
+
+def test_repair_tells_a_late_letter_part_from_a_bad_record_part():
+    assert late_letter_part("epoch=4/part-l00000-0000-t0-a2.jsonl")
+    assert not late_letter_part("epoch=4/part-d00000-0000-t0-a2.jsonl")

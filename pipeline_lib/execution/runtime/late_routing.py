@@ -25,6 +25,12 @@ from pipeline_lib.sink.task_parts import WrittenParts
 LATE_LABEL = "l"  # late records' parts in the dead-letter sink: part-l<task>-..., beside the bad records' "d"
 
 
+def late_letter_part(key: str) -> bool:
+    """Whether a dead-letter part (by its key) holds late records, not bad ones (``repair``
+    rebuilds it from the state of the epoch before: its watermark judges them)."""
+    return key.rsplit("/", 1)[-1].startswith(f"part-{LATE_LABEL}")
+
+
 def routes_late(flow: FlowRuntime) -> bool:
     """The flow writes its late records to the dead letters."""
     agg = flow.spec.state.aggregate_spec if flow.spec.state is not None else None
