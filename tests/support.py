@@ -212,7 +212,7 @@ def dead_letters_written(runner, epoch: int, bad):
     Arrow table), with the runner's own task writer: what the runner's commit then receives."""
     from pipeline_lib.sink.task_parts import TaskParts
 
-    _, dead_letters = runner.task_writers(epoch)
+    dead_letters = runner.task_writers(epoch).dead_letters
     parts = TaskParts(dead_letters, bad_records=True)
     parts.add(bad)
     return parts.finish()

@@ -1767,9 +1767,9 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "owner-window-ttl-on-driver",
         "pipeline_lib/execution/runtime/path_choice.py",
-        "agg.window is not None or agg.ttl is not None",
+        "agg.window is not None or agg.ttl is not None or by_time",
         "False",
-        "a flow with a window or a ttl keeps the driver's merge, which closes windows and expires keys",
+        "a flow with a window, a ttl or first/last keeps the driver's merge, which closes windows and expires keys",
         ("tests/unit/test_owner_derived.py",),
     ),
     # -- stream-stream interval joins (joins.md, "Stream-stream interval joins") ----------------
@@ -1828,5 +1828,55 @@ MUTANTS: list[Mutant] = [
         "pass",
         "a left row that found a match is not written again with nulls by a left outer join",
         STREAM_JOIN_TESTS,
+    ),
+    # -- on_late: dead_letter (engine/late_letters.py) and first/last by event time -------------
+    Mutant(
+        "late-letter-closed-window",
+        "pipeline_lib/execution/engine/late_letters.py",
+        "last_end <= self.watermark_ms",
+        "last_end < self.watermark_ms",
+        "a read task dead-letters exactly the records whose partials the driver drops as late (a window "
+        "closes when the watermark reaches its end)",
+        ("tests/unit/test_late_letters.py",),
+    ),
+    Mutant(
+        "late-letters-not-written",
+        "pipeline_lib/execution/engine/worker_aggregation.py",
+        "late.add(route.letters(table))",
+        "pass",
+        "under on_late: dead_letter, a read task writes each late record it read to the dead letters",
+        ("tests/unit/test_late_letters.py",),
+    ),
+    Mutant(
+        "late-read-ahead-watermark",
+        "pipeline_lib/execution/runtime/late_routing.py",
+        "starts[flow.spec.name] = flow.watermark.advanced(top)",
+        "starts[flow.spec.name] = flow.watermark",
+        "an epoch read ahead judges its late records by the watermark its predecessor reaches, as a replay does",
+        ("tests/unit/test_late_letters.py",),
+    ),
+    Mutant(
+        "late-letters-uncommitted",
+        "pipeline_lib/execution/runtime/late_routing.py",
+        "return tuple(sorted((*bad.files, *late.files), key=lambda f: f.key))",
+        "return tuple(bad.files)",
+        "the late records' dead-letter parts are committed under the epoch's dead-letter marker",
+        ("tests/unit/test_late_letters.py",),
+    ),
+    Mutant(
+        "first-last-partials-merge",
+        "pipeline_lib/execution/engine/flow_partials.py",
+        "pick(fn, [values[r] for r in rows])",
+        "values[rows[-1]]",
+        "a key's first/last of several batches and tasks is the earliest/latest record of all, not the last batch's",
+        ("tests/unit/test_first_last.py",),
+    ),
+    Mutant(
+        "first-last-state-merge",
+        "pipeline_lib/execution/state/keyed_state.py",
+        "pick_record(fn, [a, b])",
+        "b",
+        "a key's first/last is the earliest/latest record of every epoch, not the last epoch's",
+        ("tests/unit/test_first_last.py",),
     ),
 ]

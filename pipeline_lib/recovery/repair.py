@@ -30,6 +30,7 @@ from pipeline_lib.checkpoint.manifest import sha256_hex
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, read_spans
 from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
 from pipeline_lib.execution.runtime.epoch_path import Writers
+from pipeline_lib.execution.runtime.late_routing import dead_letter_files
 from pipeline_lib.execution.runtime.path_choice import choose_path
 from pipeline_lib.execution.runtime.run_attempt import RunAttempt
 from pipeline_lib.execution.runtime.runner_epoch import EpochReader
@@ -237,7 +238,7 @@ class _Rebuilder:
             parts, _, written = self.state.merge(flow, read.flows[flow.spec.name], ended)
             merged[flow.spec.name] = (parts, keys_before, tuple(written))
         if read.bad is not None:
-            merged[DEAD_LETTERS] = ([], 0, read.bad.files)
+            merged[DEAD_LETTERS] = ([], 0, dead_letter_files(read.bad, read.late))  # late records' too
         return merged
 
     def rebuild(self, repair: EpochRepair) -> dict[str, dict[Slot, bytes]]:

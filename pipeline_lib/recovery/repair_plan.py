@@ -18,6 +18,7 @@ from pipeline_lib.checkpoint.manifest import FileRef, HistoryEntry, Manifest
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, candidates, read_spans
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
+from pipeline_lib.execution.runtime.late_routing import late_letter_part
 from pipeline_lib.execution.runtime.runner_types import sink_digest, spec_fingerprint
 from pipeline_lib.graph import Pipeline, build_graph
 from pipeline_lib.plan.offsets import EpochPlan
@@ -195,6 +196,8 @@ class _Planner:
             )
         # guard: repair-keyed-flow-without-state
         repair.needs_state = any(p.sink in self.stateful for p in repair.parts)
+        if any(p.sink == DEAD_LETTERS and late_letter_part(p.ref.key) for p in repair.parts):
+            repair.needs_state = True  # a late record's letter is judged by the watermark the epoch started with
         if repair.needs_state:
             why = self._base_state(repair)
             if why:

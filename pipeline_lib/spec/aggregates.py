@@ -1,13 +1,14 @@
 """Aggregate expressions of a keyed state step: ``sum(amount)``, ``count(*)``, ``min(x)``,
 ``max(x)``, ``avg(x)``, ``count_distinct(x)``, ``approx_count_distinct(x)`` and
-``approx_percentile(x, q)`` and ``top(x, n)``.
+``approx_percentile(x, q)``, ``top(x, n)`` and ``first(x)``/``last(x)`` (by event time).
 
 They are all mergeable (the value after an epoch is merge(old, epoch partial)), which is what
 lets the state live in snapshots and be updated one epoch at a time: ``avg`` is kept as a sum
 and a count, ``count_distinct`` as the set of values seen (exact, so it needs a window that
 closes or a bounded key space: see docs/spec.md); the approximate ones as a serialized
 DataSketches sketch of bounded size (execution/engine/sketches.py), ``top`` as its n largest
-values (execution/engine/top_values.py).
+values (execution/engine/top_values.py), ``first``/``last`` as the (event time, partition,
+offset, value) of the earliest or latest record (execution/engine/first_last.py).
 """
 
 from __future__ import annotations
@@ -18,12 +19,22 @@ from dataclasses import dataclass
 from typing import Literal
 
 FunctionName = Literal[
-    "sum", "count", "min", "max", "avg", "count_distinct", "approx_count_distinct", "approx_percentile", "top"
+    "sum",
+    "count",
+    "min",
+    "max",
+    "avg",
+    "count_distinct",
+    "approx_count_distinct",
+    "approx_percentile",
+    "top",
+    "first",
+    "last",
 ]
 # The aggregates kept as one running value that merges by itself (sum, count, min, max).
 SIMPLE_FUNCTIONS = ("sum", "count", "min", "max")
 _EXPR = re.compile(
-    r"^\s*(sum|count|min|max|avg|count_distinct|approx_count_distinct|approx_percentile|top)\s*"
+    r"^\s*(sum|count|min|max|avg|count_distinct|approx_count_distinct|approx_percentile|top|first|last)\s*"
     r"\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)\s*(?:,\s*([^)\s]+)\s*)?\)\s*$",
     re.I,
 )
@@ -36,6 +47,7 @@ class AggregateFunction:
     name: FunctionName
     column: str | None  # None for count(*)
     param: float | None = None  # approx_percentile's q, top's n
+    order: str | None = None  # first's and last's event-time column (None: the window's, see AggregateSpec)
 
     @property
     def simple(self) -> bool:
@@ -43,7 +55,8 @@ class AggregateFunction:
         return self.name in SIMPLE_FUNCTIONS
 
     def __str__(self) -> str:
-        return f"{self.name}({self.column or '*'}{'' if self.param is None else f', {self.param}'})"
+        extra = f", {self.order}" if self.order is not None else "" if self.param is None else f", {self.param}"
+        return f"{self.name}({self.column or '*'}{extra})"
 
 
 def parse_aggregate(expr: str) -> AggregateFunction:
@@ -52,7 +65,8 @@ def parse_aggregate(expr: str) -> AggregateFunction:
     if not match:
         raise ValueError(
             f"cannot parse aggregate {expr!r}; use sum(col), count(*), count(col), min(col), max(col), "
-            "avg(col), count_distinct(col), approx_count_distinct(col), approx_percentile(col, q) or top(col, n)"
+            "avg(col), count_distinct(col), approx_count_distinct(col), approx_percentile(col, q), top(col, n), "
+            "first(col), last(col), first(col, ts) or last(col, ts)"
         )
     name, column, param = match.group(1).lower(), match.group(2), match.group(3)
     if name == "approx_percentile":
@@ -61,6 +75,10 @@ def parse_aggregate(expr: str) -> AggregateFunction:
         )
     if name == "top":
         return AggregateFunction("top", column if column != "*" else _no_star(name), _top_n(expr, param))
+    if name in ("first", "last"):
+        if param is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", param):
+            raise ValueError(f"{expr!r}: {name}(col, ts) takes the event-time column as ts")
+        return AggregateFunction(name, column if column != "*" else _no_star(name), order=param)  # type: ignore[arg-type]
     if param is not None:
         raise ValueError(f"{name} takes one column, not {expr!r}")
     if column == "*":

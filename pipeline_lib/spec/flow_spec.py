@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -73,6 +74,9 @@ class AggregateSpec(StrictModel):
     emit: Literal["updates", "final"] = "updates"
     # A plain running aggregate's keys leave the state this long after their last update (ttl_spec).
     ttl: TtlSpec | None = None
+    # A windowed aggregate's late records (every window closed): dropped and counted, or also
+    # written to the job's dead letters with their position and why (late_letters).
+    on_late: Literal["drop", "dead_letter"] = "drop"
 
     @field_validator("key")
     @classmethod
@@ -113,6 +117,13 @@ class AggregateSpec(StrictModel):
             raise FieldsError(
                 "a window leaves the state when it closes; ttl is for plain running aggregates", "ttl", "window"
             )
+        if self.on_late == "dead_letter" and (self.window is None or self.window.kind == "session"):
+            raise FieldsError(
+                "on_late: dead_letter needs a tumbling or hopping window (a ttl drops no record as late; "
+                "a session window's late records are judged on the driver, which never sees records)",
+                "on_late",
+                "window",
+            )
         if TTL_COLUMN in self.values:
             raise FieldsError(f"{TTL_COLUMN} is the ttl's hidden value; rename it", "values")
         if self.ttl is not None and DELETED_COLUMN in {*self.key, *self.values}:
@@ -121,6 +132,13 @@ class AggregateSpec(StrictModel):
             state_functions(self.functions())
         except ValueError as exc:
             raise FieldsError(str(exc), "values") from None
+        unordered = [n for n, f in self.functions().items() if f.name in ("first", "last") and f.order is None]
+        if unordered:
+            raise FieldsError(
+                f"{unordered[0]}: first(col) and last(col) are by event time: without a window, name its "
+                "column, e.g. first(col, ts)",
+                "values",
+            )
         distinct = [n for n, f in self.functions().items() if f.name == "count_distinct"]
         if distinct and self.window is None:
             raise FieldsError(
@@ -132,13 +150,22 @@ class AggregateSpec(StrictModel):
         return self
 
     def functions(self) -> dict[str, AggregateFunction]:
-        """The parsed aggregates by output column."""
-        return {name: parse_aggregate(expr) for name, expr in self.values.items()}
+        """The parsed aggregates by output column; ``first``/``last`` without their event-time
+        column take the window's."""
+        out = {name: parse_aggregate(expr) for name, expr in self.values.items()}
+        if self.window is not None:
+            column = self.window.column
+            out = {
+                n: replace(f, order=column) if f.name in ("first", "last") and f.order is None else f
+                for n, f in out.items()
+            }
+        return out
 
     def input_columns(self) -> set[str]:
         """The columns the aggregate reads, checked against the source's schema at load time."""
         cols = set(self.key)
         cols |= {f.column for f in self.functions().values() if f.column is not None}
+        cols |= {f.order for f in self.functions().values() if f.order is not None}
         if self.window is not None:
             cols.add(self.window.column)
         if self.ttl is not None:

@@ -116,6 +116,7 @@ class JobSpec(StrictModel):
         self._check_flow_columns()
         self._check_event_time()
         self._check_stream_joins()
+        self._check_late_letters()
         self._check_locations()
         self._check_kafka_sinks()
         if self.autoscale is not None:
@@ -127,6 +128,15 @@ class JobSpec(StrictModel):
             raise FieldsError("on_error: dead_letter needs dead_letter.path", "on_error", "dead_letter")
         if self.dead_letter is not None and self.on_error != "dead_letter":
             raise FieldsError("dead_letter is set but on_error is not dead_letter", "dead_letter", "on_error")
+
+    def _check_late_letters(self) -> None:
+        """``on_late: dead_letter`` writes where the bad records go, so it needs that sink."""
+        for i, flow in enumerate(self.all_flows()):
+            agg = flow.state.aggregate_spec if flow.state is not None else None
+            if agg is not None and agg.on_late == "dead_letter" and self.on_error != "dead_letter":
+                where = f"{self._flow_prefix(i)}state.aggregate.on_late"
+                message = "on_late: dead_letter writes to dead_letter.path: it needs on_error: dead_letter"
+                raise FieldsError(message, where, "on_error")
 
     def _check_form(self) -> None:
         """Exactly one of the single-flow form and the multi-flow form, complete."""

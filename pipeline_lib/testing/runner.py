@@ -83,6 +83,7 @@ def run_on_records(
     from pipeline_lib.execution.runtime.chained_flows import ChainedInput, stages_of
     from pipeline_lib.execution.runtime.driver_merge import merge_on_driver
     from pipeline_lib.execution.runtime.epoch_path import Writers
+    from pipeline_lib.execution.runtime.late_routing import routed
     from pipeline_lib.execution.runtime.path_choice import driver_read
     from pipeline_lib.execution.runtime.process_merge import process_merge
     from pipeline_lib.execution.runtime.runner_parts import windowed_watermark
@@ -145,7 +146,7 @@ def run_on_records(
             ]
             dead_writer = TaskPartWriter.for_sink(dead, settings, epoch, ATTEMPT, "d") if dead is not None else None
             with clear_spark_errors(f"epoch {epoch} of pipeline {name}"):
-                bad, by_flow = read(reader, Writers(writers, dead_writer))
+                bad, by_flow = read(reader, routed(Writers(writers, dead_writer), list(runtimes.values())))
             for flow in flows:
                 result = by_flow[flow.name]
                 digest = sink_digest(plan, fingerprint, p, sinks[flow.name].format)

@@ -28,6 +28,8 @@ def partials_frame(df: DataFrame, spec: AggregateSpec) -> DataFrame:
             exprs.append(F.array_sort(F.collect_set(arg)).alias(name))
         elif fn.name == "top":  # the n largest, largest first (NaN above every number, nulls skipped)
             exprs.append(F.slice(F.sort_array(F.collect_list(arg), asc=False), 1, int(fn.param or 0)).alias(name))
+        elif fn.name in ("first", "last"):  # first_last: the (t, p, o, v) of the earliest (latest) record
+            exprs.append(_first_last(fn.name, fn.order, arg).alias(name))
         elif fn.name in SKETCH_FUNCTIONS:
             values = F.collect_set(arg) if fn.name == "approx_count_distinct" else F.collect_list(arg)
             exprs.append(_sketch_udf(fn.name, str(fn))(values).alias(name))
@@ -39,6 +41,19 @@ def partials_frame(df: DataFrame, spec: AggregateSpec) -> DataFrame:
         df = _windowed(df, spec)
         exprs += [_SPARK_FUNCTIONS[fn](F.col(column)).alias(name) for name, fn, column in HIDDEN_PARTIALS]
     return df.groupBy(*spec.state_key()).agg(*exprs)
+
+
+def _first_last(fn: str, order: str | None, value):
+    """``min_by``/``max_by`` of the record's (t, p, o, v) by (t, p, o); a record without an
+    event time is skipped (its ordering is null)."""
+    assert order is not None, "first/last are by an event-time column (spec validation)"
+    ts = F.col(order)
+    t = F.unix_micros(ts.cast("timestamp"))
+    where = ts.isNotNull()
+    position = [t.alias("t"), F.col("_partition").alias("p"), F.col("_offset").alias("o")]
+    record = F.when(where, F.struct(*position, value.alias("v")))
+    by = F.when(where, F.struct(*position))
+    return (F.min_by if fn == "first" else F.max_by)(record, by)
 
 
 def _sketch_udf(fn: str, where: str):

@@ -83,6 +83,16 @@ def python_schemas(
             if fn.name in ("count_distinct", "top"):
                 columns.append(T.StructField(name, T.ArrayType(data_type, False), False))
                 continue
+            if fn.name in ("first", "last"):  # first_last's (t, p, o, v), as Spark's struct(...) types it
+                assert fn.order is not None
+                position = [
+                    T.StructField("t", T.LongType(), fields[fn.order].nullable),
+                    T.StructField("p", fields["_partition"].dataType, fields["_partition"].nullable),
+                    T.StructField("o", fields["_offset"].dataType, fields["_offset"].nullable),
+                ]
+                value = T.StructField("v", data_type, fields[fn.column].nullable)
+                columns.append(T.StructField(name, T.StructType([*position, value]), True))
+                continue
             if fn.name in SKETCH_FUNCTIONS:  # a serialized sketch, null for a group without values
                 columns.append(T.StructField(name, T.BinaryType(), True))
                 continue

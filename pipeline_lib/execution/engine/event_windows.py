@@ -116,7 +116,8 @@ def output_rows(agg: AggregateSpec, state_rows: pa.Table) -> pa.Table:
     """The rows a flow writes from its state's rows: the key columns, the window's bounds, then
     each value; ``avg`` is its sum over its count (a double; null without values),
     ``count_distinct`` the size of its set (a bigint), ``approx_count_distinct`` its sketch's
-    estimate (a bigint) and ``approx_percentile`` its sketch's quantile (a double)."""
+    estimate (a bigint), ``approx_percentile`` its sketch's quantile (a double) and
+    ``first``/``last`` the value of their record."""
     columns = {name: state_rows.column(name) for name in agg.state_key()}
     for name, fn in agg.functions().items():
         if fn.name == "avg":
@@ -128,6 +129,8 @@ def output_rows(agg: AggregateSpec, state_rows: pa.Table) -> pa.Table:
             columns[name] = pc.cast(pc.fill_null(sizes, 0), pa.int64())
         elif fn.name == "approx_count_distinct":
             columns[name] = pa.array([hll_estimate(s) for s in state_rows.column(name).to_pylist()], pa.int64())
+        elif fn.name in ("first", "last"):  # the value of the earliest (latest) record
+            columns[name] = pc.struct_field(state_rows.column(name), "v")
         elif fn.name == "approx_percentile":
             assert fn.param is not None
             sketches = state_rows.column(name).to_pylist()

@@ -15,12 +15,13 @@ import pyarrow.compute as pc
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.event_windows import HIDDEN_PARTIALS, WindowAssigner
+from pipeline_lib.execution.engine.first_last import FIRST_LAST, Ranked, pick
 from pipeline_lib.execution.engine.sketches import SKETCH_FUNCTIONS, sketch_merge, sketch_of
 from pipeline_lib.execution.engine.top_values import top_merge, top_of
 from pipeline_lib.spec.flow_spec import AggregateSpec
 
 _ROW = "__row"  # a row's index, to gather the sets of count_distinct partials by group
-_GATHERED = ("count_distinct", "top", *SKETCH_FUNCTIONS)  # partials merged in Python, by group
+_GATHERED = ("count_distinct", "top", *SKETCH_FUNCTIONS, *FIRST_LAST)  # partials merged in Python, by group
 _LISTED = ("top", *SKETCH_FUNCTIONS)  # partials made in Python from each group's list of values
 
 
@@ -36,6 +37,7 @@ class FlowInWorker:
     aggregates: tuple[tuple[str, str, str | None], ...] = ()  # (output name, function, column; None: count(*))
     window: WindowAssigner | None = None  # a windowed flow's windows (its keys end with their bounds)
     tops: tuple[tuple[str, int], ...] = ()  # (output name, n) of each top(col, n)
+    orders: tuple[tuple[str, str], ...] = ()  # (output name, event-time column) of each first/last
 
     @classmethod
     def of(cls, agg: AggregateSpec | None) -> FlowInWorker:
@@ -47,7 +49,8 @@ class FlowInWorker:
         functions = agg.state_functions()
         aggregates = tuple((name, f.name, f.column) for name, f in functions.items())
         tops = tuple((name, int(f.param or 0)) for name, f in functions.items() if f.name == "top")
-        return cls(tuple(agg.state_key()), aggregates + (HIDDEN_PARTIALS if window else ()), window, tops)
+        orders = tuple((name, f.order) for name, f in functions.items() if f.order is not None)
+        return cls(tuple(agg.state_key()), aggregates + (HIDDEN_PARTIALS if window else ()), window, tops, orders)
 
     @property
     def stateful(self) -> bool:
@@ -59,8 +62,16 @@ class FlowInWorker:
         if self.window is not None:
             table = self.window.assign(table)
         specs: list[tuple] = []
-        for _, fn, column in self.aggregates:
-            if fn == "count_distinct":
+        ranked: dict[str, Ranked] = {}  # by event-time column: the records' order, for first/last
+        orders = dict(self.orders)
+        for name, fn, column in self.aggregates:
+            if fn in FIRST_LAST:
+                order = orders[name]
+                if order not in ranked:
+                    ranked[order] = Ranked(table, order)
+                    table = table.append_column(f"__rank_{order}", ranked[order].rank)
+                specs.append((f"__rank_{order}", "min" if fn == "first" else "max", _SKIP_NULLS))
+            elif fn == "count_distinct":
                 specs.append((column, "distinct", pc.CountOptions("only_valid")))
             elif fn in _LISTED:
                 specs.append((column, "list"))  # each group's values, made its partial below
@@ -71,7 +82,12 @@ class FlowInWorker:
             else:
                 specs.append((column, fn, _SKIP_NULLS))
         self._check_sums(table, [(column, fn) for _, fn, column in self.aggregates])
-        return self._sketched(self._grouped(table, specs))
+        grouped = self._grouped(table, specs)
+        for i, (name, fn, column) in enumerate(self.aggregates):
+            if fn in FIRST_LAST:  # each group's rank back to its record's (t, p, o, v)
+                structs = ranked[orders[name]].structs(grouped.column(len(self.keys) + i), column or "")
+                grouped = grouped.set_column(len(self.keys) + i, name, structs)
+        return self._sketched(grouped)
 
     def _sketched(self, grouped: pa.Table) -> pa.Table:
         """``grouped`` with each sketch function's list of values per group made its sketch, and
@@ -118,6 +134,10 @@ class FlowInWorker:
                 n = tops[name]
                 lists = [top_merge([values[r] for r in rows], n) for rows in groups]  # guard: top-partials-merge
                 grouped = grouped.set_column(nkeys + i, name, pa.array(lists, table.schema.field(name).type))
+                continue
+            if fn in FIRST_LAST:
+                firsts = [pick(fn, [values[r] for r in rows]) for rows in groups]  # guard: first-last-partials-merge
+                grouped = grouped.set_column(nkeys + i, name, pa.array(firsts, table.schema.field(name).type))
                 continue
             if fn in SKETCH_FUNCTIONS:
                 merge = sketch_merge

@@ -35,6 +35,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pipeline_lib.execution.engine.aggregate import partials_frame
 from pipeline_lib.execution.engine.arrow_fit import large_var_types, needs_spark, python_schemas
 from pipeline_lib.execution.engine.flow_partials import FlowInWorker
+from pipeline_lib.execution.engine.late_letters import LateRoute
 from pipeline_lib.execution.source.epoch_reader import DEAD_LETTER_RAW_BYTES, bad_records_frame
 from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
 from pipeline_lib.execution.source.subtask_start import SourceStart
@@ -44,6 +45,7 @@ from pipeline_lib.spec.models import FlowSpec
 
 BAD_RECORDS = -1  # the output index of bad records; flows are 0..n-1
 SOURCE_STARTED = -2  # the output index of a source subtask's start-up checks, as JSON [index, ok, detail]
+LATE_LETTERS = -3  # the output index of late records written to the dead letters (on_late: dead_letter)
 MAX_ROWS_PER_BLOB = 250_000  # rows per IPC value (a few MB of partials)
 MAX_BLOB_BYTES = 64 << 20  # and bytes per IPC value: far below Spark's 2 GB per value
 COMBINE_AT_ROWS = 1_000_000  # a task folds its partials into one table when they grow past this
@@ -70,6 +72,7 @@ class EpochInWorker:
     dead_letters: TaskPartWriter | None = None  # None: bad records are only counted (on_error: skip)
     bad_schema: pa.Schema | None = None
     start: SourceStart | None = None  # source subtask i's start-up checks, run by task i before it reads
+    late: tuple[LateRoute | None, ...] = ()  # per flow: where its late records go (late_letters)
 
     def rdd_partition(self, task_indexes: Iterable[int]) -> Iterator[Row]:
         """As an RDD's partition function (``mapPartitions`` over the task indexes): the rows of
@@ -103,7 +106,7 @@ class EpochInWorker:
     ) -> tuple[dict[int, pa.Table], dict[int, WrittenParts]]:
         """One task: read its ranges; (each stateful flow's partials, one row per key, by flow
         index; what it wrote of each stateless flow's rows, by flow index, then of the bad
-        records, under BAD_RECORDS)."""
+        records, under BAD_RECORDS, and of the late records, under LATE_LETTERS)."""
         partials: dict[int, list[pa.Table]] = defaultdict(list)  # a stateful flow's partials so far
         rows = {
             index: TaskParts(self.writers[index], self.schemas[index])
@@ -111,6 +114,8 @@ class EpochInWorker:
             if not flow.stateful
         }
         bad = TaskParts(self.dead_letters, self.bad_schema, bad_records=True) if self.reader.tolerant else None
+        routes = [r for r in self.late if r is not None]
+        late = TaskParts(routes[0].writer, self.bad_schema, bad_records=True) if routes else None
         for batch in self.reader.read_task(ranges):
             if bad is not None:
                 errors = batch.column("_error")
@@ -123,6 +128,9 @@ class EpochInWorker:
                 if not flow.stateful:
                     rows[index].add(table)
                     continue
+                route = self.late[index] if index < len(self.late) else None
+                if late is not None and route is not None:
+                    late.add(route.letters(table))  # guard: late-letters-not-written
                 kept = partials[index]
                 kept.append(flow.partials(table))
                 if len(kept) > 1 and sum(t.num_rows for t in kept) > COMBINE_AT_ROWS:
@@ -131,6 +139,8 @@ class EpochInWorker:
         written = {index: parts.finish() for index, parts in rows.items()}
         if bad is not None:
             written[BAD_RECORDS] = bad.finish()
+        if late is not None:
+            written[LATE_LETTERS] = late.finish()
         return combined, written
 
 
@@ -217,11 +227,13 @@ class ArrowEpochs:
         writers: Sequence[TaskPartWriter | None],
         dead_letters: TaskPartWriter | None = None,
         start: SourceStart | None = None,
+        late: Sequence[LateRoute | None] = (),
     ) -> EpochInWorker:
         """The read tasks' function for ``reader``, writing stateless flows' rows with ``writers``
-        (and, with ``start``, running the source subtasks' start-up checks first)."""
+        (and, with ``start``, running the source subtasks' start-up checks first; with ``late``,
+        writing each flow's late records to the dead letters)."""
         return EpochInWorker(
-            reader, self.flows, tuple(writers), tuple(self.schemas), dead_letters, self.bad_schema, start
+            reader, self.flows, tuple(writers), tuple(self.schemas), dead_letters, self.bad_schema, start, tuple(late)
         )
 
     def read(
@@ -235,7 +247,7 @@ class ArrowEpochs:
         flow's result in flow order: a stateful flow's partials as a table, a stateless flow's
         parts as the tasks wrote them with ``writers``; the bytes of task results the driver
         received, which grow with the keys an epoch changed, as the partials do)."""
-        _, bad, results, received = self.read_starting(spark, reader, writers, dead_letters, None)
+        _, bad, results, received, _ = self.read_starting(spark, reader, writers, dead_letters, None)
         return bad, results, received
 
     def read_starting(
@@ -245,16 +257,20 @@ class ArrowEpochs:
         writers: Sequence[TaskPartWriter | None],
         dead_letters: TaskPartWriter | None,
         start: SourceStart | None,
-    ) -> tuple[list[tuple[int, bool, str]], WrittenParts | None, list[pa.Table | WrittenParts], int]:
+        late: Sequence[LateRoute | None] = (),
+    ) -> tuple[
+        list[tuple[int, bool, str]], WrittenParts | None, list[pa.Table | WrittenParts], int, WrittenParts | None
+    ]:
         """``read``, its tasks running the source subtasks' start-up checks first (``start``; one
         task per subtask at least): (each subtask's ``(index, ok, detail)``, then ``read``'s
-        result). A task whose checks failed reads nothing, so the caller must use no part of the
-        result unless every check passed."""
+        result, then the late records written with ``late``, None without a route). A task
+        whose checks failed reads nothing, so the caller must use no part of the result unless
+        every check passed."""
         tasks = max(len(reader.tasks), start.parallelism if start is not None else 0, 1)
         # A plain RDD job: its rows are a few IPC blobs and references, which need none of Spark
         # SQL's planning, code generation or Arrow transport (a short run's first SQL query costs
         # seconds of start-up).
-        worker = self.in_worker(reader, writers, dead_letters, start)
+        worker = self.in_worker(reader, writers, dead_letters, start, late)
         rows: list[Row] = (
             spark.sparkContext.parallelize(range(tasks), tasks).mapPartitions(worker.rdd_partition).collect()
         )
@@ -279,4 +295,6 @@ class ArrowEpochs:
             got = parts.get(index)
             results.append(flow.combined(got).cast(schema) if got else schema.empty_table())
         bad = WrittenParts.combine(written.get(BAD_RECORDS, [])) if self.bad_schema is not None else None
-        return sorted(checks), bad, results, received
+        routed = any(r is not None for r in late)
+        late_written = WrittenParts.combine(written.get(LATE_LETTERS, [])) if routed else None
+        return sorted(checks), bad, results, received, late_written

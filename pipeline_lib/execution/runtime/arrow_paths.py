@@ -36,8 +36,8 @@ class ArrowOnDriver:
         start: SourceStart | None = None,
     ) -> EpochRead:
         """One RDD job: read, decode, aggregate per task; ``start``: the checks its tasks run first."""
-        checks, bad, results, received = self.arrow.read_starting(
-            spark, reader, writers.flows, writers.dead_letters, start
+        checks, bad, results, received, late = self.arrow.read_starting(
+            spark, reader, writers.flows, writers.dead_letters, start, writers.late
         )
         return EpochRead(
             plan,
@@ -45,6 +45,7 @@ class ArrowOnDriver:
             {flow.spec.name: r for flow, r in zip(self.flows, results)},
             received,
             checks if start is not None else None,
+            late=late,
         )
 
     def warm_up(self, spark, reader: KafkaRangeReader, writers: Writers, owners: OwnerTasks) -> None:

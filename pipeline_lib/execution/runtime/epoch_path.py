@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from pipeline_lib.checkpoint.manifest import FileRef, StateSnapshot
 from pipeline_lib.checkpoint.restore import Restored
+from pipeline_lib.execution.engine.late_letters import LateRoute
 from pipeline_lib.execution.runtime.chained_flows import ChainedInput
 from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
 from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
@@ -45,10 +46,12 @@ class FlowMerge(NamedTuple):
 
 class Writers(NamedTuple):
     """Where an epoch's read tasks write: each stateless flow's rows (None for a stateful flow)
-    and the bad records (None: only counted)."""
+    and the bad records (None: only counted); per flow, where its late records go (empty or
+    None: they are only counted; see late_routing)."""
 
     flows: list[TaskPartWriter | None]
     dead_letters: TaskPartWriter | None
+    late: tuple[LateRoute | None, ...] = ()
 
 
 class KeyedStatePlace(Protocol):

@@ -18,6 +18,7 @@ from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
 from pipeline_lib.execution.runtime.arrow_paths import ArrowOnDriver, ArrowOnOwners
 from pipeline_lib.execution.runtime.driver_state import DriverState
 from pipeline_lib.execution.runtime.epoch_path import EpochPath, FlowResult, Writers
+from pipeline_lib.execution.runtime.late_routing import with_late
 from pipeline_lib.execution.runtime.owner_state import OwnerState
 from pipeline_lib.execution.runtime.run_attempt import RunAttempt
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
@@ -40,13 +41,15 @@ def owners_asked(job: JobSpec, master: str | None) -> bool:
 
 
 def driver_only(flow: FlowRuntime) -> bool:
-    """Whether ``flow``'s aggregate merges on the driver only: a window (closed by the watermark)
-    or a ttl (expired by it). avg, the sketches and top are partials that merge
-    the same way on owner tasks (owner_task.OwnerFlow), so they do not keep a flow here."""
+    """Whether ``flow``'s aggregate merges on the driver only: a window (closed by the watermark),
+    a ttl (expired by it) or first/last (whose (time, partition, offset, value) partial the owner
+    merge does not know). avg, the sketches and top are partials that merge the same way on owner
+    tasks (owner_task.OwnerFlow), so they do not keep a flow here."""
     if flow.spec.state is None or flow.spec.state.process is not None:
         return False
     agg = flow.spec.state.aggregate
-    return agg.window is not None or agg.ttl is not None  # guard: owner-window-ttl-on-driver
+    by_time = any(f.name in ("first", "last") for f in agg.functions().values())
+    return agg.window is not None or agg.ttl is not None or by_time  # guard: owner-window-ttl-on-driver
 
 
 def state_on_owners(parts: PipelineParts, master: str | None, stored_groups_apply: bool = True) -> bool:
@@ -104,13 +107,16 @@ def driver_read(
     """How an epoch is read with keyed state on the driver, as ``choose_path`` decides it without
     owner tasks: (reader, writers) -> (bad records, each flow's result). For pipeline_lib.testing,
     which runs a spec's flows without a pipeline, a plan or a snapshot store (``tables``: a join's
-    tables, pinned as they are at each epoch)."""
+    tables, pinned as they are at each epoch). The late records' dead letters (``writers.late``)
+    are in the bad records' files, not in their count."""
     arrow, _ = ArrowEpochs.for_flows(spark, schema, [f.spec for f in flows], tolerant)
     if arrow is None:
         return lambda reader, writers: read_on_driver(spark, reader, flows, tolerant, writers, tables)
 
     def arrow_read(reader: KafkaRangeReader, writers: Writers) -> tuple[WrittenParts | None, dict[str, FlowResult]]:
-        bad, results, _ = arrow.read(spark, reader, writers.flows, writers.dead_letters)
-        return bad, {flow.spec.name: result for flow, result in zip(flows, results)}
+        _, bad, results, _, late = arrow.read_starting(
+            spark, reader, writers.flows, writers.dead_letters, None, writers.late
+        )
+        return with_late(bad, late), {flow.spec.name: result for flow, result in zip(flows, results)}
 
     return arrow_read

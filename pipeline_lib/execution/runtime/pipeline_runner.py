@@ -31,6 +31,7 @@ from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
 from pipeline_lib.execution.runtime.epoch_loop import EpochLoop, epoch_report
 from pipeline_lib.execution.runtime.epoch_trigger import EpochTrigger
 from pipeline_lib.execution.runtime.fair_pools import use_pipeline_pool
+from pipeline_lib.execution.runtime.late_routing import watermarks_after
 from pipeline_lib.execution.runtime.lifecycle import Lifecycle
 from pipeline_lib.execution.runtime.part_writers import PartWriters
 from pipeline_lib.execution.runtime.path_choice import PathChooser, may_carry_checks
@@ -47,6 +48,7 @@ from pipeline_lib.execution.runtime.topic_follow import follow_topic
 from pipeline_lib.execution.runtime.warm_up import WarmUp
 from pipeline_lib.execution.source.epoch_reader import source_schema
 from pipeline_lib.execution.source.subtask_start import SourceStart
+from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.faults import fault_point
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.offsets import EpochPlan
@@ -338,7 +340,7 @@ class PipelineRunner:
                 if read is None:
                     read = reader.read(loop.spark, loop.schema, plan, reader.owner_tasks(plan))
             reader.path.state.adopt(read)
-            loop.planned = self._read_next(loop, plan)
+            loop.planned = self._read_next(loop, plan, watermarks_after(self.parts.flows, read))
             manifest, head, loop.head_version = commit.run(read, loop.history, loop.head_version)
             self.publisher.publish_through(loop.spark, manifest.epoch, head.history)
             loop.history, loop.base_id, loop.positions = head.history, manifest.snapshot_id, manifest.positions
@@ -358,11 +360,12 @@ class PipelineRunner:
             self._status("STOPPED", loop.epoch, self.attempt.stop_reason if stop.is_set() else None)
         return loop.epoch
 
-    def _read_next(self, loop: EpochLoop, plan: EpochPlan) -> EpochPlan | None:
+    def _read_next(self, loop: EpochLoop, plan: EpochPlan, starts: dict[str, Watermark] | None) -> EpochPlan | None:
         """Plan the epoch after ``plan`` (it starts where ``plan`` ends, on the snapshot ``plan``
-        is about to commit) and start its read, unless the run ends with ``plan``."""
+        is about to commit) and start its read, unless the run ends with ``plan`` (or ``starts``,
+        the watermarks that judge its late records, is None: see late_routing)."""
         max_epochs = self.parts.options.max_epochs
-        if self.attempt.stop_requested.is_set() or self.autoscaler.holds_read_ahead():
+        if self.attempt.stop_requested.is_set() or self.autoscaler.holds_read_ahead() or starts is None:
             return None
         if max_epochs is not None and len(self.epochs) + 1 >= max_epochs:
             return None
@@ -379,7 +382,7 @@ class PipelineRunner:
         reader = self._reader()
         owners = reader.owner_tasks(following)  # with this epoch's files (see adopt)
         spark, schema = loop.spark, loop.schema
-        loop.ahead.submit(following.epoch, lambda: reader.read(spark, schema, following, owners))
+        loop.ahead.submit(following.epoch, lambda: reader.read(spark, schema, following, owners, starts=starts))
         return following
 
     def _status(self, state: LifecycleState, epoch: int, reason: str | None = None) -> None:

@@ -19,6 +19,7 @@ from pipeline_lib.checkpoint.epoch_commit import (
 from pipeline_lib.checkpoint.manifest import HistoryEntry
 from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
 from pipeline_lib.execution.runtime.epoch_path import EpochPath, FlowMerge, KeyedStatePlace, OwnerTasks
+from pipeline_lib.execution.runtime.late_routing import dead_letter_files, routed
 from pipeline_lib.execution.runtime.part_writers import PartWriters
 from pipeline_lib.execution.runtime.phase_timer import PhaseTimer
 from pipeline_lib.execution.runtime.run_attempt import RunAttempt
@@ -26,6 +27,7 @@ from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
 from pipeline_lib.execution.source.epoch_reader import epoch_range_reader, range_reader
 from pipeline_lib.execution.source.subtask_start import SourceStart
+from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.faults import fault_point
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.sink.delta_sink import DeltaSink
@@ -48,11 +50,18 @@ class EpochReader:
         return self.path.state.owner_tasks(plan.epoch, plan.records, ended=plan_ends(plan))
 
     def read(
-        self, spark, schema, plan: EpochPlan, owners: OwnerTasks = (), start: SourceStart | None = None
+        self,
+        spark,
+        schema,
+        plan: EpochPlan,
+        owners: OwnerTasks = (),
+        start: SourceStart | None = None,
+        starts: dict[str, Watermark] | None = None,
     ) -> EpochRead:
         """Read ``plan`` (``owners``: from ``owner_tasks``). ``start``: the source subtasks'
         start-up checks, run by the read tasks first (only a path that ``carries_checks``; see
-        runtime.startup), their results in ``EpochRead.checks``."""
+        runtime.startup), their results in ``EpochRead.checks``. ``starts``: the flows'
+        watermarks as the epoch starts, when it is read ahead (late_routing)."""
         parts = self.parts
         with clear_spark_errors(f"epoch {plan.epoch} of pipeline {parts.pipeline.name}"):
             spark.sparkContext.addJobTag(self.attempt.job_tag)  # on the calling thread: this one or a read-ahead's
@@ -67,7 +76,8 @@ class EpochReader:
                 job.max_record_bytes,
                 job.max_batch_bytes,
             )
-            return self.path.read(spark, reader, plan, self.writers.for_epoch(plan.epoch), owners, start)
+            writers = routed(self.writers.for_epoch(plan.epoch), parts.flows, starts)
+            return self.path.read(spark, reader, plan, writers, owners, start)
 
     def warm_up(self, spark, schema) -> None:
         """The path's epoch query once over no records (a task of no ranges per subtask: each
@@ -156,7 +166,7 @@ class EpochCommit:
                 flow.sink.merge_on(self.attempt.spark, self.attempt.job_tag)
         dead = self.parts.dead_letters
         dead_letters = (
-            DeadLetterOutput(dead, self.parts.sink_digest(plan, "dead-letters"), bad.files)
+            DeadLetterOutput(dead, self.parts.sink_digest(plan, "dead-letters"), dead_letter_files(bad, read.late))
             if dead is not None and bad is not None
             else None
         )

@@ -121,6 +121,7 @@ class EpochRead:
     # each source subtask's start-up checks (index, ok, detail) when the read ran them (runtime.startup)
     checks: list[tuple[int, bool, str]] | None = None
     state_reads: StateReads | None = None  # where the owner tasks found the previous state (None off owner tasks)
+    late: WrittenParts | None = None  # the late records the read tasks dead-lettered (on_late: dead_letter)
 
 
 @dataclass

@@ -13,6 +13,8 @@ from pipeline_lib.execution.engine.transforms import apply_transforms
 from pipeline_lib.execution.runtime.chained_flows import chained_input
 from pipeline_lib.execution.runtime.driver_state import DriverState
 from pipeline_lib.execution.runtime.epoch_path import FlowResult, OwnerTasks, Writers
+from pipeline_lib.execution.runtime.late_letters_sql import arrow_schema_of, late_letters
+from pipeline_lib.execution.runtime.late_routing import with_late
 from pipeline_lib.execution.runtime.owner_state import OwnerState
 from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
 from pipeline_lib.execution.source.epoch_reader import bad_records_frame, read_tasks
@@ -48,8 +50,8 @@ class SparkSqlOnDriver:
         """The epoch's rows read once for every flow; stateless flows written by the tasks."""
         assert start is None, "only the Arrow path's read runs the start-up checks"
         tables = StaticTables(self.settings, plan.tables)
-        bad, results, _ = _spark_sql_epoch(spark, reader, self.flows, self.tolerant, writers, None, tables)
-        return EpochRead(plan, bad, results, 0)
+        bad, results, _, late = _spark_sql_epoch(spark, reader, self.flows, self.tolerant, writers, None, tables)
+        return EpochRead(plan, bad, results, 0, late=late)
 
     def warm_up(self, spark, reader: KafkaRangeReader, writers: Writers, owners: OwnerTasks) -> None:
         """Each flow's query over no rows (a flow with a Python hook: only the read)."""
@@ -93,10 +95,10 @@ class SparkSqlOnOwners:
             return dict(owned), received, reads
 
         tables = StaticTables(self.settings, plan.tables)
-        bad, results, (received, reads) = _spark_sql_epoch(
+        bad, results, (received, reads), late = _spark_sql_epoch(
             spark, reader, self.flows, self.tolerant, writers, to_owners, tables
         )
-        return EpochRead(plan, bad, results, received, state_reads=reads)
+        return EpochRead(plan, bad, results, received, state_reads=reads, late=late)
 
     def warm_up(self, spark, reader: KafkaRangeReader, writers: Writers, owners: OwnerTasks) -> None:
         """Each flow's query over no rows, its partials at the driver (no owner task runs)."""
@@ -112,9 +114,10 @@ def read_on_driver(
     tables: StaticTables | None = None,
 ) -> tuple[WrittenParts | None, dict[str, FlowResult]]:
     """An epoch read as ``SparkSqlOnDriver`` reads it, without a plan or a pipeline (pipeline_lib.testing;
-    ``tables``: a join's tables pinned as they are now)."""
-    bad, results, _ = _spark_sql_epoch(spark, reader, flows, tolerant, writers, None, tables)
-    return bad, results
+    ``tables``: a join's tables pinned as they are now); the late records' dead letters are in the
+    bad records' files, not in their count."""
+    bad, results, _, late = _spark_sql_epoch(spark, reader, flows, tolerant, writers, None, tables)
+    return with_late(bad, late), results
 
 
 def _spark_sql_epoch(
@@ -125,16 +128,21 @@ def _spark_sql_epoch(
     writers: Writers,
     to_owners,
     tables: StaticTables | None,
-) -> tuple[WrittenParts | None, dict[str, FlowResult], tuple[int, StateReads | None]]:
+) -> tuple[WrittenParts | None, dict[str, FlowResult], tuple[int, StateReads | None], WrittenParts | None]:
     """Read the epoch's rows (once for all flows of the pipeline and its bad records), write the
     bad records and the stateless flows' rows in the tasks, and give each stateful flow's
-    partials to the driver, or with ``to_owners`` to the owner tasks."""
+    partials to the driver, or with ``to_owners`` to the owner tasks; last, the late records
+    the tasks wrote to the dead letters (None: no flow routes them, see late_letters)."""
     df = read_tasks(spark, reader)
     shared = len(flows) > 1 or tolerant
+    persisted: list = []  # frames read twice: a late-routing flow's rows
     if shared:
         df = df.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        bad = None
+        bad, letters = None, None
+        late_written: list[WrittenParts] | None = None
+        if any(r is not None for r in writers.late):
+            late_written, letters = [], arrow_schema_of(spark, bad_records_frame(df))
         if tolerant:
             bad = collected(
                 bad_records_frame(df)
@@ -158,6 +166,11 @@ def _spark_sql_epoch(
                 results[flow.spec.name] = collected(rows.mapInArrow(WriteRows(writer), WRITTEN_DDL).toArrow())
                 continue
             assert flow.spec.state is not None
+            route = writers.late[index] if index < len(writers.late) else None
+            if route is not None and late_written is not None:  # an aggregate's late records
+                rows = rows.persist(StorageLevel.MEMORY_AND_DISK)  # read by the partials too
+                persisted.append(rows)
+                late_written.append(late_letters(rows, route, letters, where))
             if flow.spec.state.process is not None and to_owners is None:  # its rows, for the driver
                 results[flow.spec.name] = ProcessInput(rows.toArrow(), reader.epoch)
             elif flow.spec.state.process is not None:
@@ -170,8 +183,12 @@ def _spark_sql_epoch(
         if partials:
             owned, received, reads = to_owners(partials)
             results.update({flows[index].spec.name: result for index, result in owned.items()})
-        return bad, {flow.spec.name: results[flow.spec.name] for flow in flows}, (received, reads)
+        in_order = {flow.spec.name: results[flow.spec.name] for flow in flows}
+        late = WrittenParts.combine(late_written) if late_written is not None else None
+        return bad, in_order, (received, reads), late
     finally:
+        for frame in persisted:
+            frame.unpersist()
         if shared:
             df.unpersist()
 

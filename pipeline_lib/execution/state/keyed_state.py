@@ -25,6 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline_lib.errors import PipelineError
+from pipeline_lib.execution.engine.first_last import FIRST_LAST
+from pipeline_lib.execution.engine.first_last import pick as pick_record
 from pipeline_lib.execution.engine.sketches import SKETCH_FUNCTIONS, sketch_merge
 from pipeline_lib.execution.engine.top_values import top_merge
 from pipeline_lib.plan.keygroups import key_groups_of
@@ -150,6 +152,8 @@ def _combine(fn: str, old: np.ndarray, new: np.ndarray, param: float | None = No
         return _objects([sorted(set(a).union(b)) for a, b in zip(old, new)])
     if fn == "top":  # each key's n largest values
         return _objects([top_merge([a, b], int(param or 0)) for a, b in zip(old, new)])  # guard: top-state-merge
+    if fn in FIRST_LAST:  # the (event time, partition, offset, value) of the earlier (later) record
+        return _objects([pick_record(fn, [a, b]) for a, b in zip(old, new)])  # guard: first-last-state-merge
     if fn in SKETCH_FUNCTIONS:  # serialized sketches: their union
         return _objects([sketch_merge(fn, [a, b]) for a, b in zip(old, new)])  # guard: sketch-state-merge
     pick = min if fn == "min" else max
