@@ -273,7 +273,9 @@ def autoscale(
 ) -> None:
     """Lag and parallelism over time under a stepped input rate, autoscaling off and on.
 
-    Prints both series side by side and each run's largest and final lag (see benchmarks/autoscale.py)."""
+    On a standalone cluster of --workers one-core workers (dynamic allocation on) unless 0. Prints both
+    series side by side and each run's largest and final lag, and writes report.md with the figure
+    autoscale.svg to --out (see benchmarks/autoscale.py)."""
     from benchmarks.autoscale import autoscale as run_autoscale
     from benchmarks.config import parse_keys
 

@@ -3,7 +3,9 @@ cores the cluster granted the application and no further, saying so (its reason 
 ``autoscale_capped`` metric); with dynamic allocation the runner asks Spark for an executor before
 it scales up and the executor is released after it scales down; an executor SIGKILLed in an
 autoscaled run leaves the output equal to plain Python. 12k events at 1k per epoch: 12 epochs
-from parallelism 1, 2k records of lag on target (docs/autoscaling.md)."""
+from parallelism 1, 8k records of lag on target: up to 2 after epoch 1 (applied after
+epoch 2, the read of which is in flight), down to 1 after epoch 8 (4k of lag, applied after epoch
+9) (docs/autoscaling.md)."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def _autoscaled(tmp_path, payments, most: int, spark: dict | None = None, extra:
         spark=spark,
         checkpoint={"retain": 20},  # every epoch's manifest, for the per-epoch check
         extra={
-            "autoscale": {"min": 1, "max": most, "target_lag_records": 2_000, "cooldown_epochs": 0},
+            "autoscale": {"min": 1, "max": most, "target_lag_records": 8_000, "cooldown_epochs": 0},
             **(extra or {}),
         },
     )
@@ -109,22 +111,21 @@ def test_with_dynamic_allocation_executors_are_asked_for_before_a_scale_up_and_r
         return cores[-1]
 
     try:
-        run.until(lambda: app_cores() == 1 and "epoch 1 committed" in run.stderr(), 300, "one executor, epoch 1")
-        run.until(lambda: app_cores() == 2, 300, "a second executor after the scale-up")
-        run.until(lambda: f"epoch {EPOCHS} committed" in run.stderr(), 600, "every epoch committed")
+        run.until(lambda: app_cores() and f"epoch {EPOCHS} committed" in run.stderr(), 900, "every epoch committed")
         run.until(lambda: app_cores() == 1, 300, "the second executor released after the scale-down")
         stop.touch()
         assert run.wait(300) == 0, run.stderr()[-3000:]
     finally:
         stop.touch()
         run.kill()
+    seen = [c for i, c in enumerate(cores) if c and (i == 0 or c != cores[i - 1])]  # its changes, none before start
+    assert seen[0] == 1 and 2 in seen and seen[-1] == 1, seen
     log = run.stderr()
     asked = log.index("asked Spark for 1 more executor(s) before scaling up")
     by_epoch = parallelism_by_epoch(log)
     first_at_2 = min(e for e, p in by_epoch.items() if p == 2)
     assert asked < log.index(f"epoch {first_at_2} committed"), log[-3000:]
     assert "autoscale lowers parallelism 2 → 1" in log and by_epoch[EPOCHS] == 1, by_epoch
-    assert max(cores) == 2
     _exact(cluster_env, local_stack, cluster_payments, name, sink, store)
 
 
