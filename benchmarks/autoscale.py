@@ -98,7 +98,13 @@ def run_once(
     create_topic(bootstrap, topic, PARTITIONS)
     work = root / mode
     work.mkdir()
-    spec = spend_job_spec(mode, topic, f"file://{work}/out", f"file://{work}/ckpt", per_epoch=cfg["per_epoch"])
+    # a cluster's executors share no directory with the driver: the stack's S3 server there
+    out, ckpt = (
+        (f"s3://results/{topic}", f"s3://checkpoints/{topic}")
+        if cluster
+        else (f"file://{work}/out", f"file://{work}/ckpt")
+    )
+    spec = spend_job_spec(mode, topic, out, ckpt, per_epoch=cfg["per_epoch"])
     spec.update(parallelism=1, trigger={**spec["trigger"], "interval": "500 ms"})
     if mode == "on":
         spec["autoscale"] = {"min": 1, "max": cfg["max"], "target_lag_records": cfg["target_lag"], "cooldown_epochs": 1}
