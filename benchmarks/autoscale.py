@@ -1,16 +1,21 @@
 """Autoscaling: lag and parallelism over time while the input rate steps up and down.
 
     python -m benchmarks autoscale [--rates 200,2000,200] [--seconds 20] [--max 2] [--target-lag 2000]
+        [--workers 2] [--out DIR]
 
-On one embedded stack, the spend-per-user job runs as a continuous ``pipeline-lib run`` process
-twice on a fresh topic each: with autoscaling off (parallelism 1) and on (from 1 up to
-``--max``, ``target_lag_records`` = ``--target-lag``); once one event is seen committed (Spark is
-up), a producer sends at each rate in turn for ``--seconds``. Every second it samples the lag
-(events sent minus records the committed epochs read) and the parallelism of the last committed
-epoch, and prints both series side by side, then per run the largest lag, the lag at the end and
-the largest parallelism. Spark itself has no
-counterpart inside one running query (dynamic allocation adds executors, never tasks to a
-planned micro-batch), so the comparison is this job with and without it.
+On one embedded stack and, with ``--workers`` N (the default, 2), a Spark standalone cluster of N
+one-core workers (as the cluster tests start; dynamic allocation on, with shuffle tracking, so an
+application's executors come and go; 0: local mode), the spend-per-user job runs as a continuous
+``pipeline-lib run`` process twice on a fresh topic each: with autoscaling off (parallelism 1) and
+on (from 1 up to ``--max``, ``target_lag_records`` = ``--target-lag``); once one event is seen
+committed (Spark is up), a producer sends at each rate in turn for ``--seconds``. Every second it
+samples the lag (events sent minus records the committed epochs read), the parallelism of the last
+committed epoch and, on a cluster, the cores the master has granted the application; it prints
+both series side by side, then per run the largest lag, the lag at the end and the largest
+parallelism, and writes report.md, report.json and the figure autoscale.svg to ``--out``
+(benchmarks/autoscale_report.py). Spark itself has no counterpart inside one running query
+(dynamic allocation adds executors, never tasks to a planned micro-batch), so the comparison is
+this job with and without it.
 """
 
 from __future__ import annotations
@@ -26,12 +31,42 @@ from typing import Any
 
 import yaml
 
+from benchmarks.autoscale_report import summary, table, write_report
 from benchmarks.latency_probe import RateProducer, Stamps
 from benchmarks.our_job import parse_epoch_line
 from pipeline_lib.localstack import start_stack, stop_stack
 from pipeline_lib.samples import create_topic, spend_job_spec
+from pipeline_lib.settings import ENV_SPARK_MASTER
+from testing_servers.spark_cluster import SparkCluster, start_spark_cluster
 
 PARTITIONS = 4
+
+
+def dynamic_allocation(most: int) -> dict[str, str]:
+    """A standalone application's executors with the tasks: one to start with, up to ``most``,
+    an idle one released after 5 s (shuffle tracking stands for an external shuffle service)."""
+    return {
+        "spark.driver.host": "127.0.0.1",  # everything of this benchmark is on loopback
+        "spark.dynamicAllocation.enabled": "true",
+        "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+        "spark.dynamicAllocation.shuffleTracking.timeout": "5s",
+        "spark.dynamicAllocation.executorIdleTimeout": "5s",
+        "spark.dynamicAllocation.minExecutors": "1",
+        "spark.dynamicAllocation.initialExecutors": "1",
+        "spark.dynamicAllocation.maxExecutors": str(most),
+        "spark.executor.cores": "1",
+    }
+
+
+def app_cores(cluster: SparkCluster | None, name: str) -> int | None:
+    """The cores the master has granted the application of job ``name`` (None: local mode)."""
+    if cluster is None:
+        return None
+    try:
+        apps = cluster.state()["activeapps"]
+    except OSError:
+        return None
+    return next((a["cores"] for a in apps if a["name"] == f"pipeline-lib:{name}"), 0)
 
 
 class _Epochs:
@@ -54,16 +89,27 @@ class _Epochs:
                     self.parallelism = epoch.get("parallelism", self.parallelism)
 
 
-def run_once(mode: str, bootstrap: str, env: dict[str, str], root: Path, cfg: dict[str, Any]) -> list[tuple]:
-    """One continuous run (autoscale ``mode`` on or off) under the stepped rates: (second, rate, lag, parallelism)."""
+def run_once(
+    mode: str, bootstrap: str, env: dict[str, str], root: Path, cfg: dict[str, Any], cluster: SparkCluster | None
+) -> list[tuple]:
+    """One continuous run (autoscale ``mode`` on or off) under the stepped rates: (second, rate,
+    lag, parallelism, cores)."""
     topic = f"autoscale-{mode}"
     create_topic(bootstrap, topic, PARTITIONS)
     work = root / mode
     work.mkdir()
-    spec = spend_job_spec(mode, topic, f"file://{work}/out", f"file://{work}/ckpt", per_epoch=cfg["per_epoch"])
+    # a cluster's executors share no directory with the driver: the stack's S3 server there
+    out, ckpt = (
+        (f"s3://results/{topic}", f"s3://checkpoints/{topic}")
+        if cluster
+        else (f"file://{work}/out", f"file://{work}/ckpt")
+    )
+    spec = spend_job_spec(mode, topic, out, ckpt, per_epoch=cfg["per_epoch"])
     spec.update(parallelism=1, trigger={**spec["trigger"], "interval": "500 ms"})
     if mode == "on":
         spec["autoscale"] = {"min": 1, "max": cfg["max"], "target_lag_records": cfg["target_lag"], "cooldown_epochs": 1}
+    if cluster is not None:
+        spec["spark"] = {"cores_max": cfg["max"], "conf": dynamic_allocation(cfg["max"])}
     (work / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     stop = work / "stop"
     proc = subprocess.Popen(
@@ -108,7 +154,8 @@ def run_once(mode: str, bootstrap: str, env: dict[str, str], root: Path, cfg: di
             with stamps.lock:
                 sent = len(stamps.sent)
             lag = max(0, sent - epochs.records)  # the warm-up event is in both
-            samples.append((round(time.monotonic() - started), rate_now[0], lag, epochs.parallelism))
+            cores = app_cores(cluster, mode)
+            samples.append((round(time.monotonic() - started), rate_now[0], lag, epochs.parallelism, cores))
             if not sender.is_alive():
                 drain_until = drain_until or time.monotonic() + cfg["drain_s"]
                 if lag == 0 or time.monotonic() > drain_until:
@@ -125,10 +172,19 @@ def run_once(mode: str, bootstrap: str, env: dict[str, str], root: Path, cfg: di
     return samples
 
 
-def autoscale(rates: list[int], seconds: float, max_parallelism: int, target_lag: int, per_epoch: int) -> int:
-    """Both runs; print lag and parallelism over time side by side, then a summary per run."""
+def autoscale(
+    rates: list[int],
+    seconds: float,
+    max_parallelism: int,
+    target_lag: int,
+    per_epoch: int,
+    workers: int = 2,
+    out: Path | None = None,
+) -> int:
+    """Both runs; print lag and parallelism over time side by side and a summary per run; write the report."""
     root = Path(tempfile.mkdtemp(prefix="pipeline-bench-autoscale-"))
     stack = start_stack(root / "stack", broker_storage="memory")
+    tier = f"a standalone cluster of {workers} one-core workers, dynamic allocation" if workers else "local mode"
     cfg = {
         "rates": rates,
         "seconds": seconds,
@@ -137,27 +193,25 @@ def autoscale(rates: list[int], seconds: float, max_parallelism: int, target_lag
         "per_epoch": per_epoch,
         "drain_s": 120.0,
         "startup_s": 300.0,
+        "tier": tier,
     }
+    cluster = None
     try:
         env = {"SPARK_LOCAL_IP": "127.0.0.1", **os.environ, **stack.env()}
-        runs = {mode: run_once(mode, stack.kafka_bootstrap, env, root, cfg) for mode in ("off", "on")}
+        if workers:
+            cluster = start_spark_cluster(root / "cluster", workers, cores=1, memory="2g")
+            env[ENV_SPARK_MASTER] = cluster.master_url
+        runs = {mode: run_once(mode, stack.kafka_bootstrap, env, root, cfg, cluster) for mode in ("off", "on")}
     finally:
+        if cluster is not None:
+            cluster.stop()
         stop_stack(root / "stack")
-    print(f"\nrates {rates} events/s, {seconds:g} s each; autoscale on: 1..{max_parallelism}, target lag {target_lag}")
-    print(f"{'second':>6} {'rate':>6} | {'lag off':>8} {'p off':>5} | {'lag on':>8} {'p on':>5}")
-    off, on = runs["off"], runs["on"]
-    for i in range(max(len(off), len(on))):
-        a = off[i] if i < len(off) else (None, None, None, None)
-        b = on[i] if i < len(on) else (None, None, None, None)
-        second, rate = a[0] if a[0] is not None else b[0], a[1] if a[1] is not None else b[1]
-        print(f"{second:>6} {rate:>6} | {_v(a[2]):>8} {_v(a[3]):>5} | {_v(b[2]):>8} {_v(b[3]):>5}")
-    for mode, samples in runs.items():
-        print(
-            f"autoscale {mode}: largest lag {max(s[2] for s in samples)}, lag at the end {samples[-1][2]}, "
-            f"largest parallelism {max(s[3] for s in samples)}, {len(samples)} s"
-        )
+    print(
+        f"\nrates {rates} events/s, {seconds:g} s each; {tier}; "
+        f"autoscale on: 1..{max_parallelism}, target lag {target_lag}"
+    )
+    print("\n".join(table(runs)))
+    print("\n".join(summary(runs)))
+    figure = write_report(runs, cfg, out or root / "report")
+    print(f"report: {figure.parent / 'report.md'}, figure: {figure}")
     return 0
-
-
-def _v(value: int | None) -> str:
-    return "" if value is None else str(value)

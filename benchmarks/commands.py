@@ -264,10 +264,18 @@ def autoscale(
     max_parallelism: Annotated[int, typer.Option("--max", min=1, help="autoscale.max of the run with it on.")] = 2,
     target_lag: Annotated[int, typer.Option(min=1, help="autoscale.target_lag_records.")] = 2_000,
     per_epoch: Annotated[int, typer.Option(min=1, help="trigger.max_records_per_epoch.")] = 2_000,
+    workers: Annotated[
+        int, typer.Option(min=0, help="One-core workers of a Spark standalone cluster (0: local mode).")
+    ] = 2,
+    out: Annotated[
+        Path | None, typer.Option(help="Where report.md and autoscale.svg go (default: a temp dir).")
+    ] = None,
 ) -> None:
     """Lag and parallelism over time under a stepped input rate, autoscaling off and on.
 
-    Prints both series side by side and each run's largest and final lag (see benchmarks/autoscale.py)."""
+    On a standalone cluster of --workers one-core workers (dynamic allocation on) unless 0. Prints both
+    series side by side and each run's largest and final lag, and writes report.md with the figure
+    autoscale.svg to --out (see benchmarks/autoscale.py)."""
     from benchmarks.autoscale import autoscale as run_autoscale
     from benchmarks.config import parse_keys
 
@@ -277,7 +285,7 @@ def autoscale(
             raise ValueError(f"{rates!r}: give rates of at least 1 event per second")
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--rates") from None
-    raise typer.Exit(run_autoscale(chosen, seconds, max_parallelism, target_lag, per_epoch))
+    raise typer.Exit(run_autoscale(chosen, seconds, max_parallelism, target_lag, per_epoch, workers, out))
 
 
 @bench_app.command("joins")

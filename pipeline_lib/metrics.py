@@ -44,6 +44,7 @@ METRICS = {
     "fenced": ("count", "attempts that stopped because a newer one owns the pipeline"),
     "parallelism": ("gauge", "the subtasks the epoch ran with (autoscale changes it between epochs)"),
     "autoscale_events": ("count", "changes of the parallelism the autoscaler decided after the epoch"),
+    "autoscale_capped": ("count", "scale-ups that stayed or fell short because Spark offered no more cores"),
 }
 
 
@@ -90,6 +91,8 @@ class RunMetrics:
             batch.gauge(f"{p}.parallelism", report.parallelism)
             if report.scaled_to is not None:
                 batch.incr(f"{p}.autoscale_events")
+            if report.autoscale_capped:
+                batch.incr(f"{p}.autoscale_capped")
 
     def run(self, summary: JobSummary) -> None:
         """Once a run ends: each pipeline's restore time and fenced attempts."""

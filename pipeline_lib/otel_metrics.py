@@ -110,6 +110,8 @@ class OtelRunMetrics:
         self._record("parallelism", report.parallelism, pipeline=p)
         if report.scaled_to is not None:
             self._record("autoscale_events", 1, pipeline=p)
+        if report.autoscale_capped:
+            self._record("autoscale_capped", 1, pipeline=p)
 
     def run(self, summary: JobSummary) -> None:
         """Once a run ends: each pipeline's restore time and fenced attempts, then the last export."""

@@ -37,12 +37,14 @@ class EpochLoad:
 
 @dataclass(frozen=True)
 class Decision:
-    """What the autoscaler chose after ``epoch``: ``before`` → ``parallelism``, and ``reason``."""
+    """What the autoscaler chose after ``epoch``: ``before`` → ``parallelism``, and ``reason``;
+    ``capped``: a scale-up the load asked for stayed (or went less far) for want of Spark's cores."""
 
     epoch: int
     before: int
     parallelism: int
     reason: str
+    capped: bool = False
 
     @property
     def changed(self) -> bool:
@@ -76,8 +78,8 @@ def decide(
     (no further than ``capacity``, the cores Spark offers the pipeline) or down at or below
     scale_down_at. A scale-up Spark cannot give cores for stays, and says so."""
 
-    def to(parallelism: int, reason: str) -> Decision:
-        return Decision(load.epoch, current, parallelism, reason)
+    def to(parallelism: int, reason: str, capped: bool = False) -> Decision:
+        return Decision(load.epoch, current, parallelism, reason, capped)
 
     if current < settings.min:  # guard: autoscale-below-min-kept
         return to(settings.min, f"below autoscale.min {settings.min}")
@@ -98,6 +100,14 @@ def decide(
                 current,
                 f"{measured} ≥ scale_up_at {settings.scale_up_at}: wants {want} subtasks, "
                 f"Spark offers {capacity} cores: stays",
+                capped=True,
+            )
+        if granted < want:  # guard: autoscale-capped-unsaid
+            return to(
+                granted,
+                f"{measured} ≥ scale_up_at {settings.scale_up_at}: wants {want} subtasks, "
+                f"Spark offers {capacity} cores",
+                capped=True,
             )
         return to(granted, f"{measured} ≥ scale_up_at {settings.scale_up_at}")
     if ratio <= settings.scale_down_at:

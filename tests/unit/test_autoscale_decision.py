@@ -47,13 +47,16 @@ def test_at_max_stays_and_says_so():
 
 def test_a_scale_up_spark_cannot_give_cores_for_stays_and_says_so():
     d = decide(LAG, load(lag=5_000), 2, [], capacity=2)
-    assert d.parallelism == 2
+    assert (d.parallelism, d.capped) == (2, True)
     assert "wants 3 subtasks, Spark offers 2 cores: stays" in d.reason
 
 
 def test_a_scale_up_goes_no_further_than_the_cores_spark_offers():
     settings = LAG.model_copy(update={"step": 2})
-    assert decide(settings, load(lag=5_000), 1, [], capacity=2).parallelism == 2
+    d = decide(settings, load(lag=5_000), 1, [], capacity=2)
+    assert (d.parallelism, d.capped) == (2, True)
+    assert "wants 3 subtasks, Spark offers 2 cores" in d.reason
+    assert not decide(settings, load(lag=5_000), 1, [], capacity=8).capped
 
 
 def test_low_load_scales_down_by_step_to_min():

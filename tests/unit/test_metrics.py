@@ -55,6 +55,7 @@ REPORT = EpochReport(
     parallelism=2,
     autoscale="2 → 3: load 1.50 (lag 60000 records) ≥ scale_up_at 1.0",
     scaled_to=3,
+    autoscale_capped=True,
 )
 
 
@@ -82,6 +83,7 @@ def test_an_epoch_s_metrics_are_named_job_pipeline_metric(receiver):
         f"{p}.late_records": ("0", "c"),
         f"{p}.parallelism": ("2", "g"),
         f"{p}.autoscale_events": ("1", "c"),
+        f"{p}.autoscale_capped": ("1", "c"),
     }
     documented = {name.split(".")[0] for name in METRICS}
     assert {name[len(p) + 1 :].split(".")[0] for name in got} <= documented

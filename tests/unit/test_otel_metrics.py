@@ -112,6 +112,7 @@ def test_a_run_s_metrics_reach_an_otlp_collector_with_attributes(collector):
         ("pipeline_lib.late_records", main): ("sum", 0),
         ("pipeline_lib.parallelism", main): ("gauge", 2),
         ("pipeline_lib.autoscale_events", main): ("sum", 1),
+        ("pipeline_lib.autoscale_capped", main): ("sum", 1),
         ("pipeline_lib.restore_duration", main): ("histogram", 1500.0),
         ("pipeline_lib.fenced", (("job", "spend per user"), ("pipeline", "refunds"))): ("sum", 1),
     }

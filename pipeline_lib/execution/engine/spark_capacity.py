@@ -4,9 +4,11 @@ Local mode: the N of ``local[N]`` (the machine's cores for ``local[*]``). A clus
 allocation, ``spark.dynamicAllocation.maxExecutors`` × ``spark.executor.cores`` (no more than
 ``spark.cores.max``), and Spark is asked for the executors a scale-up needs
 (``SparkContext.requestExecutors``; it releases idle ones itself after a scale-down, per
-``spark.dynamicAllocation.executorIdleTimeout``); without it, ``spark.cores.max``, else Spark's
-``defaultParallelism``. Best effort: a cluster that cannot start executors leaves the tasks
-queued, and the next decision sees the epoch's time.
+``spark.dynamicAllocation.executorIdleTimeout``); without it, the cores the cluster granted the
+application's live executors (a standalone application gets what its workers had free, up to
+``spark.cores.max``, and loses a lost worker's), else ``spark.cores.max``, else Spark's
+``defaultParallelism``. Best effort: a cluster that cannot start the executors asked for leaves the
+tasks queued, and the next decision sees the epoch's time.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +30,27 @@ def offered_cores(spark) -> int:
     local = _LOCAL.match(sc.master or "")
     if local:
         return (os.cpu_count() or 1) if local.group(1) == "*" else int(local.group(1))
-    cores_max = conf.get("spark.cores.max")
-    if dynamic_allocation(spark):
-        most = int(conf.get("spark.dynamicAllocation.maxExecutors", "0") or 0) * executor_cores(spark)
-        if most > 0:
-            return min(most, int(cores_max)) if cores_max else most
+    dynamic = dynamic_allocation(spark)
+    return cluster_cores(
+        conf.get("spark.cores.max"),
+        int(conf.get("spark.dynamicAllocation.maxExecutors", "0") or 0) * executor_cores(spark) if dynamic else None,
+        None if dynamic else granted_cores(spark),
+        lambda: int(sc.defaultParallelism),
+    )
+
+
+def cluster_cores(
+    cores_max: str | None, dynamic_most: int | None, granted: int | None, default_parallelism: Callable[[], int]
+) -> int:
+    """The cores a cluster offers: with dynamic allocation its most (``dynamic_most``: maxExecutors
+    × executor cores, 0 when unbounded), else the cores ``granted`` to live executors; either no
+    more than ``cores_max``; else ``cores_max``, else Spark's default parallelism."""
+    most = dynamic_most if dynamic_most else granted
+    if most is not None:  # guard: autoscale-beyond-granted-cores
+        return min(most, int(cores_max)) if cores_max else most
     if cores_max:
         return int(cores_max)
-    return int(sc.defaultParallelism)
+    return default_parallelism()
 
 
 def dynamic_allocation(spark) -> bool:
@@ -60,4 +76,23 @@ def ask_for_executors(spark, cores: int) -> bool:
         return False
     if not granted:
         log.warning("Spark refused a request for %d more executor(s): the scale-up waits for cores", executors)
+    else:
+        log.info("asked Spark for %d more executor(s) before scaling up", executors)
     return granted
+
+
+def granted_cores(spark) -> int | None:
+    """The cores of the application's live executors, from Spark's status store (None: unknown,
+    e.g. a Spark without it): what a scale-up can run on now, without asking for more."""
+    try:
+        executors = spark.sparkContext._jsc.sc().statusStore().executorList(True)
+        summaries = [executors.apply(i) for i in range(executors.size())]
+        return executor_cores_of([(str(e.id()), int(e.totalCores())) for e in summaries])
+    except Exception as exc:  # py4j: an internal API another Spark may lack
+        log.debug("the status store's executors are unknown: %s", str(exc).splitlines()[0])
+        return None
+
+
+def executor_cores_of(executors: list[tuple[str, int]]) -> int:
+    """The cores of ``executors`` ((id, cores)), the driver's aside: it runs no task on a cluster."""
+    return sum(cores for executor_id, cores in executors if executor_id != "driver")  # guard: autoscale-driver-cores

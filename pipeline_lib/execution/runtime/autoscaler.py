@@ -115,7 +115,7 @@ class Autoscaler:
             log.info(
                 "pipeline %s epoch %d: autoscale keeps parallelism %d: %s", name, report.epoch, ran_at, decision.reason
             )
-            return replace(report, autoscale=f"keeps {ran_at}: {decision.reason}")
+            return replace(report, autoscale=f"keeps {ran_at}: {decision.reason}", autoscale_capped=decision.capped)
         log.warning(
             "pipeline %s epoch %d: autoscale %s parallelism %d → %d: %s",
             name,
@@ -135,7 +135,10 @@ class Autoscaler:
                 "pipeline %s: the change applies after epoch %d, whose read is in flight", name, loop.planned.epoch
             )
         return replace(
-            report, autoscale=f"{ran_at} → {decision.parallelism}: {decision.reason}", scaled_to=decision.parallelism
+            report,
+            autoscale=f"{ran_at} → {decision.parallelism}: {decision.reason}",
+            scaled_to=decision.parallelism,
+            autoscale_capped=decision.capped,
         )
 
     @property

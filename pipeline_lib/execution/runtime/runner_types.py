@@ -81,6 +81,7 @@ class EpochReport:
     parallelism: int = 0  # the subtasks the epoch ran with (its snapshot records it)
     autoscale: str | None = None  # the autoscaler's decision after the epoch, with its reason (None: off)
     scaled_to: int | None = None  # the parallelism that decision changes to (None: it keeps it)
+    autoscale_capped: bool = False  # that decision's scale-up stayed or fell short: Spark offered no more cores
 
 
 @dataclass

@@ -1,0 +1,107 @@
+"""The autoscale benchmark's report: its samples as JSON, lag and parallelism over time (and the
+application's cores on a cluster) with autoscaling off and on as one SVG figure (matplotlib, the
+bench extra's plotting library), and report.md with the figure, the table and the summary.
+
+A sample is (second, rate, lag, parallelism, cores): cores is None in local mode.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+FIGURE = "autoscale.svg"
+
+
+def summary(runs: dict[str, list[tuple]]) -> list[str]:
+    """One line per run: its largest and final lag, its largest parallelism and its cores."""
+    lines = []
+    for mode, samples in runs.items():
+        cores = [s[4] for s in samples if s[4] is not None]
+        line = (
+            f"autoscale {mode}: largest lag {max(s[2] for s in samples)}, lag at the end {samples[-1][2]}, "
+            f"largest parallelism {max(s[3] for s in samples)}, {len(samples)} s"
+        )
+        if cores:
+            line += f", application cores {min(cores)}..{max(cores)} (at the end {cores[-1]})"
+        lines.append(line)
+    return lines
+
+
+def table(runs: dict[str, list[tuple]]) -> list[str]:
+    """Both runs side by side, one row a second."""
+    off, on = runs["off"], runs["on"]
+    blank = (None,) * 5
+    rows = [
+        f"{'second':>6} {'rate':>6} | {'lag off':>8} {'p off':>5} {'c off':>5} | {'lag on':>8} {'p on':>5} {'c on':>5}"
+    ]
+    for i in range(max(len(off), len(on))):
+        a = off[i] if i < len(off) else blank
+        b = on[i] if i < len(on) else blank
+        second, rate = a[0] if a[0] is not None else b[0], a[1] if a[1] is not None else b[1]
+        off_cols = f"{_v(a[2]):>8} {_v(a[3]):>5} {_v(a[4]):>5}"
+        on_cols = f"{_v(b[2]):>8} {_v(b[3]):>5} {_v(b[4]):>5}"
+        rows.append(f"{second:>6} {rate:>6} | {off_cols} | {on_cols}")
+    return rows
+
+
+def write_report(runs: dict[str, list[tuple]], config: dict[str, Any], out: Path) -> Path:
+    """report.json, the figure and report.md in ``out``; returns the figure's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps({"config": config, "runs": runs}, indent=1))
+    figure = out / FIGURE
+    plot(runs, config, figure)
+    text = [
+        "# Autoscaling under a stepped input rate",
+        "",
+        f"Rates {config['rates']} events/s, {config['seconds']:g} s each; {config['tier']}; autoscale on: "
+        f"1..{config['max']}, target lag {config['target_lag']} records, {config['per_epoch']} records per epoch.",
+        "",
+        f"![lag and parallelism over time]({FIGURE})",
+        "",
+        *summary(runs),
+        "",
+        "```",
+        *table(runs),
+        "```",
+        "",
+    ]
+    (out / "report.md").write_text("\n".join(text))
+    return figure
+
+
+def plot(runs: dict[str, list[tuple]], config: dict[str, Any], path: Path) -> None:
+    """Lag (top), parallelism and cores (bottom) over time, off and on, with the rate's steps shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless
+    import matplotlib.pyplot as plt
+
+    fig, (lag_ax, par_ax) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    colors = {"off": "tab:gray", "on": "tab:blue"}
+    for mode, samples in runs.items():
+        seconds = [s[0] for s in samples]
+        lag_ax.plot(seconds, [s[2] for s in samples], label=f"autoscale {mode}", color=colors[mode])
+        par_ax.step(seconds, [s[3] for s in samples], where="post", label=f"parallelism, {mode}", color=colors[mode])
+        if any(s[4] is not None for s in samples):
+            cores = [s[4] if s[4] is not None else 0 for s in samples]
+            par_ax.step(seconds, cores, where="post", linestyle=":", label=f"cores, {mode}", color=colors[mode])
+    lag_ax.axhline(config["target_lag"], color="tab:red", linewidth=0.8, linestyle="--", label="target lag")
+    rate_ax = lag_ax.twinx()
+    longest = max(runs.values(), key=len)
+    rate_ax.fill_between([s[0] for s in longest], [s[1] for s in longest], step="post", alpha=0.1, color="tab:green")
+    rate_ax.set_ylabel("input events/s (shaded)")
+    lag_ax.set_ylabel("lag (records)")
+    lag_ax.legend(loc="upper left", fontsize=8)
+    lag_ax.set_title(f"stepped rate {config['rates']} events/s, {config['tier']}", fontsize=9)
+    par_ax.set_ylabel("subtasks / cores")
+    par_ax.set_xlabel("seconds since the producer started")
+    par_ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="svg")
+    plt.close(fig)
+
+
+def _v(value: int | None) -> str:
+    return "" if value is None else str(value)
