@@ -10,7 +10,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from pipeline_lib.kafka_adapter.partitioning import key_partition, key_partitions
+from pipeline_lib.kafka_adapter.partitioning import array_partitions, key_partition, key_partitions
 from pipeline_lib.sink import kafka_writer
 from pipeline_lib.sink.kafka_rows import columns_of, rows_in_partition
 
@@ -25,6 +25,10 @@ def test_vectorised_murmur2_equals_kafka_s_partitioner_for_every_length():
         assert list(key_partitions(keys, partitions)) == [
             -1 if k is None else key_partition(k, partitions) for k in keys
         ]
+    texts = pa.array([None if i % 9 == 0 else f"é{i}" * (i % 5) for i in range(300)]).slice(7)  # an offset
+    assert list(array_partitions(texts, 5)) == [
+        -1 if t is None else key_partition(t.encode(), 5) for t in texts.to_pylist()
+    ]
 
 
 @pytest.mark.parametrize("as_table", [True, False], ids=["parquet", "jsonl"])
@@ -53,6 +57,12 @@ def test_several_key_columns_and_an_empty_part():
         for r in rows_in_partition(pa.Table.from_pylist(rows), ("a", "b"), kafka_writer.record_key, p, 4)
     ]
     assert sorted(k for k, _ in kept) == sorted(kafka_writer.record_key(r, ("a", "b")) for r in rows)
+    by_number = [
+        r
+        for p in range(4)
+        for r in rows_in_partition(pa.Table.from_pylist(rows), ("b",), kafka_writer.record_key, p, 4)
+    ]
+    assert sorted(k for k, _ in by_number) == sorted(str(i).encode() for i in range(30))
     empty = pa.table({"a": pa.array([], pa.string())})
     assert columns_of(empty) is None and columns_of([]) is None
     assert rows_in_partition(empty, ("a",), kafka_writer.record_key, 0, 4) == []
