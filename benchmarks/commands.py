@@ -315,3 +315,37 @@ def stream_joins(
     from benchmarks.stream_joins import stream_joins_bench
 
     raise typer.Exit(stream_joins_bench(orders=orders, per_epoch=per_epoch, parallelism=parallelism))
+
+
+@bench_app.command("kafka-sink")
+def kafka_sink(
+    events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 500_000,
+    users: Annotated[int, typer.Option(min=1, help="Distinct users (keys).")] = 50_000,
+    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 100_000,
+    partitions: Annotated[int, typer.Option(min=1, help="Partitions of the source and of each output topic.")] = 4,
+    parallelism: Annotated[int, typer.Option(min=1, help="local[N] for both engines.")] = 2,
+    kinds: Annotated[str, typer.Option(help="Jobs: stateless,aggregate (either or both).")] = "stateless,aggregate",
+    logs: Annotated[Path | None, typer.Option(help="Keep the runs' logs and specs in this folder.")] = None,
+) -> None:
+    """Kafka to Kafka: our exactly-once Kafka sink vs Spark SS writeStream.format("kafka"), on Apache Kafka.
+
+    Stateless (a filter) and aggregate (an update stream per user); prints both whole-process
+    times, events/s and the speed-up, and checks every output topic read back with read_committed
+    (see benchmarks/kafka_sink.py). Exit 1 only if an output is wrong."""
+    from benchmarks.kafka_sink import kafka_sink_bench
+    from benchmarks.structured_streaming_kafka_sink import KINDS
+
+    chosen = tuple(k.strip() for k in kinds.split(",") if k.strip())
+    if not chosen or set(chosen) - set(KINDS):
+        raise typer.BadParameter(f"{kinds!r}: choose from {', '.join(KINDS)}", param_hint="--kinds")
+    raise typer.Exit(
+        kafka_sink_bench(
+            events=events,
+            users=users,
+            per_epoch=per_epoch,
+            partitions=partitions,
+            parallelism=parallelism,
+            kinds=chosen,
+            keep=logs,
+        )
+    )

@@ -13,12 +13,10 @@ there is never written again, and one not there is written once (docs/protocol.m
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import pyarrow.parquet as pq
 from kafka import TopicPartition
 from kafka.structs import OffsetAndMetadata
 
@@ -28,6 +26,7 @@ from pipeline_lib.kafka_clients import Consumer, Producer
 from pipeline_lib.kafka_connection import KafkaConnection, client_config
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import json_default
+from pipeline_lib.sink.kafka_rows import columns_of, read_part, rows_in_partition
 from pipeline_lib.storage import open_store
 
 # A writer's transaction is open while it sends one epoch's rows of one partition; the broker
@@ -36,6 +35,8 @@ from pipeline_lib.storage import open_store
 # transaction.max.timeout.ms (15 minutes by default).
 TRANSACTION_TIMEOUT_MS = 120_000
 NOT_PUBLISHED = 0  # the marker of a writer that has published nothing (epochs start at 1)
+# json.dumps with these settings, built once instead of per row
+_VALUES = json.JSONEncoder(default=json_default, ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def record_value(row: dict, tombstone: str | None = None, retraction: str | None
         if row[tombstone] is True:  # guard: kafka-tombstone-sent-as-value
             return None
         row = {c: v for c, v in row.items() if c != tombstone}
-    return json.dumps(row, default=json_default, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _VALUES.encode(row).encode("utf-8")
 
 
 def partition_of(key: bytes | None, partitions: int) -> int:
@@ -108,21 +109,15 @@ def rows_of_partition(task: PublishTask, partition: int) -> Iterator[tuple[bytes
     store = open_store(task.staging, task.settings)
     missing = [*task.key, *task.headers, *([task.tombstone] if task.tombstone else [])]
     for part in task.parts:
-        data = store.get(part)
-        if part.endswith(".jsonl"):
-            rows = [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
-        else:
-            rows = pq.read_table(io.BytesIO(data)).to_pylist()
-        absent = [c for c in missing if rows and c not in rows[0]]
+        rows = read_part(part, store.get(part))
+        columns = columns_of(rows)
+        absent = [c for c in missing if columns is not None and c not in columns]
         if absent:
             raise ValueError(
                 f"flow {task.flow}: sink.kafka names columns {absent} that its output does not have "
-                f"(it has {sorted(rows[0])})"
+                f"(it has {sorted(columns or [])})"
             )
-        for row in rows:
-            key = record_key(row, task.key)
-            if partition_of(key, task.partitions) != partition:
-                continue
+        for key, row in rows_in_partition(rows, task.key, record_key, partition, task.partitions):
             headers = [(h, _text(row[h])) for h in task.headers if row[h] is not None]
             value = record_value(row, task.tombstone, task.retraction)
             if value is None and key is None:

@@ -75,7 +75,8 @@ class EpochReport:
     # start while the epoch before commits, see ReadAhead), merge (keyed state
     # merge and sink rows on the driver), sink (part files + _SUCCESS), state (state files),
     # commit (head check, manifest, head compare-and-swap), cleanup (waiting for the previous epoch's
-    # garbage collection and stale-part removal, which run beside this epoch: see BackgroundCleanup).
+    # garbage collection and stale-part removal, which run beside this epoch: see BackgroundCleanup);
+    # with Kafka sinks, publish (the writers' transactions, after the head moved: sink/kafka_publisher.py).
     phases: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
     started: float = 0.0  # when the epoch started, on the runner's clock (monotonic seconds; see epoch_trigger)
     parallelism: int = 0  # the subtasks the epoch ran with (its snapshot records it)
