@@ -248,6 +248,7 @@ def test_a_corrupt_span_on_restore_is_found_by_the_executors_and_the_restore_fal
     _assert_exact(cluster_env, local_stack, cluster_payments, name, sink, store)
 
 
+@pytest.mark.full  # the bound is the spec's spark_conf; autoscaling's cluster tests read the grant too
 def test_the_spec_s_cores_max_bounds_the_application(cluster, cluster_env, local_stack, tmp_path, cluster_payments):
     name, sink, store, spec = _job(tmp_path, cluster_payments, spark={"cores_max": 1})
     fault_log, release = tmp_path / "faults.log", tmp_path / "release"
@@ -285,6 +286,7 @@ def _executors(cluster, app_id: str) -> dict[int, tuple[int, str]]:
     return found
 
 
+@pytest.mark.full  # make test loses an executor after its owner task wrote (test_cluster_owner_tasks.py)
 def test_a_crash_point_in_an_executor_loses_that_executor_and_not_the_driver(
     cluster, cluster_env, local_stack, tmp_path, cluster_payments
 ):
