@@ -14,6 +14,13 @@ from pydantic import Field, field_validator, model_validator
 from pipeline_lib.spec.base import LocationUri, StrictModel, check_key_columns
 
 
+def on_from_yaml(cls: type, data: object) -> object:
+    """YAML 1.1 (PyYAML) reads an unquoted ``on`` key as the boolean true: take it as ``on``."""
+    if isinstance(data, dict) and True in data and "on" not in data:
+        return {("on" if k is True else k): v for k, v in data.items()}
+    return data
+
+
 class JoinSpec(StrictModel):
     """``table``: a folder of Parquet files (every file whose path has no part starting with
     ``_`` or ``.``) or a Delta table's root; ``on``: columns of both the rows and the table, equal
@@ -26,13 +33,7 @@ class JoinSpec(StrictModel):
 
     _on = field_validator("on")(check_key_columns)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _yaml_on(cls, data: object) -> object:
-        """YAML 1.1 (PyYAML) reads an unquoted ``on`` key as the boolean true: take it as ``on``."""
-        if isinstance(data, dict) and True in data and "on" not in data:
-            return {("on" if k is True else k): v for k, v in data.items()}
-        return data
+    _yaml_on = model_validator(mode="before")(on_from_yaml)
 
     @property
     def location(self) -> str:

@@ -17,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 
 from pipeline_lib.spec.base import IDENTIFIER, FieldsError, StrictModel, check_key_columns
 from pipeline_lib.spec.durations import parse_duration_ms
+from pipeline_lib.spec.join_spec import on_from_yaml
 
 JOIN_FUNCTION = "pipeline_lib.execution.state.stream_join:join_rows"
 JOIN_TIMER = "pipeline_lib.execution.state.stream_join:evict_rows"
@@ -39,13 +40,7 @@ class StreamJoinSpec(StrictModel):
 
     _on = field_validator("on")(check_key_columns)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _yaml_on(cls, data: object) -> object:
-        """YAML 1.1 (PyYAML) reads an unquoted ``on`` key as the boolean true: take it as ``on``."""
-        if isinstance(data, dict) and True in data and "on" not in data:
-            return {("on" if k is True else k): v for k, v in data.items()}
-        return data
+    _yaml_on = model_validator(mode="before")(on_from_yaml)
 
     @field_validator("side", "time")
     @classmethod
