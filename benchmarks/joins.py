@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -24,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from benchmarks.anchor_run import parquet_rows, run_anchor
 from benchmarks.our_job import child_env
 from benchmarks.restore_completed import timed_run
 from pipeline_lib.api.tables import read_table
@@ -91,25 +89,21 @@ def joins_bench(events: int = 200_000, users: int = 10_000, per_epoch: int = 20_
                 r["country"]: (r["total"], r["n"])
                 for r in read_table(f"s3://results/{NAME}", settings, key=["country"])
             }
-            started = time.monotonic()
-            child = subprocess.run(
-                [
-                    sys.executable, "-m", "benchmarks.structured_streaming_joins",
-                    "--bootstrap", info.kafka_bootstrap, "--topic", TOPIC, "--table", "s3a://dims/bench-users/",
-                    "--checkpoint", "s3a://checkpoints/ss-joins", "--output", "s3a://results/ss-joins",
-                    "--max-records-per-trigger", str(per_epoch), "--parallelism", str(parallelism),
-                    "--result", str(root / "ss.json"),
-                ],
-                env=env, capture_output=True, text=True,
-            )  # fmt: skip
-            theirs_s = time.monotonic() - started
-            if child.returncode != 0:
-                raise SystemExit(f"Structured Streaming failed:\n{child.stderr[-3000:]}")
+            theirs_s = run_anchor(
+                "structured_streaming_joins",
+                "ss-joins",
+                info.kafka_bootstrap,
+                TOPIC,
+                per_epoch,
+                parallelism,
+                root,
+                env,
+                ("--table", "s3a://dims/bench-users/"),
+            )
             out = open_store("s3://results/ss-joins", settings)
             theirs: dict[str, tuple[int, int]] = {}
-            for key in sorted(k for k in out.list() if k.endswith(".parquet")):  # batch order: the last row wins
-                for r in pq.read_table(io.BytesIO(out.get(key))).to_pylist():
-                    theirs[r["country"]] = (r["total"], r["n"])
+            for r in parquet_rows(out):  # batch order: the last row wins
+                theirs[r["country"]] = (r["total"], r["n"])
         finally:
             stop_stack(root / "stack")
     truth = expected(produced)

@@ -14,18 +14,14 @@ sessions written and the equal ones.
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import random
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import yaml
 
+from benchmarks.anchor_run import parquet_rows, run_anchor
 from benchmarks.our_job import child_env
 from benchmarks.restore_completed import timed_run
 from benchmarks.session_functions import OUTPUT
@@ -96,27 +92,18 @@ def process_bench(events: int = 200_000, active: int = 200, per_epoch: int = 20_
             spec.write_text(yaml.safe_dump(job(per_epoch, parallelism)))
             ours_s = timed_run(spec, env, "--until-caught-up")
             ours = _sessions(read_append_rows(open_store(f"s3://results/{NAME}", settings)))
-            started = time.monotonic()
-            child = subprocess.run(
-                [
-                    sys.executable, "-m", "benchmarks.structured_streaming_sessions",
-                    "--bootstrap", info.kafka_bootstrap, "--topic", TOPIC,
-                    "--checkpoint", "s3a://checkpoints/ss-sessions", "--output", "s3a://results/ss-sessions",
-                    "--max-records-per-trigger", str(per_epoch), "--parallelism", str(parallelism),
-                    "--result", str(root / "ss.json"),
-                ],
-                env=env, capture_output=True, text=True,
-            )  # fmt: skip
-            theirs_s = time.monotonic() - started
-            if child.returncode != 0:
-                raise SystemExit(f"Structured Streaming failed:\n{child.stderr[-3000:]}")
+            theirs_s = run_anchor(
+                "structured_streaming_sessions",
+                "ss-sessions",
+                info.kafka_bootstrap,
+                TOPIC,
+                per_epoch,
+                parallelism,
+                root,
+                env,
+            )
             out = open_store("s3://results/ss-sessions", settings)
-            rows = [
-                r
-                for k in out.list()
-                if k.endswith(".parquet")
-                for r in pq.read_table(io.BytesIO(out.get(k))).to_pylist()
-            ]
+            rows = parquet_rows(out)
             theirs = _sessions(rows)
         finally:
             stop_stack(root / "stack")

@@ -13,20 +13,16 @@ them, which a run to the topic's end (``availableNow``) does not do for the last
 
 from __future__ import annotations
 
-import io
 import json
 import random
-import subprocess
-import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import yaml
 
+from benchmarks.anchor_run import parquet_rows, run_anchor
 from benchmarks.our_job import child_env
 from benchmarks.restore_completed import timed_run
 from pipeline_lib.api.tables import read_table
@@ -129,26 +125,18 @@ def stream_joins_bench(orders: int = 50_000, per_epoch: int = 20_000, parallelis
             spec.write_text(yaml.safe_dump(job(per_epoch, parallelism)))
             ours_s = timed_run(spec, env, "--until-caught-up")
             ours_rows = read_table(f"s3://results/{NAME}", settings)
-            started = time.monotonic()
-            child = subprocess.run(
-                [
-                    sys.executable, "-m", "benchmarks.structured_streaming_stream_joins",
-                    "--bootstrap", info.kafka_bootstrap, "--topic", TOPIC,
-                    "--checkpoint", "s3a://checkpoints/ss-stream-joins", "--output", "s3a://results/ss-stream-joins",
-                    "--max-records-per-trigger", str(per_epoch), "--parallelism", str(parallelism),
-                    "--result", str(root / "ss.json"),
-                ],
-                env=env, capture_output=True, text=True,
-            )  # fmt: skip
-            theirs_s = time.monotonic() - started
-            if child.returncode != 0:
-                raise SystemExit(f"Structured Streaming failed:\n{child.stderr[-3000:]}")
+            theirs_s = run_anchor(
+                "structured_streaming_stream_joins",
+                "ss-stream-joins",
+                info.kafka_bootstrap,
+                TOPIC,
+                per_epoch,
+                parallelism,
+                root,
+                env,
+            )
             out = open_store("s3://results/ss-stream-joins", settings)
-            theirs_rows = [
-                r
-                for key in sorted(k for k in out.list() if k.endswith(".parquet"))
-                for r in pq.read_table(io.BytesIO(out.get(key))).to_pylist()
-            ]
+            theirs_rows = parquet_rows(out)
         finally:
             stop_stack(root / "stack")
     truth = expected(produced)

@@ -16,18 +16,14 @@ largest key count of our snapshots (bounded by the open windows, not the stream'
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import random
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import yaml
 
+from benchmarks.anchor_run import parquet_rows, run_anchor
 from benchmarks.our_job import child_env
 from benchmarks.restore_completed import timed_run
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
@@ -123,27 +119,19 @@ def windows_bench(
             assert head is not None, "the run committed no snapshot"
             states = [snapshots.load_manifest(e.snapshot_id).flows[NAME].state for e in head.history]
             keys = max(s.keys for s in states if s is not None)
-            started = time.monotonic()
-            child = subprocess.run(
-                [
-                    sys.executable, "-m", "benchmarks.structured_streaming_windows",
-                    "--bootstrap", info.kafka_bootstrap, "--topic", TOPIC,
-                    "--checkpoint", "s3a://checkpoints/ss-windows", "--output", "s3a://results/ss-windows",
-                    "--max-records-per-trigger", str(per_epoch), "--parallelism", str(parallelism),
-                    "--result", str(root / "ss.json"), *(["--sketches"] if sketches else []),
-                ],
-                env=env, capture_output=True, text=True,
-            )  # fmt: skip
-            theirs_s = time.monotonic() - started
-            if child.returncode != 0:
-                raise SystemExit(f"Structured Streaming failed:\n{child.stderr[-3000:]}")
+            theirs_s = run_anchor(
+                "structured_streaming_windows",
+                "ss-windows",
+                info.kafka_bootstrap,
+                TOPIC,
+                per_epoch,
+                parallelism,
+                root,
+                env,
+                ("--sketches",) if sketches else (),
+            )
             out = open_store("s3://results/ss-windows", settings)
-            rows = [
-                r
-                for k in out.list()
-                if k.endswith(".parquet")
-                for r in pq.read_table(io.BytesIO(out.get(k))).to_pylist()
-            ]
+            rows = parquet_rows(out)
             theirs = _windows(rows)
         finally:
             stop_stack(root / "stack")
