@@ -140,6 +140,24 @@ def cluster(
     )
 
 
+@bench_app.command("scale-out")
+def scale_out(
+    events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 600_000,
+    users: Annotated[int, typer.Option(min=1, help="Distinct users (keys).")] = 20_000,
+    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch.")] = 100_000,
+    partitions: Annotated[int, typer.Option(min=1, help="Partitions of the topic.")] = 4,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per core count (medians are reported).")] = 2,
+) -> None:
+    """Steady throughput on one and on two one-core workers of a standalone cluster, and the speed-up.
+
+    Prints the medians per core count, the ratio and the per-core efficiency (see benchmarks/scale_out.py)."""
+    from benchmarks.scale_out import scale_out as run_scale_out
+
+    raise typer.Exit(
+        run_scale_out(events=events, users=users, per_epoch=per_epoch, partitions=partitions, repeat=repeat)
+    )
+
+
 @bench_app.command("driver")
 def driver(
     keys: Annotated[str, typer.Option(help="State sizes (distinct users), comma-separated.")] = "10000,100000,1000000",
@@ -180,13 +198,19 @@ def latency(
     out: Annotated[Path, typer.Option(help="Folder for latency.csv, latency.json and latency.png.")] = Path(
         "results/bench-latency"
     ),
+    engines: Annotated[
+        str,
+        typer.Option(help="Engines, comma-separated: ours, spark-ss, ours-kafka, spark-ss-kafka, spark-rtm."),
+    ] = "ours,spark-ss,ours-kafka,spark-ss-kafka,spark-rtm",
+    broker: Annotated[str, typer.Option(help="kafka (Apache Kafka) or tansu (the embedded broker).")] = "kafka",
 ) -> None:
-    """Latency from send to visible, by rate: this project's job vs Structured Streaming micro-batch.
+    """Latency from send to visible, by rate: this project's job vs Structured Streaming, micro-batch
+    and real-time mode.
 
-    p50/p95/p99/max per rate for the stateless and the aggregate job, with the snapshot cost per
-    epoch beside (see benchmarks/latency.py)."""
+    p50/p95/p99/max per rate for the stateless and the aggregate job, to files and to Kafka, with
+    the snapshot cost per epoch beside (see benchmarks/latency.py)."""
     from benchmarks.config import parse_keys
-    from benchmarks.latency import KINDS
+    from benchmarks.latency import ENGINES, KINDS
     from benchmarks.latency import latency as run_latency
     from pipeline_lib.spec.durations import parse_duration
 
@@ -203,7 +227,12 @@ def latency(
     chosen = tuple(k.strip() for k in kinds.split(",") if k.strip())
     if not chosen or set(chosen) - set(KINDS):
         raise typer.BadParameter(f"{kinds!r}: choose from {', '.join(KINDS)}", param_hint="--kinds")
-    raise typer.Exit(run_latency(chosen_rates, seconds, users, interval, chosen, parallelism, out))
+    picked = tuple(e.strip() for e in engines.split(",") if e.strip())
+    if not picked or set(picked) - set(ENGINES):
+        raise typer.BadParameter(f"{engines!r}: choose from {', '.join(ENGINES)}", param_hint="--engines")
+    if broker not in ("kafka", "tansu"):
+        raise typer.BadParameter(f"{broker!r}: kafka or tansu", param_hint="--broker")
+    raise typer.Exit(run_latency(chosen_rates, seconds, users, interval, chosen, parallelism, out, picked, broker))
 
 
 @bench_app.command("windows")

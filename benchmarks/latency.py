@@ -32,22 +32,40 @@ from typing import Any
 
 import yaml
 
-from benchmarks.latency_probe import RateProducer, Stamps, VisibilityWatcher, percentiles
+from benchmarks.latency_probe import RateProducer, Stamps, TopicRows, VisibilityWatcher, percentiles
 from pipeline_lib.localstack import start_stack, stop_stack
 from pipeline_lib.samples import create_topic
 
-ENGINES = ("ours", "spark-ss")
+# engine -> (whose, sink, Spark's trigger): the files engines watch commit markers in a folder, the
+# Kafka engines a read_committed consumer of the output topic
+ENGINES: dict[str, tuple[str, str, str]] = {
+    "ours": ("ours", "files", ""),
+    "spark-ss": ("spark", "files", "microbatch"),
+    "ours-kafka": ("ours", "kafka", ""),
+    "spark-ss-kafka": ("spark", "kafka", "microbatch"),
+    "spark-rtm": ("spark", "kafka", "realtime"),
+}
+# (ours, Spark's) pairs whose p99s are compared: same sink kind
+PAIRS = (("ours", "spark-ss"), ("ours-kafka", "spark-ss-kafka"), ("ours-kafka", "spark-rtm"))
 KINDS = ("stateless", "aggregate")
 SCHEMA = "user string, amount long, seq long, ts double"
 PHASES = ("state", "commit")  # our epoch's snapshot: state files, then manifest and head (EpochReport.phases)
 
 
-def our_spec(kind: str, topic: str, out: Path, ckpt: Path, interval: str, parallelism: int) -> dict:
-    """The job under test: the stamped events as they come, or their sum and count per user."""
+def our_spec(
+    kind: str, topic: str, out: Path, ckpt: Path, interval: str, parallelism: int, out_topic: str | None = None
+) -> dict:
+    """The job under test: the stamped events as they come, or their sum and count per user; to
+    the files sink, or to ``out_topic`` through the Kafka sink (exactly once)."""
+    sink = (
+        {"kafka": {"topic": out_topic, "key": "user", "format": "json"}}
+        if out_topic
+        else {"files": {"path": f"file://{out}", "format": "jsonl"}}
+    )
     spec: dict[str, Any] = {
         "name": f"latency-{kind}",
         "source": {"kafka": {"topic": topic, "format": "json", "schema": SCHEMA}},
-        "sink": {"files": {"path": f"file://{out}", "format": "jsonl"}},
+        "sink": sink,
         "checkpoint": {"store": f"file://{ckpt}"},
         "trigger": {"max_records_per_epoch": 100_000, "interval": interval},
         "parallelism": parallelism,
@@ -103,12 +121,16 @@ def run_engine(
 ) -> list[dict[str, Any]]:
     """One engine on one job: warm up, each rate in turn, stop; one row per rate."""
     name = f"{engine}-{kind}"
+    whose, sink, trigger = ENGINES[engine]
     topic, out, ckpt, stop = f"latency-{name}", work / name / "out", work / name / "ckpt", work / name / "stop"
+    out_topic = f"latency-{name}-out" if sink == "kafka" else None
     (work / name).mkdir(parents=True)
     create_topic(bootstrap, topic, cfg["partitions"])
-    if engine == "ours":
+    if out_topic:
+        create_topic(bootstrap, out_topic, cfg["partitions"])
+    if whose == "ours":
         spec_path = work / name / "spec.yaml"
-        spec = our_spec(kind, topic, out, ckpt, cfg["interval"], cfg["parallelism"])
+        spec = our_spec(kind, topic, out, ckpt, cfg["interval"], cfg["parallelism"], out_topic)
         spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
         args = ["-m", "pipeline_lib", "run", str(spec_path), "--continuous", "--stop-file", str(stop), "--timings"]
         rows_of = _our_rows(out)
@@ -116,7 +138,8 @@ def run_engine(
         result = work / name / "result.json"
         args = ["-m", "benchmarks.latency_spark", "--bootstrap", bootstrap, "--topic", topic, "--kind", kind]
         args += ["--checkpoint", str(ckpt), "--output", str(out), "--stop-file", str(stop)]
-        args += ["--parallelism", str(cfg["parallelism"]), "--result", str(result)]
+        args += ["--parallelism", str(cfg["parallelism"]), "--result", str(result), "--trigger", trigger]
+        args += ["--sink", sink] + (["--output-topic", out_topic] if out_topic else [])
         rows_of = _spark_rows
     proc = subprocess.Popen(
         [sys.executable, *args], env=env, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -124,7 +147,8 @@ def run_engine(
     lines = _Lines(proc, work / f"{name}.log")
     stamps = Stamps()
     producer = RateProducer(bootstrap, topic, cfg["users"], stamps)
-    watcher = VisibilityWatcher(out, rows_of, kind, stamps)
+    reader = TopicRows(bootstrap, out_topic, cfg["partitions"]) if out_topic else None
+    watcher = VisibilityWatcher(out, rows_of, kind, stamps, topic=reader)
     watcher.start()
     windows: list[tuple[int, int, float, float]] = []
     try:
@@ -151,7 +175,7 @@ def run_engine(
         lines.join()
         watcher.stop()
         producer.close()
-    if engine == "ours":
+    if whose == "ours":
         snapshot_s = lines.snapshot_s
     else:
         batches = json.loads(result.read_text())["batches"]
@@ -191,10 +215,14 @@ def latency(
     kinds: tuple[str, ...],
     parallelism: int,
     out: Path,
+    engines: tuple[str, ...] = tuple(ENGINES),
+    broker: str = "kafka",
 ) -> int:
-    """Run every (job, engine) at every rate; print the table and the p99 ratios; write the files."""
+    """Run every (job, engine) at every rate; print the table and the p99 ratios; write the files.
+    An engine that cannot run a job (Spark's real-time mode, for a query it does not support) is
+    reported and left out; the others go on."""
     root = Path(tempfile.mkdtemp(prefix="pipeline-bench-latency-"))
-    stack = start_stack(root / "stack", broker_storage="memory")
+    stack = start_stack(root / "stack", broker_storage="memory", broker=broker)
     cfg = {
         "rates": rates,
         "seconds": seconds,
@@ -204,13 +232,19 @@ def latency(
         "partitions": parallelism,
         "startup_timeout_s": 300.0,
         "drain_timeout_s": 120.0,
+        "broker": broker,
     }
     rows: list[dict[str, Any]] = []
     try:
         env = {"SPARK_LOCAL_IP": "127.0.0.1", **os.environ, **stack.env()}
         for kind in kinds:
-            for engine in ENGINES:
-                rows += run_engine(engine, kind, stack.kafka_bootstrap, env, root, cfg)
+            for engine in engines:
+                try:
+                    rows += run_engine(engine, kind, stack.kafka_bootstrap, env, root, cfg)
+                except SystemExit as failed:
+                    lines = str(failed).splitlines() or ["?"]
+                    reason = next((line for line in lines if "query failed" in line), lines[0])
+                    print(f"{engine} {kind}: did not run: {reason[:600]}", flush=True)
     finally:
         stop_stack(root / "stack")
     write_results(rows, cfg, out)
@@ -226,7 +260,8 @@ def write_results(rows: list[dict[str, Any]], cfg: dict[str, Any], out: Path) ->
     out.mkdir(parents=True, exist_ok=True)
     print(
         f"\n{cfg['seconds']:g} s per rate, {cfg['users']} users, local[{cfg['parallelism']}], "
-        f"our trigger.interval {cfg['interval']}, Spark micro-batch trigger 0; seconds from send to visible\n"
+        f"our trigger.interval {cfg['interval']}, Spark micro-batch trigger 0, real-time mode 5 s checkpoints, "
+        f"{cfg['broker']} broker; seconds from send to visible\n"
     )
     print("| engine | job | rate/s | events | visible | p50 | p95 | p99 | max | epochs | snapshot s/epoch |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -236,14 +271,12 @@ def write_results(rows: list[dict[str, Any]], cfg: dict[str, Any], out: Path) ->
             f"{_s(r['p95'])} | {_s(r['p99'])} | {_s(r['max'])} | {r['epochs']} | {_s(r['snapshot_s_per_epoch'])} |"
         )
     print()
-    for r in rows:
-        if r["engine"] != "ours":
-            continue
-        spark = next(
-            (s for s in rows if s["engine"] != "ours" and (s["job"], s["rate"]) == (r["job"], r["rate"])), None
-        )
-        if spark is not None and r["p99"] and spark["p99"]:
-            print(f"{r['job']} at {r['rate']}/s: p99 ours/Spark {r['p99'] / spark['p99']:.2f}x")
+    by = {(r["engine"], r["job"], r["rate"]): r for r in rows}
+    for mine, theirs in PAIRS:
+        for (engine, job, rate), r in by.items():
+            spark = by.get((theirs, job, rate))
+            if engine == mine and spark is not None and r["p99"] and spark["p99"]:
+                print(f"{job} at {rate}/s: p99 {mine}/{theirs} {r['p99'] / spark['p99']:.2f}x")
     with (out / "latency.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()

@@ -75,12 +75,49 @@ class RateProducer:
 RowsOf = Callable[[Path, int], list[dict]]  # the rows of the committed epoch/batch folder given
 
 
+class TopicRows:
+    """The output topic as a ``read_committed`` consumer sees it: each call of ``take`` returns the
+    JSON rows that became readable since the last (tombstones left out). For the Kafka sinks, where
+    a record is visible once the broker has it (Spark's sink) or once its transaction commits
+    (ours)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int):
+        from kafka import KafkaConsumer, TopicPartition
+
+        self.consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
+        )
+        assigned = [TopicPartition(topic, p) for p in range(partitions)]
+        self.consumer.assign(assigned)
+        self.consumer.seek_to_beginning(*assigned)
+
+    def take(self) -> list[dict]:
+        """The rows readable since the last call (a short poll)."""
+        import json
+
+        batches = self.consumer.poll(timeout_ms=10, max_records=100_000)
+        return [json.loads(r.value) for records in batches.values() for r in records if r.value is not None]
+
+    def close(self) -> None:
+        """Close the consumer."""
+        self.consumer.close()
+
+
 class VisibilityWatcher:
     """Polls ``output`` for new commit markers (every ``poll_s``) in a thread and records, per
     event, the latency of its first visibility; also each marker's epoch and when it was seen."""
 
-    def __init__(self, output: Path, rows_of: RowsOf, kind: str, stamps: Stamps, poll_s: float = 0.01):
+    def __init__(
+        self,
+        output: Path,
+        rows_of: RowsOf,
+        kind: str,
+        stamps: Stamps,
+        poll_s: float = 0.01,
+        topic: TopicRows | None = None,
+    ):
         self.output, self.rows_of, self.kind, self.stamps, self.poll_s = output, rows_of, kind, stamps, poll_s
+        self.topic = topic  # given: watch this topic's records instead of the folder's markers
         self.latencies: dict[tuple[str, int], float] = {}  # (user, seq) -> seconds
         self.duplicates = 0  # events a stateless output showed twice
         self.markers: dict[int, float] = {}  # epoch/batch -> wall time its (latest) marker was seen
@@ -99,6 +136,8 @@ class VisibilityWatcher:
         """Stop watching; a failure of the watcher's thread is raised here."""
         self._stop.set()
         self._thread.join(timeout=30)
+        if self.topic is not None:
+            self.topic.close()
         if self.error is not None:
             raise self.error
 
@@ -122,6 +161,13 @@ class VisibilityWatcher:
             self.error = exc
 
     def _look(self) -> None:
+        if self.topic is not None:  # a Kafka sink: each poll that brings records counts as a delivery
+            rows = self.topic.take()
+            if rows:
+                now = time.time()
+                self.markers[len(self.markers)] = now
+                self._take(rows, now)
+            return
         if not self.output.exists():
             return
         for folder in sorted(self.output.iterdir()):

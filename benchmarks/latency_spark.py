@@ -1,13 +1,17 @@
 """The latency benchmark's Structured Streaming side: the same stateless or aggregate query on the
-same stamped events, micro-batch with the default trigger (each batch as soon as the last ends),
-Spark's own Kafka connector, run until a stop file appears.
+same stamped events, Spark's own Kafka connector, run until a stop file appears.
 
     python -m benchmarks.latency_spark --bootstrap HOST:PORT --topic T --kind stateless|aggregate \\
-        --checkpoint DIR --output DIR --stop-file FILE [--parallelism 2] [--result FILE]
+        --checkpoint DIR --output DIR --stop-file FILE [--parallelism 2] [--result FILE] \\
+        [--sink files|kafka --output-topic T2] [--trigger microbatch|realtime]
 
-Each batch's rows go to OUTPUT/batch=<id> as parquet through foreachBatch; Spark's file committer
-writes ``_SUCCESS`` there last, which is when a reader may take the batch (latency.py watches for
-it, as it watches our sink's ``_SUCCESS`` markers). Local checkpoint and output, as our job's here.
+``--sink files`` (micro-batch only): each batch's rows go to OUTPUT/batch=<id> as parquet through
+foreachBatch; Spark's file committer writes ``_SUCCESS`` there last, which is when a reader may
+take the batch (latency.py watches for it, as it watches our sink's ``_SUCCESS`` markers).
+``--sink kafka``: Spark's Kafka sink writes each row as JSON to ``--output-topic`` (at least
+once, visible as soon as the broker has it), in update mode. ``--trigger microbatch`` starts each
+batch as soon as the last ends; ``realtime`` is Spark's real-time mode (a Kafka sink only; its
+5-second batches are checkpoint intervals, records flow through as they come). Local checkpoint.
 """
 
 from __future__ import annotations
@@ -29,9 +33,12 @@ def run(args: argparse.Namespace) -> dict:
     from pyspark.sql import functions as F
 
     classpath = ":".join(str(p) for p in connector_jars())
+    # Real-time mode runs a query's stages at once: the aggregate's source tasks and its shuffle's
+    # state tasks each hold a slot, so it needs twice the slots of the parallelism.
+    slots = args.parallelism * (2 if args.trigger == "realtime" and args.kind == "aggregate" else 1)
     spark = start_session(
         "bench-latency-structured-streaming",
-        args.parallelism,
+        slots,
         args.parallelism,
         {"spark.driver.extraClassPath": classpath},
     )
@@ -56,13 +63,23 @@ def run(args: argparse.Namespace) -> dict:
     def write_batch(batch_df, batch_id: int) -> None:
         batch_df.write.mode("overwrite").parquet(f"{output}/batch={batch_id:08d}")
 
-    query = (
-        rows.writeStream.outputMode(mode)
-        .option("checkpointLocation", args.checkpoint)
-        .foreachBatch(write_batch)
-        .trigger(processingTime="0 seconds")
-        .start()
-    )
+    if args.sink == "kafka":
+        as_json = F.to_json(F.struct(*[F.col(c) for c in rows.columns]))
+        writer = (
+            rows.select(F.col("user").alias("key"), as_json.alias("value"))
+            .writeStream.format("kafka")
+            .option("kafka.bootstrap.servers", args.bootstrap)
+            .option("topic", args.output_topic)
+            .outputMode("update")
+        )
+    else:
+        writer = rows.writeStream.outputMode(mode).foreachBatch(write_batch)
+    writer = writer.option("checkpointLocation", args.checkpoint)
+    if args.trigger == "realtime":
+        writer = writer.trigger(realTime="5 seconds")
+    else:
+        writer = writer.trigger(processingTime="0 seconds")
+    query = writer.start()
     stop = Path(args.stop_file)
     while not stop.exists() and query.isActive:
         time.sleep(0.2)
@@ -85,7 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-file", required=True, help="stop the query when this file exists")
     parser.add_argument("--parallelism", type=int, default=2, help="local[N] and the state partitions")
     parser.add_argument("--result", required=True, help="write the batches' figures to this JSON file")
+    parser.add_argument("--sink", choices=("files", "kafka"), default="files")
+    parser.add_argument("--output-topic", help="the Kafka sink's topic")
+    parser.add_argument("--trigger", choices=("microbatch", "realtime"), default="microbatch")
     args = parser.parse_args(argv)
+    if args.sink == "kafka" and not args.output_topic:
+        parser.error("--sink kafka needs --output-topic")
+    if args.trigger == "realtime" and args.sink != "kafka":
+        parser.error("real-time mode writes to a Kafka sink here: give --sink kafka")
     Path(args.result).write_text(json.dumps(run(args), indent=1))
     return 0
 

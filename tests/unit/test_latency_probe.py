@@ -1,7 +1,7 @@
-"""The latency benchmark's watcher (benchmarks/latency_probe.py) on folders written by hand: an
-event counts once, from the first marker that shows it; a replaced marker (the empty one a run
-without a snapshot writes first) is read again; an aggregate's count makes earlier events visible;
-and the percentiles are nearest-rank."""
+"""The latency benchmark's watcher (benchmarks/latency_probe.py) on folders written by hand and on
+a topic reader's batches (the Kafka sinks): an event counts once, from the first marker (or poll)
+that shows it; a replaced marker (the empty one a run without a snapshot writes first) is read
+again; an aggregate's count makes earlier events visible; and the percentiles are nearest-rank."""
 
 from __future__ import annotations
 
@@ -51,3 +51,28 @@ def test_percentiles_are_nearest_rank():
     values = [float(v) for v in range(1, 101)]
     assert percentiles(values) == {"p50": 50.0, "p95": 95.0, "p99": 99.0, "max": 100.0}
     assert percentiles([]) == {"p50": None, "p95": None, "p99": None, "max": None}
+
+
+class _Rows:
+    """Stands for the output topic's reader: hands out the batches it is given, once."""
+
+    def __init__(self, *batches: list[dict]):
+        self.batches, self.closed = list(batches), False
+
+    def take(self) -> list[dict]:
+        return self.batches.pop(0) if self.batches else []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_kafka_sink_s_records_count_once_each_poll_that_brings_rows_a_delivery(tmp_path):
+    stamps = Stamps({("a", s): (0.0, 20) for s in (1, 2)})
+    topic = _Rows([{"user": "warm", "seq": 1}, {"user": "a", "seq": 1}], [], [{"user": "a", "seq": 2}])
+    watcher = VisibilityWatcher(tmp_path / "unused", _rows, "stateless", stamps, topic=topic)  # type: ignore[arg-type]
+    for _ in range(3):
+        watcher._look()
+    assert watcher.seen() == 2 and watcher.warm.is_set() and len(watcher.markers) == 2
+    watcher.start()
+    watcher.stop()
+    assert topic.closed
