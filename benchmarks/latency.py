@@ -260,7 +260,8 @@ def write_results(rows: list[dict[str, Any]], cfg: dict[str, Any], out: Path) ->
     out.mkdir(parents=True, exist_ok=True)
     print(
         f"\n{cfg['seconds']:g} s per rate, {cfg['users']} users, local[{cfg['parallelism']}], "
-        f"our trigger.interval {cfg['interval']}, Spark micro-batch trigger 0, real-time mode 5 s checkpoints, "
+        f"our trigger.interval {cfg['interval']}, Spark micro-batch trigger 0, real-time mode 5 s checkpoints "
+        f"(its aggregate on local[{2 * cfg['parallelism']}]: its stages hold their slots at once), "
         f"{cfg['broker']} broker; seconds from send to visible\n"
     )
     print("| engine | job | rate/s | events | visible | p50 | p95 | p99 | max | epochs | snapshot s/epoch |")
