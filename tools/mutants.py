@@ -1650,6 +1650,22 @@ MUTANTS: list[Mutant] = [
         ("tests/unit/test_autoscale_decision.py",),
     ),
     Mutant(
+        "autoscale-ungranted-scale-up",
+        "pipeline_lib/plan/executor_grant.py",
+        "max(before, min(want, granted))",
+        "want",
+        "a scale-up whose executors were not granted within the wait stays (no wider than the granted cores)",
+        ("tests/unit/test_executor_grant.py",),
+    ),
+    Mutant(
+        "autoscale-ungranted-request-kept",
+        "pipeline_lib/execution/runtime/autoscale_grant.py",
+        "executors.release()",
+        "pass",
+        "a scale-up that did not get its executors releases its request: no executor stays asked for",
+        ("tests/unit/test_executor_grant.py",),
+    ),
+    Mutant(
         "plan-digest-ignores-tables",
         OFFSETS,
         '({"tables"} if self.tables else set())',
