@@ -1660,10 +1660,18 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "autoscale-ungranted-request-kept",
         "pipeline_lib/execution/runtime/autoscale_grant.py",
-        "executors.release()",
+        "executors.release(outcome.parallelism)",
         "pass",
         "a scale-up that did not get its executors releases its request: no executor stays asked for",
         ("tests/unit/test_executor_grant.py",),
+    ),
+    Mutant(
+        "autoscale-owner-tasks-at-start-parallelism",
+        "pipeline_lib/execution/state/owner_epochs.py",
+        "planned if planned is not None else self.parallelism",
+        "self.parallelism",
+        "an epoch's owner tasks are as many as its owners' parallelism after an autoscaling change, not the start's",
+        ("tests/unit/test_owner_epochs_parallelism.py",),
     ),
     Mutant(
         "plan-digest-ignores-tables",

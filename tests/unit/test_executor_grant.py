@@ -44,7 +44,7 @@ class Cluster:
 
     def __init__(self, cores: int, arriving: int = 0, after_polls: int = 0):
         self.cores, self.arriving, self.after_polls = cores, arriving, after_polls
-        self.polls, self.asked, self.released, self.now = 0, [], 0, 0.0
+        self.polls, self.asked, self.released, self.now = 0, [], [], 0.0
 
     def executors(self) -> SparkExecutors:
         return SparkExecutors(self._granted, self.asked.append, self._release)
@@ -53,8 +53,8 @@ class Cluster:
         self.polls += 1
         return self.cores + (self.arriving if self.polls > self.after_polls else 0)
 
-    def _release(self) -> None:
-        self.released += 1
+    def _release(self, keep: int) -> None:
+        self.released.append(keep)
 
     def clock(self) -> float:
         return self.now
@@ -70,21 +70,21 @@ def _grant(cluster: Cluster, decision: Decision = UP, wait_s: float = 2.0) -> De
 def test_executors_that_come_within_the_wait_let_the_scale_up_through_unreleased():
     cluster = Cluster(2, arriving=1, after_polls=3)
     assert _grant(cluster) == UP
-    assert cluster.asked == [1] and cluster.released == 0 and cluster.now < 2.0
+    assert cluster.asked == [1] and cluster.released == [] and cluster.now < 2.0
 
 
 def test_executors_that_do_not_come_leave_it_where_it_was_and_the_request_released():
     cluster = Cluster(2)
     d = _grant(cluster, wait_s=2.0)
     assert (d.parallelism, d.capped) == (2, True) and "asked Spark for 1 more core(s), 2 core(s) granted" in d.reason
-    assert cluster.asked == [1] and cluster.released == 1
+    assert cluster.asked == [1] and cluster.released == [2]  # down to the parallelism it stays at
     assert 2.0 <= cluster.now <= 2.0 + 0.25  # bounded by the wait, polled
 
 
 def test_cores_already_there_ask_for_nothing_and_do_not_wait():
     cluster = Cluster(4)
     assert _grant(cluster) == UP
-    assert cluster.asked == [] and cluster.released == 0 and cluster.now == 0
+    assert cluster.asked == [] and cluster.released == [] and cluster.now == 0
 
 
 def test_unknown_cores_and_scale_downs_ask_for_nothing():

@@ -100,14 +100,16 @@ def live_executors(spark) -> list[tuple[str, int]] | None:
         return None
 
 
-def release_request(spark) -> None:
-    """Ask Spark for no executors beyond the live ones (``SparkContext.requestTotalExecutors``):
-    after a scale-up whose executors did not come, none stays asked for, so none starts later for
-    a parallelism the pipeline did not take. Best effort, logged."""
+def release_request(spark, keep_cores: int) -> None:
+    """Ask Spark for no executors beyond the live ones and those ``keep_cores`` (the parallelism
+    the pipeline stays at) take (``SparkContext.requestTotalExecutors``): after a scale-up whose
+    executors did not come, none stays asked for, so none starts later for a parallelism the
+    pipeline did not take. Best effort, logged."""
     executors = live_executors(spark)
     if executors is None:
         return
-    total = sum(executor_id != "driver" for executor_id, _ in executors)
+    live = sum(executor_id != "driver" for executor_id, _ in executors)
+    total = max(live, -(-keep_cores // executor_cores(spark)))
     jvm = spark.sparkContext._jvm
     try:
         no_hosts = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
@@ -115,7 +117,7 @@ def release_request(spark) -> None:
     except Exception as exc:  # py4j: a cluster manager that does not support it
         log.warning("releasing the request for executors failed: %s", str(exc).splitlines()[0])
         return
-    log.info("released the request for executors: %d asked for in all, the live ones", total)
+    log.info("released the request for executors: %d asked for in all (%d live)", total, live)
 
 
 def executor_cores_of(executors: list[tuple[str, int]]) -> int:

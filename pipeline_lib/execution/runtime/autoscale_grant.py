@@ -4,8 +4,9 @@ them, and go no wider than what was granted (plan.executor_grant decides).
 Waiting happens at an epoch boundary, on the driver, by polling Spark's status store for the
 application's live executors every ``POLL_S`` seconds for at most ``autoscale.executor_wait_seconds``:
 nothing in it grows with records or keys. A scale-up whose cores did not come stays (or goes as far
-as they reach), says so, and its request is released, so no executor stays asked for and starts
-later for a parallelism the pipeline did not take. A scale-up the live executors already cover asks
+as they reach), says so, and its request is released down to the live executors and those the
+parallelism it stays at takes, so no executor stays asked for and starts later for a parallelism
+the pipeline did not take. A scale-up the live executors already cover asks
 for nothing and does not wait.
 """
 
@@ -28,11 +29,12 @@ POLL_S = 0.25
 @dataclass
 class SparkExecutors:
     """What the wait needs of Spark, as functions (a unit test gives its own): the cores granted to
-    the live executors now (None: unknown), asking for more cores, releasing what was asked."""
+    the live executors now (None: unknown), asking for more cores, releasing what was asked beyond
+    the live executors and the cores of the parallelism kept."""
 
     granted: Callable[[], int | None]
     ask: Callable[[int], object]
-    release: Callable[[], None]
+    release: Callable[[int], None]
 
     @classmethod
     def of(cls, spark) -> SparkExecutors:
@@ -40,7 +42,7 @@ class SparkExecutors:
         return cls(
             lambda: spark_capacity.granted_cores(spark),
             lambda cores: spark_capacity.ask_for_executors(spark, cores),
-            lambda: spark_capacity.release_request(spark),
+            lambda keep: spark_capacity.release_request(spark, keep),
         )
 
 
@@ -70,5 +72,5 @@ def grant_scale_up(
         sleep(POLL_S)
     outcome = settled(decision, asked, granted, wait_s)
     if outcome.parallelism < want:
-        executors.release()  # guard: autoscale-ungranted-request-kept
+        executors.release(outcome.parallelism)  # guard: autoscale-ungranted-request-kept
     return outcome
