@@ -8,7 +8,8 @@ one-core workers (as the cluster tests start; dynamic allocation on, with shuffl
 application's executors come and go; 0: local mode), the spend-per-user job runs as a continuous
 ``pipeline-lib run`` process twice on a fresh topic each: with autoscaling off (parallelism 1) and
 on (from 1 up to ``--max``, ``target_lag_records`` = ``--target-lag``); once one event is seen
-committed (Spark is up), a producer sends at each rate in turn for ``--seconds``. Every second it
+committed (Spark is up), a producer sends at each rate in turn for ``--seconds``; sampling goes on
+until the lag has drained and 15 s more (so an idle executor's release shows), at most 120 s. Every second it
 samples the lag (events sent minus records the committed epochs read), the parallelism of the last
 committed epoch and, on a cluster, the cores the master has granted the application; it prints
 both series side by side, then per run the largest lag, the lag at the end and the largest
@@ -153,7 +154,7 @@ def run_once(
         sender = threading.Thread(target=produce, daemon=True)
         started = time.monotonic()
         sender.start()
-        drain_until = None
+        drain_until = settle_until = None
         while proc.poll() is None:
             time.sleep(1.0)
             with stamps.lock:
@@ -164,7 +165,9 @@ def run_once(
             samples.append((second, rate_now[0], lag, epochs.parallelism, cores, epochs.epochs))
             if not sender.is_alive():
                 drain_until = drain_until or time.monotonic() + cfg["drain_s"]
-                if lag == 0 or time.monotonic() > drain_until:
+                if lag == 0:  # drained: a few seconds more show whether the cores are released
+                    settle_until = settle_until or time.monotonic() + cfg["settle_s"]
+                if time.monotonic() > (settle_until or drain_until):
                     break
         if proc.poll() is not None:
             raise SystemExit(f"autoscale {mode}: the run ended early:\n{''.join(epochs.tail)}")
@@ -198,6 +201,7 @@ def autoscale(
         "target_lag": target_lag,
         "per_epoch": per_epoch,
         "drain_s": 120.0,
+        "settle_s": 15.0,  # sampling after the lag drained: dynamic allocation's idle timeout is 5 s
         "startup_s": 300.0,
         "tier": tier,
     }

@@ -6,7 +6,8 @@ From the once-a-second samples of each run, (second, rate, lag, parallelism, cor
 each step up, the epochs (and seconds) from the step until the lag is back at or under the target
 while the rate is still the higher one ("not while the rate was high" when it took the step down
 to drain it), with autoscaling on and off; for each step down, whether the application's cores (or,
-in local mode, the parallelism) went below the most they had been before it.
+in local mode, the parallelism) at the end of the lower rate's step are below the most they had been
+before it (a dip while the lag still drains does not count).
 """
 
 from __future__ import annotations
@@ -64,17 +65,19 @@ def step_ups(samples: list[tuple], target: int) -> list[StepUp]:
 
 
 def cores_released(samples: list[tuple]) -> list[tuple[int, int, bool]]:
-    """For each step down: (most cores before it, fewest after it, released: fewer). The
-    parallelism stands for cores in local mode (cores None)."""
+    """For each step down: (most cores before it, cores at the end of the lower rate's step,
+    released: fewer). The parallelism stands for cores in local mode (cores None)."""
     out = []
     index = 4 if any(s[4] is not None for s in samples) else 3
-    changes = steps(samples)
-    for start, before, after in changes:
+    for start, before, after in steps(samples):
         if after >= before:
             continue
+        end = start
+        while end + 1 < len(samples) and samples[end + 1][1] == after:
+            end += 1
         most = max((s[index] or 0 for s in samples[:start]), default=0)
-        fewest = min((s[index] or 0 for s in samples[start:]), default=most)
-        out.append((most, fewest, fewest < most))
+        last = samples[end][index] or 0
+        out.append((most, last, last < most))
     return out
 
 
@@ -91,9 +94,9 @@ def verdict(runs: dict[str, list[tuple]], target: int) -> list[str]:
         lines.append(f"step up {up.rate_from} → {up.rate_to} events/s, lag back under {target}: " + "; ".join(parts))
     released = cores_released(runs.get("on", []))
     unit = "cores" if any(s[4] is not None for s in runs.get("on", [])) else "parallelism"
-    for most, fewest, freed in released:
+    for most, last, freed in released:
         lines.append(
-            f"step down, autoscale on: {unit} at most {most} before, {fewest} after: "
+            f"step down, autoscale on: {unit} at most {most} before, {last} at the end of the step: "
             + ("released" if freed else "not released")
         )
     bounded = bool(ups.get("on")) and all(u.epochs is not None or u.seconds is not None for u in ups["on"])

@@ -48,6 +48,8 @@ def test_a_step_up_that_never_passes_the_target_is_back_at_once():
 
 def test_cores_released_after_a_step_down_or_the_parallelism_in_local_mode():
     assert cores_released(ON) == [(2, 1, True), (2, 1, True)]
+    dip = [*ON[:6], (7, 100, 0, 2, 1, 12), (8, 100, 0, 2, 2, 13)]  # a dip, then held again
+    assert cores_released(dip) == [(2, 2, False)]
     assert cores_released(OFF) == [(1, 1, False), (1, 1, False)]
     local = [(s[0], s[1], s[2], s[3], None, s[5]) for s in ON]
     assert cores_released(local) == [(2, 1, True), (2, 1, True)]
@@ -59,7 +61,7 @@ def test_the_verdict_gives_both_runs_and_whether_the_claim_holds():
         "step up 100 → 800 events/s, lag back under 1000: autoscale on: 6 epoch(s), 3 s (largest lag 1800); "
         "autoscale off: not while the rate was high (largest lag 3600)"
     )
-    assert lines[1] == "step down, autoscale on: cores at most 2 before, 1 after: released"
+    assert lines[1] == "step down, autoscale on: cores at most 2 before, 1 at the end of the step: released"
     assert lines[-1].startswith("verdict: the claim holds in this run")
     assert verdict({"off": OFF, "on": OFF}, 1000)[-1].startswith("verdict: the claim is not shown")
 
