@@ -8,12 +8,16 @@ one-core workers (as the cluster tests start; dynamic allocation on, with shuffl
 application's executors come and go; 0: local mode), the spend-per-user job runs as a continuous
 ``pipeline-lib run`` process twice on a fresh topic each: with autoscaling off (parallelism 1) and
 on (from 1 up to ``--max``, ``target_lag_records`` = ``--target-lag``); once one event is seen
-committed (Spark is up), a producer sends at each rate in turn for ``--seconds``. Every second it
+committed (Spark is up), a producer sends at each rate in turn for ``--seconds``; sampling goes on
+until the lag has drained and 15 s more (so an idle executor's release shows), at most 120 s. Every second it
 samples the lag (events sent minus records the committed epochs read), the parallelism of the last
 committed epoch and, on a cluster, the cores the master has granted the application; it prints
 both series side by side, then per run the largest lag, the lag at the end and the largest
-parallelism, and writes report.md, report.json and the figure autoscale.svg to ``--out``
-(benchmarks/autoscale_report.py). Spark itself has no counterpart inside one running query
+parallelism, the verdict on the claim (epochs until the lag is back under the target after each
+step up, cores released after each step down: benchmarks/autoscale_verdict.py), and writes
+report.md, report.json and the figure autoscale.svg to ``--out`` (benchmarks/autoscale_report.py),
+with the machine's load average before and after (figures from a loaded machine say little).
+Spark itself has no counterpart inside one running query
 (dynamic allocation adds executors, never tasks to a planned micro-batch), so the comparison is
 this job with and without it.
 """
@@ -31,7 +35,8 @@ from typing import Any
 
 import yaml
 
-from benchmarks.autoscale_report import summary, table, write_report
+from benchmarks.autoscale_report import load_note, summary, table, write_report
+from benchmarks.autoscale_verdict import verdict
 from benchmarks.latency_probe import RateProducer, Stamps
 from benchmarks.our_job import parse_epoch_line
 from pipeline_lib.localstack import start_stack, stop_stack
@@ -73,7 +78,7 @@ class _Epochs:
     """A run's stderr, copied to its log, with the records and parallelism of each committed epoch."""
 
     def __init__(self, proc: subprocess.Popen, log: Path):
-        self.records, self.parallelism, self.tail = 0, 0, [""]
+        self.records, self.parallelism, self.epochs, self.tail = 0, 0, 0, [""]
         self._thread = threading.Thread(target=self._read, args=(proc, log), daemon=True)
         self._thread.start()
 
@@ -86,6 +91,7 @@ class _Epochs:
                 epoch = parse_epoch_line(line)
                 if epoch is not None:
                     self.records += epoch["records"]
+                    self.epochs += 1
                     self.parallelism = epoch.get("parallelism", self.parallelism)
 
 
@@ -93,7 +99,7 @@ def run_once(
     mode: str, bootstrap: str, env: dict[str, str], root: Path, cfg: dict[str, Any], cluster: SparkCluster | None
 ) -> list[tuple]:
     """One continuous run (autoscale ``mode`` on or off) under the stepped rates: (second, rate,
-    lag, parallelism, cores)."""
+    lag, parallelism, cores, epochs committed)."""
     topic = f"autoscale-{mode}"
     create_topic(bootstrap, topic, PARTITIONS)
     work = root / mode
@@ -148,17 +154,20 @@ def run_once(
         sender = threading.Thread(target=produce, daemon=True)
         started = time.monotonic()
         sender.start()
-        drain_until = None
+        drain_until = settle_until = None
         while proc.poll() is None:
             time.sleep(1.0)
             with stamps.lock:
                 sent = len(stamps.sent)
             lag = max(0, sent - epochs.records)  # the warm-up event is in both
             cores = app_cores(cluster, mode)
-            samples.append((round(time.monotonic() - started), rate_now[0], lag, epochs.parallelism, cores))
+            second = round(time.monotonic() - started)
+            samples.append((second, rate_now[0], lag, epochs.parallelism, cores, epochs.epochs))
             if not sender.is_alive():
                 drain_until = drain_until or time.monotonic() + cfg["drain_s"]
-                if lag == 0 or time.monotonic() > drain_until:
+                if lag == 0:  # drained: a few seconds more show whether the cores are released
+                    settle_until = settle_until or time.monotonic() + cfg["settle_s"]
+                if time.monotonic() > (settle_until or drain_until):
                     break
         if proc.poll() is not None:
             raise SystemExit(f"autoscale {mode}: the run ended early:\n{''.join(epochs.tail)}")
@@ -192,9 +201,11 @@ def autoscale(
         "target_lag": target_lag,
         "per_epoch": per_epoch,
         "drain_s": 120.0,
+        "settle_s": 15.0,  # sampling after the lag drained: dynamic allocation's idle timeout is 5 s
         "startup_s": 300.0,
         "tier": tier,
     }
+    cfg["load_before"] = round(os.getloadavg()[0], 1)
     cluster = None
     try:
         env = {"SPARK_LOCAL_IP": "127.0.0.1", **os.environ, **stack.env()}
@@ -206,12 +217,14 @@ def autoscale(
         if cluster is not None:
             cluster.stop()
         stop_stack(root / "stack")
+    cfg["load_after"] = round(os.getloadavg()[0], 1)
     print(
         f"\nrates {rates} events/s, {seconds:g} s each; {tier}; "
-        f"autoscale on: 1..{max_parallelism}, target lag {target_lag}"
+        f"autoscale on: 1..{max_parallelism}, target lag {target_lag}; {load_note(cfg)}"
     )
     print("\n".join(table(runs)))
     print("\n".join(summary(runs)))
+    print("\n".join(verdict(runs, target_lag)))
     figure = write_report(runs, cfg, out or root / "report")
     print(f"report: {figure.parent / 'report.md'}, figure: {figure}")
     return 0

@@ -1,15 +1,19 @@
 """The autoscale benchmark's report: its samples as JSON, lag and parallelism over time (and the
 application's cores on a cluster) with autoscaling off and on as one SVG figure (matplotlib, the
-bench extra's plotting library), and report.md with the figure, the table and the summary.
+bench extra's plotting library), and report.md with the figure, the summary, the verdict and the table.
 
-A sample is (second, rate, lag, parallelism, cores): cores is None in local mode.
+A sample is (second, rate, lag, parallelism, cores, epochs committed): cores is None in local
+mode. report.md carries the verdict on the claim (benchmarks/autoscale_verdict.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+from benchmarks.autoscale_verdict import verdict
 
 FIGURE = "autoscale.svg"
 
@@ -27,6 +31,16 @@ def summary(runs: dict[str, list[tuple]]) -> list[str]:
             line += f", application cores {min(cores)}..{max(cores)} (at the end {cores[-1]})"
         lines.append(line)
     return lines
+
+
+def load_note(config: dict[str, Any]) -> str:
+    """The machine's 1-minute load average before and after the runs, labelled loaded when it
+    exceeds the cores: such figures say little about autoscaling."""
+    before, after = config.get("load_before"), config.get("load_after")
+    if before is None or after is None:
+        return "load average unknown"
+    loaded = max(before, after) > (os.cpu_count() or 1)
+    return f"load average {before} → {after} on {os.cpu_count()} cores" + (" (loaded)" if loaded else "")
 
 
 def table(runs: dict[str, list[tuple]]) -> list[str]:
@@ -56,11 +70,14 @@ def write_report(runs: dict[str, list[tuple]], config: dict[str, Any], out: Path
         "# Autoscaling under a stepped input rate",
         "",
         f"Rates {config['rates']} events/s, {config['seconds']:g} s each; {config['tier']}; autoscale on: "
-        f"1..{config['max']}, target lag {config['target_lag']} records, {config['per_epoch']} records per epoch.",
+        f"1..{config['max']}, target lag {config['target_lag']} records, {config['per_epoch']} records per epoch; "
+        f"{load_note(config)}.",
         "",
         f"![lag and parallelism over time]({FIGURE})",
         "",
         *summary(runs),
+        "",
+        *verdict(runs, config["target_lag"]),
         "",
         "```",
         *table(runs),

@@ -24,6 +24,7 @@ _FIELDS = (
     "scale_down_at",
     "cooldown_epochs",
     "step",
+    "executor_wait_seconds",
 )
 
 
@@ -44,6 +45,8 @@ class AutoscaleSettings(StrictModel):
     scale_down_at: Annotated[float, Field(ge=0)] = 0.5
     cooldown_epochs: Annotated[int, Field(ge=0)] = 2
     step: Annotated[int, Field(ge=1)] = 1
+    # with dynamic allocation: how long a scale-up waits for the executors it asked for, then stays
+    executor_wait_seconds: Annotated[float, Field(gt=0, le=600)] = 10.0
 
     @model_validator(mode="after")
     def _consistent(self) -> AutoscaleSettings:

@@ -9,7 +9,9 @@ epoch 2, the read of which is in flight), down to 1 after epoch 8 (4k of lag, ap
 
 from __future__ import annotations
 
+import re
 import socket
+import time
 
 import pytest
 
@@ -24,15 +26,29 @@ pytestmark = [pytest.mark.cluster, pytest.mark.full]
 PER_EPOCH, EPOCHS = 1_000, 12
 
 
-def _autoscaled(tmp_path, payments, most: int, spark: dict | None = None, extra: dict | None = None):
+def _autoscaled(
+    tmp_path,
+    payments,
+    most: int,
+    spark: dict | None = None,
+    extra: dict | None = None,
+    policy: dict | None = None,
+    start: int = 1,
+):
     name, sink, store, spec = _job(
         tmp_path,
         payments,
-        parallelism=1,
+        parallelism=start,
         spark=spark,
         checkpoint={"retain": 20},  # every epoch's manifest, for the per-epoch check
         extra={
-            "autoscale": {"min": 1, "max": most, "target_lag_records": 8_000, "cooldown_epochs": 0},
+            "autoscale": {
+                "min": 1,
+                "max": most,
+                "target_lag_records": 8_000,
+                "cooldown_epochs": 0,
+                **(policy or {}),
+            },
             **(extra or {}),
         },
     )
@@ -100,7 +116,9 @@ def test_with_dynamic_allocation_executors_are_asked_for_before_a_scale_up_and_r
     """A continuous run on dynamic allocation (shuffle tracking, no external shuffle service),
     one executor to start with: the master shows the application's cores go 1 → 2 once the runner
     asked for an executor and scaled up, and back to 1 once it scaled down and the executor idled."""
-    name, sink, store, spec = _autoscaled(tmp_path, cluster_payments, 2, spark={"conf": DYNAMIC})
+    name, sink, store, spec = _autoscaled(
+        tmp_path, cluster_payments, 2, spark={"conf": DYNAMIC}, policy={"executor_wait_seconds": 120}
+    )
     stop = tmp_path / "stop"
     run = CliRun(["run", str(spec), "--continuous", "--stop-file", str(stop)], cluster_env, tmp_path / "run.log")
     cores: list[int] = []
@@ -126,6 +144,55 @@ def test_with_dynamic_allocation_executors_are_asked_for_before_a_scale_up_and_r
     first_at_2 = min(e for e, p in by_epoch.items() if p == 2)
     assert asked < log.index(f"epoch {first_at_2} committed"), log[-3000:]
     assert "autoscale lowers parallelism 2 → 1" in log and by_epoch[EPOCHS] == 1, by_epoch
+    _exact(cluster_env, local_stack, cluster_payments, name, sink, store)
+
+
+def test_with_dynamic_allocation_a_scale_up_the_cluster_cannot_give_executors_for_says_so_and_stays(
+    cluster, cluster_env, local_stack, tmp_path, cluster_payments
+):
+    """Dynamic allocation up to 3 executors on a cluster of two one-core workers, from parallelism
+    2: the scale-up to 3 asks Spark for an executor, none comes within executor_wait_seconds, so
+    the pipeline stays at 2, says so naming the cores asked for and granted, counts
+    autoscale_capped and releases the request; after its scale-down to 1 and the last epoch, a
+    worker added gets no executor of the application (nothing stays asked for) and the idle
+    executor is released (1 core). The output is exact, every epoch against Kafka itself."""
+    dynamic = {**DYNAMIC, "spark.dynamicAllocation.maxExecutors": "3", "spark.dynamicAllocation.initialExecutors": "2"}
+    name, sink, store, spec = _autoscaled(
+        tmp_path, cluster_payments, 3, spark={"conf": dynamic}, policy={"executor_wait_seconds": 5}, start=2
+    )
+    statsd = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    statsd.bind(("127.0.0.1", 0))
+    env = {**cluster_env, "PIPELINE_STATSD_HOST": "127.0.0.1", "PIPELINE_STATSD_PORT": str(statsd.getsockname()[1])}
+    stop = tmp_path / "stop"
+    run = CliRun(["run", str(spec), "--continuous", "--stop-file", str(stop)], env, tmp_path / "run.log")
+    refused = re.compile(r"wants 3 subtasks, asked Spark for \d more core\(s\), \d core\(s\) granted within 5 s: stays")
+    added = None
+    try:
+        run.until(lambda: f"epoch {EPOCHS} committed" in run.stderr(), 900, "every epoch committed")
+        assert refused.search(run.stderr()) and "released the request for executors" in run.stderr()
+        # no scale-up comes any more: a core free now would go to a request left standing, and the
+        # executor idle since the scale-down is released
+        added = cluster.add_worker()
+        used, cores = [], []
+        for _ in range(25):
+            used.append(next(w["coresused"] for w in cluster.state()["workers"] if w["port"] == added.port))
+            app = _app(cluster, name)
+            cores.append(app["cores"] if app else 0)
+            time.sleep(1)
+        assert not any(used) and cores[-1] == 1, (used, cores)
+        stop.touch()
+        assert run.wait(300) == 0, run.stderr()[-3000:]
+        capped = _counted(statsd, "autoscale_capped")
+    finally:
+        stop.touch()
+        run.kill()
+        statsd.close()
+        if added is not None:
+            cluster.kill_worker(added.index)
+    log = run.stderr()
+    by_epoch = parallelism_by_epoch(log)
+    assert 3 not in by_epoch.values() and "autoscale raises parallelism 2 → 3" not in log, by_epoch
+    assert capped >= 1
     _exact(cluster_env, local_stack, cluster_payments, name, sink, store)
 
 

@@ -84,13 +84,40 @@ def ask_for_executors(spark, cores: int) -> bool:
 def granted_cores(spark) -> int | None:
     """The cores of the application's live executors, from Spark's status store (None: unknown,
     e.g. a Spark without it): what a scale-up can run on now, without asking for more."""
+    executors = live_executors(spark)
+    return None if executors is None else executor_cores_of(executors)
+
+
+def live_executors(spark) -> list[tuple[str, int]] | None:
+    """The application's live executors as (id, cores), the driver's entry among them, from
+    Spark's status store (None: unknown, e.g. a Spark without it)."""
     try:
         executors = spark.sparkContext._jsc.sc().statusStore().executorList(True)
         summaries = [executors.apply(i) for i in range(executors.size())]
-        return executor_cores_of([(str(e.id()), int(e.totalCores())) for e in summaries])
+        return [(str(e.id()), int(e.totalCores())) for e in summaries]
     except Exception as exc:  # py4j: an internal API another Spark may lack
         log.debug("the status store's executors are unknown: %s", str(exc).splitlines()[0])
         return None
+
+
+def release_request(spark, keep_cores: int) -> None:
+    """Ask Spark for no executors beyond the live ones and those ``keep_cores`` (the parallelism
+    the pipeline stays at) take (``SparkContext.requestTotalExecutors``): after a scale-up whose
+    executors did not come, none stays asked for, so none starts later for a parallelism the
+    pipeline did not take. Best effort, logged."""
+    executors = live_executors(spark)
+    if executors is None:
+        return
+    live = sum(executor_id != "driver" for executor_id, _ in executors)
+    total = max(live, -(-keep_cores // executor_cores(spark)))
+    jvm = spark.sparkContext._jvm
+    try:
+        no_hosts = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
+        spark.sparkContext._jsc.sc().requestTotalExecutors(total, 0, no_hosts)
+    except Exception as exc:  # py4j: a cluster manager that does not support it
+        log.warning("releasing the request for executors failed: %s", str(exc).splitlines()[0])
+        return
+    log.info("released the request for executors: %d asked for in all (%d live)", total, live)
 
 
 def executor_cores_of(executors: list[tuple[str, int]]) -> int:

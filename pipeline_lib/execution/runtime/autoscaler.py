@@ -21,6 +21,7 @@ from kafka import TopicPartition
 
 from pipeline_lib.checkpoint.manifest import Manifest
 from pipeline_lib.execution.engine import spark_capacity
+from pipeline_lib.execution.runtime.autoscale_grant import SparkExecutors, grant_scale_up
 from pipeline_lib.execution.runtime.epoch_loop import EpochLoop
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.execution.runtime.runner_types import EpochReport
@@ -109,6 +110,9 @@ class Autoscaler:
         load = EpochLoad(report.epoch, report.records, report.seconds, lag)
         capacity = spark_capacity.offered_cores(loop.spark)
         decision = decide(self.settings, load, ran_at, self.history, capacity)
+        if decision.parallelism > ran_at and spark_capacity.dynamic_allocation(loop.spark):
+            executors = SparkExecutors.of(loop.spark)
+            decision = grant_scale_up(decision, executors, self.settings.executor_wait_seconds)
         self.history = [*self.history, decision][-HISTORY:]
         name = self.parts.pipeline.name
         if not decision.changed:
@@ -125,8 +129,6 @@ class Autoscaler:
             decision.parallelism,
             decision.reason,
         )
-        if decision.parallelism > ran_at:
-            spark_capacity.ask_for_executors(loop.spark, decision.parallelism - ran_at)
         if loop.planned is None:
             self._apply(decision.parallelism, loop)
         else:

@@ -244,6 +244,12 @@ class OwnerEpochs:
             schemas.append(to_arrow_schema(frame.schema, timezone="UTC", prefers_large_types=large))
         return cls(None, parallelism, in_worker, schemas)
 
+    def parallelism_of(self, owners: Sequence[OwnerTask | None]) -> int:
+        """The epoch's owner tasks: as many as its owners' parallelism, which autoscaling may have
+        changed since this path was chosen (``parallelism``: the one it started with)."""
+        planned = next((o.owners.parallelism for o in owners if o is not None), None)
+        return planned if planned is not None else self.parallelism  # guard: autoscale-owner-tasks-at-start-parallelism
+
     def read(
         self,
         spark: SparkSession,
@@ -256,11 +262,12 @@ class OwnerEpochs:
         assert self.arrow is not None, "the Arrow path's read on the Spark SQL path"
         owners = tuple(owners)
         tasks = max(len(reader.tasks), 1)
-        read = ReadForOwners(self.arrow.in_worker(reader, writers, dead_letters), owners, self.parallelism)
+        parallelism = self.parallelism_of(owners)
+        read = ReadForOwners(self.arrow.in_worker(reader, writers, dead_letters), owners, parallelism)
         results = (
             spark.sparkContext.parallelize(range(tasks), tasks)
             .mapPartitionsWithIndex(read)
-            .partitionBy(self.parallelism, _owner_index)
+            .partitionBy(parallelism, _owner_index)
             .mapPartitionsWithIndex(OwnFlows(owners))
             .collect()
         )
@@ -294,7 +301,7 @@ class OwnerEpochs:
         ]
         results = (
             spark.sparkContext.union(cut)
-            .partitionBy(self.parallelism, _owner_index)
+            .partitionBy(self.parallelism_of(owners), _owner_index)
             .mapPartitionsWithIndex(OwnFlows(owners))
             .collect()
         )
