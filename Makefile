@@ -60,9 +60,11 @@ airflow-up: install
 
 # Ours vs Spark Structured Streaming vs raw kafka-python, snapshot bytes, restore and recovery
 # times; report + plots in results/bench (e.g. make bench BENCH_ARGS="--events 200000 --keys 10000").
-# The benchmarks are the checkout's top-level benchmarks/ package, not part of the wheel.
-bench: install
+# The benchmarks are the checkout's top-level benchmarks/ package, not part of the wheel. Then the Delta sink
+# against Spark SS foreachBatch + MERGE (bench-delta, a few minutes; DELTA_ARGS="--events 500000" for its own).
+bench: install delta-spark-env
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks delta $(DELTA_ARGS)
 
 # The Spark user's side of the Delta sink's benchmark and tests: a second venv, .venv-delta-spark/ (never
 # committed), with PySpark 4.2.0 and delta-spark 4.4.0 (none is built for our PySpark 4.3.0), and their jars
@@ -118,4 +120,4 @@ typecheck: install
 
 clean:
 	-$(BIN)/python -c 'from pipeline_lib.execution.engine.jvm_archive import archive_path as a; a() and a().unlink(missing_ok=True)'
-	rm -rf $(VENV) demo-output .stack
+	rm -rf $(VENV) $(DELTA_VENV) demo-output .stack
