@@ -156,6 +156,8 @@ def delta_bench(
     print("tables: " + ("both equal to plain Python, ours read by delta-rs and by Spark" if not wrong else "WRONG"))
     for line in wrong:
         print(f"  {line}")
+    if wrong:
+        print(f"Spark's batches (input rows): {figures['batch_rows']}; its table's versions: {figures['history']}")
     print(json.dumps({"ours_s": round(ours_s, 3), "spark_s": round(theirs_s, 3), "ratio": round(theirs_s / ours_s, 2),
                       "rows": len(ours), "exact": not wrong}))  # fmt: skip
     return 1 if wrong else 0

@@ -139,12 +139,26 @@ def run(args: argparse.Namespace) -> dict:
     )
     query.awaitTermination()
     batches = [json.loads(p.json) for p in query.recentProgress]
+    history = table_history(DeltaTable.forPath(spark, output))
     spark.stop()
     return {
         "spark_start_s": round(ready - started, 3),
         "batches": sum(1 for p in batches if p.get("numInputRows", 0) > 0),
         "records": sum(p.get("numInputRows", 0) for p in batches),
+        "batch_rows": [[p["batchId"], p.get("numInputRows", 0)] for p in batches],
+        "history": history,
     }
+
+
+def table_history(table) -> list[dict]:
+    """Each version of the table: its operation and row counts (what a check that fails prints)."""
+    rows = table.history().select("version", "operation", "operationMetrics").orderBy("version").collect()
+    keep = ("numSourceRows", "numTargetRowsUpdated", "numTargetRowsInserted", "numOutputRows")
+    out = []
+    for r in rows:
+        metrics = r["operationMetrics"] or {}
+        out.append({"version": r["version"], "operation": r["operation"], **{k: metrics.get(k) for k in keep}})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
