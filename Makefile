@@ -3,10 +3,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test full compose format unit e2e cluster airflow airflow-up bench bench-restore bench-cluster bench-latency soak mutation lint typecheck clean
+.PHONY: install demo test full compose format unit e2e cluster airflow airflow-up bench bench-restore bench-cluster bench-latency soak mutation lint typecheck clean delta-spark-env bench-delta
 N ?= 100
 SOAK_ARGS ?= --cluster 2
 BENCH_ARGS ?=
+DELTA_ARGS ?=
 AIRFLOW_UP_ARGS ?=
 MUTATION_ARGS ?=
 
@@ -29,8 +30,9 @@ demo: install
 test: install
 	$(BIN)/python -m pytest tests -m "not full"
 
-# That rest: the other crash points and stores of the matrices `make test` samples.
-full: install
+# That rest: the other crash points and stores of the matrices `make test` samples (and Spark reading
+# the Delta sink's tables, from the second environment of delta-spark-env).
+full: install delta-spark-env
 	$(BIN)/python -m pytest tests -m full
 
 # docker-compose.yml run by a Docker engine of the test's own (root; installs docker.io if missing): images
@@ -58,9 +60,28 @@ airflow-up: install
 
 # Ours vs Spark Structured Streaming vs raw kafka-python, snapshot bytes, restore and recovery
 # times; report + plots in results/bench (e.g. make bench BENCH_ARGS="--events 200000 --keys 10000").
-# The benchmarks are the checkout's top-level benchmarks/ package, not part of the wheel.
-bench: install
+# The benchmarks are the checkout's top-level benchmarks/ package, not part of the wheel. Then the Delta sink
+# against Spark SS foreachBatch + MERGE (bench-delta, a few minutes; DELTA_ARGS="--events 500000" for its own).
+bench: install delta-spark-env
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks delta $(DELTA_ARGS)
+
+# The Spark user's side of the Delta sink's benchmark and tests: a second venv, .venv-delta-spark/ (never
+# committed), with PySpark 4.2.0 and delta-spark 4.4.0 (none is built for our PySpark 4.3.0), and their jars
+# fetched with Maven into the cache (tools/delta-spark/, benchmarks/delta_spark_env.py).
+DELTA_VENV := .venv-delta-spark
+$(DELTA_VENV)/.installed: tools/delta-spark/requirements.txt
+	$(PYTHON) -m venv $(DELTA_VENV)
+	$(DELTA_VENV)/bin/pip install -q --upgrade pip
+	$(DELTA_VENV)/bin/pip install -q -r tools/delta-spark/requirements.txt
+	touch $@
+
+delta-spark-env: install $(DELTA_VENV)/.installed
+	$(BIN)/python -m benchmarks.delta_spark_env
+
+# A running aggregate into a Delta table, ours vs Spark SS foreachBatch + delta-spark MERGE (prints the ratio).
+bench-delta: delta-spark-env
+	$(BIN)/python -m benchmarks delta $(DELTA_ARGS)
 
 # Restore time with many completed pipelines vs restoring everything (prints the ratio).
 bench-restore: install
@@ -99,4 +120,4 @@ typecheck: install
 
 clean:
 	-$(BIN)/python -c 'from pipeline_lib.execution.engine.jvm_archive import archive_path as a; a() and a().unlink(missing_ok=True)'
-	rm -rf $(VENV) demo-output .stack
+	rm -rf $(VENV) $(DELTA_VENV) demo-output .stack

@@ -378,3 +378,23 @@ def kafka_sink(
             keep=logs,
         )
     )
+
+
+@bench_app.command("delta")
+def delta(
+    events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 200_000,
+    users: Annotated[int, typer.Option(min=1, help="Distinct users (keys, the table's rows).")] = 20_000,
+    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 50_000,
+    partitions: Annotated[int, typer.Option(min=1, help="Kafka partitions of the benchmark topic.")] = 2,
+    parallelism: Annotated[int, typer.Option(min=1, help="local[N] for both engines.")] = 2,
+) -> None:
+    """A running aggregate into a Delta table: our sink.delta vs Spark SS foreachBatch + delta-spark MERGE.
+
+    Spark runs in the second environment of `make delta-spark-env`; both tables are read back
+    and checked against plain Python; prints both whole-process times and the ratio (see
+    benchmarks/delta_bench.py). Exit 1 only if a table is wrong."""
+    from benchmarks.delta_bench import delta_bench
+
+    raise typer.Exit(
+        delta_bench(events=events, users=users, per_epoch=per_epoch, partitions=partitions, parallelism=parallelism)
+    )

@@ -3,8 +3,9 @@
 Starts the embedded stack, produces sample payments, runs the example job through the CLI into
 a Delta Lake table, SIGKILLs it mid-run, restores it, runs the same job failure-free under
 another name (into a files sink), and checks that both outputs equal each other and a
-plain-Python computation; the Delta table is read as another engine reads it (delta-rs, into
-pandas). Leaves nothing running.
+plain-Python computation; the Delta table is read as other engines read it (delta-rs into
+pandas, and Polars' ``read_delta`` where Polars is installed, as ``make demo`` does). Leaves
+nothing running.
 """
 
 from __future__ import annotations
@@ -57,6 +58,20 @@ def read_delta(path: str, settings: ConnectionSettings) -> dict[Any, Any]:
     console.print(f"the Delta table {path}, read by delta-rs into pandas ({len(frame):,} rows), top spenders:")
     console.print(frame.sort_values("total", ascending=False).head(3).to_string(index=False), highlight=False)
     return {(r["user"],): r for r in frame.astype(object).to_dict("records")}
+
+
+def read_delta_polars(path: str, settings: ConnectionSettings) -> dict[Any, Any] | None:
+    """The same table read by a second engine, Polars (``polars.read_delta``), per user; None
+    (and a note) where Polars is not installed: it is a test extra, not a dependency."""
+    try:
+        import polars
+    except ImportError:
+        console.print("Polars is not installed (pip install polars): its read of the table is skipped")
+        return None
+    frame = polars.read_delta(table_uri(path), storage_options=storage_options(path, settings))
+    console.print(f"the same table read by Polars (polars.read_delta, {frame.height:,} rows), top spenders:")
+    console.print(str(frame.sort("total", descending=True).head(3)), highlight=False)
+    return {(r["user"],): r for r in frame.to_dicts()}
 
 
 def run_cli(args: list[str], env: dict, kill_after_epoch: int | None = None) -> int:
@@ -115,6 +130,7 @@ def main(n_events: int = EVENTS, per_epoch: int = PER_EPOCH, root: Path | None =
         console.rule("6. verify")
         settings = ConnectionSettings.from_env(env)
         crashed = read_delta("s3://results/spend-per-user", settings)
+        by_polars = read_delta_polars("s3://results/spend-per-user", settings)
         reference = read_upsert_table(open_store("s3://results/spend-per-user-reference", settings), ["user"])
         expected = spend_per_user(events)
 
@@ -127,7 +143,10 @@ def main(n_events: int = EVENTS, per_epoch: int = PER_EPOCH, root: Path | None =
         console.print(f"users: {len(crashed):,}  events counted: {counted:,} of {n_events:,} produced")
         console.print(f"killed-and-restored output == failure-free run: {same_as_reference}")
         console.print(f"killed-and-restored output == plain-Python computation: {same_as_python}")
-        ok = same_as_reference and same_as_python and counted == n_events
+        same_in_polars = by_polars is None or as_dicts(by_polars) == as_dicts(crashed)
+        if by_polars is not None:
+            console.print(f"Polars' read == delta-rs's read: {same_in_polars}")
+        ok = same_as_reference and same_as_python and same_in_polars and counted == n_events
         console.print("[bold green]VERIFIED: exactly once[/]" if ok else "[bold red]MISMATCH[/]")
         return 0 if ok else 1
     finally:
