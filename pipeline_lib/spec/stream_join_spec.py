@@ -123,7 +123,7 @@ def _kinds(transform: Any) -> set[str]:
     return {k for k in ("filter", "select", "python", "dedup", "join") if getattr(transform, k, None) is not None}
 
 
-def _then_aggregate(transforms: list, at: int, state: Any) -> bool:
+def _then_aggregate(transforms: list[Any], at: int, state: Any) -> bool:
     """Whether the stream join at ``at`` is followed by stateless transforms and a state.aggregate
     without a window (its left rows without a match come out when the watermark passes their
     window, too late for an event-time window of theirs), and no dedup is in the flow."""
@@ -136,7 +136,7 @@ def _then_aggregate(transforms: list, at: int, state: Any) -> bool:
     after = [_kinds(t) for t in transforms[at + 1 :]]
     stateless = all(k & {"filter", "select", "join"} and not k & {"python", "dedup", "stream_join"} for k in after)
     dedup = any("dedup" in _kinds(t) for t in transforms)
-    return aggregate is not None and not windowed and stateless and not dedup
+    return aggregate is not None and not windowed and stateless and not dedup  # guard: join-then-windowed-aggregate
 
 
 def check_stream_join_watermark(join: StreamJoinSpec, watermark: Any, where: str, field: str) -> None:

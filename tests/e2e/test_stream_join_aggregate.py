@@ -85,24 +85,6 @@ def events_of(orders: int, seed: int) -> list[dict]:
     return events
 
 
-def test_a_join_followed_by_a_python_hook_or_a_windowed_aggregate_is_refused_naming_the_join():
-    from pipeline_lib.spec.models import JobSpec
-
-    spec = aggregate_spec("refused")
-    spec["transforms"] = spec["transforms"][:1] + [{"python": "tests.hooks_example:explode"}]
-    with pytest.raises(ValueError, match="followed by stateless transforms"):
-        JobSpec.model_validate(spec)
-    windowed = aggregate_spec("refused")
-    windowed["state"] = {"aggregate": {**AGGREGATE["aggregate"], "window": {"column": "ts", "size": "1 hour"}}}
-    windowed["transforms"][1]["select"].append("ts")
-    with pytest.raises(ValueError, match="followed by stateless transforms"):
-        JobSpec.model_validate(windowed)
-    flows = JobSpec.model_validate(aggregate_spec("split")).all_flows()
-    assert [f.name for f in flows] == ["split-join", "split"]
-    assert flows[0].state is not None and flows[0].state.process is not None
-    assert flows[0].state.process.stream_join is not None and flows[1].after == "split-join"
-
-
 def totals_written(env: dict, sink: str) -> dict[str, dict]:
     rows = read_table(sink, ConnectionSettings.from_env(env), key=["bucket"])
     return {r["bucket"]: {k: r[k] for k in ("bucket", "rows", "paid", "biggest")} for r in rows}
@@ -120,12 +102,13 @@ def test_join_then_aggregate_survives_a_sigkill_exactly(stack_env, tmp_path, ord
     crashed = run_cli(
         ["run", str(spec), "--until-caught-up"],
         {**stack_env, "PIPELINE_FAULT_POINTS": fault, "PIPELINE_FAULT_LOG": str(fault_log)},
+        timeout=900,
     )
     assert crashed.returncode == -9, crashed.stderr[-2000:]
     assert f"FAULT INJECTED: {fault.split('@')[0]} epoch=3" in fault_log.read_text()
-    restored = run_cli(["run", str(spec), "--until-caught-up", *restore_args], stack_env)
+    restored = run_cli(["run", str(spec), "--until-caught-up", *restore_args], stack_env, timeout=900)
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert "restored from" in restored.stderr
     assert totals_written(stack_env, f"s3://results/{name}") == expected_totals(orders_and_payments)
-    verified = run_cli(["verify", str(spec)], stack_env)
+    verified = run_cli(["verify", str(spec)], stack_env, timeout=600)
     assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]

@@ -162,8 +162,8 @@ def start_pipeline(
                 current = f"flow:{name}/transform0"
                 empty = spark.createDataFrame([], schema)
                 for stage in [f.spec for f in parts.flows if f.spec.name == flow.spec.after]:  # its rows' own
-                    rows = apply_transforms(empty, stage.transforms, f"flow {name}: ", StaticTables(parts.settings))
-                    empty = spark.createDataFrame([], stage_schema(stage, rows.schema))
+                    before = apply_transforms(empty, stage.transforms, f"flow {name}: ", StaticTables(parts.settings))
+                    empty = spark.createDataFrame([], stage_schema(stage, before.schema))
                 apply_transforms(empty, flow.spec.transforms, f"flow {name}: ", StaticTables(parts.settings))
             if flow.state is not None:
                 current = f"flow:{name}/state"
