@@ -57,6 +57,7 @@ def batch_figures(query) -> list[dict[str, Any]]:
             "records": p.get("numInputRows", 0),
             "seconds": p.get("durationMs", {}).get("triggerExecution", 0) / 1000.0,
             "duration_ms": p.get("durationMs", {}),
+            "watermark": p.get("eventTime", {}).get("watermark"),
             "state": [
                 {
                     k: op.get(k)
@@ -67,6 +68,7 @@ def batch_figures(query) -> list[dict[str, Any]]:
                         "commitTimeMs",
                         "allUpdatesTimeMs",
                         "customMetrics",
+                        "numRowsDroppedByWatermark",
                     )
                 }
                 for op in p.get("stateOperators", [])

@@ -39,7 +39,11 @@ METRICS = {
     "state_bytes_written": ("count", "state bytes the epoch wrote (its incremental snapshot)"),
     "rows_written": ("count", "sink rows the epoch wrote"),
     "bad_records": ("count", "bad records the epoch dead-lettered or skipped"),
-    "late_records": ("count", "records the epoch dropped as late: their event-time windows were closed"),
+    "late_records": (
+        "count",
+        "records the epoch dropped as late: their event-time windows were closed, or a stream "
+        "join's rows behind its watermark or without an event time",
+    ),
     "restore_duration": ("timing", "restoring the pipeline's snapshot at start-up, ms"),
     "fenced": ("count", "attempts that stopped because a newer one owns the pipeline"),
     "parallelism": ("gauge", "the subtasks the epoch ran with (autoscale changes it between epochs)"),

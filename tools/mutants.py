@@ -1870,6 +1870,15 @@ MUTANTS: list[Mutant] = [
         STREAM_JOIN_TESTS,
     ),
     Mutant(
+        "join-then-windowed-aggregate",
+        "pipeline_lib/spec/stream_join_spec.py",
+        "return aggregate is not None and not windowed and stateless and not dedup",
+        "return aggregate is not None and stateless and not dedup",
+        "a windowed aggregate after a stream join is refused: the join's unmatched left rows come out once "
+        "the watermark has passed them, too late for their windows",
+        ("tests/unit/test_stream_join_chain.py",),
+    ),
+    Mutant(
         "join-match-not-marked",
         STREAM_JOIN,
         "left[2] = True",

@@ -97,9 +97,12 @@ def stream_join_as_state(data: object, process_spec: Any, state_spec: Any) -> ob
     if not at:
         return data
     if at != [len(transforms) - 1] or data.get("state") is not None:
+        if len(at) == 1 and _then_aggregate(transforms, at[0], data.get("state")):
+            return data  # run as a stage of its own, its matches aggregated by the flow (flow_chain)
         raise FieldsError(
-            "a stream join is the flow's last transform and the flow has no other state "
-            "(its matches go to the sink; aggregate them in a flow reading that sink)",
+            "a stream join is the flow's last transform and the flow has no other state, or it is "
+            "followed by stateless transforms (filter, select, table join) and a state.aggregate "
+            "without a window; one stream join per flow, and no dedup beside it",
             f"transforms.{at[0]}.join",
             "state",
         )
@@ -111,6 +114,29 @@ def stream_join_as_state(data: object, process_spec: Any, state_spec: Any) -> ob
         join = last.stream_join
     process = process_spec(key=list(join.on), function=JOIN_FUNCTION, on_timer=JOIN_TIMER, stream_join=join)
     return {**data, "transforms": transforms[:-1], "state": state_spec(process=process)}
+
+
+def _kinds(transform: Any) -> set[str]:
+    """The kinds of a transform (a TransformSpec or its raw mapping): its set fields' names."""
+    if isinstance(transform, dict):
+        return set(transform)
+    return {k for k in ("filter", "select", "python", "dedup", "join") if getattr(transform, k, None) is not None}
+
+
+def _then_aggregate(transforms: list[Any], at: int, state: Any) -> bool:
+    """Whether the stream join at ``at`` is followed by stateless transforms and a state.aggregate
+    without a window (its left rows without a match come out when the watermark passes their
+    window, too late for an event-time window of theirs), and no dedup is in the flow."""
+    if isinstance(state, dict):
+        aggregate = state.get("aggregate") if "process" not in state else None
+        windowed = isinstance(aggregate, dict) and aggregate.get("window") is not None
+    else:
+        aggregate = getattr(state, "aggregate_spec", None)
+        windowed = getattr(aggregate, "window", None) is not None
+    after = [_kinds(t) for t in transforms[at + 1 :]]
+    stateless = all(k & {"filter", "select", "join"} and not k & {"python", "dedup", "stream_join"} for k in after)
+    dedup = any("dedup" in _kinds(t) for t in transforms)
+    return aggregate is not None and not windowed and stateless and not dedup  # guard: join-then-windowed-aggregate
 
 
 def check_stream_join_watermark(join: StreamJoinSpec, watermark: Any, where: str, field: str) -> None:

@@ -145,3 +145,26 @@ def test_a_process_function_and_dedup_run_on_records(spark, tmp_path):
     assert run.epochs == 3
     assert sorted(r["id"] for r in run.table("distinct")) == sorted(e["id"] for e in events)
     assert {r["user"]: r for r in run.table("totals")} == _expected_totals(sent)
+
+
+def test_a_stream_join_then_a_select_a_filter_and_an_aggregate_on_records_is_plain_pythons(spark, tmp_path):
+    """The join runs as its stage and the flow aggregates the matches it passes each epoch,
+    unmatched orders included as the watermark passes them (tests/e2e/test_stream_join_aggregate.py)."""
+    from tests.e2e.test_stream_join_aggregate import aggregate_spec, events_of, expected_totals
+    from tests.windows_reference import iso
+
+    events = events_of(400, seed=7)
+    records = [
+        Record({**{k: v for k, v in e.items() if k != "ms"}, "ts": iso(e["ms"])}, key=e["order_id"], partition=i % 2)
+        for i, e in enumerate(events)
+    ]
+    spec = aggregate_spec("ssjoin-agg-records")
+    spec["trigger"]["max_records_per_epoch"] = 250
+    run = run_on_records(spec, records, workdir=tmp_path, spark=spark)
+    assert run.epochs >= 3
+    want = expected_totals(events)
+    assert len(want) > 2
+    got = {
+        r["bucket"]: {k: r[k] for k in ("bucket", "rows", "paid", "biggest")} for r in run.table("ssjoin-agg-records")
+    }
+    assert got == want

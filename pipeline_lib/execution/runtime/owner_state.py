@@ -84,6 +84,7 @@ class OwnerState:
                 if flow.watermark is not None:  # a process flow's: by every owner's largest event time
                     tops = [o.max_event_ms for o in result.owners if o.max_event_ms is not None]
                     flow.watermark = flow.watermark.advanced(max(tops) if tops else None, ended=plan_ends(read.plan))
+                    flow.late_records = sum(o.late_rows for o in result.owners)  # a stream join's, else 0
 
     def merge(self, flow: FlowRuntime, result: FlowResult, ended: bool = False) -> FlowMerge:
         """The owner tasks merged and wrote (their files are taken in ``adopt``); the parts written

@@ -11,6 +11,7 @@ from pipeline_lib.execution.runtime.epoch_path import FlowMerge
 from pipeline_lib.execution.runtime.runner_types import FlowRuntime
 from pipeline_lib.execution.state.process_state import ProcessInput, ProcessState
 from pipeline_lib.execution.state.process_timers import TimerClock, max_event_ms
+from pipeline_lib.execution.state.stream_join import late_rows
 from pipeline_lib.plan.keygroups import subtask_of
 
 
@@ -26,6 +27,8 @@ def process_merge(
     order the function gave them: the same in a replay). ``ended``: the bounded source is read to
     its end with this epoch; ``event_column``: the source's watermark column (None: none)."""
     clock = timer_clock(flow, ended)
+    if state.spec.stream_join is not None:  # the rows it drops as late, for the epoch's report
+        flow.late_records = late_rows(state.spec.stream_join, result.rows, clock.watermark_ms)
     changed, out, groups = state.process(result.rows, result.epoch, clock)
     flow.state_schema = state.schema()
     if flow.watermark is not None:

@@ -10,7 +10,7 @@ from pyspark.sql.types import StructType
 from pipeline_lib.execution.engine.aggregate import epoch_partials, partials_frame
 from pipeline_lib.execution.engine.table_join import StaticTables
 from pipeline_lib.execution.engine.transforms import apply_transforms
-from pipeline_lib.execution.runtime.chained_flows import chained_input
+from pipeline_lib.execution.runtime.chained_flows import chained_input, stage_schema
 from pipeline_lib.execution.runtime.driver_state import DriverState
 from pipeline_lib.execution.runtime.epoch_path import FlowResult, OwnerTasks, Writers
 from pipeline_lib.execution.runtime.late_letters_sql import arrow_schema_of, late_letters
@@ -157,7 +157,8 @@ def _spark_sql_epoch(
             where = f"flow {flow.spec.name}: " if len(flows) > 1 else ""
             if flow.spec.after is not None:  # its rows are its dedup stage's, at the merge
                 assert to_owners is None, "a flow after a dedup stage keeps its state on the driver"
-                schema = stage_schemas[flow.spec.after]
+                stage = next(f.spec for f in flows if f.spec.name == flow.spec.after)
+                schema = stage_schema(stage, stage_schemas[flow.spec.after])
                 results[flow.spec.name] = chained_input(spark, flow.spec, schema, tables, where)
                 continue
             rows = apply_transforms(df, flow.spec.transforms, where=where, tables=tables)

@@ -31,6 +31,7 @@ from pyspark.sql.types import StructType
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.table_join import StaticTables
 from pipeline_lib.execution.engine.transforms import apply_transforms
+from pipeline_lib.execution.runtime.chained_flows import stage_schema
 from pipeline_lib.execution.runtime.fair_pools import pipeline_pool
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.execution.source.subtask_start import (  # noqa: F401  (names this module offers)
@@ -160,9 +161,10 @@ def start_pipeline(
             if flow.spec.transforms:
                 current = f"flow:{name}/transform0"
                 empty = spark.createDataFrame([], schema)
-                stage = [f.spec.transforms for f in parts.flows if f.spec.name == flow.spec.after]  # its rows' own
-                transforms = [*(stage[0] if stage else []), *flow.spec.transforms]
-                apply_transforms(empty, transforms, f"flow {name}: ", StaticTables(parts.settings))
+                for stage in [f.spec for f in parts.flows if f.spec.name == flow.spec.after]:  # its rows' own
+                    before = apply_transforms(empty, stage.transforms, f"flow {name}: ", StaticTables(parts.settings))
+                    empty = spark.createDataFrame([], stage_schema(stage, before.schema))
+                apply_transforms(empty, flow.spec.transforms, f"flow {name}: ", StaticTables(parts.settings))
             if flow.state is not None:
                 current = f"flow:{name}/state"
                 for i in range(p):

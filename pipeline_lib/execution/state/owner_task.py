@@ -45,6 +45,7 @@ from pipeline_lib.execution.state.process_timers import TimerClock, max_event_ms
 from pipeline_lib.execution.state.span_owners import SpanOwners, without_key_groups
 from pipeline_lib.execution.state.state_cache import StateCache
 from pipeline_lib.execution.state.state_kinds import KeyedState
+from pipeline_lib.execution.state.stream_join import late_rows
 from pipeline_lib.faults import fault_point
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.part_layout import key_order
@@ -140,6 +141,7 @@ class OwnedSpans:
     keys: int = 0
     reads: StateReads = field(default_factory=lambda: StateReads())
     max_event_ms: int | None = None  # the largest event time among the owner's rows (a process flow's)
+    late_rows: int = 0  # the rows a stream join dropped as late (stream_join.late_rows)
 
     def to_json(self) -> str:
         """The task's result value."""
@@ -152,6 +154,7 @@ class OwnedSpans:
                 "keys": self.keys,
                 "reads": asdict(self.reads),
                 "max_event_ms": self.max_event_ms,
+                "late_rows": self.late_rows,
             }
         )
 
@@ -167,6 +170,7 @@ class OwnedSpans:
             data["keys"],
             StateReads(**data["reads"]),
             data.get("max_event_ms"),
+            data.get("late_rows", 0),
         )
 
 
@@ -231,6 +235,8 @@ class OwnerTask:
         if rewrites_every_span(self.flow.process):
             off_grid |= set(on_grid)  # any key may expire or fire: every span is read and written whole
         top = self._max_event(table)
+        join = self.flow.process.stream_join if self.flow.process is not None else None
+        late = late_rows(join, table, self.clock.watermark_ms) if join is not None else 0
         # guard: off-grid-spans-not-rewritten
         writes = plan_span_writes(
             on_grid, changed_per_span(key_groups, self.owners.per_file, self.owners.max_parallelism), off_grid
@@ -242,6 +248,7 @@ class OwnerTask:
                 files=tuple(sorted(kept.values(), key=lambda r: r.key_group_start)),
                 keys=sum(r.span_keys() for r in kept.values()),
                 max_event_ms=top,
+                late_rows=late,
             )
         snapshots = self.checkpoint.open()
         cache = StateCache.in_executor(self.cache_bytes)
@@ -278,7 +285,7 @@ class OwnerTask:
                 cache.put(ref.chain_digest(), state.table(slots, schema), state.key_groups(slots))
             cache.trim()
         files = sorted([*kept.values(), *written], key=lambda r: r.key_group_start)
-        return OwnedSpans(owner, sink, rows, tuple(files), sum(r.span_keys() for r in files), reads, top)
+        return OwnedSpans(owner, sink, rows, tuple(files), sum(r.span_keys() for r in files), reads, top, late)
 
     def _max_event(self, rows: pa.Table) -> int | None:
         """A process flow's largest event time among the owner's rows (the driver advances the

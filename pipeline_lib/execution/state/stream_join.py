@@ -120,6 +120,15 @@ def right_expiry(join: StreamJoinSpec, right_ms: int) -> int:
     return right_ms + join.before_ms + 1  # guard: join-right-evicted-early
 
 
+def late_rows(join: StreamJoinSpec, rows: pa.Table, watermark_ms: int | None) -> int:
+    """The rows ``join_rows`` drops for their time (of the epoch's rows, before the key split):
+    those without an event time and those behind the watermark the epoch started with."""
+    if join.time not in rows.column_names or not rows.num_rows:
+        return 0
+    times = _event_ms(rows, join.time)
+    return sum(1 for t in times if t is None or (watermark_ms is not None and t < watermark_ms))
+
+
 def join_rows(join: StreamJoinSpec, key: tuple, rows: pa.Table, state: StateHandle) -> pa.Table | None:
     """The key's new matches of this epoch (see the module docstring); the rows kept in state."""
     schema = rows.schema
