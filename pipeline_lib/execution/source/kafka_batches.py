@@ -340,12 +340,19 @@ def _bounded(lengths: np.ndarray, left: np.ndarray, name: str) -> np.ndarray:
 def _varints(buf: np.ndarray, pos: np.ndarray, ends: np.ndarray, field: str) -> tuple[np.ndarray, np.ndarray]:
     """The zigzag varint at each position (each bounded by its record's end), and where it ends."""
     n = len(pos)
-    value = np.zeros(n, np.uint64)
     if n == 0:
-        return value.astype(np.int64), pos
-    after = pos.copy()
-    todo = np.arange(n)
-    for shift in range(0, 7 * MAX_VARINT_BYTES, 7):
+        return np.zeros(0, np.int64), pos
+    inside = pos < ends
+    if not inside.all():
+        raise Corrupt(f"{field} runs past its record", index=int(np.argmin(inside)))
+    first = buf[pos]
+    if first.max() < 0x80:  # every value one byte (most fields of most batches): a few calls, no loop
+        small = first.astype(np.int64)
+        return (small >> 1) ^ -(small & 1), pos + 1
+    value = (first & 0x7F).astype(np.uint64)
+    after = pos + 1
+    todo = np.flatnonzero(first >= 0x80)  # the records whose value goes on: one step per further byte
+    for shift in range(7, 7 * MAX_VARINT_BYTES, 7):
         at = after[todo]
         outside = at >= ends[todo]
         if outside.any():
