@@ -1865,7 +1865,7 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(
         "late-letters-not-written",
-        "pipeline_lib/execution/engine/worker_aggregation.py",
+        "pipeline_lib/execution/engine/worker_epoch.py",
         "late.add(route.letters(table))",
         "pass",
         "under on_late: dead_letter, a read task writes each late record it read to the dead letters",
