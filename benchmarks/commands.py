@@ -398,3 +398,17 @@ def delta(
     raise typer.Exit(
         delta_bench(events=events, users=users, per_epoch=per_epoch, partitions=partitions, parallelism=parallelism)
     )
+
+
+@bench_app.command("decoding")
+def decoding(
+    batches: Annotated[int, typer.Option(min=1, help="Record batches in the fetch.")] = 20,
+    records: Annotated[int, typer.Option(min=1, help="Records per batch.")] = 300,
+    rounds: Annotated[int, typer.Option(min=1, help="Interleaved rounds (the median is printed).")] = 7,
+) -> None:
+    """CPU of decoding a fetch's record batches: each alone vs all together (no broker, no Spark).
+
+    See benchmarks/decoding.py. Exit 1 only if the two give different columns."""
+    from benchmarks.decoding import decoding_bench
+
+    raise typer.Exit(decoding_bench(batches=batches, records=records, rounds=rounds))

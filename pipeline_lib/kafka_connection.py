@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import SecretStr
+if TYPE_CHECKING:  # a password comes as pydantic's SecretStr; without one a worker needs no pydantic
+    from pydantic import SecretStr
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")

@@ -1069,6 +1069,14 @@ MUTANTS: list[Mutant] = [
         BATCH_TESTS,
     ),
     Mutant(
+        "fetch-offsets-may-repeat",
+        "pipeline_lib/execution/source/fetch_decoding.py",
+        "np.diff(offset_delta) > 0",
+        "np.diff(offset_delta) >= 0",
+        "offsets rise strictly within each batch of a fetch decoded together: no record is read in two ranges",
+        ("tests/unit/test_fetch_decoding.py",),
+    ),
+    Mutant(
         "kafka-range-end-inclusive",
         KAFKA_BATCHES,
         "[start, end]",
@@ -1898,7 +1906,7 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(
         "late-letters-not-written",
-        "pipeline_lib/execution/engine/worker_aggregation.py",
+        "pipeline_lib/execution/engine/worker_epoch.py",
         "late.add(route.letters(table))",
         "pass",
         "under on_late: dead_letter, a read task writes each late record it read to the dead letters",

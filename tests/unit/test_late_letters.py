@@ -17,7 +17,7 @@ import pytest
 
 from pipeline_lib.checkpoint.manifest import FileRef
 from pipeline_lib.errors import SpecError
-from pipeline_lib.execution.engine import worker_aggregation as wa
+from pipeline_lib.execution.engine import worker_epoch as wa
 from pipeline_lib.execution.engine.event_windows import MAX_EVENT
 from pipeline_lib.execution.engine.flow_partials import FlowInWorker
 from pipeline_lib.execution.engine.late_letters import LateRoute, iso_ms

@@ -19,7 +19,7 @@ from pipeline_lib.checkpoint.restore import read_spans
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_spans import write_state_files
 from pipeline_lib.errors import SnapshotError
-from pipeline_lib.execution.engine.worker_aggregation import ipc_pieces
+from pipeline_lib.execution.engine.worker_epoch import ipc_pieces
 from pipeline_lib.execution.state.owner_epochs import OwnFlows
 from pipeline_lib.execution.state.owner_task import OwnedSpans
 from pipeline_lib.execution.state.restore_verification import OwnerCheck, check_results, owned_files

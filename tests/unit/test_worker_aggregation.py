@@ -15,9 +15,10 @@ from pyspark.sql import types as T
 
 from pipeline_lib.checkpoint.manifest import FileRef, sha256_hex
 from pipeline_lib.errors import PipelineError
-from pipeline_lib.execution.engine import worker_aggregation as wa
+from pipeline_lib.execution.engine import worker_epoch as wa
 from pipeline_lib.execution.engine.arrow_fit import needs_spark
-from pipeline_lib.execution.engine.worker_aggregation import EpochInWorker, FlowInWorker, bad_records
+from pipeline_lib.execution.engine.flow_partials import FlowInWorker
+from pipeline_lib.execution.engine.worker_epoch import EpochInWorker, bad_records
 from pipeline_lib.execution.source.epoch_reader import DEAD_LETTER_RAW_BYTES
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink import task_parts

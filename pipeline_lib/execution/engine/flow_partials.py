@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,7 +19,9 @@ from pipeline_lib.execution.engine.event_windows import HIDDEN_PARTIALS, WindowA
 from pipeline_lib.execution.engine.first_last import FIRST_LAST, Ranked, pick
 from pipeline_lib.execution.engine.sketches import SKETCH_FUNCTIONS, sketch_merge, sketch_of
 from pipeline_lib.execution.engine.top_values import top_merge, top_of
-from pipeline_lib.spec.flow_spec import AggregateSpec
+
+if TYPE_CHECKING:  # a worker takes plain values made of the spec, never its models
+    from pipeline_lib.spec.flow_spec import AggregateSpec
 
 _ROW = "__row"  # a row's index, to gather the sets of count_distinct partials by group
 _GATHERED = ("count_distinct", "top", *SKETCH_FUNCTIONS, *FIRST_LAST)  # partials merged in Python, by group

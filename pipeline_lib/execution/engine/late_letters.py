@@ -16,13 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from pipeline_lib.execution.engine.event_windows import event_ms
 from pipeline_lib.sink.task_parts import TaskParts, TaskPartWriter, written_batch
-from pipeline_lib.spec.flow_spec import FlowSpec
+
+if TYPE_CHECKING:  # a worker takes plain values made of the spec, never its models
+    from pipeline_lib.spec.flow_spec import FlowSpec
 
 LETTER_COLUMNS = ("_topic", "_partition", "_offset")  # what names a record, kept by a flow's transforms
 EVENT_MS = "__late_event_ms"  # the Spark path's event time in ms, handed to LateLetters

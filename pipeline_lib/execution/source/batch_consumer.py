@@ -29,14 +29,15 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from kafka import KafkaConsumer
 from kafka.errors import CorruptRecordError
 
+from pipeline_lib.execution.source.fetch_decoding import decode_batches
 from pipeline_lib.execution.source.kafka_batches import (
     DEFAULT_MAX_BATCH_BYTES,
     ColumnBatch,
-    decode_batch,
     decode_legacy_batch,
     undecodable,
 )
@@ -76,6 +77,7 @@ class _ColumnBatches:
 
     def __init__(self, fetched: FetchedPartition, reading: ColumnReading):
         self.fetched, self.reading = fetched, reading
+        self._epoch: int | None = None  # the leader epoch of the v2 batch being classified
 
     @property
     def fetch_offset(self) -> int:
@@ -90,44 +92,76 @@ class _ColumnBatches:
         self.fetched.next_fetch_offset = offset
 
     def read(self) -> Iterator[ColumnBatch]:
+        """The fetch's batches in order. They are all taken first, so that the v2 batches among
+        them are decoded together (fetch_decoding); then each is handled as it comes: a bad one
+        fails the read, or (tolerant) is one error row, where it stands."""
         fetched = self.fetched
         tp = fetched.tp
-        batch = fetched.next_batch()
-        last_batch = None
-        while batch is not None:
-            last_batch = batch
-            raw = batch_bytes(batch)  # before decoding, which may replace it (a legacy set's decompression)
+        taken: list[_Taken] = []
+        broken: Exception | None = None  # kafka-python's framing refused the next batch: raised after the rest
+        pending: list[int] = []  # the v2 data batches among them, decoded together
+        while True:
             try:
-                columns = self._columns(tp, batch)
-            except CorruptRecordError as exc:
-                if not self.reading.tolerant:
-                    raise _naming(tp, exc) from None
-                following = batch.next_offset if batch.magic == 2 else batch.base_offset + 1
-                columns = undecodable(batch.base_offset, following, raw, exc.args[0] if exc.args else str(exc))
-                self.next_fetch_offset = following
-            if columns is None:  # a transaction marker, or a batch of an aborted transaction
-                self.next_fetch_offset = batch.next_offset
                 batch = fetched.next_batch()
-                continue
-            if len(columns) and columns.error is None:
-                self.next_fetch_offset = int(columns.offsets[-1]) + 1
-            if len(columns):
-                columns = columns.between(self.fetch_offset, self.next_fetch_offset)
-            if len(columns):
-                fetched.count_read(len(columns), len(columns.data))
-                yield columns
-            batch = fetched.next_batch()
+            except Exception as exc:
+                broken = exc
+                break
+            if batch is None:
+                break
+            raw = batch_bytes(batch)  # before decoding, which may replace it (a legacy set's decompression)
+            self._epoch = None
+            try:
+                outcome = self._classified(tp, batch)
+            except CorruptRecordError as exc:
+                outcome = exc
+            epoch = self._epoch
+            if outcome is _DECODE:
+                pending.append(len(taken))
+            taken.append((batch, raw, outcome, epoch))
+        decoded = decode_batches([taken[i][0] for i in pending], self.reading.max_batch_bytes)
+        for i, columns in zip(pending, decoded):
+            taken[i] = (taken[i][0], taken[i][1], columns, taken[i][3])
+        last_batch = None
+        for taken_batch, taken_raw, outcome, epoch in taken:
+            last_batch = taken_batch
+            if epoch is not None:
+                fetched.set_leader_epoch(epoch)
+            yield from self._handled(tp, taken_batch, taken_raw, outcome)
+        if broken is not None:
+            raise broken
         if last_batch is not None and last_batch.magic == 2:
             # guard: kafka-compacted-tail-unskipped
             self.next_fetch_offset = last_batch.next_offset  # past records removed by compaction
         fetched.drain()
 
-    def _columns(self, tp, batch) -> ColumnBatch | None:
-        """A batch's records as columns; None for one that holds no data records (a marker, an
-        aborted transaction's); CorruptRecordError for one that cannot be decoded, whatever
+    def _handled(self, tp, batch, raw: bytes | bytearray | memoryview, outcome) -> Iterator[ColumnBatch]:
+        """One batch's outcome (its columns, None for no data records, or the CorruptRecordError
+        it gave) as what the read yields, moving the fetch's next offset past it."""
+        columns = outcome
+        if isinstance(outcome, CorruptRecordError):
+            if not self.reading.tolerant:
+                raise _naming(tp, outcome) from None
+            following = batch.next_offset if batch.magic == 2 else batch.base_offset + 1
+            columns = undecodable(batch.base_offset, following, raw, outcome.args[0] if outcome.args else str(outcome))
+            self.next_fetch_offset = following
+        if columns is None:  # a transaction marker, or a batch of an aborted transaction
+            self.next_fetch_offset = batch.next_offset
+            return
+        if len(columns) and columns.error is None:
+            self.next_fetch_offset = int(columns.offsets[-1]) + 1
+        if len(columns):
+            columns = columns.between(self.fetch_offset, self.next_fetch_offset)
+        if len(columns):
+            self.fetched.count_read(len(columns), len(columns.data))
+            yield columns
+
+    def _classified(self, tp, batch) -> Any:
+        """A batch's outcome short of decoding a v2 data batch: a legacy set's columns, None for one
+        that holds no data records (a marker, an aborted transaction's), or _DECODE; a v2 batch's
+        leader epoch goes to ``_epoch`` once its CRC passed. CorruptRecordError for one that cannot be read, whatever
         failed: the one error the batch loop turns into a bad batch (or the read's failure)."""
         try:
-            return self._decoded(tp, batch)
+            return self._checked(tp, batch)
         except CorruptRecordError:
             raise
         except Exception as exc:  # hostile bytes kafka-python's own accessors trip on
@@ -135,18 +169,22 @@ class _ColumnBatches:
                 f"batch at offset {batch.base_offset} cannot be decoded: {type(exc).__name__}: {exc}"
             ) from None
 
-    def _decoded(self, tp, batch) -> ColumnBatch | None:
+    def _checked(self, tp, batch) -> Any:
         fetched = self.fetched
         if fetched.check_crcs and not batch.validate_crc():
             raise CorruptRecordError(f"batch at offset {batch.base_offset} failed its CRC check")
         if batch.magic != 2:
             return decode_legacy_batch(batch, self.reading.max_batch_bytes)
-        fetched.set_leader_epoch(batch.leader_epoch)
+        self._epoch = batch.leader_epoch
         if fetched.read_committed and batch.has_producer_id() and fetched.aborted(batch, _is_abort_marker):
             return None
         if batch.is_control_batch:  # transaction markers are not records
             return None
-        return decode_batch(batch, self.reading.max_batch_bytes)
+        return _DECODE
+
+
+_DECODE = object()  # a v2 data batch, decoded with the fetch's others
+_Taken = tuple[Any, bytes | bytearray | memoryview, Any, int | None]  # (batch, its bytes, outcome, leader epoch)
 
 
 def _is_abort_marker(tp, batch) -> bool:

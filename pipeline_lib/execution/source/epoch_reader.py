@@ -9,6 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from pipeline_lib.execution.source.error_rows import DEAD_LETTER_RAW_BYTES
 from pipeline_lib.execution.source.kafka_source import ERROR_DDL, METADATA_DDL, KafkaRangeReader
 from pipeline_lib.execution.source.schema_types import python_schema
 from pipeline_lib.kafka_connection import KafkaConnection
@@ -86,12 +87,6 @@ def epoch_range_reader(
     tasks = group_into_tasks(split_for_parallelism(plan.ranges, parallelism), parallelism)
     ranges = [[(r.topic, r.partition, r.start, r.end) for r in task] for task in tasks]
     return range_reader(bootstrap, source, schema, ranges, plan.epoch, on_error, max_record_bytes, max_batch_bytes)
-
-
-DEAD_LETTER_RAW_BYTES = 64 * 1024
-"""What a dead letter keeps of a bad record's bytes: enough to see what went wrong, while a record
-of up to ``max_record_bytes`` (or a flood of them) does not copy itself whole into the dead-letter
-sink. ``raw_bytes`` keeps the original size."""
 
 
 def bad_records_frame(df: DataFrame) -> DataFrame:

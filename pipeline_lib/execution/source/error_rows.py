@@ -18,6 +18,11 @@ from pyspark.sql import types as T
 
 EPOCH = dt.datetime(1970, 1, 1)
 
+DEAD_LETTER_RAW_BYTES = 64 * 1024
+"""What a dead letter keeps of a bad record's bytes: enough to see what went wrong, while a record
+of up to ``max_record_bytes`` (or a flood of them) does not copy itself whole into the dead-letter
+sink. ``raw_bytes`` keeps the original size."""
+
 _ZEROS: tuple[tuple[type | tuple[type, ...], Any], ...] = (
     ((T.ByteType, T.ShortType, T.IntegerType, T.LongType), 0),
     ((T.FloatType, T.DoubleType), 0.0),

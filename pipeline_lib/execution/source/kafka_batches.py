@@ -167,24 +167,12 @@ def decode_batch(batch: DefaultRecordBatch, max_bytes: int = DEFAULT_MAX_BATCH_B
 
 def _decode_v2(batch: DefaultRecordBatch, max_bytes: int) -> ColumnBatch:
     base_offset, first_ts, max_ts = batch.base_offset, batch.first_timestamp, batch.max_timestamp
-    records = records_bytes(batch)
-    if batch.compression_type:
-        try:
-            data = decompress(batch.compression_type, records, max_bytes)
-        except DecompressionError as exc:
-            raise CorruptRecordError(f"batch at offset {base_offset}: {exc}") from None
-    else:
-        data = bytes(records)  # one copy, whether the buffer is bytes or bytearray
+    data = batch_records(batch, max_bytes)
     count = batch.records_count
-    if count < 0 or count * MIN_RECORD_BYTES > len(data):
-        raise CorruptRecordError(
-            f"batch at offset {base_offset}: its header claims {count} records, more than "
-            f"its {len(data)} bytes of records can hold"
-        )
     try:
-        starts, ends = _record_bounds(data, count)
-        columns = _decode_records(np.frombuffer(data, np.uint8), starts, ends)
-        _check_offset_deltas(columns[1], batch.last_offset_delta)
+        starts, ends = record_bounds(data, count)
+        columns = decode_records(np.frombuffer(data, np.uint8), starts, ends)
+        check_offset_deltas(columns[1], batch.last_offset_delta)
     except Corrupt as exc:  # name the record: its offset when that could be read, else its place
         if exc.offset_delta is not None:
             where = f"record at offset {base_offset + exc.offset_delta}"
@@ -203,7 +191,28 @@ def _decode_v2(batch: DefaultRecordBatch, max_bytes: int) -> ColumnBatch:
     )
 
 
-def _check_offset_deltas(offset_delta: np.ndarray, last_offset_delta: int) -> None:
+def batch_records(batch: DefaultRecordBatch, max_bytes: int) -> bytes:
+    """A v2 batch's records' bytes, decompressed to at most ``max_bytes``; CorruptRecordError if
+    that fails or its header claims more records than those bytes can hold."""
+    base_offset = batch.base_offset
+    records = records_bytes(batch)
+    if batch.compression_type:
+        try:
+            data = decompress(batch.compression_type, records, max_bytes)
+        except DecompressionError as exc:
+            raise CorruptRecordError(f"batch at offset {base_offset}: {exc}") from None
+    else:
+        data = bytes(records)  # one copy, whether the buffer is bytes or bytearray
+    count = batch.records_count
+    if count < 0 or count * MIN_RECORD_BYTES > len(data):
+        raise CorruptRecordError(
+            f"batch at offset {base_offset}: its header claims {count} records, more than "
+            f"its {len(data)} bytes of records can hold"
+        )
+    return data
+
+
+def check_offset_deltas(offset_delta: np.ndarray, last_offset_delta: int) -> None:
     """Offsets rise within a batch and end at its header's last offset (compaction only removes
     records): ColumnBatch.between cuts ranges by binary search, so a record out of order or
     past the batch's end could be read in two ranges, or in none."""
@@ -268,7 +277,7 @@ def _legacy_wrapped(batch: LegacyRecordBatch, key_offset: int) -> memoryview:
     return buffer[pos + 4 : pos + 4 + value_size]
 
 
-def _record_bounds(data: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
+def record_bounds(data: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
     """Where each record's fields start and end: the one sequential walk, over length prefixes."""
     starts, ends = [0] * count, [0] * count
     pos, size = 0, len(data)
@@ -290,7 +299,7 @@ def _record_bounds(data: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array(starts, np.int64), np.array(ends, np.int64)
 
 
-def _decode_records(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
+def decode_records(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
     """Record = attributes, timestampDelta, offsetDelta, keyLength, key, valueLength, value,
     headerCount, headers (each a varint, zigzag-encoded; kafka-python reads attributes as one too)."""
     pos = starts
@@ -340,12 +349,19 @@ def _bounded(lengths: np.ndarray, left: np.ndarray, name: str) -> np.ndarray:
 def _varints(buf: np.ndarray, pos: np.ndarray, ends: np.ndarray, field: str) -> tuple[np.ndarray, np.ndarray]:
     """The zigzag varint at each position (each bounded by its record's end), and where it ends."""
     n = len(pos)
-    value = np.zeros(n, np.uint64)
     if n == 0:
-        return value.astype(np.int64), pos
-    after = pos.copy()
-    todo = np.arange(n)
-    for shift in range(0, 7 * MAX_VARINT_BYTES, 7):
+        return np.zeros(0, np.int64), pos
+    inside = pos < ends
+    if not inside.all():
+        raise Corrupt(f"{field} runs past its record", index=int(np.argmin(inside)))
+    first = buf[pos]
+    if first.max() < 0x80:  # every value one byte (most fields of most batches): a few calls, no loop
+        small = first.astype(np.int64)
+        return (small >> 1) ^ -(small & 1), pos + 1
+    value = (first & 0x7F).astype(np.uint64)
+    after = pos + 1
+    todo = np.flatnonzero(first >= 0x80)  # the records whose value goes on: one step per further byte
+    for shift in range(7, 7 * MAX_VARINT_BYTES, 7):
         at = after[todo]
         outside = at >= ends[todo]
         if outside.any():

@@ -30,15 +30,11 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline_lib.checkpoint.manifest import FileRef, StateFileRef
 from pipeline_lib.execution.engine.aggregate import partials_frame
+from pipeline_lib.execution.engine.flow_partials import FlowInWorker
 from pipeline_lib.execution.engine.table_join import StaticTables
 from pipeline_lib.execution.engine.transforms import apply_transforms
-from pipeline_lib.execution.engine.worker_aggregation import (
-    BAD_RECORDS,
-    ArrowEpochs,
-    EpochInWorker,
-    FlowInWorker,
-    ipc_pieces,
-)
+from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
+from pipeline_lib.execution.engine.worker_epoch import BAD_RECORDS, EpochInWorker, ipc_pieces
 from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
 from pipeline_lib.execution.source.worker_heap import freeze_imported_heap
 from pipeline_lib.execution.state.owner_task import OwnedSpans, OwnerTask, Partial, StateReads
