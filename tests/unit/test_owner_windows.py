@@ -8,6 +8,7 @@ the end of a bounded source; the state holds the open windows only."""
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,18 +17,38 @@ import pytest
 
 from pipeline_lib.execution.engine.event_windows import HIDDEN_PARTIALS, MAX_EVENT
 from pipeline_lib.execution.engine.worker_aggregation import FlowInWorker
+from pipeline_lib.execution.runtime.owner_state import OwnerState
 from pipeline_lib.execution.runtime.path_choice import driver_only
+from pipeline_lib.execution.runtime.run_attempt import RunAttempt
+from pipeline_lib.execution.runtime.runner_parts import PipelineParts
+from pipeline_lib.execution.runtime.runner_types import RunOptions
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
-from pipeline_lib.execution.state.owner_epochs import OwnedFlow
-from pipeline_lib.execution.state.owner_task import OWNER_LABEL, CheckpointAt, OwnerFlow, OwnerTask, Partial
+from pipeline_lib.execution.state.owner_epochs import (
+    CutForOwners,
+    OwnedFlow,
+    OwnerEpochs,
+    OwnFlows,
+    ReadForOwners,
+    keyed_value,
+)
+from pipeline_lib.execution.state.owner_task import (
+    OWNER_LABEL,
+    CheckpointAt,
+    OwnedSpans,
+    OwnerFlow,
+    OwnerTask,
+    Partial,
+)
 from pipeline_lib.execution.state.owner_windows import run_owner
 from pipeline_lib.execution.state.span_owners import SpanOwners, cut_by_owner, key_groups_of_rows
 from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.execution.state.window_clock import WindowClock
 from pipeline_lib.execution.state.window_close import close_windows
+from pipeline_lib.graph.execution_graph import build_graph
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.task_parts import TaskPartWriter
 from pipeline_lib.spec.flow_spec import AggregateSpec
+from pipeline_lib.spec.models import JobSpec
 from pipeline_lib.storage import open_store
 
 pytestmark = pytest.mark.unit
@@ -197,8 +218,6 @@ def test_windows_close_on_owners_as_on_the_driver_across_a_rescale(tmp_path, win
 
 def test_only_sessions_ttl_and_first_last_keep_a_flow_on_the_driver():
     def flow(**aggregate):
-        from types import SimpleNamespace
-
         spec = AggregateSpec(**aggregate)
         return SimpleNamespace(spec=SimpleNamespace(state=SimpleNamespace(process=None, aggregate=spec)))
 
@@ -209,3 +228,74 @@ def test_only_sessions_ttl_and_first_last_keep_a_flow_on_the_driver():
     expiring = {"processing_time": "1 hour"}
     assert driver_only(flow(key=["page"], values={"n": "count(*)"}, ttl=expiring))  # type: ignore[arg-type]
     assert driver_only(flow(key=["page"], values={"f": "first(amount, ts)"}))  # type: ignore[arg-type]
+
+
+def _shuffled(values) -> dict[int, list]:
+    by_owner: dict[int, list] = {}
+    for owner, value in values:
+        by_owner.setdefault(owner, []).append((owner, value))
+    return by_owner
+
+
+@pytest.mark.parametrize("path", ["arrow", "spark-sql"])
+def test_every_read_tasks_largest_event_time_reaches_every_owner(tmp_path, path):
+    """Through the shuffle's values (owner_epochs): each read task sends its largest event time
+    to every owner, on the Arrow path (ReadForOwners) and the Spark SQL path (CutForOwners), so
+    every owner closes by the epoch's watermark, also one that got no partial of the task that
+    read the latest record."""
+    agg = _agg("tumbling", "final")
+    worker = FlowInWorker.of(agg)
+    partials = [_partials(worker, t) for t in EPOCHS[0]]
+    schema = partials[0].schema
+    owners = SpanOwners(3, MAXP, 4)
+    sink = TaskPartWriter(f"file://{tmp_path}/out", SETTINGS, "parquet", 1, 1, OWNER_LABEL)
+    flow = OwnerFlow("clicks", worker, schema, sink, (), derived=agg)
+    checkpoint = CheckpointAt(f"file://{tmp_path}/ckpt", "job", "main", SETTINGS)
+    task = OwnerTask(checkpoint, "0000000001-a1", 1, owners, flow, windows=WindowClock(Watermark(DELAY)))
+    if path == "arrow":
+        reader = SimpleNamespace(reader=SimpleNamespace(tasks=[0, 1]), flows=[worker])
+        reader.task_outputs = lambda index: ({0: partials[index].cast(schema)}, {})
+        values = [v for i in range(2) for v in ReadForOwners(reader, (task,), 3)(i, [])]  # type: ignore[arg-type]
+    else:
+        cut = CutForOwners(0, tuple(agg.state_key()), task)
+        values = [keyed_value(tuple(r.values())) for i in range(2) for r in cut.cut(i, partials[i]).to_pylist()]
+    top = max(pc.max(p.column(MAX_EVENT)).as_py() for p in partials)
+    results = [
+        OwnedSpans.from_json(text)
+        for owner, mine in _shuffled(values).items()
+        for _, _, text in OwnFlows((task,))(owner, mine)
+    ]
+    assert sorted(o.owner for o in results) == [0, 1, 2]
+    assert all(o.max_event_ms == top for o in results)  # each owner saw every read task's
+    driver = _on_the_driver(agg)[0][0]
+    assert sum(o.rows for o in results) == len(driver) > 0  # closed by the epoch's watermark, not an owner's own
+
+
+def test_the_driver_passes_each_epoch_its_start_watermark_and_the_sources_end(tmp_path):
+    """OwnerState.owner_tasks: a windowed flow's owner task carries the flow's watermark as the
+    epoch starts and whether the bounded source ends with it (what its owners close by)."""
+    job = JobSpec.model_validate(
+        {
+            "name": "clicks",
+            "source": {
+                "kafka": {
+                    "topic": "clicks",
+                    "format": "json",
+                    "schema": "page string, who string, amount long, ts timestamp",
+                    "watermark": {"column": "ts", "delay": "2 minutes"},
+                }
+            },
+            "state": {"aggregate": {"key": ["page"], "values": VALUES, "window": WINDOWS["tumbling"], "emit": "final"}},
+            "sink": {"files": {"path": f"file://{tmp_path}/out", "format": "jsonl"}},
+            "checkpoint": {"store": f"file://{tmp_path}/ckpt"},
+            "keyed_state": "owners",
+        }
+    )
+    [pipeline] = build_graph(job).pipelines()
+    parts = PipelineParts.from_spec(job, pipeline, SETTINGS, RunOptions(parallelism=2))
+    worker = FlowInWorker.of(job.all_flows()[0].state.aggregate)  # type: ignore[union-attr]
+    state = OwnerState(parts, RunAttempt("clicks", pipeline.name), OwnerEpochs(None, 2, [worker], [pa.schema([])]))
+    [flow] = parts.flows
+    flow.watermark = Watermark(DELAY, 5 * MINUTE)
+    [task] = state.owner_tasks(3, 100, ended=True)
+    assert task is not None and task.windows == WindowClock(Watermark(DELAY, 5 * MINUTE), True)

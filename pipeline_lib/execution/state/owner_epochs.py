@@ -107,24 +107,27 @@ class CutForOwners:
         """Spark calls this per partition of the flow's partials."""
         context = TaskContext.get()
         assert context is not None, "CutForOwners runs in a Spark task"
-        task, sequence = context.partitionId(), 0
         tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
-        if not tables:
-            return
-        table = pa.concat_tables(tables)
+        if tables:
+            yield self.cut(context.partitionId(), pa.concat_tables(tables))
+
+    def cut(self, task: int, table: pa.Table) -> pa.RecordBatch:
+        """Partition ``task``'s rows (``table``) as rows of ``CUT_DDL``; a windowed flow's also
+        its largest event time to every owner, as a row of sequence -1 (``keyed_value``)."""
         key_groups = key_groups_of_rows(table, self.keys, self.owner.owners.max_parallelism)
         rows: dict[str, list] = {"owner": [], "flow": [], "task": [], "sequence": [], "ipc": []}
+        sequence = 0
         for owner, cut in cut_by_owner(table, key_groups, self.owner.owners):
             for ipc in ipc_pieces(cut):
                 for name, value in zip(rows, (owner, self.flow, task, sequence, ipc)):
                     rows[name].append(value)
                 sequence += 1
         top = epoch_top(self.owner, table)
-        if top is not None:  # to every owner, as a row of sequence -1
+        if top is not None:
             for owner in range(self.owner.owners.parallelism):  # guard: owner-window-top-not-cut
                 for name, value in zip(rows, (owner, self.flow, task, -1, top.to_bytes(8, "big", signed=True))):
                     rows[name].append(value)
-        yield pa.RecordBatch.from_pydict(
+        return pa.RecordBatch.from_pydict(
             rows,
             schema=pa.schema(
                 [
@@ -146,7 +149,7 @@ def epoch_top(owner: OwnerTask, partials: pa.Table) -> int | None:
     return pc.max(partials.column(MAX_EVENT)).as_py()
 
 
-def _keyed_value(row) -> tuple[int, tuple]:
+def keyed_value(row) -> tuple[int, tuple]:
     """A row of ``CUT_DDL`` as the shuffle's (owner, value)."""
     if row[3] < 0:
         return row[0], (_TOP, row[1], row[2], int.from_bytes(bytes(row[4]), "big", signed=True))
@@ -324,7 +327,7 @@ class OwnerEpochs:
         references, and the bytes of task results the driver received."""
         owners = tuple(owners)
         cut = [
-            frame.mapInArrow(CutForOwners(i, self.flows[i].keys, owner), CUT_DDL).rdd.map(_keyed_value)
+            frame.mapInArrow(CutForOwners(i, self.flows[i].keys, owner), CUT_DDL).rdd.map(keyed_value)
             for i, frame in partials.items()
             if (owner := owners[i]) is not None
         ]
