@@ -65,6 +65,7 @@ RUNNER_PARTS = "pipeline_lib/execution/runtime/runner_parts.py"
 SESSION_MERGE = "pipeline_lib/execution/state/session_merge.py"
 WINDOWS = ("tests/unit/test_window_state.py",)
 OWNER_WINDOWS = ("tests/unit/test_owner_windows.py",)
+OWNER_TTL = ("tests/unit/test_owner_ttl.py",)
 TTL_EXPIRY = "pipeline_lib/execution/state/ttl_expiry.py"
 DRIVER_MERGE = "pipeline_lib/execution/runtime/driver_merge.py"
 AGGREGATE_TTL = ("tests/unit/test_aggregate_ttl.py",)
@@ -1792,9 +1793,9 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "owner-window-ttl-on-driver",
         "pipeline_lib/execution/runtime/path_choice.py",
-        "session or agg.ttl is not None or by_time",
+        "session or by_time",
         "False",
-        "a flow with a session window, a ttl or first/last keeps the driver's merge (sessions, expiry)",
+        "a flow with a session window or first/last keeps the driver's merge (sessions, first/last's partial)",
         ("tests/unit/test_owner_derived.py", "tests/unit/test_owner_windows.py"),
     ),
     # -- tumbling and hopping windows on owner tasks (distributed-state.md) ----------------------
@@ -1845,6 +1846,38 @@ MUTANTS: list[Mutant] = [
         "False",
         "an owner whose watermark advanced reads all its spans: it closes windows in spans without new partials",
         OWNER_WINDOWS,
+    ),
+    Mutant(
+        "owner-ttl-watermark-not-passed",
+        "pipeline_lib/execution/runtime/owner_state.py",
+        "ttl_start",
+        "None",
+        "an event-time ttl's owner tasks get the epoch's start watermark, which their clock advances from",
+        OWNER_TTL,
+    ),
+    Mutant(
+        "owner-ttl-epoch-max-ignored",
+        "pipeline_lib/execution/state/ttl_expiry.py",
+        "(partials_top(partials), epoch_max_ms)",
+        "(partials_top(partials),)",
+        "an owner expires keys by the epoch's largest last update over every read task, not over its own share",
+        OWNER_TTL,
+    ),
+    Mutant(
+        "owner-ttl-spans-skipped",
+        "pipeline_lib/execution/state/owner_ttl.py",
+        "epoch_max_ms is not None",
+        "False",
+        "an owner whose ttl clock moved reads all its spans: keys expire in spans without new partials",
+        OWNER_TTL,
+    ),
+    Mutant(
+        "owner-ttl-span-as-delta",
+        "pipeline_lib/execution/state/owner_ttl.py",
+        "plan_span_writes(on_grid, changes, off_grid | expired)",
+        "plan_span_writes(on_grid, changes, off_grid)",
+        "a span an owner expired keys from is written whole, so they never come back from its chain",
+        OWNER_TTL,
     ),
     Mutant(
         "owner-evicted-span-as-delta",

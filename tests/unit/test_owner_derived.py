@@ -141,7 +141,7 @@ def _flow(aggregate: dict) -> SimpleNamespace:
     )
 
 
-def test_derived_aggregates_do_not_keep_a_flow_on_the_driver_but_a_ttl_does():
+def test_derived_aggregates_and_a_ttl_do_not_keep_a_flow_on_the_driver():
     assert not driver_only(_flow({"key": ["page"], "values": VALUES}))  # type: ignore[arg-type]
     expiring = {"key": ["page"], "values": {"n": "count(*)"}, "ttl": {"processing_time": "1 hour"}}
-    assert driver_only(_flow(expiring))  # type: ignore[arg-type]
+    assert not driver_only(_flow(expiring))  # type: ignore[arg-type]

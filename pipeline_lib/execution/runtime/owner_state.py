@@ -65,6 +65,7 @@ class OwnerState:
             column = parts.event_column(flow.spec) if process is not None else None
             derived = agg if agg is not None and agg.derived else None
             windows = WindowClock(flow.watermark, ended) if windowed and flow.watermark is not None else None
+            ttl_start = flow.watermark if agg is not None and agg.ttl is not None else None
             owned = OwnerFlow(flow.spec.name, sides.flows[index], schema, sink, files, process, column, derived)
             tasks.append(
                 OwnerTask(
@@ -76,6 +77,7 @@ class OwnerState:
                     parts.job.checkpoint.cache_bytes,
                     timer_clock(flow, ended),
                     windows,  # guard: owner-window-watermark-not-passed
+                    ttl_start,  # guard: owner-ttl-watermark-not-passed
                 )
             )
         return tuple(tasks)
@@ -86,12 +88,14 @@ class OwnerState:
         (its read may start before this epoch commits, see ReadAhead)."""
         for flow in self.parts.flows:
             result = read.flows.get(flow.spec.name)
+            agg = flow.spec.state.aggregate_spec if flow.spec.state is not None else None
             if flow.stateful and isinstance(result, OwnedFlow):
                 flow.state_files = {(f.key_group_start, f.key_group_end): f for f in result.files}
                 flow.owned_keys = result.keys
                 if flow.watermark is not None:  # a process or windowed flow's: by every owner's largest event time
                     tops = [o.max_event_ms for o in result.owners if o.max_event_ms is not None]
-                    flow.watermark = flow.watermark.advanced(max(tops) if tops else None, ended=plan_ends(read.plan))
+                    ends = plan_ends(read.plan) and not (agg is not None and agg.ttl is not None)  # a ttl's never ends
+                    flow.watermark = flow.watermark.advanced(max(tops) if tops else None, ended=ends)
                 flow.late_records = sum(o.late_records for o in result.owners)
 
     def merge(self, flow: FlowRuntime, result: FlowResult, ended: bool = False) -> FlowMerge:

@@ -48,6 +48,7 @@ from pipeline_lib.execution.source.worker_heap import freeze_imported_heap
 from pipeline_lib.execution.state.owner_task import OwnedSpans, OwnerTask, Partial, StateReads
 from pipeline_lib.execution.state.owner_windows import run_owner
 from pipeline_lib.execution.state.span_owners import cut_by_owner, key_groups_of_rows
+from pipeline_lib.execution.state.ttl_expiry import partials_top
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts, task_identity
 from pipeline_lib.spec.models import FlowSpec
@@ -142,11 +143,15 @@ class CutForOwners:
 
 
 def epoch_top(owner: OwnerTask, partials: pa.Table) -> int | None:
-    """A windowed flow's largest event time in a read task's ``partials`` (None: not windowed,
-    or no rows), which every owner needs to close its windows (window_clock)."""
-    if owner.windows is None or not partials.num_rows:
+    """A windowed flow's largest event time in a read task's ``partials``, or a ttl's largest
+    last update (None: neither, or no rows), which every owner needs to close its windows or
+    expire its keys by (window_clock, owner_ttl)."""
+    if not partials.num_rows:
         return None
-    return pc.max(partials.column(MAX_EVENT)).as_py()
+    if owner.windows is not None:
+        return pc.max(partials.column(MAX_EVENT)).as_py()
+    agg = owner.flow.derived
+    return partials_top(partials) if agg is not None and agg.ttl is not None else None
 
 
 def keyed_value(row) -> tuple[int, tuple]:

@@ -45,6 +45,7 @@ from pipeline_lib.execution.state.process_timers import TimerClock, max_event_ms
 from pipeline_lib.execution.state.span_owners import SpanOwners, without_key_groups
 from pipeline_lib.execution.state.state_cache import StateCache
 from pipeline_lib.execution.state.state_kinds import KeyedState
+from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.execution.state.window_clock import WindowClock
 from pipeline_lib.faults import fault_point
 from pipeline_lib.settings import ConnectionSettings
@@ -217,6 +218,7 @@ class OwnerTask:
     cache_bytes: int = 0  # the executor's state cache bound (checkpoint.cache_bytes); 0: no cache
     clock: TimerClock = TimerClock()  # what a process flow's timers fire against this epoch
     windows: WindowClock | None = None  # what a windowed flow's windows close by (owner_windows)
+    ttl_start: Watermark | None = None  # an event-time ttl's watermark as the epoch starts (owner_ttl)
 
     def run(self, owner: int, task_attempt: int, partials: Sequence[Partial]) -> OwnedSpans:
         """Merge, write and reference ``owner``'s share of the flow (see the module docstring)."""

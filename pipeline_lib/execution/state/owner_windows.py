@@ -21,6 +21,7 @@ import numpy as np
 from pipeline_lib.checkpoint.state_spans import changed_per_span, plan_span_writes, spans_of
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.owner_task import OwnedSpans, OwnerTask, Partial, merged_partials
+from pipeline_lib.execution.state.owner_ttl import run_expiring
 from pipeline_lib.execution.state.state_cache import StateCache
 from pipeline_lib.execution.state.window_close import close_windows
 from pipeline_lib.sink.part_layout import key_order
@@ -29,10 +30,13 @@ from pipeline_lib.sink.part_layout import key_order
 def run_owner(
     task: OwnerTask, owner: int, task_attempt: int, partials: Sequence[Partial], epoch_max_ms: int | None = None
 ) -> OwnedSpans:
-    """``owner``'s task of ``task``'s flow: a windowed flow's here, any other's ``OwnerTask.run``."""
-    if task.windows is None:
-        return task.run(owner, task_attempt, partials)
-    return _windowed(task, owner, task_attempt, partials, epoch_max_ms)
+    """``owner``'s task of ``task``'s flow: a windowed flow's here, one with a ttl in owner_ttl,
+    any other's ``OwnerTask.run``."""
+    if task.windows is not None:
+        return _windowed(task, owner, task_attempt, partials, epoch_max_ms)
+    if task.flow.derived is not None and task.flow.derived.ttl is not None:
+        return run_expiring(task, owner, task_attempt, partials, epoch_max_ms)
+    return task.run(owner, task_attempt, partials)
 
 
 def _windowed(
