@@ -1793,9 +1793,9 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "owner-window-ttl-on-driver",
         "pipeline_lib/execution/runtime/path_choice.py",
-        "session or by_time",
+        'agg.window is not None and agg.window.kind == "session"',
         "False",
-        "a flow with a session window or first/last keeps the driver's merge (sessions, first/last's partial)",
+        "a flow with a session window keeps the driver's merge, which merges a key's sessions into one",
         ("tests/unit/test_owner_derived.py", "tests/unit/test_owner_windows.py"),
     ),
     # -- tumbling and hopping windows on owner tasks (distributed-state.md) ----------------------

@@ -18,6 +18,8 @@ from tests.e2e.test_ttl_expiry import EVENTS, _check, _spec
 from tests.support import run_cli, write_spec
 from tests.ttl_reference import user_events
 
+LONG = 900  # s: a run of a few epochs on a loaded 2-core machine
+
 
 @pytest.fixture(scope="module")
 def owner_users(local_stack):
@@ -36,24 +38,25 @@ def test_ttl_on_owners_after_a_sigkill_and_a_rescale_then_verify_and_repair(stac
     crashed = run_cli(
         ["run", str(spec), "--until-caught-up"],
         {**stack_env, "PIPELINE_FAULT_POINTS": "after_owner_files@3", "PIPELINE_FAULT_LOG": str(fault_log)},
+        timeout=LONG,
     )
     assert crashed.returncode == -9, crashed.stderr[-2000:]
     assert "FAULT INJECTED: after_owner_files epoch=3" in fault_log.read_text()
     assert "with keyed state on owner tasks" in crashed.stderr
-    restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], stack_env)
+    restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], stack_env, timeout=LONG)
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert "restored from" in restored.stderr and "with keyed state on owner tasks" in restored.stderr
     _check(stack_env, name, events)
-    clean = run_cli(["verify", str(spec), "--json"], stack_env)
+    clean = run_cli(["verify", str(spec), "--json"], stack_env, timeout=LONG)
     assert clean.returncode == 0, clean.stdout + clean.stderr[-2000:]
     out = open_store(f"s3://results/{name}", ConnectionSettings.from_env(stack_env))
     marker = json.loads(out.get("epoch=5/_SUCCESS"))
     [lost] = [f["key"] for f in marker["files"] if f["rows"] and "/part-o" in f["key"]][:1]
     original = out.get(lost)
     out.delete(lost)
-    found = run_cli(["verify", str(spec), "--json"], stack_env)
+    found = run_cli(["verify", str(spec), "--json"], stack_env, timeout=LONG)
     assert found.returncode == 1 and lost in found.stdout, found.stdout + found.stderr[-2000:]
-    repaired = run_cli(["repair", str(spec), "--json"], stack_env)
+    repaired = run_cli(["repair", str(spec), "--json"], stack_env, timeout=LONG)
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr[-3000:]
     assert {o["part"]: o["status"] for o in json.loads(repaired.stdout)} == {lost: "restored"}
     assert out.get(lost) == original

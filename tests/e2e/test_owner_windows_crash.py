@@ -29,6 +29,8 @@ OWNERS = {"keyed_state": "owners", "parallelism": 2}
 ON_OWNERS = "with keyed state on owner tasks"
 SQL = [{"filter": "ms > 0"}]  # every click has ms >= 1: the Spark SQL path, the same answer
 
+LONG = 900  # s: a run of a few epochs on a loaded 2-core machine
+
 
 @pytest.fixture(scope="module")
 def owner_clicks(local_stack):
@@ -62,25 +64,26 @@ def test_windows_on_owners_after_a_sigkill_and_a_rescale_then_verify_and_repair(
     crashed = run_cli(
         ["run", str(spec), "--until-caught-up"],
         {**stack_env, "PIPELINE_FAULT_POINTS": fault, "PIPELINE_FAULT_LOG": str(fault_log)},
+        timeout=LONG,
     )
     assert crashed.returncode == -9, crashed.stderr[-2000:]
     assert f"FAULT INJECTED: {fault.split('@')[0]} epoch=3" in fault_log.read_text()
     assert ON_OWNERS in crashed.stderr
-    restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], stack_env)
+    restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], stack_env, timeout=LONG)
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert "restored from" in restored.stderr and ON_OWNERS in restored.stderr
     check_windows(stack_env, events, locations, MINUTE, MINUTE)
 
-    clean = run_cli(["verify", str(spec), "--json"], stack_env)
+    clean = run_cli(["verify", str(spec), "--json"], stack_env, timeout=LONG)
     assert clean.returncode == 0, clean.stdout + clean.stderr[-2000:]
     out = open_store(sink, ConnectionSettings.from_env(stack_env))
     marker = json.loads(out.get("epoch=4/_SUCCESS"))
     [lost] = [f["key"] for f in marker["files"] if f["rows"] and "/part-o" in f["key"]][:1]
     original = out.get(lost)
     out.delete(lost)
-    found = run_cli(["verify", str(spec), "--json"], stack_env)
+    found = run_cli(["verify", str(spec), "--json"], stack_env, timeout=LONG)
     assert found.returncode == 1 and lost in found.stdout, found.stdout + found.stderr[-2000:]
-    repaired = run_cli(["repair", str(spec), "--json"], stack_env)
+    repaired = run_cli(["repair", str(spec), "--json"], stack_env, timeout=LONG)
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr[-3000:]
     assert {o["part"]: o["status"] for o in json.loads(repaired.stdout)} == {lost: "restored"}
     assert out.get(lost) == original
