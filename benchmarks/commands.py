@@ -244,15 +244,26 @@ def windows(
     sketches: Annotated[
         bool, typer.Option(help="Also approx_count_distinct(user) and approx_percentile(ms, 0.95) on both sides.")
     ] = False,
+    keyed_state: Annotated[
+        str, typer.Option(help="Where our windows merge: auto (the driver in local mode), owners or driver.")
+    ] = "auto",
 ) -> None:
     """1-minute tumbling windows with a watermark: ours vs Spark SS withWatermark + window, append.
 
     Prints both whole-process times and their ratio (see benchmarks/windows.py)."""
     from benchmarks.windows import windows_bench
 
-    raise typer.Exit(
-        windows_bench(events=events, pages=pages, per_epoch=per_epoch, parallelism=parallelism, sketches=sketches)
+    if keyed_state not in ("auto", "owners", "driver"):
+        raise typer.BadParameter(f"{keyed_state!r}: choose from auto, owners, driver", param_hint="--keyed-state")
+    bench = windows_bench(
+        events=events,
+        pages=pages,
+        per_epoch=per_epoch,
+        parallelism=parallelism,
+        sketches=sketches,
+        keyed_state=keyed_state,
     )
+    raise typer.Exit(bench)
 
 
 @bench_app.command("tables")

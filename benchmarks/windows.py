@@ -3,6 +3,7 @@
 and output on the S3 server through S3A), on the same events in the same run.
 
     pipeline-lib bench windows [--events 200000] [--pages 1000] [--per-epoch 20000] [--sketches]
+        [--keyed-state auto|owners|driver]
 
 Both run as whole processes to the end of a bounded topic (JVM start included), ``count(*)`` and
 ``avg(ms)`` per page and window. Ours closes every window at the end of the bounded source;
@@ -11,6 +12,8 @@ are compared. Printed: each side's seconds, the ratio, the windows written and e
 largest key count of our snapshots (bounded by the open windows, not the stream's length).
 ``--sketches`` adds ``approx_count_distinct(user)`` and ``approx_percentile(ms, 0.95)`` (Spark's
 ``approx_count_distinct`` and ``percentile_approx``) to both, and prints how far apart they are.
+``--keyed-state owners`` merges, closes and evicts our windows on owner tasks (the default,
+``auto``, keeps them on the driver in local mode).
 """
 
 from __future__ import annotations
@@ -53,9 +56,9 @@ def clicks(events: int, pages: int, seed: int = 34) -> list[dict]:
 SKETCHES = {"users": "approx_count_distinct(user)", "p95": "approx_percentile(ms, 0.95)"}
 
 
-def job(per_epoch: int, parallelism: int, sketches: bool = False) -> dict:
+def job(per_epoch: int, parallelism: int, sketches: bool = False, keyed_state: str = "auto") -> dict:
     """The windowed job: a bounded topic, ``count(*)`` and ``avg(ms)`` per page and minute (and
-    the two sketches with ``sketches``)."""
+    the two sketches with ``sketches``), its state where ``keyed_state`` says."""
     return {
         "name": NAME,
         "source": {
@@ -78,6 +81,7 @@ def job(per_epoch: int, parallelism: int, sketches: bool = False) -> dict:
         "checkpoint": {"store": f"s3://checkpoints/{NAME}"},
         "trigger": {"max_records_per_epoch": per_epoch},
         "parallelism": parallelism,
+        "keyed_state": keyed_state,
     }
 
 
@@ -98,7 +102,12 @@ def _sketch_gaps(ours: list[dict], theirs: list[dict]) -> tuple[int, int]:
 
 
 def windows_bench(
-    events: int = 200_000, pages: int = 1_000, per_epoch: int = 20_000, parallelism: int = 2, sketches: bool = False
+    events: int = 200_000,
+    pages: int = 1_000,
+    per_epoch: int = 20_000,
+    parallelism: int = 2,
+    sketches: bool = False,
+    keyed_state: str = "auto",
 ) -> int:
     """Run both and print the comparison (see the module's docstring)."""
     with tempfile.TemporaryDirectory(prefix="windows-bench-") as tmp:
@@ -110,7 +119,7 @@ def windows_bench(
             create_topic(info.kafka_bootstrap, TOPIC, 2)
             produce_json(info.kafka_bootstrap, TOPIC, clicks(events, pages), key_field="page")
             spec = root / "job.yaml"
-            spec.write_text(yaml.safe_dump(job(per_epoch, parallelism, sketches)))
+            spec.write_text(yaml.safe_dump(job(per_epoch, parallelism, sketches, keyed_state)))
             ours_s = timed_run(spec, env, "--until-caught-up")
             our_rows = read_append_rows(open_store(f"s3://results/{NAME}", settings))
             ours = _windows(our_rows)
@@ -137,7 +146,10 @@ def windows_bench(
             stop_stack(root / "stack")
     common = ours.keys() & theirs.keys()
     equal = sum(ours[k] == theirs[k] for k in common)
-    print(f"\n{events:,} clicks, {pages:,} pages, {per_epoch:,} per epoch/trigger, local[{parallelism}]")
+    print(
+        f"\n{events:,} clicks, {pages:,} pages, {per_epoch:,} per epoch/trigger, local[{parallelism}], "
+        f"keyed_state: {keyed_state}"
+    )
     print("| job | whole process (s) | windows written |")
     print("|---|---|---|")
     print(f"| pipeline-lib | {ours_s:.1f} | {len(ours):,} |")

@@ -64,6 +64,8 @@ WINDOW_CLOSE = "pipeline_lib/execution/state/window_close.py"
 RUNNER_PARTS = "pipeline_lib/execution/runtime/runner_parts.py"
 SESSION_MERGE = "pipeline_lib/execution/state/session_merge.py"
 WINDOWS = ("tests/unit/test_window_state.py",)
+OWNER_WINDOWS = ("tests/unit/test_owner_windows.py",)
+OWNER_TTL = ("tests/unit/test_owner_ttl.py",)
 TTL_EXPIRY = "pipeline_lib/execution/state/ttl_expiry.py"
 DRIVER_MERGE = "pipeline_lib/execution/runtime/driver_merge.py"
 AGGREGATE_TTL = ("tests/unit/test_aggregate_ttl.py",)
@@ -1823,10 +1825,99 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "owner-window-ttl-on-driver",
         "pipeline_lib/execution/runtime/path_choice.py",
-        "agg.window is not None or agg.ttl is not None or by_time",
+        'agg.window is not None and agg.window.kind == "session"',
         "False",
-        "a flow with a window, a ttl or first/last keeps the driver's merge, which closes windows and expires keys",
-        ("tests/unit/test_owner_derived.py",),
+        "a flow with a session window keeps the driver's merge, which merges a key's sessions into one",
+        ("tests/unit/test_owner_derived.py", "tests/unit/test_owner_windows.py"),
+    ),
+    # -- tumbling and hopping windows on owner tasks (distributed-state.md) ----------------------
+    Mutant(
+        "owner-window-watermark-not-passed",
+        "pipeline_lib/execution/runtime/owner_state.py",
+        "windows",
+        "None",
+        "a windowed flow's owner tasks get the epoch's start watermark and the source's end, to close windows by",
+        OWNER_WINDOWS,
+    ),
+    Mutant(
+        "owner-window-clock-stuck",
+        "pipeline_lib/execution/state/window_clock.py",
+        "self.start.advanced(epoch_max_event_ms, ended=self.ended)",
+        "self.start",
+        "owners close windows by the watermark after the epoch (all at the source's end), not the one before",
+        OWNER_WINDOWS,
+    ),
+    Mutant(
+        "owner-window-epoch-max-ignored",
+        WINDOW_CLOSE,
+        "watermark.advanced(top, ended=ended).advanced(epoch_max_ms)",
+        "watermark.advanced(top, ended=ended)",
+        "an owner closes by the epoch's largest event time over every read task, not over its own share",
+        OWNER_WINDOWS,
+    ),
+    Mutant(
+        "owner-window-top-not-sent",
+        OWNER_EPOCHS,
+        "range(self.parallelism if top is not None else 0)",
+        "range(0)",
+        "each read task sends its largest event time to every owner (Arrow path), so all close by the same watermark",
+        OWNER_WINDOWS,
+    ),
+    Mutant(
+        "owner-window-top-not-cut",
+        OWNER_EPOCHS,
+        "range(self.owner.owners.parallelism)",
+        "range(0)",
+        "each partition of the partials sends its largest event time to every owner (Spark SQL path)",
+        OWNER_WINDOWS,
+    ),
+    Mutant(
+        "owner-window-spans-skipped",
+        "pipeline_lib/execution/state/owner_windows.py",
+        "clock.after(epoch_max_ms).value_ms > clock.start.value_ms",
+        "False",
+        "an owner whose watermark advanced reads all its spans: it closes windows in spans without new partials",
+        OWNER_WINDOWS,
+    ),
+    Mutant(
+        "owner-ttl-watermark-not-passed",
+        "pipeline_lib/execution/runtime/owner_state.py",
+        "ttl_start",
+        "None",
+        "an event-time ttl's owner tasks get the epoch's start watermark, which their clock advances from",
+        OWNER_TTL,
+    ),
+    Mutant(
+        "owner-ttl-epoch-max-ignored",
+        "pipeline_lib/execution/state/ttl_expiry.py",
+        "(partials_top(partials), epoch_max_ms)",
+        "(partials_top(partials),)",
+        "an owner expires keys by the epoch's largest last update over every read task, not over its own share",
+        OWNER_TTL,
+    ),
+    Mutant(
+        "owner-ttl-spans-skipped",
+        "pipeline_lib/execution/state/owner_ttl.py",
+        "epoch_max_ms is not None",
+        "False",
+        "an owner whose ttl clock moved reads all its spans: keys expire in spans without new partials",
+        OWNER_TTL,
+    ),
+    Mutant(
+        "owner-ttl-span-as-delta",
+        "pipeline_lib/execution/state/owner_ttl.py",
+        "plan_span_writes(on_grid, changes, off_grid | expired)",
+        "plan_span_writes(on_grid, changes, off_grid)",
+        "a span an owner expired keys from is written whole, so they never come back from its chain",
+        OWNER_TTL,
+    ),
+    Mutant(
+        "owner-evicted-span-as-delta",
+        "pipeline_lib/execution/state/owner_windows.py",
+        "plan_span_writes(on_grid, changed, off_grid | evicted)",
+        "plan_span_writes(on_grid, changed, off_grid)",
+        "a span an owner evicted closed windows from is written whole, so they never come back from its chain",
+        OWNER_WINDOWS,
     ),
     # -- stream-stream interval joins (joins.md, "Stream-stream interval joins") ----------------
     Mutant(

@@ -281,7 +281,8 @@ class _Rebuilder:
         changed = [t for t in parts if t.num_rows]
         if not changed:
             return {}
-        return owner_parts(pa.concat_tables(changed), flow.spec.state.aggregate.key, flow.sink.format, owners)
+        keys = flow.spec.state.aggregate.state_key()  # a windowed flow's key groups and order take its bounds too
+        return owner_parts(pa.concat_tables(changed), keys, flow.sink.format, owners)
 
 
 def owner_parts(changed: pa.Table, key_columns: list[str], fmt: str, owners: SpanOwners) -> dict[Slot, bytes]:

@@ -1,8 +1,8 @@
 """avg, the sketches and top on owner tasks, without Spark: owner tasks over a
 local-directory checkpoint store merge them across read tasks and epochs, and across a rescale
 to another parallelism and span size, into the rows the driver's merge writes (KeyedAggregateState
-+ event_windows.output_rows) and, for the exact ones, plain Python's. Windows and ttl stay on the
-driver (path_choice.driver_only), and with them count_distinct, which needs a window."""
++ event_windows.output_rows) and, for the exact ones, plain Python's. Windowed flows on owners,
+count_distinct with them: test_owner_windows.py."""
 
 from __future__ import annotations
 
@@ -141,9 +141,7 @@ def _flow(aggregate: dict) -> SimpleNamespace:
     )
 
 
-def test_only_windows_and_ttl_keep_a_flow_on_the_driver():
+def test_derived_aggregates_and_a_ttl_do_not_keep_a_flow_on_the_driver():
     assert not driver_only(_flow({"key": ["page"], "values": VALUES}))  # type: ignore[arg-type]
-    windowed = {"key": ["page"], "values": VALUES, "window": {"column": "ts", "size": "1 minute"}}
-    assert driver_only(_flow(windowed))  # type: ignore[arg-type]
     expiring = {"key": ["page"], "values": {"n": "count(*)"}, "ttl": {"processing_time": "1 hour"}}
-    assert driver_only(_flow(expiring))  # type: ignore[arg-type]
+    assert not driver_only(_flow(expiring))  # type: ignore[arg-type]

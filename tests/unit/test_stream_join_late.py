@@ -78,6 +78,6 @@ def test_the_driver_merge_sets_the_flows_late_records_each_epoch():
 
 @pytest.mark.unit
 def test_an_owners_result_carries_its_late_rows():
-    owned = OwnedSpans(3, max_event_ms=T0, late_rows=7)
-    assert OwnedSpans.from_json(owned.to_json()).late_rows == 7
-    assert OwnedSpans.from_json(OwnedSpans(1).to_json()).late_rows == 0
+    owned = OwnedSpans(3, max_event_ms=T0, late_records=7)
+    assert OwnedSpans.from_json(owned.to_json()).late_records == 7
+    assert OwnedSpans.from_json(OwnedSpans(1).to_json()).late_records == 0

@@ -74,7 +74,7 @@ class ArrowOnOwners:
     ) -> EpochRead:
         """Both stages of the epoch (see owner_epochs); the owner tasks' references at the driver."""
         assert start is None, "owner tasks' reads do not run the start-up checks"
-        owned = self.owner_epochs.read(spark, reader, writers.flows, writers.dead_letters, owners)
+        owned = self.owner_epochs.read(spark, reader, writers.flows, writers.dead_letters, owners, writers.late)
         reads = [r.reads for r in owned.flows if isinstance(r, OwnedFlow)]
         return EpochRead(
             plan,
@@ -82,6 +82,7 @@ class ArrowOnOwners:
             {flow.spec.name: r for flow, r in zip(self.flows, owned.flows)},
             owned.result_bytes,
             state_reads=sum(reads, StateReads()) if reads else None,
+            late=owned.late,
         )
 
     def warm_up(self, spark, reader: KafkaRangeReader, writers: Writers, owners: OwnerTasks) -> None:

@@ -19,6 +19,7 @@ from pipeline_lib.execution.engine.event_windows import MAX_EVENT
 from pipeline_lib.execution.engine.late_letters import LateRoute
 from pipeline_lib.execution.runtime.epoch_path import Writers
 from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
+from pipeline_lib.execution.state.owner_epochs import OwnedFlow
 from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.sink.task_parts import WrittenParts
 
@@ -53,13 +54,17 @@ def routed(writers: Writers, flows: Sequence[FlowRuntime], starts: dict[str, Wat
 
 def watermarks_after(flows: Sequence[FlowRuntime], read: EpochRead) -> dict[str, Watermark] | None:
     """Each late-routing flow's watermark after ``read``'s epoch merges (its partials' largest
-    event time; the source is not at its end, or no epoch would follow); None when a flow's
-    result does not carry it, and the next epoch must then not be read ahead."""
+    event time; the source is not at its end, or no epoch would follow; on owner tasks, the one
+    their reports advanced it to); None when a flow's result does not carry it, and the next epoch
+    must then not be read ahead."""
     starts: dict[str, Watermark] = {}
     for flow in flows:
         if not routes_late(flow):
             continue
         result = read.flows.get(flow.spec.name)
+        if isinstance(result, OwnedFlow) and flow.watermark is not None:  # OwnerState.adopt advanced it already
+            starts[flow.spec.name] = flow.watermark
+            continue
         if flow.watermark is None or not isinstance(result, pa.Table) or MAX_EVENT not in result.column_names:
             return None
         top = pc.max(result.column(MAX_EVENT)).as_py() if result.num_rows else None

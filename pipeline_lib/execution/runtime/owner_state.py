@@ -19,6 +19,7 @@ from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
 from pipeline_lib.execution.state.owner_epochs import OwnedFlow, OwnerEpochs
 from pipeline_lib.execution.state.owner_task import OWNER_LABEL, OwnerFlow, OwnerTask
 from pipeline_lib.execution.state.span_owners import SpanOwners
+from pipeline_lib.execution.state.window_clock import WindowClock
 from pipeline_lib.faults import fault_point
 from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts
 
@@ -42,7 +43,9 @@ class OwnerState:
         """Per flow (None: a stateless flow), owners of spans sized to the state's keys before the
         epoch (to the records, for a first epoch), building on the flow's latest state files
         (none when not ``base``: the warm-up's tasks, which must write nothing); a process flow's
-        timers fire against its watermark as the epoch starts (``ended``: and all after its rows)."""
+        timers fire against its watermark as the epoch starts (``ended``: and all after its rows),
+        and a windowed flow's owners judge late records by it and close windows by it advanced
+        (``ended``: every window)."""
         parts, sides = self.parts, self.owner_epochs
         checkpoint = parts.checkpoint_at()
         tasks: list[OwnerTask | None] = []
@@ -54,10 +57,15 @@ class OwnerState:
             sink = TaskPartWriter.for_sink(flow.sink, parts.settings, epoch, self.attempt.number, OWNER_LABEL)
             files = tuple(flow.state_files.values()) if base else ()
             process = flow.spec.state.process if flow.spec.state is not None else None
-            schema = sides.schemas[index] if process is not None else flow.state_schema or sides.schemas[index]
-            column = parts.event_column(flow.spec) if process is not None else None
             agg = flow.spec.state.aggregate if process is None and flow.spec.state is not None else None
+            windowed = agg is not None and agg.window is not None
+            # a windowed flow's partials carry hidden ones (event_windows) beside the state's values
+            partial = process is not None or windowed or flow.state_schema is None
+            schema = sides.schemas[index] if partial else flow.state_schema
+            column = parts.event_column(flow.spec) if process is not None else None
             derived = agg if agg is not None and agg.derived else None
+            windows = WindowClock(flow.watermark, ended) if windowed and flow.watermark is not None else None
+            ttl_start = flow.watermark if agg is not None and agg.ttl is not None else None
             owned = OwnerFlow(flow.spec.name, sides.flows[index], schema, sink, files, process, column, derived)
             tasks.append(
                 OwnerTask(
@@ -68,6 +76,8 @@ class OwnerState:
                     owned,
                     parts.job.checkpoint.cache_bytes,
                     timer_clock(flow, ended),
+                    windows,  # guard: owner-window-watermark-not-passed
+                    ttl_start,  # guard: owner-ttl-watermark-not-passed
                 )
             )
         return tuple(tasks)
@@ -78,17 +88,19 @@ class OwnerState:
         (its read may start before this epoch commits, see ReadAhead)."""
         for flow in self.parts.flows:
             result = read.flows.get(flow.spec.name)
+            agg = flow.spec.state.aggregate_spec if flow.spec.state is not None else None
             if flow.stateful and isinstance(result, OwnedFlow):
                 flow.state_files = {(f.key_group_start, f.key_group_end): f for f in result.files}
                 flow.owned_keys = result.keys
-                if flow.watermark is not None:  # a process flow's: by every owner's largest event time
+                if flow.watermark is not None:  # a process or windowed flow's: by every owner's largest event time
                     tops = [o.max_event_ms for o in result.owners if o.max_event_ms is not None]
-                    flow.watermark = flow.watermark.advanced(max(tops) if tops else None, ended=plan_ends(read.plan))
-                    flow.late_records = sum(o.late_rows for o in result.owners)  # a stream join's, else 0
+                    ends = plan_ends(read.plan) and not (agg is not None and agg.ttl is not None)  # a ttl's never ends
+                    flow.watermark = flow.watermark.advanced(max(tops) if tops else None, ended=ends)
+                flow.late_records = sum(o.late_records for o in result.owners)
 
     def merge(self, flow: FlowRuntime, result: FlowResult, ended: bool = False) -> FlowMerge:
-        """The owner tasks merged and wrote (their files are taken in ``adopt``); the parts written
-        (no flow with a window or a ttl takes owner tasks, so ``ended`` changes nothing here)."""
+        """The owner tasks merged and wrote (their files are taken in ``adopt``; a windowed flow's
+        owners closed its windows by ``ended`` already); the parts written."""
         if not flow.stateful:
             assert isinstance(result, WrittenParts)
             return FlowMerge([], NO_SLOTS, result.files)

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -30,20 +31,25 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline_lib.checkpoint.manifest import FileRef, StateFileRef
 from pipeline_lib.execution.engine.aggregate import partials_frame
+from pipeline_lib.execution.engine.event_windows import MAX_EVENT
 from pipeline_lib.execution.engine.flow_partials import FlowInWorker
+from pipeline_lib.execution.engine.late_letters import LateRoute
 from pipeline_lib.execution.engine.table_join import StaticTables
 from pipeline_lib.execution.engine.transforms import apply_transforms
 from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
-from pipeline_lib.execution.engine.worker_epoch import BAD_RECORDS, EpochInWorker, ipc_pieces
+from pipeline_lib.execution.engine.worker_epoch import BAD_RECORDS, LATE_LETTERS, EpochInWorker, ipc_pieces
 from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
 from pipeline_lib.execution.source.worker_heap import freeze_imported_heap
 from pipeline_lib.execution.state.owner_task import OwnedSpans, OwnerTask, Partial, StateReads
+from pipeline_lib.execution.state.owner_windows import run_owner
 from pipeline_lib.execution.state.span_owners import cut_by_owner, key_groups_of_rows
+from pipeline_lib.execution.state.ttl_expiry import partials_top
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts, task_identity
 from pipeline_lib.spec.models import FlowSpec
 
 _PARTIALS, _WRITTEN, _OWNED = "p", "w", "o"  # the kinds of value between and after the stages
+_TOP = "t"  # a read task's largest event time of a windowed flow, sent to every owner (window_clock)
 
 
 def _owner_index(owner: int) -> int:
@@ -73,6 +79,9 @@ class ReadForOwners:
             for owner, cut in cut_by_owner(table, key_groups, owner_task.owners):
                 for sequence, ipc in enumerate(ipc_pieces(cut)):
                     yield owner, (_PARTIALS, flow_index, index, sequence, ipc)
+            top = epoch_top(owner_task, table)
+            for owner in range(self.parallelism if top is not None else 0):  # guard: owner-window-top-not-sent
+                yield owner, (_TOP, flow_index, index, top)
         for output, parts in written.items():
             yield index % self.parallelism, (_WRITTEN, output, parts.to_json())
 
@@ -94,19 +103,27 @@ class CutForOwners:
         """Spark calls this per partition of the flow's partials."""
         context = TaskContext.get()
         assert context is not None, "CutForOwners runs in a Spark task"
-        task, sequence = context.partitionId(), 0
         tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
-        if not tables:
-            return
-        table = pa.concat_tables(tables)
+        if tables:
+            yield self.cut(context.partitionId(), pa.concat_tables(tables))
+
+    def cut(self, task: int, table: pa.Table) -> pa.RecordBatch:
+        """Partition ``task``'s rows (``table``) as rows of ``CUT_DDL``; a windowed flow's also
+        its largest event time to every owner, as a row of sequence -1 (``keyed_value``)."""
         key_groups = key_groups_of_rows(table, self.keys, self.owner.owners.max_parallelism)
         rows: dict[str, list] = {"owner": [], "flow": [], "task": [], "sequence": [], "ipc": []}
+        sequence = 0
         for owner, cut in cut_by_owner(table, key_groups, self.owner.owners):
             for ipc in ipc_pieces(cut):
                 for name, value in zip(rows, (owner, self.flow, task, sequence, ipc)):
                     rows[name].append(value)
                 sequence += 1
-        yield pa.RecordBatch.from_pydict(
+        top = epoch_top(self.owner, table)
+        if top is not None:
+            for owner in range(self.owner.owners.parallelism):  # guard: owner-window-top-not-cut
+                for name, value in zip(rows, (owner, self.flow, task, -1, top.to_bytes(8, "big", signed=True))):
+                    rows[name].append(value)
+        return pa.RecordBatch.from_pydict(
             rows,
             schema=pa.schema(
                 [
@@ -120,8 +137,22 @@ class CutForOwners:
         )
 
 
-def _keyed_value(row) -> tuple[int, tuple]:
+def epoch_top(owner: OwnerTask, partials: pa.Table) -> int | None:
+    """A windowed flow's largest event time in a read task's ``partials``, or a ttl's largest
+    last update (None: neither, or no rows), which every owner needs to close its windows or
+    expire its keys by (window_clock, owner_ttl)."""
+    if not partials.num_rows:
+        return None
+    if owner.windows is not None:
+        return pc.max(partials.column(MAX_EVENT)).as_py()
+    agg = owner.flow.derived
+    return partials_top(partials) if agg is not None and agg.ttl is not None else None
+
+
+def keyed_value(row) -> tuple[int, tuple]:
     """A row of ``CUT_DDL`` as the shuffle's (owner, value)."""
+    if row[3] < 0:
+        return row[0], (_TOP, row[1], row[2], int.from_bytes(bytes(row[4]), "big", signed=True))
     return row[0], (_PARTIALS, row[1], row[2], row[3], bytes(row[4]))
 
 
@@ -136,9 +167,13 @@ class OwnFlows:
         """Spark calls this per owner task."""
         freeze_imported_heap()
         partials: dict[int, list[Partial]] = defaultdict(list)
+        tops: dict[int, list[int]] = defaultdict(list)
         for _, value in values:
             if value[0] == _WRITTEN:
                 yield _WRITTEN, value[1], value[2]
+                continue
+            if value[0] == _TOP:
+                tops[value[1]].append(value[3])
                 continue
             _, flow_index, task, sequence, ipc = value
             # guard: merge-order-by-delivery
@@ -146,7 +181,9 @@ class OwnFlows:
         _, task_attempt = task_identity()
         for flow_index, owner_task in enumerate(self.owners):
             if owner_task is not None:
-                yield _OWNED, flow_index, owner_task.run(owner, task_attempt, partials[flow_index]).to_json()
+                top = max(tops[flow_index], default=None)
+                spans = run_owner(owner_task, owner, task_attempt, partials[flow_index], top)
+                yield _OWNED, flow_index, spans.to_json()
 
 
 @dataclass(frozen=True)
@@ -189,6 +226,7 @@ class OwnerRead:
     bad: WrittenParts | None
     flows: list[OwnedFlow | WrittenParts]
     result_bytes: int
+    late: WrittenParts | None = None  # the late records' dead-letter parts (None: no flow routes them)
 
 
 class OwnerEpochs:
@@ -253,13 +291,16 @@ class OwnerEpochs:
         writers: Sequence[TaskPartWriter | None],
         dead_letters: TaskPartWriter | None,
         owners: Sequence[OwnerTask | None],
+        late: Sequence[LateRoute | None] = (),
     ) -> OwnerRead:
-        """Run the epoch's two stages and collect their references (see the module docstring)."""
+        """Run the epoch's two stages and collect their references (see the module docstring);
+        ``late``: each flow's late route (its late records written to the dead letters)."""
         assert self.arrow is not None, "the Arrow path's read on the Spark SQL path"
         owners = tuple(owners)
         tasks = max(len(reader.tasks), 1)
         parallelism = self.parallelism_of(owners)
-        read = ReadForOwners(self.arrow.in_worker(reader, writers, dead_letters), owners, parallelism)
+        worker = self.arrow.in_worker(reader, writers, dead_letters, late=late)
+        read = ReadForOwners(worker, owners, parallelism)
         results = (
             spark.sparkContext.parallelize(range(tasks), tasks)
             .mapPartitionsWithIndex(read)
@@ -281,7 +322,9 @@ class OwnerEpochs:
             for i, flow in enumerate(self.arrow.flows)
         ]
         bad = WrittenParts.combine(written.get(BAD_RECORDS, [])) if self.arrow.bad_schema is not None else None
-        return OwnerRead(bad, flows, sum(len(json.dumps(r)) for r in results))
+        routed = any(r is not None for r in late)
+        late_written = WrittenParts.combine(written.get(LATE_LETTERS, [])) if routed else None
+        return OwnerRead(bad, flows, sum(len(json.dumps(r)) for r in results), late_written)
 
     def own_partials(
         self, spark: SparkSession, partials: dict[int, DataFrame], owners: Sequence[OwnerTask | None]
@@ -291,7 +334,7 @@ class OwnerEpochs:
         references, and the bytes of task results the driver received."""
         owners = tuple(owners)
         cut = [
-            frame.mapInArrow(CutForOwners(i, self.flows[i].keys, owner), CUT_DDL).rdd.map(_keyed_value)
+            frame.mapInArrow(CutForOwners(i, self.flows[i].keys, owner), CUT_DDL).rdd.map(keyed_value)
             for i, frame in partials.items()
             if (owner := owners[i]) is not None
         ]

@@ -29,9 +29,9 @@ from pipeline_lib.checkpoint.manifest import FileRef, StateFileRef
 from pipeline_lib.checkpoint.restore import read_spans
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_files import KEY_GROUP_COLUMN
-from pipeline_lib.checkpoint.state_spans import Span, changed_per_span, plan_span_writes, write_state_files
+from pipeline_lib.checkpoint.state_spans import Span, SpanWrites, changed_per_span, plan_span_writes, write_state_files
 from pipeline_lib.errors import PipelineError
-from pipeline_lib.execution.engine.event_windows import output_rows
+from pipeline_lib.execution.engine.event_windows import HIDDEN_PARTIALS, output_rows
 from pipeline_lib.execution.engine.worker_aggregation import FlowInWorker
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.process_owner import (
@@ -46,6 +46,8 @@ from pipeline_lib.execution.state.span_owners import SpanOwners, without_key_gro
 from pipeline_lib.execution.state.state_cache import StateCache
 from pipeline_lib.execution.state.state_kinds import KeyedState
 from pipeline_lib.execution.state.stream_join import late_rows
+from pipeline_lib.execution.state.watermark import Watermark
+from pipeline_lib.execution.state.window_clock import WindowClock
 from pipeline_lib.faults import fault_point
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.part_layout import key_order
@@ -55,6 +57,7 @@ from pipeline_lib.spec.flow_spec import AggregateSpec
 from pipeline_lib.spec.process_spec import ProcessSpec
 from pipeline_lib.storage import open_store
 
+HIDDEN_NAMES = frozenset(name for name, _, _ in HIDDEN_PARTIALS)
 OWNER_LABEL = "o"  # sink parts of owner tasks: part-o<owner>-<sequence>-t<task attempt>-a<attempt>
 
 
@@ -88,8 +91,13 @@ class OwnerFlow:
     derived: AggregateSpec | None = None  # an avg, sketch or top: its rows are made from the state's
 
     def state_schema(self) -> pa.Schema:
-        """The schema of the state rows: the partials', or a process state's key columns and ``_state``."""
-        return self.schema if self.process is None else process_state_schema(self.schema, self.process.key)
+        """The schema of the state rows: the partials' (a windowed flow's without its hidden
+        partials, which the owner takes off before the merge), or a process state's key columns
+        and ``_state``."""
+        if self.process is not None:
+            return process_state_schema(self.schema, self.process.key)
+        hidden = [self.schema.get_field_index(name) for name, _, _ in HIDDEN_PARTIALS if name in self.schema.names]
+        return self.schema if not hidden else pa.schema([f for i, f in enumerate(self.schema) if i not in hidden])
 
     def new_state(self, max_parallelism: int) -> KeyedState:
         """An empty state of the flow's kind."""
@@ -103,6 +111,7 @@ class OwnerFlow:
         return {
             name: AggregateFunction(fn, column, tops.get(name))  # type: ignore[arg-type]  # guard: owner-top-keeps-n
             for name, fn, column in self.aggregate.aggregates
+            if name not in HIDDEN_NAMES  # a window's hidden partials are not kept in the state
         }
 
     def sink_rows(self, state_rows: pa.Table) -> pa.Table:
@@ -141,7 +150,7 @@ class OwnedSpans:
     keys: int = 0
     reads: StateReads = field(default_factory=lambda: StateReads())
     max_event_ms: int | None = None  # the largest event time among the owner's rows (a process flow's)
-    late_rows: int = 0  # the rows a stream join dropped as late (stream_join.late_rows)
+    late_records: int = 0  # a windowed flow's records dropped as late, of the owner's partials
 
     def to_json(self) -> str:
         """The task's result value."""
@@ -154,7 +163,7 @@ class OwnedSpans:
                 "keys": self.keys,
                 "reads": asdict(self.reads),
                 "max_event_ms": self.max_event_ms,
-                "late_rows": self.late_rows,
+                "late_records": self.late_records,
             }
         )
 
@@ -170,7 +179,7 @@ class OwnedSpans:
             data["keys"],
             StateReads(**data["reads"]),
             data.get("max_event_ms"),
-            data.get("late_rows", 0),
+            data.get("late_records", 0),
         )
 
 
@@ -209,11 +218,49 @@ class OwnerTask:
     flow: OwnerFlow
     cache_bytes: int = 0  # the executor's state cache bound (checkpoint.cache_bytes); 0: no cache
     clock: TimerClock = TimerClock()  # what a process flow's timers fire against this epoch
+    windows: WindowClock | None = None  # what a windowed flow's windows close by (owner_windows)
+    ttl_start: Watermark | None = None  # an event-time ttl's watermark as the epoch starts (owner_ttl)
 
     def run(self, owner: int, task_attempt: int, partials: Sequence[Partial]) -> OwnedSpans:
         """Merge, write and reference ``owner``'s share of the flow (see the module docstring)."""
         owned = self.owners.owned(owner)
         table, key_groups = merged_partials(self.flow, partials)
+        base, on_grid, off_grid = self.base_spans(owned)
+        if rewrites_every_span(self.flow.process):
+            off_grid |= set(on_grid)  # any key may expire or fire: every span is read and written whole
+        top = self._max_event(table)
+        join = self.flow.process.stream_join if self.flow.process is not None else None
+        late = late_rows(join, table, self.clock.watermark_ms) if join is not None else 0
+        # guard: off-grid-spans-not-rewritten
+        writes = plan_span_writes(
+            on_grid, changed_per_span(key_groups, self.owners.per_file, self.owners.max_parallelism), off_grid
+        )
+        kept = writes.kept
+        if not writes.to_write():
+            return OwnedSpans(
+                owner,
+                files=tuple(sorted(kept.values(), key=lambda r: r.key_group_start)),
+                keys=sum(r.span_keys() for r in kept.values()),
+                max_event_ms=top,
+                late_records=late,
+            )
+        snapshots = self.checkpoint.open()
+        cache = StateCache.in_executor(self.cache_bytes)
+        state = self.flow.new_state(self.owners.max_parallelism)
+        reads = self.load(state, snapshots, cache, base, set(writes.to_write()), owned)
+        if isinstance(state, ProcessState):
+            merged, out = run_process(state, table, self.epoch, self.clock)
+            writes = whole_where_dropped(writes, state, self.owners.per_file, self.owners.max_parallelism)
+        else:
+            merged = state.merge(table, key_groups) if table.num_rows else np.zeros(0, dtype=np.int64)
+            out = self.flow.sink_rows(state.table(merged, self.flow.state_schema()))
+        sink, rows = self.write_sink(out, owner, task_attempt)
+        files = self.write_spans(state, writes, merged, snapshots, cache, task_attempt)
+        return OwnedSpans(owner, sink, rows, files, sum(r.span_keys() for r in files), reads, top, late)
+
+    def base_spans(self, owned: range) -> tuple[list[StateFileRef], dict[Span, StateFileRef], set[Span]]:
+        """The base's span entries holding some of the ``owned`` key groups; those of them on the
+        epoch's span grid, by span; and the grid's spans that files off it held (written whole)."""
         base = [
             ref
             for ref in self.flow.base  # guard: owner-takes-every-base-span
@@ -232,38 +279,22 @@ class OwnerTask:
                 max(r.key_group_start, owned.start), min(r.key_group_end, owned.stop)
             )
         }
-        if rewrites_every_span(self.flow.process):
-            off_grid |= set(on_grid)  # any key may expire or fire: every span is read and written whole
-        top = self._max_event(table)
-        join = self.flow.process.stream_join if self.flow.process is not None else None
-        late = late_rows(join, table, self.clock.watermark_ms) if join is not None else 0
-        # guard: off-grid-spans-not-rewritten
-        writes = plan_span_writes(
-            on_grid, changed_per_span(key_groups, self.owners.per_file, self.owners.max_parallelism), off_grid
-        )
-        kept = writes.kept
-        if not writes.to_write():
-            return OwnedSpans(
-                owner,
-                files=tuple(sorted(kept.values(), key=lambda r: r.key_group_start)),
-                keys=sum(r.span_keys() for r in kept.values()),
-                max_event_ms=top,
-                late_rows=late,
-            )
-        snapshots = self.checkpoint.open()
-        cache = StateCache.in_executor(self.cache_bytes)
-        state = self.flow.new_state(self.owners.max_parallelism)
-        reads = self._load(state, snapshots, cache, base, set(writes.to_write()), owned)
+        return base, on_grid, off_grid
+
+    def write_spans(
+        self,
+        state: KeyedState,
+        writes: SpanWrites,
+        changed: np.ndarray,
+        snapshots: SnapshotStore,
+        cache: StateCache | None,
+        task_attempt: int,
+    ) -> tuple[StateFileRef, ...]:
+        """Write ``writes``' spans of ``state`` (deltas: of the ``changed`` slots), put them in the
+        executor ``cache``; every span's entry, the kept ones too, in key-group order."""
         schema = self.flow.state_schema()
-        if isinstance(state, ProcessState):
-            merged, out = run_process(state, table, self.epoch, self.clock)
-            writes = whole_where_dropped(writes, state, self.owners.per_file, self.owners.max_parallelism)
-        else:
-            merged = state.merge(table, key_groups) if table.num_rows else np.zeros(0, dtype=np.int64)
-            out = self.flow.sink_rows(state.table(merged, schema))
-        sink, rows = self._write_sink(out, owner, task_attempt)
         every = state.slots_by_key_group()
-        changed_slots = state.slots_by_key_group(merged)
+        changed_slots = state.slots_by_key_group(changed)
 
         def span_rows(span: Span) -> tuple[pa.Table, np.ndarray]:
             slots = state.slots_in(changed_slots if span in writes.deltas else every, range(*span))
@@ -284,8 +315,7 @@ class OwnerTask:
                 # guard: cache-stores-written-under-base-sha
                 cache.put(ref.chain_digest(), state.table(slots, schema), state.key_groups(slots))
             cache.trim()
-        files = sorted([*kept.values(), *written], key=lambda r: r.key_group_start)
-        return OwnedSpans(owner, sink, rows, tuple(files), sum(r.span_keys() for r in files), reads, top, late)
+        return tuple(sorted([*writes.kept.values(), *written], key=lambda r: r.key_group_start))
 
     def _max_event(self, rows: pa.Table) -> int | None:
         """A process flow's largest event time among the owner's rows (the driver advances the
@@ -301,7 +331,7 @@ class OwnerTask:
             )
         return max_event_ms(rows, column)
 
-    def _load(
+    def load(
         self,
         state: KeyedState,
         snapshots: SnapshotStore,
@@ -341,7 +371,7 @@ class OwnerTask:
             files - sum(len(r.chain()) for r in missing), sum(len(r.chain()) for r in missing), fetched_bytes
         )
 
-    def _write_sink(self, table: pa.Table, owner: int, task_attempt: int) -> tuple[tuple[FileRef, ...], int]:
+    def write_sink(self, table: pa.Table, owner: int, task_attempt: int) -> tuple[tuple[FileRef, ...], int]:
         """The changed keys' rows as sink parts (a new one past ROWS_PER_PART rows)."""
         if not table.num_rows:
             return (), 0

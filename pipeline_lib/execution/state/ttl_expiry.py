@@ -57,13 +57,26 @@ def expiring(last_ms: np.ndarray, ttl_ms: int, clock_ms: int) -> np.ndarray:
     return np.flatnonzero(last_ms + ttl_ms <= clock_ms)  # guard: ttl-expiry-boundary
 
 
+def partials_top(partials: pa.Table) -> int | None:
+    """The largest last update (ms) in an epoch's ``partials``: what moves the ttl's clock."""
+    return int(last_update_ms(partials.column(TTL_COLUMN)).max()) if partials.num_rows else None
+
+
 def expire(
-    agg: AggregateSpec, state: KeyedAggregateState, schema: pa.Schema, partials: pa.Table, watermark: Watermark | None
+    agg: AggregateSpec,
+    state: KeyedAggregateState,
+    schema: pa.Schema,
+    partials: pa.Table,
+    watermark: Watermark | None,
+    epoch_max_ms: int | None = None,
 ) -> Expired:
     """Take the keys past ``agg.ttl`` out of ``state`` (of ``schema``) after the merge of the
-    epoch's ``partials``; ``watermark``: the one the epoch started with (event time)."""
+    epoch's ``partials``; ``watermark``: the one the epoch started with (event time);
+    ``epoch_max_ms``: the epoch's largest last update over every read task, when ``partials`` are
+    one owner task's share of them (owner_ttl)."""
     assert agg.ttl is not None
-    epoch_top = int(last_update_ms(partials.column(TTL_COLUMN)).max()) if partials.num_rows else None
+    tops = [t for t in (partials_top(partials), epoch_max_ms) if t is not None]  # guard: owner-ttl-epoch-max-ignored
+    epoch_top = max(tops) if tops else None
     after = None
     if agg.ttl.event:
         assert watermark is not None, "an event-time ttl needs its source's watermark (spec validation)"

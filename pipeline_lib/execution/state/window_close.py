@@ -60,10 +60,12 @@ def close_windows(
     partials: pa.Table,
     watermark: Watermark,
     ended: bool,
+    epoch_max_ms: int | None = None,
 ) -> ClosedWindows:
     """Merge an epoch's windowed ``partials`` (with hidden columns) into ``state`` (of ``schema``,
     the partials' without them); ``ended``: the bounded source is read to its end after this epoch,
-    so every window closes."""
+    so every window closes; ``epoch_max_ms``: the epoch's largest event time over every read task,
+    when ``partials`` are one owner task's share of them (owner_windows)."""
     merged_groups = np.zeros(0, dtype=np.int32)
     if agg.window is not None and agg.window.kind == "session":
         top = pc.max(partials.column(MAX_EVENT)).as_py()
@@ -71,7 +73,7 @@ def close_windows(
     else:
         kept, late_records, top = hidden_split(partials, watermark)
     changed = state.merge(kept)
-    after = watermark.advanced(top, ended=ended)
+    after = watermark.advanced(top, ended=ended).advanced(epoch_max_ms)  # guard: owner-window-epoch-max-ignored
     ends = event_ms(state.key_column(WINDOW_END)) if len(state) else np.zeros(0, dtype=np.int64)
     closed = np.flatnonzero(after.closed(ends))
     written = closed if agg.emit == "final" else changed
