@@ -48,7 +48,7 @@ def test_msgspec_writes_the_json_bytes_for_strings_integers_booleans_and_nulls()
     [
         pa.array([1e16, 0.1, float("nan")]),
         pa.array([dt.date(2026, 1, 2)] * 3),
-        pa.array([dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)] * 3),
+        pa.array([dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)] * 3),
         pa.array([decimal.Decimal("1.50")] * 3),
         pa.array([b"\x00\x01"] * 3),
         pa.array([[1, 2]] * 3),
