@@ -1475,7 +1475,7 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "kafka-marker-in-transaction",
         KAFKA_WRITER,
-        "producer.send_offsets_to_transaction(marker, tid)",
+        "producer.send_marker(task.topic, partition, task.epoch, attempt, tid)",
         "pass",
         "a Kafka sink writer's marker commits in the same transaction as the epoch's rows",
         KAFKA_WRITER_TESTS,

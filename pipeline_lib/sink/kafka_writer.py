@@ -18,15 +18,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kafka import TopicPartition
-from kafka.structs import OffsetAndMetadata
 
 from pipeline_lib.faults import fault_point
 from pipeline_lib.kafka_adapter import key_partition
-from pipeline_lib.kafka_clients import Consumer, Producer
+from pipeline_lib.kafka_clients import Consumer
 from pipeline_lib.kafka_connection import KafkaConnection, client_config
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import json_default
 from pipeline_lib.sink.kafka_rows import columns_of, read_part, rows_in_partition
+from pipeline_lib.sink.kafka_transactions import TransactionalProducer as Producer
+from pipeline_lib.sink.kafka_values import Encode, json_value, value_encoder
 from pipeline_lib.storage import open_store
 
 # A writer's transaction is open while it sends one epoch's rows of one partition; the broker
@@ -35,8 +36,6 @@ from pipeline_lib.storage import open_store
 # transaction.max.timeout.ms (15 minutes by default).
 TRANSACTION_TIMEOUT_MS = 120_000
 NOT_PUBLISHED = 0  # the marker of a writer that has published nothing (epochs start at 1)
-# json.dumps with these settings, built once instead of per row
-_VALUES = json.JSONEncoder(default=json_default, ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -82,10 +81,12 @@ def record_key(row: dict, columns: tuple[str, ...]) -> bytes | None:
     return json.dumps([row[c] for c in columns], default=json_default, separators=(",", ":")).encode("utf-8")
 
 
-def record_value(row: dict, tombstone: str | None = None, retraction: str | None = None) -> bytes | None:
-    """The record value: the row as one compact JSON object (the files sink's JSON Lines form)
-    without its ``tombstone`` and ``retraction`` columns, or None (a tombstone) when either is
-    true (``retraction``: the row of a key a ttl expired, sink.retractions)."""
+def record_value(
+    row: dict, tombstone: str | None = None, retraction: str | None = None, encode: Encode = json_value
+) -> bytes | None:
+    """The record value: the row as one compact JSON object (the files sink's JSON Lines form,
+    ``kafka_values``) without its ``tombstone`` and ``retraction`` columns, or None (a tombstone)
+    when either is true (``retraction``: the row of a key a ttl expired, sink.retractions)."""
     if retraction is not None:
         if row.get(retraction) is True:  # guard: kafka-expired-key-sent-as-value
             return None
@@ -94,7 +95,7 @@ def record_value(row: dict, tombstone: str | None = None, retraction: str | None
         if row[tombstone] is True:  # guard: kafka-tombstone-sent-as-value
             return None
         row = {c: v for c, v in row.items() if c != tombstone}
-    return _VALUES.encode(row).encode("utf-8")
+    return encode(row)
 
 
 def partition_of(key: bytes | None, partitions: int) -> int:
@@ -117,9 +118,10 @@ def rows_of_partition(task: PublishTask, partition: int) -> Iterator[tuple[bytes
                 f"flow {task.flow}: sink.kafka names columns {absent} that its output does not have "
                 f"(it has {sorted(columns or [])})"
             )
+        encode = value_encoder(rows)
         for key, row in rows_in_partition(rows, task.key, record_key, partition, task.partitions):
             headers = [(h, _text(row[h])) for h in task.headers if row[h] is not None]
-            value = record_value(row, task.tombstone, task.retraction)
+            value = record_value(row, task.tombstone, task.retraction, encode)
             if value is None and key is None:
                 raise ValueError(
                     f"flow {task.flow}: a row of epoch {task.epoch} is a tombstone "
@@ -143,17 +145,7 @@ def publish_partition(task: PublishTask, partition: int) -> int:
     """Publish the epoch's rows of ``partition`` once: the rows sent (0 when the topic already
     holds the epoch)."""
     tid = writer_id(task.job, task.pipeline, task.flow, task.topic, partition)
-    producer = Producer(
-        **client_config(
-            task.kafka,
-            transactional_id=tid,
-            enable_idempotence=True,
-            acks="all",
-            linger_ms=20,
-            batch_size=256 << 10,
-            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
-        )
-    )
+    producer = Producer(task.kafka, tid, TRANSACTION_TIMEOUT_MS)
     try:
         # fences older producers of this writer; their open transaction ends
         producer.init_transactions()  # guard: kafka-writer-fences
@@ -162,11 +154,11 @@ def publish_partition(task: PublishTask, partition: int) -> int:
         producer.begin_transaction()
         sent = 0
         for key, value, headers in rows_of_partition(task, partition):
-            producer.send(task.topic, key=key, value=value, headers=headers, partition=partition)
+            producer.send(task.topic, key, value, headers, partition)
             sent += 1
-        marker = {TopicPartition(task.topic, partition): OffsetAndMetadata(task.epoch, f"a{task.attempt}", -1)}
-        producer.send_offsets_to_transaction(marker, tid)  # guard: kafka-marker-in-transaction
-        producer.flush()  # the records are in the log, in the open transaction
+        attempt = f"a{task.attempt}"  # the marker's metadata: which attempt's output it holds
+        producer.send_marker(task.topic, partition, task.epoch, attempt, tid)  # guard: kafka-marker-in-transaction
+        producer.flush(TRANSACTION_TIMEOUT_MS / 1000)  # the records are in the log, in the open transaction
         fault_point("mid_kafka_transaction", task.epoch)
         producer.commit_transaction()
         return sent

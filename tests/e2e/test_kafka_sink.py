@@ -190,19 +190,12 @@ def test_every_fault_point(apache_kafka, stack_env, tmp_path, orders, faults):
     assert_exactly_once(apache_kafka.bootstrap, kept, totals, events)
 
 
-def test_a_zombie_writer_is_fenced_and_its_open_transaction_aborted(apache_kafka, tmp_path):
-    """A writer of an older attempt, paused with its transaction open (records in the log), and
-    the restore's writer of the same partition: the restore's ``init_transactions`` aborts the
-    zombie's transaction and fences it (its commit fails), the epoch is committed once, and a
-    second publish of it (a later restore) sends nothing."""
-    bootstrap, topic = apache_kafka.bootstrap, f"ks-fenced-{next(_names)}"
-    create_topic(bootstrap, topic, PARTITIONS)
-    settings = ConnectionSettings(kafka_bootstrap=bootstrap)
+def _staged_task(tmp_path, settings: ConnectionSettings, job: str, topic: str, rows: list[dict]) -> PublishTask:
+    """Epoch 1 of ``rows`` staged as a JSON Lines part, and the task that publishes it to ``topic``."""
     staging = open_store(f"file://{tmp_path}/staging", settings)
-    rows = [{"user": f"u{i}", "amount": i} for i in range(60)]
     staging.put("epoch=1/part-00000-a1.jsonl", "".join(json.dumps(r) + "\n" for r in rows).encode())
-    task = PublishTask(
-        job="fence",
+    return PublishTask(
+        job=job,
         pipeline="main",
         flow="kept",
         epoch=1,
@@ -216,6 +209,41 @@ def test_a_zombie_writer_is_fenced_and_its_open_transaction_aborted(apache_kafka
         headers=(),
         partitions=PARTITIONS,
     )
+
+
+def test_writers_publish_over_sasl_ssl_with_the_source_s_login(apache_kafka, tmp_path):
+    """The writers' producer (librdkafka) logs in as every other client of the library does:
+    the same PIPELINE_KAFKA_* settings (SCRAM over TLS, the broker's certificate checked
+    against the CA file); the marker read over the same login sees the epoch published."""
+    security, topic = apache_kafka.security, f"ks-secured-{next(_names)}"
+    create_topic(apache_kafka.bootstrap, topic, PARTITIONS)
+    settings = ConnectionSettings.from_env(
+        {
+            "PIPELINE_KAFKA_BOOTSTRAP": security.sasl_ssl_bootstrap,
+            "PIPELINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "PIPELINE_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+            "PIPELINE_KAFKA_SASL_USERNAME": security.username,
+            "PIPELINE_KAFKA_SASL_PASSWORD": security.password,
+            "PIPELINE_KAFKA_SSL_CAFILE": str(security.tls.ca_cert),
+        }
+    )
+    rows = [{"user": f"s{i}", "amount": i} for i in range(30)]
+    task = _staged_task(tmp_path, settings, "secured", topic, rows)
+    assert sum(publish_partition(task, p) for p in range(PARTITIONS)) == len(rows)
+    assert [publish_partition(task, p) for p in range(PARTITIONS)] == [0] * PARTITIONS
+    got = read_topic(apache_kafka.bootstrap, topic)
+    assert sorted((v["user"], v["amount"]) for _, _, v in got) == sorted((r["user"], r["amount"]) for r in rows)
+
+
+def test_a_zombie_writer_is_fenced_and_its_open_transaction_aborted(apache_kafka, tmp_path):
+    """A writer of an older attempt, paused with its transaction open (records in the log), and
+    the restore's writer of the same partition: the restore's ``init_transactions`` aborts the
+    zombie's transaction and fences it (its commit fails), the epoch is committed once, and a
+    second publish of it (a later restore) sends nothing."""
+    bootstrap, topic = apache_kafka.bootstrap, f"ks-fenced-{next(_names)}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    rows = [{"user": f"u{i}", "amount": i} for i in range(60)]
+    task = _staged_task(tmp_path, ConnectionSettings(kafka_bootstrap=bootstrap), "fence", topic, rows)
     zombie = Producer(bootstrap_servers=bootstrap, transactional_id=writer_id("fence", "main", "kept", topic, 0))
     try:
         zombie.init_transactions()

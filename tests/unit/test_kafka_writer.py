@@ -27,8 +27,8 @@ class RecordingProducer:
 
     calls: list = []
 
-    def __init__(self, **config):
-        self.config = config
+    def __init__(self, kafka, transactional_id, timeout_ms):
+        self.config = (kafka, transactional_id, timeout_ms)
 
     def init_transactions(self):
         self.calls.append(("init",))
@@ -39,10 +39,10 @@ class RecordingProducer:
     def send(self, topic, key, value, headers, partition):
         self.calls.append(("send", partition, key))
 
-    def send_offsets_to_transaction(self, offsets, group):
-        self.calls.append(("marker", group, {tp.partition: o.offset for tp, o in offsets.items()}))
+    def send_marker(self, topic, partition, epoch, metadata, group):
+        self.calls.append(("marker", group, {partition: epoch}))
 
-    def flush(self):
+    def flush(self, timeout_s):
         pass
 
     def commit_transaction(self):
