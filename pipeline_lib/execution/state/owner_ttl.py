@@ -18,9 +18,8 @@ import numpy as np
 
 from pipeline_lib.checkpoint.state_spans import changed_per_span, plan_span_writes, spans_of
 from pipeline_lib.execution.state.expiry_rows import epoch_rows, expired_slots
-from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
+from pipeline_lib.execution.state.owner_rewrites import opened, unchanged
 from pipeline_lib.execution.state.owner_task import OwnedSpans, OwnerTask, Partial, merged_partials
-from pipeline_lib.execution.state.state_cache import StateCache
 from pipeline_lib.execution.state.ttl_expiry import expire
 from pipeline_lib.sink.part_layout import key_order
 
@@ -42,17 +41,8 @@ def run_expiring(
         load |= set(on_grid)  # the clock moved: any key may expire
     top = epoch_max_ms if agg.ttl.event else None
     if not load:
-        return OwnedSpans(
-            owner,
-            files=tuple(sorted(on_grid.values(), key=lambda r: r.key_group_start)),
-            keys=sum(r.span_keys() for r in on_grid.values()),
-            max_event_ms=top,
-        )
-    snapshots = task.checkpoint.open()
-    cache = StateCache.in_executor(task.cache_bytes)
-    state = task.flow.new_state(maxp)
-    assert isinstance(state, KeyedAggregateState)
-    reads = task.load(state, snapshots, cache, base, load, owned)
+        return unchanged(owner, on_grid, top)
+    snapshots, cache, state, reads = opened(task, base, load, owned)
     schema = task.flow.state_schema()
     changed = state.merge(table, key_groups) if table.num_rows else np.zeros(0, dtype=np.int64)
     gone = expire(agg, state, schema, table, task.ttl_start, epoch_max_ms)

@@ -19,10 +19,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from pipeline_lib.checkpoint.state_spans import changed_per_span, plan_span_writes, spans_of
-from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
+from pipeline_lib.execution.state.owner_rewrites import opened, unchanged
 from pipeline_lib.execution.state.owner_task import OwnedSpans, OwnerTask, Partial, merged_partials
 from pipeline_lib.execution.state.owner_ttl import run_expiring
-from pipeline_lib.execution.state.state_cache import StateCache
 from pipeline_lib.execution.state.window_close import close_windows
 from pipeline_lib.sink.part_layout import key_order
 
@@ -53,17 +52,8 @@ def _windowed(
     if clock.after(epoch_max_ms).value_ms > clock.start.value_ms:  # guard: owner-window-spans-skipped
         load |= set(on_grid)  # any span may hold a window the epoch closes
     if not load:
-        return OwnedSpans(
-            owner,
-            files=tuple(sorted(on_grid.values(), key=lambda r: r.key_group_start)),
-            keys=sum(r.span_keys() for r in on_grid.values()),
-            max_event_ms=epoch_max_ms,
-        )
-    snapshots = task.checkpoint.open()
-    cache = StateCache.in_executor(task.cache_bytes)
-    state = task.flow.new_state(maxp)
-    assert isinstance(state, KeyedAggregateState)
-    reads = task.load(state, snapshots, cache, base, load, owned)
+        return unchanged(owner, on_grid, epoch_max_ms)
+    snapshots, cache, state, reads = opened(task, base, load, owned)
     schema = task.flow.state_schema()
     closed = close_windows(agg, state, schema, table, clock.start, clock.ended, epoch_max_ms)
     state = closed.state
