@@ -299,3 +299,46 @@ def test_the_driver_passes_each_epoch_its_start_watermark_and_the_sources_end(tm
     flow.watermark = Watermark(DELAY, 5 * MINUTE)
     [task] = state.owner_tasks(3, 100, ended=True)
     assert task is not None and task.windows == WindowClock(Watermark(DELAY, 5 * MINUTE), True)
+
+
+def test_an_owner_whose_records_lag_closes_its_windows_by_the_epochs_watermark(tmp_path):
+    """One read task's records are minutes behind the epoch's latest, and the owner of some of
+    them holds no later record: it still closes their windows by the epoch's watermark (from the
+    largest event time of every read task), not by the watermark of its own records."""
+    agg = _agg("tumbling", "final")
+    worker = FlowInWorker.of(agg)
+    behind = [f"p{i}" for i in range(20)]  # at 10 s: their windows end at 1 minute
+    stamps = [10 * 1000] * len(behind) + [10 * MINUTE]  # page "z" at 10 minutes: the watermark 8 minutes
+    events = pa.table(
+        {
+            "page": [*behind, "z"],
+            "who": ["u"] * len(stamps),
+            "amount": [1] * len(stamps),
+            "ts": pa.array([ms * 1000 for ms in stamps], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    partial = _partials(worker, events)
+    owners = SpanOwners(2, MAXP, 4)
+    owner_of_z = next(
+        o
+        for o, cut in cut_by_owner(partial, key_groups_of_rows(partial, agg.state_key(), MAXP), owners)
+        if "z" in cut.column("page").to_pylist()
+    )
+    top = pc.max(partial.column(MAX_EVENT)).as_py()
+    sink = TaskPartWriter(f"file://{tmp_path}/out", SETTINGS, "parquet", 1, 1, OWNER_LABEL)
+    flow = OwnerFlow("clicks", worker, partial.schema, sink, (), derived=agg)
+    checkpoint = CheckpointAt(f"file://{tmp_path}/ckpt", "job", "main", SETTINGS)
+    task = OwnerTask(checkpoint, "0000000001-a1", 1, owners, flow, windows=WindowClock(Watermark(DELAY)))
+    results = {o: run_owner(task, o, 0, _pieces(owners, o, [partial], agg), top) for o in range(2)}
+    other = 1 - owner_of_z
+    other_pages = [p for p in behind if p not in _owned_pages(partial, owners, agg, owner_of_z)]
+    assert other_pages, "the pages all fell to one owner: pick others"
+    assert results[other].rows == len(other_pages)  # closed though its own records are at 10 s
+    assert sum(r.rows for r in results.values()) == len(behind)  # "z"'s window is still open
+
+
+def _owned_pages(partial: pa.Table, owners: SpanOwners, agg: AggregateSpec, owner: int) -> set[str]:
+    key_groups = key_groups_of_rows(partial, agg.state_key(), MAXP)
+    return {
+        p for o, cut in cut_by_owner(partial, key_groups, owners) if o == owner for p in cut.column("page").to_pylist()
+    }
