@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.autoscale_report import load_note, summary, table, write_report
+from benchmarks.autoscale_report import budget_text, load_note, summary, table, write_report
 from benchmarks.autoscale_verdict import verdict
 from benchmarks.latency_probe import RateProducer, Stamps
 from benchmarks.our_job import parse_epoch_line
@@ -112,6 +112,12 @@ def run_once(
     )
     spec = spend_job_spec(mode, topic, out, ckpt, per_epoch=cfg["per_epoch"])
     spec.update(parallelism=1, trigger={**spec["trigger"], "interval": "500 ms"})
+    if cfg.get("per_subtask"):  # the epoch's budget grows with the parallelism, up to --max subtasks'
+        budget = {
+            "max_records_per_subtask": cfg["per_subtask"],
+            "max_records_per_epoch": cfg["per_subtask"] * cfg["max"],
+        }
+        spec["trigger"].update(budget)
     if mode == "on":
         spec["autoscale"] = {"min": 1, "max": cfg["max"], "target_lag_records": cfg["target_lag"], "cooldown_epochs": 1}
     if cluster is not None:
@@ -189,6 +195,7 @@ def autoscale(
     per_epoch: int,
     workers: int = 2,
     out: Path | None = None,
+    per_subtask: int | None = None,
 ) -> int:
     """Both runs; print lag and parallelism over time side by side and a summary per run; write the report."""
     root = Path(tempfile.mkdtemp(prefix="pipeline-bench-autoscale-"))
@@ -200,6 +207,7 @@ def autoscale(
         "max": max_parallelism,
         "target_lag": target_lag,
         "per_epoch": per_epoch,
+        "per_subtask": per_subtask,
         "drain_s": 120.0,
         "settle_s": 15.0,  # sampling after the lag drained: dynamic allocation's idle timeout is 5 s
         "startup_s": 300.0,
@@ -220,7 +228,7 @@ def autoscale(
     cfg["load_after"] = round(os.getloadavg()[0], 1)
     print(
         f"\nrates {rates} events/s, {seconds:g} s each; {tier}; "
-        f"autoscale on: 1..{max_parallelism}, target lag {target_lag}; {load_note(cfg)}"
+        f"autoscale on: 1..{max_parallelism}, target lag {target_lag}, {budget_text(cfg)}; {load_note(cfg)}"
     )
     print("\n".join(table(runs)))
     print("\n".join(summary(runs)))

@@ -70,7 +70,7 @@ def write_report(runs: dict[str, list[tuple]], config: dict[str, Any], out: Path
         "# Autoscaling under a stepped input rate",
         "",
         f"Rates {config['rates']} events/s, {config['seconds']:g} s each; {config['tier']}; autoscale on: "
-        f"1..{config['max']}, target lag {config['target_lag']} records, {config['per_epoch']} records per epoch; "
+        f"1..{config['max']}, target lag {config['target_lag']} records, {budget_text(config)}; "
         f"{load_note(config)}.",
         "",
         f"![lag and parallelism over time]({FIGURE})",
@@ -122,3 +122,11 @@ def plot(runs: dict[str, list[tuple]], config: dict[str, Any], path: Path) -> No
 
 def _v(value: int | None) -> str:
     return "" if value is None else str(value)
+
+
+def budget_text(config: dict) -> str:
+    """The epochs' record budget the runs had."""
+    per = config.get("per_subtask")
+    if per:
+        return f"{per} records per subtask and epoch (at most {per * config['max']} per epoch)"
+    return f"{config['per_epoch']} records per epoch"

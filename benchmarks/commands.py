@@ -310,6 +310,10 @@ def autoscale(
     out: Annotated[
         Path | None, typer.Option(help="Where report.md and autoscale.svg go (default: a temp dir).")
     ] = None,
+    per_subtask: Annotated[
+        int | None,
+        typer.Option(min=1, help="trigger.max_records_per_subtask (then max_records_per_epoch is it times --max)."),
+    ] = None,
 ) -> None:
     """Lag and parallelism over time under a stepped input rate, autoscaling off and on.
 
@@ -325,7 +329,7 @@ def autoscale(
             raise ValueError(f"{rates!r}: give rates of at least 1 event per second")
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--rates") from None
-    raise typer.Exit(run_autoscale(chosen, seconds, max_parallelism, target_lag, per_epoch, workers, out))
+    raise typer.Exit(run_autoscale(chosen, seconds, max_parallelism, target_lag, per_epoch, workers, out, per_subtask))
 
 
 @bench_app.command("joins")

@@ -70,7 +70,23 @@ class TriggerSpec(StrictModel):
     unset, epochs run back to back while there is data."""
 
     max_records_per_epoch: Annotated[int, Field(ge=1, le=100_000_000)] = 20_000
+    # set: an epoch reads at most this many offsets per subtask it is planned at, within
+    # max_records_per_epoch, so the budget grows with the parallelism (see plan.epoch_budget)
+    max_records_per_subtask: Annotated[int, Field(ge=1, le=100_000_000)] | None = None
     interval: Annotated[str | None, AfterValidator(_interval)] = None
+
+    @model_validator(mode="after")
+    def _subtask_within_epoch(self) -> TriggerSpec:
+        per = self.max_records_per_subtask
+        if per is not None and per > self.max_records_per_epoch:
+            raise FieldsError(
+                f"trigger.max_records_per_subtask {per} exceeds trigger.max_records_per_epoch "
+                f"{self.max_records_per_epoch}, which caps every epoch: raise max_records_per_epoch to at least "
+                "max_records_per_subtask times the largest parallelism",
+                "max_records_per_subtask",
+                "max_records_per_epoch",
+            )
+        return self
 
     @property
     def interval_s(self) -> float | None:

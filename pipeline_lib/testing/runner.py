@@ -1,8 +1,8 @@
 """``run_on_records``: a spec's flows over in-memory records, through the job's own epoch code.
 
 What is the job's own: the spec's validation; the planner cutting the records into epochs
-(``trigger.max_records_per_epoch``, fair shares over partitions, as a run catching up does); the
-epoch reader's decoding (RecordsReader: the same RecordBatcher, metadata columns and bad-record
+(``trigger.max_records_per_epoch``, or per subtask; fair shares over partitions, as a run catching
+up does); the epoch reader's decoding (RecordsReader: the same RecordBatcher, metadata columns and bad-record
 rows); the choice between the Arrow path and the Spark SQL path and each path's code (transforms,
 ``python:`` hooks, partial aggregates, the tasks writing stateless rows and dead letters); the keyed
 state's merge; the sink's part files and ``_SUCCESS`` markers; and reading the table back as a
@@ -91,6 +91,7 @@ def run_on_records(
     from pipeline_lib.execution.source.epoch_reader import epoch_range_reader, source_schema
     from pipeline_lib.execution.state.process_state import ProcessInput, ProcessState
     from pipeline_lib.execution.state.state_kinds import new_keyed_state
+    from pipeline_lib.plan.epoch_budget import epoch_budget
     from pipeline_lib.plan.offsets import plan_epoch
     from pipeline_lib.sink.files_sink import FilesSink
     from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts
@@ -131,7 +132,7 @@ def run_on_records(
         stages, stage_rows = stages_of(flows), {}
         read = driver_read(session, schema, list(runtimes.values()), tolerant, StaticTables(settings))
         while (
-            plan := plan_epoch(epoch + 1, None, kafka.topic, positions, targets, local.trigger.max_records_per_epoch)
+            plan := plan_epoch(epoch + 1, None, kafka.topic, positions, targets, epoch_budget(local.trigger, p))
         ).ranges:
             epoch = plan.epoch
             reader = RecordsReader.over(

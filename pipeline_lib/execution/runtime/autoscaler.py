@@ -91,22 +91,16 @@ class Autoscaler:
         report = replace(report, parallelism=ran_at)
         if self.settings is None:
             return report
+        # the report's lag is the one the decision weighs: to the topic's latest offsets, not to the
+        # ends the run last confirmed (which a continuous run refreshes only when it catches up)
+        lag = self._lag(loop)
+        report = replace(report, lag=lag)  # guard: autoscale-report-lag-stale
         if self.pending is not None:  # the epoch that was in flight has committed: nothing is now
             self._apply(self.pending, loop)
             self.pending = None
             return replace(
                 report, autoscale=f"{ran_at} → {self.parts.parallelism} from here (decided after the epoch before)"
             )
-        # no lower than the ends this run confirmed (a broker's ListOffsets may trail its fetch watermark)
-        try:
-            latest = self.latest_offsets(loop)
-        except Exception as exc:  # a broker hiccup: the decision weighs the run's confirmed ends alone
-            log.warning(
-                "pipeline %s: latest offsets unknown (%s): lag from the run's ends", self.parts.pipeline.name, exc
-            )
-            latest = {}
-        ends = {p: max(latest.get(p, 0), loop.targets.get(p, 0)) for p in {*latest, *loop.targets}}
-        lag = sum(max(0, end - loop.positions.get(p, end)) for p, end in ends.items())
         load = EpochLoad(report.epoch, report.records, report.seconds, lag)
         capacity = spark_capacity.offered_cores(loop.spark)
         decision = decide(self.settings, load, ran_at, self.history, capacity)
@@ -147,6 +141,19 @@ class Autoscaler:
     def events(self) -> int:
         """Changes among the decisions kept."""
         return sum(d.changed for d in self.history)
+
+    def _lag(self, loop: EpochLoop) -> int:
+        """Records waiting after the epoch: the topic's latest offsets minus the positions, no lower
+        than the ends this run confirmed (a broker's ListOffsets may trail its fetch watermark)."""
+        try:
+            latest = self.latest_offsets(loop)
+        except Exception as exc:  # a broker hiccup: the decision weighs the run's confirmed ends alone
+            log.warning(
+                "pipeline %s: latest offsets unknown (%s): lag from the run's ends", self.parts.pipeline.name, exc
+            )
+            latest = {}
+        ends = {p: max(latest.get(p, 0), loop.targets.get(p, 0)) for p in {*latest, *loop.targets}}
+        return sum(max(0, end - loop.positions.get(p, end)) for p, end in ends.items())
 
     def _apply(self, parallelism: int, loop: EpochLoop) -> None:
         assert loop.planned is None, "a change applies only with no read in flight"

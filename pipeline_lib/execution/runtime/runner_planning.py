@@ -9,6 +9,7 @@ from pipeline_lib.errors import DATA_LOSS, DataLossError, PipelineError, Snapsho
 from pipeline_lib.execution.engine.table_pinning import joins_of, pin_tables
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.plan import kafka_offsets
+from pipeline_lib.plan.epoch_budget import epoch_budget
 from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, lost_ranges, plan_epoch
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class EpochPlanner:
             self.parts.topic,
             positions,
             targets,
-            self.parts.job.trigger.max_records_per_epoch,
+            epoch_budget(self.parts.job.trigger, self.parts.parallelism),  # guard: budget-at-spec-parallelism
             stops,
             self.topic_id,
         )
