@@ -5,10 +5,10 @@ The clicks job of tests/e2e/test_windows.py (a bounded topic, a 1-minute window 
 watermark, ``count(*)``, ``count_distinct``, ``avg``, ``emit: final``) at parallelism 2, killed at
 a fault point of epoch 3, which closes windows and drops very late records, then restored at
 parallelism 3, so each owner gets other spans (on the Arrow path, and on the Spark SQL path with a
-transform; session windows of an 8-second gap at ``after_owner_files`` on both): every window is written exactly once with the
-values of the plain-Python computation (tests/windows_reference.py), none while open, the late
-records counted, the state bounded by the open windows and empty once the source ends; ``verify``
-finds nothing, and a lost owner part is rebuilt byte for byte by ``repair``.
+transform; session windows of an 8-second gap at ``after_owner_files`` on both): every window is
+written exactly once with the values of the plain-Python computation (tests/windows_reference.py),
+none while open, the late records counted, the state bounded by the open windows and empty once
+the source ends; ``verify`` finds nothing, and a lost owner part is rebuilt byte for byte by ``repair``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from tests.windows_reference import MINUTE, click_events
 EVENTS = 1_200  # 6 epochs of 200 records, 5 minutes of event time each
 OWNERS = {"keyed_state": "owners", "parallelism": 2}
 ON_OWNERS = "with keyed state on owner tasks"
-SQL = [{"filter": "ms > 0"}]
-TUMBLING, SESSION = {"size": "1 minute"}, {"gap": "8 seconds"}  # sessions merge on owners: session_merge  # every click has ms >= 1: the Spark SQL path, the same answer
+SQL = [{"filter": "ms > 0"}]  # every click has ms >= 1: the Spark SQL path, the same answer
+TUMBLING, SESSION = {"size": "1 minute"}, {"gap": "8 seconds"}  # sessions merge on owners: session_merge
 
 LONG = 900  # s: a run of a few epochs on a loaded 2-core machine
 
