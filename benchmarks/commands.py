@@ -247,6 +247,9 @@ def windows(
     keyed_state: Annotated[
         str, typer.Option(help="Where our windows merge: auto (the driver in local mode), owners or driver.")
     ] = "auto",
+    gap: Annotated[
+        str | None, typer.Option(help="Session windows of this gap (e.g. '30 seconds') on both sides instead.")
+    ] = None,
 ) -> None:
     """1-minute tumbling windows with a watermark: ours vs Spark SS withWatermark + window, append.
 
@@ -262,6 +265,7 @@ def windows(
         parallelism=parallelism,
         sketches=sketches,
         keyed_state=keyed_state,
+        gap=gap,
     )
     raise typer.Exit(bench)
 

@@ -6,6 +6,7 @@ server through S3A (the child process of ``pipeline-lib bench windows``, benchma
       .select(from_json(value, "page string, user string, ms long, ts timestamp"))
       .withWatermark("ts", "2 minutes")
       .groupBy(window("ts", "1 minute"), "page").agg(count(*) as n, avg(ms) as mean_ms)
+        (--gap=<d>: session_window("ts", d) instead of the 1-minute window)
         (--sketches: also approx_count_distinct(user) as users, percentile_approx(ms, 0.95) as p95)
       .writeStream.outputMode("append").option("checkpointLocation", "s3a://...")
       .foreachBatch(each batch's closed windows as parquet to s3a://results/.../batch=<id>)
@@ -24,9 +25,10 @@ from benchmarks.streaming_session import child_main
 
 SCHEMA = "page string, user string, ms long, ts timestamp"
 SKETCHES_FLAG = "--sketches"
+GAP_FLAG = "--gap="  # --gap=<duration>: session windows of that gap (Spark's session_window)
 
 
-def run(args: argparse.Namespace, sketches_too: bool = False) -> dict:
+def run(args: argparse.Namespace, sketches_too: bool = False, gap: str | None = None) -> dict:
     """Run the windowed query to the end of the topic and return its timings."""
     from pyspark.sql import functions as F
 
@@ -41,12 +43,12 @@ def run(args: argparse.Namespace, sketches_too: bool = False) -> dict:
     )
     windows = (
         events.withWatermark("ts", "2 minutes")
-        .groupBy(F.window("ts", "1 minute"), "page")
+        .groupBy(F.session_window("ts", gap) if gap else F.window("ts", "1 minute"), "page")
         .agg(F.count(F.lit(1)).alias("n"), F.avg("ms").alias("mean_ms"), *sketches)
         .select(
             "page",
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
+            F.col("session_window.start" if gap else "window.start").alias("window_start"),
+            F.col("session_window.end" if gap else "window.end").alias("window_end"),
             "n",
             "mean_ms",
             *(["users", "p95"] if sketches else []),
@@ -59,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry of the child process; prints its figures as JSON (or writes ``--result``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     sketches_too = SKETCHES_FLAG in argv  # this child's own flag, not one of child_main's
-    rest = [a for a in argv if a != SKETCHES_FLAG]
-    return child_main(__doc__, functools.partial(run, sketches_too=sketches_too), "an s3a://", rest)
+    gap = next((a[len(GAP_FLAG) :] for a in argv if a.startswith(GAP_FLAG)), None)
+    rest = [a for a in argv if a != SKETCHES_FLAG and not a.startswith(GAP_FLAG)]
+    return child_main(__doc__, functools.partial(run, sketches_too=sketches_too, gap=gap), "an s3a://", rest)
 
 
 if __name__ == "__main__":

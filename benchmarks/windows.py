@@ -3,7 +3,7 @@
 and output on the S3 server through S3A), on the same events in the same run.
 
     pipeline-lib bench windows [--events 200000] [--pages 1000] [--per-epoch 20000] [--sketches]
-        [--keyed-state auto|owners|driver]
+        [--keyed-state auto|owners|driver] [--gap "30 seconds"]
 
 Both run as whole processes to the end of a bounded topic (JVM start included), ``count(*)`` and
 ``avg(ms)`` per page and window. Ours closes every window at the end of the bounded source;
@@ -13,7 +13,8 @@ largest key count of our snapshots (bounded by the open windows, not the stream'
 ``--sketches`` adds ``approx_count_distinct(user)`` and ``approx_percentile(ms, 0.95)`` (Spark's
 ``approx_count_distinct`` and ``percentile_approx``) to both, and prints how far apart they are.
 ``--keyed-state owners`` merges, closes and evicts our windows on owner tasks (the default,
-``auto``, keeps them on the driver in local mode).
+``auto``, keeps them on the driver in local mode). ``--gap`` makes both sides session windows of
+that gap instead (ours ``window: {gap}``, Spark's ``session_window``), compared by page and start.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ def clicks(events: int, pages: int, seed: int = 34) -> list[dict]:
 SKETCHES = {"users": "approx_count_distinct(user)", "p95": "approx_percentile(ms, 0.95)"}
 
 
-def job(per_epoch: int, parallelism: int, sketches: bool = False, keyed_state: str = "auto") -> dict:
+def job(
+    per_epoch: int, parallelism: int, sketches: bool = False, keyed_state: str = "auto", gap: str | None = None
+) -> dict:
     """The windowed job: a bounded topic, ``count(*)`` and ``avg(ms)`` per page and minute (and
     the two sketches with ``sketches``), its state where ``keyed_state`` says."""
     return {
@@ -72,7 +75,7 @@ def job(per_epoch: int, parallelism: int, sketches: bool = False, keyed_state: s
         "state": {
             "aggregate": {
                 "key": ["page"],
-                "window": {"column": "ts", "size": "1 minute"},
+                "window": {"column": "ts", **({"gap": gap} if gap else {"size": "1 minute"})},
                 "values": {"n": "count(*)", "mean_ms": "avg(ms)", **(SKETCHES if sketches else {})},
                 "emit": "final",
             }
@@ -108,6 +111,7 @@ def windows_bench(
     parallelism: int = 2,
     sketches: bool = False,
     keyed_state: str = "auto",
+    gap: str | None = None,
 ) -> int:
     """Run both and print the comparison (see the module's docstring)."""
     with tempfile.TemporaryDirectory(prefix="windows-bench-") as tmp:
@@ -119,7 +123,7 @@ def windows_bench(
             create_topic(info.kafka_bootstrap, TOPIC, 2)
             produce_json(info.kafka_bootstrap, TOPIC, clicks(events, pages), key_field="page")
             spec = root / "job.yaml"
-            spec.write_text(yaml.safe_dump(job(per_epoch, parallelism, sketches, keyed_state)))
+            spec.write_text(yaml.safe_dump(job(per_epoch, parallelism, sketches, keyed_state, gap)))
             ours_s = timed_run(spec, env, "--until-caught-up")
             our_rows = read_append_rows(open_store(f"s3://results/{NAME}", settings))
             ours = _windows(our_rows)
@@ -137,7 +141,7 @@ def windows_bench(
                 parallelism,
                 root,
                 env,
-                ("--sketches",) if sketches else (),
+                (*(("--sketches",) if sketches else ()), *((f"--gap={gap}",) if gap else ())),
             )
             out = open_store("s3://results/ss-windows", settings)
             rows = parquet_rows(out)
@@ -148,12 +152,13 @@ def windows_bench(
     equal = sum(ours[k] == theirs[k] for k in common)
     print(
         f"\n{events:,} clicks, {pages:,} pages, {per_epoch:,} per epoch/trigger, local[{parallelism}], "
-        f"keyed_state: {keyed_state}"
+        f"keyed_state: {keyed_state}, window: {f'session, gap {gap}' if gap else '1-minute tumbling'}"
     )
     print("| job | whole process (s) | windows written |")
     print("|---|---|---|")
     print(f"| pipeline-lib | {ours_s:.1f} | {len(ours):,} |")
-    print(f"| Spark SS withWatermark + window, append | {theirs_s:.1f} | {len(theirs):,} |")
+    anchor = "session_window" if gap else "window"
+    print(f"| Spark SS withWatermark + {anchor}, append | {theirs_s:.1f} | {len(theirs):,} |")
     print(
         f"ratio (Spark / ours): {theirs_s / ours_s:.2f}x; windows both wrote: {len(common):,}, equal counts: {equal:,}"
     )

@@ -1846,14 +1846,6 @@ MUTANTS: list[Mutant] = [
         "an owner task merges a key's top(col, n) into its n largest values, not into none",
         ("tests/unit/test_owner_derived.py",),
     ),
-    Mutant(
-        "owner-window-ttl-on-driver",
-        "pipeline_lib/execution/runtime/path_choice.py",
-        'agg.window is not None and agg.window.kind == "session"',
-        "False",
-        "a flow with a session window keeps the driver's merge, which merges a key's sessions into one",
-        ("tests/unit/test_owner_derived.py", "tests/unit/test_owner_windows.py"),
-    ),
     # -- tumbling and hopping windows on owner tasks (distributed-state.md) ----------------------
     Mutant(
         "owner-window-watermark-not-passed",
@@ -2058,5 +2050,30 @@ MUTANTS: list[Mutant] = [
         "b",
         "a key's first/last is the earliest/latest record of every epoch, not the last epoch's",
         ("tests/unit/test_first_last.py",),
+    ),
+    # -- session windows on owner tasks (distributed-state.md) ------------------------------------
+    Mutant(
+        "session-hashed-by-bounds",
+        "pipeline_lib/execution/engine/flow_partials.py",
+        "return self.window.keys",
+        "return self.keys",
+        "read tasks cut a session's partials by its grouping key's key group, not by its bounds",
+        ("tests/unit/test_owner_sessions.py",),
+    ),
+    Mutant(
+        "session-merged-by-bounds",
+        "pipeline_lib/execution/state/session_merge.py",
+        "key_groups_of_rows(sessions, agg.key, max_parallelism)",
+        "key_groups_of_rows(sessions, agg.state_key(), max_parallelism)",
+        "a merged session keeps its grouping key's key group, so its next merge finds it on the same owner",
+        ("tests/unit/test_owner_sessions.py",),
+    ),
+    Mutant(
+        "repair-session-groups",
+        "pipeline_lib/recovery/repair.py",
+        "key_groups_of_rows(changed, hashed or key_columns, owners.max_parallelism)",
+        "key_groups_of_rows(changed, key_columns, owners.max_parallelism)",
+        "repair cuts a session flow's owner parts by the grouping key's key group, as its owners did",
+        ("tests/unit/test_owner_sessions.py",),
     ),
 ]

@@ -29,6 +29,7 @@ from pipeline_lib.checkpoint.epoch_commit import source_completed
 from pipeline_lib.checkpoint.manifest import sha256_hex
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, read_spans
 from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
+from pipeline_lib.execution.engine.flow_partials import FlowInWorker
 from pipeline_lib.execution.runtime.epoch_path import Writers
 from pipeline_lib.execution.runtime.late_routing import dead_letter_files
 from pipeline_lib.execution.runtime.path_choice import choose_path
@@ -281,15 +282,21 @@ class _Rebuilder:
         changed = [t for t in parts if t.num_rows]
         if not changed:
             return {}
-        keys = flow.spec.state.aggregate.state_key()  # a windowed flow's key groups and order take its bounds too
-        return owner_parts(pa.concat_tables(changed), keys, flow.sink.format, owners)
+        agg = flow.spec.state.aggregate
+        keys = agg.state_key()  # a windowed flow's order takes its bounds too, and its key groups but a session's
+        hashed = list(FlowInWorker.of(agg).hashed)
+        return owner_parts(pa.concat_tables(changed), keys, flow.sink.format, owners, hashed)
 
 
-def owner_parts(changed: pa.Table, key_columns: list[str], fmt: str, owners: SpanOwners) -> dict[Slot, bytes]:
+def owner_parts(
+    changed: pa.Table, key_columns: list[str], fmt: str, owners: SpanOwners, hashed: list[str] | None = None
+) -> dict[Slot, bytes]:
     """An epoch's sink parts as its owner tasks write them, from the rows of every key it
     changed (in any order): each owner's keys (its whole spans of key groups) in key order, a
-    part every ROWS_PER_PART rows (see execution.state.owner_task and sink.part_layout)."""
-    of_row = owners.owner_of(key_groups_of_rows(changed, key_columns, owners.max_parallelism))
+    part every ROWS_PER_PART rows (see execution.state.owner_task and sink.part_layout).
+    ``hashed``: the columns of the key groups when not all ``key_columns`` (a session's grouping key)."""
+    groups = key_groups_of_rows(changed, hashed or key_columns, owners.max_parallelism)  # guard: repair-session-groups
+    of_row = owners.owner_of(groups)
     slots: dict[Slot, bytes] = {}
     for owner in np.unique(of_row).tolist():
         rows = key_order(changed.filter(pa.array(of_row == owner)), key_columns)

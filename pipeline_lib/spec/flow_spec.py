@@ -120,7 +120,7 @@ class AggregateSpec(StrictModel):
         if self.on_late == "dead_letter" and (self.window is None or self.window.kind == "session"):
             raise FieldsError(
                 "on_late: dead_letter needs a tumbling or hopping window (a ttl drops no record as late; "
-                "a session window's late records are judged on the driver, which never sees records)",
+                "a session window's late records are judged where its sessions merge, which never sees records)",
                 "on_late",
                 "window",
             )

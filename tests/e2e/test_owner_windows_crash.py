@@ -1,14 +1,14 @@
-"""Tumbling windows on owner tasks (``keyed_state: owners``) under SIGKILL: the real
+"""Tumbling and session windows on owner tasks (``keyed_state: owners``) under SIGKILL: the real
 `pipeline-lib run`, broker, S3 server and Spark.
 
 The clicks job of tests/e2e/test_windows.py (a bounded topic, a 1-minute window with a 2-minute
 watermark, ``count(*)``, ``count_distinct``, ``avg``, ``emit: final``) at parallelism 2, killed at
 a fault point of epoch 3, which closes windows and drops very late records, then restored at
 parallelism 3, so each owner gets other spans (on the Arrow path, and on the Spark SQL path with a
-transform): every window is written exactly once with the
-values of the plain-Python computation (tests/windows_reference.py), none while open, the late
-records counted, the state bounded by the open windows and empty once the source ends; ``verify``
-finds nothing, and a lost owner part is rebuilt byte for byte by ``repair``.
+transform; session windows of an 8-second gap at ``after_owner_files`` on both): every window is
+written exactly once with the values of the plain-Python computation (tests/windows_reference.py),
+none while open, the late records counted, the state bounded by the open windows and empty once
+the source ends; ``verify`` finds nothing, and a lost owner part is rebuilt byte for byte by ``repair``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ EVENTS = 1_200  # 6 epochs of 200 records, 5 minutes of event time each
 OWNERS = {"keyed_state": "owners", "parallelism": 2}
 ON_OWNERS = "with keyed state on owner tasks"
 SQL = [{"filter": "ms > 0"}]  # every click has ms >= 1: the Spark SQL path, the same answer
+TUMBLING, SESSION = {"size": "1 minute"}, {"gap": "8 seconds"}  # sessions merge on owners: session_merge
 
 LONG = 900  # s: a run of a few epochs on a loaded 2-core machine
 
@@ -44,21 +45,24 @@ def owner_clicks(local_stack):
 @pytest.mark.full
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 @pytest.mark.parametrize(
-    ("fault", "transforms"),
+    ("fault", "transforms", "window"),
     [
-        ("after_owner_files@3", []),
-        ("mid_snapshot_write@3", []),
-        ("after_sink_success@3", []),
-        ("after_owner_files@3", SQL),
+        ("after_owner_files@3", [], TUMBLING),
+        ("mid_snapshot_write@3", [], TUMBLING),
+        ("after_sink_success@3", [], TUMBLING),
+        ("after_owner_files@3", SQL, TUMBLING),
+        ("after_owner_files@3", [], SESSION),
+        ("after_owner_files@3", SQL, SESSION),
     ],
-    ids=["after_owner_files", "mid_snapshot_write", "after_sink_success", "spark-sql"],
+    ids=["after_owner_files", "mid_snapshot_write", "after_sink_success", "spark-sql", "session", "session-spark-sql"],
 )
 def test_windows_on_owners_after_a_sigkill_and_a_rescale_then_verify_and_repair(
-    stack_env, tmp_path, owner_clicks, locations, fault, transforms
+    stack_env, tmp_path, owner_clicks, locations, fault, transforms, window
 ):
     topic, events = owner_clicks
     name, sink, store = locations
-    job = clicks_spec(name, topic, sink, store, {"size": "1 minute"}, {**OWNERS, "transforms": transforms})
+    job = clicks_spec(name, topic, sink, store, window, {**OWNERS, "transforms": transforms})
+    gap_ms = 8_000 if "gap" in window else 0
     spec = write_spec(tmp_path, job)
     fault_log = tmp_path / "faults.log"
     crashed = run_cli(
@@ -72,7 +76,7 @@ def test_windows_on_owners_after_a_sigkill_and_a_rescale_then_verify_and_repair(
     restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], stack_env, timeout=LONG)
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert "restored from" in restored.stderr and ON_OWNERS in restored.stderr
-    check_windows(stack_env, events, locations, MINUTE, MINUTE)
+    check_windows(stack_env, events, locations, MINUTE, MINUTE, gap_ms=gap_ms)
 
     clean = run_cli(["verify", str(spec), "--json"], stack_env, timeout=LONG)
     assert clean.returncode == 0, clean.stdout + clean.stderr[-2000:]
@@ -87,4 +91,4 @@ def test_windows_on_owners_after_a_sigkill_and_a_rescale_then_verify_and_repair(
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr[-3000:]
     assert {o["part"]: o["status"] for o in json.loads(repaired.stdout)} == {lost: "restored"}
     assert out.get(lost) == original
-    check_windows(stack_env, events, locations, MINUTE, MINUTE)
+    check_windows(stack_env, events, locations, MINUTE, MINUTE, gap_ms=gap_ms)

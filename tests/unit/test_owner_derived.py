@@ -7,7 +7,6 @@ count_distinct with them: test_owner_windows.py."""
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -15,7 +14,6 @@ import pytest
 
 from pipeline_lib.execution.engine.event_windows import output_rows
 from pipeline_lib.execution.engine.worker_aggregation import FlowInWorker
-from pipeline_lib.execution.runtime.path_choice import driver_only
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.owner_epochs import OwnedFlow
 from pipeline_lib.execution.state.owner_task import OWNER_LABEL, CheckpointAt, OwnerFlow, OwnerTask, Partial
@@ -133,15 +131,3 @@ def test_derived_aggregates_merge_on_owners_as_on_the_driver_across_epochs_and_a
     got.update({r["page"]: r for r in rows.to_pylist()})
     _check(got, epochs)
     assert owned.keys == len(got)
-
-
-def _flow(aggregate: dict) -> SimpleNamespace:
-    return SimpleNamespace(
-        spec=SimpleNamespace(state=SimpleNamespace(process=None, aggregate=AggregateSpec(**aggregate)))
-    )
-
-
-def test_derived_aggregates_and_a_ttl_do_not_keep_a_flow_on_the_driver():
-    assert not driver_only(_flow({"key": ["page"], "values": VALUES}))  # type: ignore[arg-type]
-    expiring = {"key": ["page"], "values": {"n": "count(*)"}, "ttl": {"processing_time": "1 hour"}}
-    assert not driver_only(_flow(expiring))  # type: ignore[arg-type]

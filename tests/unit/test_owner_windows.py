@@ -18,7 +18,6 @@ import pytest
 from pipeline_lib.execution.engine.event_windows import HIDDEN_PARTIALS, MAX_EVENT
 from pipeline_lib.execution.engine.worker_aggregation import FlowInWorker
 from pipeline_lib.execution.runtime.owner_state import OwnerState
-from pipeline_lib.execution.runtime.path_choice import driver_only
 from pipeline_lib.execution.runtime.run_attempt import RunAttempt
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.execution.runtime.runner_types import RunOptions
@@ -214,20 +213,6 @@ def test_windows_close_on_owners_as_on_the_driver_across_a_rescale(tmp_path, win
             last.update(_by_window(rows))
         assert last == exact
     assert 0 < len(written[1]) and all(len(rows) < len(exact) for rows in written[:-1])
-
-
-def test_only_session_windows_keep_a_flow_on_the_driver():
-    def flow(**aggregate):
-        spec = AggregateSpec(**aggregate)
-        return SimpleNamespace(spec=SimpleNamespace(state=SimpleNamespace(process=None, aggregate=spec)))
-
-    for window in WINDOWS.values():
-        assert not driver_only(flow(key=["page"], values=VALUES, window=window, emit="final"))  # type: ignore[arg-type]
-    session = {"column": "ts", "gap": "5 minutes"}
-    assert driver_only(flow(key=["page"], values={"n": "count(*)"}, window=session, emit="final"))  # type: ignore[arg-type]
-    expiring = {"processing_time": "1 hour"}
-    assert not driver_only(flow(key=["page"], values={"n": "count(*)"}, ttl=expiring))  # type: ignore[arg-type]
-    assert not driver_only(flow(key=["page"], values={"f": "first(amount, ts)"}))  # type: ignore[arg-type]
 
 
 def _shuffled(values) -> dict[int, list]:

@@ -1,4 +1,4 @@
-"""Session windows on the driver (state.session_merge): overlapping sessions of a key merge into
+"""Session windows (state.session_merge, on the driver or an owner task): overlapping sessions of a key merge into
 one; a late partial session is kept exactly when it overlaps, through a chain, a live one."""
 
 from __future__ import annotations

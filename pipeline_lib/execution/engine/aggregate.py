@@ -63,7 +63,8 @@ def _sketch_udf(fn: str, where: str):
 
 def _sessions(df: DataFrame, spec: AggregateSpec, exprs: list) -> DataFrame:
     """The partials of session windows: Spark's ``session_window`` over this query's records,
-    per key (merged with other partials and the state's sessions on the driver)."""
+    per key (merged with other partials and the state's sessions where the state lives, the
+    driver or an owner task: state.session_merge)."""
     assert spec.window is not None
     column = F.col(spec.window.column)
     event = F.floor(F.unix_micros(column.cast("timestamp")) / 1000).cast("long")

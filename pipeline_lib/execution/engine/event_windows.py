@@ -53,7 +53,8 @@ def ms_column(ms: np.ndarray, like: pa.DataType) -> pa.Array:
 class WindowAssigner:
     """Tumbling (``slide_ms == size_ms``) or hopping windows over the timestamp ``column``, or
     with ``gap_ms`` session windows of the ``keys`` (the sessions of this table's records;
-    sessions of several tables are merged on the driver: state.session_merge)."""
+    sessions of several tables are merged where the state lives, the driver or an owner task:
+    state.session_merge)."""
 
     column: str
     size_ms: int

@@ -56,6 +56,15 @@ class FlowInWorker:
         return cls(tuple(agg.state_key()), aggregates + (HIDDEN_PARTIALS if window else ()), window, tops, orders)
 
     @property
+    def hashed(self) -> tuple[str, ...]:
+        """The key columns a partial's key group is hashed from: a session's grouping key only
+        (its bounds change as it merges with others, its key group must not: session_merge),
+        else the whole state key."""
+        if self.window is not None and self.window.gap_ms:
+            return self.window.keys  # guard: session-hashed-by-bounds
+        return self.keys
+
+    @property
     def stateful(self) -> bool:
         """True for an aggregating flow (partials per key), False for one whose rows pass through."""
         return bool(self.keys)

@@ -4,8 +4,9 @@ path for the read, keyed state on the driver or on owner tasks.
 The Arrow path when no flow needs Spark SQL (see worker_aggregation), else the Spark SQL path; on
 either, keyed state lives on owner tasks (owner_epochs) when the spec's ``keyed_state`` asks for
 them (auto: on a cluster, not in local mode), unless the restored state was stored under another
-max_parallelism (every key's group must be computed again, which the driver's merge does) or a
-flow has a session window (merged on the driver only: ``driver_only``).
+max_parallelism (every key's group must be computed again, which the driver's merge does).
+Every aggregate, windowed (session windows too: state.session_merge) or expiring, merges the same
+way on owner tasks.
 """
 
 from __future__ import annotations
@@ -40,24 +41,10 @@ def owners_asked(job: JobSpec, master: str | None) -> bool:
     return job.keyed_state == "owners" or (job.keyed_state == "auto" and not (master or "local").startswith("local"))
 
 
-def driver_only(flow: FlowRuntime) -> bool:
-    """Whether ``flow``'s aggregate merges on the driver only: a session window (a key's sessions
-    merge into one, so its bounds, which are part of its key, and its key group change:
-    state.session_merge). avg, the sketches, top, first/last, tumbling and hopping windows and a
-    ttl (closed or expired by the clock the owners compute: owner_windows, owner_ttl) merge the
-    same way on owner tasks, so they do not keep a flow here."""
-    if flow.spec.state is None or flow.spec.state.process is not None:
-        return False
-    agg = flow.spec.state.aggregate
-    return agg.window is not None and agg.window.kind == "session"  # guard: owner-window-ttl-on-driver
-
-
 def state_on_owners(parts: PipelineParts, master: str | None, stored_groups_apply: bool = True) -> bool:
     """Whether the pipeline's keyed state lives on owner tasks: a stateful flow, the spec asks
     for them, and the stored key groups still apply. Known before the path (the restore reads
     the state on the driver only when it does not, and the start-up plans by it)."""
-    if any(driver_only(f) for f in parts.flows):
-        return False  # sessions merge on the driver (docs/distributed-state.md)
     if any(f.spec.after is not None for f in parts.flows):
         return False  # a flow after a dedup stage aggregates the stage's rows on the driver (docs/joins.md)
     return any(f.stateful for f in parts.flows) and owners_asked(parts.job, master) and stored_groups_apply

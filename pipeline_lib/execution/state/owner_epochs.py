@@ -75,7 +75,8 @@ class ReadForOwners:
         for flow_index, table in partials.items():
             owner_task = self.owners[flow_index]
             assert owner_task is not None, f"flow {flow_index} has partials but no owners"
-            key_groups = key_groups_of_rows(table, self.task.flows[flow_index].keys, owner_task.owners.max_parallelism)
+            hashed = self.task.flows[flow_index].hashed  # a session's grouping key, else its whole key
+            key_groups = key_groups_of_rows(table, hashed, owner_task.owners.max_parallelism)
             for owner, cut in cut_by_owner(table, key_groups, owner_task.owners):
                 for sequence, ipc in enumerate(ipc_pieces(cut)):
                     yield owner, (_PARTIALS, flow_index, index, sequence, ipc)
@@ -334,7 +335,7 @@ class OwnerEpochs:
         references, and the bytes of task results the driver received."""
         owners = tuple(owners)
         cut = [
-            frame.mapInArrow(CutForOwners(i, self.flows[i].keys, owner), CUT_DDL).rdd.map(keyed_value)
+            frame.mapInArrow(CutForOwners(i, self.flows[i].hashed, owner), CUT_DDL).rdd.map(keyed_value)
             for i, frame in partials.items()
             if (owner := owners[i]) is not None
         ]

@@ -1,6 +1,8 @@
-"""A windowed flow (tumbling or hopping windows) on an owner task: the owner's share of the
-epoch's partials merged into its spans' open windows, the windows the epoch's watermark closed
-written and evicted, exactly as the driver's merge does it (state.window_close).
+"""A windowed flow (tumbling, hopping or session windows) on an owner task: the owner's share of
+the epoch's partials merged into its spans' open windows, the windows the epoch's watermark closed
+written and evicted, exactly as the driver's merge does it (state.window_close). A session's key
+group is its grouping key's (session_merge.session_groups), so all of a key's sessions, open and
+partial, are this owner's and merge here.
 
 Late partials are dropped by the watermark the epoch starts with (``WindowClock.start``); windows
 close by the watermark after it, from every read task's largest event time (``epoch_max_ms``,

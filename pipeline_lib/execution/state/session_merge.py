@@ -1,12 +1,14 @@
-"""Session windows on the driver: an epoch's partial sessions merged with each other and with
+"""Session windows: an epoch's partial sessions merged with each other and with
 the open sessions of the same keys in the state.
 
 A worker makes the sessions of the records it read (event_windows); two sessions of one key
 overlap (one starts before the other ends) when a record links them, so they are one session.
 The state's sessions of every key the epoch touched are taken out of it, merged with the
 partials interval by interval, and the merged sessions go back in as new keys: a session's
-bounds are part of its key and change as it grows. Their key groups are returned so the spans
-that held them are written whole again, as for closed windows.
+bounds are part of its key and change as it grows. Its key group is its grouping key's alone
+(``session_groups``), so a merge never moves a key to another key group or owner task, and runs
+the same on the driver and on owner tasks (owner_windows). The key groups of the sessions taken
+out are returned so the spans that held them are written whole again, as for closed windows.
 """
 
 from __future__ import annotations
@@ -27,8 +29,16 @@ from pipeline_lib.execution.engine.event_windows import (
 from pipeline_lib.execution.engine.flow_partials import FlowInWorker
 from pipeline_lib.execution.state.eviction import evicted
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
+from pipeline_lib.execution.state.span_owners import key_groups_of_rows
 from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.spec.flow_spec import AggregateSpec
+
+
+def session_groups(agg: AggregateSpec, sessions: pa.Table, max_parallelism: int) -> np.ndarray:
+    """Each session's key group, of its grouping key only (``agg.key``, not its bounds): every
+    session of a key is in one key group, so merging two stays inside it, on one owner task
+    (``FlowInWorker.hashed`` cuts the read tasks' partials the same way)."""
+    return key_groups_of_rows(sessions, agg.key, max_parallelism)  # guard: session-merged-by-bounds
 
 
 def _keys(table: pa.Table, columns: list[str]) -> list[tuple]:

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from pipeline_lib.execution.engine.event_windows import LAST_RECORDS, MAX_EVENT, WINDOW_END, event_ms, output_rows
 from pipeline_lib.execution.state.eviction import evicted
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
-from pipeline_lib.execution.state.session_merge import sessions_merged
+from pipeline_lib.execution.state.session_merge import session_groups, sessions_merged
 from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.spec.flow_spec import AggregateSpec
 
@@ -66,13 +66,14 @@ def close_windows(
     the partials' without them); ``ended``: the bounded source is read to its end after this epoch,
     so every window closes; ``epoch_max_ms``: the epoch's largest event time over every read task,
     when ``partials`` are one owner task's share of them (owner_windows)."""
-    merged_groups = np.zeros(0, dtype=np.int32)
+    merged_groups, kept_groups = np.zeros(0, dtype=np.int32), None
     if agg.window is not None and agg.window.kind == "session":
         top = pc.max(partials.column(MAX_EVENT)).as_py()
         state, kept, merged_groups, late_records = sessions_merged(agg, state, schema, partials, watermark)
+        kept_groups = session_groups(agg, kept, state.max_parallelism)
     else:
         kept, late_records, top = hidden_split(partials, watermark)
-    changed = state.merge(kept)
+    changed = state.merge(kept, kept_groups)
     after = watermark.advanced(top, ended=ended).advanced(epoch_max_ms)  # guard: owner-window-epoch-max-ignored
     ends = event_ms(state.key_column(WINDOW_END)) if len(state) else np.zeros(0, dtype=np.int64)
     closed = np.flatnonzero(after.closed(ends))
