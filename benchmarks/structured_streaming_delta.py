@@ -17,7 +17,9 @@ aggregate per user, each micro-batch merged into a Delta table with ``foreachBat
 
 Each batch's MERGE runs with Delta's idempotent-writer settings
 (``spark.databricks.delta.write.txnAppId`` / ``txnVersion`` = the batch id), as Delta's docs
-advise for ``foreachBatch``, so a replayed batch is not merged twice: exactly once, as ours.
+advise for ``foreachBatch``, so a replayed batch is not merged twice: exactly once, as ours. A
+MERGE takes no writer options (``txnAppId``/``txnVersion`` are options of DataFrame writes), so
+they are session settings, set before the MERGE and unset after it (``idempotent_writes``).
 
 The child process of ``python -m benchmarks delta`` (delta_bench.py), run by the interpreter of
 the second environment ``make delta-spark-env`` builds (PySpark and delta-spark at the versions
