@@ -17,7 +17,9 @@ aggregate per user, each micro-batch merged into a Delta table with ``foreachBat
 
 Each batch's MERGE runs with Delta's idempotent-writer settings
 (``spark.databricks.delta.write.txnAppId`` / ``txnVersion`` = the batch id), as Delta's docs
-advise for ``foreachBatch``, so a replayed batch is not merged twice: exactly once, as ours.
+advise for ``foreachBatch``, so a replayed batch is not merged twice: exactly once, as ours. A
+MERGE takes no writer options (``txnAppId``/``txnVersion`` are options of DataFrame writes), so
+they are session settings, set before the MERGE and unset after it (``idempotent_writes``).
 
 The child process of ``python -m benchmarks delta`` (delta_bench.py), run by the interpreter of
 the second environment ``make delta-spark-env`` builds (PySpark and delta-spark at the versions
@@ -29,6 +31,7 @@ delta-spark, never pipeline_lib. The S3 server's address and keys come from the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -84,6 +87,24 @@ def delta_session(app: str, parallelism: int, shuffle_partitions: int, classpath
     return spark
 
 
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+
+@contextlib.contextmanager
+def idempotent_writes(session, app_id: str, version: int):
+    """Delta's idempotent-writer settings for the writes inside (a MERGE takes no writer options,
+    only these session settings): set before, unset after, even when the write fails, so no other
+    write of the session is committed (or skipped) under this batch's version."""
+    session.conf.set(TXN_APP_ID, app_id)
+    session.conf.set(TXN_VERSION, str(version))
+    try:
+        yield
+    finally:
+        session.conf.unset(TXN_APP_ID)
+        session.conf.unset(TXN_VERSION)
+
+
 def run(args: argparse.Namespace) -> dict:
     """Run the query to the end of the topic, merging each batch into the Delta table; its timings."""
     from delta.tables import DeltaTable  # type: ignore[import-not-found]  # only in .venv-delta-spark
@@ -119,16 +140,15 @@ def run(args: argparse.Namespace) -> dict:
 
     def merge_batch(batch_df, batch_id: int) -> None:
         session = batch_df.sparkSession
-        session.conf.set("spark.databricks.delta.write.txnAppId", APP_ID)
-        session.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
-        (
-            DeltaTable.forPath(session, output)
-            .alias("t")
-            .merge(batch_df.alias("s"), "t.user = s.user")
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
+        with idempotent_writes(session, APP_ID, batch_id):
+            (
+                DeltaTable.forPath(session, output)
+                .alias("t")
+                .merge(batch_df.alias("s"), "t.user = s.user")
+                .whenMatchedUpdateAll()
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
 
     query = (
         counts.writeStream.outputMode("update")
@@ -146,6 +166,7 @@ def run(args: argparse.Namespace) -> dict:
         "batches": sum(1 for p in batches if p.get("numInputRows", 0) > 0),
         "records": sum(p.get("numInputRows", 0) for p in batches),
         "batch_rows": [[p["batchId"], p.get("numInputRows", 0)] for p in batches],
+        "progress": [{k: p.get(k) for k in ("batchId", "numInputRows", "durationMs")} for p in batches],
         "history": history,
     }
 
