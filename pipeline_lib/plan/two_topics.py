@@ -10,8 +10,10 @@ topic from its beginning or its end.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pipeline_lib.errors import SnapshotError
-from pipeline_lib.plan.offsets import EpochPlan, TopicCut
+from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, TopicCut, fair_shares, plan_epoch
 
 
 def second_end_positions(plan: EpochPlan) -> dict[int, int]:
@@ -63,3 +65,27 @@ def restored_second_topic(cut: TopicCut | None, topic: str, snapshot_id: str) ->
             f"reads {topic!r}: start the job under a new name to read another topic"
         )
     return cut
+
+
+def plan_two_topics(
+    epoch: int,
+    base_snapshot: str | None,
+    first: TopicCut,
+    first_targets: Mapping[int, int],
+    second: TopicCut,
+    second_targets: Mapping[int, int],
+    max_records: int,
+) -> EpochPlan:
+    """An epoch over both topics: one budget of ``max_records`` shared by water-filling over every
+    partition of both (the first topic's, then the second's, in partition order), so a topic far
+    behind does not starve the other. ``second``'s positions are the ones before the epoch."""
+    slots = [(first.topic, p, pos, first_targets.get(p, pos)) for p, pos in sorted(first.positions.items())]
+    slots += [(second.topic, p, pos, second_targets.get(p, pos)) for p, pos in sorted(second.positions.items())]
+    shares = fair_shares({i: max(0, target - pos) for i, (_, _, pos, target) in enumerate(slots)}, max_records)
+    ranges = [
+        OffsetRange(topic=topic, partition=p, start=pos, end=pos + shares[i])
+        for i, (topic, p, pos, _) in enumerate(slots)
+        if shares[i] > 0
+    ]
+    plan = plan_epoch(epoch, base_snapshot, first.topic, first.positions, {}, 0, first.stop_offsets, first.topic_id)
+    return plan.model_copy(update={"ranges": ranges, "data_lost": first.data_lost, "second_topic": second})

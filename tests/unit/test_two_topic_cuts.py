@@ -14,7 +14,12 @@ from pipeline_lib.checkpoint.epoch_commit import CommitOwner, _manifest, plan_en
 from pipeline_lib.checkpoint.manifest import FlowCommit, Lineage, Manifest, SinkCommit
 from pipeline_lib.errors import SnapshotError, SpecError
 from pipeline_lib.plan.offsets import OffsetRange, TopicCut, plan_epoch
-from pipeline_lib.plan.two_topics import restored_second_topic, second_cut_after, second_end_positions
+from pipeline_lib.plan.two_topics import (
+    plan_two_topics,
+    restored_second_topic,
+    second_cut_after,
+    second_end_positions,
+)
 from pipeline_lib.spec.loader import load_spec
 
 OWNER = CommitOwner(job="j", pipeline="orders", attempt=1, spec_fingerprint="f", topic="orders", retain=3)
@@ -127,3 +132,15 @@ def test_a_stream_join_on_a_topic_of_its_own_is_refused_naming_the_field(tmp_pat
     path.write_text(SECOND_TOPIC_SPEC)
     with pytest.raises(SpecError, match=r"job.yaml:9: .*join.schema, join.topic: a stream join reading a second topic"):
         load_spec(path)
+
+
+def test_one_budget_is_shared_over_both_topics_partitions():
+    orders = TopicCut(topic="orders", topic_id="o-id", positions={0: 0, 1: 5})
+    payments = TopicCut(topic="payments", positions={0: 3}, stop_offsets={0: 100})
+    plan = plan_two_topics(2, "0000000001-a1", orders, {0: 1_000, 1: 7}, payments, {0: 100}, 100)
+    assert plan.records == 100 and plan.topic_id == "o-id" and plan.second_topic == payments
+    ends = {(r.topic, r.partition): (r.start, r.end) for r in plan.ranges}
+    assert ends == {("orders", 0): (0, 49), ("orders", 1): (5, 7), ("payments", 0): (3, 52)}
+    assert plan.end_positions() == {0: 49, 1: 7} and second_end_positions(plan) == {0: 52}
+    again = plan_two_topics(2, "other", orders, {0: 1_000, 1: 7}, payments, {0: 100}, 100)
+    assert again.digest() == plan.digest()  # deterministic: a replanned epoch has the same input
