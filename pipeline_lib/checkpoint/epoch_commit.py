@@ -34,6 +34,7 @@ from pipeline_lib.checkpoint.manifest import (
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.faults import fault_point
 from pipeline_lib.plan.offsets import EpochPlan
+from pipeline_lib.plan.two_topics import second_cut_after, second_topic_ended
 
 Timer = Callable[[str], AbstractContextManager[None]]  # a phase name -> a block timed under it
 CleanUp = Callable[[Callable[[], None]], None]  # runs (or schedules) an epoch's clean-up
@@ -115,7 +116,7 @@ def source_completed(positions: dict[int, int], stops: dict[int, int] | None) ->
 
 def plan_ends(plan: EpochPlan) -> bool:
     """Whether a bounded source is read to its end with ``plan``'s epoch."""
-    return source_completed(plan.end_positions(), plan.stop_offsets)
+    return source_completed(plan.end_positions(), plan.stop_offsets) and second_topic_ended(plan)
 
 
 @contextmanager
@@ -212,11 +213,12 @@ def _manifest(
         positions=positions,
         stop_offsets=plan.stop_offsets,
         completed_splits=completed_splits(positions, plan.stop_offsets),
-        completed=source_completed(positions, plan.stop_offsets),
+        completed=source_completed(positions, plan.stop_offsets) and second_topic_ended(plan),
         flows=commits,
         bad_records=bad_records,
         dead_letters=dead_letters,
         data_lost=plan.data_lost,
+        second_topic=second_cut_after(plan),
         lineage=Lineage(
             base_snapshot=plan.base_snapshot, plan_digest=plan.digest(), ranges=plan.ranges, records_read=plan.records
         ),

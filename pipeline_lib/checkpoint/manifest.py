@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from pipeline_lib.plan.offsets import OffsetRange
+from pipeline_lib.plan.offsets import OffsetRange, TopicCut
 
 FORMAT_VERSION = 1
 # Matched whole (``fullmatch``) and ASCII only: ``$`` would let a trailing newline through, and
@@ -211,6 +211,8 @@ class Manifest(Frozen):
     lineage: Lineage
     # The subtasks the epoch ran with: an autoscaled pipeline's restore resumes with it.
     parallelism: int | None = Field(default=None, ge=1)
+    # A stream join's second topic: its id, positions, stops, completed splits and lost data.
+    second_topic: TopicCut | None = None
     checksum: str = ""
 
     @field_validator("snapshot_id")
@@ -231,6 +233,9 @@ class Manifest(Frozen):
         absent |= set() if self.data_lost else {"data_lost"}
         absent |= set() if self.watermarks else {"watermarks", "late_records"}
         absent |= set() if self.parallelism is not None else {"parallelism"}
+        absent |= (
+            set() if self.second_topic is not None else {"second_topic"}
+        )  # guard: manifest-seal-skips-second-topic
         data = self.model_dump(mode="json", exclude={"checksum"} | absent)
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 

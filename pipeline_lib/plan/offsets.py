@@ -38,6 +38,21 @@ class OffsetRange(BaseModel):
         return self.end - self.start
 
 
+class TopicCut(BaseModel):
+    """A second topic's part of an epoch's plan or a snapshot (a stream join reading two topics in
+    one pipeline): the same fields the first topic has at the top level, kept apart so that a
+    plan or manifest of one topic is what it always was (see plan.two_topics)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topic: str
+    topic_id: str | None = None
+    positions: dict[int, int]  # every partition's next offset (before the epoch, in a plan)
+    stop_offsets: dict[int, int] | None = None
+    completed_splits: list[int] = []  # in a manifest: partitions that reached their stop
+    data_lost: list[OffsetRange] = []
+
+
 class EpochPlan(BaseModel):
     """What epoch ``epoch`` reads, planned from the positions of snapshot ``base_snapshot``."""
 
@@ -54,6 +69,8 @@ class EpochPlan(BaseModel):
     data_lost: list[OffsetRange] = []
     # The version of each table a flow joins (by location), pinned when the epoch was planned.
     tables: dict[str, TablePin] = {}
+    # A stream join's second topic (its ranges are in ``ranges``, named by their topic).
+    second_topic: TopicCut | None = None
 
     @property
     def records(self) -> int:
@@ -63,15 +80,20 @@ class EpochPlan(BaseModel):
 
     def end_positions(self) -> dict[int, int]:
         """Every partition's next offset after the epoch."""
-        return {**self.positions, **{r.partition: r.end for r in self.ranges}}  # guard: plan-end-positions-unmoved
+        second = self.second_topic.topic if self.second_topic else None
+        ranges = [r for r in self.ranges if r.topic != second]  # guard: plan-end-positions-mix-topics
+        return {**self.positions, **{r.partition: r.end for r in ranges}}  # guard: plan-end-positions-unmoved
 
     def digest(self) -> str:
         """Identifies the epoch's input; the base snapshot's name is left out on purpose, as a
         replay after a fallback reads the same input from a differently named snapshot. The pinned
-        tables count when there are any (a plan without joins keeps the digest it always had)."""
+        tables count when there are any (a plan without joins keeps the digest it always had), and
+        so does a second topic's cut when there is one."""
         # guard: plan-digest-ignores-ranges, plan-digest-ignores-positions, plan-digest-ignores-epoch
         # guard: plan-digest-ignores-tables
         fields = {"epoch", "positions", "ranges"} | ({"tables"} if self.tables else set())
+        second = {"second_topic"} if self.second_topic else set()  # guard: plan-digest-ignores-second-topic
+        fields |= second
         body = json.dumps(self.model_dump(mode="json", include=fields), sort_keys=True)
         return hashlib.sha256(body.encode()).hexdigest()
 

@@ -42,6 +42,20 @@ class StreamJoinSpec(StrictModel):
 
     _yaml_on = model_validator(mode="before")(on_from_yaml)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_topic(cls, data: Any) -> Any:
+        """A joined stream on a topic of its own is refused by name, not as an unknown field."""
+        taken = sorted({"topic", "schema", "format"} & set(data)) if isinstance(data, dict) else []
+        if taken:
+            raise FieldsError(
+                f"join.{', join.'.join(taken)}: a stream join reading a second topic (the joined stream on "
+                "a topic of its own) is not supported yet: both streams come through the flow's one "
+                "source, told apart by the side column (docs/joins.md, 'Why one pipeline reads both streams')",
+                *taken,
+            )
+        return data
+
     @field_validator("side", "time")
     @classmethod
     def _plain_column(cls, value: str) -> str:
