@@ -24,6 +24,7 @@ from pipeline_lib.kafka_adapter import key_partition
 from pipeline_lib.kafka_clients import Consumer
 from pipeline_lib.kafka_connection import KafkaConnection, client_config
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink import kafka_producers as producers
 from pipeline_lib.sink.files_sink import json_default
 from pipeline_lib.sink.kafka_rows import columns_of, read_part, rows_in_partition
 from pipeline_lib.sink.kafka_transactions import TransactionalProducer as Producer
@@ -143,24 +144,39 @@ def published_epoch(kafka: KafkaConnection, group: str, topic: str, partition: i
 
 def publish_partition(task: PublishTask, partition: int) -> int:
     """Publish the epoch's rows of ``partition`` once: the rows sent (0 when the topic already
-    holds the epoch)."""
+    holds the epoch). With the worker's kept producer of the writer (``kafka_producers``); if it
+    fails (a newer producer of the id fenced it), once more with a new one."""
     tid = writer_id(task.job, task.pipeline, task.flow, task.topic, partition)
-    producer = Producer(task.kafka, tid, TRANSACTION_TIMEOUT_MS)
-    try:
-        # fences older producers of this writer; their open transaction ends
-        producer.init_transactions()  # guard: kafka-writer-fences
-        if published_epoch(task.kafka, tid, task.topic, partition) >= task.epoch:  # guard: kafka-skip-published
-            return 0
-        producer.begin_transaction()
-        sent = 0
-        for key, value, headers in rows_of_partition(task, partition):
-            producer.send(task.topic, key, value, headers, partition)
-            sent += 1
-        attempt = f"a{task.attempt}"  # the marker's metadata: which attempt's output it holds
-        producer.send_marker(task.topic, partition, task.epoch, attempt, tid)  # guard: kafka-marker-in-transaction
-        producer.flush(TRANSACTION_TIMEOUT_MS / 1000)  # the records are in the log, in the open transaction
-        fault_point("mid_kafka_transaction", task.epoch)
-        producer.commit_transaction()
+    for _ in range(2):
+        producer, new = producers.take(task.kafka, tid, lambda: Producer(task.kafka, tid, TRANSACTION_TIMEOUT_MS))
+        try:
+            sent = _publish(producer, task, partition, tid)
+        except Exception:
+            # closed, never reused: no later transaction of this process carries its records
+            producers.discard(producer)  # guard: kafka-failed-producer-reused
+            if new:
+                raise
+            continue
+        producers.give_back(task.kafka, tid, producer)
         return sent
-    finally:
-        producer.close()
+    raise AssertionError("unreachable: the second attempt's producer is new")
+
+
+def _publish(producer, task: PublishTask, partition: int, tid: str) -> int:
+    """One writer's transaction with an initialised ``producer``: the marker read (final until
+    this producer's commit: any other producer of the id that initialises fences it), then the
+    rows and the marker, committed together."""
+    if producer.published(task.topic, partition) >= task.epoch:  # guard: kafka-skip-published
+        return 0
+    producer.begin_transaction()
+    attempt = f"a{task.attempt}"  # the marker's metadata: which attempt's output it holds
+    # first: a fenced producer fails here, before sending the rows
+    producer.send_marker(task.topic, partition, task.epoch, attempt, tid)  # guard: kafka-marker-in-transaction
+    sent = 0
+    for key, value, headers in rows_of_partition(task, partition):
+        producer.send(task.topic, key, value, headers, partition)
+        sent += 1
+    producer.flush(TRANSACTION_TIMEOUT_MS / 1000)  # the records are in the log, in the open transaction
+    fault_point("mid_kafka_transaction", task.epoch)
+    producer.commit_transaction()
+    return sent
