@@ -28,7 +28,7 @@ from pipeline_lib.sink import kafka_producers as producers
 from pipeline_lib.sink.files_sink import json_default
 from pipeline_lib.sink.kafka_rows import columns_of, read_part, rows_in_partition
 from pipeline_lib.sink.kafka_transactions import TransactionalProducer as Producer
-from pipeline_lib.sink.kafka_values import Encode, json_value, value_encoder
+from pipeline_lib.sink.kafka_values import Encode, avro_encoder, json_value, value_encoder
 from pipeline_lib.storage import open_store
 
 # A writer's transaction is open while it sends one epoch's rows of one partition; the broker
@@ -59,6 +59,7 @@ class PublishTask:
     partitions: int  # the topic's partition count
     tombstone: str | None = None  # the boolean column whose true rows are sent with a null value
     retraction: str | None = None  # a ttl's delete flag (sink.retractions): true rows are tombstones too
+    avro_schema: str | None = None  # format avro: the schema's JSON text (kafka_avro_schema), else JSON values
 
 
 def writer_id(job: str, pipeline: str, flow: str, topic: str, partition: int) -> str:
@@ -119,10 +120,15 @@ def rows_of_partition(task: PublishTask, partition: int) -> Iterator[tuple[bytes
                 f"flow {task.flow}: sink.kafka names columns {absent} that its output does not have "
                 f"(it has {sorted(columns or [])})"
             )
-        encode = value_encoder(rows)
+        encode = avro_encoder(task.avro_schema) if task.avro_schema else value_encoder(rows)
         for key, row in rows_in_partition(rows, task.key, record_key, partition, task.partitions):
             headers = [(h, _text(row[h])) for h in task.headers if row[h] is not None]
-            value = record_value(row, task.tombstone, task.retraction, encode)
+            try:
+                value = record_value(row, task.tombstone, task.retraction, encode)
+            except ValueError as error:
+                raise ValueError(
+                    f"flow {task.flow}: epoch {task.epoch}, staged part {part}, the row of key {key!r}: {error}"
+                ) from None
             if value is None and key is None:
                 raise ValueError(
                     f"flow {task.flow}: a row of epoch {task.epoch} is a tombstone "
