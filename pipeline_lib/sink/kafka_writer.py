@@ -2,7 +2,8 @@
 one Kafka transaction, on an executor.
 
 Each (flow, topic partition) has one transactional id, the same in every attempt and epoch. A
-writer's ``init_transactions`` fences every older producer of that id (a zombie attempt's, a lost
+writer's producer is its Python worker's kept one or a new one (``kafka_producers``), whose
+``init_transactions`` fences every older producer of that id (a zombie attempt's, a lost
 task's) and aborts or finishes its open transaction. The transaction carries, beside the rows, a
 consumer-group offset of the writer's own group (the same id) whose offset is the epoch: Kafka
 commits both or neither, so the group's offset says which epochs the topic holds. Read after
