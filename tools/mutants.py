@@ -1458,7 +1458,7 @@ MUTANTS: list[Mutant] = [
     ),
     Mutant(
         "kafka-writer-fences",
-        KAFKA_WRITER,
+        "pipeline_lib/sink/kafka_producers.py",
         "producer.init_transactions()",
         "pass",
         "a Kafka sink writer fences older producers of its id, ending their open transaction, before its marker read",
@@ -1467,7 +1467,7 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "kafka-skip-published",
         KAFKA_WRITER,
-        "published_epoch(task.kafka, tid, task.topic, partition) >= task.epoch",
+        "producer.published(task.topic, partition) >= task.epoch",
         "False",
         "an epoch a Kafka sink's partition already holds is never sent again (a restore after the publish)",
         KAFKA_WRITER_TESTS,
@@ -1478,6 +1478,14 @@ MUTANTS: list[Mutant] = [
         "producer.send_marker(task.topic, partition, task.epoch, attempt, tid)",
         "pass",
         "a Kafka sink writer's marker commits in the same transaction as the epoch's rows",
+        KAFKA_WRITER_TESTS,
+    ),
+    Mutant(
+        "kafka-failed-producer-reused",
+        KAFKA_WRITER,
+        "producers.discard(producer)",
+        "producers.give_back(task.kafka, tid, producer)",
+        "a Kafka sink writer's failed producer (a transaction may be open) is closed, never kept",
         KAFKA_WRITER_TESTS,
     ),
     Mutant(

@@ -22,6 +22,7 @@ from pipeline_lib.faults import fault_point
 from pipeline_lib.kafka_clients import Consumer, partitions_of
 from pipeline_lib.kafka_connection import KafkaConnection, client_config
 from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
+from pipeline_lib.sink.kafka_avro_schema import avro_schema_text
 from pipeline_lib.sink.kafka_staging import drop_staged_epochs, droppable_below
 from pipeline_lib.sink.kafka_writer import PublishTask, publish_partition, published_epoch, writer_id
 from pipeline_lib.sink.retractions import DELETED_COLUMN, retracts
@@ -55,6 +56,11 @@ class KafkaPublisher:
         self.job, self.pipeline, self.settings, self.clean_up_with = job, pipeline, settings, clean_up_with
         self.targets = [KafkaTarget(spec, sink) for spec, sink in flows if spec.sink.kafka is not None]
         self.published: dict[str, int] = {}  # flow -> every writer holds the epochs up to this
+        self.avro = {  # flow -> its format: avro schema's text, read once (a bad file fails the start)
+            t.flow.name: avro_schema_text(t.flow.name, t.flow.sink.kafka.avro_schema)
+            for t in self.targets
+            if t.flow.sink.kafka is not None and t.flow.sink.kafka.avro_schema is not None
+        }
 
     @classmethod
     def of(cls, parts, cleanup=None) -> KafkaPublisher:
@@ -172,4 +178,5 @@ class KafkaPublisher:
             partitions=self._partitions(target),
             tombstone=kafka.tombstone,
             retraction=DELETED_COLUMN if retracts(target.flow) else None,
+            avro_schema=self.avro.get(target.flow.name),
         )

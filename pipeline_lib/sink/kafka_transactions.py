@@ -56,6 +56,7 @@ class TransactionalProducer:
 
     def __init__(self, kafka: KafkaConnection, transactional_id: str, timeout_ms: int):
         self.kafka, self.transactional_id = kafka, transactional_id
+        self._group: RdConsumer | None = None  # the marker's group, as a consumer that never joins it
         self._producer = RdProducer(
             librdkafka_config(
                 kafka,
@@ -92,17 +93,23 @@ class TransactionalProducer:
 
     def send_marker(self, topic: str, partition: int, epoch: int, metadata: str, group: str) -> None:
         """Add the writer's marker to the open transaction: ``group``'s offset on (topic,
-        partition) becomes ``epoch``, committed with the records or not at all."""
+        partition) becomes ``epoch``, committed with the records or not at all. A producer a
+        newer one of its id fenced fails here (the coordinator refuses its epoch)."""
         position = RdTopicPartition(topic, partition, epoch, metadata)
-        self._producer.send_offsets_to_transaction([position], self._group_metadata(group), BLOCK_S)
+        metadata_of_group = self._group_consumer(group).consumer_group_metadata()
+        self._producer.send_offsets_to_transaction([position], metadata_of_group, BLOCK_S)
 
-    def _group_metadata(self, group: str):
-        """``group``'s metadata as a consumer that never joins it has it (generation -1)."""
-        consumer = RdConsumer(librdkafka_config(self.kafka, **{"group.id": group, "enable.auto.commit": False}))
-        try:
-            return consumer.consumer_group_metadata()
-        finally:
-            consumer.close()
+    def published(self, topic: str, partition: int) -> int:
+        """The marker: the offset the writer's group (named like its id) has committed on (topic,
+        partition), the last epoch its transactions published; 0 if none."""
+        found = self._group_consumer(self.transactional_id).committed([RdTopicPartition(topic, partition)], BLOCK_S)
+        return max(found[0].offset, 0)  # OFFSET_INVALID (-1001): nothing committed
+
+    def _group_consumer(self, group: str) -> RdConsumer:
+        """A consumer of ``group`` that never joins it (its metadata has generation -1), made once."""
+        if self._group is None:
+            self._group = RdConsumer(librdkafka_config(self.kafka, **{"group.id": group, "enable.auto.commit": False}))
+        return self._group
 
     def flush(self, timeout_s: float) -> None:
         """Wait until every record sent is in the log (in the open transaction)."""
@@ -118,4 +125,6 @@ class TransactionalProducer:
         """Release the producer; a transaction still open (a writer that failed before its commit)
         is aborted, if this producer is still the id's latest. A writer killed with it open
         leaves it to the next ``init_transactions`` of the id or to the broker's timeout."""
+        if self._group is not None:
+            self._group.close()
         self._producer.close()

@@ -8,13 +8,21 @@ not for others (a float's exponent is ``1e16`` where Python writes ``1e+16``; da
 bytes go through ``json_default``). So a staged part whose columns all have those types is
 encoded with msgspec, any other with ``json``: a record's bytes never depend on which one ran
 (tests/unit/test_kafka_values.py compares them).
+
+``format: avro`` encodes each row with fastavro as one binary datum of the sink's schema (the
+``.avsc`` file the driver read and sent with the writers' task).
 """
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 from collections.abc import Callable
+from typing import Any
 
+import fastavro
+import fastavro.validation
 import msgspec
 import pyarrow as pa
 
@@ -48,3 +56,43 @@ def value_encoder(rows: pa.Table | list[dict]) -> Encode:
     if isinstance(rows, pa.Table) and all(_same_bytes(field.type) for field in rows.schema):
         return _MSGSPEC.encode
     return json_value
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(schema_text: str) -> Any:
+    """An Avro schema's fastavro form, parsed once per process."""
+    return fastavro.parse_schema(json.loads(schema_text))
+
+
+def avro_encoder(schema_text: str) -> Encode:
+    """The encoder of ``format: avro``: each row as one Avro binary datum of the schema (no
+    container header, no schema registry prefix). A row that does not fit raises ValueError
+    naming the field (fastavro's validation, run only for the row that failed)."""
+    schema = _parsed(schema_text)
+
+    def encode(row: dict) -> bytes:
+        out = io.BytesIO()
+        try:
+            fastavro.schemaless_writer(out, schema, row, strict=True)
+        except Exception as error:
+            raise ValueError(f"the row does not fit the Avro schema: {_misfit(row, schema, error)}") from None
+        return out.getvalue()
+
+    return encode
+
+
+def _misfit(row: dict, schema: Any, error: Exception) -> str:
+    """The columns the schema's record lacks or wants, else what fastavro's validation says of
+    ``row`` (the field and value), else the writer's error."""
+    fields = [f["name"] for f in schema.get("fields", [])] if schema.get("type") == "record" else []
+    wanted = [f["name"] for f in schema.get("fields", []) if f["name"] not in row and "default" not in f]
+    extra = [c for c in row if fields and c not in fields]
+    if wanted or extra:
+        return f"columns the schema does not have {extra}, fields the row lacks {wanted}"
+    try:
+        fastavro.validation.validate(row, schema, raise_errors=True, strict=True)
+    except fastavro.validation.ValidationError as invalid:
+        return "; ".join(str(e) for e in invalid.errors)
+    except Exception as other:
+        return str(other)
+    return f"{type(error).__name__}: {error}"

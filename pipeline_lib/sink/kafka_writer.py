@@ -2,7 +2,8 @@
 one Kafka transaction, on an executor.
 
 Each (flow, topic partition) has one transactional id, the same in every attempt and epoch. A
-writer's ``init_transactions`` fences every older producer of that id (a zombie attempt's, a lost
+writer's producer is its Python worker's kept one or a new one (``kafka_producers``), whose
+``init_transactions`` fences every older producer of that id (a zombie attempt's, a lost
 task's) and aborts or finishes its open transaction. The transaction carries, beside the rows, a
 consumer-group offset of the writer's own group (the same id) whose offset is the epoch: Kafka
 commits both or neither, so the group's offset says which epochs the topic holds. Read after
@@ -24,10 +25,11 @@ from pipeline_lib.kafka_adapter import key_partition
 from pipeline_lib.kafka_clients import Consumer
 from pipeline_lib.kafka_connection import KafkaConnection, client_config
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink import kafka_producers as producers
 from pipeline_lib.sink.files_sink import json_default
 from pipeline_lib.sink.kafka_rows import columns_of, read_part, rows_in_partition
 from pipeline_lib.sink.kafka_transactions import TransactionalProducer as Producer
-from pipeline_lib.sink.kafka_values import Encode, json_value, value_encoder
+from pipeline_lib.sink.kafka_values import Encode, avro_encoder, json_value, value_encoder
 from pipeline_lib.storage import open_store
 
 # A writer's transaction is open while it sends one epoch's rows of one partition; the broker
@@ -58,6 +60,7 @@ class PublishTask:
     partitions: int  # the topic's partition count
     tombstone: str | None = None  # the boolean column whose true rows are sent with a null value
     retraction: str | None = None  # a ttl's delete flag (sink.retractions): true rows are tombstones too
+    avro_schema: str | None = None  # format avro: the schema's JSON text (kafka_avro_schema), else JSON values
 
 
 def writer_id(job: str, pipeline: str, flow: str, topic: str, partition: int) -> str:
@@ -118,10 +121,15 @@ def rows_of_partition(task: PublishTask, partition: int) -> Iterator[tuple[bytes
                 f"flow {task.flow}: sink.kafka names columns {absent} that its output does not have "
                 f"(it has {sorted(columns or [])})"
             )
-        encode = value_encoder(rows)
+        encode = avro_encoder(task.avro_schema) if task.avro_schema else value_encoder(rows)
         for key, row in rows_in_partition(rows, task.key, record_key, partition, task.partitions):
             headers = [(h, _text(row[h])) for h in task.headers if row[h] is not None]
-            value = record_value(row, task.tombstone, task.retraction, encode)
+            try:
+                value = record_value(row, task.tombstone, task.retraction, encode)
+            except ValueError as error:
+                raise ValueError(
+                    f"flow {task.flow}: epoch {task.epoch}, staged part {part}, the row of key {key!r}: {error}"
+                ) from None
             if value is None and key is None:
                 raise ValueError(
                     f"flow {task.flow}: a row of epoch {task.epoch} is a tombstone "
@@ -143,24 +151,39 @@ def published_epoch(kafka: KafkaConnection, group: str, topic: str, partition: i
 
 def publish_partition(task: PublishTask, partition: int) -> int:
     """Publish the epoch's rows of ``partition`` once: the rows sent (0 when the topic already
-    holds the epoch)."""
+    holds the epoch). With the worker's kept producer of the writer (``kafka_producers``); if it
+    fails (a newer producer of the id fenced it), once more with a new one."""
     tid = writer_id(task.job, task.pipeline, task.flow, task.topic, partition)
-    producer = Producer(task.kafka, tid, TRANSACTION_TIMEOUT_MS)
-    try:
-        # fences older producers of this writer; their open transaction ends
-        producer.init_transactions()  # guard: kafka-writer-fences
-        if published_epoch(task.kafka, tid, task.topic, partition) >= task.epoch:  # guard: kafka-skip-published
-            return 0
-        producer.begin_transaction()
-        sent = 0
-        for key, value, headers in rows_of_partition(task, partition):
-            producer.send(task.topic, key, value, headers, partition)
-            sent += 1
-        attempt = f"a{task.attempt}"  # the marker's metadata: which attempt's output it holds
-        producer.send_marker(task.topic, partition, task.epoch, attempt, tid)  # guard: kafka-marker-in-transaction
-        producer.flush(TRANSACTION_TIMEOUT_MS / 1000)  # the records are in the log, in the open transaction
-        fault_point("mid_kafka_transaction", task.epoch)
-        producer.commit_transaction()
+    for _ in range(2):
+        producer, new = producers.take(task.kafka, tid, lambda: Producer(task.kafka, tid, TRANSACTION_TIMEOUT_MS))
+        try:
+            sent = _publish(producer, task, partition, tid)
+        except Exception:
+            # closed, never reused: no later transaction of this process carries its records
+            producers.discard(producer)  # guard: kafka-failed-producer-reused
+            if new:
+                raise
+            continue
+        producers.give_back(task.kafka, tid, producer)
         return sent
-    finally:
-        producer.close()
+    raise AssertionError("unreachable: the second attempt's producer is new")
+
+
+def _publish(producer, task: PublishTask, partition: int, tid: str) -> int:
+    """One writer's transaction with an initialised ``producer``: the marker read (final until
+    this producer's commit: any other producer of the id that initialises fences it), then the
+    rows and the marker, committed together."""
+    if producer.published(task.topic, partition) >= task.epoch:  # guard: kafka-skip-published
+        return 0
+    producer.begin_transaction()
+    attempt = f"a{task.attempt}"  # the marker's metadata: which attempt's output it holds
+    # first: a fenced producer fails here, before sending the rows
+    producer.send_marker(task.topic, partition, task.epoch, attempt, tid)  # guard: kafka-marker-in-transaction
+    sent = 0
+    for key, value, headers in rows_of_partition(task, partition):
+        producer.send(task.topic, key, value, headers, partition)
+        sent += 1
+    producer.flush(TRANSACTION_TIMEOUT_MS / 1000)  # the records are in the log, in the open transaction
+    fault_point("mid_kafka_transaction", task.epoch)
+    producer.commit_transaction()
+    return sent

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from pipeline_lib.spec.base import IDENTIFIER, TOPIC_PATTERN, StrictModel
 
@@ -20,15 +20,26 @@ STAGING_FORMAT = "parquet"  # keeps the columns' types for the records' JSON
 
 
 class KafkaSinkSpec(StrictModel):
-    """The topic, the column(s) that make the record key, the value's format, the columns sent
+    """The topic, the column(s) that make the record key, the value's format (JSON, or Avro with
+    a schema file), the columns sent
     as headers, and the boolean column whose true rows are sent as tombstones (the key with a
     null value: a deletion on a compacted topic)."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, serialize_by_alias=True)
+
     topic: Annotated[str, Field(pattern=TOPIC_PATTERN)]
     key: str | Annotated[list[str], Field(min_length=1)]
-    format: Literal["json"] = "json"
+    format: Literal["json", "avro"] = "json"
+    # format avro: the .avsc file of the value's schema, read by the driver (kafka_avro_schema)
+    avro_schema: str | None = Field(default=None, alias="schema", min_length=1)
     headers: list[str] = []
     tombstone: str | None = None
+
+    @model_validator(mode="after")
+    def _schema_with_avro(self) -> KafkaSinkSpec:
+        if (self.format == "avro") != (self.avro_schema is not None):
+            raise ValueError("format: avro needs schema (an .avsc file), and schema is only for format: avro")
+        return self
 
     @field_validator("key", "headers", "tombstone")
     @classmethod

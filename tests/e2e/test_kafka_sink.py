@@ -10,9 +10,11 @@ back with read_committed and checked against plain Python.
 
 from __future__ import annotations
 
+import io
 import json
 from itertools import count
 
+import fastavro
 import pytest
 from kafka import TopicPartition
 from kafka.errors import KafkaError
@@ -20,8 +22,10 @@ from kafka.errors import KafkaError
 from pipeline_lib.kafka_clients import Consumer, Producer
 from pipeline_lib.samples import create_topic, payment_events, produce_json, spend_per_user
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink import kafka_producers
 from pipeline_lib.sink.files_sink import FilesSink
 from pipeline_lib.sink.kafka_staging import staged_epochs
+from pipeline_lib.sink.kafka_transactions import TransactionalProducer
 from pipeline_lib.sink.kafka_writer import PublishTask, partition_of, publish_partition, writer_id
 from pipeline_lib.storage import open_store
 from tests.support import CliRun, run_cli, write_spec
@@ -29,6 +33,13 @@ from tests.support import CliRun, run_cli, write_spec
 PARTITIONS = 3
 EVENTS, USERS, PER_EPOCH = 6_000, 300, 1_000  # 6 epochs
 _names = count()
+
+
+@pytest.fixture(autouse=True)
+def _no_kept_producers():
+    """The writers this process ran keep their producers (kafka_producers): closed after each test."""
+    yield
+    kafka_producers.clear()
 
 
 def read_topic(
@@ -263,6 +274,34 @@ def test_a_zombie_writer_is_fenced_and_its_open_transaction_aborted(apache_kafka
     assert any(v["user"] == "zombie" for _, _, v in read_topic(bootstrap, topic, "read_uncommitted"))
 
 
+def test_a_kept_producer_fenced_by_a_newer_one_is_replaced_and_the_epoch_written_once(apache_kafka, tmp_path):
+    """This process keeps each writer's producer after epoch 1; another worker's producer of
+    partition 0's id then initialises (fencing the kept one). Epoch 2's writer of partition 0
+    fails at its marker, before any row, and starts over with a new producer: both epochs are
+    read once with read_committed, and no record of epoch 2 is in the log twice."""
+    bootstrap, topic = apache_kafka.bootstrap, f"ks-kept-{next(_names)}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    settings = ConnectionSettings(kafka_bootstrap=bootstrap)
+    first = [{"user": f"u{i}", "amount": i} for i in range(30)]
+    task = _staged_task(tmp_path, settings, "kept", topic, first)
+    try:
+        assert sum(publish_partition(task, p) for p in range(PARTITIONS)) == len(first)
+        other = TransactionalProducer(settings.require_kafka(), writer_id("kept", "main", "kept", topic, 0), 60_000)
+        other.init_transactions()
+        other.close()
+        second = [{"user": f"u{i}", "amount": 100 + i} for i in range(30)]
+        staging = open_store(f"file://{tmp_path}/staging", settings)
+        staging.put("epoch=2/part-00000-a1.jsonl", "".join(json.dumps(r) + "\n" for r in second).encode())
+        task2 = PublishTask(**{**task.__dict__, "epoch": 2, "parts": ("epoch=2/part-00000-a1.jsonl",)})
+        assert sum(publish_partition(task2, p) for p in range(PARTITIONS)) == len(second)
+        assert [publish_partition(task2, p) for p in range(PARTITIONS)] == [0] * PARTITIONS
+    finally:
+        kafka_producers.clear()
+    expected = sorted((r["user"], r["amount"]) for r in first + second)
+    assert sorted((v["user"], v["amount"]) for _, _, v in read_topic(bootstrap, topic)) == expected
+    assert sorted((v["user"], v["amount"]) for _, _, v in read_topic(bootstrap, topic, "read_uncommitted")) == expected
+
+
 @pytest.mark.full
 def test_a_zombie_attempt_held_with_its_transaction_open_is_fenced(apache_kafka, stack_env, tmp_path, orders):
     """An attempt held inside epoch 2's open transaction while its successor (at another
@@ -299,3 +338,31 @@ def test_on_owner_tasks_killed_after_the_head_moved_then_verified(apache_kafka, 
     assert_exactly_once(apache_kafka.bootstrap, kept, totals, events)
     verified = run_cli(["verify", str(spec)], env)
     assert verified.returncode == 0, verified.stderr[-3000:]
+
+
+AVRO_SCHEMA = {
+    "type": "record",
+    "name": "Order",
+    "fields": [{"name": "user", "type": "string"}, {"name": "amount", "type": "long"}],
+}
+
+
+def _read_avro(bootstrap: str, topic: str) -> list[tuple[bytes, dict]]:
+    """``topic``'s records read with read_committed, each value one Avro datum of AVRO_SCHEMA."""
+    parsed = fastavro.parse_schema(AVRO_SCHEMA)
+    got = read_topic(bootstrap, topic, decode=False)
+    return [(k, fastavro.schemaless_reader(io.BytesIO(v), parsed)) for _, k, v in got]
+
+
+def test_avro_values_are_read_back_with_fastavro(apache_kafka, tmp_path):
+    """``format: avro``: each row one Avro datum of the schema, published in the writers'
+    transactions and read back with fastavro from a read_committed consumer."""
+    bootstrap, topic = apache_kafka.bootstrap, f"ks-avro-{next(_names)}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    rows = [{"user": f"a{i}", "amount": i} for i in range(30)]
+    task = _staged_task(tmp_path, ConnectionSettings(kafka_bootstrap=bootstrap), "avro", topic, rows)
+    task = PublishTask(**{**task.__dict__, "avro_schema": json.dumps(AVRO_SCHEMA)})
+    assert sum(publish_partition(task, p) for p in range(PARTITIONS)) == len(rows)
+    got = _read_avro(bootstrap, topic)
+    assert sorted((v["user"], v["amount"]) for _, v in got) == sorted((r["user"], r["amount"]) for r in rows)
+    assert all(k == v["user"].encode() for k, v in got)

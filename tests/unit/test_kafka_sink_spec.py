@@ -69,7 +69,7 @@ def test_the_external_form_loads_with_its_staging_under_the_checkpoint_store(tmp
     ("old", "new", "named"),
     [
         ("format: json", "format: json\n    partitioner: random", "sink.kafka.partitioner"),
-        ("format: json", "format: avro", "sink.kafka.format"),
+        ("format: json", "format: xml", "sink.kafka.format"),
         ("    key: user\n", "", "sink.kafka.key"),
         ("topic: orders-kept", "topic: 'orders kept'", "sink.kafka.topic"),
         ("key: user", "key: [user, user]", "sink.kafka.key"),

@@ -1,8 +1,10 @@
 """The Kafka sink's writer (pipeline_lib/sink/kafka_writer.py) without a broker: a recording
 stand-in for the transactional producer, staged parts in a local directory. What it checks:
 the marker read after ``init_transactions`` decides, an epoch the partition holds is never sent
-again, and the marker travels in the same transaction as the rows, before the commit. The same
-writer against Apache Kafka, killed and fenced: tests/e2e/test_kafka_sink.py."""
+again, the marker travels in the same transaction as the rows, before the commit, and a worker's
+kept producer is reused only after a clean end (a failed one is closed; a fenced one is replaced
+by a new, initialised one). The same writer against Apache Kafka, killed and fenced:
+tests/e2e/test_kafka_sink.py."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pytest
 from pipeline_lib.kafka_adapter import key_partition
 from pipeline_lib.kafka_connection import KafkaConnection
 from pipeline_lib.settings import ConnectionSettings
-from pipeline_lib.sink import kafka_writer
+from pipeline_lib.sink import kafka_producers, kafka_writer
 from pipeline_lib.storage import open_store
 
 pytestmark = pytest.mark.unit
@@ -26,12 +28,20 @@ class RecordingProducer:
     """Records the transactional calls in order (the real producer's API, no broker)."""
 
     calls: list = []
+    marker = 0  # the partition's published epoch, as the broker holds it
+    fail_marker: set = set()  # ids of producers whose marker fails (fenced)
+    made: list = []
 
     def __init__(self, kafka, transactional_id, timeout_ms):
         self.config = (kafka, transactional_id, timeout_ms)
+        self.made.append(self)
 
     def init_transactions(self):
         self.calls.append(("init",))
+
+    def published(self, topic, partition):
+        self.calls.append(("published",))
+        return self.marker
 
     def begin_transaction(self):
         self.calls.append(("begin",))
@@ -40,13 +50,17 @@ class RecordingProducer:
         self.calls.append(("send", partition, key))
 
     def send_marker(self, topic, partition, epoch, metadata, group):
+        if id(self) in self.fail_marker:
+            raise RuntimeError("fenced")
         self.calls.append(("marker", group, {partition: epoch}))
+        self.pending = epoch
 
     def flush(self, timeout_s):
         pass
 
     def commit_transaction(self):
         self.calls.append(("commit",))
+        RecordingProducer.marker = self.pending
 
     def close(self):
         self.calls.append(("close",))
@@ -77,28 +91,66 @@ def _task(tmp_path, epoch: int) -> kafka_writer.PublishTask:
 
 @pytest.fixture
 def producer(monkeypatch):
-    RecordingProducer.calls = []
+    RecordingProducer.calls, RecordingProducer.made, RecordingProducer.fail_marker = [], [], set()
+    RecordingProducer.marker = 0
     monkeypatch.setattr(kafka_writer, "Producer", RecordingProducer)
-    return RecordingProducer
+    yield RecordingProducer
+    kafka_producers.clear()
 
 
-def test_an_epoch_the_partition_holds_is_not_sent_again(tmp_path, producer, monkeypatch):
-    seen = []
-    monkeypatch.setattr(kafka_writer, "published_epoch", lambda *a: seen.append(list(producer.calls)) or 3)
+def test_an_epoch_the_partition_holds_is_not_sent_again(tmp_path, producer):
+    producer.marker = 3
     assert kafka_writer.publish_partition(_task(tmp_path, 3), 1) == 0
-    assert seen == [[("init",)]]  # the marker is read after init_transactions fenced older producers
-    assert producer.calls == [("init",), ("close",)]
+    # the marker is read after init_transactions fenced older producers
+    assert producer.calls == [("init",), ("published",)]
 
 
-def test_rows_and_marker_commit_in_one_transaction(tmp_path, producer, monkeypatch):
-    monkeypatch.setattr(kafka_writer, "published_epoch", lambda *a: 2)
+def test_rows_and_marker_commit_in_one_transaction(tmp_path, producer):
+    producer.marker = 2
     sent = kafka_writer.publish_partition(_task(tmp_path, 3), 1)
     mine = [f"u{i}".encode() for i in range(40) if key_partition(f"u{i}".encode(), 3) == 1]
     assert sent == len(mine) > 0
     calls = producer.calls
-    assert calls[:2] == [("init",), ("begin",)]
+    assert calls[:4] == [("init",), ("published",), ("begin",), ("marker", "pipeline-lib.j.main.totals.out.1", {1: 3})]
     assert [c[2] for c in calls if c[0] == "send"] == mine and all(c[1] == 1 for c in calls if c[0] == "send")
-    assert calls[-3:] == [("marker", "pipeline-lib.j.main.totals.out.1", {1: 3}), ("commit",), ("close",)]
+    assert calls[-1] == ("commit",) and producer.marker == 3
+
+
+def test_a_worker_keeps_its_producer_across_epochs(tmp_path, producer):
+    for epoch in (3, 4, 5):
+        kafka_writer.publish_partition(_task(tmp_path, epoch), 1)
+    assert len(producer.made) == 1 and producer.calls.count(("init",)) == 1
+    assert producer.calls.count(("commit",)) == 3 and producer.marker == 5
+
+
+def test_a_fenced_kept_producer_is_closed_and_a_new_one_fences_and_commits(tmp_path, producer):
+    kafka_writer.publish_partition(_task(tmp_path, 3), 1)
+    kept = producer.made[0]
+    producer.fail_marker.add(id(kept))  # a newer producer of the id (another worker's) fenced it
+    producer.calls.clear()
+    kafka_writer.publish_partition(_task(tmp_path, 4), 1)
+    assert len(producer.made) == 2 and producer.marker == 4
+    # the kept one is closed without a commit; the new one initialises before it reads the marker
+    assert producer.calls[:5] == [("published",), ("begin",), ("close",), ("init",), ("published",)]
+    assert producer.calls.count(("commit",)) == 1
+
+
+def test_a_producer_that_failed_mid_transaction_is_never_reused(tmp_path, producer, monkeypatch):
+    def broken(task, partition):
+        yield b"u1", b"{}", []
+        raise ValueError("a bad row")
+
+    monkeypatch.setattr(kafka_writer, "rows_of_partition", broken)
+    with pytest.raises(ValueError, match="a bad row"):
+        kafka_writer.publish_partition(_task(tmp_path, 3), 1)
+    failed = producer.made[0]
+    assert producer.calls[-1] == ("close",)  # its open transaction (one record) is aborted
+    monkeypatch.undo()
+    monkeypatch.setattr(kafka_writer, "Producer", RecordingProducer)
+    producer.calls.clear()
+    kafka_writer.publish_partition(_task(tmp_path, 3), 1)
+    assert producer.made[-1] is not failed and producer.calls[0] == ("init",)
+    assert ("send", 1, b"u1") not in producer.calls[: producer.calls.index(("begin",))]
 
 
 def test_record_key_and_value():
