@@ -2124,4 +2124,12 @@ MUTANTS: list[Mutant] = [
         "a restore refuses a snapshot without the stream join's second topic's positions",
         ("tests/unit/test_two_topic_cuts.py",),
     ),
+    Mutant(
+        "avro-keeps-metadata",
+        "pipeline_lib/sink/kafka_values.py",
+        "dropped = frozenset(c for c in implicit if c not in fields)",
+        "dropped = frozenset()",
+        "an Avro value is the schema's record: the source's metadata columns the schema does not name are left out",
+        ("tests/unit/test_kafka_avro.py",),
+    ),
 ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import fastavro
@@ -64,13 +64,19 @@ def _parsed(schema_text: str) -> Any:
     return fastavro.parse_schema(json.loads(schema_text))
 
 
-def avro_encoder(schema_text: str) -> Encode:
+def avro_encoder(schema_text: str, implicit: Collection[str] = ()) -> Encode:
     """The encoder of ``format: avro``: each row as one Avro binary datum of the schema (no
-    container header, no schema registry prefix). A row that does not fit raises ValueError
+    container header, no schema registry prefix). The ``implicit`` columns (the source's metadata,
+    which every stateless row carries without the user asking) are left out unless the schema
+    names them; any other column the schema lacks, or a row that does not fit, raises ValueError
     naming the field (fastavro's validation, run only for the row that failed)."""
     schema = _parsed(schema_text)
+    fields = {f["name"] for f in schema.get("fields", [])} if schema.get("type") == "record" else set()
+    dropped = frozenset(c for c in implicit if c not in fields)  # guard: avro-keeps-metadata
 
     def encode(row: dict) -> bytes:
+        if dropped:
+            row = {k: v for k, v in row.items() if k not in dropped}
         out = io.BytesIO()
         try:
             fastavro.schemaless_writer(out, schema, row, strict=True)

@@ -30,6 +30,7 @@ from pipeline_lib.sink.files_sink import json_default
 from pipeline_lib.sink.kafka_rows import columns_of, read_part, rows_in_partition
 from pipeline_lib.sink.kafka_transactions import TransactionalProducer as Producer
 from pipeline_lib.sink.kafka_values import Encode, avro_encoder, json_value, value_encoder
+from pipeline_lib.spec.base import METADATA_COLUMNS
 from pipeline_lib.storage import open_store
 
 # A writer's transaction is open while it sends one epoch's rows of one partition; the broker
@@ -121,7 +122,7 @@ def rows_of_partition(task: PublishTask, partition: int) -> Iterator[tuple[bytes
                 f"flow {task.flow}: sink.kafka names columns {absent} that its output does not have "
                 f"(it has {sorted(columns or [])})"
             )
-        encode = avro_encoder(task.avro_schema) if task.avro_schema else value_encoder(rows)
+        encode = avro_encoder(task.avro_schema, METADATA_COLUMNS) if task.avro_schema else value_encoder(rows)
         for key, row in rows_in_partition(rows, task.key, record_key, partition, task.partitions):
             headers = [(h, _text(row[h])) for h in task.headers if row[h] is not None]
             try:

@@ -366,3 +366,30 @@ def test_avro_values_are_read_back_with_fastavro(apache_kafka, tmp_path):
     got = _read_avro(bootstrap, topic)
     assert sorted((v["user"], v["amount"]) for _, v in got) == sorted((r["user"], r["amount"]) for r in rows)
     assert all(k == v["user"].encode() for k, v in got)
+
+
+@pytest.mark.full
+def test_an_avro_sink_killed_mid_transaction_holds_every_kept_event_once(apache_kafka, stack_env, tmp_path, orders):
+    """The stateless flow with ``format: avro`` and a schema file, killed with epoch 2's
+    transaction open: every kept event once, read back with fastavro."""
+    source, events = orders
+    n = next(_names)
+    name, kept = f"ks-avro-job-{n}", f"ks-avro-kept-{n}"
+    create_topic(apache_kafka.bootstrap, kept, PARTITIONS)
+    (schema := tmp_path / "order.avsc").write_text(json.dumps(AVRO_SCHEMA))
+    job = {
+        "name": name,
+        "source": {"kafka": {"topic": source, "schema": "user string, amount long"}},
+        "transforms": [{"filter": "amount > 500"}],
+        "sink": {"kafka": {"topic": kept, "key": "user", "format": "avro", "schema": str(schema)}},
+        "checkpoint": {"store": f"s3://checkpoints/{name}"},
+        "trigger": {"max_records_per_epoch": PER_EPOCH},
+        "parallelism": 2,
+    }
+    spec = write_spec(tmp_path, job)
+    env = {**stack_env, "PIPELINE_KAFKA_BOOTSTRAP": apache_kafka.bootstrap}
+    _crash_then_finish(spec, env, ["mid_kafka_transaction@2"])
+    got = _read_avro(apache_kafka.bootstrap, kept)
+    assert sorted((v["user"], v["amount"]) for _, v in got) == sorted(
+        (e["user"], e["amount"]) for e in events if e["amount"] > 500
+    )

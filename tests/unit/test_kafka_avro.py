@@ -113,3 +113,21 @@ def test_a_row_that_does_not_fit_names_the_flow_epoch_part_key_and_field(tmp_pat
     extra = _task(tmp_path, pa.table({"user": ["a"], "amount": [1], "day": [None], "note": ["x"]}))
     with pytest.raises(ValueError, match=r"columns the schema does not have \['note'\]"):
         [r for p in range(2) for r in kafka_writer.rows_of_partition(extra, p)]
+
+
+def test_the_sources_metadata_columns_are_left_out_unless_the_schema_names_them(tmp_path):
+    """A stateless flow's rows carry the source's metadata columns (``_topic``, ``_offset``, ...)
+    without the user asking: the value is the schema's record, so they are left out, while a
+    column of the user's own that the schema lacks still fails (above)."""
+    table = pa.table(
+        {
+            "user": ["a"],
+            "amount": [1],
+            "day": pa.array([None], pa.date32()),
+            "_topic": ["orders"],
+            "_offset": [7],
+        }
+    )
+    got = {k: v for p in range(2) for k, v, _ in kafka_writer.rows_of_partition(_task(tmp_path, table), p)}
+    parsed = fastavro.parse_schema(SCHEMA)
+    assert fastavro.schemaless_reader(io.BytesIO(got[b"a"]), parsed) == {"user": "a", "amount": 1, "day": None}

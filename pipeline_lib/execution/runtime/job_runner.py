@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from pipeline_lib.errors import FencedError, PipelineError
 from pipeline_lib.execution.engine.spark_session import start_spark
+from pipeline_lib.execution.runtime.failure_reason import failure_reason
 from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
 from pipeline_lib.execution.runtime.runner_factory import build_runner
 from pipeline_lib.execution.runtime.runner_types import EpochReport, Prepared, RunOptions
@@ -183,7 +184,7 @@ class JobRunner:
                         try:
                             future.result()
                         except Exception as exc:  # isolate: the other pipelines go on
-                            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                            reason = failure_reason(exc)
                             log.error("pipeline %s FAILED: %s", name, reason)
                             outcome.status, outcome.reason = "FAILED", reason
                             outcome.fenced = isinstance(exc, FencedError)

@@ -30,6 +30,7 @@ from pipeline_lib.execution.runtime.autoscaler import Autoscaler
 from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
 from pipeline_lib.execution.runtime.epoch_loop import EpochLoop, epoch_report
 from pipeline_lib.execution.runtime.epoch_trigger import EpochTrigger
+from pipeline_lib.execution.runtime.failure_reason import failure_reason
 from pipeline_lib.execution.runtime.fair_pools import use_pipeline_pool
 from pipeline_lib.execution.runtime.late_routing import watermarks_after
 from pipeline_lib.execution.runtime.lifecycle import Lifecycle
@@ -208,9 +209,9 @@ class PipelineRunner:
                 lifecycle.stop_heartbeat()
                 raise FencedError(
                     f"job {job} pipeline {name}: attempt {self.attempt.number} "
-                    f"was fenced by a newer attempt ({str(exc).splitlines()[0] if str(exc) else exc!r})"
+                    f"was fenced by a newer attempt ({failure_reason(exc)})"
                 ) from exc
-            lifecycle.fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            lifecycle.fail(failure_reason(exc))
             raise
 
     def _take_path(self, spark, schema) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, TypeVar
 
+from pipeline_lib.execution.runtime.failure_reason import failure_reason
 from pipeline_lib.execution.runtime.fair_pools import use_pipeline_pool
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class ReadAhead(Generic[T]):
                 "pipeline %s: the read ahead of epoch %d was dropped: %s",
                 self._pipeline,
                 epoch,
-                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                failure_reason(exc),
             )
 
     def close(self) -> None:

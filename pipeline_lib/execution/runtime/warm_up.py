@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 from pyspark import InheritableThread
 
+from pipeline_lib.execution.runtime.failure_reason import failure_reason
+
 log = logging.getLogger(__name__)
 
 
@@ -49,7 +51,7 @@ class WarmUp:
             log.debug(
                 "pipeline %s: warm-up query failed (epoch 1 will pay Spark's first-query costs): %s",
                 self._pipeline,
-                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                failure_reason(exc),
             )
 
     def wait(self, timeout_s: float) -> None:
