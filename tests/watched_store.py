@@ -51,6 +51,10 @@ class Watched(ObjectStore):
         self._note("list", prefix)
         return keys
 
+    def _copy(self, source, target):
+        self.inner.copy(source, target)
+        self._note("copy", target)
+
     def _delete_many(self, keys):
         self.inner.delete_many(keys)
         for key in keys:

@@ -241,6 +241,7 @@ class StateSpec(StrictModel):
 
 
 DELTA_PARTS_FOLDER = "_pipeline_parts"
+FILES_STAGING_FOLDER = "_staging"  # a files sink's staged parts and markers (sink/published_files_sink.py)
 
 
 class FilesSinkSpec(StrictModel):
