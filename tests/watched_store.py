@@ -82,6 +82,8 @@ def commit_step(entry: tuple[str, str, str], head: str = "head") -> str | None:
         return "head check"
     if op == "delete":
         return "clean-up"
+    if store == "pub" and op in ("put", "put_if", "copy"):
+        return "publish"  # a files sink's committed epoch copied to its folder
     if op not in ("put", "put_if"):
         return None
     if store in ("out", "dlq"):
