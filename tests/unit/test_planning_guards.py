@@ -135,7 +135,7 @@ def test_a_replayed_plan_its_marker_did_not_commit_refuses_the_repair(committed)
     _delete_part(committed, "out/_staging", 3)
     snapshots = _snapshots(committed)
     snapshots.store.put(layout.manifest_key(SECOND), b"{}")
-    out = open_store(committed.all_flows()[0].sink.files.path, SETTINGS)
+    out = open_store(committed.all_flows()[0].sink.parts_location, SETTINGS)
     marker = SuccessMarker.model_validate_json(out.get("epoch=2/_SUCCESS"))
     out.put("epoch=2/_SUCCESS", marker.model_copy(update={"digest": "0" * 64}).model_dump_json().encode())
     [repair_] = _plan(committed)
@@ -161,7 +161,7 @@ def test_a_snapshot_failing_its_head_checksum_or_its_state_is_passed_over(commit
 
 
 def test_a_lost_part_of_no_known_layout_is_refused(committed):
-    out = open_store(committed.all_flows()[0].sink.files.path, SETTINGS)
+    out = open_store(committed.all_flows()[0].sink.parts_location, SETTINGS)
     marker = SuccessMarker.model_validate_json(out.get("epoch=2/_SUCCESS"))
     odd = marker.files[0].model_copy(update={"key": "epoch=2/notes.txt"})
     out.put("epoch=2/_SUCCESS", marker.model_copy(update={"files": [*marker.files, odd]}).model_dump_json().encode())
@@ -171,7 +171,7 @@ def test_a_lost_part_of_no_known_layout_is_refused(committed):
 
 # -- repair's write-back and rebuild --------------------------------------------------------------
 def test_a_part_intact_again_is_left_alone(committed):
-    out = open_store(committed.all_flows()[0].sink.files.path, SETTINGS)
+    out = open_store(committed.all_flows()[0].sink.parts_location, SETTINGS)
     key = SuccessMarker.model_validate_json(out.get("epoch=2/_SUCCESS")).files[0].key
     good = out.get(key)
     out.delete(key)
