@@ -68,8 +68,8 @@ def test_intact_output_and_snapshots_are_all_ok(committed):
 def test_a_lost_or_damaged_part_is_reported_with_its_epoch_and_the_snapshot_that_commits_it(
     committed, tmp_path, damage, status, detail
 ):
-    key = _part(tmp_path, "out", 2)
-    path = tmp_path / "out" / key
+    key = _part(tmp_path, "out/_staging", 2)
+    path = tmp_path / "out" / "_staging" / key
     data = path.read_bytes()
     if damage == "delete":
         path.unlink()
@@ -180,8 +180,8 @@ def test_recorded_findings_reach_the_pipelines_page(committed, tmp_path):
     assert record is not None and (record.checked, record.bad, record.findings) == (9, 0, [])
     assert re.search(r'data-verified="ok"[^>]*>verified \S+ \S+ UTC: ok \(9 checked\)<', page())
 
-    key = _part(tmp_path, "out", 2)
-    (tmp_path / "out" / key).unlink()
+    key = _part(tmp_path, "out/_staging", 2)
+    (tmp_path / "out" / "_staging" / key).unlink()
     damaged = CliRunner().invoke(app, ["verify", str(spec), "--record"])
     assert damaged.exit_code == 1
     record = read_verification(snapshots)
