@@ -10,6 +10,8 @@ path (the clean-up runs while the next epoch reads), only a committed epoch is e
 and an attempt that HEAD fenced never reaches its clean-up. A run publishes, once, every staged
 epoch up to the one it restored that is not published yet (a run killed between its commit and
 its clean-up), and a start-over publishes its emptied markers, which removes the old parts.
+The clean-up then deletes the staged epochs older than every retained snapshot once published
+(sink.staged_retention): the folder keeps the changelog, ``_staging/`` about ``retain`` epochs.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from pipeline_lib.checkpoint.manifest import FileRef, SinkCommit
-from pipeline_lib.sink.files_sink import FilesSink
-from pipeline_lib.sink.visible_epochs import publish_epoch, unpublished
+from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
+from pipeline_lib.sink.staged_retention import retire_staged
+from pipeline_lib.sink.table_reader import committed_epochs
+from pipeline_lib.sink.visible_epochs import publish_epoch, staged, unpublished
 from pipeline_lib.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -85,10 +89,25 @@ class PublishedFilesSink:
         self._caught_up = True
         return len(epochs)
 
+    def retire_staged(self, history_epochs: list[int]) -> list[int]:
+        """After the clean-up published: delete the staged epochs older than every retained
+        snapshot's (``history_epochs``) whose copy is published. Returns those epochs."""
+        dropped = retire_staged(self.staging, self.visible, history_epochs)
+        if dropped:
+            log.info("%s: deleted published staged epochs %d..%d", self.location, dropped[0], dropped[-1])
+        return dropped
+
     def retract_all(self, attempt: int, committed_through: int = 0) -> int:
         """Start the output over: the staged markers as a files sink retracts them, then each
-        retracted epoch published (an empty marker; its old parts deleted). Returns the epochs
-        retracted."""
+        retracted epoch published (an empty marker; its old parts deleted). A published epoch
+        whose staged copy was retired gets an empty staged marker first, so it is retracted
+        too. Returns the epochs retracted."""
+        staged_now = set(self.staging.committed_epochs())
+        for epoch in committed_epochs(self.visible):
+            if epoch not in staged_now:  # guard: retract-skips-retired-epochs
+                empty = SuccessMarker(epoch=epoch, digest="", files=[], attempt=attempt)
+                # create only: a marker staged meanwhile is retracted (or fences) below
+                self.visible.put_if(staged(self.marker_key(epoch)), empty.model_dump_json(indent=1).encode(), None)
         retracted = self.staging.retract_all(attempt, committed_through)
         for epoch in unpublished(self.visible, max([committed_through, *self.staging.committed_epochs()])):
             publish_epoch(self.visible, epoch, attempt)

@@ -12,6 +12,7 @@ from pipeline_lib.checkpoint import layout
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.recovery.repair import REFUSED, RESTORED, UNCHANGED, _write_back, dry_run
 from pipeline_lib.recovery.repair_plan import TopicLog, parse_epochs, plan_repairs
+from pipeline_lib.recovery.repair_visible import plan_folder_repairs, republish
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import SuccessMarker
 from pipeline_lib.sink.part_layout import key_order, part_slot
@@ -90,7 +91,10 @@ def test_input_deleted_by_retention_is_named_with_its_offsets(committed, tmp_pat
 
 def test_epochs_before_the_retained_snapshots_cannot_be_rebuilt(tmp_path):
     spec = commit_three(job_spec(tmp_path, retain=1, dead_letters=True))
-    _delete_part(tmp_path, "out/_staging", 2)
+    assert not open_store(f"file://{tmp_path}/out/_staging", SETTINGS).list("epoch=2/")  # retired: published, older
+    lost = _delete_part(tmp_path, "out", 2)  # its visible copy is all that is left of it
+    assert [(o.epoch, o.part, o.status) for o in republish(plan_folder_repairs(spec, SETTINGS))] == [(2, lost, REFUSED)]
+    _delete_part(tmp_path, "dlq/main", 2)
     _delete_part(tmp_path, "out/_staging", 3)
     _delete_part(tmp_path, "dlq/main", 3)
     second, third = _plan(spec)
