@@ -19,6 +19,7 @@ from pipeline_lib.graph import Pipeline
 from pipeline_lib.recovery.findings import DAMAGED, LOST, OK, Finding, check_part
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import MARKER, SuccessMarker
+from pipeline_lib.sink.published_files_sink import read_location
 from pipeline_lib.sink.table_reader import committed_epochs
 from pipeline_lib.spec.models import FlowSpec, JobSpec
 from pipeline_lib.storage import ObjectStore, open_store
@@ -28,7 +29,8 @@ Problem = tuple[str, str, str]  # (status, key, detail)
 
 def published_folder(flow: FlowSpec) -> str | None:
     """The folder a flow's committed epochs are copied to (a files sink's path), else None."""
-    return flow.sink.files.path if flow.sink.files is not None and flow.sink.kafka is None else None
+    folder = read_location(flow)
+    return folder if folder != flow.sink.parts_location else None
 
 
 def _get(store: ObjectStore, key: str) -> bytes | None:

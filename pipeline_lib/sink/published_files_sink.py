@@ -26,6 +26,7 @@ from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
 from pipeline_lib.sink.staged_retention import retire_staged
 from pipeline_lib.sink.table_reader import committed_epochs
 from pipeline_lib.sink.visible_epochs import publish_epoch, staged, unpublished
+from pipeline_lib.spec.flow_spec import FlowSpec
 from pipeline_lib.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,14 @@ class PublishedFilesSink:
         for epoch in unpublished(self.visible, max([committed_through, *self.staging.committed_epochs()])):
             publish_epoch(self.visible, epoch, attempt)
         return retracted
+
+
+def read_location(flow: FlowSpec) -> str:
+    """Where a flow's committed epochs are read (``read_upsert_table``, ``lineage``, the report
+    DAG): a files sink's folder, which keeps every epoch (its staged copies are retired), else the
+    parts' location (a Kafka sink's staging, a table's staged parts)."""
+    files = flow.sink.files
+    return files.path if files is not None and flow.sink.kafka is None else flow.sink.parts_location
 
 
 def published_sinks(flows) -> list[PublishedFilesSink]:
