@@ -56,10 +56,10 @@ def visible_problems(staging: ObjectStore, visible: ObjectStore, epoch: int) -> 
     listed = {ref.key for ref in marker.files}
     checked = in_parallel(lambda ref: check_part(visible, ref), marker.files)
     problems = [(f[0], ref.key, f"visible copy: {f[1]}") for ref, f in zip(marker.files, checked) if f is not None]
+    # guard: verify-visible-ignores-extra-parts
     extra = sorted(k for k in visible.list(f"epoch={epoch}/") if k not in listed and k != key)
-    problems += [  # guard: verify-visible-ignores-extra-parts
-        (DAMAGED, k, f"{k} is in the folder but its {MARKER} does not list it (naive readers read it)") for k in extra
-    ]
+    note = f"its {MARKER} does not list it (naive readers read it)"
+    problems += [(DAMAGED, k, f"{k} is in the folder but {note}") for k in extra]
     return problems
 
 
