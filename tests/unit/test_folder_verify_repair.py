@@ -71,7 +71,8 @@ def test_lost_damaged_and_extra_visible_parts_are_reported_and_copied_again(comm
 def test_an_unpublished_or_differing_marker_is_reported_and_published_again(committed, tmp_path):
     store = folder(tmp_path)
     store.delete("epoch=1/_SUCCESS")
-    store.put("epoch=2/_SUCCESS", SuccessMarker(epoch=2, digest="", files=[], attempt=1).model_dump_json().encode())
+    marker = SuccessMarker.model_validate_json(store.get("epoch=2/_SUCCESS"))  # its parts, another digest:
+    store.put("epoch=2/_SUCCESS", marker.model_copy(update={"digest": "another"}).model_dump_json().encode())
     assert [(e, s) for e, s, _ in folder_findings(committed)] == [(1, LOST), (2, DAMAGED)]
     store.delete("epoch=3/_SUCCESS")  # HEAD's epoch, not published yet: pending, not lost
     assert [f.detail for f in verify_job(committed, SETTINGS) if f.what == FOLDER and f.epoch == 3] == [
