@@ -93,7 +93,8 @@ class FakePath:
 
 class WatchedStores:
     """A store opener for PipelineParts.from_spec: each store a ``tap`` (a Watched store) named
-    ``ckpt``, ``dlq`` or ``out``, noting nothing until ``watch``."""
+    ``ckpt``, ``dlq``, ``out`` (the files sink's staged commit) or ``pub`` (its folder), noting
+    nothing until ``watch``."""
 
     def __init__(self, spec: JobSpec, tap: type[Watched] = Watched):
         self.taps: list[Watched] = []
@@ -109,6 +110,8 @@ class WatchedStores:
             else "dlq"
             if self.dead and where.startswith(self.dead)
             else "out"
+            if where.rstrip("/").endswith("/_staging")
+            else "pub"  # a files sink's folder, where committed epochs are published
         )
         store = self.tap(open_store(location, settings), name, [])
         self.taps.append(store)

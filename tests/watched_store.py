@@ -51,6 +51,10 @@ class Watched(ObjectStore):
         self._note("list", prefix)
         return keys
 
+    def _copy(self, source, target):
+        self.inner.copy(source, target)
+        self._note("copy", target)
+
     def _delete_many(self, keys):
         self.inner.delete_many(keys)
         for key in keys:
@@ -78,6 +82,8 @@ def commit_step(entry: tuple[str, str, str], head: str = "head") -> str | None:
         return "head check"
     if op == "delete":
         return "clean-up"
+    if store == "pub" and op in ("put", "put_if", "copy"):
+        return "publish"  # a files sink's committed epoch copied to its folder
     if op not in ("put", "put_if"):
         return None
     if store in ("out", "dlq"):

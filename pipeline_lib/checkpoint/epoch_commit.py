@@ -15,7 +15,7 @@ import datetime as dt
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -52,6 +52,15 @@ class EpochSink(Protocol):
 
     def remove_stale_parts(self, commit: SinkCommit, attempt: int) -> None:
         """Delete parts of other attempts once ``commit`` is durable, so readers see only committed output."""
+
+
+@runtime_checkable
+class RetiresStaged(Protocol):
+    """A sink that keeps a staged copy of each epoch (a files sink: sink.published_files_sink),
+    deleted by the clean-up once no retained snapshot needs it."""
+
+    def retire_staged(self, history_epochs: list[int]) -> list[int]:
+        """Delete the staged epochs older than every retained snapshot's (``history_epochs``)."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +190,8 @@ def commit_epoch(
         snapshots.collect_garbage(head)
         for flow in flows:
             flow.sink.remove_stale_parts(commits[flow.name].sink, owner.attempt)
+            if isinstance(flow.sink, RetiresStaged):  # after it published the epoch
+                flow.sink.retire_staged([entry.epoch for entry in head.history])
         if dead_letters is not None and dead_letter_commit is not None:
             # guard: dead-letter-stale-parts-kept
             dead_letters.sink.remove_stale_parts(dead_letter_commit, owner.attempt)

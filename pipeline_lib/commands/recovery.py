@@ -84,10 +84,12 @@ def repair(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Rebuild the lost or damaged part files of committed epochs, byte for byte: each is written
-    back only if it equals the size and SHA-256 its _SUCCESS recorded. Never touches markers,
-    manifests, state or HEAD. Exits 1 when a damaged part cannot be rebuilt."""
+    back only if it equals the size and SHA-256 its _SUCCESS recorded; then copy a files sink's
+    committed epochs into its folder again where a copy is lost, damaged or unpublished. Never
+    touches staged markers, manifests, state or HEAD. Exits 1 when a damaged part cannot be rebuilt."""
     from pipeline_lib.recovery import repair as repairing
     from pipeline_lib.recovery.repair_plan import kafka_logs, parse_epochs, plan_repairs
+    from pipeline_lib.recovery.repair_visible import plan_folder_repairs, republish
     from pipeline_lib.spec import load_spec
 
     settings = ConnectionSettings.from_env()
@@ -95,6 +97,8 @@ def repair(
         job = load_spec(spec)
         planned = plan_repairs(job, settings, kafka_logs(settings), parse_epochs(epochs), only=pipeline)
         outcomes = repairing.dry_run(planned) if dry_run else repairing.repair(job, settings, planned, scratch)
+        # then each files sink's folder, copied again from its (now intact) staged commit
+        outcomes += republish(plan_folder_repairs(job, settings, parse_epochs(epochs), pipeline), dry_run)
     except PipelineError as exc:
         fail(exc, settings)
     except Exception as exc:  # Spark/py4j errors: show the first line, not a JVM stack trace

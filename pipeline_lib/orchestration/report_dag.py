@@ -41,12 +41,13 @@ def report_dag(dag_id: str, spec_path: Path, flow: str | None = None) -> DAG:
         def read_committed() -> dict[str, Any]:
             from pipeline_lib.orchestration.airflow_connections import airflow_settings
             from pipeline_lib.sink.output_mode import key_columns, output_mode
+            from pipeline_lib.sink.published_files_sink import read_location
             from pipeline_lib.sink.table_reader import committed_epochs, read_append_rows, read_upsert_table
             from pipeline_lib.storage import open_store
 
             current = load_spec(spec_path)
             chosen = next(f for f in current.all_flows() if f.name == name)
-            store = open_store(chosen.sink.parts_location, airflow_settings(current.airflow.connections))
+            store = open_store(read_location(chosen), airflow_settings(current.airflow.connections))
             upsert = output_mode(chosen) == "upsert"
             rows = len(read_upsert_table(store, key_columns(chosen))) if upsert else len(read_append_rows(store))
             events = get_current_context()["triggering_asset_events"].get(assets[name], [])

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from pipeline_lib.checkpoint.manifest import FileRef, sha256_hex
+from pipeline_lib.errors import NotFound
+from pipeline_lib.storage import ObjectStore
+
 OK, LOST, DAMAGED = "ok", "LOST", "DAMAGED"
 
 
@@ -23,4 +27,17 @@ class Finding:
         return asdict(self)
 
 
-__all__ = ["DAMAGED", "LOST", "OK", "Finding"]
+def check_part(store: ObjectStore, ref: FileRef) -> tuple[str, str] | None:
+    """(status, detail) of a damaged or lost part, None when it is intact."""
+    try:
+        data = store.get(ref.key)
+    except NotFound:
+        return LOST, f"part {ref.key} is missing"
+    if len(data) != ref.bytes:
+        return DAMAGED, f"part {ref.key} has {len(data)} bytes, its marker says {ref.bytes}"
+    if sha256_hex(data) != ref.sha256:
+        return DAMAGED, f"part {ref.key} does not match its checksum"
+    return None
+
+
+__all__ = ["DAMAGED", "LOST", "OK", "Finding", "check_part"]

@@ -21,6 +21,7 @@ from pipeline_lib.errors import PipelineError, SnapshotError
 from pipeline_lib.graph import build_graph
 from pipeline_lib.plan.keygroups import canonical_value, key_group_of
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.published_files_sink import read_location
 from pipeline_lib.sink.table_reader import committed_epochs, epoch_rows
 from pipeline_lib.spec.models import FlowSpec, JobSpec
 from pipeline_lib.storage import open_store
@@ -115,7 +116,7 @@ def explain_key(
         except SnapshotError:
             continue
     lineage = KeyLineage(flow.name, pipeline.name, {c: key[c] for c in columns})
-    sink = open_store(flow.sink.parts_location, settings)
+    sink = open_store(read_location(flow), settings)  # a files sink's folder keeps every epoch
     typed: tuple | None = None
     for epoch in committed_epochs(sink):
         for row in epoch_rows(sink, epoch):

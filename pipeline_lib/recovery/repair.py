@@ -42,8 +42,8 @@ from pipeline_lib.execution.state.owner_task import OWNER_LABEL
 from pipeline_lib.execution.state.span_owners import SpanOwners, key_groups_of_rows
 from pipeline_lib.graph import build_graph
 from pipeline_lib.plan.offsets import EpochPlan
+from pipeline_lib.recovery.findings import check_part
 from pipeline_lib.recovery.repair_plan import EpochRepair
-from pipeline_lib.recovery.verify import check_part
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import MARKER, encode_part
 from pipeline_lib.sink.part_layout import key_order, part_slot

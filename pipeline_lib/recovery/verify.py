@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pipeline_lib.checkpoint.manifest import FileRef, HistoryEntry, Manifest, sha256_hex
+from pipeline_lib.checkpoint.manifest import HistoryEntry, Manifest
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, candidates, verify_and_load
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_spans import in_parallel
 from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
 from pipeline_lib.graph import Pipeline, build_graph
-from pipeline_lib.recovery.findings import DAMAGED, LOST, OK, Finding
+from pipeline_lib.recovery.findings import DAMAGED, LOST, OK, Finding, check_part
 from pipeline_lib.recovery.verify_tables import table_findings
+from pipeline_lib.recovery.verify_visible import visible_findings
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import MARKER, SuccessMarker
 from pipeline_lib.sink.table_reader import committed_epochs
@@ -45,7 +46,9 @@ def verify_job(job: JobSpec, settings: ConnectionSettings, only: list[str] | Non
         snapshots = SnapshotStore.open(job.checkpoint.store, job.name, pipeline.name, settings)
         findings.extend(_verify_snapshots(pipeline.name, snapshots, sinks))
         head, _ = snapshots.read_head()
-        findings.extend(table_findings(job, pipeline, settings, head.latest.epoch if head and head.latest else None))
+        head_epoch = head.latest.epoch if head and head.latest else None
+        findings.extend(table_findings(job, pipeline, settings, head_epoch))
+        findings.extend(visible_findings(job, pipeline, settings, head_epoch))  # a files sink's folder
     return findings
 
 
@@ -73,19 +76,6 @@ def _verify_sink(pipeline: str, what: str, store: ObjectStore) -> Iterator[Findi
             yield Finding(pipeline, what, epoch, OK, f"{len(marker.files)} part(s)")
         for status, detail in problems:
             yield Finding(pipeline, what, epoch, status, detail)
-
-
-def check_part(store: ObjectStore, ref: FileRef) -> tuple[str, str] | None:
-    """(status, detail) of a damaged or lost part, None when it is intact."""
-    try:
-        data = store.get(ref.key)
-    except NotFound:
-        return LOST, f"part {ref.key} is missing"
-    if len(data) != ref.bytes:
-        return DAMAGED, f"part {ref.key} has {len(data)} bytes, its marker says {ref.bytes}"
-    if sha256_hex(data) != ref.sha256:
-        return DAMAGED, f"part {ref.key} does not match its checksum"
-    return None
 
 
 def _verify_snapshots(pipeline: str, snapshots: SnapshotStore, sinks: dict[str, ObjectStore]) -> Iterator[Finding]:

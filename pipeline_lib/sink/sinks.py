@@ -10,6 +10,7 @@ from pipeline_lib.sink.delta_maintenance import TableUpkeep
 from pipeline_lib.sink.delta_sink import DeltaSink
 from pipeline_lib.sink.files_sink import FilesSink
 from pipeline_lib.sink.output_mode import key_columns, output_mode
+from pipeline_lib.sink.published_files_sink import PublishedFilesSink
 from pipeline_lib.spec.flow_spec import FlowSpec
 from pipeline_lib.storage import Location, ObjectStore
 
@@ -21,7 +22,7 @@ StoreOpener = Callable[[str | Location, ConnectionSettings], ObjectStore]
 
 def flow_sink(
     job: str, pipeline: str, flow: FlowSpec, settings: ConnectionSettings, opener: StoreOpener
-) -> FilesSink | DeltaSink | IcebergSink:
+) -> FilesSink | PublishedFilesSink | DeltaSink | IcebergSink:
     """``flow``'s sink: a files sink, or a Delta or Iceberg table with its parts staged in a files
     sink. A table's idempotency record is kept under ``<job>/<pipeline>/<flow>``."""
     staging = FilesSink(opener(flow.sink.parts_location, settings), flow.sink.parts_format)
@@ -31,6 +32,8 @@ def flow_sink(
         app_id = f"{job}/{pipeline}/{flow.name}"
         return IcebergSink(staging, flow.sink.iceberg, settings, app_id, output_mode(flow), key_columns(flow))
     if flow.sink.delta is None:
+        if flow.sink.kafka is None:  # a files sink: its committed epochs copied out of _staging
+            return PublishedFilesSink(staging, opener(flow.sink.path, settings))
         return staging
     return DeltaSink(
         staging,

@@ -241,6 +241,7 @@ class StateSpec(StrictModel):
 
 
 DELTA_PARTS_FOLDER = "_pipeline_parts"
+FILES_STAGING_FOLDER = "_staging"  # a files sink's staged parts and markers (sink/published_files_sink.py)
 
 
 class FilesSinkSpec(StrictModel):
@@ -326,10 +327,13 @@ class SinkSpec(StrictModel):
 
     @property
     def parts_location(self) -> str:
-        """Where the epoch's parts and ``_SUCCESS`` markers live: the files sink's path, or the
-        Delta table's ``_pipeline_parts`` folder (a ``_`` folder, which table readers skip)."""
+        """Where the epoch's parts and ``_SUCCESS`` markers live: the files sink's ``_staging``
+        folder (a Kafka sink's staging: its path), or the Delta table's ``_pipeline_parts`` folder
+        (``_`` folders, which Hadoop-convention readers skip)."""
         if self.files is not None:
-            return self.files.path
+            return (
+                self.files.path if self.kafka is not None else self.files.path.rstrip("/") + "/" + FILES_STAGING_FOLDER
+            )
         if self.iceberg is not None:
             return self.iceberg.parts_location
         return delta_parts_location(self.path)

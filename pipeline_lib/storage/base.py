@@ -75,6 +75,12 @@ class ObjectStore(abc.ABC):
         gives with the content): what pins a table's files (plan.table_pins)."""
         return dict(sorted(self._list_versions(check_prefix(prefix)).items()))
 
+    def copy(self, source: str, target: str) -> None:
+        """Create or replace ``target`` with ``source``'s bytes, atomically (readers of ``target``
+        see the old or the whole new object); NotFound if ``source`` does not exist. On S3 the
+        server copies (no bytes pass through this process)."""
+        self._copy(check_relative(source), check_relative(target))
+
     def delete(self, key: str) -> None:
         """Remove ``key``; a missing key is not an error (deletes are idempotent)."""
         self._delete_many([check_relative(key)])
@@ -115,6 +121,10 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def _list(self, prefix: str) -> Keys: ...
+
+    def _copy(self, source: str, target: str) -> None:
+        """Reads and writes; a backend that can copy in place overrides this."""
+        self._put(target, self._get(source))
 
     @abc.abstractmethod
     def _delete_many(self, keys: Keys) -> None: ...

@@ -215,7 +215,7 @@ def test_dead_letters_are_exactly_once_at_each_point_after_they_are_produced(
     dead_epoch = letters_store.list(f"epoch={DEAD_EPOCH}/")
     if fault.endswith("#2"):  # the crash hit the dead-letter sink, after the flow sink's commit
         assert any("/part-" in k for k in dead_epoch)
-        assert open_store(sink, settings).exists(f"epoch={DEAD_EPOCH}/_SUCCESS")
+        assert open_store(f"{sink}/_staging", settings).exists(f"epoch={DEAD_EPOCH}/_SUCCESS")
     letters_committed = fault not in ("after_sink_success@3", "after_sink_files@3#2")
     assert (f"epoch={DEAD_EPOCH}/_SUCCESS" in dead_epoch) == letters_committed, dead_epoch
 

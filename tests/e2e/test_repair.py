@@ -64,7 +64,7 @@ def _produce(bootstrap: str, topic: str, events: list[dict]) -> None:
 
 def _sinks(env: dict, name: str) -> dict[str, ObjectStore]:
     settings = ConnectionSettings.from_env(env)
-    return {what: open_store(f"s3://results/{name}-{what}", settings) for what in ("spend", "big")} | {
+    return {what: open_store(f"s3://results/{name}-{what}/_staging", settings) for what in ("spend", "big")} | {
         "dead": open_store(f"s3://results/{name}-dead/main", settings)
     }
 

@@ -103,7 +103,7 @@ def _move_positions(snapshots: SnapshotStore, snapshot_id: str) -> None:
 
 
 def test_a_topic_created_again_since_the_epoch_refuses_its_repair(committed):
-    _delete_part(committed, "out", 3)
+    _delete_part(committed, "out/_staging", 3)
     snapshots = _snapshots(committed)
     snapshots.save_plan(snapshots.load_plan(3).model_copy(update={"topic_id": "id-before"}))
     [same] = _plan(committed, TopicLog({0: 0, 1: 0}, "id-before"))
@@ -113,7 +113,7 @@ def test_a_topic_created_again_since_the_epoch_refuses_its_repair(committed):
 
 
 def test_replayed_plans_that_do_not_follow_the_snapshot_refuse_the_repair(committed):
-    _delete_part(committed, "out", 3)
+    _delete_part(committed, "out/_staging", 3)
     snapshots = _snapshots(committed)
     snapshots.store.put(layout.manifest_key(SECOND), b"{}")  # epoch 3 starts from snapshot 1, replaying 2
     _move_positions(snapshots, FIRST)
@@ -125,17 +125,17 @@ def test_replayed_plans_that_do_not_follow_the_snapshot_refuse_the_repair(commit
 
 
 def test_an_epoch_whose_plan_does_not_follow_the_rebuilt_state_is_refused(committed):
-    _delete_part(committed, "out", 3)
+    _delete_part(committed, "out/_staging", 3)
     _move_positions(_snapshots(committed), SECOND)
     [repair_] = _plan(committed)
     assert repair_.refused == "the plan of epoch 3 does not start where the state rebuilt before it ends"
 
 
 def test_a_replayed_plan_its_marker_did_not_commit_refuses_the_repair(committed):
-    _delete_part(committed, "out", 3)
+    _delete_part(committed, "out/_staging", 3)
     snapshots = _snapshots(committed)
     snapshots.store.put(layout.manifest_key(SECOND), b"{}")
-    out = open_store(committed.all_flows()[0].sink.files.path, SETTINGS)
+    out = open_store(committed.all_flows()[0].sink.parts_location, SETTINGS)
     marker = SuccessMarker.model_validate_json(out.get("epoch=2/_SUCCESS"))
     out.put("epoch=2/_SUCCESS", marker.model_copy(update={"digest": "0" * 64}).model_dump_json().encode())
     [repair_] = _plan(committed)
@@ -145,7 +145,7 @@ def test_a_replayed_plan_its_marker_did_not_commit_refuses_the_repair(committed)
 
 
 def test_a_snapshot_failing_its_head_checksum_or_its_state_is_passed_over(committed):
-    _delete_part(committed, "out", 3)
+    _delete_part(committed, "out/_staging", 3)
     snapshots = _snapshots(committed)
     _set_head_sha(snapshots, SECOND, "0" * 64)
     [by_sha] = _plan(committed)
@@ -161,7 +161,7 @@ def test_a_snapshot_failing_its_head_checksum_or_its_state_is_passed_over(commit
 
 
 def test_a_lost_part_of_no_known_layout_is_refused(committed):
-    out = open_store(committed.all_flows()[0].sink.files.path, SETTINGS)
+    out = open_store(committed.all_flows()[0].sink.parts_location, SETTINGS)
     marker = SuccessMarker.model_validate_json(out.get("epoch=2/_SUCCESS"))
     odd = marker.files[0].model_copy(update={"key": "epoch=2/notes.txt"})
     out.put("epoch=2/_SUCCESS", marker.model_copy(update={"files": [*marker.files, odd]}).model_dump_json().encode())
@@ -171,7 +171,7 @@ def test_a_lost_part_of_no_known_layout_is_refused(committed):
 
 # -- repair's write-back and rebuild --------------------------------------------------------------
 def test_a_part_intact_again_is_left_alone(committed):
-    out = open_store(committed.all_flows()[0].sink.files.path, SETTINGS)
+    out = open_store(committed.all_flows()[0].sink.parts_location, SETTINGS)
     key = SuccessMarker.model_validate_json(out.get("epoch=2/_SUCCESS")).files[0].key
     good = out.get(key)
     out.delete(key)
@@ -188,7 +188,7 @@ def test_repair_on_a_cluster_needs_a_scratch_location_before_spark_starts(commit
         raise AssertionError("Spark started before the scratch location was checked")
 
     monkeypatch.setattr(spark_session, "start_spark", no_spark)
-    _delete_part(committed, "out", 3)
+    _delete_part(committed, "out/_staging", 3)
     planned = _plan(committed)
     assert planned[0].rebuildable
     with pytest.raises(PipelineError, match="repair on a Spark cluster needs --scratch"):

@@ -12,6 +12,7 @@ from pipeline_lib.checkpoint import layout
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.recovery.repair import REFUSED, RESTORED, UNCHANGED, _write_back, dry_run
 from pipeline_lib.recovery.repair_plan import TopicLog, parse_epochs, plan_repairs
+from pipeline_lib.recovery.repair_visible import plan_folder_repairs, republish
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import SuccessMarker
 from pipeline_lib.sink.part_layout import key_order, part_slot
@@ -45,7 +46,7 @@ def test_intact_output_needs_no_repair(committed):
 
 
 def test_a_keyed_flow_epoch_is_rebuilt_from_the_snapshot_before_it_or_from_nothing_before_epoch_1(committed, tmp_path):
-    keys = {epoch: _delete_part(tmp_path, "out", epoch) for epoch in (1, 3)}
+    keys = {epoch: _delete_part(tmp_path, "out/_staging", epoch) for epoch in (1, 3)}
     first, third = _plan(committed)
     assert (first.epoch, [p.ref.key for p in first.parts], first.rebuildable) == (1, [keys[1]], True)
     assert (first.needs_state, first.start_from, first.replay, first.parallelism) == (True, None, [], 2)
@@ -62,7 +63,7 @@ def test_dead_letters_need_no_state(committed, tmp_path):
 
 
 def test_a_damaged_snapshot_is_passed_over_and_the_plans_after_the_one_before_it_replayed(committed, tmp_path):
-    _delete_part(tmp_path, "out", 3)
+    _delete_part(tmp_path, "out/_staging", 3)
     store = open_store(f"file://{tmp_path}/ckpt/pipelines/main", SETTINGS)
     store.put(layout.manifest_key("0000000002-a1"), b"{}")
     [repair] = _plan(committed)
@@ -76,7 +77,7 @@ def test_a_damaged_snapshot_is_passed_over_and_the_plans_after_the_one_before_it
 
 
 def test_input_deleted_by_retention_is_named_with_its_offsets(committed, tmp_path):
-    _delete_part(tmp_path, "out", 2)
+    _delete_part(tmp_path, "out/_staging", 2)
     _delete_part(tmp_path, "dlq/main", 3)
     second, third = _plan(committed, TopicLog({0: 15, 1: 0}))
     assert second.refused == (
@@ -90,8 +91,11 @@ def test_input_deleted_by_retention_is_named_with_its_offsets(committed, tmp_pat
 
 def test_epochs_before_the_retained_snapshots_cannot_be_rebuilt(tmp_path):
     spec = commit_three(job_spec(tmp_path, retain=1, dead_letters=True))
-    _delete_part(tmp_path, "out", 2)
-    _delete_part(tmp_path, "out", 3)
+    assert not open_store(f"file://{tmp_path}/out/_staging", SETTINGS).list("epoch=2/")  # retired: published, older
+    lost = _delete_part(tmp_path, "out", 2)  # its visible copy is all that is left of it
+    assert [(o.epoch, o.part, o.status) for o in republish(plan_folder_repairs(spec, SETTINGS))] == [(2, lost, REFUSED)]
+    _delete_part(tmp_path, "dlq/main", 2)
+    _delete_part(tmp_path, "out/_staging", 3)
     _delete_part(tmp_path, "dlq/main", 3)
     second, third = _plan(spec)
     assert second.refused.startswith("the plan of epoch 2 is no longer saved")
@@ -101,13 +105,13 @@ def test_epochs_before_the_retained_snapshots_cannot_be_rebuilt(tmp_path):
 
 
 def test_a_changed_spec_refuses_the_epoch(committed, tmp_path):
-    _delete_part(tmp_path, "out", 2)
+    _delete_part(tmp_path, "out/_staging", 2)
     [repair] = _plan(committed.model_copy(update={"parallelism": 3}))
     assert repair.refused.startswith("the marker of epoch 2 records another input, spec or parallelism")
 
 
 def test_only_a_byte_identical_part_is_written_back_and_only_under_the_marker_it_was_planned_from(committed, tmp_path):
-    store = open_store(f"file://{tmp_path}/out", SETTINGS)
+    store = open_store(f"file://{tmp_path}/out/_staging", SETTINGS)
     key = SuccessMarker.model_validate_json(store.get("epoch=2/_SUCCESS")).files[0].key
     good = store.get(key)
     store.put(key, good[:-1])

@@ -54,6 +54,7 @@ def test_intact_output_and_snapshots_are_all_ok(committed):
         *[("flow job", e, OK) for e in (1, 2, 3)],
         *[("dead letters", e, OK) for e in (1, 2, 3)],
         *[("snapshot", e, OK) for e in (3, 2, 1)],
+        *[("flow job (folder)", e, OK) for e in (1, 2, 3)],
     ]
 
 
@@ -68,8 +69,8 @@ def test_intact_output_and_snapshots_are_all_ok(committed):
 def test_a_lost_or_damaged_part_is_reported_with_its_epoch_and_the_snapshot_that_commits_it(
     committed, tmp_path, damage, status, detail
 ):
-    key = _part(tmp_path, "out", 2)
-    path = tmp_path / "out" / key
+    key = _part(tmp_path, "out/_staging", 2)
+    path = tmp_path / "out" / "_staging" / key
     data = path.read_bytes()
     if damage == "delete":
         path.unlink()
@@ -109,7 +110,7 @@ def test_the_command_prints_a_table_and_exits_1_on_damage_0_when_intact(committe
     spec = write_spec(tmp_path, {**json.loads(committed.model_dump_json(by_alias=True, exclude_none=True))})
     intact = CliRunner().invoke(app, ["verify", str(spec)])
     assert intact.exit_code == 0, intact.output
-    assert "9 checked, 0 lost or damaged" in intact.output
+    assert "12 checked, 0 lost or damaged" in intact.output
     (tmp_path / "dlq" / "main" / _part(tmp_path, "dlq/main", 1)).unlink()
     damaged = CliRunner().invoke(app, ["verify", str(spec), "--json"])
     assert damaged.exit_code == 1
@@ -177,20 +178,20 @@ def test_recorded_findings_reach_the_pipelines_page(committed, tmp_path):
     intact = CliRunner().invoke(app, ["verify", str(spec), "--record"])
     assert intact.exit_code == 0, intact.output
     record = read_verification(snapshots)
-    assert record is not None and (record.checked, record.bad, record.findings) == (9, 0, [])
-    assert re.search(r'data-verified="ok"[^>]*>verified \S+ \S+ UTC: ok \(9 checked\)<', page())
+    assert record is not None and (record.checked, record.bad, record.findings) == (12, 0, [])
+    assert re.search(r'data-verified="ok"[^>]*>verified \S+ \S+ UTC: ok \(12 checked\)<', page())
 
-    key = _part(tmp_path, "out", 2)
-    (tmp_path / "out" / key).unlink()
+    key = _part(tmp_path, "out/_staging", 2)
+    (tmp_path / "out" / "_staging" / key).unlink()
     damaged = CliRunner().invoke(app, ["verify", str(spec), "--record"])
     assert damaged.exit_code == 1
     record = read_verification(snapshots)
-    assert record is not None and (record.checked, record.bad) == (9, 2)
+    assert record is not None and (record.checked, record.bad) == (12, 2)
     assert [(f.what, f.epoch, f.status) for f in record.findings] == [("flow job", 2, LOST), ("snapshot", 2, LOST)]
     shown = re.search(r'data-verified="damaged"[^>]*>([^<]*)<', page())
     assert (
         shown is not None
-        and f"2 of 9 LOST or DAMAGED: flow job epoch 2 LOST: part {key} is missing; "
+        and f"2 of 12 LOST or DAMAGED: flow job epoch 2 LOST: part {key} is missing; "
         f"snapshot epoch 2 snapshot 0000000002-a1 LOST: part file {key}"
         in shown.group(1)
     )

@@ -54,6 +54,7 @@ from pipeline_lib.faults import fault_point
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.sink.kafka_publisher import KafkaPublisher
+from pipeline_lib.sink.published_files_sink import all_published, publish_at_start
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +113,15 @@ class PipelineRunner:
         return self.attempt.lifecycle
 
     def latest_is_completed(self) -> str | None:
-        """The head snapshot's id if it is COMPLETED and every Kafka sink holds its epoch (else: deploy, publish)."""
+        """The head snapshot's id if it is COMPLETED and every Kafka sink and files sink's folder
+        holds its epoch (else: deploy, publish)."""
         done = self.restorer.latest_is_completed()
-        return done if done is None or self.publisher.holds(epoch_of_snapshot(done)) else None
+        held = (
+            done is None
+            or self.publisher.holds(epoch := epoch_of_snapshot(done))
+            and all_published(self.parts.flows, epoch)
+        )
+        return done if held else None
 
     def restore(self):
         """Load the chosen snapshot (see Restorer.restore); None to start from the beginning. An
@@ -197,6 +204,7 @@ class PipelineRunner:
             )
             with ready.resources:
                 self.publisher.publish_through(spark, epoch, history)  # committed epochs a Kafka sink lacks
+                publish_at_start(self.parts.flows, epoch, self.attempt.number)  # and a files sink's folder
                 epoch = self._loop(spark, ready, epoch, base_id, history, self.attempt.head_version)
             self.cleanup.close()
         except FencedError:

@@ -25,6 +25,7 @@ from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.sink.delta_sink import DeltaSink
 from pipeline_lib.sink.files_sink import FilesSink
+from pipeline_lib.sink.published_files_sink import PublishedFilesSink
 from pipeline_lib.sink.task_parts import WrittenParts
 from pipeline_lib.spec.models import FlowSpec, JobSpec
 
@@ -91,7 +92,7 @@ class FlowRuntime:
     and for one whose state lives on owner tasks) and the state files of the last snapshot."""
 
     spec: FlowSpec
-    sink: FilesSink | DeltaSink | IcebergSink
+    sink: FilesSink | PublishedFilesSink | DeltaSink | IcebergSink
     state: KeyedState | None
     state_schema: pa.Schema | None = None
     state_files: dict[tuple[int, int], StateFileRef] = field(default_factory=dict)
