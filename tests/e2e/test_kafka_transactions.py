@@ -207,6 +207,7 @@ def test_a_job_totals_exactly_the_committed_and_plain_records(
     assert sum(row["n"] for row in got.values()) == len(produced.kept)
 
 
+@pytest.mark.full  # 50 s; make test keeps the other transaction cases
 @pytest.mark.parametrize("locations", ["s3"], indirect=True)
 def test_a_job_leaves_an_open_transaction_for_a_later_epoch(stack_env, apache_kafka, tmp_path, locations):
     """A run while a transaction is open ends (nothing waits for it) without its records and
