@@ -152,6 +152,7 @@ RESCALES = [
 ]
 
 
+@pytest.mark.full  # make test rescales on restore locally (test_pipelines.py, test_owner_restore.py)
 def test_restores_on_the_cluster_rescale_2_to_1_to_3_by_giving_spans_other_owners(
     cluster, cluster_env, local_stack, tmp_path, cluster_payments
 ):
