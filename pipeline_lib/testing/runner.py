@@ -5,8 +5,9 @@ What is the job's own: the spec's validation; the planner cutting the records in
 up does); the epoch reader's decoding (RecordsReader: the same RecordBatcher, metadata columns and bad-record
 rows); the choice between the Arrow path and the Spark SQL path and each path's code (transforms,
 ``python:`` hooks, partial aggregates, the tasks writing stateless rows and dead letters); the keyed
-state's merge; the sink's part files and ``_SUCCESS`` markers; and reading the table back as a
-downstream reader does (pipeline_lib.api.read_table).
+state's merge; the sink's part files and ``_SUCCESS`` markers, staged, and a files sink's epochs
+then published to its folder (sink.published_files_sink), as a run does once HEAD moved; and
+reading the table back as a downstream reader does (pipeline_lib.api.read_table).
 
 What differs from ``pipeline-lib run``: no Kafka (no offsets are committed anywhere, no consumer,
 no transactions or compaction), no S3 (every location is a local directory), Spark in local mode
@@ -94,6 +95,7 @@ def run_on_records(
     from pipeline_lib.plan.epoch_budget import epoch_budget
     from pipeline_lib.plan.offsets import plan_epoch
     from pipeline_lib.sink.files_sink import FilesSink
+    from pipeline_lib.sink.published_files_sink import PublishedFilesSink, read_location
     from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts
     from pipeline_lib.storage import open_store, parse_location
     from pipeline_lib.testing.records import RecordsReader, partition_logs
@@ -109,6 +111,11 @@ def run_on_records(
     flows = [f for f in local.all_flows() if f.source == name]
     tolerant = local.on_error != "fail"
     sinks = {f.name: FilesSink(open_store(f.sink.parts_location, settings), f.sink.parts_format) for f in flows}
+    published = [  # a files sink's folder: its staged epochs copied there, as a run does after HEAD moved
+        PublishedFilesSink(sinks[f.name], open_store(f.sink.path, settings))
+        for f in flows
+        if f.sink.files is not None and f.sink.kafka is None
+    ]
     states = {f.name: state for f in flows if (state := new_keyed_state(f.state, maxp)) is not None}
     dead_location = (
         str(parse_location(local.dead_letter.path).child(name))
@@ -174,13 +181,15 @@ def run_on_records(
                 bad_records += bad.rows
                 if dead is not None:
                     dead.write_epoch(epoch, sink_digest(plan, fingerprint, p, "dead-letters"), [], ATTEMPT, bad.files)
+            for sink in published:  # every flow's epoch is written: the epoch is what a run commits
+                sink.publish_through(epoch, ATTEMPT)
             positions = plan.end_positions()
     finally:
         if spark is None:
             session.stop()
     tables = {
         f.name: read_table(
-            f.sink.parts_location, settings, key=f.state.state_key() if f.state and not f.state.process else None
+            read_location(f), settings, key=f.state.state_key() if f.state and not f.state.process else None
         )
         for f in flows
     }

@@ -31,8 +31,14 @@ def test_an_aggregate_over_several_epochs_and_partitions_is_the_plain_python_ans
     run = run_on_records(spec, records, workdir=tmp_path, spark=spark)
     assert run.epochs == 4  # 900 records, 250 an epoch, as a run catching up plans them
     assert {row["user"]: row for row in run.table()} == spend_per_user(events)
-    written = (tmp_path / "sinks" / "spend" / "_staging").glob("epoch=*/_SUCCESS")  # the harness does not publish
-    assert sorted(marker.parent.name for marker in written) == [f"epoch={n}" for n in range(1, 5)]
+    for folder in (tmp_path / "sinks" / "spend" / "_staging", tmp_path / "sinks" / "spend"):  # staged, then published
+        written = folder.glob("epoch=*/_SUCCESS")
+        assert sorted(marker.parent.name for marker in written) == [f"epoch={n}" for n in range(1, 5)]
+    folder = tmp_path / "sinks" / "spend"  # what a downstream reader reads: the staged parts, copied
+    published = {p.relative_to(folder): p.read_bytes() for p in folder.glob("epoch=*/part-*")}
+    assert published and published == {
+        p.relative_to(folder / "_staging"): p.read_bytes() for p in (folder / "_staging").glob("epoch=*/part-*")
+    }
     assert run.bad_records == 0 and run.dead_letters == []
 
 
