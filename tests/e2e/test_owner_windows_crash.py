@@ -5,7 +5,8 @@ The clicks job of tests/e2e/test_windows.py (a bounded topic, a 1-minute window 
 watermark, ``count(*)``, ``count_distinct``, ``avg``, ``emit: final``) at parallelism 2, killed at
 a fault point of epoch 3, which closes windows and drops very late records, then restored at
 parallelism 3, so each owner gets other spans (on the Arrow path, and on the Spark SQL path with a
-transform; session windows of an 8-second gap at ``after_owner_files`` on both): every window is
+transform; session windows of an 8-second gap at ``after_owner_files`` on both, and at
+``after_sink_success`` on the Arrow path, where the sink's parts are out but the snapshot is not)): every window is
 written exactly once with the values of the plain-Python computation (tests/windows_reference.py),
 none while open, the late records counted, the state bounded by the open windows and empty once
 the source ends; ``verify`` finds nothing, and a lost owner part is rebuilt byte for byte by ``repair``.
@@ -53,8 +54,17 @@ def owner_clicks(local_stack):
         ("after_owner_files@3", SQL, TUMBLING),
         ("after_owner_files@3", [], SESSION),
         ("after_owner_files@3", SQL, SESSION),
+        ("after_sink_success@3", [], SESSION),
     ],
-    ids=["after_owner_files", "mid_snapshot_write", "after_sink_success", "spark-sql", "session", "session-spark-sql"],
+    ids=[
+        "after_owner_files",
+        "mid_snapshot_write",
+        "after_sink_success",
+        "spark-sql",
+        "session",
+        "session-spark-sql",
+        "session-after_sink_success",
+    ],
 )
 def test_windows_on_owners_after_a_sigkill_and_a_rescale_then_verify_and_repair(
     stack_env, tmp_path, owner_clicks, locations, fault, transforms, window

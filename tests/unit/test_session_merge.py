@@ -10,6 +10,7 @@ from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.session_merge import merged_bounds, sessions_merged
 from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.spec import parse_spec
+from tests.windows_reference import iso, session_answer
 
 TS = pa.timestamp("us", tz="UTC")
 SEC = 1_000
@@ -73,3 +74,25 @@ def test_a_late_partial_linked_to_a_live_session_joins_it_and_an_unlinked_one_is
     assert merged.to_pylist()[0]["n"] == 6 and merged.num_rows == 1
     assert merged.column("window_start").cast(pa.int64()).to_pylist() == [87 * SEC * 1000]
     assert len(state) == 0 and len(groups) == 1  # the open session left the state, to come back merged
+
+
+def test_a_record_whose_own_session_ended_behind_the_watermark_still_joins_an_open_session_it_falls_in():
+    """Why a read task cannot judge a session record by the epoch's starting watermark alone, as it
+    judges a tumbling or hopping one (``on_late: dead_letter`` stays refused for session windows):
+    the record at 50 s, whose own session [50 s, 60 s) ended before the watermark (100 s), falls
+    inside the open session [0 s, 110 s) and joins it, in the merge and in the plain-Python reference."""
+    spec = agg()
+    state = KeyedAggregateState(spec.state_key(), spec.state_functions(), 128)
+    schema = table([("x", 0, 1, 1)], hidden=False).schema
+    state.merge(table([("a", 0, 110, 21)], hidden=False))  # records every 5 s from 0 s to 100 s
+    record_ms, gap_ms, watermark_ms = 50 * SEC, 10 * SEC, 100 * SEC
+    assert record_ms + gap_ms <= watermark_ms  # the starting watermark alone would call it late
+    _, merged, _, late = sessions_merged(
+        spec, state, schema, table([("a", 50, 60, 1)], hidden=True), Watermark(0, 100 * SEC)
+    )
+    assert late == 0 and merged.to_pylist()[0]["n"] == 22
+    first = [{"page": "a", "user": "u", "ms": 1, "ts": iso(t * SEC)} for t in range(0, 101, 5)]
+    written, late = session_answer(
+        [first, [{"page": "a", "user": "u", "ms": 1, "ts": iso(record_ms)}]], gap_ms, 0, True
+    )
+    assert late == 0 and written[("a", 0, 110 * SEC)]["n"] == 22
