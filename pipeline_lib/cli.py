@@ -8,6 +8,10 @@ are in ``pipeline_lib.commands``, one module per group.
 
 from __future__ import annotations
 
+# First, before any pydantic model is built: see plugin_env.
+import pipeline_lib.plugin_env  # noqa: F401
+
+# isort: split
 import json
 import logging
 import sys
