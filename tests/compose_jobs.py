@@ -64,7 +64,7 @@ class ComposeJob:
     @property
     def outputs(self) -> set[str]:
         """Sink and dead-letter prefixes."""
-        paths = {flow.sink.files.path for flow in self.spec.all_flows()}
+        paths = {flow.sink.path for flow in self.spec.all_flows()}
         if self.spec.dead_letter is not None:
             paths.add(self.spec.dead_letter.path)
         return {prefix(path) for path in paths}

@@ -1,15 +1,18 @@
 """The second half of both compose scenarios (in containers and natively): once the killed run is
 LOST, `pipeline_recovery` relaunches it, the relaunch restores from the snapshot recovery chose,
-and the result table equals plain Python's."""
+and the job's Delta table equals plain Python's, read by delta-rs here and by DuckDB inside the stack."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
+from deltalake import DeltaTable
+
 from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
-from tests.support import result_table
+from pipeline_lib.sink.delta_table import storage_options, table_uri
 
 
 def relaunched_by_recovery(
@@ -31,11 +34,18 @@ def relaunched_by_recovery(
 
 
 def assert_exact_spend(settings: ConnectionSettings, sink: str, events: list[dict[str, Any]]) -> None:
-    """The job's table, read with the stack's own S3 settings, is plain Python's spend per user."""
-    env = {
-        "PIPELINE_S3_ENDPOINT": settings.s3_endpoint,
-        "PIPELINE_S3_ACCESS_KEY": settings.s3_access_key.get_secret_value(),
-        "PIPELINE_S3_SECRET_KEY": settings.s3_secret_key.get_secret_value(),
-        "PIPELINE_S3_REGION": settings.s3_region,
-    }
-    assert result_table(env, sink) == spend_per_user(events)
+    """The job's Delta table, read by delta-rs with the stack's own S3 settings (the job's key), is
+    plain Python's spend per user: one row per user, every event counted once."""
+    table = DeltaTable(table_uri(sink), storage_options=storage_options(sink, settings)).to_pandas()
+    rows = table[["user", "total", "n"]].astype(object).to_dict("records")
+    assert len(rows) == len({r["user"] for r in rows}), "a user has two rows"
+    assert {r["user"]: r for r in rows} == spend_per_user(events)
+
+
+def assert_queried_spend(output: str, events: list[dict[str, Any]]) -> None:
+    """``python -m pipeline_lib.table_query``'s JSON lines (DuckDB over the job's Delta table, run
+    inside the stack) are plain Python's spend per user, ordered by user."""
+    rows = [json.loads(line) for line in output.splitlines() if line.strip()]
+    assert [r["user"] for r in rows] == sorted(r["user"] for r in rows), "not ordered by the key"
+    assert {r["user"]: {k: r[k] for k in ("user", "total", "n")} for r in rows} == spend_per_user(events)
+    assert len(rows) == len(spend_per_user(events))

@@ -16,7 +16,9 @@ compose file.
 
 Then the compose job ``pipeline__spend-per-user`` (dags/, as mounted) is triggered through the
 REST API and runs by ``spark-submit`` on the standalone master; its driver is SIGKILLed after a
-committed epoch, ``pipeline_recovery`` relaunches it, and the sink equals plain Python's answer:
+committed epoch, ``pipeline_recovery`` relaunches it, and the job's Delta table equals plain
+Python's answer, read by delta-rs and by DuckDB (``python -m pipeline_lib.table_query``, run with the
+scheduler's environment):
 all of it with the job's own MinIO key and Spark's RPC authentication and encryption on. A Spark
 driver without the cluster's secret, or with another one, is refused by the master.
 """
@@ -55,7 +57,7 @@ from testing_servers.postgres_server import start_postgres, stop_postgres
 from testing_servers.spark_cluster import start_spark_cluster
 from tests.airflow.deployment import start_airflow
 from tests.compose_file import command_of, deep_interpolate, env_of, mounts
-from tests.compose_recovery import assert_exact_spend, relaunched_by_recovery
+from tests.compose_recovery import assert_exact_spend, assert_queried_spend, relaunched_by_recovery
 from tests.stack.native_compose import (
     REFUSED,
     Natives,
@@ -93,6 +95,7 @@ class Stack:
     secrets: list[str]
     cluster: Any  # the native spark-master and spark-worker
     spark_env: dict[str, str]  # their environment: the conf folder and the cluster's secret
+    scheduler_env: dict[str, str]  # airflow-scheduler's own (the job's S3 connection), for a command run "in" it
 
 
 @pytest.fixture(scope="module")
@@ -257,7 +260,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             for k, v in dotenv.items()
             if k.endswith(("PASSWORD", "SECRET_KEY", "_KEY", "SECRET")) and "ACCESS_KEY" not in k
         ]
-        yield Stack(airflow, settings, host_bootstrap, cluster.master_url, secret_values, cluster, spark_env)
+        scheduler_env = {**os.environ, **blank, **common, **envs["scheduler"], **test_only}
+        yield Stack(
+            airflow, settings, host_bootstrap, cluster.master_url, secret_values, cluster, spark_env, scheduler_env
+        )
 
 
 def status(stack: Stack):
@@ -290,7 +296,18 @@ def test_the_compose_job_survives_a_killed_driver_on_the_native_stack(stack: Sta
     wait_for(lambda: status(stack).observed(dt.datetime.now(dt.UTC))[0] == "LOST", 60, "LOST")
 
     relaunch, summary = relaunched_by_recovery(airflow, DAG, JOB, recovery_timeout=240, run_timeout=400)
-    assert_exact_spend(stack.settings, SPEC.sink.files.path, events)
+    assert_exact_spend(stack.settings, SPEC.sink.path, events)  # the Delta table, read by delta-rs
+    # A second engine, as `docker compose exec airflow-scheduler` runs it (docs/compose.md): DuckDB
+    # over the table, with the scheduler's environment (the job's S3 connection, nothing else).
+    query = subprocess.run(
+        [sys.executable, "-m", "pipeline_lib.table_query", str(REPO / "dags" / "pipelines" / "spend-per-user.yaml")],
+        env=stack.scheduler_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert query.returncode == 0, query.stderr[-3000:]
+    assert_queried_spend(query.stdout, events)
     final = status(stack)
     assert final.state == "STOPPED" and final.attempt == running.attempt + 1
 
@@ -299,7 +316,7 @@ def test_the_compose_job_survives_a_killed_driver_on_the_native_stack(stack: Sta
     [job] = [j for j in overview["jobs"] if j["name"] == JOB]
     [view] = job["pipelines"]
     assert (view["status"], view["latest_snapshot"]) == ("STOPPED", summary["last_snapshot"]), view
-    for text in (log, airflow.task_log(DAG, relaunch, "run_job"), json.dumps(summary)):
+    for text in (log, airflow.task_log(DAG, relaunch, "run_job"), json.dumps(summary), query.stdout + query.stderr):
         assert not any(s in text for s in stack.secrets)
 
 

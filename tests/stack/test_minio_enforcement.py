@@ -52,7 +52,7 @@ def job_prefixes() -> dict[str, tuple[str, ...]]:
     jobs = {}
     for path in sorted((ROOT / "dags" / "pipelines").glob("*.y*ml")):
         spec = load_spec(path)
-        outputs = [flow.sink.files.path for flow in spec.all_flows()]
+        outputs = [flow.sink.path for flow in spec.all_flows()]
         outputs += [spec.dead_letter.path] if spec.dead_letter is not None else []
         jobs[spec.name] = (spec.checkpoint.store, *dict.fromkeys(outputs))
     return jobs
