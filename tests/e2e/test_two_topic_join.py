@@ -10,7 +10,8 @@ shared over both topics, both topics bounded. Both topics share the source's wat
 largest event time of either, minus ``delay``); read at equal shares the payments run about ten
 minutes of event time ahead of their orders, so the delay (30 minutes) covers that. The joined rows
 must be exactly plain Python's, each once; under SIGKILL (``make full``) too, after a restore
-that resumes both topics from the snapshot, and `verify` passes."""
+that resumes both topics from the snapshot (on owner tasks also at another parallelism), and
+`verify` passes."""
 
 from __future__ import annotations
 
@@ -134,6 +135,25 @@ def test_the_two_topic_join_survives_a_sigkill_exactly(stack_env, tmp_path, orde
     restored = run_cli(["run", str(spec), "--until-caught-up"], stack_env)
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert "restored from" in restored.stderr
+    assert written(stack_env, f"s3://results/{name}") == expected(*orders_and_payments)
+    verified = run_cli(["verify", str(spec)], stack_env)
+    assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]
+
+
+@pytest.mark.full
+def test_on_owner_tasks_the_two_topic_join_survives_a_sigkill_and_a_rescale(stack_env, tmp_path, orders_and_payments):
+    name = "two-topic-owners"
+    spec = write_spec(tmp_path, {**join_spec(name), "keyed_state": "owners"})
+    fault_log = tmp_path / "faults.log"
+    fault = "after_sink_success@3"
+    crashed = run_cli(
+        ["run", str(spec), "--until-caught-up"],
+        {**stack_env, "PIPELINE_FAULT_POINTS": fault, "PIPELINE_FAULT_LOG": str(fault_log)},
+    )
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], stack_env)
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    assert "with keyed state on owner tasks" in restored.stderr
     assert written(stack_env, f"s3://results/{name}") == expected(*orders_and_payments)
     verified = run_cli(["verify", str(spec)], stack_env)
     assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]
