@@ -124,10 +124,14 @@ def _chain_break(newer: Manifest | None, older_entry: HistoryEntry, older: Manif
             f"snapshot {newer.snapshot_id} was built on {newer.lineage.base_snapshot}, not on the retained "
             f"snapshot before it, {older_entry.snapshot_id}"
         )
+    second = older.second_topic  # a stream join's own topic: its ranges follow its own positions
     for r in newer.lineage.ranges:
-        if r.start != older.positions.get(r.partition, r.start):
+        positions = (
+            second.positions if second is not None and r.topic == second.topic else older.positions
+        )  # guard: verify-second-topic-as-first
+        if r.start != positions.get(r.partition, r.start):
             return (
-                f"snapshot {newer.snapshot_id} read partition {r.partition} from offset {r.start}, but "
-                f"{older.snapshot_id} ends at {older.positions[r.partition]}"
+                f"snapshot {newer.snapshot_id} read partition {r.partition} from offset {r.start} of {r.topic}, but "
+                f"{older.snapshot_id} ends at {positions[r.partition]}"
             )
     return None

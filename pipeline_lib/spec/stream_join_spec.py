@@ -15,9 +15,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pipeline_lib.spec.base import IDENTIFIER, FieldsError, StrictModel, check_key_columns
+from pipeline_lib.spec.base import IDENTIFIER, TOPIC_PATTERN, FieldsError, StrictModel, check_key_columns
 from pipeline_lib.spec.durations import parse_duration_ms
 from pipeline_lib.spec.join_spec import on_from_yaml
+from pipeline_lib.spec.source_spec import KafkaSourceSpec
 
 JOIN_FUNCTION = "pipeline_lib.execution.state.stream_join:join_rows"
 JOIN_TIMER = "pipeline_lib.execution.state.stream_join:evict_rows"
@@ -37,24 +38,38 @@ class StreamJoinSpec(StrictModel):
     within: str
     before: str = "0 s"
     how: Literal["inner", "left"] = "inner"
+    # the joined stream on a topic of its own, read by the same pipeline (plan.two_topics); its
+    # rows get ``side`` = ``stream``, the source topic's rows a null ``side``
+    topic: Annotated[str | None, Field(pattern=TOPIC_PATTERN)] = None
+    schema_: Annotated[str | None, Field(alias="schema")] = None
+    format: Literal["json", "string"] | None = None
 
     _on = field_validator("on")(check_key_columns)
 
     _yaml_on = model_validator(mode="before")(on_from_yaml)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _one_topic(cls, data: Any) -> Any:
-        """A joined stream on a topic of its own is refused by name, not as an unknown field."""
-        taken = sorted({"topic", "schema", "format"} & set(data)) if isinstance(data, dict) else []
-        if taken:
-            raise FieldsError(
-                f"join.{', join.'.join(taken)}: a stream join reading a second topic (the joined stream on "
-                "a topic of its own) is not supported yet: both streams come through the flow's one "
-                "source, told apart by the side column (docs/joins.md, 'Why one pipeline reads both streams')",
-                *taken,
-            )
-        return data
+    @model_validator(mode="after")
+    def _second_topic_whole(self) -> StreamJoinSpec:
+        """A joined stream on a topic of its own names the topic and, for JSON, its schema."""
+        if self.topic is None and (self.schema_ is not None or self.format is not None):
+            raise FieldsError("join.schema and join.format describe join.topic: name the topic", "topic")
+        if self.topic is not None and (self.format or "json") == "json" and not self.schema_:
+            raise FieldsError('join.topic in format json needs join.schema, e.g. "id string, ts timestamp"', "schema")
+        if self.topic is not None and self.format == "string" and self.schema_:
+            raise FieldsError("join.format string yields columns key and value; remove join.schema", "schema")
+        second = self.second_source()  # the schema's DDL, checked as a source's
+        missing = [c for c in (*self.on, self.time) if second is not None and c not in second.columns()]
+        if missing:
+            raise FieldsError(f"join.topic {self.topic}'s rows have no columns {missing} (join.schema)", "schema")
+        return self
+
+    def second_source(self) -> KafkaSourceSpec | None:
+        """The joined stream's topic as a source of its own (its schema and format), or None."""
+        if self.topic is None:
+            return None
+        return KafkaSourceSpec.model_validate(
+            {"topic": self.topic, "format": self.format or "json", "schema": self.schema_}
+        )
 
     @field_validator("side", "time")
     @classmethod

@@ -128,7 +128,7 @@ def graph(of, typing_imports: bool) -> dict[str, dict[str, list[Import]]]:
 
 def test_the_graph_sees_module_and_function_level_imports():
     found = {(i.source, i.target) for i in _imports()}
-    assert ("pipeline_lib.execution.runtime.pipeline_runner", "pipeline_lib.checkpoint.epoch_commit") in found
+    assert ("pipeline_lib.execution.runtime.runner_planning", "pipeline_lib.checkpoint.epoch_commit") in found
     assert ("pipeline_lib.api.run", "pipeline_lib.execution.runtime.job_runner") in found  # inside run_job
     assert ("benchmarks.commands", "benchmarks.throughput") in found  # the harness packages are read too
     assert ("benchmarks.driver_load", "testing_servers.spark_cluster") in found

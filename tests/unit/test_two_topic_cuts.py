@@ -127,10 +127,24 @@ checkpoint:
 """
 
 
-def test_a_stream_join_on_a_topic_of_its_own_is_refused_naming_the_field(tmp_path):
+def test_a_stream_join_on_a_topic_of_its_own_loads_and_names_its_topic(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text(SECOND_TOPIC_SPEC)
-    with pytest.raises(SpecError, match=r"job.yaml:9: .*join.schema, join.topic: a stream join reading a second topic"):
+    join = load_spec(path).all_flows()[0].state.process.stream_join
+    assert join.topic == "payments" and join.second_source().columns()[:3] == ["order_id", "amount", "ts"]
+
+
+def test_a_second_topic_without_its_schema_or_its_keys_is_refused_naming_the_field(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(SECOND_TOPIC_SPEC.replace('      schema: "order_id string, amount long, ts timestamp"\n', ""))
+    with pytest.raises(SpecError, match=r"join.topic in format json needs join.schema"):
+        load_spec(path)
+    path.write_text(
+        SECOND_TOPIC_SPEC.replace(
+            'schema: "order_id string, amount long, ts timestamp"\n      side', 'schema: "order_id string"\n      side'
+        )
+    )
+    with pytest.raises(SpecError, match=r"join.topic payments's rows have no columns \['ts'\]"):
         load_spec(path)
 
 

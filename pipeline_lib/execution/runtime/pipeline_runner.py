@@ -17,7 +17,6 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import ExitStack, nullcontext
 
-from pipeline_lib.checkpoint.epoch_commit import source_completed
 from pipeline_lib.checkpoint.layout import epoch_of_snapshot
 from pipeline_lib.checkpoint.manifest import (
     LaunchInfo,
@@ -47,8 +46,8 @@ from pipeline_lib.execution.runtime.runner_types import EpochRead, EpochReport, 
 from pipeline_lib.execution.runtime.startup import CarriedChecks, start_pipeline
 from pipeline_lib.execution.runtime.topic_follow import follow_topic
 from pipeline_lib.execution.runtime.warm_up import WarmUp
-from pipeline_lib.execution.source.epoch_reader import source_schema
 from pipeline_lib.execution.source.subtask_start import SourceStart
+from pipeline_lib.execution.source.two_topic_source import pipeline_schema
 from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.faults import fault_point
 from pipeline_lib.plan import kafka_offsets
@@ -237,7 +236,7 @@ class PipelineRunner:
 
         def parse_schema():
             with clear_spark_errors(f"parsing the schema of source {self.pipeline.source}"):
-                schema = source_schema(spark, self.parts.source, tolerant=self.parts.tolerant)
+                schema = pipeline_schema(spark, self.parts.source, self.planner.join, self.parts.tolerant)
             self._take_path(spark, schema)
             return schema
 
@@ -318,7 +317,7 @@ class PipelineRunner:
         while options.max_epochs is None or len(self.epochs) < options.max_epochs:
             if stop.is_set():
                 break
-            if source_completed(loop.positions, loop.stops) and loop.base_id is not None:
+            if self.planner.completed(loop) and loop.base_id is not None:
                 self._status("COMPLETED", loop.epoch)
                 log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, loop.base_id)
                 return loop.epoch
@@ -329,7 +328,7 @@ class PipelineRunner:
                 else self.planner.plan(loop.epoch + 1, loop.base_id, loop.positions, loop.targets, loop.stops)
             )
             if plan.records == 0:
-                if options.mode == "until-caught-up" or source_completed(loop.positions, loop.stops):
+                if options.mode == "until-caught-up" or self.planner.completed(loop):
                     break
                 if stop.wait(trigger.idle_wait(options.poll_interval_s)):
                     break
@@ -363,7 +362,7 @@ class PipelineRunner:
             self.on_epoch(report)
         loop.ahead.cancel()  # stopped or at max_epochs with the next read in flight: it is not needed
         self.attempt.check_not_fenced(loop.epoch)  # stopped because fenced: report it, record nothing
-        if source_completed(loop.positions, loop.stops) and loop.base_id is not None:
+        if self.planner.completed(loop) and loop.base_id is not None:
             self._status("COMPLETED", loop.epoch)
             log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, loop.base_id)
         else:

@@ -14,7 +14,6 @@ from pipeline_lib.checkpoint.epoch_commit import (
     commit_epoch,
     plan_ends,
     run_now,
-    source_completed,
 )
 from pipeline_lib.checkpoint.manifest import HistoryEntry
 from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
@@ -27,6 +26,7 @@ from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
 from pipeline_lib.execution.source.epoch_reader import epoch_range_reader, range_reader
 from pipeline_lib.execution.source.subtask_start import SourceStart
+from pipeline_lib.execution.source.two_topic_source import pipeline_reader, second_topic_join
 from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.faults import fault_point
 from pipeline_lib.plan.offsets import EpochPlan
@@ -43,6 +43,7 @@ class EpochReader:
 
     def __init__(self, parts: PipelineParts, path: EpochPath, writers: PartWriters, attempt: RunAttempt):
         self.parts, self.path, self.writers, self.attempt = parts, path, writers, attempt
+        self.join = second_topic_join(flow.spec for flow in parts.flows)  # a second topic's, or None
 
     def owner_tasks(self, plan: EpochPlan) -> OwnerTasks:
         """The owner side of ``plan``'s epoch (empty with keyed state on the driver), on the flows'
@@ -76,8 +77,9 @@ class EpochReader:
                 job.max_record_bytes,
                 job.max_batch_bytes,
             )
+            two = pipeline_reader(spark, reader, parts.source, self.join)
             writers = routed(self.writers.for_epoch(plan.epoch), parts.flows, starts)
-            return self.path.read(spark, reader, plan, writers, owners, start)
+            return self.path.read(spark, two, plan, writers, owners, start)
 
     def warm_up(self, spark, schema) -> None:
         """The path's epoch query once over no records (a task of no ranges per subtask: each
@@ -93,7 +95,8 @@ class EpochReader:
             job.max_record_bytes,
             job.max_batch_bytes,
         )
-        self.path.warm_up(spark, reader, self.writers.for_epoch(0), self.path.state.owner_tasks(0, 0, base=False))
+        two = pipeline_reader(spark, reader, parts.source, self.join)
+        self.path.warm_up(spark, two, self.writers.for_epoch(0), self.path.state.owner_tasks(0, 0, base=False))
 
 
 class EpochCommit:
@@ -143,7 +146,7 @@ class EpochCommit:
                 *(bad.first_bad[c] for c in ("topic", "partition", "offset", "error")),
             )
         with self.timer.timed("merge"):
-            ended = source_completed(plan.end_positions(), plan.stop_offsets)
+            ended = plan_ends(plan)  # both topics' ends when it reads two
             merged = {
                 flow.spec.name: self.state.merge(flow, read.flows[flow.spec.name], ended) for flow in self.parts.flows
             }

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import logging
 
+from pipeline_lib.checkpoint.epoch_commit import source_completed
 from pipeline_lib.checkpoint.restore import Restored
 from pipeline_lib.errors import DATA_LOSS, DataLossError, PipelineError, SnapshotError
 from pipeline_lib.execution.engine.table_pinning import joins_of, pin_tables
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
+from pipeline_lib.execution.runtime.second_topic_planning import SecondTopic
+from pipeline_lib.execution.source.two_topic_source import second_topic_join
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.epoch_budget import epoch_budget
-from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, lost_ranges, plan_epoch
+from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, TopicCut, lost_ranges, plan_epoch
+from pipeline_lib.plan.two_topics import plan_two_topics
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +30,9 @@ class EpochPlanner:
         self.offsets = None
         self.joins = joins_of(flow.spec for flow in parts.flows)  # the tables each plan pins
         self.pinned: dict = {}  # the last plan's pins, to log a table that changed
+        self.join = second_topic_join(flow.spec for flow in parts.flows)  # a stream join's own topic
+        topic = self.join.topic if self.join is not None else None
+        self.second = SecondTopic(topic, parts.source, parts.pipeline.name) if topic is not None else None
 
     def positions_and_stops(self, consumer, restored: Restored | None) -> tuple[dict[int, int], dict[int, int] | None]:
         """Where each partition resumes (``restored``'s positions, a first attempt's saved plan,
@@ -34,6 +41,13 @@ class EpochPlanner:
         partitions = kafka_offsets.topic_partitions(consumer, self.parts.topic)
         self.topic_id = kafka_offsets.topic_id(consumer, self.parts.topic)
         earliest = kafka_offsets.earliest_offsets(consumer, self.parts.topic, partitions)
+        if self.second is not None:  # the second topic's cut before the first epoch this run plans
+            first_plan = (
+                self.parts.snapshots.load_plan(1)
+                if restored is None and self.parts.options.restore == "latest"
+                else None
+            )
+            self.second.start(consumer, restored.manifest.epoch if restored else 0, restored, first_plan)
         if restored is not None:
             m = restored.manifest
             self._same_topic(m.topic_id, f"snapshot {m.snapshot_id}")
@@ -84,21 +98,19 @@ class EpochPlanner:
         same positions is replayed exactly; a new one with records is saved before it is read."""
         positions, lost = self.past_lost_data(base, positions)
         planned = self.parts.snapshots.load_plan(epoch)
-        if planned is not None and planned.positions == positions:
+        if planned is not None and planned.positions == positions and self._same_second(planned):
             # replay exactly what an earlier attempt planned, from the snapshot this attempt builds on
             # (the earlier attempt may have planned it on a snapshot of its own that never committed)
             replay = planned.model_copy(update={"base_snapshot": base})  # guard: replayed-plan-keeps-old-base
-            return self.pin_missing(replay)
-        plan = plan_epoch(
-            epoch,
-            base,
-            self.parts.topic,
-            positions,
-            targets,
-            epoch_budget(self.parts.job.trigger, self.parts.parallelism),  # guard: budget-at-spec-parallelism
-            stops,
-            self.topic_id,
-        )
+            return self._second_planned(self.pin_missing(replay))
+        budget = epoch_budget(self.parts.job.trigger, self.parts.parallelism)  # guard: budget-at-spec-parallelism
+        if self.second is not None:  # one budget shared over both topics' partitions
+            first = TopicCut(topic=self.parts.topic, topic_id=self.topic_id, positions=positions, stop_offsets=stops)
+            first = first.model_copy(update={"data_lost": lost})
+            second = self.second.cut(epoch)
+            plan = plan_two_topics(epoch, base, first, targets, second, self.second.targets, budget)
+        else:
+            plan = plan_epoch(epoch, base, self.parts.topic, positions, targets, budget, stops, self.topic_id)
         if lost:
             plan = plan.model_copy(update={"data_lost": lost})
         if self.joins:  # the tables' versions this epoch joins, saved with its offsets
@@ -108,7 +120,24 @@ class EpochPlanner:
             self.pinned = dict(plan.tables)
         if plan.records:
             self.parts.snapshots.save_plan(plan)
+        return self._second_planned(plan)
+
+    def _same_second(self, planned: EpochPlan) -> bool:
+        """A saved plan is replayed only from the second topic's same positions too."""
+        if self.second is None or planned.second_topic is None:
+            return self.second is None and planned.second_topic is None
+        return planned.second_topic.positions == self.second.cut(planned.epoch).positions
+
+    def _second_planned(self, plan: EpochPlan) -> EpochPlan:
+        if self.second is not None:
+            self.second.planned(plan)
         return plan
+
+    def completed(self, loop) -> bool:
+        """Whether a bounded source is read to its end at ``loop``'s positions (an EpochLoop): both
+        topics when it reads two."""
+        ended = source_completed(loop.positions, loop.stops)
+        return ended and (self.second is None or self.second.completed(loop.epoch + 1))
 
     def pin_missing(self, plan: EpochPlan) -> EpochPlan:
         """A saved plan keeps its pins (a replay joins what the first run joined); a table the plan

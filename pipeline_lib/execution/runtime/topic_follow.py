@@ -28,3 +28,5 @@ def follow_topic(parts: PipelineParts, planner: EpochPlanner, loop: EpochLoop) -
         )
     loop.positions = {p: loop.positions.get(p, earliest[p]) for p in partitions}
     loop.targets = planner.targets(kafka_offsets.confirmed_end_offsets(loop.consumer, topic, partitions), loop.stops)
+    if planner.second is not None:  # a stream join's own topic: its partitions and ends too
+        planner.second.follow(loop.consumer, loop.epoch + 1)
