@@ -75,11 +75,13 @@ def publish_epoch(store: ObjectStore, epoch: int, attempt: int) -> Publication:
     listed = {ref.key for ref in marker.files}
     if visible is not None and not _lists_only(visible[0], listed):  # guard: publish-keeps-stale-marker
         version = _withdraw(store, epoch, marker, version)
-    stale = [k for k in store.list(FilesSink.epoch_dir(epoch)) if k not in listed and k != marker_key]
+    present = set(store.list(FilesSink.epoch_dir(epoch)))
+    stale = [k for k in sorted(present) if k not in listed and k != marker_key]
     store.delete_many(stale)  # guard: publish-keeps-stale-parts
     copied: list[str] = []
     for ref in marker.files:
-        if not _in_place(store, ref):  # else copied by an earlier publication (a crash cut it short)
+        # a part the listing lacks is copied without asking its size (one request less per part)
+        if ref.key not in present or not _in_place(store, ref):  # else copied by an earlier publication
             store.copy(staged(ref.key), ref.key)
             copied.append(ref.key)
     again = store.get_versioned(staged(marker_key))
