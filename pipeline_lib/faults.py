@@ -53,7 +53,7 @@ POINTS = (
     "after_sink_files",
     "after_sink_success",
     "after_table_commit",  # a table sink's (Delta, Iceberg) commit made, before the state, manifest and HEAD
-    "after_merge_files",  # in a Delta merge task: its bucket's new file written, not yet reported
+    "after_merge_files",  # in a Delta or Iceberg merge task: its bucket's new file written, not yet reported
     "after_table_compaction",  # in the background clean-up: a Delta table's compaction committed, before its VACUUM
     "mid_snapshot_write",
     "after_manifest",

@@ -2260,4 +2260,20 @@ MUTANTS: list[Mutant] = [
         "verify follows the second topic's ranges from its own positions, not the first topic's",
         ("tests/unit/test_two_topic_reading.py",),
     ),
+    Mutant(
+        "iceberg-merge-foreign-files",
+        "pipeline_lib/sink/iceberg_merge.py",
+        "not path.startswith(prefix) or bucket_of_path(relative) is None",
+        "False",
+        "an upserted Iceberg table's file outside the bucket layout is refused by name, never left beside its rewrite",
+        ("tests/unit/test_iceberg_merge.py",),
+    ),
+    Mutant(
+        "iceberg-merge-keeps-replaced-files",
+        "pipeline_lib/sink/iceberg_merge.py",
+        "overwrite.delete_data_file(live[path])",
+        "None",
+        "an Iceberg bucket's rewritten file replaces its old files in the same snapshot",
+        ("tests/unit/test_iceberg_merge.py",),
+    ),
 ]

@@ -19,8 +19,11 @@ and HEAD (epoch_commit), so:
 
 Appending flows add the staged Parquet files themselves (``add_files``: O(files) footers read on
 the driver, no rows). Upserting flows delete the epoch's changed keys and append their rows in
-one transaction (copy-on-write: the data files holding those keys are rewritten, as Spark's
-Iceberg MERGE does in its default mode): the driver reads the changed rows, O(changed keys).
+one snapshot (copy-on-write: the data files holding those keys are rewritten, as Spark's
+Iceberg MERGE does in its default mode). A table this sink created lays its rows out in buckets of
+keys and Spark tasks rewrite them, one bucket each; the driver commits the file swap only, O(files)
+(sink/iceberg_merge.py). A table without that layout is rewritten by pyiceberg on the driver,
+which reads the changed rows, O(changed keys).
 The keys a ttl expired (``__deleted``, sink.retractions) are deleted and not appended again.
 """
 
@@ -50,9 +53,19 @@ from pipeline_lib.checkpoint.manifest import FileRef, SinkCommit
 from pipeline_lib.errors import FencedError, PipelineError
 from pipeline_lib.faults import fault_point
 from pipeline_lib.settings import ConnectionSettings
+from pipeline_lib.sink.delta_merge import BucketMerge, BucketSplit, MergeRunner, SparkMerge, merge_in_process
 from pipeline_lib.sink.delta_table import check_same_schema
 from pipeline_lib.sink.files_sink import FilesSink
 from pipeline_lib.sink.iceberg_catalog import file_uri, open_catalog
+from pipeline_lib.sink.iceberg_merge import (
+    BUCKETS_PROPERTY,
+    DEFAULT_BUCKETS,
+    by_bucket,
+    live_files,
+    replace_files,
+    results_schema,
+    table_buckets,
+)
 from pipeline_lib.sink.output_mode import OutputMode
 from pipeline_lib.sink.retractions import kept_rows, without_flag
 from pipeline_lib.sink.staged_commit import staged_commit
@@ -78,6 +91,7 @@ class IcebergSink:
         app_id: str,
         mode: OutputMode,
         key: Sequence[str] = (),
+        buckets: int = DEFAULT_BUCKETS,
     ):
         self.staging = staging
         self.spec = spec
@@ -87,6 +101,12 @@ class IcebergSink:
         self.mode = mode
         self.key = list(key)
         self._parts_uri = file_uri(spec.parts_location)
+        self.buckets = buckets  # of a new upserted table; an existing one keeps its own
+        self.merge_runner: MergeRunner = merge_in_process  # the runner sets Spark's (SparkMerge)
+
+    def merge_on(self, spark, job_tag: str | None = None) -> None:
+        """Run an upsert's rewrite as Spark tasks of ``spark`` (under the run attempt's ``job_tag``)."""
+        self.merge_runner = SparkMerge(spark, job_tag)
 
     @cached_property
     def catalog(self) -> Catalog:
@@ -191,8 +211,9 @@ class IcebergSink:
         except NamespaceAlreadyExistsError:
             pass
         try:
+            layout = {} if self.mode == "append" else {BUCKETS_PROPERTY: str(self.buckets)}
             return self.catalog.create_table(
-                self.name, schema, location=file_uri(self.spec.location), properties=TABLE_PROPERTIES
+                self.name, schema, location=file_uri(self.spec.location), properties={**TABLE_PROPERTIES, **layout}
             )
         except TableAlreadyExistsError as exc:  # another writer created it first: read it, check its fence
             raise CommitFailedException("created by another writer") from exc  # guard: iceberg-created-table-unfenced
@@ -226,6 +247,8 @@ class IcebergSink:
         elif self.mode == "append":
             uris = [f"{self._parts_uri}/{ref.key}" for ref in files]
             tx.add_files(uris, snapshot_properties=summary, check_duplicate_files=False)
+        elif table_buckets(table) is not None:
+            self._merge_on_executors(tx, table, epoch, attempt, files, summary)
         else:
             rows = pa.concat_tables([pq.read_table(io.BytesIO(self.staging.store.get(ref.key))) for ref in files])
             with warnings.catch_warnings():  # "did not match any records": an epoch of new keys only
@@ -234,6 +257,22 @@ class IcebergSink:
             tx.append(kept_rows(rows).cast(table.schema().as_arrow()), snapshot_properties=summary)
         tx.set_properties(record)
         tx.commit_transaction()
+
+    def _merge_on_executors(
+        self, tx, table: Table, epoch: int, attempt: int, files: Sequence[FileRef], summary: dict[str, str]
+    ) -> None:
+        """The upsert as Spark tasks, one bucket each (sink/iceberg_merge.py); here only the
+        table's manifests, the new files' footers and one snapshot: O(files)."""
+        buckets = table_buckets(table) or self.buckets
+        root = file_uri(self.spec.location)
+        live = live_files(table, root)
+        split = BucketSplit(str(self.staging.store.location), self._settings, tuple(self.key), buckets)
+        merge = BucketMerge(self.spec.location, self._settings, tuple(self.key), by_bucket(live), epoch, attempt)
+        results = self.merge_runner(split, [ref.key for ref in files], merge)
+        schema = results_schema(results)
+        if schema is not None:
+            check_same_schema(self.spec.location, table.schema().as_arrow(), schema, kind="Iceberg")
+        replace_files(tx, table.io, root, live, results, summary)
 
     def retract_all(self, attempt: int, committed_through: int = 0) -> int:
         """Start the output over: the staged markers as a files sink retracts them, and the

@@ -110,3 +110,11 @@ def test_iceberg_table_on_owner_tasks_killed_twice(stack_env, tmp_path, payments
     _iceberg_run(
         stack_env, tmp_path, payments, ["after_table_commit@2", "after_sink_success@4"], extra={"keyed_state": "owners"}
     )
+
+
+@pytest.mark.full
+def test_iceberg_table_killed_in_an_executor_rewrite(stack_env, tmp_path, payments):
+    """Killed in a Spark task of the upsert's rewrite, its bucket's new file written but no
+    snapshot naming it: the table read right after is the committed epochs, the replay rewrites
+    the bucket again, and the end is exactly the plain-Python answer (owner tasks)."""
+    _iceberg_run(stack_env, tmp_path, payments, ["after_merge_files@3"], extra={"keyed_state": "owners"})

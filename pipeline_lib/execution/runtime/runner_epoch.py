@@ -30,7 +30,6 @@ from pipeline_lib.execution.source.two_topic_source import pipeline_reader, seco
 from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.faults import fault_point
 from pipeline_lib.plan.offsets import EpochPlan
-from pipeline_lib.sink.delta_sink import DeltaSink
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +163,9 @@ class EpochCommit:
                 flow.late_records,
             )
 
-        for flow in self.parts.flows:  # an upserted Delta table is merged by this run's Spark tasks
-            if isinstance(flow.sink, DeltaSink) and self.attempt.spark is not None:
+        for flow in self.parts.flows:  # an upserted Delta or Iceberg table is merged by this run's Spark tasks
+            # (by its merge_on: importing the Iceberg sink here would load pyiceberg for every run)
+            if hasattr(flow.sink, "merge_on") and self.attempt.spark is not None:
                 flow.sink.merge_on(self.attempt.spark, self.attempt.job_tag)
         dead = self.parts.dead_letters
         dead_letters = (
