@@ -1489,6 +1489,14 @@ MUTANTS: list[Mutant] = [
         KAFKA_WRITER_TESTS,
     ),
     Mutant(
+        "kafka-writer-groups-cover",
+        "pipeline_lib/sink/kafka_publisher.py",
+        "tuple(range(partitions))[i::count]",
+        "tuple(range(partitions))[i::count][:1]",
+        "every partition of a Kafka sink's topic has its writer in one of the epoch's publish tasks",
+        KAFKA_WRITER_TESTS,
+    ),
+    Mutant(
         "sketch-state-merge",
         "pipeline_lib/execution/state/keyed_state.py",
         "sketch_merge(fn, [a, b])",

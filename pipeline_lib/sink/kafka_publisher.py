@@ -1,6 +1,7 @@
 """The driver's side of a pipeline's Kafka sinks: after each epoch commits (its HEAD moved), one
-Spark job publishes the epoch's staged rows, one writer task per partition of each Kafka sink's
-topic (``kafka_writer``); at start-up it first publishes the head's epoch if a writer may lack it.
+Spark job publishes the epoch's staged rows, one writer per partition of each Kafka sink's
+topic (``kafka_writer``), the writers dealt to at most one task per core (``writer_groups``); at
+start-up it first publishes the head's epoch if a writer may lack it.
 The driver sends the tasks the staged parts' keys and gets back counts: nothing it handles grows
 with the rows written.
 
@@ -24,7 +25,7 @@ from pipeline_lib.kafka_connection import KafkaConnection, client_config
 from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
 from pipeline_lib.sink.kafka_avro_schema import avro_schema_text
 from pipeline_lib.sink.kafka_staging import drop_staged_epochs, droppable_below
-from pipeline_lib.sink.kafka_writer import PublishTask, publish_partition, published_epoch, writer_id
+from pipeline_lib.sink.kafka_writer import PublishTask, publish_partitions, published_epoch, writer_id
 from pipeline_lib.sink.retractions import DELETED_COLUMN, retracts
 from pipeline_lib.spec.models import FlowSpec
 
@@ -40,6 +41,15 @@ class KafkaTarget:
     flow: FlowSpec
     staging: FilesSink
     partitions: int = 0
+
+
+def writer_groups(partitions: int, slots: int) -> list[tuple[int, ...]]:
+    """The topic's partitions dealt to at most ``slots`` tasks (the cluster's cores): each task
+    reads the epoch's staged parts once for all its writers, not once per partition. Which task
+    publishes a partition changes nothing Kafka checks (each partition keeps its writer id)."""
+    count = max(1, min(partitions, slots))
+    # every partition in one task: a partition left out is never published
+    return [tuple(range(partitions))[i::count] for i in range(count)]  # guard: kafka-writer-groups-cover
 
 
 class KafkaPublisher:
@@ -113,10 +123,11 @@ class KafkaPublisher:
         lacking = [t for t in self.targets if self._held(t) < epoch]
         if lacking:
             tasks = [self._task(target, epoch) for target in lacking]
-            writers = [(task, p) for task in tasks for p in range(task.partitions)]
             sc = spark.sparkContext
+            slots = sc.defaultParallelism
+            writers = [(task, group) for task in tasks for group in writer_groups(task.partitions, slots)]
             sc.setJobDescription(f"pipeline {self.pipeline}: publish epoch {epoch} to Kafka")
-            sent = sc.parallelize(writers, len(writers)).map(lambda w: (w[0].flow, publish_partition(*w))).collect()
+            sent = sc.parallelize(writers, len(writers)).map(lambda w: (w[0].flow, publish_partitions(*w))).collect()
             for task in tasks:
                 self.published[task.flow] = epoch
                 log.info(

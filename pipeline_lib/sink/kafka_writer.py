@@ -27,7 +27,7 @@ from pipeline_lib.kafka_connection import KafkaConnection, client_config
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink import kafka_producers as producers
 from pipeline_lib.sink.files_sink import json_default
-from pipeline_lib.sink.kafka_rows import columns_of, read_part, rows_in_partition
+from pipeline_lib.sink.kafka_rows import PartRows, columns_of, read_part
 from pipeline_lib.sink.kafka_transactions import TransactionalProducer as Producer
 from pipeline_lib.sink.kafka_values import Encode, avro_encoder, json_value, value_encoder
 from pipeline_lib.spec.base import METADATA_COLUMNS
@@ -108,22 +108,37 @@ def partition_of(key: bytes | None, partitions: int) -> int:
     return 0 if key is None else key_partition(key, partitions)
 
 
-def rows_of_partition(task: PublishTask, partition: int) -> Iterator[tuple[bytes | None, bytes | None, list]]:
-    """(key, value, headers) of the epoch's rows that go to ``partition``, in the staged order
-    (value None: a tombstone)."""
-    store = open_store(task.staging, task.settings)
+Staged = dict[str, tuple[PartRows, Encode]]  # a task's staged parts, read and hashed once
+
+
+def _staged_part(task: PublishTask, part: str, staged: Staged) -> tuple[PartRows, Encode]:
+    """The staged ``part``'s rows with their partitions and its value encoder, read once per task
+    (kept in ``staged`` for the task's other partitions)."""
+    if part in staged:
+        return staged[part]
+    rows = read_part(part, open_store(task.staging, task.settings).get(part))
+    columns = columns_of(rows)
     missing = [*task.key, *task.headers, *([task.tombstone] if task.tombstone else [])]
+    absent = [c for c in missing if columns is not None and c not in columns]
+    if absent:
+        raise ValueError(
+            f"flow {task.flow}: sink.kafka names columns {absent} that its output does not have "
+            f"(it has {sorted(columns or [])})"
+        )
+    encode = avro_encoder(task.avro_schema, METADATA_COLUMNS) if task.avro_schema else value_encoder(rows)
+    staged[part] = (PartRows(rows, task.key, record_key, task.partitions), encode)
+    return staged[part]
+
+
+def rows_of_partition(
+    task: PublishTask, partition: int, staged: Staged | None = None
+) -> Iterator[tuple[bytes | None, bytes | None, list]]:
+    """(key, value, headers) of the epoch's rows that go to ``partition``, in the staged order
+    (value None: a tombstone); ``staged``: the parts this task already read."""
+    staged = {} if staged is None else staged
     for part in task.parts:
-        rows = read_part(part, store.get(part))
-        columns = columns_of(rows)
-        absent = [c for c in missing if columns is not None and c not in columns]
-        if absent:
-            raise ValueError(
-                f"flow {task.flow}: sink.kafka names columns {absent} that its output does not have "
-                f"(it has {sorted(columns or [])})"
-            )
-        encode = avro_encoder(task.avro_schema, METADATA_COLUMNS) if task.avro_schema else value_encoder(rows)
-        for key, row in rows_in_partition(rows, task.key, record_key, partition, task.partitions):
+        part_rows, encode = _staged_part(task, part, staged)
+        for key, row in part_rows.of(partition):
             headers = [(h, _text(row[h])) for h in task.headers if row[h] is not None]
             try:
                 value = record_value(row, task.tombstone, task.retraction, encode)
@@ -150,7 +165,14 @@ def published_epoch(kafka: KafkaConnection, group: str, topic: str, partition: i
     return NOT_PUBLISHED if found is None else int(found)
 
 
-def publish_partition(task: PublishTask, partition: int) -> int:
+def publish_partitions(task: PublishTask, partitions: tuple[int, ...]) -> int:
+    """Publish the epoch's rows of each of ``partitions`` once, one writer (transactional id and
+    transaction) after the other, reading and hashing the staged parts once for all of them."""
+    staged: Staged = {}
+    return sum(publish_partition(task, p, staged) for p in partitions)
+
+
+def publish_partition(task: PublishTask, partition: int, staged: Staged | None = None) -> int:
     """Publish the epoch's rows of ``partition`` once: the rows sent (0 when the topic already
     holds the epoch). With the worker's kept producer of the writer (``kafka_producers``); if it
     fails (a newer producer of the id fenced it), once more with a new one."""
@@ -158,7 +180,7 @@ def publish_partition(task: PublishTask, partition: int) -> int:
     for _ in range(2):
         producer, new = producers.take(task.kafka, tid, lambda: Producer(task.kafka, tid, TRANSACTION_TIMEOUT_MS))
         try:
-            sent = _publish(producer, task, partition, tid)
+            sent = _publish(producer, task, partition, tid, {} if staged is None else staged)
         except Exception:
             # closed, never reused: no later transaction of this process carries its records
             producers.discard(producer)  # guard: kafka-failed-producer-reused
@@ -170,7 +192,7 @@ def publish_partition(task: PublishTask, partition: int) -> int:
     raise AssertionError("unreachable: the second attempt's producer is new")
 
 
-def _publish(producer, task: PublishTask, partition: int, tid: str) -> int:
+def _publish(producer, task: PublishTask, partition: int, tid: str, staged: Staged) -> int:
     """One writer's transaction with an initialised ``producer``: the marker read (final until
     this producer's commit: any other producer of the id that initialises fences it), then the
     rows and the marker, committed together."""
@@ -181,7 +203,7 @@ def _publish(producer, task: PublishTask, partition: int, tid: str) -> int:
     # first: a fenced producer fails here, before sending the rows
     producer.send_marker(task.topic, partition, task.epoch, attempt, tid)  # guard: kafka-marker-in-transaction
     sent = 0
-    for key, value, headers in rows_of_partition(task, partition):
+    for key, value, headers in rows_of_partition(task, partition, staged):
         producer.send(task.topic, key, value, headers, partition)
         sent += 1
     producer.flush(TRANSACTION_TIMEOUT_MS / 1000)  # the records are in the log, in the open transaction

@@ -19,6 +19,8 @@ from pipeline_lib.kafka_adapter import key_partition
 from pipeline_lib.kafka_connection import KafkaConnection
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink import kafka_producers, kafka_writer
+from pipeline_lib.sink.kafka_publisher import writer_groups
+from pipeline_lib.sink.kafka_rows import read_part
 from pipeline_lib.storage import open_store
 
 pytestmark = pytest.mark.unit
@@ -136,7 +138,7 @@ def test_a_fenced_kept_producer_is_closed_and_a_new_one_fences_and_commits(tmp_p
 
 
 def test_a_producer_that_failed_mid_transaction_is_never_reused(tmp_path, producer, monkeypatch):
-    def broken(task, partition):
+    def broken(task, partition, staged=None):
         yield b"u1", b"{}", []
         raise ValueError("a bad row")
 
@@ -188,3 +190,40 @@ def test_a_row_whose_tombstone_column_is_true_is_sent_with_a_null_value(tmp_path
     store.put("epoch=3/part-00000-a1.parquet", buf.getvalue())
     rows = sorted((k, v) for p in range(3) for k, v, _ in kafka_writer.rows_of_partition(task, p))
     assert rows == [(b"a", None), (b"b", b'{"user":"b"}')]
+
+
+def test_a_task_of_several_writers_reads_each_staged_part_once(tmp_path, producer, monkeypatch):
+    reads = []
+
+    def counted(name, data):
+        reads.append(name)
+        return read_part(name, data)
+
+    class PerWriter(RecordingProducer):
+        held: dict = {}  # transactional id -> its committed marker
+
+        def published(self, topic, partition):
+            self.calls.append(("published",))
+            return self.held.get(self.config[1], 0)
+
+        def commit_transaction(self):
+            self.calls.append(("commit",))
+            self.held[self.config[1]] = self.pending
+
+    monkeypatch.setattr(kafka_writer, "read_part", counted)
+    monkeypatch.setattr(kafka_writer, "Producer", PerWriter)
+    assert kafka_writer.publish_partitions(_task(tmp_path, 3), (0, 1, 2)) == 40
+    assert reads == ["epoch=3/part-00000-a1.parquet"]
+    sent = [(c[1], c[2]) for c in producer.calls if c[0] == "send"]
+    assert sorted(k for _, k in sent) == sorted(f"u{i}".encode() for i in range(40))
+    assert all(key_partition(k, 3) == p for p, k in sent)
+    # one transaction per writer id, each with its own marker
+    markers = [c[1] for c in producer.calls if c[0] == "marker"]
+    assert markers == [f"pipeline-lib.j.main.totals.out.{p}" for p in range(3)]
+    assert kafka_writer.publish_partitions(_task(tmp_path, 3), (0, 1, 2)) == 0
+
+
+def test_writers_are_dealt_to_at_most_one_task_per_core():
+    assert writer_groups(4, 2) == [(0, 2), (1, 3)]
+    assert writer_groups(3, 8) == [(0,), (1,), (2,)]
+    assert writer_groups(5, 0) == [(0, 1, 2, 3, 4)]
