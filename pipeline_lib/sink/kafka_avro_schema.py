@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import fastavro
-
 from pipeline_lib.errors import PipelineError
 
 
 def avro_schema_text(flow: str, path: str) -> str:
     """The schema of ``flow``'s Kafka sink, read from ``path`` and checked, as compact JSON."""
+    import fastavro  # loads for an Avro Kafka sink only, not at every run's start
+
     try:
         schema = json.loads(Path(path).read_text(encoding="utf-8"))
         fastavro.parse_schema(schema)

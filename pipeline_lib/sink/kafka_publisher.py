@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.faults import fault_point
@@ -25,9 +26,11 @@ from pipeline_lib.kafka_connection import KafkaConnection, client_config
 from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
 from pipeline_lib.sink.kafka_avro_schema import avro_schema_text
 from pipeline_lib.sink.kafka_staging import drop_staged_epochs, droppable_below
-from pipeline_lib.sink.kafka_writer import PublishTask, publish_partitions, published_epoch, writer_id
 from pipeline_lib.sink.retractions import DELETED_COLUMN, retracts
 from pipeline_lib.spec.models import FlowSpec
+
+if TYPE_CHECKING:  # the writers (kafka_writer: librdkafka, the value encoders) load for a Kafka sink only
+    from pipeline_lib.sink.kafka_writer import PublishTask
 
 log = logging.getLogger(__name__)
 METADATA_TIMEOUT_MS = 30_000
@@ -102,6 +105,8 @@ class KafkaPublisher:
     def _held(self, target: KafkaTarget) -> int:
         """The last epoch every writer of ``target`` holds (read from Kafka once per run)."""
         if target.flow.name not in self.published:
+            from pipeline_lib.sink.kafka_writer import published_epoch, writer_id
+
             assert target.flow.sink.kafka is not None
             topic, kafka = target.flow.sink.kafka.topic, self._kafka()
             self.published[target.flow.name] = min(
@@ -122,6 +127,8 @@ class KafkaPublisher:
         staged epochs none of them needs to the clean-up."""
         lacking = [t for t in self.targets if self._held(t) < epoch]
         if lacking:
+            from pipeline_lib.sink.kafka_writer import publish_partitions
+
             tasks = [self._task(target, epoch) for target in lacking]
             sc = spark.sparkContext
             slots = sc.defaultParallelism
@@ -170,6 +177,8 @@ class KafkaPublisher:
                 f"flow {target.flow.name}: epoch {epoch} is committed but its staged output "
                 f"({target.staging.location}) has no marker; cannot publish it to Kafka"
             )
+        from pipeline_lib.sink.kafka_writer import PublishTask
+
         marker = SuccessMarker.model_validate_json(found[0])
         kafka = target.flow.sink.kafka
         assert kafka is not None

@@ -10,11 +10,11 @@ SCRIPT = """
 import sys
 import pipeline_lib.api.run, pipeline_lib.cli, pipeline_lib.execution.runtime.job_runner
 from pipeline_lib.sink.sinks import flow_sink
-print(",".join(sorted(m for m in ("pyiceberg",) if m in sys.modules)) or "none")
+print(",".join(sorted(m for m in ("pyiceberg", "confluent_kafka", "fastavro") if m in sys.modules)) or "none")
 """
 
 
-def test_the_runner_does_not_import_pyiceberg_for_a_job_without_an_iceberg_sink():
+def test_the_runner_imports_neither_pyiceberg_nor_the_kafka_sink_s_clients_for_a_job_without_such_sinks():
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "none"
