@@ -1,9 +1,9 @@
 """A/B of the bench's own job (``pipeline-lib run SPEC --timings``) from two checkouts on one
 stack and one topic, alternating A/B/A/B, so a loaded machine's drift hits both alike.
 
-Each run: a fresh job name; its wall time, the process tree's CPU seconds (``os.wait4``: the
-driver and the children it waited for, the JVM and its Python workers), the steady epochs'
-median seconds and phase medians. Usage::
+Each run: a fresh job name; its wall time, the ``pipeline-lib run`` process's own CPU seconds
+(``os.wait4``; its JVM is not a child it waits for, so the JVM's CPU is not in it), the steady
+epochs' median seconds and phase medians. Usage::
 
     python tools/bench_ab.py --a /work/tree-a --b /work/tree-b --python .venv/bin/python --events 300000 --rounds 2
 """
