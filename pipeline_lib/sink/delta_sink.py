@@ -58,7 +58,7 @@ from pipeline_lib.sink.files_sink import FilesSink
 from pipeline_lib.sink.output_mode import OutputMode
 from pipeline_lib.sink.retractions import DELETED_COLUMN, without_flag
 from pipeline_lib.sink.staged_commit import staged_commit
-from pipeline_lib.spec.flow_spec import DELTA_PARTS_FOLDER
+from pipeline_lib.spec.sink_spec import DELTA_PARTS_FOLDER
 from pipeline_lib.storage import ObjectStore
 
 log = logging.getLogger(__name__)

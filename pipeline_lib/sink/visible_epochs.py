@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pipeline_lib.checkpoint.manifest import FileRef
 from pipeline_lib.errors import FencedError, NotFound, PipelineError
 from pipeline_lib.sink.files_sink import MARKER, FilesSink, SuccessMarker
-from pipeline_lib.spec.flow_spec import FILES_STAGING_FOLDER
+from pipeline_lib.spec.sink_spec import FILES_STAGING_FOLDER
 from pipeline_lib.storage import ObjectStore
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,8 @@ store, ``stages/<flow>``) holds only each epoch's commit marker.
 
 from __future__ import annotations
 
-from pipeline_lib.spec.flow_spec import FilesSinkSpec, FlowSpec, SinkSpec
+from pipeline_lib.spec.flow_spec import FlowSpec
+from pipeline_lib.spec.sink_spec import FilesSinkSpec, SinkSpec
 from pipeline_lib.spec.stream_join_spec import is_stream_join
 
 STAGE_SUFFIX = "-dedup"

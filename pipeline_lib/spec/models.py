@@ -25,9 +25,10 @@ from pipeline_lib.spec.base import (
     StrictModel,
 )
 from pipeline_lib.spec.flow_chain import split_chain
-from pipeline_lib.spec.flow_spec import AggregateSpec, FilesSinkSpec, FlowSpec, SinkSpec, StateSpec, TransformSpec
+from pipeline_lib.spec.flow_spec import AggregateSpec, FlowSpec, StateSpec, TransformSpec
 from pipeline_lib.spec.kafka_sink_spec import KafkaSinkSpec, staged_sinks
 from pipeline_lib.spec.run_spec import CheckpointSpec, DeadLetterSpec, SparkSpec, TriggerSpec
+from pipeline_lib.spec.sink_spec import FilesSinkSpec, SinkSpec
 from pipeline_lib.spec.source_spec import KafkaSourceSpec, SourceSpec
 from pipeline_lib.spec.stream_join_spec import check_stream_join_watermark
 from pipeline_lib.storage.uri import parse_location

@@ -16,7 +16,7 @@ from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.delta_merge import bucket_of_path
 from pipeline_lib.sink.delta_table import storage_options, table_uri
 from pipeline_lib.sink.table_reader import epoch_rows
-from pipeline_lib.spec.flow_spec import delta_parts_location
+from pipeline_lib.spec.sink_spec import delta_parts_location
 from pipeline_lib.storage import open_store
 from tests.support import CliRun, run_cli, spend_spec, write_spec
 

@@ -21,7 +21,7 @@ from pipeline_lib.samples import create_topic, produce_json
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.delta_table import storage_options, table_uri
 from pipeline_lib.sink.table_reader import epoch_rows, read_upsert_table
-from pipeline_lib.spec.flow_spec import delta_parts_location
+from pipeline_lib.spec.sink_spec import delta_parts_location
 from pipeline_lib.storage import open_store
 from tests.e2e.test_kafka_sink import PARTITIONS, read_topic
 from tests.support import run_cli, write_spec
