@@ -15,9 +15,8 @@ import random
 
 import pytest
 
-from pipeline_lib.api.tables import read_table
 from pipeline_lib.samples import create_topic, produce_json
-from pipeline_lib.settings import ConnectionSettings
+from tests.stream_join_checks import joined_rows
 from tests.stream_join_reference import interval_join
 from tests.support import run_cli, write_spec
 from tests.windows_reference import iso
@@ -85,26 +84,6 @@ def expected(events: list[dict]) -> list[tuple]:
     return interval_join(orders, payments, "order_id", "ms", 15 * MIN, MIN, "left", ("amount", "ms"))
 
 
-def written(env: dict, sink: str) -> list[tuple]:
-    """The joined rows the sink holds, in the reference's shape."""
-
-    def ms(text: str | None) -> int | None:
-        from datetime import datetime
-
-        return None if text is None else int(datetime.fromisoformat(text).timestamp() * 1000)
-
-    rows = read_table(sink, ConnectionSettings.from_env(env))
-    out = [
-        (
-            r["order_id"],
-            (r["amount"], ms(r["ts"])),
-            None if r["payment_ts"] is None else (r["payment_amount"], ms(r["payment_ts"])),
-        )
-        for r in rows
-    ]
-    return sorted(out, key=repr)
-
-
 def _kill_and_restore(env, tmp_path, name: str, fault: str, restore_args=(), **extra):
     spec = write_spec(tmp_path, join_spec(name, **extra))
     fault_log = tmp_path / "faults.log"
@@ -128,7 +107,7 @@ def test_the_join_survives_a_sigkill_exactly(stack_env, tmp_path, orders_and_pay
     spec = _kill_and_restore(stack_env, tmp_path, name, fault)
     want = expected(orders_and_payments)
     assert any(b is None for _, _, b in want) and any(b is not None for _, _, b in want)
-    assert written(stack_env, f"s3://results/{name}") == want
+    assert joined_rows(stack_env, f"s3://results/{name}") == want
     verified = run_cli(["verify", str(spec)], stack_env)
     assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]
 
@@ -140,6 +119,6 @@ def test_on_owner_tasks_the_join_survives_a_sigkill_and_a_rescale(stack_env, tmp
         stack_env, tmp_path, name, "after_sink_success@3", ("--parallelism", "3"), keyed_state="owners"
     )
     assert "with keyed state on owner tasks" in (tmp_path / "restored.log").read_text()
-    assert written(stack_env, f"s3://results/{name}") == expected(orders_and_payments)
+    assert joined_rows(stack_env, f"s3://results/{name}") == expected(orders_and_payments)
     verified = run_cli(["verify", str(spec)], stack_env)
     assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]

@@ -16,13 +16,11 @@ that resumes both topics from the snapshot (on owner tasks also at another paral
 from __future__ import annotations
 
 import random
-from datetime import datetime
 
 import pytest
 
-from pipeline_lib.api.tables import read_table
 from pipeline_lib.samples import create_topic, produce_json
-from pipeline_lib.settings import ConnectionSettings
+from tests.stream_join_checks import joined_rows
 from tests.stream_join_reference import interval_join
 from tests.support import run_cli, write_spec
 from tests.windows_reference import iso
@@ -91,24 +89,6 @@ def expected(orders: list[dict], payments: list[dict]) -> list[tuple]:
     return interval_join(orders, payments, "order_id", "ms", 15 * MIN, MIN, "left", ("amount", "ms"))
 
 
-def written(env: dict, sink: str) -> list[tuple]:
-    """The joined rows the sink holds, in the reference's shape."""
-
-    def ms(text: str | None) -> int | None:
-        return None if text is None else int(datetime.fromisoformat(text).timestamp() * 1000)
-
-    rows = read_table(sink, ConnectionSettings.from_env(env))
-    out = [
-        (
-            r["order_id"],
-            (r["amount"], ms(r["ts"])),
-            None if r["payment_ts"] is None else (r["payment_amount"], ms(r["payment_ts"])),
-        )
-        for r in rows
-    ]
-    return sorted(out, key=repr)
-
-
 @pytest.mark.full
 def test_orders_and_payments_on_two_topics_join_as_plain_python(stack_env, tmp_path, orders_and_payments):
     name = "two-topic-join"
@@ -117,7 +97,7 @@ def test_orders_and_payments_on_two_topics_join_as_plain_python(stack_env, tmp_p
     assert ran.returncode == 0, ran.stderr[-3000:]
     want = expected(*orders_and_payments)
     assert any(b is None for _, _, b in want) and any(b is not None for _, _, b in want)
-    assert written(stack_env, f"s3://results/{name}") == want
+    assert joined_rows(stack_env, f"s3://results/{name}") == want
 
 
 @pytest.mark.full
@@ -135,7 +115,7 @@ def test_the_two_topic_join_survives_a_sigkill_exactly(stack_env, tmp_path, orde
     restored = run_cli(["run", str(spec), "--until-caught-up"], stack_env)
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert "restored from" in restored.stderr
-    assert written(stack_env, f"s3://results/{name}") == expected(*orders_and_payments)
+    assert joined_rows(stack_env, f"s3://results/{name}") == expected(*orders_and_payments)
     verified = run_cli(["verify", str(spec)], stack_env)
     assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]
 
@@ -154,6 +134,6 @@ def test_on_owner_tasks_the_two_topic_join_survives_a_sigkill_and_a_rescale(stac
     restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], stack_env)
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert "with keyed state on owner tasks" in restored.stderr
-    assert written(stack_env, f"s3://results/{name}") == expected(*orders_and_payments)
+    assert joined_rows(stack_env, f"s3://results/{name}") == expected(*orders_and_payments)
     verified = run_cli(["verify", str(spec)], stack_env)
     assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]
