@@ -105,13 +105,14 @@ soak: install
 mutation: install
 	$(BIN)/python tools/mutation.py $(MUTATION_ARGS)
 
-# Lint (rules in pyproject.toml's [tool.ruff]) and formatting (`ruff format`; `make format` applies it).
+# Lint (rules in pyproject.toml's [tool.ruff]) and formatting (`ruff format`, the Python blocks of the docs'
+# Markdown too; `make format` applies it).
 lint: install
 	$(BIN)/ruff check pipeline_lib tests tools dags plugins benchmarks testing_servers
-	$(BIN)/ruff format --check pipeline_lib tests tools dags plugins benchmarks testing_servers
+	$(BIN)/ruff format --check .
 
 format: install
-	$(BIN)/ruff format pipeline_lib tests tools dags plugins benchmarks testing_servers
+	$(BIN)/ruff format .
 
 # Types (pyproject.toml's [tool.mypy]: strict for spec, plan, checkpoint and storage), with the checkout's
 # benchmarks and test servers.
