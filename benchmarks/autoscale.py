@@ -1,7 +1,7 @@
 """Autoscaling: lag and parallelism over time while the input rate steps up and down.
 
     python -m benchmarks autoscale [--rates 200,2000,200] [--seconds 20] [--max 2] [--target-lag 2000]
-        [--workers 2] [--out DIR]
+        [--per-epoch 2000 | --per-subtask N] [--record-cost-ms MS] [--workers 2] [--out DIR]
 
 On one embedded stack and, with ``--workers`` N (the default, 2), a Spark standalone cluster of N
 one-core workers (as the cluster tests start; dynamic allocation on, with shuffle tracking, so an
@@ -17,6 +17,8 @@ parallelism, the verdict on the claim (epochs until the lag is back under the ta
 step up, cores released after each step down: benchmarks/autoscale_verdict.py), and writes
 report.md, report.json and the figure autoscale.svg to ``--out`` (benchmarks/autoscale_report.py),
 with the machine's load average before and after (figures from a loaded machine say little).
+``--record-cost-ms`` makes every record wait that long in its task (benchmarks/slow_records.py):
+an I/O-bound job, whose rate a second subtask doubles without a spare core.
 Spark itself has no counterpart inside one running query
 (dynamic allocation adds executors, never tasks to a planned micro-batch), so the comparison is
 this job with and without it.
@@ -39,6 +41,7 @@ from benchmarks.autoscale_report import budget_text, load_note, summary, table, 
 from benchmarks.autoscale_verdict import verdict
 from benchmarks.latency_probe import RateProducer, Stamps
 from benchmarks.our_job import parse_epoch_line
+from benchmarks.slow_records import COST_ENV
 from pipeline_lib.localstack import start_stack, stop_stack
 from pipeline_lib.samples import create_topic, spend_job_spec
 from pipeline_lib.settings import ENV_SPARK_MASTER
@@ -118,6 +121,9 @@ def run_once(
             "max_records_per_epoch": cfg["per_subtask"] * cfg["max"],
         }
         spec["trigger"].update(budget)
+    if cfg.get("record_cost_ms"):  # an I/O-bound stage: each record waits, see benchmarks/slow_records.py
+        spec["transforms"] = [{"python": "benchmarks.slow_records:wait_per_record"}]
+        env = {**env, COST_ENV: str(cfg["record_cost_ms"])}
     if mode == "on":
         spec["autoscale"] = {"min": 1, "max": cfg["max"], "target_lag_records": cfg["target_lag"], "cooldown_epochs": 1}
     if cluster is not None:
@@ -196,6 +202,7 @@ def autoscale(
     workers: int = 2,
     out: Path | None = None,
     per_subtask: int | None = None,
+    record_cost_ms: float = 0.0,
 ) -> int:
     """Both runs; print lag and parallelism over time side by side and a summary per run; write the report."""
     root = Path(tempfile.mkdtemp(prefix="pipeline-bench-autoscale-"))
@@ -208,6 +215,7 @@ def autoscale(
         "target_lag": target_lag,
         "per_epoch": per_epoch,
         "per_subtask": per_subtask,
+        "record_cost_ms": record_cost_ms,
         "drain_s": 120.0,
         "settle_s": 15.0,  # sampling after the lag drained: dynamic allocation's idle timeout is 5 s
         "startup_s": 300.0,

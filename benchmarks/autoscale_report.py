@@ -127,6 +127,10 @@ def _v(value: int | None) -> str:
 def budget_text(config: dict) -> str:
     """The epochs' record budget the runs had."""
     per = config.get("per_subtask")
-    if per:
-        return f"{per} records per subtask and epoch (at most {per * config['max']} per epoch)"
-    return f"{config['per_epoch']} records per epoch"
+    budget = (
+        f"{per} records per subtask and epoch (at most {per * config['max']} per epoch)"
+        if per
+        else f"{config['per_epoch']} records per epoch"
+    )
+    cost = config.get("record_cost_ms")
+    return f"{budget}; every record waits {cost:g} ms in its task (I/O-bound)" if cost else budget

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks.autoscale_report import FIGURE, summary, table, write_report
+from benchmarks.autoscale_report import FIGURE, budget_text, summary, table, write_report
 
 pytestmark = pytest.mark.unit
 
@@ -41,3 +41,24 @@ def test_the_report_holds_the_figure_the_table_and_the_samples(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert f"]({FIGURE})" in report and "autoscale on: largest lag 2500" not in report
     assert json.loads((tmp_path / "report.json").read_text())["runs"]["on"][1] == [2, 2000, 900, 2, 2]
+
+
+def test_the_budget_names_the_per_record_wait_of_an_io_bound_run():
+    assert budget_text(CONFIG) == "500 records per epoch"
+    waiting = {**CONFIG, "per_subtask": 2000, "record_cost_ms": 0.6}
+    assert budget_text(waiting) == (
+        "2000 records per subtask and epoch (at most 4000 per epoch); every record waits 0.6 ms in its task (I/O-bound)"
+    )
+
+
+def test_an_io_bound_record_waits_in_its_task(monkeypatch):
+    """The hook's task function sleeps the batch's rows times the cost, and passes the rows on."""
+    import pyarrow as pa
+
+    from benchmarks import slow_records
+
+    slept: list[float] = []
+    monkeypatch.setattr(slow_records.time, "sleep", slept.append)
+    batch = pa.record_batch({"user": ["a", "b", "c", "d"]})
+    assert list(slow_records.waiting(2.5)(iter([batch, batch]))) == [batch, batch]
+    assert slept == [0.01, 0.01]
