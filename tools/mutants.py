@@ -33,6 +33,7 @@ class Mutant:
 SNAPSHOTS = "pipeline_lib/checkpoint/snapshot_store.py"
 STREAM_JOIN = "pipeline_lib/execution/state/stream_join.py"
 STREAM_JOIN_TESTS = ("tests/unit/test_stream_join.py",)
+TWO_TOPIC_OPS = ("tests/unit/test_two_topic_ops.py",)
 RESTORE = "pipeline_lib/checkpoint/restore.py"
 MANIFEST = "pipeline_lib/checkpoint/manifest.py"
 SINK = "pipeline_lib/sink/files_sink.py"
@@ -884,7 +885,7 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "repair-ignores-topic-id",
         REPAIR_PLAN,
-        "plan.topic_id is not None and log.topic_id is not None and plan.topic_id != log.topic_id",
+        "topic_id is not None and log.topic_id is not None and topic_id != log.topic_id",
         "False",
         "a repair of an epoch whose topic was deleted and created again is refused when planned",
         PLANNING_GUARDS,
@@ -2267,6 +2268,78 @@ MUTANTS: list[Mutant] = [
         "older.positions",
         "verify follows the second topic's ranges from its own positions, not the first topic's",
         ("tests/unit/test_two_topic_reading.py",),
+    ),
+    Mutant(
+        "data-loss-fail-skips",
+        RUNNER_PLANNING,
+        'self.parts.source.on_data_loss == "fail"',
+        "False",
+        "offsets deleted before they were read fail the plan under on_data_loss: fail, naming topic and partition",
+        TWO_TOPIC_OPS,
+    ),
+    Mutant(
+        "second-topic-lost-data-unchecked",
+        RUNNER_PLANNING,
+        "lost_second = self._lost(second.topic, second.positions) if second is not None else []",
+        "lost_second = []",
+        "a stream join's second topic's offsets deleted before they were read are noticed, as the first topic's",
+        TWO_TOPIC_OPS,
+    ),
+    Mutant(
+        "second-topic-lost-data-not-skipped",
+        RUNNER_PLANNING,
+        "second is not None and lost_second",
+        "False",
+        "under on_data_loss: skip the second topic goes on from its log's start, its cut recording what it skipped",
+        TWO_TOPIC_OPS,
+    ),
+    Mutant(
+        "second-topic-cut-keeps-old-loss",
+        RUNNER_PLANNING,
+        'second = second.model_copy(update={"data_lost": []})',
+        "second = second",
+        "a second topic's skipped offsets are recorded by the epoch that skipped them only",
+        TWO_TOPIC_OPS,
+    ),
+    Mutant(
+        "verify-ignores-skipped-data",
+        "pipeline_lib/recovery/verify.py",
+        "lost is not None and lost.start == expected",
+        "False",
+        "verify follows a snapshot whose epoch skipped (and recorded) offsets deleted before they were read",
+        TWO_TOPIC_OPS,
+    ),
+    Mutant(
+        "start-check-second-topic-unasked",
+        "pipeline_lib/execution/source/subtask_start.py",
+        "[self.topic] if self.second_topic is None else [self.topic, self.second_topic]",
+        "[self.topic]",
+        "a source subtask's start-up check finds the partitions of a stream join's own topic too",
+        TWO_TOPIC_OPS,
+    ),
+    Mutant(
+        "autoscale-lag-ignores-second-topic",
+        "pipeline_lib/execution/runtime/autoscaler.py",
+        "self.second is not None and cut is not None",
+        "False",
+        "the autoscaler's lag counts a stream join's second topic",
+        TWO_TOPIC_OPS,
+    ),
+    Mutant(
+        "repair-second-topic-as-first",
+        REPAIR_PLAN,
+        "plan.second_topic is not None",
+        "False",
+        "a repair of an epoch whose second topic was deleted and created again is refused when planned",
+        TWO_TOPIC_OPS,
+    ),
+    Mutant(
+        "repair-range-against-first-topic",
+        REPAIR_PLAN,
+        "logs(r.topic)",
+        "logs(plan.ranges[0].topic)",
+        "a repair checks each range against its own topic's log (a second topic's retention refuses it)",
+        TWO_TOPIC_OPS,
     ),
     Mutant(
         "iceberg-merge-foreign-files",

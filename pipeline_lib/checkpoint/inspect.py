@@ -35,7 +35,8 @@ def list_snapshots(snapshots: SnapshotStore) -> list[dict[str, Any]]:
                 records_read=m.lineage.records_read,
                 parallelism=m.parallelism,  # the subtasks the epoch ran with (autoscale changes it)
                 completed=m.completed,
-                data_lost=sum(r.size for r in m.data_lost),  # offsets skipped (retention)
+                # offsets skipped (retention), of a stream join's own topic too
+                data_lost=sum(r.size for r in [*m.data_lost, *(m.second_topic.data_lost if m.second_topic else [])]),
                 positions={str(p): o for p, o in sorted(m.positions.items())},
                 status="head" if row["head"] else "ok",
             )

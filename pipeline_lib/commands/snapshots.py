@@ -105,7 +105,10 @@ def snapshots_show(
             else ""
         )
     )
-    for r in manifest.data_lost:
+    second = manifest.second_topic  # a stream join's own topic
+    if second is not None:
+        out.print(f"stream join topic {second.topic}: next offsets {second.positions}")
+    for r in [*manifest.data_lost, *(second.data_lost if second is not None else [])]:
         out.print(
             f"data lost before it was read (on_data_loss: skip): {r.topic}[{r.partition}] offsets "
             f"{r.start} to {r.end} ({r.size} offsets skipped)"

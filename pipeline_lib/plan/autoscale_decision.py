@@ -10,7 +10,7 @@ that a change is measured before the next one.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pipeline_lib.spec.autoscale_spec import AutoscaleSettings
@@ -19,12 +19,20 @@ from pipeline_lib.spec.autoscale_spec import AutoscaleSettings
 @dataclass(frozen=True)
 class EpochLoad:
     """One committed epoch as the decision sees it: ``records`` read in ``seconds``, and ``lag``:
-    records waiting in the topic after it (the topic's latest offsets minus the epoch's ends)."""
+    records waiting after it over every topic the pipeline reads (each topic's latest offsets
+    minus the epoch's ends); ``lags``: the lag of each topic, when it reads two (a stream join's
+    own topic), for the reason to name."""
 
     epoch: int
     records: int
     seconds: float
     lag: int
+    lags: tuple[tuple[str, int], ...] = ()
+
+    def lag_said(self) -> str:
+        """``lag N records``, with each topic's part when there are two."""
+        parts = f" ({', '.join(f'{topic} {lag}' for topic, lag in self.lags)})" if len(self.lags) > 1 else ""
+        return f"lag {self.lag} records{parts}"
 
     def drain_seconds(self) -> float:
         """Seconds the lag takes at this epoch's rate (inf: lag and no rate; 0: no lag)."""
@@ -52,11 +60,18 @@ class Decision:
         return self.parallelism != self.before
 
 
+def waiting(latest: Mapping[int, int], confirmed: Mapping[int, int], positions: Mapping[int, int]) -> int:
+    """Records waiting in one topic: its ``latest`` offsets, no lower than the ends the run
+    ``confirmed`` (a broker's ListOffsets may trail its fetch watermark), minus ``positions``."""
+    ends = {p: max(latest.get(p, 0), confirmed.get(p, 0)) for p in {*latest, *confirmed}}
+    return sum(max(0, end - positions.get(p, end)) for p, end in ends.items())
+
+
 def load_of(settings: AutoscaleSettings, load: EpochLoad) -> tuple[float, str]:
     """The epoch's load (the largest ratio to a set target) and which target gives it."""
     ratios: list[tuple[float, str]] = []
     if settings.target_lag_records is not None:
-        ratios.append((load.lag / settings.target_lag_records, f"lag {load.lag} records"))
+        ratios.append((load.lag / settings.target_lag_records, load.lag_said()))
     if settings.target_lag_seconds is not None:
         drain = load.drain_seconds()
         ratios.append((drain / settings.target_lag_seconds, f"lag {drain:.1f} s to drain"))

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow as pa
 
-from pipeline_lib.checkpoint.epoch_commit import source_completed
+from pipeline_lib.checkpoint.epoch_commit import plan_ends
 from pipeline_lib.checkpoint.manifest import sha256_hex
 from pipeline_lib.checkpoint.restore import DEAD_LETTERS, read_spans
 from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
@@ -37,7 +37,7 @@ from pipeline_lib.execution.runtime.run_attempt import RunAttempt
 from pipeline_lib.execution.runtime.runner_epoch import EpochReader
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts, restored_watermark
 from pipeline_lib.execution.runtime.runner_types import FlowRuntime, RunOptions
-from pipeline_lib.execution.source.epoch_reader import source_schema
+from pipeline_lib.execution.source.two_topic_source import pipeline_schema, second_topic_join
 from pipeline_lib.execution.state.owner_task import OWNER_LABEL
 from pipeline_lib.execution.state.span_owners import SpanOwners, key_groups_of_rows
 from pipeline_lib.graph import build_graph
@@ -195,7 +195,10 @@ class _Rebuilder:
         self.writers = ScratchPartWriters(parts, parse_location(scratch))
         self.at_epoch: int | None = None  # the state holds the output of epochs up to this one
         attempt = RunAttempt(job.name, pipeline.name)
-        self.schema = source_schema(spark, parts.source, tolerant=parts.tolerant)
+        # the rows the flows read: with a stream join's own topic, both topics' (as a run reads them)
+        self.schema = pipeline_schema(
+            spark, parts.source, second_topic_join(f.spec for f in parts.flows), parts.tolerant
+        )
         path = choose_path(parts, attempt, spark, self.schema, stored_groups_apply=True, owners_allowed=False)
         self.reader = EpochReader(parts, path, self.writers, attempt)
         self.state = path.state
@@ -233,7 +236,7 @@ class _Rebuilder:
         keys of its state before the epoch, and the references of parts its tasks wrote."""
         read = self.reader.read(self.spark, self.schema, plan)
         merged = {}
-        ended = source_completed(plan.end_positions(), plan.stop_offsets)
+        ended = plan_ends(plan)  # both topics' ends when it reads two
         for flow in self.flows:
             keys_before = flow.keys()
             parts, _, written = self.state.merge(flow, read.flows[flow.spec.name], ended)

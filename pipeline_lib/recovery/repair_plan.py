@@ -120,9 +120,8 @@ def plan_repairs(
         planner = _Planner(
             job, pipeline, sinks, SnapshotStore.open(job.checkpoint.store, job.name, pipeline.name, settings)
         )
-        topic = job.all_sources()[pipeline.source].kafka.topic
         for repair in damaged:
-            planner.plan(repair, logs(topic))
+            planner.plan(repair, logs)
         repairs.extend(damaged)
     return repairs
 
@@ -172,11 +171,12 @@ class _Planner:
                 return p
         return None
 
-    def plan(self, repair: EpochRepair, log: TopicLog) -> None:
-        """Fill in how ``repair``'s epoch is rebuilt, or ``refused`` with why it cannot be."""
-        repair.refused = self._refusal(repair, log)
+    def plan(self, repair: EpochRepair, logs: Callable[[str], TopicLog]) -> None:
+        """Fill in how ``repair``'s epoch is rebuilt, or ``refused`` with why it cannot be;
+        ``logs`` gives each topic's log now (a stream join's own topic's too)."""
+        repair.refused = self._refusal(repair, logs)
 
-    def _refusal(self, repair: EpochRepair, log: TopicLog) -> str | None:
+    def _refusal(self, repair: EpochRepair, logs: Callable[[str], TopicLog]) -> str | None:
         epoch = repair.epoch
         odd = [p.ref.key for p in repair.parts if part_slot(p.ref.key) is None]
         if odd:  # guard: repair-odd-part-name-accepted
@@ -203,7 +203,7 @@ class _Planner:
             if why:
                 return why
         for read in [*repair.replay, plan]:  # guard: repair-replay-input-unchecked
-            why = _input_gone(read, log, epoch)
+            why = _input_gone(read, logs, epoch)
             if why:
                 return why
         return None
@@ -279,17 +279,23 @@ class _Planner:
         return None
 
 
-def _input_gone(plan: EpochPlan, log: TopicLog, epoch: int) -> str | None:
-    """Why ``plan``'s ranges can no longer be read (for repairing ``epoch``), or None."""
+def _input_gone(plan: EpochPlan, logs: Callable[[str], TopicLog], epoch: int) -> str | None:
+    """Why ``plan``'s ranges can no longer be read (for repairing ``epoch``), or None: each range
+    against its own topic's log now (a stream join's second topic has its own id and log starts)."""
     why = f"replayed to rebuild the state before epoch {epoch}" if plan.epoch != epoch else "the epoch's input"
-    # guard: repair-ignores-topic-id
-    if plan.topic_id is not None and log.topic_id is not None and plan.topic_id != log.topic_id:
-        return (
-            f"topic {plan.ranges[0].topic if plan.ranges else ''} was deleted and created again since epoch "
-            f"{plan.epoch} read it (topic id {plan.topic_id}, now {log.topic_id}): {why} is gone"
-        )
+    ids = {r.topic: plan.topic_id for r in plan.ranges}
+    if plan.second_topic is not None:  # guard: repair-second-topic-as-first
+        ids[plan.second_topic.topic] = plan.second_topic.topic_id
+    for topic, topic_id in ids.items():
+        log = logs(topic)
+        # guard: repair-ignores-topic-id
+        if topic_id is not None and log.topic_id is not None and topic_id != log.topic_id:
+            return (
+                f"topic {topic} was deleted and created again since epoch "
+                f"{plan.epoch} read it (topic id {topic_id}, now {log.topic_id}): {why} is gone"
+            )
     for r in plan.ranges:
-        start = log.starts.get(r.partition)
+        start = logs(r.topic).starts.get(r.partition)  # guard: repair-range-against-first-topic
         if r.size and (start is None or start > r.start):  # guard: repair-ignores-retention
             where = f"the log starts at offset {start}" if start is not None else "the partition is gone"
             return (

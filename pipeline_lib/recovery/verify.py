@@ -17,6 +17,7 @@ from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.checkpoint.state_spans import in_parallel
 from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
 from pipeline_lib.graph import Pipeline, build_graph
+from pipeline_lib.plan.offsets import OffsetRange
 from pipeline_lib.recovery.findings import DAMAGED, LOST, OK, Finding, check_part
 from pipeline_lib.recovery.verify_tables import table_findings
 from pipeline_lib.recovery.verify_visible import visible_findings
@@ -125,13 +126,24 @@ def _chain_break(newer: Manifest | None, older_entry: HistoryEntry, older: Manif
             f"snapshot before it, {older_entry.snapshot_id}"
         )
     second = older.second_topic  # a stream join's own topic: its ranges follow its own positions
+    skipped = {(r.topic, r.partition): r for r in _data_lost(newer)}
     for r in newer.lineage.ranges:
         positions = (
             second.positions if second is not None and r.topic == second.topic else older.positions
         )  # guard: verify-second-topic-as-first
-        if r.start != positions.get(r.partition, r.start):
+        expected = positions.get(r.partition, r.start)
+        lost = skipped.get((r.topic, r.partition))
+        if lost is not None and lost.start == expected:  # guard: verify-ignores-skipped-data
+            expected = lost.end  # offsets deleted before they were read, skipped and recorded (on_data_loss: skip)
+        if r.start != expected:
             return (
                 f"snapshot {newer.snapshot_id} read partition {r.partition} from offset {r.start} of {r.topic}, but "
                 f"{older.snapshot_id} ends at {positions[r.partition]}"
             )
     return None
+
+
+def _data_lost(manifest: Manifest) -> list[OffsetRange]:
+    """The offsets ``manifest``'s epoch skipped before its ranges, of both topics of a stream join."""
+    second = manifest.second_topic.data_lost if manifest.second_topic is not None else []
+    return [*manifest.data_lost, *second]

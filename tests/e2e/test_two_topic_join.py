@@ -33,6 +33,14 @@ SCHEMA = "order_id string, amount long, ts timestamp"
 @pytest.fixture(scope="module")
 def orders_and_payments(local_stack) -> tuple[list[dict], list[dict]]:
     """The orders and the payments as produced (with ``ms``, their event time)."""
+    return produce_orders_and_payments(local_stack.kafka_bootstrap, ORDERS_TOPIC, PAYMENTS_TOPIC)
+
+
+def produce_orders_and_payments(
+    bootstrap: str, orders_topic: str, payments_topic: str
+) -> tuple[list[dict], list[dict]]:
+    """The orders and their payments (the same ones every call) produced to new topics of two
+    partitions, keyed by order id; as produced, with ``ms``, their event time."""
     rng = random.Random(3636)
     orders, payments = [], []
     for i in range(ORDERS):
@@ -41,21 +49,21 @@ def orders_and_payments(local_stack) -> tuple[list[dict], list[dict]]:
         for _ in range(rng.choice([0, 1, 1, 2])):
             pay_ms = order_ms + rng.randint(-90_000, 20 * MIN)
             payments.append({"order_id": f"o{i:05d}", "amount": rng.randint(100, 999), "ms": pay_ms})
-    for topic, events in ((ORDERS_TOPIC, orders), (PAYMENTS_TOPIC, payments)):
+    for topic, events in ((orders_topic, orders), (payments_topic, payments)):
         shuffled = sorted(events, key=lambda e: e["ms"] + rng.randint(0, 60_000))  # out of order by a minute
-        create_topic(local_stack.kafka_bootstrap, topic, 2)
+        create_topic(bootstrap, topic, 2)
         records = [{**{k: v for k, v in e.items() if k != "ms"}, "ts": iso(e["ms"])} for e in shuffled]
-        produce_json(local_stack.kafka_bootstrap, topic, records, key_field="order_id")
+        produce_json(bootstrap, topic, records, key_field="order_id")
     return orders, payments
 
 
-def join_spec(name: str) -> dict:
+def join_spec(name: str, orders_topic: str = ORDERS_TOPIC, payments_topic: str = PAYMENTS_TOPIC) -> dict:
     """The left outer join of the orders topic with the payments topic, into a JSON-lines sink."""
     return {
         "name": name,
         "source": {
             "kafka": {
-                "topic": ORDERS_TOPIC,
+                "topic": orders_topic,
                 "format": "json",
                 "schema": SCHEMA,
                 "watermark": {"column": "ts", "delay": "30 minutes"},
@@ -66,7 +74,7 @@ def join_spec(name: str) -> dict:
             {
                 "join": {
                     "stream": "payment",
-                    "topic": PAYMENTS_TOPIC,
+                    "topic": payments_topic,
                     "schema": SCHEMA,
                     "side": "kind",
                     "on": ["order_id"],

@@ -25,7 +25,8 @@ from pipeline_lib.execution.runtime.autoscale_grant import SparkExecutors, grant
 from pipeline_lib.execution.runtime.epoch_loop import EpochLoop
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.execution.runtime.runner_types import EpochReport
-from pipeline_lib.plan.autoscale_decision import Decision, EpochLoad, decide
+from pipeline_lib.execution.runtime.second_topic_planning import SecondTopic
+from pipeline_lib.plan.autoscale_decision import Decision, EpochLoad, decide, waiting
 from pipeline_lib.spec.autoscale_spec import AutoscaleSettings
 
 log = logging.getLogger(__name__)
@@ -38,20 +39,25 @@ class Autoscaler:
     report's parallelism). ``history``: its latest decisions, newest last; ``pending``: a change
     decided while the next epoch's read was in flight, applied after that epoch commits."""
 
-    def __init__(self, parts: PipelineParts, settings: AutoscaleSettings | None):
-        self.parts, self.settings = parts, settings
+    def __init__(self, parts: PipelineParts, settings: AutoscaleSettings | None, second: SecondTopic | None = None):
+        self.parts, self.settings, self.second = parts, settings, second
         self.history: list[Decision] = []
         self.pending: int | None = None
         # the topic's latest offsets, which the lag is measured against (a test gives its own)
         self.latest_offsets: Callable[[EpochLoop], dict[int, int]] = lambda loop: end_offsets(
             loop.consumer, parts.topic, sorted(loop.positions)
         )
+        # a stream join's own topic's latest offsets, of the partitions given (a test gives its own)
+        self.second_latest_offsets: Callable[[EpochLoop, list[int]], dict[int, int]] = lambda loop, partitions: (
+            end_offsets(loop.consumer, second.topic, partitions) if second is not None else {}
+        )
 
     @classmethod
-    def of(cls, parts: PipelineParts) -> Autoscaler:
-        """The autoscaler of ``parts``'s pipeline, by the job's ``autoscale`` section."""
+    def of(cls, parts: PipelineParts, second: SecondTopic | None = None) -> Autoscaler:
+        """The autoscaler of ``parts``'s pipeline, by the job's ``autoscale`` section; ``second``:
+        the planner's second topic (a stream join's own), whose lag counts too."""
         spec = parts.job.autoscale
-        return cls(parts, spec.for_pipeline(parts.pipeline.name) if spec is not None else None)
+        return cls(parts, spec.for_pipeline(parts.pipeline.name) if spec is not None else None, second)
 
     @property
     def ceiling(self) -> int:
@@ -93,7 +99,8 @@ class Autoscaler:
             return report
         # the report's lag is the one the decision weighs: to the topic's latest offsets, not to the
         # ends the run last confirmed (which a continuous run refreshes only when it catches up)
-        lag = self._lag(loop)
+        lags = self._lags(loop)
+        lag = sum(lag for _, lag in lags)
         report = replace(report, lag=lag)  # guard: autoscale-report-lag-stale
         if self.pending is not None:  # the epoch that was in flight has committed: nothing is now
             self._apply(self.pending, loop)
@@ -101,7 +108,7 @@ class Autoscaler:
             return replace(
                 report, autoscale=f"{ran_at} → {self.parts.parallelism} from here (decided after the epoch before)"
             )
-        load = EpochLoad(report.epoch, report.records, report.seconds, lag)
+        load = EpochLoad(report.epoch, report.records, report.seconds, lag, tuple(lags))
         capacity = spark_capacity.offered_cores(loop.spark)
         decision = decide(self.settings, load, ran_at, self.history, capacity)
         if decision.parallelism > ran_at and spark_capacity.dynamic_allocation(loop.spark):
@@ -142,18 +149,25 @@ class Autoscaler:
         """Changes among the decisions kept."""
         return sum(d.changed for d in self.history)
 
-    def _lag(self, loop: EpochLoop) -> int:
-        """Records waiting after the epoch: the topic's latest offsets minus the positions, no lower
-        than the ends this run confirmed (a broker's ListOffsets may trail its fetch watermark)."""
+    def _lags(self, loop: EpochLoop) -> list[tuple[str, int]]:
+        """Records waiting after the epoch in each topic the pipeline reads: its latest offsets
+        minus the positions, no lower than the ends this run confirmed (see ``waiting``)."""
+        first = waiting(self._latest(lambda: self.latest_offsets(loop)), loop.targets, loop.positions)
+        lags = [(self.parts.topic, first)]
+        cut = self.second.before.get(loop.epoch + 1) if self.second is not None else None
+        if self.second is not None and cut is not None:  # guard: autoscale-lag-ignores-second-topic
+            latest = self._latest(lambda: self.second_latest_offsets(loop, sorted(cut.positions)))
+            lags.append((self.second.topic, waiting(latest, self.second.targets, cut.positions)))
+        return lags
+
+    def _latest(self, ask: Callable[[], dict[int, int]]) -> dict[int, int]:
         try:
-            latest = self.latest_offsets(loop)
+            return ask()
         except Exception as exc:  # a broker hiccup: the decision weighs the run's confirmed ends alone
             log.warning(
                 "pipeline %s: latest offsets unknown (%s): lag from the run's ends", self.parts.pipeline.name, exc
             )
-            latest = {}
-        ends = {p: max(latest.get(p, 0), loop.targets.get(p, 0)) for p in {*latest, *loop.targets}}
-        return sum(max(0, end - loop.positions.get(p, end)) for p, end in ends.items())
+            return {}
 
     def _apply(self, parallelism: int, loop: EpochLoop) -> None:
         assert loop.planned is None, "a change applies only with no read in flight"

@@ -96,9 +96,10 @@ class EpochPlanner:
     ) -> EpochPlan:
         """Epoch ``epoch``'s plan from ``positions`` on snapshot ``base``: a saved plan from the
         same positions is replayed exactly; a new one with records is saved before it is read."""
-        positions, lost = self.past_lost_data(base, positions)
+        second_before = self.second.cut(epoch) if self.second is not None else None
+        positions, lost, second_cut = self.past_lost_data(base, positions, second_before)
         planned = self.parts.snapshots.load_plan(epoch)
-        if planned is not None and planned.positions == positions and self._same_second(planned):
+        if planned is not None and planned.positions == positions and self._same_second(planned, second_cut):
             # replay exactly what an earlier attempt planned, from the snapshot this attempt builds on
             # (the earlier attempt may have planned it on a snapshot of its own that never committed)
             replay = planned.model_copy(update={"base_snapshot": base})  # guard: replayed-plan-keeps-old-base
@@ -107,8 +108,8 @@ class EpochPlanner:
         if self.second is not None:  # one budget shared over both topics' partitions
             first = TopicCut(topic=self.parts.topic, topic_id=self.topic_id, positions=positions, stop_offsets=stops)
             first = first.model_copy(update={"data_lost": lost})
-            second = self.second.cut(epoch)
-            plan = plan_two_topics(epoch, base, first, targets, second, self.second.targets, budget)
+            assert second_cut is not None
+            plan = plan_two_topics(epoch, base, first, targets, second_cut, self.second.targets, budget)
         else:
             plan = plan_epoch(epoch, base, self.parts.topic, positions, targets, budget, stops, self.topic_id)
         if lost:
@@ -122,11 +123,12 @@ class EpochPlanner:
             self.parts.snapshots.save_plan(plan)
         return self._second_planned(plan)
 
-    def _same_second(self, planned: EpochPlan) -> bool:
-        """A saved plan is replayed only from the second topic's same positions too."""
-        if self.second is None or planned.second_topic is None:
-            return self.second is None and planned.second_topic is None
-        return planned.second_topic.positions == self.second.cut(planned.epoch).positions
+    def _same_second(self, planned: EpochPlan, cut: TopicCut | None) -> bool:
+        """A saved plan is replayed only from the second topic's same positions too (``cut``: the
+        second topic's before the epoch, past any lost data)."""
+        if cut is None or planned.second_topic is None:
+            return cut is None and planned.second_topic is None
+        return planned.second_topic.positions == cut.positions
 
     def _second_planned(self, plan: EpochPlan) -> EpochPlan:
         if self.second is not None:
@@ -153,30 +155,54 @@ class EpochPlanner:
         self.pinned = dict(plan.tables)
         return plan
 
-    def past_lost_data(self, base: str | None, positions: dict[int, int]) -> tuple[dict[int, int], list[OffsetRange]]:
-        """``positions``, moved past offsets the broker deleted (retention, DeleteRecords) before
-        they were read, with those ranges, under ``on_data_loss: skip``; DataLossError under
-        ``fail``. Asked of every plan, a saved one too: retention runs at any time."""
+    def past_lost_data(
+        self, base: str | None, positions: dict[int, int], second: TopicCut | None = None
+    ) -> tuple[dict[int, int], list[OffsetRange], TopicCut | None]:
+        """``positions`` and a stream join's ``second`` topic's cut, moved past offsets the broker
+        deleted (retention, DeleteRecords) before they were read, with the first topic's lost
+        ranges (the second's are the cut's ``data_lost``), under ``on_data_loss: skip``;
+        DataLossError naming every topic and partition under ``fail``. Asked of every plan, a
+        saved one too: retention runs at any time."""
+        if second is not None:  # a cut carries the lost data of its own epoch only
+            second = second.model_copy(update={"data_lost": []})  # guard: second-topic-cut-keeps-old-loss
         if self.offsets is None:
-            return positions, []
-        starts = kafka_offsets.earliest_offsets(self.offsets, self.parts.topic, sorted(positions))
-        lost = lost_ranges(self.parts.topic, positions, starts)
-        if not lost:
-            return positions, []
+            return positions, [], second
+        lost = self._lost(self.parts.topic, positions)
+        # guard: second-topic-lost-data-unchecked
+        lost_second = self._lost(second.topic, second.positions) if second is not None else []
+        if not lost and not lost_second:
+            return positions, [], second
         where = f"snapshot {base}" if base else "the pipeline's first plan"
         gone = "; ".join(
             f"{r.topic}[{r.partition}]: {where} resumes at offset {r.start}, the log starts at "
             f"offset {r.end} ({r.size} offsets lost)"
-            for r in lost
+            for r in [*lost, *lost_second]
         )
-        if self.parts.source.on_data_loss == "fail":
+        if self.parts.source.on_data_loss == "fail":  # guard: data-loss-fail-skips
             raise DataLossError(
                 f"{DATA_LOSS} (retention or a records deletion): {gone}. Set on_data_loss: skip on source "
                 f"{self.parts.pipeline.source} to go on from the log's start and record the skipped offsets in the "
                 "next snapshot, or run with --restore none to start over"
             )
         log.warning("pipeline %s: %s (on_data_loss: skip): %s", self.parts.pipeline.name, DATA_LOSS, gone)
-        return {**positions, **{r.partition: r.end for r in lost}}, lost
+        if second is not None and lost_second:  # guard: second-topic-lost-data-not-skipped
+            moved = {**second.positions, **{r.partition: r.end for r in lost_second}}
+            second = second.model_copy(update={"positions": moved, "data_lost": lost_second})
+        return {**positions, **{r.partition: r.end for r in lost}}, lost, second
+
+    def refuse_lost_data(self, base: str | None, positions: dict[int, int]) -> None:
+        """Under ``on_data_loss: fail``, DataLossError before any subtask starts when either topic
+        lost offsets the run resumes at (``positions``: the first topic's; the second topic's cut
+        is the one ``positions_and_stops`` set). Each plan checks again."""
+        if self.parts.source.on_data_loss != "fail":
+            return
+        second = self.second.cut(min(self.second.before)) if self.second is not None else None
+        self.past_lost_data(base, positions, second)
+
+    def _lost(self, topic: str, positions: dict[int, int]) -> list[OffsetRange]:
+        """``topic``'s offsets from ``positions`` that its log no longer has (the log starts past them)."""
+        starts = kafka_offsets.earliest_offsets(self.offsets, topic, sorted(positions))
+        return lost_ranges(topic, positions, starts)
 
     @staticmethod
     def targets(latest: dict[int, int], stops: dict[int, int] | None) -> dict[int, int]:

@@ -4,7 +4,8 @@ must never look healthy while a part of it is stuck).
 A subtask has started when its ``on_start`` is done:
 
 * source subtask *i*: the executor checks of execution.source.subtask_start (this library and
-  pyarrow at the driver's versions, the brokers reached, subtask *i*'s partitions found). They
+  pyarrow at the driver's versions, the brokers reached, subtask *i*'s partitions found, of a
+  stream join's own topic too). They
   run as a start-up Spark job of their own, beside the path choice; on the Arrow path with keyed
   state on the driver, and an epoch 1 to read, read task *i* of epoch 1 runs them instead, before
   it reads (one Spark job fewer before epoch 1), and the driver merges nothing of that read
@@ -44,6 +45,7 @@ from pipeline_lib.execution.source.subtask_start import (  # noqa: F401  (names 
     source_start,
     version_mismatch,
 )
+from pipeline_lib.execution.source.two_topic_source import second_topic_join
 from pipeline_lib.kafka_connection import KafkaConnection
 from pipeline_lib.plan.keygroups import key_group_range
 
@@ -66,13 +68,15 @@ def start_source_subtasks(
     parallelism: int,
     timeout_s: float,
     pool: str | None = None,
+    second_topic: str | None = None,
 ) -> list[SubtaskCheck]:
     """One Spark task per source subtask, in the FAIR scheduler ``pool`` of its pipeline;
-    cancelled (and reported) when the deadline passes."""
+    cancelled (and reported) when the deadline passes. ``second_topic``: a stream join's own
+    topic, whose partitions each subtask checks too."""
     sc = spark.sparkContext
     sc.setLocalProperty("spark.scheduler.pool", pool)
     group = f"pipeline-lib-start-{uuid.uuid4().hex[:8]}"
-    check = source_start(kafka, topic, parallelism, timeout_s)
+    check = source_start(kafka, topic, parallelism, timeout_s, second_topic)
     timer = threading.Timer(timeout_s, sc.cancelJobGroup, args=(group,))
     sc.setJobGroup(group, f"on_start of {source_vertex}", interruptOnCancel=True)
     timer.start()
@@ -115,9 +119,11 @@ def start_pipeline(
     source_vertex = next(v for v in pipeline.vertices if v.kind == "source")
     started_at = time.monotonic()
     kafka = parts.settings.require_kafka()
+    join = second_topic_join(flow.spec for flow in parts.flows)
+    second = join.topic if join is not None else None  # a stream join's own topic, checked too
     if checks_may_ride:
         schema = parse_schema()
-        carried = beside(schema, source_start(kafka, parts.topic, p, timeout_s))
+        carried = beside(schema, source_start(kafka, parts.topic, p, timeout_s, second))
         if carried is None:
             checks = start_source_subtasks(
                 spark,
@@ -127,6 +133,7 @@ def start_pipeline(
                 p,
                 max(1.0, timeout_s - (time.monotonic() - started_at)),
                 pipeline.name,
+                second,
             )
         else:
             try:
@@ -145,6 +152,7 @@ def start_pipeline(
                 p,
                 timeout_s,
                 pipeline_pool(spark, pipeline.name),
+                second,
             )
             schema = parse_schema()  # an error here waits for the source subtasks' job (bounded by timeout_s)
             beside(schema, None)

@@ -3,8 +3,9 @@ side can run this pipeline's tasks, not only the driver's.
 
 Subtask *i* checks that its executor imported this library at the driver's
 ``pipeline_lib.__version__`` and pyarrow major.minor (the executors unpickle the driver's
-functions and exchange Arrow batches with it), reached the brokers and found the topic's
-partitions that subtask *i* reads (Kafka splits are assigned by ``partition mod parallelism``).
+functions and exchange Arrow batches with it), reached the brokers and found the partitions
+that subtask *i* reads of each topic (the source's, and a stream join's own one; Kafka splits
+are assigned by ``partition mod parallelism``).
 The checks run in a start-up Spark job of their own (runtime.startup) or, on the Arrow path with
 keyed state on the driver, at the start of read task *i* of epoch 1 (engine.worker_aggregation),
 which then reads only when they passed.
@@ -83,6 +84,13 @@ class SourceStart:
     parallelism: int
     timeout_ms: int
     driver_versions: Versions
+    second_topic: str | None = None  # a stream join's own topic, read by the same subtasks
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics the source subtasks read: the source's, and a stream join's own one."""
+        # guard: start-check-second-topic-unasked
+        return [self.topic] if self.second_topic is None else [self.topic, self.second_topic]
 
     def __call__(self, index: int) -> tuple[int, bool, str]:
         """Run subtask ``index``'s checks on this executor."""
@@ -108,22 +116,38 @@ class SourceStart:
                 )
             )
             try:
-                partitions = sorted(partitions_of(consumer, self.topic))
+                found = {topic: sorted(partitions_of(consumer, topic)) for topic in self.topics}
             finally:
                 consumer.close()
-            if not partitions:
-                return index, False, f"topic {self.topic!r} has no partitions"
-            mine = [p for p in partitions if p % self.parallelism == index]
-            return index, True, f"partitions {mine}" if mine else "no partitions at this parallelism (idle)"
+            ok, detail = subtask_partitions(found, self.parallelism, index)
+            return index, ok, detail
         except Exception as exc:  # reported to the driver with the subtask's name
             text = str(exc) or type(exc).__name__
             return index, False, text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
 
 
-def source_start(kafka: str | KafkaConnection, topic: str, parallelism: int, timeout_s: float) -> SourceStart:
+def subtask_partitions(found: dict[str, list[int]], parallelism: int, index: int) -> tuple[bool, str]:
+    """Whether subtask ``index`` can start on the partitions ``found`` of each topic it reads, and
+    which are its own: a topic without partitions fails it, naming the topic."""
+    empty = [topic for topic, partitions in found.items() if not partitions]
+    if empty:
+        return False, "; ".join(f"topic {topic!r} has no partitions" for topic in empty)
+    mine = {topic: [p for p in partitions if p % parallelism == index] for topic, partitions in found.items()}
+    if not any(mine.values()):
+        return True, "no partitions at this parallelism (idle)"
+    if len(mine) == 1:
+        return True, f"partitions {next(iter(mine.values()))}"
+    return True, ", ".join(f"partitions {ps} of {topic}" for topic, ps in mine.items())
+
+
+def source_start(
+    kafka: str | KafkaConnection, topic: str, parallelism: int, timeout_s: float, second_topic: str | None = None
+) -> SourceStart:
     """The source subtasks' checks for a start-up bounded by ``timeout_s`` (half of it for each
-    Kafka request), with this driver's versions to compare against."""
-    return SourceStart(kafka, topic, parallelism, max(1000, int(timeout_s * 1000 / 2)), library_versions())
+    Kafka request), with this driver's versions to compare against; ``second_topic``: a stream
+    join's own topic, which the subtasks read too."""
+    timeout_ms = max(1000, int(timeout_s * 1000 / 2))
+    return SourceStart(kafka, topic, parallelism, timeout_ms, library_versions(), second_topic)
 
 
 def failed_start(checks: list[SubtaskCheck]) -> str | None:
