@@ -13,7 +13,7 @@ from pipeline_lib.execution.runtime.second_topic_planning import SecondTopic
 from pipeline_lib.execution.source.two_topic_source import second_topic_join
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.epoch_budget import epoch_budget
-from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, TopicCut, lost_ranges, plan_epoch
+from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, OffsetRanges, TopicCut, lost_ranges, plan_epoch
 from pipeline_lib.plan.two_topics import plan_two_topics
 
 log = logging.getLogger(__name__)
@@ -106,13 +106,13 @@ class EpochPlanner:
         budget = epoch_budget(self.parts.job.trigger, self.parts.parallelism)  # guard: budget-at-spec-parallelism
         if self.second is not None:  # one budget shared over both topics' partitions
             first = TopicCut(topic=self.parts.topic, topic_id=self.topic_id, positions=positions, stop_offsets=stops)
-            first = first.model_copy(update={"data_lost": lost})
+            first = first.model_copy(update={"data_lost": OffsetRanges.of(lost)})
             second = self.second.cut(epoch)
             plan = plan_two_topics(epoch, base, first, targets, second, self.second.targets, budget)
         else:
             plan = plan_epoch(epoch, base, self.parts.topic, positions, targets, budget, stops, self.topic_id)
         if lost:
-            plan = plan.model_copy(update={"data_lost": lost})
+            plan = plan.model_copy(update={"data_lost": OffsetRanges.of(lost)})
         if self.joins:  # the tables' versions this epoch joins, saved with its offsets
             where = f"pipeline {self.parts.pipeline.name} epoch {epoch}"
             # guard: plan-pins-no-tables
