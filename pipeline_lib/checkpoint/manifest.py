@@ -238,6 +238,7 @@ class Manifest(Frozen):
     def _in_its_format(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Format 1's shapes for a manifest read from format 1: its checksum and bytes hold."""
         data: dict[str, Any] = handler(self)
+        # guard: manifest-format-1-rewritten-as-2
         return legacy_shapes(data) if self.format_version == LEGACY_FORMAT else data
 
     def state_files(self) -> list[StateFileRef]:

@@ -88,7 +88,7 @@ class RangeBlock(NamedTuple):
                 f"({len(block.partitions)}, {len(block.starts)}, {len(block.ends)})"
             )
         for p, s, e in zip(block.partitions, block.starts, block.ends):
-            if e < s:
+            if e < s:  # guard: range-block-end-before-start
                 raise ValueError(f"{where}: {topic}[{p}]: end {e} < start {s}")
         return block
 

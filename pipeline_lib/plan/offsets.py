@@ -74,6 +74,7 @@ class EpochPlan(BaseModel):
     @model_serializer(mode="wrap")
     def _in_its_format(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
+        # guard: plan-format-1-digested-as-2
         return legacy_shapes(data) if self.format_version == LEGACY_FORMAT else data
 
     @classmethod
