@@ -26,6 +26,18 @@ from pipeline_lib.plan.offset_columns import (
 )
 from pipeline_lib.plan.table_pins import TablePin
 
+__all__ = [  # OffsetRange and OffsetRanges live in plan.offset_columns; callers import them from here too
+    "EpochPlan",
+    "OffsetRange",
+    "OffsetRanges",
+    "TopicCut",
+    "fair_shares",
+    "group_into_tasks",
+    "lost_ranges",
+    "plan_epoch",
+    "split_for_parallelism",
+]
+
 
 class TopicCut(BaseModel):
     """A second topic's part of an epoch's plan or a snapshot (a stream join reading two topics in
