@@ -2296,7 +2296,7 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "second-topic-cut-keeps-old-loss",
         RUNNER_PLANNING,
-        'second = second.model_copy(update={"data_lost": []})',
+        'second = second.model_copy(update={"data_lost": OffsetRanges()})',
         "second = second",
         "a second topic's skipped offsets are recorded by the epoch that skipped them only",
         TWO_TOPIC_OPS,
@@ -2356,5 +2356,29 @@ MUTANTS: list[Mutant] = [
         "None",
         "an Iceberg bucket's rewritten file replaces its old files in the same snapshot",
         ("tests/unit/test_iceberg_merge.py",),
+    ),
+    Mutant(
+        "range-block-end-before-start",
+        "pipeline_lib/plan/offset_columns.py",
+        "e < s",
+        "False",
+        "a stored block of ranges with an end before its start is refused, naming the partition",
+        ("tests/unit/test_offset_columns.py",),
+    ),
+    Mutant(
+        "manifest-format-1-rewritten-as-2",
+        MANIFEST,
+        "legacy_shapes(data) if self.format_version == LEGACY_FORMAT else data",
+        "data",
+        "a manifest of format 1 is verified and written back in its own format: its checksum and SHA-256 hold",
+        ("tests/unit/test_offset_columns.py",),
+    ),
+    Mutant(
+        "plan-format-1-digested-as-2",
+        OFFSETS,
+        "legacy_shapes(data) if self.format_version == LEGACY_FORMAT else data",
+        "data",
+        "a plan of format 1 keeps the digest its epoch recorded: a replay after an upgrade reuses its sink epoch",
+        ("tests/unit/test_offset_columns.py",),
     ),
 ]

@@ -23,9 +23,16 @@ from pydantic import (
     model_validator,
 )
 
-from pipeline_lib.plan.offsets import OffsetRange, TopicCut
+from pipeline_lib.plan.offset_columns import (
+    FORMAT_VERSION,
+    LEGACY_FORMAT,
+    OffsetRanges,
+    Positions,
+    check_format,
+    legacy_shapes,
+)
+from pipeline_lib.plan.offsets import TopicCut
 
-FORMAT_VERSION = 1
 # Matched whole (``fullmatch``) and ASCII only: ``$`` would let a trailing newline through, and
 # ``\d`` any Unicode digit ("٣"), into an object key.
 SNAPSHOT_ID = re.compile(r"[0-9]{10}-a[0-9]{1,9}", re.ASCII)
@@ -164,7 +171,7 @@ class Lineage(Frozen):
 
     base_snapshot: str | None
     plan_digest: str
-    ranges: list[OffsetRange]
+    ranges: OffsetRanges
     records_read: int
 
 
@@ -179,7 +186,9 @@ class FlowCommit(Frozen):
 class Manifest(Frozen):
     """One snapshot: source positions, each flow's state files and sink commits, sealed by a checksum.
 
-    Written before HEAD points at it and never changed afterwards.
+    Written before HEAD points at it and never changed afterwards. Format 2 holds positions and
+    ranges as integer columns (plan.offset_columns); a manifest of format 1 is read, verified and
+    written back in its own format.
     """
 
     format_version: int = FORMAT_VERSION
@@ -194,15 +203,15 @@ class Manifest(Frozen):
     # The topic's id (Kafka's UUID of it): positions are offsets of that topic, not of one deleted
     # and created again under the same name. None from brokers that report no id.
     topic_id: str | None = None
-    positions: dict[int, int]  # partition -> next offset to read
-    stop_offsets: dict[int, int] | None = None  # bounded source: partition -> stop offset
+    positions: Positions  # partition -> next offset to read
+    stop_offsets: Positions | None = None  # bounded source: partition -> stop offset
     completed_splits: list[int] = []  # partitions that reached their stop offset
     completed: bool = False  # every split reached its stop and every sink committed it
     flows: dict[str, FlowCommit]
     bad_records: int = 0  # records of this epoch dead-lettered or skipped (on_error)
     # Offsets deleted from the topic before they were read, skipped before this epoch's ranges
     # (the source's on_data_loss: skip).
-    data_lost: list[OffsetRange] = []
+    data_lost: OffsetRanges = OffsetRanges()
     # Each windowed flow's watermark after this epoch (execution.state.watermark's JSON), and the
     # records the epoch dropped as late: a restore continues from exactly this watermark.
     watermarks: dict[str, dict[str, int | bool | None]] = {}
@@ -219,6 +228,18 @@ class Manifest(Frozen):
     @classmethod
     def _valid_id(cls, value: str) -> str:
         return validate_snapshot_id(value)
+
+    @field_validator("format_version")
+    @classmethod
+    def _readable(cls, value: int) -> int:
+        return check_format(value, "manifest")
+
+    @model_serializer(mode="wrap")
+    def _in_its_format(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Format 1's shapes for a manifest read from format 1: its checksum and bytes hold."""
+        data: dict[str, Any] = handler(self)
+        # guard: manifest-format-1-rewritten-as-2
+        return legacy_shapes(data) if self.format_version == LEGACY_FORMAT else data
 
     def state_files(self) -> list[StateFileRef]:
         """Every state file the snapshot references, over its flows: each span's base and deltas."""
@@ -248,8 +269,13 @@ class Manifest(Frozen):
         return bool(self.checksum) and self.checksum == sha256_hex(self._body())  # guard: manifest-verify-always-true
 
     def to_bytes(self) -> bytes:
-        """Canonical JSON (sorted keys): the bytes the head's SHA-256 refers to."""
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=1).encode()
+        """Canonical JSON (sorted keys): the bytes the head's SHA-256 refers to. Format 2 is
+        written without indentation (the standard library's C encoder; an indented list of
+        offsets would take a line per integer), format 1 as it always was."""
+        data = self.model_dump(mode="json")
+        if self.format_version == LEGACY_FORMAT:
+            return json.dumps(data, sort_keys=True, indent=1).encode()
+        return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Manifest:

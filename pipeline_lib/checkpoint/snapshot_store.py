@@ -160,10 +160,10 @@ class SnapshotStore:
     def load_plan(self, epoch: int) -> EpochPlan | None:
         """The saved plan of ``epoch``, or None: an unreadable plan is planned again rather than trusted."""
         try:
-            return EpochPlan.model_validate_json(self.store.get(layout.plan_key(epoch)))
+            return EpochPlan.from_json(self.store.get(layout.plan_key(epoch)))
         except NotFound:
             return None
-        except ValidationError:
+        except ValueError:  # pydantic's ValidationError, or JSON that does not parse
             log.warning("plan of epoch %d is unreadable; planning it again", epoch)
             return None
 

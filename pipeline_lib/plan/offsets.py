@@ -9,33 +9,34 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
+from pipeline_lib.plan.offset_columns import (
+    FORMAT_VERSION,
+    LEGACY_FORMAT,
+    OffsetRange,
+    OffsetRanges,
+    Positions,
+    check_format,
+    legacy_shapes,
+)
 from pipeline_lib.plan.table_pins import TablePin
 
-
-class OffsetRange(BaseModel):
-    """Records ``[start, end)`` of one topic partition."""
-
-    model_config = ConfigDict(frozen=True)
-
-    topic: str
-    partition: int = Field(ge=0)
-    start: int = Field(ge=0)
-    end: int = Field(ge=0)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> OffsetRange:
-        if self.end < self.start:
-            raise ValueError(f"{self.topic}[{self.partition}]: end {self.end} < start {self.start}")
-        return self
-
-    @property
-    def size(self) -> int:
-        """Offsets in the range (records, unless compaction or markers left gaps)."""
-        return self.end - self.start
+__all__ = [  # OffsetRange and OffsetRanges live in plan.offset_columns; callers import them from here too
+    "EpochPlan",
+    "OffsetRange",
+    "OffsetRanges",
+    "TopicCut",
+    "fair_shares",
+    "group_into_tasks",
+    "lost_ranges",
+    "plan_epoch",
+    "split_for_parallelism",
+]
 
 
 class TopicCut(BaseModel):
@@ -47,36 +48,60 @@ class TopicCut(BaseModel):
 
     topic: str
     topic_id: str | None = None
-    positions: dict[int, int]  # every partition's next offset (before the epoch, in a plan)
-    stop_offsets: dict[int, int] | None = None
+    positions: Positions  # every partition's next offset (before the epoch, in a plan)
+    stop_offsets: Positions | None = None
     completed_splits: list[int] = []  # in a manifest: partitions that reached their stop
-    data_lost: list[OffsetRange] = []
+    data_lost: OffsetRanges = OffsetRanges()
 
 
 class EpochPlan(BaseModel):
-    """What epoch ``epoch`` reads, planned from the positions of snapshot ``base_snapshot``."""
+    """What epoch ``epoch`` reads, planned from the positions of snapshot ``base_snapshot``.
+
+    Positions and ranges are held and written as integer columns (plan.offset_columns); a plan
+    read from format 1 (objects per partition, no ``format_version``) is written back and digested
+    in that format, so a replay after an upgrade finds the digest its first run recorded."""
 
     model_config = ConfigDict(frozen=True)
 
+    format_version: int = FORMAT_VERSION
     epoch: int = Field(ge=1)
     base_snapshot: str | None
-    positions: dict[int, int]  # every partition's next offset before the epoch
-    ranges: list[OffsetRange]
-    stop_offsets: dict[int, int] | None = None  # a bounded source's stops, fixed at its first start
+    positions: Positions  # every partition's next offset before the epoch
+    ranges: OffsetRanges
+    stop_offsets: Positions | None = None  # a bounded source's stops, fixed at its first start
     topic_id: str | None = None  # the topic's id when planned (None: the broker reports none)
     # Offsets deleted from the log before they were read, skipped under on_data_loss: skip:
     # ``positions`` already start past them.
-    data_lost: list[OffsetRange] = []
+    data_lost: OffsetRanges = OffsetRanges()
     # The version of each table a flow joins (by location), pinned when the epoch was planned.
     tables: dict[str, TablePin] = {}
     # A stream join's second topic (its ranges are in ``ranges``, named by their topic).
     second_topic: TopicCut | None = None
 
+    @field_validator("format_version")
+    @classmethod
+    def _readable(cls, value: int) -> int:
+        return check_format(value, "plan")
+
+    @model_serializer(mode="wrap")
+    def _in_its_format(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        # guard: plan-format-1-digested-as-2
+        return legacy_shapes(data) if self.format_version == LEGACY_FORMAT else data
+
+    @classmethod
+    def from_json(cls, data: bytes) -> EpochPlan:
+        """A stored plan: format 1 has no ``format_version`` (pydantic raises on anything malformed)."""
+        raw = json.loads(data)
+        if isinstance(raw, dict) and "format_version" not in raw:
+            raw["format_version"] = LEGACY_FORMAT
+        return cls.model_validate(raw)
+
     @property
     def records(self) -> int:
         """Offsets the epoch reads, over all its ranges: an upper bound on its data records, as
         transaction markers, aborted and compacted records take offsets too."""
-        return sum(r.size for r in self.ranges)
+        return OffsetRanges.coerce(self.ranges).records
 
     def end_positions(self) -> dict[int, int]:
         """Every partition's next offset after the epoch."""
@@ -88,7 +113,7 @@ class EpochPlan(BaseModel):
         """Identifies the epoch's input; the base snapshot's name is left out on purpose, as a
         replay after a fallback reads the same input from a differently named snapshot. The pinned
         tables count when there are any (a plan without joins keeps the digest it always had), and
-        so does a second topic's cut when there is one."""
+        so does a second topic's cut when there is one. Computed over the plan's stored form."""
         # guard: plan-digest-ignores-ranges, plan-digest-ignores-positions, plan-digest-ignores-epoch
         # guard: plan-digest-ignores-tables
         fields = {"epoch", "positions", "ranges"} | ({"tables"} if self.tables else set())
@@ -135,16 +160,14 @@ def plan_epoch(
     """Ranges from ``positions`` towards ``targets`` holding at most ``max_records`` records."""
     lags = {p: max(0, targets.get(p, pos) - pos) for p, pos in positions.items()}
     shares = fair_shares(lags, max_records)
-    ranges = [  # guard: plan-range-end-past-share
-        OffsetRange(topic=topic, partition=p, start=positions[p], end=positions[p] + shares[p])
-        for p in sorted(positions)
-        if shares[p] > 0
-    ]
+    partitions = [p for p in sorted(positions) if shares[p] > 0]
+    starts = [positions[p] for p in partitions]
+    ends = [positions[p] + shares[p] for p in partitions]  # guard: plan-range-end-past-share
     return EpochPlan(
         epoch=epoch,
         base_snapshot=base_snapshot,
         positions=dict(positions),
-        ranges=ranges,
+        ranges=OffsetRanges.columns(topic, partitions, starts, ends),
         stop_offsets=dict(stop_offsets) if stop_offsets is not None else None,
         topic_id=topic_id,
     )
@@ -160,8 +183,9 @@ def lost_ranges(topic: str, positions: Mapping[int, int], log_starts: Mapping[in
     ]
 
 
-def split_for_parallelism(ranges: list[OffsetRange], parallelism: int, min_size: int = 2_000) -> list[OffsetRange]:
+def split_for_parallelism(ranges: Iterable[OffsetRange], parallelism: int, min_size: int = 2_000) -> list[OffsetRange]:
     """Cut big ranges so Spark can read one partition with several tasks."""
+    ranges = list(ranges)
     total = sum(r.size for r in ranges)
     piece = max(min_size, -(-total // max(parallelism, 1)))
     out: list[OffsetRange] = []
@@ -169,7 +193,7 @@ def split_for_parallelism(ranges: list[OffsetRange], parallelism: int, min_size:
         start = r.start
         while start < r.end:
             end = min(r.end, start + piece)  # guard: split-piece-past-range-end
-            out.append(r.model_copy(update={"start": start, "end": end}))
+            out.append(replace(r, start=start, end=end))
             start = end
     return out
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pipeline_lib.errors import SnapshotError
-from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, TopicCut, fair_shares, plan_epoch
+from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, OffsetRanges, TopicCut, fair_shares, plan_epoch
 
 
 def second_end_positions(plan: EpochPlan) -> dict[int, int]:
@@ -82,10 +82,10 @@ def plan_two_topics(
     slots = [(first.topic, p, pos, first_targets.get(p, pos)) for p, pos in sorted(first.positions.items())]
     slots += [(second.topic, p, pos, second_targets.get(p, pos)) for p, pos in sorted(second.positions.items())]
     shares = fair_shares({i: max(0, target - pos) for i, (_, _, pos, target) in enumerate(slots)}, max_records)
-    ranges = [
+    ranges = OffsetRanges.of(
         OffsetRange(topic=topic, partition=p, start=pos, end=pos + shares[i])
         for i, (topic, p, pos, _) in enumerate(slots)
         if shares[i] > 0
-    ]
+    )
     plan = plan_epoch(epoch, base_snapshot, first.topic, first.positions, {}, 0, first.stop_offsets, first.topic_id)
     return plan.model_copy(update={"ranges": ranges, "data_lost": first.data_lost, "second_topic": second})

@@ -129,7 +129,7 @@ def explain_key(
                         {k: v for k, v in row.items() if k not in columns},
                         m.snapshot_id if m else None,
                         m.lineage.base_snapshot if m else None,
-                        [r.model_dump() for r in m.lineage.ranges] if m else None,
+                        [asdict(r) for r in m.lineage.ranges] if m else None,
                     )
                 )
     if manifests:

@@ -97,7 +97,7 @@ def _move_positions(snapshots: SnapshotStore, snapshot_id: str) -> None:
     """Give a committed snapshot other positions (a sealed manifest, HEAD pointing at its bytes):
     the plans saved after it no longer follow it."""
     data = snapshots.load_manifest(snapshot_id).model_dump(mode="json")
-    data["positions"] = {p: o + 1 for p, o in data["positions"].items()}
+    data["positions"]["offsets"] = [o + 1 for o in data["positions"]["offsets"]]
     sha = snapshots.write_manifest(Manifest.model_validate(data).sealed())
     _set_head_sha(snapshots, snapshot_id, sha)
 

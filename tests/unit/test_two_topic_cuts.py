@@ -60,7 +60,8 @@ def test_the_manifest_carries_the_second_topic_s_cut_under_its_checksum():
     stored = Manifest.from_bytes(manifest.to_bytes())
     assert stored.verify_checksum() and stored.second_topic == manifest.second_topic
     body = json.loads(manifest.to_bytes())
-    body["second_topic"]["positions"]["0"] = 8  # a payments position changed after sealing
+    assert body["second_topic"]["positions"] == {"partitions": [0, 1], "offsets": [7, 2]}
+    body["second_topic"]["positions"]["offsets"][0] = 8  # a payments position changed after sealing
     assert not Manifest.model_validate(body).verify_checksum()
 
 

@@ -5,7 +5,7 @@ snapshot's cut, and a bounded second topic ends at its stops."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pytest
@@ -134,7 +134,7 @@ def test_verify_follows_each_topic_s_ranges_from_its_own_positions():
     entry = HistoryEntry.model_validate({"snapshot_id": "0000000001-a1", "epoch": 1, "manifest_sha256": "x"})
     assert _chain_break(newer, entry, older) is None
     moved = newer.model_copy(update={"lineage": newer.lineage.model_copy(update={"ranges": second.ranges[:1]})})
-    skipped = second.ranges[1].model_copy(update={"start": 306})
+    skipped = replace(second.ranges[1], start=306)
     broken = moved.model_copy(
         update={"lineage": moved.lineage.model_copy(update={"ranges": [*second.ranges[:1], skipped]})}
     )

@@ -13,7 +13,7 @@ from pipeline_lib.execution.runtime.second_topic_planning import SecondTopic
 from pipeline_lib.execution.source.two_topic_source import second_topic_join
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.epoch_budget import epoch_budget
-from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, TopicCut, lost_ranges, plan_epoch
+from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, OffsetRanges, TopicCut, lost_ranges, plan_epoch
 from pipeline_lib.plan.two_topics import plan_two_topics
 
 log = logging.getLogger(__name__)
@@ -107,13 +107,13 @@ class EpochPlanner:
         budget = epoch_budget(self.parts.job.trigger, self.parts.parallelism)  # guard: budget-at-spec-parallelism
         if self.second is not None:  # one budget shared over both topics' partitions
             first = TopicCut(topic=self.parts.topic, topic_id=self.topic_id, positions=positions, stop_offsets=stops)
-            first = first.model_copy(update={"data_lost": lost})
+            first = first.model_copy(update={"data_lost": OffsetRanges.of(lost)})
             assert second_cut is not None
             plan = plan_two_topics(epoch, base, first, targets, second_cut, self.second.targets, budget)
         else:
             plan = plan_epoch(epoch, base, self.parts.topic, positions, targets, budget, stops, self.topic_id)
         if lost:
-            plan = plan.model_copy(update={"data_lost": lost})
+            plan = plan.model_copy(update={"data_lost": OffsetRanges.of(lost)})
         if self.joins:  # the tables' versions this epoch joins, saved with its offsets
             where = f"pipeline {self.parts.pipeline.name} epoch {epoch}"
             # guard: plan-pins-no-tables
@@ -164,7 +164,7 @@ class EpochPlanner:
         DataLossError naming every topic and partition under ``fail``. Asked of every plan, a
         saved one too: retention runs at any time."""
         if second is not None:  # a cut carries the lost data of its own epoch only
-            second = second.model_copy(update={"data_lost": []})  # guard: second-topic-cut-keeps-old-loss
+            second = second.model_copy(update={"data_lost": OffsetRanges()})  # guard: second-topic-cut-keeps-old-loss
         if self.offsets is None:
             return positions, [], second
         lost = self._lost(self.parts.topic, positions)
@@ -187,7 +187,7 @@ class EpochPlanner:
         log.warning("pipeline %s: %s (on_data_loss: skip): %s", self.parts.pipeline.name, DATA_LOSS, gone)
         if second is not None and lost_second:  # guard: second-topic-lost-data-not-skipped
             moved = {**second.positions, **{r.partition: r.end for r in lost_second}}
-            second = second.model_copy(update={"positions": moved, "data_lost": lost_second})
+            second = second.model_copy(update={"positions": moved, "data_lost": OffsetRanges.of(lost_second)})
         return {**positions, **{r.partition: r.end for r in lost}}, lost, second
 
     def refuse_lost_data(self, base: str | None, positions: dict[int, int]) -> None:
