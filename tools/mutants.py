@@ -2284,4 +2284,12 @@ MUTANTS: list[Mutant] = [
         "an Iceberg bucket's rewritten file replaces its old files in the same snapshot",
         ("tests/unit/test_iceberg_merge.py",),
     ),
+    Mutant(
+        "iceberg-driver-reads-part-rows",
+        ICEBERG_SINK,
+        "pq.read_schema(stream)",
+        "pq.read_schema(io.BytesIO(self.staging.store.get(key)))",
+        "the Iceberg commit reads a staged part's footer only: no row of a part passes through the driver",
+        ("tests/unit/test_iceberg_merge.py",),
+    ),
 ]
