@@ -2381,4 +2381,12 @@ MUTANTS: list[Mutant] = [
         "a plan of format 1 keeps the digest its epoch recorded: a replay after an upgrade reuses its sink epoch",
         ("tests/unit/test_offset_columns.py",),
     ),
+    Mutant(
+        "iceberg-driver-reads-part-rows",
+        ICEBERG_SINK,
+        "pq.read_schema(stream)",
+        "pq.read_schema(io.BytesIO(self.staging.store.get(key)))",
+        "the Iceberg commit reads a staged part's footer only: no row of a part passes through the driver",
+        ("tests/unit/test_iceberg_merge.py",),
+    ),
 ]

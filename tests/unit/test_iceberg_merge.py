@@ -84,3 +84,29 @@ def test_a_data_file_outside_the_bucket_layout_is_refused_by_name(tmp_path):
     sink.open().append(pa.table({"user": pa.array(["z"], pa.string()), "total": pa.array([9], pa.int64())}))
     with pytest.raises(PipelineError, match="outside the bucket layout"):
         sink.write_epoch(2, "d2", [_part(["a"], [2])], attempt=1)
+
+
+class _RecordedReads:
+    """The staging store, recording each key the driver reads whole (its ``get``)."""
+
+    def __init__(self, store):
+        self._store, self.read = store, []
+
+    def get(self, key: str) -> bytes:
+        self.read.append(key)
+        return self._store.get(key)
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+
+def test_the_driver_reads_no_staged_part_only_footers_and_manifests(tmp_path):
+    """The commit's driver side never reads a staged part's rows: the table's schema comes from a
+    part's Parquet footer, the rewrite's rows from the merge tasks (in process here)."""
+    sink = _sink(tmp_path)
+    reads = _RecordedReads(sink.staging.store)
+    sink.staging.store = reads
+    sink.write_epoch(1, "d1", [_part(["a", "b"], [1, 2])], attempt=1)
+    sink.write_epoch(2, "d2", [_part(["b", "c"], [5, 3])], attempt=1)
+    assert _rows(sink) == {"a": 1, "b": 5, "c": 3}
+    assert reads.read == [], f"the driver read staged parts: {reads.read}"
