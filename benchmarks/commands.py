@@ -3,8 +3,9 @@
 ``python -m benchmarks [OPTIONS]`` runs the throughput benchmark (throughput.py);
 its sub-commands ``restore``, ``cluster``, ``driver`` and ``latency`` run the restore, cluster,
 driver-load and latency benchmarks (restore_completed.py, cluster_vs_local.py, driver_load.py,
-latency.py). The Makefile's bench targets
-call these; in a source checkout ``pipeline-lib bench`` mounts the same app (pipeline_lib/bench_command.py).
+latency.py); the features' sub-commands (windows, tables, process, autoscale, joins, stream-joins,
+kafka-sink, delta, decoding) are in feature_commands.py. The Makefile's bench targets call these;
+in a source checkout ``pipeline-lib bench`` mounts the same app (pipeline_lib/bench_command.py).
 Each benchmark's modules load only when it runs, so mounting this costs other commands nothing.
 """
 
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from benchmarks import feature_commands
 
 bench_app = typer.Typer()  # its help is the throughput command's docstring (the callback below)
 
@@ -235,199 +238,4 @@ def latency(
     raise typer.Exit(run_latency(chosen_rates, seconds, users, interval, chosen, parallelism, out, picked, broker))
 
 
-@bench_app.command("windows")
-def windows(
-    events: Annotated[int, typer.Option(min=1, help="JSON click events to produce.")] = 200_000,
-    pages: Annotated[int, typer.Option(min=1, help="Distinct pages (keys).")] = 1_000,
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 20_000,
-    parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism (local[N]).")] = 2,
-    sketches: Annotated[
-        bool, typer.Option(help="Also approx_count_distinct(user) and approx_percentile(ms, 0.95) on both sides.")
-    ] = False,
-    keyed_state: Annotated[
-        str, typer.Option(help="Where our windows merge: auto (the driver in local mode), owners or driver.")
-    ] = "auto",
-    gap: Annotated[
-        str | None, typer.Option(help="Session windows of this gap (e.g. '30 seconds') on both sides instead.")
-    ] = None,
-) -> None:
-    """1-minute tumbling windows with a watermark: ours vs Spark SS withWatermark + window, append.
-
-    Prints both whole-process times and their ratio (see benchmarks/windows.py)."""
-    from benchmarks.windows import windows_bench
-
-    if keyed_state not in ("auto", "owners", "driver"):
-        raise typer.BadParameter(f"{keyed_state!r}: choose from auto, owners, driver", param_hint="--keyed-state")
-    bench = windows_bench(
-        events=events,
-        pages=pages,
-        per_epoch=per_epoch,
-        parallelism=parallelism,
-        sketches=sketches,
-        keyed_state=keyed_state,
-        gap=gap,
-    )
-    raise typer.Exit(bench)
-
-
-@bench_app.command("tables")
-def tables(
-    epochs: Annotated[int, typer.Option(min=1, help="Epochs written to each table.")] = 20,
-    keys: Annotated[int, typer.Option(min=1, help="Distinct keys of the aggregate.")] = 100_000,
-    changed: Annotated[int, typer.Option(min=1, help="Keys (rows) each epoch changes (writes).")] = 2_000,
-    parts: Annotated[int, typer.Option(min=1, help="Staged parts per epoch (the executors' files).")] = 4,
-) -> None:
-    """The Iceberg sink's driver commit per epoch against the Delta sink's, upsert and append (see
-    benchmarks/table_commits.py; no Spark SS Iceberg writer for Spark 4.x is available here)."""
-    from benchmarks.table_commits import tables_bench
-
-    raise typer.Exit(tables_bench(epochs=epochs, keys=keys, changed=min(changed, keys), parts=parts))
-
-
-@bench_app.command("process")
-def process(
-    events: Annotated[int, typer.Option(min=1, help="JSON events to produce.")] = 200_000,
-    active: Annotated[int, typer.Option(min=1, help="Users active at a time (the set slides).")] = 200,
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 20_000,
-    parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism (local[N]).")] = 2,
-) -> None:
-    """Per-user session totals with an event-time timer: ours vs Spark SS applyInPandasWithState.
-
-    Prints both whole-process times and their ratio (see benchmarks/process_bench.py)."""
-    from benchmarks.process_bench import process_bench
-
-    raise typer.Exit(process_bench(events=events, active=active, per_epoch=per_epoch, parallelism=parallelism))
-
-
-@bench_app.command("autoscale")
-def autoscale(
-    rates: Annotated[str, typer.Option(help="Producer rates (events per second) in turn, comma-separated.")] = (
-        "200,2000,200"
-    ),
-    seconds: Annotated[float, typer.Option(min=1, help="Seconds of producing at each rate.")] = 20.0,
-    max_parallelism: Annotated[int, typer.Option("--max", min=1, help="autoscale.max of the run with it on.")] = 2,
-    target_lag: Annotated[int, typer.Option(min=1, help="autoscale.target_lag_records.")] = 2_000,
-    per_epoch: Annotated[int, typer.Option(min=1, help="trigger.max_records_per_epoch.")] = 2_000,
-    workers: Annotated[
-        int, typer.Option(min=0, help="One-core workers of a Spark standalone cluster (0: local mode).")
-    ] = 2,
-    out: Annotated[
-        Path | None, typer.Option(help="Where report.md and autoscale.svg go (default: a temp dir).")
-    ] = None,
-    per_subtask: Annotated[
-        int | None,
-        typer.Option(min=1, help="trigger.max_records_per_subtask (then max_records_per_epoch is it times --max)."),
-    ] = None,
-) -> None:
-    """Lag and parallelism over time under a stepped input rate, autoscaling off and on.
-
-    On a standalone cluster of --workers one-core workers (dynamic allocation on) unless 0. Prints both
-    series side by side and each run's largest and final lag, and writes report.md with the figure
-    autoscale.svg to --out (see benchmarks/autoscale.py)."""
-    from benchmarks.autoscale import autoscale as run_autoscale
-    from benchmarks.config import parse_keys
-
-    try:
-        chosen = parse_keys(rates)
-        if not chosen or min(chosen) < 1:
-            raise ValueError(f"{rates!r}: give rates of at least 1 event per second")
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--rates") from None
-    raise typer.Exit(run_autoscale(chosen, seconds, max_parallelism, target_lag, per_epoch, workers, out, per_subtask))
-
-
-@bench_app.command("joins")
-def joins(
-    events: Annotated[int, typer.Option(min=1, help="JSON order events to produce.")] = 200_000,
-    users: Annotated[int, typer.Option(min=1, help="Rows of the joined users table.")] = 10_000,
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 20_000,
-    parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism (local[N]).")] = 2,
-) -> None:
-    """A stream-static join, then sum and count per country: ours vs Spark SS join + groupBy, update.
-
-    Prints both whole-process times and their ratio (see benchmarks/joins.py)."""
-    from benchmarks.joins import joins_bench
-
-    raise typer.Exit(joins_bench(events=events, users=users, per_epoch=per_epoch, parallelism=parallelism))
-
-
-@bench_app.command("stream-joins")
-def stream_joins(
-    orders: Annotated[int, typer.Option(min=1, help="Orders to produce (each with 0-2 payments).")] = 50_000,
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 20_000,
-    parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism (local[N]).")] = 2,
-) -> None:
-    """A stream-stream interval join of orders and payments: ours vs Spark SS with withWatermark on both sides.
-
-    Prints both whole-process times and their ratio (see benchmarks/stream_joins.py)."""
-    from benchmarks.stream_joins import stream_joins_bench
-
-    raise typer.Exit(stream_joins_bench(orders=orders, per_epoch=per_epoch, parallelism=parallelism))
-
-
-@bench_app.command("kafka-sink")
-def kafka_sink(
-    events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 500_000,
-    users: Annotated[int, typer.Option(min=1, help="Distinct users (keys).")] = 50_000,
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 100_000,
-    partitions: Annotated[int, typer.Option(min=1, help="Partitions of the source and of each output topic.")] = 4,
-    parallelism: Annotated[int, typer.Option(min=1, help="local[N] for both engines.")] = 2,
-    kinds: Annotated[str, typer.Option(help="Jobs: stateless,aggregate (either or both).")] = "stateless,aggregate",
-    logs: Annotated[Path | None, typer.Option(help="Keep the runs' logs and specs in this folder.")] = None,
-) -> None:
-    """Kafka to Kafka: our exactly-once Kafka sink vs Spark SS writeStream.format("kafka"), on Apache Kafka.
-
-    Stateless (a filter) and aggregate (an update stream per user); prints both whole-process
-    times, events/s and the speed-up, and checks every output topic read back with read_committed
-    (see benchmarks/kafka_sink.py). Exit 1 only if an output is wrong."""
-    from benchmarks.kafka_sink import kafka_sink_bench
-    from benchmarks.structured_streaming_kafka_sink import KINDS
-
-    chosen = tuple(k.strip() for k in kinds.split(",") if k.strip())
-    if not chosen or set(chosen) - set(KINDS):
-        raise typer.BadParameter(f"{kinds!r}: choose from {', '.join(KINDS)}", param_hint="--kinds")
-    raise typer.Exit(
-        kafka_sink_bench(
-            events=events,
-            users=users,
-            per_epoch=per_epoch,
-            partitions=partitions,
-            parallelism=parallelism,
-            kinds=chosen,
-            keep=logs,
-        )
-    )
-
-
-@bench_app.command("delta")
-def delta(
-    events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 200_000,
-    users: Annotated[int, typer.Option(min=1, help="Distinct users (keys, the table's rows).")] = 20_000,
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 50_000,
-    partitions: Annotated[int, typer.Option(min=1, help="Kafka partitions of the benchmark topic.")] = 2,
-    parallelism: Annotated[int, typer.Option(min=1, help="local[N] for both engines.")] = 2,
-) -> None:
-    """A running aggregate into a Delta table: our sink.delta vs Spark SS foreachBatch + delta-spark MERGE.
-
-    Spark runs in the second environment of `make delta-spark-env`; both tables are read back
-    and checked against plain Python; prints both whole-process times and the ratio (see
-    benchmarks/delta_bench.py). Exit 1 only if a table is wrong."""
-    from benchmarks.delta_bench import delta_bench
-
-    raise typer.Exit(
-        delta_bench(events=events, users=users, per_epoch=per_epoch, partitions=partitions, parallelism=parallelism)
-    )
-
-
-@bench_app.command("decoding")
-def decoding(
-    batches: Annotated[int, typer.Option(min=1, help="Record batches in the fetch.")] = 20,
-    records: Annotated[int, typer.Option(min=1, help="Records per batch.")] = 300,
-    rounds: Annotated[int, typer.Option(min=1, help="Interleaved rounds (the median is printed).")] = 7,
-) -> None:
-    """CPU of decoding a fetch's record batches: each alone vs all together (no broker, no Spark).
-
-    See benchmarks/decoding.py. Exit 1 only if the two give different columns."""
-    from benchmarks.decoding import decoding_bench
-
-    raise typer.Exit(decoding_bench(batches=batches, records=records, rounds=rounds))
+feature_commands.register(bench_app)  # after the commands above: the help lists them in this order

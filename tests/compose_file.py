@@ -1,7 +1,7 @@
 """docker-compose.yml read as docker compose reads it: ``${VAR}`` substitution from an env file,
 each service's environment, command and volumes, whatever syntax they use.
 
-Shared by the static checks of the file (tests/unit/test_compose.py) and the test that runs its
+Shared by the static checks of the file (tests/unit/test_compose*.py) and the test that runs its
 services natively (tests/stack/test_compose_parity.py), so that both read the same values.
 """
 

@@ -3,7 +3,7 @@
 One job, one S3 identity: minio-init creates the user ``PIPELINE_S3_<JOB>_ACCESS_KEY`` with the
 policy ``docker/minio/policies/job-<job>.json``, the scheduler holds the job's key as the Airflow
 connection ``pipeline_s3_<job>``, and the job's spec names that connection. The names are derived
-here once, so that tests/unit/test_compose.py and tests/unit/test_minio_policies.py check the same.
+here once, so that tests/unit/test_compose*.py and tests/unit/test_minio_policies.py check the same.
 """
 
 from __future__ import annotations

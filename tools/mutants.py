@@ -96,7 +96,7 @@ REPAIR_TESTS = ("tests/unit/test_repair_plan.py",)
 CLI_TESTS = ("tests/unit/test_cli_errors.py",)
 BATCH_TESTS = ("tests/unit/test_kafka_batches.py",)
 RANGE_TESTS = ("tests/unit/test_range_reads.py",)
-DECODING_TESTS = ("tests/unit/test_fast_decoding.py",)
+DECODING_TESTS = ("tests/unit/test_record_batcher_equivalence.py",)
 BAD_RECORDS = ("tests/unit/test_record_batcher_bad_records.py",)
 ADAPTER = ("tests/unit/test_kafka_adapter.py",)
 STREAMING = ("tests/unit/test_airflow_streaming.py",)
@@ -506,7 +506,7 @@ MUTANTS: list[Mutant] = [
         "sid not in retained and layout.epoch_of_snapshot(sid) <= latest.epoch",
         "sid not in retained",
         "GC never deletes a manifest newer than the head (an epoch being committed)",
-        tests=("tests/unit/test_commit_protocol_commit.py",),
+        tests=("tests/unit/test_commit_protocol_gc.py",),
     ),
     Mutant(
         "gc-deletes-newer-state",
@@ -514,7 +514,7 @@ MUTANTS: list[Mutant] = [
         "key not in referenced and layout.epoch_of_snapshot(sid) <= latest.epoch",
         "key not in referenced",
         "GC never deletes state newer than the head (an epoch being committed)",
-        tests=("tests/unit/test_commit_protocol_commit.py",),
+        tests=("tests/unit/test_commit_protocol_gc.py",),
     ),
     Mutant(
         "gc-refs-latest-only",
@@ -522,7 +522,7 @@ MUTANTS: list[Mutant] = [
         "head.history",
         "head.history[:1]",
         "GC keeps what every retained snapshot references, not only the newest",
-        tests=("tests/unit/test_commit_protocol_commit.py",),
+        tests=("tests/unit/test_commit_protocol_gc.py",),
     ),
     Mutant(
         "gc-ignores-deltas",
@@ -530,7 +530,7 @@ MUTANTS: list[Mutant] = [
         "ref.chain()",
         "[ref]",
         "GC keeps the packs holding a retained span's deltas, not only its base",
-        tests=("tests/unit/test_commit_protocol_commit.py",),
+        tests=("tests/unit/test_commit_protocol_gc.py",),
     ),
     Mutant(
         "gc-ignores-references",
@@ -538,7 +538,7 @@ MUTANTS: list[Mutant] = [
         "referenced |= refs",
         "pass",
         "GC keeps every state object a retained snapshot references",
-        tests=("tests/unit/test_commit_protocol_commit.py",),
+        tests=("tests/unit/test_commit_protocol_gc.py",),
     ),
     Mutant(
         "gc-deletes-retained-plans",
@@ -546,7 +546,7 @@ MUTANTS: list[Mutant] = [
         "int(k[6:16]) < oldest_epoch",
         "int(k[6:16]) <= latest.epoch",
         "GC keeps the plans of retained epochs (a restore of any of them replays the same input)",
-        tests=("tests/unit/test_commit_protocol_commit.py",),
+        tests=("tests/unit/test_commit_protocol_gc.py",),
     ),
     # -- planning ----------------------------------------------------------------------------
     Mutant(

@@ -15,7 +15,7 @@ import psutil
 import pytest
 import requests
 
-from tests.airflow.deployment import start_airflow
+from tests.airflow.launch import start_airflow
 from tests.airflow.rest_api import AirflowApiError
 
 # The harness itself is exercised by every test in tests/airflow; this smoke test of it is `make full`.

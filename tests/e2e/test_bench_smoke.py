@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from benchmarks.bench_report import PLOTS
+from benchmarks.bench_plots import PLOTS
 from benchmarks.config import BenchConfig
 from benchmarks.summary import format_summary
 from benchmarks.throughput import run_bench

@@ -55,7 +55,7 @@ from pipeline_lib.spec import load_spec
 from testing_servers.minio_server import start_minio, stop_minio
 from testing_servers.postgres_server import start_postgres, stop_postgres
 from testing_servers.spark_cluster import start_spark_cluster
-from tests.airflow.deployment import start_airflow
+from tests.airflow.launch import start_airflow
 from tests.compose_file import command_of, deep_interpolate, env_of, mounts
 from tests.compose_recovery import assert_exact_spend, assert_queried_spend, relaunched_by_recovery
 from tests.stack.native_compose import (

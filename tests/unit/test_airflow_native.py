@@ -31,7 +31,7 @@ from pipeline_lib.recovery.recovery_record import RecoveryEvent, RecoveryRecord,
 from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import parse_spec
-from tests.unit.test_commit_protocol_commit import TOPIC, job_spec, new_attempt, run_epochs
+from tests.commit_harness import TOPIC, job_spec, new_attempt, run_epochs
 
 SETTINGS = ConnectionSettings()
 

@@ -17,7 +17,7 @@ from pipeline_lib.checkpoint.manifest import Head, HistoryEntry, LaunchInfo, Pip
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
-from tests.unit.test_commit_protocol_commit import job_spec, new_attempt, run_epochs
+from tests.commit_harness import job_spec, new_attempt, run_epochs
 
 pytestmark = pytest.mark.airflow
 SETTINGS = ConnectionSettings()

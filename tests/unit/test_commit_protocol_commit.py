@@ -1,123 +1,40 @@
 """The commit protocol's fast safety net, part 1: commit order, the HEAD and STATUS
-compare-and-swaps, attempt claims and garbage collection.
+compare-and-swaps, attempt claims, and what a sink epoch is a function of.
 
-The runner's real restorer, planner and commit (tests.runner_fakes) commit epochs on real
-local-directory stores; only Spark is left out (each epoch's partial aggregates are handed in
-as its read would bring them). Stores are wrapped by ``Watched``, which delegates every call to
-the real store and notes it once a test watches, to see the order of writes or to let another
-attempt act at a chosen step. tools/mutation.py checks that each test here fails when the
-safety line it covers is removed.
+The runner's real restorer, planner and commit commit epochs on real local-directory stores
+(tests.commit_harness; garbage collection is test_commit_protocol_gc). Stores are wrapped by
+``Watched``, which delegates every call to the real store and notes it once a test watches, to
+see the order of writes or to let another attempt act at a chosen step. tools/mutation.py checks
+that each test here fails when the safety line it covers is removed.
 """
 
 from __future__ import annotations
 
 import threading
 
-import pyarrow as pa
 import pytest
 
 from pipeline_lib.checkpoint import layout
-from pipeline_lib.checkpoint.manifest import Head, HistoryEntry, LaunchInfo
+from pipeline_lib.checkpoint.manifest import LaunchInfo
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
 from pipeline_lib.errors import FencedError
 from pipeline_lib.execution.runtime.lifecycle import Lifecycle
-from pipeline_lib.execution.runtime.runner_types import EpochRead, RunOptions
-from pipeline_lib.plan.keygroups import key_group_of
 from pipeline_lib.samples import spend_job_spec
-from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import parse_spec
 from pipeline_lib.storage import open_store
-from tests.runner_fakes import TestRunner
-from tests.support import dead_letters_written
+from tests.commit_harness import (
+    SETTINGS,
+    TOPIC,
+    bad_records,
+    commit_epoch,
+    epoch_read,
+    head_bytes,
+    job_spec,
+    new_attempt,
+    run_epochs,
+    watch,
+)
 from tests.watched_store import Watched, commit_step
-
-SETTINGS = ConnectionSettings()
-TOPIC = "payments"
-
-
-# -- a runner without Spark ---------------------------------------------------------------------
-def job_spec(root, *, retain: int = 10, per_file: int | None = None, dead_letters: bool = False):
-    extra = {"on_error": "dead_letter", "dead_letter": {"path": f"file://{root}/dlq"}} if dead_letters else None
-    spec = spend_job_spec("job", TOPIC, f"file://{root}/out", f"file://{root}/ckpt", retain=retain, extra=extra)
-    if per_file is not None:
-        spec["checkpoint"]["key_groups_per_state_file"] = per_file
-    return parse_spec(spec)
-
-
-def new_attempt(spec, restore: str = "latest", tap: type[Watched] = Watched) -> TestRunner:
-    """A runner's collaborators for the job's one pipeline that restored ``restore`` and claimed a
-    new attempt, as ``restore`` and ``schedule`` leave them before Spark starts."""
-    runner = TestRunner(spec, RunOptions(restore=restore), SETTINGS, tap=tap)
-    runner.restore()
-    runner.claim()
-    return runner
-
-
-def watch(runner: TestRunner, log: list, after=None) -> None:
-    runner.watch(log, after)
-
-
-def partials(amounts: dict[str, int]) -> pa.Table:
-    """An epoch's partial aggregate of the spend job (user, total, n), as Spark hands it over."""
-    return pa.table(
-        {
-            "user": list(amounts),
-            "total": pa.array(list(amounts.values()), pa.int64()),
-            "n": pa.array([1] * len(amounts), pa.int64()),
-        }
-    )
-
-
-def bad_records(count: int) -> pa.Table:
-    return pa.table(
-        {
-            "topic": [TOPIC] * count,
-            "partition": [0] * count,
-            "offset": list(range(count)),
-            "error": ["not JSON"] * count,
-            "raw_base64": ["eA=="] * count,
-        }
-    )
-
-
-def epoch_read(
-    runner: TestRunner, amounts: dict[str, int], history: list[HistoryEntry], bad: pa.Table | None = None
-) -> EpochRead:
-    """The epoch after ``history``, planned as the runner plans it (saving the plan), and what its
-    Spark read would bring: every flow gets ``amounts`` as partial aggregates."""
-    epoch = history[0].epoch + 1 if history else 1
-    base = history[0].snapshot_id if history else None
-    positions = {0: (epoch - 1) * 10, 1: (epoch - 1) * 10}
-    plan = runner.plan(epoch, base, positions, {0: epoch * 10, 1: epoch * 10}, None)
-    return EpochRead(
-        plan,
-        dead_letters_written(runner, epoch, bad) if bad is not None else None,
-        {flow.spec.name: partials(amounts) for flow in runner.flows},
-    )
-
-
-def commit_epoch(
-    runner: TestRunner,
-    amounts: dict[str, int],
-    history: list[HistoryEntry],
-    head_version: str | None,
-    bad: pa.Table | None = None,
-):
-    read = epoch_read(runner, amounts, history, bad)
-    manifest, head, version = runner.run_epoch(read, history, head_version)
-    return manifest, head, version
-
-
-def run_epochs(runner, batches, history=(), version=None):
-    history = list(history)
-    for amounts in batches:
-        _, head, version = commit_epoch(runner, amounts, history, version)
-        history = head.history
-    return history, version
-
-
-def head_bytes(snapshots: SnapshotStore) -> bytes:
-    return snapshots.store.get(layout.HEAD_KEY)
 
 
 # -- commit order -------------------------------------------------------------------------------
@@ -350,106 +267,6 @@ def test_a_fenced_attempt_never_writes_status_again(tmp_path):
     snapshots.store.put(layout.STATUS_KEY, b"{not json")
     zombie.transition("FAILED", "late")
     assert status_bytes(snapshots) == b"{not json"
-
-
-# -- garbage collection -------------------------------------------------------------------------
-USERS = {f"user-{i}": i for i in range(300)}  # spread over every span of 8 key groups
-
-
-def _packs(snapshots: SnapshotStore) -> set[str]:
-    return set(snapshots.store.list(layout.STATE_PREFIX))
-
-
-def _referenced(snapshots: SnapshotStore, snapshot_id: str) -> set[str]:
-    """Every object ``snapshot_id``'s state references: its spans' bases and deltas."""
-    manifest = snapshots.load_manifest(snapshot_id)
-    return {part.key for f in manifest.flows["job"].state.files for part in f.chain()}
-
-
-def _span_mates(key: str, per_file: int = 8) -> dict[str, int]:
-    """Every user of ``USERS`` in ``key``'s span: changing them all compacts the span."""
-
-    def span(user: str) -> int:
-        kg = key_group_of((user,), 128)
-        return kg - kg % per_file
-
-    return {user: 1 for user in USERS if span(user) == span(key)}
-
-
-def test_collect_garbage_keeps_shared_packs_and_deletes_only_unreferenced_older_objects(tmp_path):
-    """Spans a later epoch did not change stay in the pack of an earlier snapshot, and a span's
-    deltas in the packs of the snapshots that wrote them: a pack lives while any retained
-    snapshot references it, even after its own manifest is gone. Here the second snapshot's
-    pack holds a delta of user-1's span, which the third compacts into a new base."""
-    runner = new_attempt(job_spec(tmp_path, retain=10, per_file=8))
-    snapshots = runner.snapshots
-    history, _ = run_epochs(runner, [USERS, {"user-1": 5}, _span_mates("user-1"), {"user-1": 7}])
-    first, second, third, fourth = (e.snapshot_id for e in reversed(history))
-    packs = {
-        sid: {k for k in _packs(snapshots) if layout.snapshot_of_state_key(k) == sid}
-        for sid in (first, second, third, fourth)
-    }
-    assert all(len(keys) == 1 for keys in packs.values())
-    for later in (second, third, fourth):  # each references the first pack for the spans it did not change
-        assert packs[first] <= _referenced(snapshots, later)
-    assert packs[second] <= _referenced(snapshots, second) and not packs[second] & _referenced(snapshots, third)
-    log: list = []
-    snapshots.store = Watched(snapshots.store, "ckpt", log)
-    head = Head(job="job", history=history[:2])  # as if retaining the newest two
-    deleted = snapshots.collect_garbage(head)
-    removed = sorted(key for _, op, key in log if op == "delete")
-    assert deleted == len(removed) > 0
-    assert removed == sorted(
-        [
-            layout.manifest_key(first),
-            layout.manifest_key(second),
-            *packs[second],
-            layout.plan_key(1),
-            layout.plan_key(2),
-        ]
-    )
-    assert snapshots.listed_snapshot_ids() == [fourth, third]
-    assert _packs(snapshots) == packs[first] | packs[third] | packs[fourth]
-    assert snapshots.store.list(layout.PLANS_PREFIX) == [layout.plan_key(3), layout.plan_key(4)]
-    for entry in head.history:
-        for key in _referenced(snapshots, entry.snapshot_id):
-            assert snapshots.store.exists(key)
-    assert snapshots.collect_garbage(head) == 0
-
-
-class Crash(Exception):
-    pass
-
-
-class CrashAtHead(Watched):
-    """The runner dies as it is about to move HEAD: its manifest and state are written, uncommitted."""
-
-    def _put_if(self, key, data, expected_version):
-        if key == layout.HEAD_KEY:
-            raise Crash("crash before the head moves")
-        return super()._put_if(key, data, expected_version)
-
-
-def test_collect_garbage_never_deletes_what_an_epoch_being_written_needs(tmp_path):
-    """Manifests and state newer than the head's latest epoch belong to an epoch in flight; a
-    clean-up running beside it (another attempt's, or a manual one) must leave them."""
-    spec = job_spec(tmp_path, retain=1, per_file=8)
-    runner = new_attempt(spec)
-    history, version = run_epochs(runner, [USERS, {"user-1": 5}])
-    in_flight = new_attempt(spec, tap=CrashAtHead)
-    with pytest.raises(Crash):
-        commit_epoch(in_flight, {"user-2": 1, "user-3": 1}, history, version)
-    snapshots = runner.snapshots
-    pending = "0000000003-a2"
-    assert pending in snapshots.listed_snapshot_ids()
-    pending_state = {k for k in _packs(snapshots) if layout.snapshot_of_state_key(k) == pending}
-    assert pending_state and _referenced(snapshots, pending) - pending_state  # it also uses older packs
-    head, _ = snapshots.read_head()
-    snapshots.collect_garbage(head)
-    assert pending in snapshots.listed_snapshot_ids() and pending_state <= _packs(snapshots)
-    assert snapshots.store.list(layout.PLANS_PREFIX) == [layout.plan_key(2), layout.plan_key(3)]
-    for key in _referenced(snapshots, history[0].snapshot_id):
-        assert snapshots.store.exists(key)
 
 
 # -- what a sink epoch is a function of ------------------------------------------------------------

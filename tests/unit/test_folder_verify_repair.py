@@ -16,7 +16,7 @@ from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import SuccessMarker
 from pipeline_lib.sink.table_reader import read_upsert_table
 from pipeline_lib.storage import open_store
-from tests.unit.test_commit_protocol_commit import job_spec
+from tests.commit_harness import job_spec
 from tests.unit.test_verify import commit_three
 
 SETTINGS = ConnectionSettings()

@@ -378,35 +378,6 @@ def test_the_login_check_s_sasl_requests_encode_and_their_answers_parse():
     assert plain.auth_bytes() == b"user\0user\0pw"  # authorization id, user name, password
 
 
-def test_no_module_outside_the_adapter_imports_kafka_python_internals():
-    """Only kafka_adapter may import kafka-python's internal modules; the rest uses its public API
-    (``kafka``, ``kafka.errors``, ``kafka.admin``, ``kafka.structs``), so an upgrade's breakage is
-    found by this file's tests, not in a job."""
-    import ast
-    from pathlib import Path
-
-    public = {"kafka", "kafka.errors", "kafka.admin", "kafka.structs"}
-    root = Path(adapter.__file__).parents[1]
-    offenders = []
-    for path in root.rglob("*.py"):
-        if "kafka_adapter" in path.parts:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module]
-                if isinstance(node, ast.ImportFrom) and node.module and not node.level
-                else []
-            )
-            offenders += [
-                f"{path.relative_to(root)}: {n}"
-                for n in names
-                if (n == "kafka" or n.startswith("kafka.")) and n not in public
-            ]
-    assert offenders == []
-
-
 def test_key_partition_is_the_java_client_s_murmur2():
     """``key_partition`` (kafka.partitioner.default.murmur2): the partition Kafka's Java client
     gives a key, from Utils.murmur2's values in Kafka's own tests."""

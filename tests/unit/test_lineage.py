@@ -13,8 +13,8 @@ from pipeline_lib.cli import app
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.recovery.lineage import explain_key, parse_key
 from pipeline_lib.settings import ConnectionSettings
+from tests.commit_harness import commit_epoch, job_spec, new_attempt
 from tests.support import write_spec
-from tests.unit.test_commit_protocol_commit import commit_epoch, job_spec, new_attempt
 
 SETTINGS = ConnectionSettings()
 

@@ -25,12 +25,12 @@ from pipeline_lib.execution.state.owner_task import OwnedSpans
 from pipeline_lib.execution.state.restore_verification import OwnerCheck, check_results, owned_files
 from pipeline_lib.execution.state.span_owners import SpanOwners, cut_by_owner, key_groups_of_rows
 from pipeline_lib.plan.keygroups import key_group_of
-from tests.unit import test_commit_protocol_restore as restore_tests
-from tests.unit.test_commit_protocol_restore import NEWER, OLDER, Job, restore_on_executors, rewrite_manifest
+from tests import restore_harness
+from tests.restore_harness import NEWER, OLDER, Job, restore_on_executors, rewrite_manifest
 from tests.unit.test_owner_tasks import MAXP, SETTINGS, _events, _expected, _partial_of, _run_all, _task
 
 pytestmark = pytest.mark.unit
-committed, job = restore_tests.committed, restore_tests.job  # the two committed snapshots, a copy per test
+committed, job = restore_harness.committed, restore_harness.job  # the two committed snapshots, a copy per test
 
 
 def _state_rows(root, owned) -> dict[str, tuple[int, int]]:

@@ -17,7 +17,7 @@ from pipeline_lib.orchestration.snapshot_rows import HISTORY_ROWS
 from pipeline_lib.orchestration.ui_app import create_app
 from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
-from tests.unit.test_commit_protocol_commit import TOPIC, job_spec, new_attempt, run_epochs
+from tests.commit_harness import TOPIC, job_spec, new_attempt, run_epochs
 from tests.watched_store import Watched
 
 SETTINGS = ConnectionSettings()

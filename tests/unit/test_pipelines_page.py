@@ -20,7 +20,7 @@ from pipeline_lib.orchestration.ui_app import REFRESH_SECONDS, create_app
 from pipeline_lib.plan.offsets import OffsetRange
 from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
-from tests.unit.test_commit_protocol_commit import TOPIC, epoch_read, job_spec, new_attempt, run_epochs
+from tests.commit_harness import TOPIC, epoch_read, job_spec, new_attempt, run_epochs
 
 SETTINGS = ConnectionSettings()
 HISTORY_ROW = re.compile(

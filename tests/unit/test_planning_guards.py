@@ -25,7 +25,7 @@ from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import SuccessMarker
 from pipeline_lib.sink.part_layout import part_slot
 from pipeline_lib.storage import open_store
-from tests.unit.test_commit_protocol_commit import job_spec
+from tests.commit_harness import job_spec
 from tests.unit.test_verify import commit_three
 
 pytestmark = pytest.mark.unit

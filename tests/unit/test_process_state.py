@@ -165,7 +165,7 @@ def test_dedup_is_last_or_followed_by_stateless_transforms_and_an_aggregate():
 def _dedup_runner(root, restore: str = "latest"):
     from pipeline_lib.samples import spend_job_spec
     from pipeline_lib.spec import parse_spec
-    from tests.unit.test_commit_protocol_commit import TOPIC, new_attempt
+    from tests.commit_harness import TOPIC, new_attempt
 
     spec = spend_job_spec("job", TOPIC, f"file://{root}/out", f"file://{root}/ckpt")
     del spec["state"]

@@ -17,7 +17,7 @@ from pipeline_lib.execution.source.error_rows import error_row
 from pipeline_lib.execution.source.kafka_batches import decode_batch
 from pipeline_lib.execution.source.record_batcher import MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS, RecordBatcher
 from pipeline_lib.execution.source.schema_types import python_schema
-from tests.unit.test_fast_decoding import ERRORS, META
+from tests.decoding_checks import ERRORS, META
 from tests.unit.test_kafka_batches import build
 from tests.unit.test_record_metadata_columns import v2_batch
 

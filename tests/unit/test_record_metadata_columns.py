@@ -19,7 +19,7 @@ from pipeline_lib.execution.source.kafka_batches import decode_batch, decode_leg
 from pipeline_lib.execution.source.kafka_source import RecordBatcher
 from pipeline_lib.spec import parse_spec
 from pipeline_lib.spec.models import METADATA_COLUMNS
-from tests.unit.test_fast_decoding import ERRORS, META
+from tests.decoding_checks import ERRORS, META
 
 FIELDS = [("user", "string"), ("amount", "bigint")]
 SCHEMA = [T.StructField("user", T.StringType()), T.StructField("amount", T.LongType())]

@@ -17,7 +17,7 @@ from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import SuccessMarker
 from pipeline_lib.sink.part_layout import key_order, part_slot
 from pipeline_lib.storage import open_store
-from tests.unit.test_commit_protocol_commit import job_spec, new_attempt
+from tests.commit_harness import job_spec, new_attempt
 from tests.unit.test_verify import commit_three
 
 SETTINGS = ConnectionSettings()
@@ -186,7 +186,7 @@ def test_the_drivers_parts_hold_the_same_rows_in_the_same_order_whatever_order_p
     """A restore loads the state in state-file order and Spark hands partials over in any order:
     the driver's parts of a keyed flow must not depend on either (sink.part_layout)."""
     from pipeline_lib.sink.files_sink import encode_part
-    from tests.unit.test_commit_protocol_commit import partials
+    from tests.commit_harness import partials
 
     amounts = {f"u{i:03d}": i for i in range(200)}
     encoded = []

@@ -24,8 +24,8 @@ from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.spec import parse_spec
 from pipeline_lib.storage import open_store
+from tests.commit_harness import epoch_read, job_spec, new_attempt, run_epochs
 from tests.runner_fakes import FakeClock, FakeSpark, WatchedStores, composed_runner
-from tests.unit.test_commit_protocol_commit import epoch_read, job_spec, new_attempt, run_epochs
 from tests.watched_store import commit_step, once
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pipeline_lib"

@@ -21,7 +21,8 @@ from pipeline_lib.errors import ConfigError
 from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.secret_check import FERNET_HOWTO, PASSWORD_HOWTO, TOKEN_HOWTO, deployment_problems, weakness
 from pipeline_lib.settings import ConnectionSettings
-from tests.unit.test_compose import ENV_EXAMPLE, parse_env_file
+from tests.compose_checks import ENV_EXAMPLE
+from tests.compose_file import parse_env_file
 
 EXAMPLE = parse_env_file(ENV_EXAMPLE)
 # A job's key reaches its run as PIPELINE_S3_SECRET_KEY (launcher.launch_env): spend-per-user's placeholder.

@@ -16,7 +16,7 @@ from pipeline_lib.checkpoint.state_files import decode_state_file, encode_state_
 from pipeline_lib.checkpoint.state_spans import MAX_DELTAS, MAX_OLDER_PACKS, plan_span_writes
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.spec.aggregates import AggregateFunction
-from tests.unit.test_commit_protocol_commit import job_spec, new_attempt, run_epochs
+from tests.commit_harness import job_spec, new_attempt, run_epochs
 
 MAXP = 64
 PER_FILE = 4

@@ -16,8 +16,8 @@ from pipeline_lib.recovery.verify import DAMAGED, LOST, OK, verify_job
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.files_sink import SuccessMarker
 from pipeline_lib.storage import open_store
+from tests.commit_harness import bad_records, commit_epoch, job_spec, new_attempt
 from tests.support import write_spec
-from tests.unit.test_commit_protocol_commit import bad_records, commit_epoch, job_spec, new_attempt
 
 SETTINGS = ConnectionSettings()
 
