@@ -31,6 +31,8 @@ class Mutant:
 
 
 SNAPSHOTS = "pipeline_lib/checkpoint/snapshot_store.py"
+TOPIC_WATERMARK = "pipeline_lib/execution/state/topic_watermark.py"
+TOPIC_WATERMARK_TESTS = ("tests/unit/test_topic_watermark.py",)
 STREAM_JOIN = "pipeline_lib/execution/state/stream_join.py"
 STREAM_JOIN_TESTS = ("tests/unit/test_stream_join.py",)
 TWO_TOPIC_OPS = ("tests/unit/test_two_topic_ops.py",)
@@ -1250,7 +1252,7 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "watermark-restore-reset",
         RUNNER_PARTS,
-        "return Watermark.from_json(stored, start.delay_ms)",
+        "return start.restored(stored)",
         "return start",
         "a restore continues from the watermark its snapshot stored, not from none",
         WINDOWS,
@@ -1444,7 +1446,7 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "process-watermark-stuck",
         PROCESS_MERGE,
-        "flow.watermark = flow.watermark.advanced(top, ended=ended)",
+        "flow.watermark = flow.watermark.advanced(top, ended=ended, by_topic=by_topic)",
         "pass",
         "a process flow's watermark advances by each epoch's largest event time (and to the end with the source)",
         TIMER_TESTS,
@@ -2340,6 +2342,62 @@ MUTANTS: list[Mutant] = [
         "logs(plan.ranges[0].topic)",
         "a repair checks each range against its own topic's log (a second topic's retention refuses it)",
         TWO_TOPIC_OPS,
+    ),
+    Mutant(
+        "topic-watermark-one-topic",
+        TOPIC_WATERMARK,
+        "min(marks[i] for i in active)",
+        "marks[active[-1]]",
+        "a two-topic join's watermark is the minimum over both topics, not one topic's (the other's rows not late)",
+        TOPIC_WATERMARK_TESTS,
+    ),
+    Mutant(
+        "topic-idle-ignored",
+        TOPIC_WATERMARK,
+        "q < self.idle_epochs",
+        "True",
+        "a topic without rows for idle_epochs epochs is left out of the minimum: it cannot hold the state back",
+        TOPIC_WATERMARK_TESTS,
+    ),
+    Mutant(
+        "topic-quiet-count",
+        TOPIC_WATERMARK,
+        "quiet = tuple((q + 1 if new is None else 0 for q, new in zip(self.quiet, epoch_tops)))",
+        "quiet = tuple((q + 1 for q in self.quiet))",
+        "a topic's quiet epochs count from its last rows: an idle topic counts again with its next rows",
+        TOPIC_WATERMARK_TESTS,
+    ),
+    Mutant(
+        "topic-watermark-back",
+        TOPIC_WATERMARK,
+        "max(self.held_ms, moved.combined_ms(delay_ms))",
+        "moved.combined_ms(delay_ms)",
+        "a two-topic join's watermark never goes back when an idle topic returns behind it",
+        TOPIC_WATERMARK_TESTS,
+    ),
+    Mutant(
+        "topic-quiet-not-restored",
+        TOPIC_WATERMARK,
+        'quiet = tuple((int(data.get(f"{n}_quiet_epochs", 0)) for n in TOPICS))',
+        "quiet = (0, 0)",
+        "each topic's quiet epochs are restored from the snapshot: a replay decides idleness as the first run did",
+        TOPIC_WATERMARK_TESTS,
+    ),
+    Mutant(
+        "topic-old-snapshot-held",
+        WATERMARK,
+        "TopicClocks.from_shared(shared.value_ms, idle)",
+        "TopicClocks(idle)",
+        "a snapshot of the shared watermark restores a two-topic join with that watermark's value held",
+        TOPIC_WATERMARK_TESTS,
+    ),
+    Mutant(
+        "topic-watermark-shared",
+        RUNNER_PARTS,
+        "return Watermark.start(spec).with_topics(join.topic_idle_epochs)",
+        "return Watermark.start(spec)",
+        "a stream join over two topics gets per-topic watermarks, not the shared largest event time",
+        TOPIC_WATERMARK_TESTS,
     ),
     Mutant(
         "iceberg-merge-foreign-files",

@@ -6,7 +6,8 @@ A left row at event time ``t`` matches the stream's rows of the same ``on`` key 
 is in ``[t - before, t + within]``. The join runs as a built-in process state keyed by ``on``
 (execution.state.stream_join), so its unmatched rows are in key groups like any keyed state:
 exactly once, rescaled, verified and repaired with the rest. Its timers evict a row once the
-source's watermark has passed the last time a match could come.
+source's watermark has passed the last time a match could come; with the stream on a topic of its
+own, that watermark is the minimum over the two topics (execution.state.topic_watermark).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pipeline_lib.spec.source_spec import KafkaSourceSpec
 
 JOIN_FUNCTION = "pipeline_lib.execution.state.stream_join:join_rows"
 JOIN_TIMER = "pipeline_lib.execution.state.stream_join:evict_rows"
+# a second topic's join leaves a topic out of its watermark after this many epochs without its rows
+DEFAULT_IDLE_EPOCHS = 10
 
 
 class StreamJoinSpec(StrictModel):
@@ -43,6 +46,9 @@ class StreamJoinSpec(StrictModel):
     topic: Annotated[str | None, Field(pattern=TOPIC_PATTERN)] = None
     schema_: Annotated[str | None, Field(alias="schema")] = None
     format: Literal["json", "string"] | None = None
+    # with ``topic``: the epochs in a row without a topic's rows after which the join's watermark
+    # (the minimum over the topics, execution.state.topic_watermark) leaves that topic out
+    idle_epochs: Annotated[int | None, Field(ge=1)] = None
 
     _on = field_validator("on")(check_key_columns)
 
@@ -53,6 +59,8 @@ class StreamJoinSpec(StrictModel):
         """A joined stream on a topic of its own names the topic and, for JSON, its schema."""
         if self.topic is None and (self.schema_ is not None or self.format is not None):
             raise FieldsError("join.schema and join.format describe join.topic: name the topic", "topic")
+        if self.topic is None and self.idle_epochs is not None:
+            raise FieldsError("join.idle_epochs applies to the per-topic watermarks of a join.topic", "idle_epochs")
         if self.topic is not None and (self.format or "json") == "json" and not self.schema_:
             raise FieldsError('join.topic in format json needs join.schema, e.g. "id string, ts timestamp"', "schema")
         if self.topic is not None and self.format == "string" and self.schema_:
@@ -101,6 +109,11 @@ class StreamJoinSpec(StrictModel):
     def before_ms(self) -> int:
         """The earliest a stream row may come before a left row, in ms."""
         return parse_duration_ms(self.before, allow_zero=True)
+
+    @property
+    def topic_idle_epochs(self) -> int:
+        """With ``topic``: the epochs without a topic's rows after which it is left out of the watermark."""
+        return self.idle_epochs if self.idle_epochs is not None else DEFAULT_IDLE_EPOCHS
 
     @property
     def prefix(self) -> str:

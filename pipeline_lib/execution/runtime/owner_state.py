@@ -19,6 +19,7 @@ from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
 from pipeline_lib.execution.state.owner_epochs import OwnedFlow, OwnerEpochs
 from pipeline_lib.execution.state.owner_task import OWNER_LABEL, OwnerFlow, OwnerTask
 from pipeline_lib.execution.state.span_owners import SpanOwners
+from pipeline_lib.execution.state.topic_watermark import merged_tops
 from pipeline_lib.execution.state.window_clock import WindowClock
 from pipeline_lib.faults import fault_point
 from pipeline_lib.sink.task_parts import TaskPartWriter, WrittenParts
@@ -95,7 +96,13 @@ class OwnerState:
                 if flow.watermark is not None:  # a process or windowed flow's: by every owner's largest event time
                     tops = [o.max_event_ms for o in result.owners if o.max_event_ms is not None]
                     ends = plan_ends(read.plan) and not (agg is not None and agg.ttl is not None)  # a ttl's never ends
-                    flow.watermark = flow.watermark.advanced(max(tops) if tops else None, ended=ends)
+                    by_topic = (
+                        merged_tops(o.topic_max_ms for o in result.owners)
+                        if flow.watermark.topics is not None
+                        else None
+                    )
+                    top = max(tops) if tops else None
+                    flow.watermark = flow.watermark.advanced(top, ended=ends, by_topic=by_topic)
                 flow.late_records = sum(o.late_records for o in result.owners)
 
     def merge(self, flow: FlowRuntime, result: FlowResult, ended: bool = False) -> FlowMerge:

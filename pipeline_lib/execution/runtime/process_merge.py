@@ -12,6 +12,7 @@ from pipeline_lib.execution.runtime.runner_types import FlowRuntime
 from pipeline_lib.execution.state.process_state import ProcessInput, ProcessState
 from pipeline_lib.execution.state.process_timers import TimerClock, max_event_ms
 from pipeline_lib.execution.state.stream_join import late_rows
+from pipeline_lib.execution.state.topic_watermark import topic_tops
 from pipeline_lib.plan.keygroups import subtask_of
 
 
@@ -33,7 +34,8 @@ def process_merge(
     flow.state_schema = state.schema()
     if flow.watermark is not None:
         top = epoch_max_event(state, result.rows, event_column)
-        flow.watermark = flow.watermark.advanced(top, ended=ended)  # guard: process-watermark-stuck
+        by_topic = per_topic_tops(state, result.rows, event_column) if flow.watermark.topics is not None else None
+        flow.watermark = flow.watermark.advanced(top, ended=ended, by_topic=by_topic)  # guard: process-watermark-stuck
     subtasks = subtask_of(groups, parallelism, state.max_parallelism)
     parts = [out.filter(subtasks == i) for i in range(parallelism)]  # guard: process-parts-by-subtask
     return FlowMerge(parts, changed, ())
@@ -54,6 +56,13 @@ def epoch_max_event(state: ProcessState, rows, event_column: str | None) -> int 
             f"{event_column!r}, which the rows reaching it no longer have (keep it in the transforms' select)"
         )
     return max_event_ms(rows, event_column)
+
+
+def per_topic_tops(state: ProcessState, rows, event_column: str | None) -> tuple[int | None, int | None]:
+    """A two-topic join's epoch's largest event time per topic (topic_watermark)."""
+    join = state.spec.stream_join
+    assert join is not None, "per-topic watermarks are a two-topic stream join's"
+    return topic_tops(rows, event_column, join.side, join.stream)
 
 
 def dropped_spans(state: object, per_file: int, max_parallelism: int) -> set[Span]:

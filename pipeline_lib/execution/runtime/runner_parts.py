@@ -127,7 +127,12 @@ def windowed_watermark(job: JobSpec, flow: FlowSpec) -> Watermark | None:
         return None
     spec = job.all_sources()[flow.source].kafka.watermark
     if flow.state.process is not None:
-        return Watermark.start(spec) if spec is not None else None
+        if spec is None:
+            return None
+        join = flow.state.process.stream_join
+        if join is not None and join.topic is not None:  # per-topic watermarks (topic_watermark)
+            return Watermark.start(spec).with_topics(join.topic_idle_epochs)  # guard: topic-watermark-shared
+        return Watermark.start(spec)
     agg = flow.state.aggregate
     if agg.window is None and (agg.ttl is None or not agg.ttl.event):
         return None
@@ -142,4 +147,4 @@ def restored_watermark(job: JobSpec, flow: FlowSpec, manifest: Manifest | None) 
     stored = manifest.watermarks.get(flow.name) if manifest is not None else None
     if start is None or stored is None:
         return start
-    return Watermark.from_json(stored, start.delay_ms)  # guard: watermark-restore-reset
+    return start.restored(stored)  # guard: watermark-restore-reset

@@ -46,6 +46,7 @@ from pipeline_lib.execution.state.span_owners import SpanOwners, without_key_gro
 from pipeline_lib.execution.state.state_cache import StateCache
 from pipeline_lib.execution.state.state_kinds import KeyedState
 from pipeline_lib.execution.state.stream_join import late_rows
+from pipeline_lib.execution.state.topic_watermark import topic_tops
 from pipeline_lib.execution.state.watermark import Watermark
 from pipeline_lib.execution.state.window_clock import WindowClock
 from pipeline_lib.faults import fault_point
@@ -151,6 +152,8 @@ class OwnedSpans:
     reads: StateReads = field(default_factory=lambda: StateReads())
     max_event_ms: int | None = None  # the largest event time among the owner's rows (a process flow's)
     late_records: int = 0  # a windowed flow's records dropped as late, of the owner's partials
+    # a two-topic join's largest event time per topic among the owner's rows (topic_watermark)
+    topic_max_ms: tuple[int | None, int | None] | None = None
 
     def to_json(self) -> str:
         """The task's result value."""
@@ -164,6 +167,7 @@ class OwnedSpans:
                 "reads": asdict(self.reads),
                 "max_event_ms": self.max_event_ms,
                 "late_records": self.late_records,
+                "topic_max_ms": None if self.topic_max_ms is None else list(self.topic_max_ms),
             }
         )
 
@@ -180,6 +184,7 @@ class OwnedSpans:
             StateReads(**data["reads"]),
             data.get("max_event_ms"),
             data.get("late_records", 0),
+            None if data.get("topic_max_ms") is None else tuple(data["topic_max_ms"]),
         )
 
 
@@ -231,6 +236,9 @@ class OwnerTask:
         top = self._max_event(table)
         join = self.flow.process.stream_join if self.flow.process is not None else None
         late = late_rows(join, table, self.clock.watermark_ms) if join is not None else 0
+        tops = None
+        if join is not None and join.topic is not None:  # per-topic watermarks: the driver needs both
+            tops = topic_tops(table, self.flow.event_column, join.side, join.stream)
         # guard: off-grid-spans-not-rewritten
         writes = plan_span_writes(
             on_grid, changed_per_span(key_groups, self.owners.per_file, self.owners.max_parallelism), off_grid
@@ -243,6 +251,7 @@ class OwnerTask:
                 keys=sum(r.span_keys() for r in kept.values()),
                 max_event_ms=top,
                 late_records=late,
+                topic_max_ms=tops,
             )
         snapshots = self.checkpoint.open()
         cache = StateCache.in_executor(self.cache_bytes)
@@ -256,7 +265,8 @@ class OwnerTask:
             out = self.flow.sink_rows(state.table(merged, self.flow.state_schema()))
         sink, rows = self.write_sink(out, owner, task_attempt)
         files = self.write_spans(state, writes, merged, snapshots, cache, task_attempt)
-        return OwnedSpans(owner, sink, rows, files, sum(r.span_keys() for r in files), reads, top, late)
+        keys = sum(r.span_keys() for r in files)
+        return OwnedSpans(owner, sink, rows, files, keys, reads, top, late, tops)
 
     def base_spans(self, owned: range) -> tuple[list[StateFileRef], dict[Span, StateFileRef], set[Span]]:
         """The base's span entries holding some of the ``owned`` key groups; those of them on the
