@@ -138,8 +138,9 @@ class JobSpec(StrictModel):
                 where = f"{self._flow_prefix(i)}state.aggregate.on_late"
                 message = "on_late: dead_letter writes to dead_letter.path: it needs on_error: dead_letter"
                 raise FieldsError(message, where, "on_error")
-            session = agg is not None and agg.window is not None and agg.window.kind == "session"
-            if session and agg.on_late == "dead_letter" and flow.after is not None:
+            if agg is None or agg.window is None or agg.window.kind != "session":
+                continue
+            if agg.on_late == "dead_letter" and flow.after is not None:
                 where = f"{self._flow_prefix(i)}state.aggregate.on_late"
                 message = (
                     "on_late: dead_letter for a session window reads its records' names from the source's rows; "

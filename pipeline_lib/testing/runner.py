@@ -177,11 +177,11 @@ def run_on_records(
                 assert isinstance(result, pa.Table), "state on the driver: the partials come to the driver"
                 parts, _ = merge_on_driver(runtime, result, p, maxp, ended)
                 sinks[flow.name].write_epoch(epoch, digest, parts, ATTEMPT)
-            session = session_letters_written(Writers(writers, dead_writer), list(runtimes.values()))
+            merge_letters = session_letters_written(Writers(writers, dead_writer), list(runtimes.values()))
             if bad is not None:
                 bad_records += bad.rows
                 if dead is not None:
-                    files = dead_letter_files(bad, session)  # a session window's late records too
+                    files = dead_letter_files(bad, merge_letters)  # a session window's late records too
                     dead.write_epoch(epoch, sink_digest(plan, fingerprint, p, "dead-letters"), [], ATTEMPT, files)
             for sink in published:  # every flow's epoch is written: the epoch is what a run commits
                 sink.publish_through(epoch, ATTEMPT)
