@@ -73,13 +73,14 @@ def windowed_answer(
 
 
 def session_answer(
-    epochs: list[list[dict]], gap_ms: int, delay_ms: int, bounded: bool
+    epochs: list[list[dict]], gap_ms: int, delay_ms: int, bounded: bool, late_rows: list[dict] | None = None
 ) -> tuple[dict[tuple, dict], int]:
     """Session windows, as ``windowed_answer``: a session is a page's records less than
     ``gap_ms`` apart, from its first record to its last plus the gap. Each epoch, the records
     whose own session [ts, ts + gap) ended at or before the watermark are late unless a chain of
     records less than a gap apart links them to a record that is not late or to an open session:
-    the connected groups (open sessions and the epoch's records) without either are dropped."""
+    the connected groups (open sessions and the epoch's records) without either are dropped
+    (and added to ``late_rows`` when given)."""
     top: int | None = None
     open_: dict[str, list[tuple[int, int, list[dict]]]] = {}
     written: dict[tuple, dict] = {}
@@ -107,6 +108,8 @@ def session_answer(
                     kept.append((start, end, rows))
                 else:
                     late += len(rows)
+                    if late_rows is not None:
+                        late_rows.extend(rows)
             open_[page] = kept
         after = top - delay_ms if top is not None else -(2**63)
         if bounded and i == len(epochs) - 1:

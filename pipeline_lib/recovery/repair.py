@@ -31,7 +31,7 @@ from pipeline_lib.checkpoint.restore import DEAD_LETTERS, read_spans
 from pipeline_lib.errors import NotFound, PipelineError, SnapshotError
 from pipeline_lib.execution.engine.flow_partials import FlowInWorker
 from pipeline_lib.execution.runtime.epoch_path import Writers
-from pipeline_lib.execution.runtime.late_routing import dead_letter_files
+from pipeline_lib.execution.runtime.late_routing import dead_letter_files, session_letters_written, with_session_letters
 from pipeline_lib.execution.runtime.path_choice import choose_path
 from pipeline_lib.execution.runtime.run_attempt import RunAttempt
 from pipeline_lib.execution.runtime.runner_epoch import EpochReader
@@ -242,7 +242,9 @@ class _Rebuilder:
             parts, _, written = self.state.merge(flow, read.flows[flow.spec.name], ended)
             merged[flow.spec.name] = (parts, keys_before, tuple(written))
         if read.bad is not None:
-            merged[DEAD_LETTERS] = ([], 0, dead_letter_files(read.bad, read.late))  # late records' too
+            session = session_letters_written(self.writers.for_epoch(plan.epoch), self.flows)
+            late = with_session_letters(read.late, session)
+            merged[DEAD_LETTERS] = ([], 0, dead_letter_files(read.bad, late))  # late records' too
         return merged
 
     def rebuild(self, repair: EpochRepair) -> dict[str, dict[Slot, bytes]]:

@@ -116,12 +116,9 @@ class AggregateSpec(StrictModel):
             raise FieldsError(
                 "a window leaves the state when it closes; ttl is for plain running aggregates", "ttl", "window"
             )
-        if self.on_late == "dead_letter" and (self.window is None or self.window.kind == "session"):
+        if self.on_late == "dead_letter" and self.window is None:
             raise FieldsError(
-                "on_late: dead_letter needs a tumbling or hopping window (a ttl drops no record as late; "
-                "a session window's late records are judged where its sessions merge, which never sees records)",
-                "on_late",
-                "window",
+                "on_late: dead_letter needs a window (a ttl drops no record as late)", "on_late", "window"
             )
         if TTL_COLUMN in self.values:
             raise FieldsError(f"{TTL_COLUMN} is the ttl's hidden value; rename it", "values")

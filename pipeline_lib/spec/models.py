@@ -138,6 +138,15 @@ class JobSpec(StrictModel):
                 where = f"{self._flow_prefix(i)}state.aggregate.on_late"
                 message = "on_late: dead_letter writes to dead_letter.path: it needs on_error: dead_letter"
                 raise FieldsError(message, where, "on_error")
+            if agg is None or agg.window is None or agg.window.kind != "session":
+                continue
+            if agg.on_late == "dead_letter" and flow.after is not None:
+                where = f"{self._flow_prefix(i)}state.aggregate.on_late"
+                message = (
+                    "on_late: dead_letter for a session window reads its records' names from the source's rows; "
+                    f"after the dedup stage {flow.after} they are the stage's: use on_late: drop"
+                )
+                raise FieldsError(message, where, "transforms")
 
     def _check_form(self) -> None:
         """Exactly one of the single-flow form and the multi-flow form, complete."""

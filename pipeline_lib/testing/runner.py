@@ -84,7 +84,7 @@ def run_on_records(
     from pipeline_lib.execution.runtime.chained_flows import ChainedInput, stages_of
     from pipeline_lib.execution.runtime.driver_merge import merge_on_driver
     from pipeline_lib.execution.runtime.epoch_path import Writers
-    from pipeline_lib.execution.runtime.late_routing import routed
+    from pipeline_lib.execution.runtime.late_routing import dead_letter_files, routed, session_letters_written
     from pipeline_lib.execution.runtime.path_choice import driver_read
     from pipeline_lib.execution.runtime.process_merge import process_merge
     from pipeline_lib.execution.runtime.runner_parts import windowed_watermark
@@ -177,10 +177,12 @@ def run_on_records(
                 assert isinstance(result, pa.Table), "state on the driver: the partials come to the driver"
                 parts, _ = merge_on_driver(runtime, result, p, maxp, ended)
                 sinks[flow.name].write_epoch(epoch, digest, parts, ATTEMPT)
+            merge_letters = session_letters_written(Writers(writers, dead_writer), list(runtimes.values()))
             if bad is not None:
                 bad_records += bad.rows
                 if dead is not None:
-                    dead.write_epoch(epoch, sink_digest(plan, fingerprint, p, "dead-letters"), [], ATTEMPT, bad.files)
+                    files = dead_letter_files(bad, merge_letters)  # a session window's late records too
+                    dead.write_epoch(epoch, sink_digest(plan, fingerprint, p, "dead-letters"), [], ATTEMPT, files)
             for sink in published:  # every flow's epoch is written: the epoch is what a run commits
                 sink.publish_through(epoch, ATTEMPT)
             positions = plan.end_positions()

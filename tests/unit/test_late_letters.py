@@ -221,7 +221,6 @@ def test_the_epoch_commits_the_late_parts_with_the_bad_ones():
     [
         ({"window": TUMBLING, "on_late": "keep"}, "on_late", "drop"),
         ({"window": None}, "on_late", "window"),
-        ({"window": {"column": "ts", "gap": "1 minute"}, "emit": "final"}, "on_late", "session"),
         ({"window": TUMBLING, "on_error": "fail"}, "state.aggregate.on_late", "on_error: dead_letter"),
     ],
 )
@@ -234,3 +233,4 @@ def test_the_spec_refuses_what_on_late_cannot_do_naming_the_field(kwargs, field,
 def test_repair_tells_a_late_letter_part_from_a_bad_record_part():
     assert late_letter_part("epoch=4/part-l00000-0000-t0-a2.jsonl")
     assert not late_letter_part("epoch=4/part-d00000-0000-t0-a2.jsonl")
+    assert late_letter_part("epoch=4/part-ls1-00003-0000-t0-a2.jsonl")  # a session window's, from its merge

@@ -78,7 +78,7 @@ def test_a_late_partial_linked_to_a_live_session_joins_it_and_an_unlinked_one_is
 
 def test_a_record_whose_own_session_ended_behind_the_watermark_still_joins_an_open_session_it_falls_in():
     """Why a read task cannot judge a session record by the epoch's starting watermark alone, as it
-    judges a tumbling or hopping one (``on_late: dead_letter`` stays refused for session windows):
+    judges a tumbling or hopping one (under ``on_late: dead_letter`` it only carries it, state.session_late):
     the record at 50 s, whose own session [50 s, 60 s) ended before the watermark (100 s), falls
     inside the open session [0 s, 110 s) and joins it, in the merge and in the plain-Python reference."""
     spec = agg()

@@ -13,14 +13,17 @@ from pyspark.sql import types as T
 
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.event_windows import EVENT_MS, HIDDEN_PARTIALS, LAST, WINDOW_END, WINDOW_START
+from pipeline_lib.execution.engine.session_candidates import LATE_CANDIDATES, LETTER_COLUMNS
 from pipeline_lib.execution.engine.sketches import SKETCH_FUNCTIONS, sketch_of
 from pipeline_lib.spec.models import AggregateSpec
 
 _SPARK_FUNCTIONS = {"sum": F.sum, "min": F.min, "max": F.max, "count": F.count}
 
 
-def partials_frame(df: DataFrame, spec: AggregateSpec) -> DataFrame:
-    """Columns: key columns, then one partial value per output name, in spec order."""
+def partials_frame(df: DataFrame, spec: AggregateSpec, late_before_ms: int | None = None) -> DataFrame:
+    """Columns: key columns, then one partial value per output name, in spec order; with
+    ``late_before_ms`` (a session window's late route), its late candidates judged by that
+    watermark (engine.session_candidates)."""
     exprs = []
     for name, fn in spec.state_functions().items():
         arg = F.lit(1) if fn.column is None else F.col(fn.column)
@@ -36,7 +39,7 @@ def partials_frame(df: DataFrame, spec: AggregateSpec) -> DataFrame:
         else:
             exprs.append(_SPARK_FUNCTIONS[fn.name](arg).alias(name))
     if spec.window is not None and spec.window.kind == "session":
-        return _sessions(df, spec, exprs)
+        return _sessions(df, spec, exprs, late_before_ms)
     if spec.window is not None:
         df = _windowed(df, spec)
         exprs += [_SPARK_FUNCTIONS[fn](F.col(column)).alias(name) for name, fn, column in HIDDEN_PARTIALS]
@@ -61,17 +64,29 @@ def _sketch_udf(fn: str, where: str):
     return F.udf(lambda values: sketch_of(fn, values or (), where), T.BinaryType())
 
 
-def _sessions(df: DataFrame, spec: AggregateSpec, exprs: list) -> DataFrame:
+def _sessions(df: DataFrame, spec: AggregateSpec, exprs: list, late_before_ms: int | None) -> DataFrame:
     """The partials of session windows: Spark's ``session_window`` over this query's records,
     per key (merged with other partials and the state's sessions where the state lives, the
-    driver or an owner task: state.session_merge)."""
+    driver or an owner task: state.session_merge), with ``late_before_ms`` their late candidates
+    (records whose own session ends at or before it), as the Arrow path's read tasks carry them."""
     assert spec.window is not None
-    column = F.col(spec.window.column)
+    column, gap_ms = F.col(spec.window.column), spec.window.gap_ms
     event = F.floor(F.unix_micros(column.cast("timestamp")) / 1000).cast("long")
     df = df.where(column.isNotNull()).withColumn(EVENT_MS, event).withColumn(LAST, F.lit(1).cast("long"))
     exprs = exprs + [_SPARK_FUNCTIONS[fn](F.col(c)).alias(name) for name, fn, c in HIDDEN_PARTIALS]
-    session = F.session_window(column, f"{spec.window.gap_ms} milliseconds").alias("__window")
     names = [e for e in [*spec.state_functions(), *(name for name, _, _ in HIDDEN_PARTIALS)]]
+    if late_before_ms is not None:
+        missing = [c for c in LETTER_COLUMNS if c not in df.columns]
+        if missing:
+            raise PipelineError(
+                f"on_late: dead_letter names each late record by {', '.join(LETTER_COLUMNS)}, and the "
+                f"transforms dropped {', '.join(missing)}: keep them in the select"
+            )
+        record = F.struct(*(F.col(c).alias(c) for c in LETTER_COLUMNS), F.col(EVENT_MS).alias("ms"))
+        behind = F.col(EVENT_MS) + F.lit(gap_ms) <= F.lit(late_before_ms)  # as session_candidates
+        exprs.append(F.collect_list(F.when(behind, record)).alias(LATE_CANDIDATES))  # nulls skipped
+        names.append(LATE_CANDIDATES)
+    session = F.session_window(column, f"{gap_ms} milliseconds").alias("__window")
     return (
         df.groupBy(*spec.key, session)
         .agg(*exprs)
@@ -108,6 +123,6 @@ def _windowed(df: DataFrame, spec: AggregateSpec) -> DataFrame:
     )
 
 
-def epoch_partials(df: DataFrame, spec: AggregateSpec) -> pa.Table:
+def epoch_partials(df: DataFrame, spec: AggregateSpec, late_before_ms: int | None = None) -> pa.Table:
     """The epoch's partial aggregate collected to the driver as Arrow, for the keyed state to merge."""
-    return partials_frame(df, spec).toArrow()
+    return partials_frame(df, spec, late_before_ms).toArrow()

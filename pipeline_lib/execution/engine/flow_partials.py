@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.event_windows import HIDDEN_PARTIALS, WindowAssigner
 from pipeline_lib.execution.engine.first_last import FIRST_LAST, Ranked, pick
+from pipeline_lib.execution.engine.session_candidates import LATE_CANDIDATES, split_candidates, with_candidates
 from pipeline_lib.execution.engine.sketches import SKETCH_FUNCTIONS, sketch_merge, sketch_of
 from pipeline_lib.execution.engine.top_values import top_merge, top_of
 
@@ -119,6 +120,11 @@ class FlowInWorker:
         """Partials of the same keys (from several batches or tasks) folded into one row per key."""
         if len(partials) == 1:
             return partials[0]
+        if LATE_CANDIDATES in partials[0].column_names:  # a session's late candidates: their lists joined
+            split = [split_candidates(p, self.hashed) for p in partials]
+            folded = self.combined([rest for rest, _ in split])
+            candidates = pa.concat_tables([c for _, c in split if c is not None])
+            return with_candidates(folded, candidates, self.hashed)
         table = pa.concat_tables(partials)
         self._check_sums(table, [(name, "sum" if fn == "count" else fn) for name, fn, _ in self.aggregates])
         if not any(fn in _GATHERED for _, fn, _ in self.aggregates):

@@ -14,7 +14,7 @@ reach the partials, where the driver drops and counts them as it does under ``on
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # a worker takes plain values made of the spec, never its mod
     from pipeline_lib.spec.flow_spec import FlowSpec
 
 LETTER_COLUMNS = ("_topic", "_partition", "_offset")  # what names a record, kept by a flow's transforms
+SESSION_LABEL = "ls"  # a session window's late records, written where its sessions merge: part-ls<flow>-<task>-...
 EVENT_MS = "__late_event_ms"  # the Spark path's event time in ms, handed to LateLetters
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -49,6 +50,19 @@ class LateRoute:
     slide_ms: int
     watermark_ms: int
     writer: TaskPartWriter
+    gap_ms: int = 0  # a session window's gap: its read tasks carry candidates instead (session_candidates)
+    keys: tuple[str, ...] = ()  # a session window's grouping key
+
+    @property
+    def session(self) -> bool:
+        """A session window's route: only where its sessions merge can a record be judged."""
+        return self.gap_ms > 0
+
+    def session_writer(self, flow_index: int) -> TaskPartWriter:
+        """Where the driver or an owner task writes this session flow's late records: the flow's
+        index in the part names (``part-ls<flow>-<task>-...``), so two flows never write one key
+        (and ``part-l`` marks them late records' for ``repair``)."""
+        return replace(self.writer, label=f"{SESSION_LABEL}{flow_index}-")
 
     @classmethod
     def of(cls, spec: FlowSpec, watermark_ms: int | None, writer: TaskPartWriter | None) -> LateRoute | None:
@@ -58,6 +72,8 @@ class LateRoute:
         if agg is None or agg.on_late != "dead_letter" or writer is None:
             return None
         assert agg.window is not None and watermark_ms is not None, "on_late needs a window (spec validation)"
+        if agg.window.kind == "session":
+            return cls(spec.name, agg.window.column, 0, 0, watermark_ms, writer, agg.window.gap_ms, tuple(agg.key))
         return cls(spec.name, agg.window.column, agg.window.size_ms, agg.window.slide_ms, watermark_ms, writer)
 
     def late(self, ms: np.ndarray) -> np.ndarray:

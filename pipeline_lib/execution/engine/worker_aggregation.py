@@ -34,6 +34,7 @@ from pipeline_lib.execution.engine.aggregate import partials_frame
 from pipeline_lib.execution.engine.arrow_fit import large_var_types, needs_spark, python_schemas
 from pipeline_lib.execution.engine.flow_partials import FlowInWorker
 from pipeline_lib.execution.engine.late_letters import LateRoute
+from pipeline_lib.execution.engine.session_candidates import cast_partials
 from pipeline_lib.execution.engine.worker_epoch import BAD_RECORDS, LATE_LETTERS, SOURCE_STARTED, EpochInWorker, Row
 from pipeline_lib.execution.source.epoch_reader import bad_records_frame
 from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
@@ -158,7 +159,7 @@ class ArrowEpochs:
                 results.append(WrittenParts.combine(written.get(index, [])))
                 continue
             got = parts.get(index)
-            results.append(flow.combined(got).cast(schema) if got else schema.empty_table())
+            results.append(cast_partials(flow.combined(got), schema) if got else schema.empty_table())
         bad = WrittenParts.combine(written.get(BAD_RECORDS, [])) if self.bad_schema is not None else None
         routed = any(r is not None for r in late)
         late_written = WrittenParts.combine(written.get(LATE_LETTERS, [])) if routed else None

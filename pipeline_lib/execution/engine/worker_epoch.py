@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from pipeline_lib.execution.engine.flow_partials import FlowInWorker
+from pipeline_lib.execution.engine.session_candidates import session_candidates, with_candidates
 from pipeline_lib.execution.source.error_rows import DEAD_LETTER_RAW_BYTES
 from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
 from pipeline_lib.execution.source.subtask_start import SourceStart
@@ -102,6 +103,7 @@ class EpochInWorker:
         bad = _parts(self.dead_letters, self.bad_schema, bad_records=True) if self.reader.tolerant else None
         routes = [r for r in self.late if r is not None]
         late = _parts(routes[0].writer, self.bad_schema, bad_records=True) if routes else None
+        candidates: dict[int, list[pa.Table]] = defaultdict(list)  # a session flow's late candidates
         for batch in self.reader.read_task(ranges):
             if bad is not None:
                 errors = batch.column("_error")
@@ -115,13 +117,19 @@ class EpochInWorker:
                     rows[index].add(table)
                     continue
                 route = self.late[index] if index < len(self.late) else None
-                if late is not None and route is not None:
+                if route is not None and route.session:  # judged where the sessions merge
+                    candidates[index].append(
+                        session_candidates(table, route.column, route.keys, route.gap_ms, route.watermark_ms)
+                    )
+                elif late is not None and route is not None:
                     late.add(route.letters(table))  # guard: late-letters-not-written
                 kept = partials[index]
                 kept.append(flow.partials(table))
                 if len(kept) > 1 and sum(t.num_rows for t in kept) > COMBINE_AT_ROWS:
                     kept[:] = [flow.combined(kept)]
         combined = {index: self.flows[index].combined(kept) for index, kept in partials.items()}
+        for index, found in candidates.items():  # guard: session-candidates-not-carried
+            combined[index] = with_candidates(combined[index], pa.concat_tables(found), self.flows[index].hashed)
         written = {index: parts.finish() for index, parts in rows.items()}
         if bad is not None:
             written[BAD_RECORDS] = bad.finish()

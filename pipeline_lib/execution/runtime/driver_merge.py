@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline_lib.execution.engine.event_windows import LAST_RECORDS, MAX_EVENT
+from pipeline_lib.execution.engine.session_candidates import LATE_CANDIDATES
 from pipeline_lib.execution.runtime.runner_types import FlowRuntime
 from pipeline_lib.execution.state.expiry_rows import epoch_rows, expired_slots
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
@@ -29,9 +30,11 @@ def merge_on_driver(
     if agg.window is not None:
         assert flow.watermark is not None, "a windowed flow starts with its source's watermark"
         if flow.state_schema is None:
-            flow.state_schema = result.drop_columns([MAX_EVENT, LAST_RECORDS]).schema
-        closed = close_windows(agg, flow.state, flow.state_schema, result, flow.watermark, ended)
+            hidden = [c for c in (MAX_EVENT, LAST_RECORDS, LATE_CANDIDATES) if c in result.column_names]
+            flow.state_schema = result.drop_columns(hidden).schema
+        closed = close_windows(agg, flow.state, flow.state_schema, result, flow.watermark, ended, flow=flow.spec.name)
         flow.state, flow.watermark, flow.late_records = closed.state, closed.watermark, closed.late_records
+        flow.late_letters = closed.late_letters
         flow.state_files = spans_without(flow.state_files, closed.evicted_groups)
         return _cut(flow, closed.rows, closed.row_groups, parallelism, maxp), closed.changed
     if flow.state_schema is None:

@@ -16,12 +16,12 @@ import pyarrow.compute as pc
 
 from pipeline_lib.checkpoint.manifest import FileRef
 from pipeline_lib.execution.engine.event_windows import MAX_EVENT
-from pipeline_lib.execution.engine.late_letters import LateRoute
+from pipeline_lib.execution.engine.late_letters import SESSION_LABEL, LateRoute
 from pipeline_lib.execution.runtime.epoch_path import Writers
 from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
 from pipeline_lib.execution.state.owner_epochs import OwnedFlow
 from pipeline_lib.execution.state.watermark import Watermark
-from pipeline_lib.sink.task_parts import WrittenParts
+from pipeline_lib.sink.task_parts import TaskParts, WrittenParts
 
 LATE_LABEL = "l"  # late records' parts in the dead-letter sink: part-l<task>-..., beside the bad records' "d"
 
@@ -70,6 +70,30 @@ def watermarks_after(flows: Sequence[FlowRuntime], read: EpochRead) -> dict[str,
         top = pc.max(result.column(MAX_EVENT)).as_py() if result.num_rows else None
         starts[flow.spec.name] = flow.watermark.advanced(top)  # guard: late-read-ahead-watermark
     return starts
+
+
+def session_letters_written(writers: Writers, flows: Sequence[FlowRuntime]) -> WrittenParts | None:
+    """Write the session windows' late records that the driver's merge of this epoch found
+    (``FlowRuntime.late_letters``, state.session_late) as dead-letter parts, one series per flow
+    (its index in the part names, so two flows never write the same key); what was written, to
+    commit with the epoch. None: no flow found any, or there are no dead letters."""
+    found = [(i, f.late_letters) for i, f in enumerate(flows) if f.late_letters is not None and f.late_letters.num_rows]
+    if writers.dead_letters is None or not found:
+        return None
+    written = []
+    for index, letters in found:
+        writer = replace(writers.dead_letters, label=f"{SESSION_LABEL}{index}-")  # as LateRoute.session_writer
+        parts = TaskParts(writer, None, bad_records=True)
+        parts.add(letters)
+        written.append(parts.finish())
+    return WrittenParts.combine(written)
+
+
+def with_session_letters(late: WrittenParts | None, session: WrittenParts | None) -> WrittenParts | None:
+    """The read tasks' late-record parts and the ones the merge wrote (``session_letters_written``)."""
+    if session is None:
+        return late
+    return session if late is None else WrittenParts.combine([late, session])  # guard: session-letters-uncommitted
 
 
 def dead_letter_files(bad: WrittenParts, late: WrittenParts | None) -> tuple[FileRef, ...]:

@@ -18,8 +18,13 @@ from pipeline_lib.checkpoint.epoch_commit import (
 from pipeline_lib.checkpoint.manifest import HistoryEntry
 from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
 from pipeline_lib.execution.runtime.epoch_path import EpochPath, FlowMerge, KeyedStatePlace, OwnerTasks
-from pipeline_lib.execution.runtime.late_routing import dead_letter_files, routed
-from pipeline_lib.execution.runtime.part_writers import PartWriters
+from pipeline_lib.execution.runtime.late_routing import (
+    dead_letter_files,
+    routed,
+    session_letters_written,
+    with_session_letters,
+)
+from pipeline_lib.execution.runtime.part_writers import PartWriters, SinkPartWriters
 from pipeline_lib.execution.runtime.phase_timer import PhaseTimer
 from pipeline_lib.execution.runtime.run_attempt import RunAttempt
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
@@ -149,6 +154,11 @@ class EpochCommit:
             merged = {
                 flow.spec.name: self.state.merge(flow, read.flows[flow.spec.name], ended) for flow in self.parts.flows
             }
+        # a session window's late records, judged in the merge: written now, committed with the epoch
+        late = read.late
+        if any(f.late_letters is not None for f in self.parts.flows):
+            writers = SinkPartWriters(self.parts, self.attempt).for_epoch(epoch)  # the run's dead-letter sink
+            late = with_session_letters(late, session_letters_written(writers, self.parts.flows))
 
         def flow_output(flow: FlowRuntime) -> FlowOutput:
             out: FlowMerge = merged[flow.spec.name]
@@ -169,7 +179,7 @@ class EpochCommit:
                 flow.sink.merge_on(self.attempt.spark, self.attempt.job_tag)
         dead = self.parts.dead_letters
         dead_letters = (
-            DeadLetterOutput(dead, self.parts.sink_digest(plan, "dead-letters"), dead_letter_files(bad, read.late))
+            DeadLetterOutput(dead, self.parts.sink_digest(plan, "dead-letters"), dead_letter_files(bad, late))
             if dead is not None and bad is not None
             else None
         )

@@ -99,6 +99,7 @@ class FlowRuntime:
     owned_keys: int = 0  # the keys of a state on owner tasks, as their last results counted them
     watermark: Watermark | None = None  # a windowed flow's watermark after the last merged epoch
     late_records: int = 0  # of the last merged epoch: records dropped as late (their windows closed)
+    late_letters: pa.Table | None = None  # of the last epoch merged on the driver: a session window's late records
 
     @property
     def stateful(self) -> bool:

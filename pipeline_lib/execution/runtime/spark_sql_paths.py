@@ -14,13 +14,13 @@ from pipeline_lib.execution.runtime.chained_flows import chained_input, stage_sc
 from pipeline_lib.execution.runtime.driver_state import DriverState
 from pipeline_lib.execution.runtime.epoch_path import FlowResult, OwnerTasks, Writers
 from pipeline_lib.execution.runtime.late_letters_sql import arrow_schema_of, late_letters
-from pipeline_lib.execution.runtime.late_routing import with_late
+from pipeline_lib.execution.runtime.late_routing import with_late, with_session_letters
 from pipeline_lib.execution.runtime.owner_state import OwnerState
 from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
 from pipeline_lib.execution.source.epoch_reader import bad_records_frame, read_tasks
 from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
 from pipeline_lib.execution.source.subtask_start import SourceStart
-from pipeline_lib.execution.state.owner_epochs import OwnerEpochs
+from pipeline_lib.execution.state.owner_epochs import OwnerEpochs, owners_letters
 from pipeline_lib.execution.state.owner_task import StateReads
 from pipeline_lib.execution.state.process_state import ProcessInput
 from pipeline_lib.plan.offsets import EpochPlan
@@ -90,7 +90,7 @@ class SparkSqlOnOwners:
         assert start is None, "only the Arrow path's read runs the start-up checks"
 
         def to_owners(partials: dict[int, object]) -> tuple[dict[int, FlowResult], int, StateReads | None]:
-            owned, received = self.owner_epochs.own_partials(spark, partials, owners)  # type: ignore[arg-type]
+            owned, received = self.owner_epochs.own_partials(spark, partials, owners, writers.late)  # type: ignore[arg-type]
             reads = sum((o.reads for o in owned.values()), StateReads()) if owned else None
             return dict(owned), received, reads
 
@@ -98,6 +98,8 @@ class SparkSqlOnOwners:
         bad, results, (received, reads), late = _spark_sql_epoch(
             spark, reader, self.flows, self.tolerant, writers, to_owners, tables
         )
+        letters = owners_letters(list(results.values()))  # a session flow's, written by its owner tasks
+        late = with_session_letters(late, WrittenParts.combine(letters) if letters else None)
         return EpochRead(plan, bad, results, received, state_reads=reads, late=late)
 
     def warm_up(self, spark, reader: KafkaRangeReader, writers: Writers, owners: OwnerTasks) -> None:
@@ -168,7 +170,8 @@ def _spark_sql_epoch(
                 continue
             assert flow.spec.state is not None
             route = writers.late[index] if index < len(writers.late) else None
-            if route is not None and late_written is not None:  # an aggregate's late records
+            session = route.watermark_ms if route is not None and route.session else None  # judged at the merge
+            if route is not None and not route.session and late_written is not None:  # an aggregate's late records
                 rows = rows.persist(StorageLevel.MEMORY_AND_DISK)  # read by the partials too
                 persisted.append(rows)
                 late_written.append(late_letters(rows, route, letters, where))
@@ -177,9 +180,9 @@ def _spark_sql_epoch(
             elif flow.spec.state.process is not None:
                 partials[index] = rows  # its rows, cut by key for the owner tasks
             elif to_owners is None:
-                results[flow.spec.name] = epoch_partials(rows, flow.spec.state.aggregate)
+                results[flow.spec.name] = epoch_partials(rows, flow.spec.state.aggregate, session)
             else:
-                partials[index] = partials_frame(rows, flow.spec.state.aggregate)
+                partials[index] = partials_frame(rows, flow.spec.state.aggregate, session)
         received, reads = 0, None
         if partials:
             owned, received, reads = to_owners(partials)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -136,6 +136,23 @@ class CutForOwners:
                 ]
             ),
         )
+
+
+def with_late_writers(owners: Sequence[OwnerTask | None], late: Sequence[LateRoute | None]) -> tuple:
+    """``owners`` with each session flow's dead-letter writer: its owner tasks judge and write
+    its late records (session_late), as no read task can."""
+    routes = list(late) + [None] * (len(owners) - len(late))
+    return tuple(
+        replace(owner, late=route.session_writer(i))
+        if owner is not None and route is not None and route.session
+        else owner
+        for i, (owner, route) in enumerate(zip(owners, routes))
+    )
+
+
+def owners_letters(flows: Sequence) -> list[WrittenParts]:
+    """The late-record parts the owner tasks wrote (a session flow's), to commit with the epoch."""
+    return [o.late for f in flows if isinstance(f, OwnedFlow) for o in f.owners if o.late is not None]
 
 
 def epoch_top(owner: OwnerTask, partials: pa.Table) -> int | None:
@@ -297,7 +314,7 @@ class OwnerEpochs:
         """Run the epoch's two stages and collect their references (see the module docstring);
         ``late``: each flow's late route (its late records written to the dead letters)."""
         assert self.arrow is not None, "the Arrow path's read on the Spark SQL path"
-        owners = tuple(owners)
+        owners = with_late_writers(owners, late)
         tasks = max(len(reader.tasks), 1)
         parallelism = self.parallelism_of(owners)
         worker = self.arrow.in_worker(reader, writers, dead_letters, late=late)
@@ -324,16 +341,22 @@ class OwnerEpochs:
         ]
         bad = WrittenParts.combine(written.get(BAD_RECORDS, [])) if self.arrow.bad_schema is not None else None
         routed = any(r is not None for r in late)
-        late_written = WrittenParts.combine(written.get(LATE_LETTERS, [])) if routed else None
+        letters = [*written.get(LATE_LETTERS, []), *owners_letters(flows)]
+        late_written = WrittenParts.combine(letters) if routed else None
         return OwnerRead(bad, flows, sum(len(json.dumps(r)) for r in results), late_written)
 
     def own_partials(
-        self, spark: SparkSession, partials: dict[int, DataFrame], owners: Sequence[OwnerTask | None]
+        self,
+        spark: SparkSession,
+        partials: dict[int, DataFrame],
+        owners: Sequence[OwnerTask | None],
+        late: Sequence[LateRoute | None] = (),
     ) -> tuple[dict[int, OwnedFlow], int]:
         """The Spark SQL path's owner side: each stateful flow's partial aggregate (by flow
         index) cut by owner, shuffled to the owner tasks, merged and written there; each flow's
-        references, and the bytes of task results the driver received."""
-        owners = tuple(owners)
+        references, and the bytes of task results the driver received (``late``: each flow's
+        late route, a session flow's owners writing its late records)."""
+        owners = with_late_writers(owners, late)
         cut = [
             frame.mapInArrow(CutForOwners(i, self.flows[i].hashed, owner), CUT_DDL).rdd.map(keyed_value)
             for i, frame in partials.items()

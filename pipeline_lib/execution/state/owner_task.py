@@ -32,6 +32,7 @@ from pipeline_lib.checkpoint.state_files import KEY_GROUP_COLUMN
 from pipeline_lib.checkpoint.state_spans import Span, SpanWrites, changed_per_span, plan_span_writes, write_state_files
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.event_windows import HIDDEN_PARTIALS, output_rows
+from pipeline_lib.execution.engine.session_candidates import cast_partials
 from pipeline_lib.execution.engine.worker_aggregation import FlowInWorker
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.process_owner import (
@@ -52,7 +53,7 @@ from pipeline_lib.execution.state.window_clock import WindowClock
 from pipeline_lib.faults import fault_point
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.part_layout import key_order
-from pipeline_lib.sink.task_parts import ROWS_PER_PART, TaskPartWriter
+from pipeline_lib.sink.task_parts import ROWS_PER_PART, TaskPartWriter, WrittenParts
 from pipeline_lib.spec.aggregates import AggregateFunction
 from pipeline_lib.spec.flow_spec import AggregateSpec
 from pipeline_lib.spec.process_spec import ProcessSpec
@@ -154,6 +155,7 @@ class OwnedSpans:
     late_records: int = 0  # a windowed flow's records dropped as late, of the owner's partials
     # a two-topic join's largest event time per topic among the owner's rows (topic_watermark)
     topic_max_ms: tuple[int | None, int | None] | None = None
+    late: WrittenParts | None = None  # a session window's late records it wrote to the dead letters
 
     def to_json(self) -> str:
         """The task's result value."""
@@ -168,6 +170,7 @@ class OwnedSpans:
                 "max_event_ms": self.max_event_ms,
                 "late_records": self.late_records,
                 "topic_max_ms": None if self.topic_max_ms is None else list(self.topic_max_ms),
+                "late": self.late.to_json() if self.late is not None else None,
             }
         )
 
@@ -185,6 +188,7 @@ class OwnedSpans:
             data.get("max_event_ms"),
             data.get("late_records", 0),
             None if data.get("topic_max_ms") is None else tuple(data["topic_max_ms"]),
+            WrittenParts.from_json(data["late"]) if data.get("late") is not None else None,
         )
 
 
@@ -209,7 +213,7 @@ def merged_partials(flow: OwnerFlow, partials: Sequence[Partial]) -> tuple[pa.Ta
         return table.cast(flow.schema), key_groups
     with_groups = replace(flow.aggregate, keys=(*flow.aggregate.keys, KEY_GROUP_COLUMN))
     table, key_groups = without_key_groups(with_groups.combined(ordered))
-    return table.cast(flow.schema), key_groups
+    return cast_partials(table, flow.schema), key_groups
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,7 @@ class OwnerTask:
     clock: TimerClock = TimerClock()  # what a process flow's timers fire against this epoch
     windows: WindowClock | None = None  # what a windowed flow's windows close by (owner_windows)
     ttl_start: Watermark | None = None  # an event-time ttl's watermark as the epoch starts (owner_ttl)
+    late: TaskPartWriter | None = None  # where a session window's late records go (session_late)
 
     def run(self, owner: int, task_attempt: int, partials: Sequence[Partial]) -> OwnedSpans:
         """Merge, write and reference ``owner``'s share of the flow (see the module docstring)."""

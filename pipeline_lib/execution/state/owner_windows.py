@@ -19,13 +19,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from pipeline_lib.checkpoint.state_spans import changed_per_span, plan_span_writes, spans_of
+from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.state.owner_rewrites import opened, unchanged
 from pipeline_lib.execution.state.owner_task import OwnedSpans, OwnerTask, Partial, merged_partials
 from pipeline_lib.execution.state.owner_ttl import run_expiring
 from pipeline_lib.execution.state.window_close import close_windows
 from pipeline_lib.sink.part_layout import key_order
+from pipeline_lib.sink.task_parts import TaskParts, WrittenParts
 
 
 def run_owner(
@@ -57,7 +60,8 @@ def _windowed(
         return unchanged(owner, on_grid, epoch_max_ms)
     snapshots, cache, state, reads = opened(task, base, load, owned)
     schema = task.flow.state_schema()
-    closed = close_windows(agg, state, schema, table, clock.start, clock.ended, epoch_max_ms)
+    closed = close_windows(agg, state, schema, table, clock.start, clock.ended, epoch_max_ms, task.flow.name)
+    late = written_letters(task, closed.late_letters)
     state = closed.state
     evicted = spans_of(np.unique(closed.evicted_groups).tolist(), per_file, maxp)
     changed = changed_per_span(state.key_groups(closed.changed), per_file, maxp)
@@ -68,5 +72,17 @@ def _windowed(
     sink, rows = task.write_sink(key_order(closed.rows, agg.state_key()), owner, task_attempt)
     files = task.write_spans(state, writes, closed.changed, snapshots, cache, task_attempt)
     return OwnedSpans(
-        owner, sink, rows, files, sum(r.span_keys() for r in files), reads, epoch_max_ms, closed.late_records
+        owner, sink, rows, files, sum(r.span_keys() for r in files), reads, epoch_max_ms, closed.late_records, late
     )
+
+
+def written_letters(task: OwnerTask, letters: pa.Table | None) -> WrittenParts | None:
+    """A session window's late records (``ClosedWindows.late_letters``) written as dead-letter
+    parts by this owner task, to commit with the epoch; None: the flow carries no candidates."""
+    if letters is None:
+        return None
+    if task.late is None:
+        raise PipelineError(f"flow {task.flow.name}: late session records but no dead letters to write them to")
+    parts = TaskParts(task.late, None, bad_records=True)
+    parts.add(letters)
+    return parts.finish()
