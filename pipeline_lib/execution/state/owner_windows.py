@@ -72,7 +72,7 @@ def _windowed(
     sink, rows = task.write_sink(key_order(closed.rows, agg.state_key()), owner, task_attempt)
     files = task.write_spans(state, writes, closed.changed, snapshots, cache, task_attempt)
     return OwnedSpans(
-        owner, sink, rows, files, sum(r.span_keys() for r in files), reads, epoch_max_ms, closed.late_records, late
+        owner, sink, rows, files, sum(r.span_keys() for r in files), reads, epoch_max_ms, closed.late_records, late=late
     )
 
 
