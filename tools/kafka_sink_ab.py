@@ -13,6 +13,7 @@ the writer tasks' steps summed over the run (``kafka_writer_times``). Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -51,7 +52,8 @@ def one_run(tree: Path, kind: str, label: str, work: Path, env: dict, bootstrap:
     spec = work / f"{name}.yaml"
     spec.write_text(yaml.safe_dump(our_job(kind, name, topic, args.per_epoch, args.parallelism), sort_keys=False))
     log = args.out / f"{name}.log"
-    run = run_cli(["run", str(spec), "--until-caught-up", "--timings"], {**env, "PYTHONPATH": str(tree)}, log)
+    with contextlib.chdir(tree):  # ``-m`` puts the working directory first on the path: the tree's own code
+        run = run_cli(["run", str(spec), "--until-caught-up", "--timings"], {**env, "PYTHONPATH": str(tree)}, log)
     if run.returncode != 0:
         raise SystemExit(f"{label} ({tree}) failed: see {log}")
     wrong = check(kind, read_topic(bootstrap, topic, args.partitions), payments, exact=True)
@@ -82,6 +84,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("results/kafka-sink-ab"))
     args = ap.parse_args()
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="kafka-sink-ab-"))
     info = start_stack(work / "stack", broker_storage="memory", broker="kafka")
