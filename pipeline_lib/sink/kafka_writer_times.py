@@ -1,6 +1,6 @@
 """Where a Kafka sink writer task's seconds go, per step (``run --timings`` logs them per epoch).
 
-A publish is a Spark job whose tasks each run a few writers side by side; the epoch's
+A publish is a Spark job whose tasks each run a few writers one after the other; the epoch's
 ``publish`` phase alone cannot say whether a slow publish is the staged parts' read, the
 producers' set-up (``init_transactions`` of a new producer), the marker's round trips, the rows
 or the commit. Each task measures its steps and sends the driver a handful of numbers (never
@@ -36,13 +36,6 @@ class WriterTimes:
     def count(self, what: str) -> None:
         """One more of ``what`` (a new producer, a kept one found fenced)."""
         self.counts[what] += 1
-
-    def add(self, other: WriterTimes) -> None:
-        """Add ``other``'s seconds and counts to these (a task's writers' threads, summed)."""
-        for step, seconds in other.seconds.items():
-            self.seconds[step] += seconds
-        for what, n in other.counts.items():
-            self.counts[what] += n
 
     def as_dict(self) -> dict[str, float]:
         """The figures the task sends the driver: a dozen numbers, whatever the rows."""
