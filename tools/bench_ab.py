@@ -33,12 +33,13 @@ def run_tree(tree: Path, python: str, spec: Path, env: dict[str, str], log: Path
     child = {**env, "PYTHONPATH": str(tree), "SPARK_LOCAL_IP": "127.0.0.1"}
     started = time.monotonic()
     proc = subprocess.Popen(
-        [python, "-m", "pipeline_lib", "run", str(spec), "--timings"],
+        [os.path.abspath(python), "-m", "pipeline_lib", "run", str(spec), "--timings"],
         env=child,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        cwd=tree,  # ``-m`` puts the working directory first on the path, before PYTHONPATH: the tree's own code
     )
     epochs, started_at = [], None
     assert proc.stderr is not None

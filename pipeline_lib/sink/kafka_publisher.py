@@ -26,6 +26,7 @@ from pipeline_lib.kafka_connection import KafkaConnection, client_config
 from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
 from pipeline_lib.sink.kafka_avro_schema import avro_schema_text
 from pipeline_lib.sink.kafka_staging import drop_staged_epochs, droppable_below
+from pipeline_lib.sink.kafka_writer_times import summary
 from pipeline_lib.sink.retractions import DELETED_COLUMN, retracts
 from pipeline_lib.spec.models import FlowSpec
 
@@ -53,6 +54,17 @@ def writer_groups(partitions: int, slots: int) -> list[tuple[int, ...]]:
     count = max(1, min(partitions, slots))
     # every partition in one task: a partition left out is never published
     return [tuple(range(partitions))[i::count] for i in range(count)]  # guard: kafka-writer-groups-cover
+
+
+def _writer_task(work: tuple[PublishTask, tuple[int, ...]]) -> tuple[str, int, dict[str, float]]:
+    """One writer task, on an executor: (flow, records sent, where its seconds went)."""
+    from pipeline_lib.sink.kafka_writer import publish_partitions
+    from pipeline_lib.sink.kafka_writer_times import WriterTimes
+
+    task, partitions = work
+    times = WriterTimes()
+    sent = publish_partitions(task, partitions, times)
+    return task.flow, sent, times.as_dict()
 
 
 class KafkaPublisher:
@@ -127,14 +139,13 @@ class KafkaPublisher:
         staged epochs none of them needs to the clean-up."""
         lacking = [t for t in self.targets if self._held(t) < epoch]
         if lacking:
-            from pipeline_lib.sink.kafka_writer import publish_partitions
-
             tasks = [self._task(target, epoch) for target in lacking]
             sc = spark.sparkContext
             slots = sc.defaultParallelism
             writers = [(task, group) for task in tasks for group in writer_groups(task.partitions, slots)]
             sc.setJobDescription(f"pipeline {self.pipeline}: publish epoch {epoch} to Kafka")
-            sent = sc.parallelize(writers, len(writers)).map(lambda w: (w[0].flow, publish_partitions(*w))).collect()
+            sent = sc.parallelize(writers, len(writers)).map(_writer_task).collect()
+            log.info("pipeline %s: epoch %d publish: %s", self.pipeline, epoch, summary(t for _, _, t in sent))
             for task in tasks:
                 self.published[task.flow] = epoch
                 log.info(
@@ -143,7 +154,7 @@ class KafkaPublisher:
                     epoch,
                     task.flow,
                     task.topic,
-                    sum(n for flow, n in sent if flow == task.flow),
+                    sum(n for flow, n, _ in sent if flow == task.flow),
                 )
         if self.targets:
             fault_point("after_kafka_publish", epoch)

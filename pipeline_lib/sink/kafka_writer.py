@@ -30,6 +30,7 @@ from pipeline_lib.sink.files_sink import json_default
 from pipeline_lib.sink.kafka_rows import PartRows, columns_of, read_part
 from pipeline_lib.sink.kafka_transactions import TransactionalProducer as Producer
 from pipeline_lib.sink.kafka_values import Encode, avro_encoder, json_value, value_encoder
+from pipeline_lib.sink.kafka_writer_times import WriterTimes
 from pipeline_lib.spec.base import METADATA_COLUMNS
 from pipeline_lib.storage import open_store
 
@@ -111,11 +112,18 @@ def partition_of(key: bytes | None, partitions: int) -> int:
 Staged = dict[str, tuple[PartRows, Encode]]  # a task's staged parts, read and hashed once
 
 
-def _staged_part(task: PublishTask, part: str, staged: Staged) -> tuple[PartRows, Encode]:
+def _staged_part(task: PublishTask, part: str, staged: Staged, times: WriterTimes) -> tuple[PartRows, Encode]:
     """The staged ``part``'s rows with their partitions and its value encoder, read once per task
     (kept in ``staged`` for the task's other partitions)."""
     if part in staged:
         return staged[part]
+    with times.timed("read"):
+        staged[part] = _read_staged_part(task, part)
+    return staged[part]
+
+
+def _read_staged_part(task: PublishTask, part: str) -> tuple[PartRows, Encode]:
+    """Read, check and hash one staged part."""
     rows = read_part(part, open_store(task.staging, task.settings).get(part))
     columns = columns_of(rows)
     missing = [*task.key, *task.headers, *([task.tombstone] if task.tombstone else [])]
@@ -126,18 +134,18 @@ def _staged_part(task: PublishTask, part: str, staged: Staged) -> tuple[PartRows
             f"(it has {sorted(columns or [])})"
         )
     encode = avro_encoder(task.avro_schema, METADATA_COLUMNS) if task.avro_schema else value_encoder(rows)
-    staged[part] = (PartRows(rows, task.key, record_key, task.partitions), encode)
-    return staged[part]
+    return PartRows(rows, task.key, record_key, task.partitions), encode
 
 
 def rows_of_partition(
-    task: PublishTask, partition: int, staged: Staged | None = None
+    task: PublishTask, partition: int, staged: Staged | None = None, times: WriterTimes | None = None
 ) -> Iterator[tuple[bytes | None, bytes | None, list]]:
     """(key, value, headers) of the epoch's rows that go to ``partition``, in the staged order
     (value None: a tombstone); ``staged``: the parts this task already read."""
     staged = {} if staged is None else staged
+    times = WriterTimes() if times is None else times
     for part in task.parts:
-        part_rows, encode = _staged_part(task, part, staged)
+        part_rows, encode = _staged_part(task, part, staged, times)
         for key, row in part_rows.of(partition):
             headers = [(h, _text(row[h])) for h in task.headers if row[h] is not None]
             try:
@@ -165,48 +173,63 @@ def published_epoch(kafka: KafkaConnection, group: str, topic: str, partition: i
     return NOT_PUBLISHED if found is None else int(found)
 
 
-def publish_partitions(task: PublishTask, partitions: tuple[int, ...]) -> int:
+def publish_partitions(task: PublishTask, partitions: tuple[int, ...], times: WriterTimes | None = None) -> int:
     """Publish the epoch's rows of each of ``partitions`` once, one writer (transactional id and
-    transaction) after the other, reading and hashing the staged parts once for all of them."""
+    transaction) after the other, reading and hashing the staged parts once for all of them;
+    ``times``: where the task's seconds went."""
     staged: Staged = {}
-    return sum(publish_partition(task, p, staged) for p in partitions)
+    return sum(publish_partition(task, p, staged, times) for p in partitions)
 
 
-def publish_partition(task: PublishTask, partition: int, staged: Staged | None = None) -> int:
+def publish_partition(
+    task: PublishTask, partition: int, staged: Staged | None = None, times: WriterTimes | None = None
+) -> int:
     """Publish the epoch's rows of ``partition`` once: the rows sent (0 when the topic already
     holds the epoch). With the worker's kept producer of the writer (``kafka_producers``); if it
     fails (a newer producer of the id fenced it), once more with a new one."""
     tid = writer_id(task.job, task.pipeline, task.flow, task.topic, partition)
+    times = WriterTimes() if times is None else times
     for _ in range(2):
-        producer, new = producers.take(task.kafka, tid, lambda: Producer(task.kafka, tid, TRANSACTION_TIMEOUT_MS))
+        with times.timed("init"):  # a kept producer's take costs nothing; a new one's is its init_transactions
+            producer, new = producers.take(task.kafka, tid, lambda: Producer(task.kafka, tid, TRANSACTION_TIMEOUT_MS))
+        if new:
+            times.count("new_producers")
         try:
-            sent = _publish(producer, task, partition, tid, {} if staged is None else staged)
+            sent = _publish(producer, task, partition, tid, {} if staged is None else staged, times)
         except Exception:
             # closed, never reused: no later transaction of this process carries its records
             producers.discard(producer)  # guard: kafka-failed-producer-reused
             if new:
                 raise
+            times.count("restarts")
             continue
         producers.give_back(task.kafka, tid, producer)
         return sent
     raise AssertionError("unreachable: the second attempt's producer is new")
 
 
-def _publish(producer, task: PublishTask, partition: int, tid: str, staged: Staged) -> int:
+def _publish(producer, task: PublishTask, partition: int, tid: str, staged: Staged, times: WriterTimes) -> int:
     """One writer's transaction with an initialised ``producer``: the marker read (final until
     this producer's commit: any other producer of the id that initialises fences it), then the
     rows and the marker, committed together."""
-    if producer.published(task.topic, partition) >= task.epoch:  # guard: kafka-skip-published
+    with times.timed("marker_read"):
+        held = producer.published(task.topic, partition)
+    if held >= task.epoch:  # guard: kafka-skip-published
         return 0
     producer.begin_transaction()
     attempt = f"a{task.attempt}"  # the marker's metadata: which attempt's output it holds
-    # first: a fenced producer fails here, before sending the rows
-    producer.send_marker(task.topic, partition, task.epoch, attempt, tid)  # guard: kafka-marker-in-transaction
-    sent = 0
-    for key, value, headers in rows_of_partition(task, partition, staged):
-        producer.send(task.topic, key, value, headers, partition)
-        sent += 1
-    producer.flush(TRANSACTION_TIMEOUT_MS / 1000)  # the records are in the log, in the open transaction
+    with times.timed("marker_send"):
+        # first: a fenced producer fails here, before sending the rows
+        producer.send_marker(task.topic, partition, task.epoch, attempt, tid)  # guard: kafka-marker-in-transaction
+    sent, read_before = 0, times.seconds["read"]
+    with times.timed("rows"):  # the staged parts' first read is in it: taken out below
+        for key, value, headers in rows_of_partition(task, partition, staged, times):
+            producer.send(task.topic, key, value, headers, partition)
+            sent += 1
+    times.seconds["rows"] -= times.seconds["read"] - read_before
+    with times.timed("flush"):
+        producer.flush(TRANSACTION_TIMEOUT_MS / 1000)  # the records are in the log, in the open transaction
     fault_point("mid_kafka_transaction", task.epoch)
-    producer.commit_transaction()
+    with times.timed("commit"):
+        producer.commit_transaction()
     return sent

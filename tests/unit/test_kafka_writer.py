@@ -138,7 +138,7 @@ def test_a_fenced_kept_producer_is_closed_and_a_new_one_fences_and_commits(tmp_p
 
 
 def test_a_producer_that_failed_mid_transaction_is_never_reused(tmp_path, producer, monkeypatch):
-    def broken(task, partition, staged=None):
+    def broken(task, partition, staged=None, times=None):
         yield b"u1", b"{}", []
         raise ValueError("a bad row")
 
