@@ -100,7 +100,7 @@ bench-latency: install
 soak: install
 	$(BIN)/python -m benchmarks.soak --cycles $(N) $(SOAK_ARGS) --report results/soak.md
 
-# Remove each safety line of the commit protocol (tools/mutants.py) in turn: the unit tests must
+# Remove each safety line of the commit protocol (tools/mutants/) in turn: the unit tests must
 # catch every one (e.g. make mutation MUTATION_ARGS="--only head-cas-plain-put -j 1").
 mutation: install
 	$(BIN)/python tools/mutation.py $(MUTATION_ARGS)

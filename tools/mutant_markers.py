@@ -1,4 +1,4 @@
-"""How a mutant of tools/mutants.py finds the statements it changes, and changes them.
+"""How a mutant of tools/mutants/ finds the statements it changes, and changes them.
 
 The library marks each safety line with a comment naming the mutant, ``# guard: <mutant-id>``
 (several ids: ``# guard: a, b``), so the code can be formatted freely:

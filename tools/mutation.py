@@ -1,4 +1,4 @@
-"""Standing mutation check of the commit protocol: every safety line in tools/mutants.py, removed
+"""Standing mutation check of the commit protocol: every safety line in tools/mutants/, removed
 one at a time, must make the unit tests fail.
 
 Each mutant runs in a copy of the working tree's files (tracked, and untracked ones git does not
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print(
             "mutation: the list is stale: update the mutant with the code, never drop it silently "
-            "(tools/mutants.py, the `# guard:` markers in the library):",
+            "(tools/mutants/, the `# guard:` markers in the library):",
             file=sys.stderr,
         )
         for problem in problems:

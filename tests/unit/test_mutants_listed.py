@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _mutation():
-    """tools/mutation.py (the marker mechanism), which imports tools/mutants.py (the list)."""
+    """tools/mutation.py (the marker mechanism), which imports tools/mutants/ (the list)."""
     if "mutation" in sys.modules:
         return sys.modules["mutation"]
     spec = importlib.util.spec_from_file_location("mutation", ROOT / "tools" / "mutation.py")
@@ -42,7 +42,7 @@ def test_every_mutant_finds_its_marker_and_changes_its_code():
 
 def test_every_marker_names_a_listed_mutant():
     orphans = _mutation().orphan_markers(ROOT)
-    assert not orphans, f"`# guard:` markers naming no mutant of tools/mutants.py: {orphans}"
+    assert not orphans, f"`# guard:` markers naming no mutant of tools/mutants/: {orphans}"
 
 
 SOURCE = """\

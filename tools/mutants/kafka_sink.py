@@ -1,0 +1,95 @@
+"""The mutants of the Kafka sink's transactions."""
+
+from .model import Mutant
+from .paths import KAFKA_WRITER, KAFKA_WRITER_TESTS, RETRACTIONS
+
+MUTANTS: list[Mutant] = [
+    Mutant(
+        "kafka-writer-fences",
+        "pipeline_lib/sink/kafka_producers.py",
+        "producer.init_transactions()",
+        "pass",
+        "a Kafka sink writer fences older producers of its id, ending their open transaction, before its marker read",
+        KAFKA_WRITER_TESTS,
+    ),
+    Mutant(
+        "kafka-skip-published",
+        KAFKA_WRITER,
+        "held >= task.epoch",
+        "False",
+        "an epoch a Kafka sink's partition already holds is never sent again (a restore after the publish)",
+        KAFKA_WRITER_TESTS,
+    ),
+    Mutant(
+        "kafka-marker-in-transaction",
+        KAFKA_WRITER,
+        "producer.send_marker(task.topic, partition, task.epoch, attempt, tid)",
+        "pass",
+        "a Kafka sink writer's marker commits in the same transaction as the epoch's rows",
+        KAFKA_WRITER_TESTS,
+    ),
+    Mutant(
+        "kafka-failed-producer-reused",
+        KAFKA_WRITER,
+        "producers.discard(producer)",
+        "producers.give_back(task.kafka, tid, producer)",
+        "a Kafka sink writer's failed producer (a transaction may be open) is closed, never kept",
+        KAFKA_WRITER_TESTS,
+    ),
+    Mutant(
+        "kafka-writer-groups-cover",
+        "pipeline_lib/sink/kafka_publisher.py",
+        "tuple(range(partitions))[i::count]",
+        "tuple(range(partitions))[i::count][:1]",
+        "every partition of a Kafka sink's topic has its writer in one of the epoch's publish tasks",
+        KAFKA_WRITER_TESTS,
+    ),
+    Mutant(
+        "kafka-staging-drops-retained",
+        "pipeline_lib/sink/kafka_staging.py",
+        "oldest_retained = min(history_epochs)",
+        "oldest_retained = max(history_epochs)",
+        "a Kafka sink's staged epoch a retained snapshot commits is kept (a restore publishes it, verify checks it)",
+        ("tests/unit/test_kafka_staging.py",),
+    ),
+    Mutant(
+        "kafka-staging-drops-unpublished",
+        "pipeline_lib/sink/kafka_staging.py",
+        "min(published + 1, oldest_retained)",
+        "oldest_retained",
+        "a Kafka sink's staged epoch a writer has not published is kept",
+        ("tests/unit/test_kafka_staging.py",),
+    ),
+    Mutant(
+        "kafka-staging-keeps-marker",
+        "pipeline_lib/sink/kafka_staging.py",
+        "sink.store.delete(marker)",
+        "pass",
+        "a deleted staged epoch loses its marker too (no marker left listing deleted parts)",
+        ("tests/unit/test_kafka_staging.py",),
+    ),
+    Mutant(
+        "kafka-tombstone-sent-as-value",
+        KAFKA_WRITER,
+        "row[tombstone] is True",
+        "False",
+        "a row whose sink.kafka.tombstone column is true is sent as its key with a null value",
+        KAFKA_WRITER_TESTS,
+    ),
+    Mutant(
+        "kafka-expired-key-sent-as-value",
+        KAFKA_WRITER,
+        "row.get(retraction) is True",
+        "False",
+        "a Kafka sink sends a key a ttl expired as a tombstone (its key, a null value)",
+        RETRACTIONS,
+    ),
+    Mutant(
+        "avro-keeps-metadata",
+        "pipeline_lib/sink/kafka_values.py",
+        "dropped = frozenset(c for c in implicit if c not in fields)",
+        "dropped = frozenset()",
+        "an Avro value is the schema's record: the source's metadata columns the schema does not name are left out",
+        ("tests/unit/test_kafka_avro.py",),
+    ),
+]
