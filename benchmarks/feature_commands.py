@@ -93,6 +93,10 @@ def autoscale(
         int | None,
         typer.Option(min=1, help="trigger.max_records_per_subtask (then max_records_per_epoch is it times --max)."),
     ] = None,
+    record_cost_ms: Annotated[
+        float,
+        typer.Option(min=0, help="Milliseconds every record waits in its task: an I/O-bound job (0: none)."),
+    ] = 0.0,
 ) -> None:
     """Lag and parallelism over time under a stepped input rate, autoscaling off and on.
 
@@ -108,7 +112,11 @@ def autoscale(
             raise ValueError(f"{rates!r}: give rates of at least 1 event per second")
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--rates") from None
-    raise typer.Exit(run_autoscale(chosen, seconds, max_parallelism, target_lag, per_epoch, workers, out, per_subtask))
+    raise typer.Exit(
+        run_autoscale(
+            chosen, seconds, max_parallelism, target_lag, per_epoch, workers, out, per_subtask, record_cost_ms
+        )
+    )
 
 
 def joins(
