@@ -80,9 +80,7 @@ class PipelineRunner:
         self.choose_path, self.writers, self.cleanup, self.clock = choose_path, writers, cleanup, clock
         self.on_epoch = on_epoch or (lambda report: None)
         self.publisher = KafkaPublisher.of(parts, cleanup)  # the Kafka sinks' committed epochs, published
-        self.autoscaler = Autoscaler.of(
-            parts, planner.second
-        )  # the parallelism's changes at epoch boundaries (autoscale)
+        self.autoscaler = Autoscaler.of(parts, planner.second)  # parallelism changes at epoch boundaries
         self.timer = PhaseTimer(clock)
         self.epochs: list[EpochReport] = []
         self.reader: EpochReader | None = None  # the chosen path's reads and commit (set at start-up)
@@ -163,7 +161,6 @@ class PipelineRunner:
                 kafka_offsets.offsets_consumer(parts.settings.require_kafka(), parts.source.isolation_level)
             )
             positions, stops = self.planner.positions_and_stops(consumer, self.restored)
-            # refused before any subtask starts (each plan checks again)
             self.planner.refuse_lost_data(self.restored.manifest.snapshot_id if self.restored else None, positions)
             latest = kafka_offsets.confirmed_end_offsets(consumer, parts.topic, sorted(positions))
             return Prepared(resources, consumer, positions, stops, self.planner.targets(latest, stops))
