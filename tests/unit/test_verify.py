@@ -124,7 +124,10 @@ def test_the_command_prints_a_table_and_exits_1_on_damage_0_when_intact(committe
     "change, detail",
     [
         (lambda lineage: lineage.update(base_snapshot="0000000001-a1"), "was built on 0000000001-a1, not on"),
-        (lambda lineage: lineage["ranges"][0].update(start=lineage["ranges"][0]["start"] + 1), "read partition 0 from"),
+        (
+            lambda lineage: lineage["ranges"][0]["starts"].__setitem__(0, lineage["ranges"][0]["starts"][0] + 1),
+            "read partition 0 from",
+        ),
     ],
 )
 def test_a_snapshot_that_does_not_follow_the_one_before_it_is_reported(committed, tmp_path, change, detail):
