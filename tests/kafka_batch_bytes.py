@@ -10,13 +10,13 @@ from __future__ import annotations
 import random
 import struct
 
-from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 LEGACY = [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2), (1, 3)]  # (magic, codec) of legacy sets; lz4 needs v1
 
 
-def build(records, compression=0, base_offset=0) -> bytes:
+def build(records, compression=0, base_offset=0, log_append_time=False) -> bytes:
     """A v2 batch; ``records`` are (offset delta, timestamp, key, value, headers)."""
     builder = DefaultRecordBatchBuilder(
         magic=2,
@@ -30,7 +30,10 @@ def build(records, compression=0, base_offset=0) -> bytes:
     for offset, timestamp, key, value, headers in records:
         builder.append(offset, timestamp=timestamp, key=key, value=value, headers=headers)
     data = bytearray(builder.build())
-    struct.pack_into(">q", data, 0, base_offset)
+    struct.pack_into(">q", data, 0, base_offset)  # not covered by the CRC
+    if log_append_time:
+        attributes_at = DefaultRecordBatch.ATTRIBUTES_OFFSET
+        struct.pack_into(">h", data, attributes_at, struct.unpack_from(">h", data, attributes_at)[0] | 0x08)
     return bytes(data)
 
 

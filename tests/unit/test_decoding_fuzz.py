@@ -23,11 +23,12 @@ import struct
 import pytest
 from kafka import codec
 from kafka.errors import CorruptRecordError
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuilder
 from kafka.record.util import calc_crc32c
 
 from pipeline_lib.execution.source.kafka_batches import decode_batch, decode_legacy_batch
+from tests.kafka_batch_bytes import build
 
 MiB = 1 << 20
 HEADER = DefaultRecordBatch.HEADER_STRUCT.size
@@ -67,21 +68,8 @@ def _records(rng: random.Random, n: int) -> list[tuple]:
 
 
 def _v2(records: list[tuple], compression: int, base_offset: int = 1000) -> bytes:
-    """A v2 batch from kafka-python's builder."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=compression,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 24,
-    )
-    for delta, ts, key, value, headers in records:
-        builder.append(delta, timestamp=ts, key=key, value=value, headers=headers)
-    data = bytearray(builder.build())
-    struct.pack_into(">q", data, 0, base_offset)
-    return bytes(data)
+    """A v2 batch from kafka-python's builder, at offset 1000 unless told."""
+    return build(records, compression, base_offset)
 
 
 def _sealed(data: bytearray) -> bytes:

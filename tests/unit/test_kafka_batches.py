@@ -7,32 +7,12 @@ import struct
 
 import pytest
 from kafka.errors import CorruptRecordError
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBatch
 
 from pipeline_lib.execution.source.kafka_batches import ColumnBatch, decode_batch
+from tests.kafka_batch_bytes import build
 
 GZIP = DefaultRecordBatch.CODEC_GZIP
-
-
-def build(records, compression=0, base_offset=0, log_append_time=False) -> bytes:
-    """A v2 batch; ``records`` are (offset delta, timestamp, key, value, headers)."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=compression,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 24,
-    )
-    for offset, timestamp, key, value, headers in records:
-        builder.append(offset, timestamp=timestamp, key=key, value=value, headers=headers)
-    data = bytearray(builder.build())
-    struct.pack_into(">q", data, 0, base_offset)  # not covered by the CRC
-    if log_append_time:
-        attributes_at = DefaultRecordBatch.ATTRIBUTES_OFFSET
-        struct.pack_into(">h", data, attributes_at, struct.unpack_from(">h", data, attributes_at)[0] | 0x08)
-    return bytes(data)
 
 
 def reference(data: bytes) -> list[tuple]:
