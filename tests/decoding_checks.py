@@ -12,11 +12,10 @@ as Kafka v2 batches. Shared by the fast-decoding, batch-equivalence, bad-record 
 from __future__ import annotations
 
 import datetime as dt
-import struct
 
 import pyarrow as pa
 from kafka.consumer.fetcher import ConsumerRecord
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBatch
 from pyspark.sql import types as T
 from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
 
@@ -24,6 +23,7 @@ from pipeline_lib.errors import RecordError
 from pipeline_lib.execution.source.kafka_batches import ColumnBatch, decode_batch
 from pipeline_lib.execution.source.kafka_source import RecordBatcher
 from pipeline_lib.execution.source.record_decoding import JsonRecordDecoder
+from tests.kafka_batch_bytes import build
 
 SCHEMA_FIELDS = [
     ("user", "string"),
@@ -287,21 +287,9 @@ def records_of(values, start=100, key=b"k"):
 def as_kafka_batch(records) -> ColumnBatch:
     """The records written as one Kafka v2 batch by kafka-python's builder, then decoded as the
     source decodes what it fetches."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 26,
-    )
     base = records[0].offset if records else 0
-    for r in records:
-        builder.append(r.offset - base, timestamp=r.timestamp, key=r.key, value=r.value, headers=[])
-    data = bytearray(builder.build())
-    struct.pack_into(">q", data, 0, base)
-    columns = decode_batch(DefaultRecordBatch(bytes(data)))
+    data = build([(r.offset - base, r.timestamp, r.key, r.value, []) for r in records], base_offset=base)
+    columns = decode_batch(DefaultRecordBatch(data))
     assert columns.offsets.tolist() == [r.offset for r in records]
     return columns
 
