@@ -96,8 +96,8 @@ def test_records_deleted_before_they_were_read_fail_the_run_or_are_skipped_and_r
     ) in " ".join(shown.stdout.split())
     as_json = run_cli(["snapshots", "show", str(path), "--json"], env)
     manifest = json.loads(as_json.stdout)
-    assert manifest["data_lost"] == [{"topic": topic, "partition": 0, "start": 200, "end": 250}]
-    assert manifest["positions"] == {"0": 400, "1": 400}
+    assert manifest["data_lost"] == [{"topic": topic, "partitions": [0], "starts": [200], "ends": [250]}]
+    assert manifest["positions"] == {"partitions": [0, 1], "offsets": [400, 400]}
 
 
 def _compacted_topic(bootstrap: str, topic: str) -> None:

@@ -89,6 +89,11 @@ def test_a_broken_pipeline_fails_alone_and_a_fixed_one_resumes(stack_env, tmp_pa
     assert result_table(stack_env, f"s3://results/{name}-spend") == spend_per_user(pay_events)
 
 
+def at(positions: dict, partition: int) -> int:
+    """A partition's offset in a manifest's positions (format 2: parallel ``partitions`` and ``offsets``)."""
+    return dict(zip(positions["partitions"], positions["offsets"]))[partition]
+
+
 def test_bounded_job_restores_only_unfinished_splits_then_is_skipped(stack_env, tmp_path, local_stack):
     topic, name = "bounded-e2e", "bounded"
     create_topic(local_stack.kafka_bootstrap, topic, 3)
@@ -106,8 +111,8 @@ def test_bounded_job_restores_only_unfinished_splits_then_is_skipped(stack_env, 
     crashed = run_cli(["run", str(spec)], {**stack_env, "PIPELINE_FAULT_POINTS": "after_head_move@2"})
     assert crashed.returncode == -9
     (m1,) = [m for m in manifests(stack_env, store_uri, "main") if m["epoch"] == 1]
-    assert m1["stop_offsets"] == {"0": 300, "1": 5000, "2": 5000}
-    assert m1["positions"]["0"] == 300, "partition 0 completes in epoch 1"
+    assert m1["stop_offsets"] == {"partitions": [0, 1, 2], "offsets": [300, 5000, 5000]}  # format 2's columns
+    assert at(m1["positions"], 0) == 300, "partition 0 completes in epoch 1"
 
     plan = json.loads(run_cli(["plan", str(spec), "--restore", "latest", "--json"], stack_env).stdout)
     (restore,) = plan["restore"]
@@ -128,8 +133,8 @@ def test_bounded_job_restores_only_unfinished_splits_then_is_skipped(stack_env, 
     assert read_partitions == {1, 2}, "the completed split was not read again, the plan's open splits were"
     first = min(after_restore, key=lambda m: m["epoch"])
     assert {r["partition"]: r["start"] for r in first["lineage"]["ranges"]} == {
-        1: m2["positions"]["1"],
-        2: m2["positions"]["2"],
+        1: at(m2["positions"], 1),
+        2: at(m2["positions"], 2),
     }
     assert after_restore[-1]["completed"] is True
     assert result_table(stack_env, sink) == spend_per_user(everything)
@@ -202,7 +207,7 @@ def test_explicit_stop_offsets_bound_each_partition(stack_env, tmp_path, payment
     assert "pipeline main: COMPLETED" in result.stderr
     final = max(manifests(stack_env, store_uri, "main"), key=lambda m: m["epoch"])
     assert final["completed"] and final["completed_splits"] == [0, 1, 2]
-    assert final["stop_offsets"] == {"0": 1000, "1": 2500, "2": 0}
+    assert final["stop_offsets"] == {"partitions": [0, 1, 2], "offsets": [1000, 2500, 0]}
     read = Counter()
     for m in manifests(stack_env, store_uri, "main"):
         for r in m["lineage"]["ranges"]:
