@@ -120,7 +120,7 @@ def test_bounded_job_restores_only_unfinished_splits_then_is_skipped(stack_env, 
     readers = [s for s in restore["subtasks"] if s["subtask"].startswith("source:")]
     assert readers and all(s["action"] == "restore" for s in readers)
     (m2,) = [m for m in manifests(stack_env, store_uri, "main") if m["epoch"] == 2]
-    open_splits = f"[1]@{m2['positions']['1']}, [2]@{m2['positions']['2']}"
+    open_splits = f"[1]@{at(m2['positions'], 1)}, [2]@{at(m2['positions'], 2)}"
     assert {s["detail"] for s in readers} == {
         f"a share of each epoch's ranges of the open splits {open_splits}; completed, never read again: [0]@300"
     }
@@ -210,8 +210,9 @@ def test_explicit_stop_offsets_bound_each_partition(stack_env, tmp_path, payment
     assert final["stop_offsets"] == {"partitions": [0, 1, 2], "offsets": [1000, 2500, 0]}
     read = Counter()
     for m in manifests(stack_env, store_uri, "main"):
-        for r in m["lineage"]["ranges"]:
-            read[r["partition"]] += r["end"] - r["start"]
+        for block in m["lineage"]["ranges"]:  # format 2: one block of columns per topic
+            for partition, start, end in zip(block["partitions"], block["starts"], block["ends"]):
+                read[partition] += end - start
     assert read == Counter({0: 1000, 1: 2500})
     expected = spend_per_user(_read_directly(local_stack.kafka_bootstrap, topic, {0: 1000, 1: 2500}))
     assert result_table(stack_env, sink) == expected
