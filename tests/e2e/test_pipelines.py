@@ -94,6 +94,11 @@ def at(positions: dict, partition: int) -> int:
     return dict(zip(positions["partitions"], positions["offsets"]))[partition]
 
 
+def lineage_ranges(manifest: dict) -> list[tuple[int, int, int]]:
+    """(partition, start, end) of a manifest's lineage (format 2: one block of columns per topic)."""
+    return [r for b in manifest["lineage"]["ranges"] for r in zip(b["partitions"], b["starts"], b["ends"])]
+
+
 def test_bounded_job_restores_only_unfinished_splits_then_is_skipped(stack_env, tmp_path, local_stack):
     topic, name = "bounded-e2e", "bounded"
     create_topic(local_stack.kafka_bootstrap, topic, 3)
@@ -129,10 +134,10 @@ def test_bounded_job_restores_only_unfinished_splits_then_is_skipped(stack_env, 
     assert restored.returncode == 0, restored.stderr[-3000:]
     after_restore = [m for m in manifests(stack_env, store_uri, "main") if m["attempt"] > 1]
     assert after_restore, "the restore committed new epochs"
-    read_partitions = {r["partition"] for m in after_restore for r in m["lineage"]["ranges"]}
+    read_partitions = {p for m in after_restore for p, _, _ in lineage_ranges(m)}
     assert read_partitions == {1, 2}, "the completed split was not read again, the plan's open splits were"
     first = min(after_restore, key=lambda m: m["epoch"])
-    assert {r["partition"]: r["start"] for r in first["lineage"]["ranges"]} == {
+    assert {p: start for p, start, _ in lineage_ranges(first)} == {
         1: at(m2["positions"], 1),
         2: at(m2["positions"], 2),
     }
@@ -210,9 +215,8 @@ def test_explicit_stop_offsets_bound_each_partition(stack_env, tmp_path, payment
     assert final["stop_offsets"] == {"partitions": [0, 1, 2], "offsets": [1000, 2500, 0]}
     read = Counter()
     for m in manifests(stack_env, store_uri, "main"):
-        for block in m["lineage"]["ranges"]:  # format 2: one block of columns per topic
-            for partition, start, end in zip(block["partitions"], block["starts"], block["ends"]):
-                read[partition] += end - start
+        for partition, start, end in lineage_ranges(m):
+            read[partition] += end - start
     assert read == Counter({0: 1000, 1: 2500})
     expected = spend_per_user(_read_directly(local_stack.kafka_bootstrap, topic, {0: 1000, 1: 2500}))
     assert result_table(stack_env, sink) == expected
