@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from benchmarks import feature_commands
+from benchmarks.bench_options import BothEngines, Events, Kinds, Partitions, PerEpoch, Repeat, Seconds, Users, Workers
 
 bench_app = typer.Typer()  # its help is the throughput command's docstring (the callback below)
 
@@ -24,16 +25,16 @@ bench_app = typer.Typer()  # its help is the throughput command's docstring (the
 @bench_app.callback(invoke_without_command=True)
 def throughput(
     ctx: typer.Context,
-    events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 1_000_000,
-    keys: Annotated[int, typer.Option(min=1, help="Distinct users (keys).")] = 100_000,
+    events: Events = 1_000_000,
+    keys: Users = 100_000,
     per_epoch: Annotated[
         int, typer.Option(min=1, help="Max records per epoch (ours) and per micro-batch (Structured Streaming).")
     ] = 100_000,
     restore_keys: Annotated[
         str, typer.Option(help="State sizes for the restore measurement, comma-separated.")
     ] = "10000,100000,1000000",
-    partitions: Annotated[int, typer.Option(min=1, help="Kafka partitions of the benchmark topic.")] = 4,
-    parallelism: Annotated[int, typer.Option(min=1, help="local[N] for both engines.")] = 2,
+    partitions: Partitions = 4,
+    parallelism: BothEngines = 2,
     incremental: Annotated[
         str, typer.Option(help="Small incremental runs: key_groups,users (or none).")
     ] = "key_groups,users",
@@ -112,7 +113,7 @@ def restore(
     pipelines: Annotated[int, typer.Option(min=1, help="Pipelines of the job, one bounded topic each.")] = 12,
     events: Annotated[int, typer.Option(min=1, help="Records per pipeline.")] = 20_000,
     users: Annotated[int, typer.Option(min=1, help="Keys of each pipeline's state.")] = 5_000,
-    repeat: Annotated[int, typer.Option(min=1, help="Runs per mode (medians are reported).")] = 3,
+    repeat: Repeat = 3,
 ) -> None:
     """Restore time with many completed pipelines: skipping them vs restoring everything.
 
@@ -124,12 +125,12 @@ def restore(
 
 @bench_app.command("cluster")
 def cluster(
-    events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 120_000,
-    users: Annotated[int, typer.Option(min=1, help="Distinct users (keys).")] = 5_000,
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch.")] = 20_000,
-    workers: Annotated[int, typer.Option(min=1, help="One-core workers of the standalone cluster.")] = 2,
+    events: Events = 120_000,
+    users: Users = 5_000,
+    per_epoch: PerEpoch = 20_000,
+    workers: Workers = 2,
     parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism (local[N] in local mode).")] = 2,
-    repeat: Annotated[int, typer.Option(min=1, help="Runs per mode (medians are reported).")] = 2,
+    repeat: Repeat = 2,
 ) -> None:
     """Start-up to the first committed epoch and steady-epoch time, local mode vs a standalone cluster.
 
@@ -145,9 +146,9 @@ def cluster(
 
 @bench_app.command("scale-out")
 def scale_out(
-    events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 600_000,
-    users: Annotated[int, typer.Option(min=1, help="Distinct users (keys).")] = 20_000,
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch.")] = 100_000,
+    events: Events = 600_000,
+    users: Users = 20_000,
+    per_epoch: PerEpoch = 100_000,
     partitions: Annotated[int, typer.Option(min=1, help="Partitions of the topic.")] = 4,
     repeat: Annotated[int, typer.Option(min=1, help="Runs per core count (medians are reported).")] = 2,
 ) -> None:
@@ -164,8 +165,8 @@ def scale_out(
 @bench_app.command("driver")
 def driver(
     keys: Annotated[str, typer.Option(help="State sizes (distinct users), comma-separated.")] = "10000,100000,1000000",
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch.")] = 100_000,
-    workers: Annotated[int, typer.Option(min=1, help="One-core workers of the standalone cluster.")] = 2,
+    per_epoch: PerEpoch = 100_000,
+    workers: Workers = 2,
     parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism.")] = 2,
     modes: Annotated[
         str, typer.Option(help="Where keyed state lives: owners,driver (either or both).")
@@ -193,11 +194,11 @@ def driver(
 @bench_app.command("latency")
 def latency(
     rates: Annotated[str, typer.Option(help="Producer rates (events per second), comma-separated.")] = "20,100,500",
-    seconds: Annotated[float, typer.Option(min=1, help="Seconds of producing at each rate.")] = 20.0,
-    users: Annotated[int, typer.Option(min=1, help="Distinct users (keys).")] = 1_000,
+    seconds: Seconds = 20.0,
+    users: Users = 1_000,
     interval: Annotated[str, typer.Option(help="Our job's trigger.interval (e.g. '100 ms').")] = "100 ms",
-    kinds: Annotated[str, typer.Option(help="Jobs: stateless,aggregate (either or both).")] = "stateless,aggregate",
-    parallelism: Annotated[int, typer.Option(min=1, help="local[N] for both engines.")] = 2,
+    kinds: Kinds = "stateless,aggregate",
+    parallelism: BothEngines = 2,
     out: Annotated[Path, typer.Option(help="Folder for latency.csv, latency.json and latency.png.")] = Path(
         "results/bench-latency"
     ),

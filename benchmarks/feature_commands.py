@@ -13,12 +13,23 @@ from typing import Annotated
 
 import typer
 
+from benchmarks.bench_options import (
+    BothEngines,
+    Events,
+    JobParallelism,
+    Kinds,
+    Partitions,
+    PerEpochAndTrigger,
+    Seconds,
+    Users,
+)
+
 
 def windows(
     events: Annotated[int, typer.Option(min=1, help="JSON click events to produce.")] = 200_000,
     pages: Annotated[int, typer.Option(min=1, help="Distinct pages (keys).")] = 1_000,
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 20_000,
-    parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism (local[N]).")] = 2,
+    per_epoch: PerEpochAndTrigger = 20_000,
+    parallelism: JobParallelism = 2,
     sketches: Annotated[
         bool, typer.Option(help="Also approx_count_distinct(user) and approx_percentile(ms, 0.95) on both sides.")
     ] = False,
@@ -64,8 +75,8 @@ def tables(
 def process(
     events: Annotated[int, typer.Option(min=1, help="JSON events to produce.")] = 200_000,
     active: Annotated[int, typer.Option(min=1, help="Users active at a time (the set slides).")] = 200,
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 20_000,
-    parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism (local[N]).")] = 2,
+    per_epoch: PerEpochAndTrigger = 20_000,
+    parallelism: JobParallelism = 2,
 ) -> None:
     """Per-user session totals with an event-time timer: ours vs Spark SS applyInPandasWithState.
 
@@ -79,7 +90,7 @@ def autoscale(
     rates: Annotated[str, typer.Option(help="Producer rates (events per second) in turn, comma-separated.")] = (
         "200,2000,200"
     ),
-    seconds: Annotated[float, typer.Option(min=1, help="Seconds of producing at each rate.")] = 20.0,
+    seconds: Seconds = 20.0,
     max_parallelism: Annotated[int, typer.Option("--max", min=1, help="autoscale.max of the run with it on.")] = 2,
     target_lag: Annotated[int, typer.Option(min=1, help="autoscale.target_lag_records.")] = 2_000,
     per_epoch: Annotated[int, typer.Option(min=1, help="trigger.max_records_per_epoch.")] = 2_000,
@@ -122,8 +133,8 @@ def autoscale(
 def joins(
     events: Annotated[int, typer.Option(min=1, help="JSON order events to produce.")] = 200_000,
     users: Annotated[int, typer.Option(min=1, help="Rows of the joined users table.")] = 10_000,
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 20_000,
-    parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism (local[N]).")] = 2,
+    per_epoch: PerEpochAndTrigger = 20_000,
+    parallelism: JobParallelism = 2,
 ) -> None:
     """A stream-static join, then sum and count per country: ours vs Spark SS join + groupBy, update.
 
@@ -135,8 +146,8 @@ def joins(
 
 def stream_joins(
     orders: Annotated[int, typer.Option(min=1, help="Orders to produce (each with 0-2 payments).")] = 50_000,
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 20_000,
-    parallelism: Annotated[int, typer.Option(min=1, help="The job's parallelism (local[N]).")] = 2,
+    per_epoch: PerEpochAndTrigger = 20_000,
+    parallelism: JobParallelism = 2,
 ) -> None:
     """A stream-stream interval join of orders and payments: ours vs Spark SS with withWatermark on both sides.
 
@@ -147,12 +158,12 @@ def stream_joins(
 
 
 def kafka_sink(
-    events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 500_000,
-    users: Annotated[int, typer.Option(min=1, help="Distinct users (keys).")] = 50_000,
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 100_000,
+    events: Events = 500_000,
+    users: Users = 50_000,
+    per_epoch: PerEpochAndTrigger = 100_000,
     partitions: Annotated[int, typer.Option(min=1, help="Partitions of the source and of each output topic.")] = 4,
-    parallelism: Annotated[int, typer.Option(min=1, help="local[N] for both engines.")] = 2,
-    kinds: Annotated[str, typer.Option(help="Jobs: stateless,aggregate (either or both).")] = "stateless,aggregate",
+    parallelism: BothEngines = 2,
+    kinds: Kinds = "stateless,aggregate",
     logs: Annotated[Path | None, typer.Option(help="Keep the runs' logs and specs in this folder.")] = None,
 ) -> None:
     """Kafka to Kafka: our exactly-once Kafka sink vs Spark SS writeStream.format("kafka"), on Apache Kafka.
@@ -180,11 +191,11 @@ def kafka_sink(
 
 
 def delta(
-    events: Annotated[int, typer.Option(min=1, help="JSON payment events to produce.")] = 200_000,
+    events: Events = 200_000,
     users: Annotated[int, typer.Option(min=1, help="Distinct users (keys, the table's rows).")] = 20_000,
-    per_epoch: Annotated[int, typer.Option(min=1, help="Max records per epoch (and per Spark trigger).")] = 50_000,
-    partitions: Annotated[int, typer.Option(min=1, help="Kafka partitions of the benchmark topic.")] = 2,
-    parallelism: Annotated[int, typer.Option(min=1, help="local[N] for both engines.")] = 2,
+    per_epoch: PerEpochAndTrigger = 50_000,
+    partitions: Partitions = 2,
+    parallelism: BothEngines = 2,
 ) -> None:
     """A running aggregate into a Delta table: our sink.delta vs Spark SS foreachBatch + delta-spark MERGE.
 
