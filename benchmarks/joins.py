@@ -13,21 +13,14 @@ from __future__ import annotations
 
 import io
 import json
-import tempfile
 from collections import defaultdict
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 
-from benchmarks.anchor_run import parquet_rows, run_anchor
-from benchmarks.our_job import child_env
-from benchmarks.restore_completed import timed_run
+from benchmarks.anchor_run import parquet_rows
+from benchmarks.feature_stack import feature_stack
 from pipeline_lib.api.tables import read_table
-from pipeline_lib.localstack import start_stack, stop_stack
-from pipeline_lib.samples import create_topic, produce_json
-from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.storage import open_store
 
 TOPIC, NAME, TABLE = "bench-orders", "joins-bench", "s3://dims/bench-users"
@@ -70,42 +63,22 @@ def expected(events: list[dict]) -> dict[str, tuple[int, int]]:
 def joins_bench(events: int = 200_000, users: int = 10_000, per_epoch: int = 20_000, parallelism: int = 2) -> int:
     """Run both and print the comparison (see the module's docstring)."""
     produced = orders(events, users)
-    with tempfile.TemporaryDirectory(prefix="joins-bench-") as tmp:
-        root = Path(tmp)
-        info = start_stack(root / "stack", broker_storage="memory")
-        try:
-            env = child_env(info)
-            settings = ConnectionSettings.from_env(env)
-            table = pa.table({"user": [f"u{u}" for u in range(users)], "country": [country(u) for u in range(users)]})
-            data = io.BytesIO()
-            pq.write_table(table, data)
-            open_store(TABLE, settings).put("users.parquet", data.getvalue())
-            create_topic(info.kafka_bootstrap, TOPIC, 2)
-            produce_json(info.kafka_bootstrap, TOPIC, produced)
-            spec = root / "job.yaml"
-            spec.write_text(yaml.safe_dump(job(per_epoch, parallelism)))
-            ours_s = timed_run(spec, env, "--until-caught-up")
-            ours = {
-                r["country"]: (r["total"], r["n"])
-                for r in read_table(f"s3://results/{NAME}", settings, key=["country"])
-            }
-            theirs_s = run_anchor(
-                "structured_streaming_joins",
-                "ss-joins",
-                info.kafka_bootstrap,
-                TOPIC,
-                per_epoch,
-                parallelism,
-                root,
-                env,
-                ("--table", "s3a://dims/bench-users/"),
-            )
-            out = open_store("s3://results/ss-joins", settings)
-            theirs: dict[str, tuple[int, int]] = {}
-            for r in parquet_rows(out):  # batch order: the last row wins
-                theirs[r["country"]] = (r["total"], r["n"])
-        finally:
-            stop_stack(root / "stack")
+    with feature_stack("joins-bench-") as stack:
+        table = pa.table({"user": [f"u{u}" for u in range(users)], "country": [country(u) for u in range(users)]})
+        data = io.BytesIO()
+        pq.write_table(table, data)
+        open_store(TABLE, stack.settings).put("users.parquet", data.getvalue())
+        stack.topic(TOPIC, produced)
+        ours_s = stack.run_ours(job(per_epoch, parallelism))
+        ours = {
+            r["country"]: (r["total"], r["n"])
+            for r in read_table(f"s3://results/{NAME}", stack.settings, key=["country"])
+        }
+        extra = ("--table", "s3a://dims/bench-users/")
+        theirs_s = stack.run_spark("structured_streaming_joins", "ss-joins", TOPIC, per_epoch, parallelism, extra)
+        theirs: dict[str, tuple[int, int]] = {}
+        for r in parquet_rows(open_store("s3://results/ss-joins", stack.settings)):  # batch order: the last row wins
+            theirs[r["country"]] = (r["total"], r["n"])
     truth = expected(produced)
     print(f"\n{events:,} orders, {users:,} users in the table, {per_epoch:,} per epoch/trigger, local[{parallelism}]")
     print("| job | whole process (s) | equals plain Python |")

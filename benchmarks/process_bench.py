@@ -16,18 +16,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
-import tempfile
-from pathlib import Path
 
-import yaml
-
-from benchmarks.anchor_run import parquet_rows, run_anchor
-from benchmarks.our_job import child_env
-from benchmarks.restore_completed import timed_run
+from benchmarks.anchor_run import parquet_rows
+from benchmarks.feature_stack import feature_stack
 from benchmarks.session_functions import OUTPUT
-from pipeline_lib.localstack import start_stack, stop_stack
-from pipeline_lib.samples import create_topic, produce_json
-from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.table_reader import read_append_rows
 from pipeline_lib.storage import open_store
 
@@ -80,33 +72,12 @@ def _sessions(rows: list[dict]) -> dict[tuple, tuple]:
 
 def process_bench(events: int = 200_000, active: int = 200, per_epoch: int = 20_000, parallelism: int = 2) -> int:
     """Run both and print the comparison (see the module's docstring)."""
-    with tempfile.TemporaryDirectory(prefix="process-bench-") as tmp:
-        root = Path(tmp)
-        info = start_stack(root / "stack", broker_storage="memory")
-        try:
-            env = child_env(info)
-            settings = ConnectionSettings.from_env(env)
-            create_topic(info.kafka_bootstrap, TOPIC, 2)
-            produce_json(info.kafka_bootstrap, TOPIC, session_events(events, active), key_field="user")
-            spec = root / "job.yaml"
-            spec.write_text(yaml.safe_dump(job(per_epoch, parallelism)))
-            ours_s = timed_run(spec, env, "--until-caught-up")
-            ours = _sessions(read_append_rows(open_store(f"s3://results/{NAME}", settings)))
-            theirs_s = run_anchor(
-                "structured_streaming_sessions",
-                "ss-sessions",
-                info.kafka_bootstrap,
-                TOPIC,
-                per_epoch,
-                parallelism,
-                root,
-                env,
-            )
-            out = open_store("s3://results/ss-sessions", settings)
-            rows = parquet_rows(out)
-            theirs = _sessions(rows)
-        finally:
-            stop_stack(root / "stack")
+    with feature_stack("process-bench-") as stack:
+        stack.topic(TOPIC, session_events(events, active), key_field="user")
+        ours_s = stack.run_ours(job(per_epoch, parallelism))
+        ours = _sessions(read_append_rows(open_store(f"s3://results/{NAME}", stack.settings)))
+        theirs_s = stack.run_spark("structured_streaming_sessions", "ss-sessions", TOPIC, per_epoch, parallelism)
+        theirs = _sessions(parquet_rows(open_store("s3://results/ss-sessions", stack.settings)))
     common = ours.keys() & theirs.keys()
     equal = sum(ours[k] == theirs[k] for k in common)
     print(

@@ -15,20 +15,12 @@ from __future__ import annotations
 
 import json
 import random
-import tempfile
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from benchmarks.anchor_run import parquet_rows, run_anchor
-from benchmarks.our_job import child_env
-from benchmarks.restore_completed import timed_run
+from benchmarks.anchor_run import parquet_rows
+from benchmarks.feature_stack import feature_stack
 from pipeline_lib.api.tables import read_table
-from pipeline_lib.localstack import start_stack, stop_stack
-from pipeline_lib.samples import create_topic, produce_json
-from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.storage import open_store
 
 TOPIC, NAME, T0, MIN = "bench-order-events", "stream-joins-bench", 1_772_323_200_000, 60_000
@@ -128,34 +120,16 @@ def spark_shortfall(truth: set[tuple], theirs: set[tuple], figures: dict) -> str
 def stream_joins_bench(orders: int = 50_000, per_epoch: int = 20_000, parallelism: int = 2) -> int:
     """Run both and print the comparison (see the module's docstring)."""
     produced = events(orders)
-    with tempfile.TemporaryDirectory(prefix="stream-joins-bench-") as tmp:
-        root = Path(tmp)
-        info = start_stack(root / "stack", broker_storage="memory")
-        try:
-            env = child_env(info)
-            settings = ConnectionSettings.from_env(env)
-            create_topic(info.kafka_bootstrap, TOPIC, 2)
-            records = [{**{k: v for k, v in e.items() if k != "ms"}, "ts": iso(e["ms"])} for e in produced]
-            produce_json(info.kafka_bootstrap, TOPIC, records, key_field="order_id")
-            spec = root / "job.yaml"
-            spec.write_text(yaml.safe_dump(job(per_epoch, parallelism)))
-            ours_s = timed_run(spec, env, "--until-caught-up")
-            ours_rows = read_table(f"s3://results/{NAME}", settings)
-            theirs_s = run_anchor(
-                "structured_streaming_stream_joins",
-                "ss-stream-joins",
-                info.kafka_bootstrap,
-                TOPIC,
-                per_epoch,
-                parallelism,
-                root,
-                env,
-            )
-            out = open_store("s3://results/ss-stream-joins", settings)
-            theirs_rows = parquet_rows(out)
-            root_json = json.loads((root / "ss.json").read_text())
-        finally:
-            stop_stack(root / "stack")
+    with feature_stack("stream-joins-bench-") as stack:
+        records = [{**{k: v for k, v in e.items() if k != "ms"}, "ts": iso(e["ms"])} for e in produced]
+        stack.topic(TOPIC, records, key_field="order_id")
+        ours_s = stack.run_ours(job(per_epoch, parallelism))
+        ours_rows = read_table(f"s3://results/{NAME}", stack.settings)
+        theirs_s = stack.run_spark(
+            "structured_streaming_stream_joins", "ss-stream-joins", TOPIC, per_epoch, parallelism
+        )
+        theirs_rows = parquet_rows(open_store("s3://results/ss-stream-joins", stack.settings))
+        root_json = json.loads((stack.root / "ss.json").read_text())
     truth = expected(produced)
     ours, theirs = [_key(r) for r in ours_rows], [_key(r) for r in theirs_rows]
     ours_ok = len(ours) == len(truth) and set(ours) == truth

@@ -22,18 +22,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
-import tempfile
-from pathlib import Path
 
-import yaml
-
-from benchmarks.anchor_run import parquet_rows, run_anchor
-from benchmarks.our_job import child_env
-from benchmarks.restore_completed import timed_run
+from benchmarks.anchor_run import parquet_rows
+from benchmarks.feature_stack import feature_stack
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
-from pipeline_lib.localstack import start_stack, stop_stack
-from pipeline_lib.samples import create_topic, produce_json
-from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.table_reader import read_append_rows
 from pipeline_lib.storage import open_store
 
@@ -114,40 +106,20 @@ def windows_bench(
     gap: str | None = None,
 ) -> int:
     """Run both and print the comparison (see the module's docstring)."""
-    with tempfile.TemporaryDirectory(prefix="windows-bench-") as tmp:
-        root = Path(tmp)
-        info = start_stack(root / "stack", broker_storage="memory")
-        try:
-            env = child_env(info)
-            settings = ConnectionSettings.from_env(env)
-            create_topic(info.kafka_bootstrap, TOPIC, 2)
-            produce_json(info.kafka_bootstrap, TOPIC, clicks(events, pages), key_field="page")
-            spec = root / "job.yaml"
-            spec.write_text(yaml.safe_dump(job(per_epoch, parallelism, sketches, keyed_state, gap)))
-            ours_s = timed_run(spec, env, "--until-caught-up")
-            our_rows = read_append_rows(open_store(f"s3://results/{NAME}", settings))
-            ours = _windows(our_rows)
-            snapshots = SnapshotStore.open(f"s3://checkpoints/{NAME}", NAME, "main", settings)
-            head, _ = snapshots.read_head()
-            assert head is not None, "the run committed no snapshot"
-            states = [snapshots.load_manifest(e.snapshot_id).flows[NAME].state for e in head.history]
-            keys = max(s.keys for s in states if s is not None)
-            theirs_s = run_anchor(
-                "structured_streaming_windows",
-                "ss-windows",
-                info.kafka_bootstrap,
-                TOPIC,
-                per_epoch,
-                parallelism,
-                root,
-                env,
-                (*(("--sketches",) if sketches else ()), *((f"--gap={gap}",) if gap else ())),
-            )
-            out = open_store("s3://results/ss-windows", settings)
-            rows = parquet_rows(out)
-            theirs = _windows(rows)
-        finally:
-            stop_stack(root / "stack")
+    with feature_stack("windows-bench-") as stack:
+        stack.topic(TOPIC, clicks(events, pages), key_field="page")
+        ours_s = stack.run_ours(job(per_epoch, parallelism, sketches, keyed_state, gap))
+        our_rows = read_append_rows(open_store(f"s3://results/{NAME}", stack.settings))
+        ours = _windows(our_rows)
+        snapshots = SnapshotStore.open(f"s3://checkpoints/{NAME}", NAME, "main", stack.settings)
+        head, _ = snapshots.read_head()
+        assert head is not None, "the run committed no snapshot"
+        states = [snapshots.load_manifest(e.snapshot_id).flows[NAME].state for e in head.history]
+        keys = max(s.keys for s in states if s is not None)
+        extra = (*(("--sketches",) if sketches else ()), *((f"--gap={gap}",) if gap else ()))
+        theirs_s = stack.run_spark("structured_streaming_windows", "ss-windows", TOPIC, per_epoch, parallelism, extra)
+        rows = parquet_rows(open_store("s3://results/ss-windows", stack.settings))
+        theirs = _windows(rows)
     common = ours.keys() & theirs.keys()
     equal = sum(ours[k] == theirs[k] for k in common)
     print(
