@@ -4,8 +4,9 @@ released after a step down.
 
 From the once-a-second samples of each run, (second, rate, lag, parallelism, cores, epochs): for
 each step up, the epochs (and seconds) from the step until the lag is back at or under the target
-while the rate is still the higher one ("not while the rate was high" when it took the step down
-to drain it), with autoscaling on and off; for each step down, whether the application's cores (or,
+and stays there while the rate is still the higher one ("not while the rate was high" when it took
+the step down to drain it; a lag that dips under the target at an epoch's commit and grows again
+is not back), with autoscaling on and off; for each step down, whether the application's cores (or,
 in local mode, the parallelism) at the end of the lower rate's step are below the most they had been
 before it (a dip while the lag still drains does not count).
 """
@@ -17,8 +18,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class StepUp:
-    """One run's answer for one step up: ``epochs``/``seconds`` until lag ≤ target again while the
-    rate was still high (None: not then); ``peak``: the largest lag in the step."""
+    """One run's answer for one step up: ``epochs``/``seconds`` until lag ≤ target again, for the
+    rest of the step, while the rate was still high (None: not then); ``peak``: the largest lag in
+    the step."""
 
     rate_from: int
     rate_to: int
@@ -51,9 +53,13 @@ def step_ups(samples: list[tuple], target: int) -> list[StepUp]:
             end += 1
         during = samples[start:end]
         peak = max(s[2] for s in during)
-        # back under: the first sample at or under the target once the lag was over it (at once: never over)
-        over = next((k for k, s in enumerate(during) if s[2] > target), None)
-        back = during[0] if over is None else next((s for s in during[over:] if s[2] <= target), None)
+        # back under: the sample after the last one over the target, so the lag stays under to the
+        # step's end (an epoch's commit dips a growing lag for a second; at once: never over)
+        last_over = max((k for k, s in enumerate(during) if s[2] > target), default=None)
+        if last_over is None:
+            back: tuple | None = during[0]
+        else:
+            back = during[last_over + 1] if last_over + 1 < len(during) else None
         if back is None:
             result.append(StepUp(before, after, None, None, peak))
             continue

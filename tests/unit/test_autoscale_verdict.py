@@ -41,6 +41,14 @@ def test_epochs_until_the_lag_is_back_under_the_target_while_the_rate_is_high():
     assert (stuck.epochs, stuck.seconds, stuck.peak) == (None, None, 3600)
 
 
+def test_a_lag_that_dips_under_the_target_at_a_commit_and_grows_again_is_not_back():
+    growing = [(1, 100, 50, 1, 1, 1), (2, 800, 1200, 1, 1, 2), (3, 800, 900, 1, 1, 3), (4, 800, 1500, 1, 1, 3)]
+    [up] = step_ups([*growing, (5, 100, 0, 1, 1, 4)], 1000)
+    assert (up.epochs, up.seconds, up.peak) == (None, None, 1500)
+    [back] = step_ups([*growing, (5, 800, 700, 1, 1, 4), (6, 800, 400, 1, 1, 5), (7, 100, 0, 1, 1, 6)], 1000)
+    assert (back.epochs, back.seconds) == (2, 3)
+
+
 def test_a_step_up_that_never_passes_the_target_is_back_at_once():
     [up] = step_ups([(1, 10, 0, 1, 1, 1), (2, 20, 5, 1, 1, 2)], 1000)
     assert (up.epochs, up.seconds) == (0, 0)
