@@ -32,6 +32,7 @@ __all__ = [  # OffsetRange and OffsetRanges live in plan.offset_columns; callers
     "OffsetRanges",
     "TopicCut",
     "fair_shares",
+    "proportional_shares",
     "group_into_tasks",
     "lost_ranges",
     "plan_epoch",
@@ -147,6 +148,23 @@ def fair_shares(lags: Mapping[int, int], budget: int) -> dict[int, int]:
     return shares
 
 
+def proportional_shares(lags: Mapping[int, int], budget: int) -> dict[int, int]:
+    """Split ``budget`` records over partitions in proportion to their lags (Spark's
+    ``maxOffsetsPerTrigger`` does the same), the remainders to the largest fractions, ties to the
+    lowest partition numbers. Deterministic. Every partition goes through its backlog at the same
+    pace, so partitions of unequal volume stay together in event time: equal counts would put a
+    small partition ahead and make a large one's records late under the source's one watermark."""
+    total = sum(lag for lag in lags.values() if lag > 0)
+    if total <= budget:
+        return {p: max(0, lag) for p, lag in lags.items()}
+    shares = {p: max(0, lag) * budget // total for p, lag in lags.items()}
+    left = budget - sum(shares.values())
+    fractions = sorted((p for p, lag in lags.items() if lag > 0), key=lambda p: (-(lags[p] * budget % total), p))
+    for p in fractions[:left]:  # guard: plan-share-remainders-dropped
+        shares[p] += 1  # each took the floor of a fraction: one more stays within its lag
+    return shares
+
+
 def plan_epoch(
     epoch: int,
     base_snapshot: str | None,
@@ -159,7 +177,7 @@ def plan_epoch(
 ) -> EpochPlan:
     """Ranges from ``positions`` towards ``targets`` holding at most ``max_records`` records."""
     lags = {p: max(0, targets.get(p, pos) - pos) for p, pos in positions.items()}
-    shares = fair_shares(lags, max_records)
+    shares = proportional_shares(lags, max_records)  # guard: plan-equal-shares
     partitions = [p for p in sorted(positions) if shares[p] > 0]
     starts = [positions[p] for p in partitions]
     ends = [positions[p] + shares[p] for p in partitions]  # guard: plan-range-end-past-share

@@ -11,6 +11,7 @@ from pipeline_lib.plan.offsets import (
     group_into_tasks,
     lost_ranges,
     plan_epoch,
+    proportional_shares,
     split_for_parallelism,
 )
 
@@ -26,11 +27,33 @@ def test_fair_shares_respects_budget_and_lags(seed):
     assert shares == fair_shares(dict(reversed(list(lags.items()))), budget)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_proportional_shares_respect_budget_and_lags_and_follow_the_lags(seed):
+    rng = random.Random(seed)
+    lags = {p: rng.choice([0, 1, 5, 100, 10_000, 52_000]) for p in range(rng.randint(1, 8))}
+    budget = rng.randint(1, 25_000)
+    shares = proportional_shares(lags, budget)
+    total = sum(lags.values())
+    assert sum(shares.values()) == min(budget, total)
+    assert all(0 <= shares[p] <= lags[p] for p in lags)
+    assert shares == proportional_shares(dict(reversed(list(lags.items()))), budget)
+    if total > budget:  # each within one record of its exact proportion
+        assert all(abs(shares[p] - lags[p] * budget / total) < 1 for p in lags)
+
+
+def test_partitions_of_unequal_volume_go_through_their_backlogs_together():
+    """52% and 48% of a backlog: equal shares would put the small partition 4% further through its
+    events every epoch (ahead in event time, the other's records late); proportional ones keep
+    both at the same fraction of their backlog."""
+    lags = {0: 104_000, 1: 96_000}
+    assert proportional_shares(lags, 20_000) == {0: 10_400, 1: 9_600}
+
+
 def test_plan_epoch_ranges_continue_from_positions():
     plan = plan_epoch(3, "0000000002-a1", "t", {0: 10, 1: 0, 2: 7}, {0: 50, 1: 5, 2: 7}, max_records=20)
     assert plan.records == 20
-    assert {r.partition: (r.start, r.end) for r in plan.ranges} == {0: (10, 25), 1: (0, 5)}
-    assert plan.end_positions() == {0: 25, 1: 5, 2: 7}
+    assert {r.partition: (r.start, r.end) for r in plan.ranges} == {0: (10, 28), 1: (0, 2)}
+    assert plan.end_positions() == {0: 28, 1: 2, 2: 7}
     again = plan_epoch(3, "other-base", "t", {0: 10, 1: 0, 2: 7}, {0: 50, 1: 5, 2: 7}, max_records=20)
     assert again.digest() == plan.digest()  # the base snapshot's name does not change the input
 

@@ -45,6 +45,23 @@ MUTANTS: list[Mutant] = [
         "a snapshot's positions are its epoch's range ends (else records are read twice)",
         tests=("tests/unit/test_commit_protocol_keys.py",),
     ),
+    Mutant(
+        "plan-equal-shares",
+        OFFSETS,
+        "shares = proportional_shares(lags, max_records)",
+        "shares = fair_shares(lags, max_records)",
+        "an epoch's budget is shared in proportion to the partitions' lags, so partitions of unequal"
+        " volume stay together in event time (equal counts make the larger one's records late)",
+        tests=("tests/unit/test_planning.py",),
+    ),
+    Mutant(
+        "plan-share-remainders-dropped",
+        OFFSETS,
+        "fractions[:left]",
+        "fractions[:0]",
+        "an epoch reads its whole budget when the backlog exceeds it (the floors' remainders are shared too)",
+        tests=("tests/unit/test_planning.py",),
+    ),
     # -- key groups --------------------------------------------------------------------------
     Mutant(
         "keygroup-md5",
