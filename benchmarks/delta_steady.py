@@ -1,5 +1,6 @@
-"""The Delta benchmark's per-epoch figures: our run's epochs from its ``--timings`` lines, Spark's
-batches from its query progress, and the steady rate of each (epochs / batches 2..n).
+"""A benchmark's per-epoch figures (the Delta and windows benchmarks): our run's epochs from its
+``--timings`` lines, Spark's batches from its query progress, and the steady rate of each
+(epochs / batches 2..n).
 
 End to end counts each whole process (JVM start, first epoch's planning, table creation); steady
 leaves out the first epoch or batch, whose time is mostly start-up, and divides the records of

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from benchmarks.anchor_run import run_anchor
+from benchmarks.delta_steady import run_ours
 from benchmarks.our_job import child_env
 from benchmarks.restore_completed import timed_run
 from pipeline_lib.localstack import StackInfo, start_stack, stop_stack
@@ -43,6 +44,13 @@ class BenchStack:
         spec = self.root / "job.yaml"
         spec.write_text(yaml.safe_dump(job))
         return timed_run(spec, self.env, "--until-caught-up")
+
+    def run_ours_by_epoch(self, job: dict[str, Any]) -> tuple[float, list[dict]]:
+        """``run_ours`` with ``--timings``: its seconds and each epoch's records and seconds
+        (benchmarks/delta_steady.py), for a steady rate beside the end-to-end one."""
+        spec = self.root / "job.yaml"
+        spec.write_text(yaml.safe_dump(job))
+        return run_ours(spec, self.env)
 
     def run_spark(
         self, module: str, name: str, topic: str, per_epoch: int, parallelism: int, extra: tuple[str, ...] = ()
