@@ -243,4 +243,6 @@ def autoscale(
     print("\n".join(verdict(runs, target_lag)))
     figure = write_report(runs, cfg, out or root / "report")
     print(f"report: {figure.parent / 'report.md'}, figure: {figure}")
+    executors = ", the executors' in cluster/worker-*/app-*/*/stderr" if workers else ""
+    print(f"logs: {root} (each run's in off/run.log and on/run.log{executors})")
     return 0
