@@ -8,6 +8,7 @@ rehashed and snapshots stay valid.
 
 from __future__ import annotations
 
+import datetime as dt
 import decimal
 import json
 import re
@@ -50,17 +51,46 @@ _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')  # what json.dumps escapes in a st
 _ONE_STRING_OPEN = zlib.crc32(b'["')  # the CRC-32 of the text before a one-string key's UTF-8 bytes
 
 
+_DATES = (dt.datetime, dt.date, dt.time)
+
+
+def _compact_json(key: tuple[Any, ...]) -> str | None:
+    """The text ``key_group_of`` hashes, built without ``json.dumps`` for a key of strings JSON
+    writes as they are, ints and dates or times (a window's key: key, window_start, window_end);
+    None for any other key."""
+    parts = []
+    for value in key:
+        kind = value.__class__
+        if kind is str and not _JSON_ESCAPED.search(value):
+            parts.append(f'"{value}"')
+        elif kind is int:
+            parts.append(int.__repr__(value))  # what json.dumps writes (never a bool: its class is bool)
+        elif kind in _DATES:
+            # guard: keygroup-fast-date-text
+            parts.append(f'"{value.isoformat()}"')  # _canonical's text, which JSON writes as is
+        else:
+            return None
+    return "[" + ",".join(parts) + "]"
+
+
+def _key_group(key: tuple[Any, ...], max_parallelism: int) -> int:
+    text = _compact_json(key)
+    return key_group_of(key, max_parallelism) if text is None else zlib.crc32(text.encode()) % max_parallelism
+
+
 def key_groups_of(keys: Iterable[tuple[Any, ...]], count: int, max_parallelism: int) -> np.ndarray:
     """``key_group_of`` of each of ``count`` keys, as int32. A key of one string JSON writes as
     is (no quote, backslash or control character: nearly every key) is hashed from its UTF-8
     bytes between ``["`` and ``"]`` without building the JSON text, about ten times faster per
-    key (the keys an epoch adds to its state); held equal to ``key_group_of`` by the tests."""
+    key (the keys an epoch adds to its state); a key of such strings, ints, dates and times from
+    its JSON text built by hand, several times faster than ``json.dumps``. Both held equal to
+    ``key_group_of`` by the tests."""
     crc, escaped, opened = zlib.crc32, _JSON_ESCAPED.search, _ONE_STRING_OPEN
     return np.fromiter(
         (
             crc(b'"]', crc(k[0].encode(), opened)) % max_parallelism
             if len(k) == 1 and k[0].__class__ is str and not escaped(k[0])
-            else key_group_of(k, max_parallelism)
+            else _key_group(k, max_parallelism)
             for k in keys
         ),
         dtype=np.int32,

@@ -153,6 +153,10 @@ def test_key_groups_of_many_keys_equal_key_group_of_each():
     alphabet = ["a", "Z", "0", " ", "é", "東", "😀", '"', "\\", "\n", "\x00", "\x1f", "\x7f", "/", "\u2028", "'"]
     strings = ["", *("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(3000))]
     keys = [(s,) for s in strings] + [key for key, _, _ in PINNED] + [("a", "b"), ("",), (None,)]
+    start = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+    windows = [(s, start + dt.timedelta(minutes=m), start + dt.timedelta(minutes=m + 1)) for m, s in enumerate(strings)]
+    keys += windows + [(s, dt.datetime(2026, 3, 1, 12, 30), dt.date(2026, 3, 1), dt.time(7, 5)) for s in strings[:50]]
+    keys += [(s, rng.randint(-(2**70), 2**70), True, 1.5) for s in strings[:50]] + [(7, -3, 0), (True,), (1.0, 1)]
     for maxp in (128, 1000, 32768):
         assert key_groups_of(keys, len(keys), maxp).tolist() == [key_group_of(k, maxp) for k in keys]
     assert key_groups_of(iter(keys), len(keys), 128).dtype == np.int32

@@ -104,6 +104,14 @@ MUTANTS: list[Mutant] = [
         tests=("tests/unit/test_commit_protocol_keys.py",),
     ),
     Mutant(
+        "keygroup-fast-date-text",
+        KEYGROUPS,
+        "value.isoformat()",
+        "str(value)",
+        "the hand-built JSON of a window's key writes dates and times as key_group_of does (ISO 8601)",
+        tests=("tests/unit/test_commit_protocol_keys.py",),
+    ),
+    Mutant(
         "keygroup-decimal-raw",
         KEYGROUPS,
         "str(value)",

@@ -29,6 +29,7 @@ from pipeline_lib.execution.engine.first_last import FIRST_LAST
 from pipeline_lib.execution.engine.first_last import pick as pick_record
 from pipeline_lib.execution.engine.sketches import SKETCH_FUNCTIONS, sketch_merge
 from pipeline_lib.execution.engine.top_values import top_merge
+from pipeline_lib.execution.state.key_values import python_values
 from pipeline_lib.plan.keygroups import key_groups_of
 from pipeline_lib.spec.aggregates import AggregateFunction
 
@@ -302,7 +303,7 @@ class KeyedAggregateState:
             raise PipelineError(f"keyed state of {self.columns} got a table of columns {table.column_names}")
         columns = []
         for i in range(len(self.key_columns)):
-            values = table.column(i).to_pylist()
+            values = python_values(table.column(i))
             if pa.types.is_floating(table.column(i).type):
                 values = [_NAN if v != v else v for v in values]
             columns.append(values)
