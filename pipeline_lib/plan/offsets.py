@@ -152,8 +152,9 @@ def proportional_shares(lags: Mapping[int, int], budget: int) -> dict[int, int]:
     """Split ``budget`` records over partitions in proportion to their lags (Spark's
     ``maxOffsetsPerTrigger`` does the same), the remainders to the largest fractions, ties to the
     lowest partition numbers. Deterministic. Every partition goes through its backlog at the same
-    pace, so partitions of unequal volume stay together in event time: equal counts would put a
-    small partition ahead and make a large one's records late under the source's one watermark."""
+    pace, so partitions of unequal volume stay together in event time: equal counts (``fair_shares``)
+    would put a small partition ahead and make a large one's records late under the source's one
+    watermark."""
     total = sum(lag for lag in lags.values() if lag > 0)
     if total <= budget:
         return {p: max(0, lag) for p, lag in lags.items()}
@@ -174,10 +175,15 @@ def plan_epoch(
     max_records: int,
     stop_offsets: Mapping[int, int] | None = None,
     topic_id: str | None = None,
+    event_time: bool = False,
 ) -> EpochPlan:
-    """Ranges from ``positions`` towards ``targets`` holding at most ``max_records`` records."""
+    """Ranges from ``positions`` towards ``targets`` holding at most ``max_records`` records:
+    with ``event_time`` (the source has a watermark) in proportion to the partitions' lags, so
+    they stay together in event time; without, by water-filling, so small partitions finish first
+    (a bounded job's finished splits are skipped on restore)."""
     lags = {p: max(0, targets.get(p, pos) - pos) for p, pos in positions.items()}
-    shares = proportional_shares(lags, max_records)  # guard: plan-equal-shares
+    split = proportional_shares if event_time else fair_shares  # guard: plan-equal-shares
+    shares = split(lags, max_records)
     partitions = [p for p in sorted(positions) if shares[p] > 0]
     starts = [positions[p] for p in partitions]
     ends = [positions[p] + shares[p] for p in partitions]  # guard: plan-range-end-past-share

@@ -139,7 +139,15 @@ def run_on_records(
         stages, stage_rows = stages_of(flows), {}
         read = driver_read(session, schema, list(runtimes.values()), tolerant, StaticTables(settings))
         while (
-            plan := plan_epoch(epoch + 1, None, kafka.topic, positions, targets, epoch_budget(local.trigger, p))
+            plan := plan_epoch(
+                epoch + 1,
+                None,
+                kafka.topic,
+                positions,
+                targets,
+                epoch_budget(local.trigger, p),
+                event_time=kafka.watermark is not None,
+            )
         ).ranges:
             epoch = plan.epoch
             reader = RecordsReader.over(

@@ -21,7 +21,7 @@ import pytest
 from pipeline_lib.execution.runtime.runner_planning import EpochPlanner
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.plan.keygroups import key_group_of, key_group_range, key_groups_of, subtask_of
-from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, plan_epoch, proportional_shares
+from pipeline_lib.plan.offsets import EpochPlan, OffsetRange, fair_shares, plan_epoch, proportional_shares
 from pipeline_lib.spec.aggregates import parse_aggregate
 
 UTC = dt.UTC
@@ -77,8 +77,10 @@ def test_planned_ranges_start_at_the_positions_and_never_pass_the_targets_or_sto
     stops = {p: positions[p] + rng.randint(0, 3_000) for p in partitions} if seed % 2 else None
     targets = EpochPlanner.targets(latest, stops)
     budget = rng.randint(1, 6_000)
-    plan = plan_epoch(7, "0000000006-a1", "t", positions, targets, budget, stops)
-    shares = proportional_shares({p: max(0, targets[p] - positions[p]) for p in partitions}, budget)
+    event_time = seed % 3 == 0  # a source with a watermark shares the budget in proportion to the lags
+    plan = plan_epoch(7, "0000000006-a1", "t", positions, targets, budget, stops, event_time=event_time)
+    split = proportional_shares if event_time else fair_shares
+    shares = split({p: max(0, targets[p] - positions[p]) for p in partitions}, budget)
     assert [r.partition for r in plan.ranges] == sorted(p for p in partitions if shares[p] > 0)
     for r in plan.ranges:
         assert r.topic == "t" and r.start == positions[r.partition]

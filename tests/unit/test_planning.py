@@ -52,8 +52,10 @@ def test_partitions_of_unequal_volume_go_through_their_backlogs_together():
 def test_plan_epoch_ranges_continue_from_positions():
     plan = plan_epoch(3, "0000000002-a1", "t", {0: 10, 1: 0, 2: 7}, {0: 50, 1: 5, 2: 7}, max_records=20)
     assert plan.records == 20
-    assert {r.partition: (r.start, r.end) for r in plan.ranges} == {0: (10, 28), 1: (0, 2)}
-    assert plan.end_positions() == {0: 28, 1: 2, 2: 7}
+    assert {r.partition: (r.start, r.end) for r in plan.ranges} == {0: (10, 25), 1: (0, 5)}  # the small one whole
+    assert plan.end_positions() == {0: 25, 1: 5, 2: 7}
+    timed = plan_epoch(3, "0000000002-a1", "t", {0: 10, 1: 0, 2: 7}, {0: 50, 1: 5, 2: 7}, 20, event_time=True)
+    assert {r.partition: (r.start, r.end) for r in timed.ranges} == {0: (10, 28), 1: (0, 2)}  # in proportion
     again = plan_epoch(3, "other-base", "t", {0: 10, 1: 0, 2: 7}, {0: 50, 1: 5, 2: 7}, max_records=20)
     assert again.digest() == plan.digest()  # the base snapshot's name does not change the input
 

@@ -48,10 +48,10 @@ MUTANTS: list[Mutant] = [
     Mutant(
         "plan-equal-shares",
         OFFSETS,
-        "shares = proportional_shares(lags, max_records)",
-        "shares = fair_shares(lags, max_records)",
-        "an epoch's budget is shared in proportion to the partitions' lags, so partitions of unequal"
-        " volume stay together in event time (equal counts make the larger one's records late)",
+        "proportional_shares if event_time else fair_shares",
+        "fair_shares",
+        "with a watermark an epoch's budget is shared in proportion to the partitions' lags, so"
+        " partitions of unequal volume stay together in event time (equal counts make the larger one's records late)",
         tests=("tests/unit/test_planning.py",),
     ),
     Mutant(

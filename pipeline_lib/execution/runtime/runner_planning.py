@@ -111,7 +111,10 @@ class EpochPlanner:
             assert second_cut is not None
             plan = plan_two_topics(epoch, base, first, targets, second_cut, self.second.targets, budget)
         else:
-            plan = plan_epoch(epoch, base, self.parts.topic, positions, targets, budget, stops, self.topic_id)
+            event_time = self.parts.source.watermark is not None  # partitions kept together in event time
+            plan = plan_epoch(
+                epoch, base, self.parts.topic, positions, targets, budget, stops, self.topic_id, event_time
+            )
         if lost:
             plan = plan.model_copy(update={"data_lost": OffsetRanges.of(lost)})
         if self.joins:  # the tables' versions this epoch joins, saved with its offsets
