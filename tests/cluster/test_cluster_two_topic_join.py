@@ -15,6 +15,7 @@ from tests.stream_join_checks import joined_rows
 from tests.support import run_cli, wait_for, write_spec
 
 pytestmark = [pytest.mark.cluster, pytest.mark.full]
+LOADED = 900  # seconds a CLI call may take: a cluster application starts in minutes on a loaded 2-core machine
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +23,7 @@ def cluster_orders_and_payments(local_stack) -> tuple[list[dict], list[dict]]:
     return produce_orders_and_payments(local_stack.kafka_bootstrap, "cluster-orders", "cluster-payments")
 
 
+@pytest.mark.timeout(3000)  # two cluster runs and a verify, each up to LOADED
 def test_the_two_topic_join_on_owner_tasks_survives_a_sigkilled_driver_and_a_rescale(
     cluster, cluster_env, tmp_path, cluster_orders_and_payments
 ):
@@ -33,6 +35,7 @@ def test_the_two_topic_join_on_owner_tasks_survives_a_sigkilled_driver_and_a_res
     crashed = run_cli(
         ["run", str(spec), "--until-caught-up"],
         {**cluster_env, "PIPELINE_FAULT_POINTS": "after_sink_success@3", "PIPELINE_FAULT_LOG": str(fault_log)},
+        timeout=LOADED,
     )
     assert crashed.returncode == -9, crashed.stderr[-2000:]
     assert "FAULT INJECTED: after_sink_success epoch=3" in fault_log.read_text()
@@ -41,12 +44,12 @@ def test_the_two_topic_join_on_owner_tasks_survives_a_sigkilled_driver_and_a_res
         60,
         "the killed driver's application to end",
     )
-    restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], cluster_env)
+    restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], cluster_env, timeout=LOADED)
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert "restored from" in restored.stderr
     assert "with keyed state on owner tasks" in restored.stderr
     ran = [a for a in cluster.state()["completedapps"] if a["name"] == f"pipeline-lib:{name}"]
     assert len(ran) == 2  # the killed run and the restore were both applications of the cluster
     assert joined_rows(cluster_env, f"s3://results/{name}") == expected(*cluster_orders_and_payments)
-    verified = run_cli(["verify", str(spec)], cluster_env)
+    verified = run_cli(["verify", str(spec)], cluster_env, timeout=LOADED)
     assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]

@@ -59,7 +59,8 @@ def test_second_topic_records_deleted_before_the_restore_fail_it_or_are_skipped_
     assert first.returncode == 0, first.stderr[-3000:]
     shown = json.loads(run_cli(["snapshots", "show", str(path), "--json"], kafka_env).stdout)
     assert shown["epoch"] == 1
-    at = shown["second_topic"]["positions"]["0"]  # where payments[0] resumes
+    resume = shown["second_topic"]["positions"]  # format 2: partitions and offsets as columns
+    at = dict(zip(resume["partitions"], resume["offsets"], strict=True))[0]  # where payments[0] resumes
     gone = _payments_in(bootstrap, payments_topic, 0, at, at + LOST)
     assert len(gone) == LOST
     delete_records_before(bootstrap, payments_topic, 0, at + LOST)
@@ -93,7 +94,7 @@ def test_second_topic_records_deleted_before_the_restore_fail_it_or_are_skipped_
     listed = json.loads(run_cli(["snapshots", "list", str(path), "--json"], kafka_env).stdout)
     [epoch_2] = [r["snapshot_id"] for r in listed if r.get("epoch") == 2]  # the epoch that skipped
     second = json.loads(run_cli(["snapshots", "show", str(path), epoch_2, "--json"], kafka_env).stdout)
-    lost = {"topic": payments_topic, "partition": 0, "start": at, "end": at + LOST}
+    lost = {"topic": payments_topic, "partitions": [0], "starts": [at], "ends": [at + LOST]}  # format 2's columns
     assert second["second_topic"]["data_lost"] == [lost] and not second.get("data_lost")
     assert [r["data_lost"] for r in listed if r.get("epoch") == 2] == [LOST]
     told = run_cli(["snapshots", "show", str(path), epoch_2], kafka_env)
