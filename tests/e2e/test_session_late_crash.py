@@ -93,8 +93,9 @@ def expected_session_letters(topic: str, flow: str, events: list[dict], per_epoc
         ("driver", [], "mid_snapshot_write@3"),
         ("driver", SQL, "after_manifest@3"),
         ("owners", [], "after_owner_files@3"),
+        ("owners", SQL, "after_sink_success@3"),
     ],
-    ids=["driver-arrow", "driver-spark-sql", "owners-arrow"],
+    ids=["driver-arrow", "driver-spark-sql", "owners-arrow", "owners-spark-sql"],
 )
 def test_session_late_records_land_in_the_dead_letters_exactly_once_across_a_sigkill(
     stack_env, tmp_path, session_clicks, locations, keyed, transforms, fault
