@@ -9,14 +9,12 @@ driver (``keyed_state: driver``) or on the key's owner task (``keyed_state: owne
 another parallelism) times the Arrow path (no transforms) or the Spark SQL path (a filter that
 keeps every record), each at its own fault point: the dead letters then hold each late record
 exactly once, named by topic, partition and offset, with the reason a plain-Python computation
-gives (tests/windows_reference.py's sessions, independent of the library); the windows are
+gives (tests/session_late_reference.py, independent of the library); the windows are
 written once with their exact values, the snapshots count as many late records as there are
 letters, and ``verify`` finds nothing.
 """
 
 from __future__ import annotations
-
-import datetime as dt
 
 import pytest
 
@@ -24,9 +22,10 @@ from pipeline_lib.samples import create_topic, produce_json
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.table_reader import read_append_rows
 from pipeline_lib.storage import open_store
+from tests.session_late_reference import session_letters
 from tests.support import run_cli, write_spec
 from tests.windows_checks import PER_EPOCH, check_windows, clicks_spec
-from tests.windows_reference import MINUTE, _ms, click_events, session_answer
+from tests.windows_reference import MINUTE, click_events
 
 EVENTS = 1_200  # 6 epochs of 200 records, 5 minutes of event time each
 GAP_MS = 8_000
@@ -44,45 +43,6 @@ def session_clicks(local_stack):
     create_topic(local_stack.kafka_bootstrap, "session-late-e2e", 1)
     produce_json(local_stack.kafka_bootstrap, "session-late-e2e", events, key_field="page")
     return "session-late-e2e", events
-
-
-def _iso(ms: int) -> str:
-    text = dt.datetime.fromtimestamp(ms // 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{text}.{ms % 1000:03d}Z" if ms % 1000 else f"{text}Z"
-
-
-def expected_session_letters(topic: str, flow: str, events: list[dict], per_epoch: int = PER_EPOCH) -> dict[tuple, str]:
-    """Plain Python: (topic, partition, offset) -> reason of every record the reference sessions
-    drop as late. Each is judged in its epoch against the watermark the epoch started with; the
-    session it would have formed is its page's dropped records of that epoch chained less than a
-    gap apart, from the first to the last plus the gap."""
-    epochs = [events[i : i + per_epoch] for i in range(0, len(events), per_epoch)]
-    dropped: list[dict] = []
-    session_answer(epochs, GAP_MS, DELAY_MS, bounded=True, late_rows=dropped)
-    offset_of = {id(e): i for i, e in enumerate(events)}
-    groups: dict[tuple[int, str], list[int]] = {}
-    for row in dropped:
-        offset = offset_of[id(row)]
-        groups.setdefault((offset // per_epoch, row["page"]), []).append(offset)
-    out: dict[tuple, str] = {}
-    for (epoch, _page), offsets in groups.items():
-        watermark = max(_ms(e["ts"]) for e in events[: epoch * per_epoch]) - DELAY_MS
-        ordered = sorted(offsets, key=lambda o: (_ms(events[o]["ts"]), o))
-        chains: list[list[int]] = []
-        for o in ordered:
-            if chains and _ms(events[o]["ts"]) - _ms(events[chains[-1][-1]]["ts"]) < GAP_MS:
-                chains[-1].append(o)
-            else:
-                chains.append([o])
-        for chain in chains:
-            first, last = _ms(events[chain[0]]["ts"]), _ms(events[chain[-1]]["ts"])
-            for o in chain:
-                out[(topic, 0, o)] = (
-                    f"late for flow {flow}: event time {_iso(_ms(events[o]['ts']))} is behind the watermark "
-                    f"{_iso(watermark)}; its session [{_iso(first)}, {_iso(last + GAP_MS)}) joins no open "
-                    "session and already closed"
-                )
-    return out
 
 
 @pytest.mark.full  # two runs of a real Spark job, and verify: over the 15 s make test allows a scenario
@@ -127,7 +87,7 @@ def test_session_late_records_land_in_the_dead_letters_exactly_once_across_a_sig
     letters = read_append_rows(open_store(f"{dead}/main", ConnectionSettings.from_env(stack_env)))
     got = [(r["topic"], r["partition"], r["offset"]) for r in letters]
     assert len(got) == len(set(got)), "a late record dead-lettered twice"
-    want = expected_session_letters(topic, name, events)  # the single-flow form: the flow is named as the job
+    want = session_letters(topic, name, events, GAP_MS, DELAY_MS, PER_EPOCH)  # the flow is named as the job
     assert len(want) >= 10
     assert {(r["topic"], r["partition"], r["offset"]): r["error"] for r in letters} == want
     assert all(r["raw_base64"] is None and r["raw_bytes"] is None for r in letters)
