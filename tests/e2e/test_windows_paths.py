@@ -1,7 +1,8 @@
 """Windowed aggregates on both read paths, in-process (``pipeline_lib.testing.run_on_records``,
 Spark in local mode, no broker): the Arrow path and the Spark SQL path (a flow with a transform)
-give the windows of the plain-Python computation (tests/windows_reference.py), tumbling and
-hopping, and the Arrow path's partial schemas are Spark's analysis of the Spark SQL path's."""
+give the windows of the plain-Python computation (tests/windows_reference.py), tumbling,
+hopping and session windows (with their late records' dead letters: tests/session_late_reference.py),
+and the Arrow path's partial schemas are Spark's analysis of the Spark SQL path's."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
 from pipeline_lib.execution.source.epoch_reader import source_schema
 from pipeline_lib.spec import parse_spec
 from pipeline_lib.testing import Record, run_on_records
+from tests.session_late_reference import session_letters
 from tests.windows_reference import MINUTE, _ms, click_events, session_answer, windowed_answer
 
 PER_EPOCH = 150
@@ -97,7 +99,12 @@ def test_the_schemas_built_in_python_equal_sparks_analysis(spark, window, avg_on
 def test_session_windows_equal_the_plain_python_answer(spark, tmp_path, transforms):
     events = click_events(600, seed=9)
     job = spec({"gap": "6 seconds"}, transforms)
+    job.update(on_error="dead_letter", dead_letter={"path": "s3://results/dead"})
+    job["state"]["aggregate"]["on_late"] = "dead_letter"  # the late records' letters, judged where sessions merge
     run = run_on_records(job, [Record(e) for e in events], workdir=tmp_path, spark=spark)
+    letters = {(r["topic"], r["partition"], r["offset"]): r["error"] for r in run.dead_letters}
+    assert letters == session_letters("clicks", "clicks", events, 6_000, 2 * MINUTE, PER_EPOCH) and len(letters) >= 10
+    assert run.bad_records == 0 and len(run.dead_letters) == len(letters)
     epochs = [events[i : i + PER_EPOCH] for i in range(0, len(events), PER_EPOCH)]
     want, late = session_answer(epochs, 6_000, 2 * MINUTE, bounded=True)
     got = {
