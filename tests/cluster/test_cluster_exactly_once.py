@@ -23,6 +23,7 @@ from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.part_layout import part_slot
 from pipeline_lib.storage import open_store, parse_location
 from tests.changelog import assert_every_epoch_exact
+from tests.rescaled_runs import run_rescaled
 from tests.support import CliRun, result_table, run_cli, spend_spec, wait_for, write_spec
 
 pytestmark = pytest.mark.cluster
@@ -161,23 +162,12 @@ def test_restores_on_the_cluster_rescale_2_to_1_to_3_by_giving_spans_other_owner
     spans), and each epoch's sink parts and state packs are written by as many owner tasks as its
     parallelism, each pack inside its owner's key groups: a rescale changes only which owner holds
     which span. The table and every committed epoch are exact against plain Python."""
-    from tests.e2e.test_owner_restore import _restored_on_executors
-
     # 8 spans of 16 key groups: the state of 500 keys would otherwise be one span, held by one owner
     name, sink, store, spec = _job(
         tmp_path, cluster_payments, parallelism=RESCALES[0][0], checkpoint={"key_groups_per_state_file": SPAN}
     )
-    before = RESCALES[0][0]
-    for attempt, (parallelism, crash, restores) in enumerate(RESCALES, start=1):
-        env = {**cluster_env, "PIPELINE_FAULT_POINTS": crash} if crash else cluster_env
-        run = run_cli(["run", str(spec), "--parallelism", str(parallelism)], env, timeout=420)
-        assert run.returncode == (-9 if crash else 0), run.stderr[-3000:]
-        assert "with keyed state on owner tasks" in run.stderr, run.stderr[-3000:]
-        if restores is not None:
-            assert f"attempt {attempt}: restored snapshot {restores} (epoch" in run.stderr, run.stderr[-3000:]
-            assert f"rescaling keyed state from {before} to {parallelism} subtasks" in run.stderr
-            _restored_on_executors(run.stderr, restores)
-        before = parallelism
+    for _ in run_rescaled(spec, cluster_env, RESCALES, timeout=420):
+        pass
     _assert_exact(cluster_env, local_stack, cluster_payments, name, sink, store)
 
     snapshots = SnapshotStore.open(store, name, "main", ConnectionSettings.from_env(cluster_env))

@@ -24,7 +24,7 @@ from pipeline_lib.samples import spend_per_user
 from pipeline_lib.settings import ConnectionSettings
 from tests.cluster.test_cluster_exactly_once import _job
 from tests.e2e.test_iceberg_table import _read_table, _sink, _staged_through
-from tests.e2e.test_owner_restore import _restored_on_executors
+from tests.rescaled_runs import run_rescaled
 from tests.support import run_cli
 
 pytestmark = pytest.mark.cluster
@@ -59,18 +59,8 @@ def test_iceberg_upserts_on_the_cluster_through_a_lost_merge_executor_kills_and_
     )
     sink = _sink(cluster_env, iceberg, f"{name}/main/{name}")
     fault_log = tmp_path / "faults.log"
-    before = RUNS[0][0]
-    for attempt, (parallelism, faults, restores) in enumerate(RUNS, start=1):
-        env = {**cluster_env, "PIPELINE_FAULT_LOG": str(fault_log)}
-        env |= {"PIPELINE_FAULT_POINTS": faults} if faults else {}
-        run = run_cli(["run", str(spec), "--parallelism", str(parallelism)], env, timeout=LONG)
-        assert run.returncode == (-9 if faults else 0), run.stderr[-3000:]
-        assert "with keyed state on owner tasks" in run.stderr, run.stderr[-3000:]
-        if restores is not None:
-            assert f"attempt {attempt}: restored snapshot {restores} (epoch" in run.stderr, run.stderr[-3000:]
-            assert f"rescaling keyed state from {before} to {parallelism} subtasks" in run.stderr
-            _restored_on_executors(run.stderr, restores)
-        before = parallelism
+    env = {**cluster_env, "PIPELINE_FAULT_LOG": str(fault_log)}
+    for faults, _ in run_rescaled(spec, env, RUNS, timeout=LONG):
         if faults:  # right after the kill: one committed snapshot, exactly the epochs its record names
             rows, committed = _read_table(sink)
             assert committed > 0 and rows == _staged_through(sink, committed)
@@ -100,7 +90,9 @@ def test_iceberg_upserts_on_the_cluster_through_a_lost_merge_executor_kills_and_
     sink.store.delete(lost)
     found = run_cli(["verify", str(spec), "--json"], cluster_env, timeout=LONG)
     assert found.returncode == 1 and lost in found.stdout, found.stdout[-2000:] + found.stderr[-2000:]
-    repaired = run_cli(["repair", str(spec), "--json"], cluster_env, timeout=LONG)
+    # on a cluster the executors write the rebuilt part to a shared scratch first (docs/cli.md)
+    scratch = f"s3://results/repair-scratch/{name}"
+    repaired = run_cli(["repair", str(spec), "--json", "--scratch", scratch], cluster_env, timeout=LONG)
     assert repaired.returncode == 0, repaired.stdout[-2000:] + repaired.stderr[-3000:]
     assert {o["part"]: o["status"] for o in json.loads(repaired.stdout)} == {lost: "restored"}
     assert sink.store.get(lost) == original
