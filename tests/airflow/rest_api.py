@@ -157,8 +157,15 @@ class AirflowRestApi:
 
     def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None, **body: Any) -> str:
         """Trigger a run and return its run_id; AirflowApiError (``.status_code``, ``.body``,
-        ``.response``) when the API does not answer 200, e.g. 400 for conf that fails the Params."""
+        ``.response``) when the API does not answer 200, e.g. 400 for conf that fails the Params.
+        A 500 "Database error" (SQLite locked by the scheduler; the insert rolled back) is tried
+        again, three times at most."""
         r = self.trigger_response(dag_id, conf, **body)
+        for wait in (1.0, 2.0, 4.0):  # the test deployment's SQLite: a write that met a lock is rolled back
+            if r.status_code != 500 or "Database error" not in r.text:
+                break
+            time.sleep(wait)
+            r = self.trigger_response(dag_id, conf, **body)
         if r.status_code != 200:
             raise AirflowApiError(f"trigger {dag_id} answered {r.status_code}: {r.text[:2000]}", r)
         return r.json()["dag_run_id"]
