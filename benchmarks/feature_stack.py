@@ -41,16 +41,17 @@ class BenchStack:
 
     def run_ours(self, job: dict[str, Any]) -> float:
         """Whole-process seconds of `pipeline-lib run --until-caught-up` of ``job``."""
-        spec = self.root / "job.yaml"
-        spec.write_text(yaml.safe_dump(job))
-        return timed_run(spec, self.env, "--until-caught-up")
+        return timed_run(self._spec(job), self.env, "--until-caught-up")
 
     def run_ours_by_epoch(self, job: dict[str, Any]) -> tuple[float, list[dict]]:
         """``run_ours`` with ``--timings``: its seconds and each epoch's records and seconds
         (benchmarks/delta_steady.py), for a steady rate beside the end-to-end one."""
+        return run_ours(self._spec(job), self.env)
+
+    def _spec(self, job: dict[str, Any]) -> Path:
         spec = self.root / "job.yaml"
         spec.write_text(yaml.safe_dump(job))
-        return run_ours(spec, self.env)
+        return spec
 
     def run_spark(
         self, module: str, name: str, topic: str, per_epoch: int, parallelism: int, extra: tuple[str, ...] = ()

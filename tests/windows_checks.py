@@ -8,12 +8,22 @@ from __future__ import annotations
 import json
 
 from pipeline_lib.checkpoint.snapshot_store import SnapshotStore
+from pipeline_lib.samples import create_topic, produce_json
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.table_reader import committed_epochs, epoch_rows
 from pipeline_lib.storage import open_store
-from tests.windows_reference import MINUTE, _ms, session_answer, windowed_answer
+from tests.windows_reference import MINUTE, _ms, click_events, session_answer, windowed_answer
 
 PER_EPOCH = 200
+
+
+def one_partition_clicks(bootstrap: str, topic: str, count: int, seed: int) -> tuple[str, list[dict]]:
+    """(topic, events): ``count`` clicks of ``click_events`` produced to a new one-partition topic,
+    keyed by page (a module fixture's topic: one partition keeps the epochs' order plain)."""
+    events = click_events(count, seed=seed)
+    create_topic(bootstrap, topic, 1)
+    produce_json(bootstrap, topic, events, key_field="page")
+    return topic, events
 
 
 def clicks_spec(

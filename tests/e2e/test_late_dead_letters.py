@@ -15,13 +15,12 @@ import json
 
 import pytest
 
-from pipeline_lib.samples import create_topic, produce_json
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.table_reader import read_append_rows
 from pipeline_lib.storage import open_store
 from pipeline_lib.testing import Record, run_on_records
 from tests.support import run_cli, write_spec
-from tests.windows_checks import PER_EPOCH, check_windows, clicks_spec
+from tests.windows_checks import PER_EPOCH, check_windows, clicks_spec, one_partition_clicks
 from tests.windows_reference import MINUTE, _ms, click_events
 
 EVENTS = 1_200  # 6 epochs of 200 records
@@ -30,10 +29,7 @@ EVENTS = 1_200  # 6 epochs of 200 records
 @pytest.fixture(scope="module")
 def late_clicks(local_stack):
     """(topic, events): one partition of clicks, produced once for the module."""
-    events = click_events(EVENTS, seed=35)
-    create_topic(local_stack.kafka_bootstrap, "late-letters-e2e", 1)
-    produce_json(local_stack.kafka_bootstrap, "late-letters-e2e", events, key_field="page")
-    return "late-letters-e2e", events
+    return one_partition_clicks(local_stack.kafka_bootstrap, "late-letters-e2e", EVENTS, seed=35)
 
 
 def _iso(ms: int) -> str:

@@ -18,12 +18,11 @@ import json
 
 import pytest
 
-from pipeline_lib.samples import create_topic, produce_json
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.storage import open_store
 from tests.support import run_cli, write_spec
-from tests.windows_checks import check_windows, clicks_spec
-from tests.windows_reference import MINUTE, click_events
+from tests.windows_checks import check_windows, clicks_spec, one_partition_clicks
+from tests.windows_reference import MINUTE
 
 EVENTS = 1_200  # 6 epochs of 200 records, 5 minutes of event time each
 OWNERS = {"keyed_state": "owners", "parallelism": 2}
@@ -37,10 +36,7 @@ LONG = 900  # s: a run of a few epochs on a loaded 2-core machine
 @pytest.fixture(scope="module")
 def owner_clicks(local_stack):
     """(topic, events): one partition of clicks, produced once for the module."""
-    events = click_events(EVENTS, seed=35)
-    create_topic(local_stack.kafka_bootstrap, "clicks-owners-e2e", 1)
-    produce_json(local_stack.kafka_bootstrap, "clicks-owners-e2e", events, key_field="page")
-    return "clicks-owners-e2e", events
+    return one_partition_clicks(local_stack.kafka_bootstrap, "clicks-owners-e2e", EVENTS, seed=35)
 
 
 @pytest.mark.full

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_lib.samples import create_topic, produce_json
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.table_reader import read_append_rows
 from pipeline_lib.storage import open_store
 from tests.session_late_reference import session_letters
 from tests.support import run_cli, write_spec
-from tests.windows_checks import PER_EPOCH, check_windows, clicks_spec
-from tests.windows_reference import MINUTE, click_events
+from tests.windows_checks import PER_EPOCH, check_windows, clicks_spec, one_partition_clicks
+from tests.windows_reference import MINUTE
 
 EVENTS = 1_200  # 6 epochs of 200 records, 5 minutes of event time each
 GAP_MS = 8_000
@@ -39,10 +38,7 @@ LONG = 900  # s: a run of a few epochs on a loaded 2-core machine
 @pytest.fixture(scope="module")
 def session_clicks(local_stack):
     """(topic, events): one partition of clicks, produced once for the module."""
-    events = click_events(EVENTS, seed=35)
-    create_topic(local_stack.kafka_bootstrap, "session-late-e2e", 1)
-    produce_json(local_stack.kafka_bootstrap, "session-late-e2e", events, key_field="page")
-    return "session-late-e2e", events
+    return one_partition_clicks(local_stack.kafka_bootstrap, "session-late-e2e", EVENTS, seed=35)
 
 
 @pytest.mark.full  # two runs of a real Spark job, and verify: over the 15 s make test allows a scenario

@@ -15,12 +15,11 @@ import json
 
 import pytest
 
-from pipeline_lib.samples import create_topic, produce_json
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.storage import open_store
 from tests.support import run_cli, write_spec
-from tests.windows_checks import check_windows, clicks_spec
-from tests.windows_reference import MINUTE, click_events
+from tests.windows_checks import check_windows, clicks_spec, one_partition_clicks
+from tests.windows_reference import MINUTE
 
 EVENTS = 1_200  # 6 epochs of 200 records, 5 minutes of event time each
 
@@ -28,10 +27,7 @@ EVENTS = 1_200  # 6 epochs of 200 records, 5 minutes of event time each
 @pytest.fixture(scope="module")
 def clicks(local_stack):
     """(topic, events): one partition of clicks, produced once for the module."""
-    events = click_events(EVENTS, seed=34)
-    create_topic(local_stack.kafka_bootstrap, "clicks-e2e", 1)
-    produce_json(local_stack.kafka_bootstrap, "clicks-e2e", events, key_field="page")
-    return "clicks-e2e", events
+    return one_partition_clicks(local_stack.kafka_bootstrap, "clicks-e2e", EVENTS, seed=34)
 
 
 def _kill_and_restore(stack_env, tmp_path, clicks, locations, fault: str, window: dict, restore_args=()):
