@@ -45,6 +45,12 @@ def take(kafka: KafkaConnection, tid: str, make: Callable[[], Pooled]) -> tuple[
     return producer, True
 
 
+def kept(kafka: KafkaConnection, tids: list[str]) -> int:
+    """How many of ``tids`` this process keeps an idle producer of (a publish task prefers the
+    group it keeps the most of: ``kafka_writer_claims``)."""
+    return sum((kafka, tid) in _IDLE for tid in tids)
+
+
 def give_back(kafka: KafkaConnection, tid: str, producer: Pooled) -> None:
     """Keep ``producer`` for the next writer of ``tid`` in this process: only once its
     transaction committed, or none was begun."""

@@ -15,8 +15,9 @@ epochs no retained snapshot needs are deleted by the pipeline's background clean
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pipeline_lib.errors import PipelineError
@@ -26,6 +27,7 @@ from pipeline_lib.kafka_connection import KafkaConnection, client_config
 from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
 from pipeline_lib.sink.kafka_avro_schema import avro_schema_text
 from pipeline_lib.sink.kafka_staging import drop_staged_epochs, droppable_below
+from pipeline_lib.sink.kafka_writer_claims import GroupDeal, claims_folder, uncovered
 from pipeline_lib.sink.kafka_writer_times import summary
 from pipeline_lib.sink.retractions import DELETED_COLUMN, retracts
 from pipeline_lib.spec.models import FlowSpec
@@ -56,15 +58,16 @@ def writer_groups(partitions: int, slots: int) -> list[tuple[int, ...]]:
     return [tuple(range(partitions))[i::count] for i in range(count)]  # guard: kafka-writer-groups-cover
 
 
-def _writer_task(work: tuple[PublishTask, tuple[int, ...]]) -> tuple[str, int, dict[str, float]]:
-    """One writer task, on an executor: (flow, records sent, where its seconds went)."""
-    from pipeline_lib.sink.kafka_writer import publish_partitions
+def _writer_task(work: tuple[PublishTask, GroupDeal]) -> tuple[str, int | None, int, dict[str, float]]:
+    """One writer task, on an executor: (flow, the group it published or None, records sent,
+    where its seconds went)."""
+    from pipeline_lib.sink.kafka_writer_task import publish_group
     from pipeline_lib.sink.kafka_writer_times import WriterTimes
 
-    task, partitions = work
+    task, deal = work
     times = WriterTimes()
-    sent = publish_partitions(task, partitions, times)
-    return task.flow, sent, times.as_dict()
+    group, sent = publish_group(task, deal, times)
+    return task.flow, group, sent, times.as_dict()
 
 
 class KafkaPublisher:
@@ -141,11 +144,23 @@ class KafkaPublisher:
         if lacking:
             tasks = [self._task(target, epoch) for target in lacking]
             sc = spark.sparkContext
-            slots = sc.defaultParallelism
-            writers = [(task, group) for task in tasks for group in writer_groups(task.partitions, slots)]
+            slots, job = sc.defaultParallelism, uuid.uuid4().hex[:12]
+            deals = [
+                (task, GroupDeal(groups, i, claims_folder(epoch, job)))
+                for task in tasks
+                for groups in [tuple(writer_groups(task.partitions, slots))]
+                for i in range(len(groups))
+            ]
             sc.setJobDescription(f"pipeline {self.pipeline}: publish epoch {epoch} to Kafka")
-            sent = sc.parallelize(writers, len(writers)).map(_writer_task).collect()
-            log.info("pipeline %s: epoch %d publish: %s", self.pipeline, epoch, summary(t for _, _, t in sent))
+            sent = sc.parallelize(deals, len(deals)).map(_writer_task).collect()
+            by_flow = {task.flow: task for task in tasks}
+            left = uncovered([(t.flow, d) for t, d in deals], [(flow, g) for flow, g, _, _ in sent])
+            if left:  # a failed attempt's claim, or a task that found every group taken
+                log.info("pipeline %s: epoch %d publish: %d groups again, unclaimed", self.pipeline, epoch, len(left))
+                again = [(by_flow[flow], replace(d, claims=None)) for flow, d in left]
+                sc.setJobDescription(f"pipeline {self.pipeline}: publish epoch {epoch} to Kafka (unclaimed groups)")
+                sent += sc.parallelize(again, len(again)).map(_writer_task).collect()
+            log.info("pipeline %s: epoch %d publish: %s", self.pipeline, epoch, summary(t for *_, t in sent))
             for task in tasks:
                 self.published[task.flow] = epoch
                 log.info(
@@ -154,7 +169,7 @@ class KafkaPublisher:
                     epoch,
                     task.flow,
                     task.topic,
-                    sum(n for flow, n, _ in sent if flow == task.flow),
+                    sum(n for flow, _, n, _ in sent if flow == task.flow),
                 )
         if self.targets:
             fault_point("after_kafka_publish", epoch)

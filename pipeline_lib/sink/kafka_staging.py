@@ -11,6 +11,7 @@ writer's committed transactions, is not needed by anything (docs/protocol.md, "T
 from __future__ import annotations
 
 from pipeline_lib.sink.files_sink import MARKER, FilesSink
+from pipeline_lib.sink.kafka_writer_claims import CLAIMS, claimed_epoch
 
 
 def droppable_below(published: int, history_epochs: list[int]) -> int:
@@ -46,4 +47,7 @@ def drop_staged_epochs(sink: FilesSink, below: int) -> list[int]:
             sink.store.delete(marker)  # guard: kafka-staging-keeps-marker
         sink.store.delete_many([k for k in keys if not k.endswith(f"/{MARKER}")])
         dropped.append(epoch)
+    claims = [k for k in sink.store.list(CLAIMS) if (e := claimed_epoch(k)) is not None and e < below]
+    if claims:  # the publish jobs' claims of those epochs (kafka_writer_claims)
+        sink.store.delete_many(claims)
     return dropped

@@ -112,7 +112,7 @@ def partition_of(key: bytes | None, partitions: int) -> int:
 Staged = dict[str, tuple[PartRows, Encode]]  # a task's staged parts, read and hashed once
 
 
-def _staged_part(task: PublishTask, part: str, staged: Staged, times: WriterTimes) -> tuple[PartRows, Encode]:
+def staged_part(task: PublishTask, part: str, staged: Staged, times: WriterTimes) -> tuple[PartRows, Encode]:
     """The staged ``part``'s rows with their partitions and its value encoder, read once per task
     (kept in ``staged`` for the task's other partitions)."""
     if part in staged:
@@ -145,7 +145,7 @@ def rows_of_partition(
     staged = {} if staged is None else staged
     times = WriterTimes() if times is None else times
     for part in task.parts:
-        part_rows, encode = _staged_part(task, part, staged, times)
+        part_rows, encode = staged_part(task, part, staged, times)
         for key, row in part_rows.of(partition):
             headers = [(h, _text(row[h])) for h in task.headers if row[h] is not None]
             try:
@@ -173,29 +173,23 @@ def published_epoch(kafka: KafkaConnection, group: str, topic: str, partition: i
     return NOT_PUBLISHED if found is None else int(found)
 
 
-def publish_partitions(task: PublishTask, partitions: tuple[int, ...], times: WriterTimes | None = None) -> int:
-    """Publish the epoch's rows of each of ``partitions`` once, one writer (transactional id and
-    transaction) after the other, reading and hashing the staged parts once for all of them;
-    ``times``: where the task's seconds went."""
-    staged: Staged = {}
-    return sum(publish_partition(task, p, staged, times) for p in partitions)
-
-
 def publish_partition(
-    task: PublishTask, partition: int, staged: Staged | None = None, times: WriterTimes | None = None
+    task: PublishTask,
+    partition: int,
+    staged: Staged | None = None,
+    times: WriterTimes | None = None,
+    taken: tuple[Producer, bool] | None = None,
 ) -> int:
     """Publish the epoch's rows of ``partition`` once: the rows sent (0 when the topic already
-    holds the epoch). With the worker's kept producer of the writer (``kafka_producers``); if it
-    fails (a newer producer of the id fenced it), once more with a new one."""
-    tid = writer_id(task.job, task.pipeline, task.flow, task.topic, partition)
+    holds the epoch). With ``taken`` (a producer of the writer already taken, and whether it is
+    new), else the worker's kept producer of the writer (``kafka_producers``) or a new one; if a
+    kept one fails (a newer producer of the id fenced it), once more with a new one."""
     times = WriterTimes() if times is None else times
     for _ in range(2):
-        with times.timed("init"):  # a kept producer's take costs nothing; a new one's is its init_transactions
-            producer, new = producers.take(task.kafka, tid, lambda: Producer(task.kafka, tid, TRANSACTION_TIMEOUT_MS))
-        if new:
-            times.count("new_producers")
+        producer, new = taken if taken is not None else take_producer(task, partition, times)
+        taken = None
         try:
-            sent = _publish(producer, task, partition, tid, {} if staged is None else staged, times)
+            sent = _publish(producer, task, partition, {} if staged is None else staged, times)
         except Exception:
             # closed, never reused: no later transaction of this process carries its records
             producers.discard(producer)  # guard: kafka-failed-producer-reused
@@ -203,12 +197,22 @@ def publish_partition(
                 raise
             times.count("restarts")
             continue
-        producers.give_back(task.kafka, tid, producer)
+        producers.give_back(task.kafka, producer.transactional_id, producer)
         return sent
     raise AssertionError("unreachable: the second attempt's producer is new")
 
 
-def _publish(producer, task: PublishTask, partition: int, tid: str, staged: Staged, times: WriterTimes) -> int:
+def take_producer(task: PublishTask, partition: int, times: WriterTimes) -> tuple[Producer, bool]:
+    """The writer's producer: the worker's kept one, or a new one, initialised; True: new."""
+    tid = writer_id(task.job, task.pipeline, task.flow, task.topic, partition)
+    with times.timed("init"):  # a kept producer's take costs nothing; a new one's is its init_transactions
+        producer, new = producers.take(task.kafka, tid, lambda: Producer(task.kafka, tid, TRANSACTION_TIMEOUT_MS))
+    if new:
+        times.count("new_producers")
+    return producer, new
+
+
+def _publish(producer, task: PublishTask, partition: int, staged: Staged, times: WriterTimes) -> int:
     """One writer's transaction with an initialised ``producer``: the marker read (final until
     this producer's commit: any other producer of the id that initialises fences it), then the
     rows and the marker, committed together."""
@@ -218,6 +222,7 @@ def _publish(producer, task: PublishTask, partition: int, tid: str, staged: Stag
         return 0
     producer.begin_transaction()
     attempt = f"a{task.attempt}"  # the marker's metadata: which attempt's output it holds
+    tid = producer.transactional_id
     with times.timed("marker_send"):
         # first: a fenced producer fails here, before sending the rows
         producer.send_marker(task.topic, partition, task.epoch, attempt, tid)  # guard: kafka-marker-in-transaction

@@ -9,12 +9,14 @@ anything that grows with the rows), which the driver adds up over the tasks and 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-STEPS = ("read", "init", "marker_read", "marker_send", "rows", "flush", "commit")
-COUNTS = ("new_producers", "restarts")  # producers made (and initialised); kept producers found fenced
+STEPS = ("claim", "read", "init", "marker_read", "marker_send", "rows", "flush", "commit")
+COUNTS = ("new_producers", "restarts", "other_group")
+# producers made (and initialised); kept producers found fenced; tasks that took a group not dealt them
 
 
 class WriterTimes:
@@ -23,19 +25,22 @@ class WriterTimes:
     def __init__(self) -> None:
         self.seconds = dict.fromkeys(STEPS, 0.0)
         self.counts = dict.fromkeys(COUNTS, 0)
+        self._lock = threading.Lock()  # a task's steps overlap in threads (kafka_writer_task)
 
     @contextmanager
     def timed(self, step: str) -> Iterator[None]:
-        """Add the block's wall seconds to ``step``."""
+        """Add the block's wall seconds to ``step`` (steps run side by side add up each)."""
         started = time.perf_counter()
         try:
             yield
         finally:
-            self.seconds[step] += time.perf_counter() - started
+            with self._lock:
+                self.seconds[step] += time.perf_counter() - started
 
     def count(self, what: str) -> None:
         """One more of ``what`` (a new producer, a kept one found fenced)."""
-        self.counts[what] += 1
+        with self._lock:
+            self.counts[what] += 1
 
     def as_dict(self) -> dict[str, float]:
         """The figures the task sends the driver: a dozen numbers, whatever the rows."""

@@ -18,9 +18,11 @@ import pytest
 from pipeline_lib.kafka_adapter import key_partition
 from pipeline_lib.kafka_connection import KafkaConnection
 from pipeline_lib.settings import ConnectionSettings
-from pipeline_lib.sink import kafka_producers, kafka_writer
+from pipeline_lib.sink import kafka_producers, kafka_writer, kafka_writer_task
 from pipeline_lib.sink.kafka_publisher import writer_groups
 from pipeline_lib.sink.kafka_rows import read_part
+from pipeline_lib.sink.kafka_writer_claims import GroupDeal, claims_folder
+from pipeline_lib.sink.kafka_writer_times import WriterTimes
 from pipeline_lib.storage import open_store
 
 pytestmark = pytest.mark.unit
@@ -36,6 +38,7 @@ class RecordingProducer:
 
     def __init__(self, kafka, transactional_id, timeout_ms):
         self.config = (kafka, transactional_id, timeout_ms)
+        self.transactional_id = transactional_id
         self.made.append(self)
 
     def init_transactions(self):
@@ -212,7 +215,7 @@ def test_a_task_of_several_writers_reads_each_staged_part_once(tmp_path, produce
 
     monkeypatch.setattr(kafka_writer, "read_part", counted)
     monkeypatch.setattr(kafka_writer, "Producer", PerWriter)
-    assert kafka_writer.publish_partitions(_task(tmp_path, 3), (0, 1, 2)) == 40
+    assert kafka_writer_task.publish_partitions(_task(tmp_path, 3), (0, 1, 2)) == 40
     assert reads == ["epoch=3/part-00000-a1.parquet"]
     sent = [(c[1], c[2]) for c in producer.calls if c[0] == "send"]
     assert sorted(k for _, k in sent) == sorted(f"u{i}".encode() for i in range(40))
@@ -220,10 +223,37 @@ def test_a_task_of_several_writers_reads_each_staged_part_once(tmp_path, produce
     # one transaction per writer id, each with its own marker
     markers = [c[1] for c in producer.calls if c[0] == "marker"]
     assert markers == [f"pipeline-lib.j.main.totals.out.{p}" for p in range(3)]
-    assert kafka_writer.publish_partitions(_task(tmp_path, 3), (0, 1, 2)) == 0
+    assert kafka_writer_task.publish_partitions(_task(tmp_path, 3), (0, 1, 2)) == 0
 
 
 def test_writers_are_dealt_to_at_most_one_task_per_core():
     assert writer_groups(4, 2) == [(0, 2), (1, 3)]
     assert writer_groups(3, 8) == [(0,), (1,), (2,)]
     assert writer_groups(5, 0) == [(0, 1, 2, 3, 4)]
+
+
+def test_a_task_publishes_the_group_whose_producers_its_worker_keeps(tmp_path, producer):
+    groups = ((0, 2), (1,))
+    times = WriterTimes()
+    assert kafka_writer_task.publish_group(_task(tmp_path, 3), GroupDeal(groups, 1, None), times)[0] == 1
+    made = len(producer.made)
+    # dealt group 0 in the next epoch, the worker takes group 1, whose producer it keeps
+    deal = GroupDeal(groups, 0, claims_folder(4, "j"))
+    group, sent = kafka_writer_task.publish_group(_task(tmp_path, 4), deal, times)
+    assert group == 1 and sent > 0 and len(producer.made) == made and producer.marker == 4
+    assert times.counts["other_group"] == 1 and times.counts["new_producers"] == 1
+
+
+def test_a_producer_that_cannot_initialise_fails_the_task_and_the_others_go_back_unused(tmp_path, producer):
+    class OneRefused(RecordingProducer):
+        def init_transactions(self):
+            if self.transactional_id.endswith(".2"):
+                raise RuntimeError("the coordinator is not available")
+            super().init_transactions()
+
+    kafka_writer.Producer = OneRefused  # the fixture's monkeypatch restores the real one
+    with pytest.raises(RuntimeError, match="coordinator"):
+        kafka_writer_task.publish_partitions(_task(tmp_path, 3), (0, 1, 2))
+    assert ("begin",) not in producer.calls  # no writer began a transaction
+    kept = [kafka_writer.writer_id("j", "main", "totals", "out", p) for p in range(3)]
+    assert kafka_producers.kept(KafkaConnection("127.0.0.1:9"), kept) == 2

@@ -37,6 +37,22 @@ MUTANTS: list[Mutant] = [
         KAFKA_WRITER_TESTS,
     ),
     Mutant(
+        "kafka-claim-exclusive",
+        "pipeline_lib/sink/kafka_writer_claims.py",
+        "won is not None",
+        "True",
+        "one task of a publish job takes a writer group: a lost claim makes a task try the next group",
+        ("tests/unit/test_kafka_writer_claims.py",),
+    ),
+    Mutant(
+        "kafka-claims-cover",
+        "pipeline_lib/sink/kafka_writer_claims.py",
+        "[(flow, deal) for flow, deal in dealt if (flow, deal.dealt) not in done]",
+        "[]",
+        "the driver publishes again every writer group no task of the publish job returned as published",
+        ("tests/unit/test_kafka_writer_claims.py",),
+    ),
+    Mutant(
         "kafka-writer-groups-cover",
         "pipeline_lib/sink/kafka_publisher.py",
         "tuple(range(partitions))[i::count]",
