@@ -178,22 +178,22 @@ def publish_partition(
     partition: int,
     staged: Staged | None = None,
     times: WriterTimes | None = None,
-    taken: tuple[Producer, bool] | None = None,
+    taken: Taken | None = None,
 ) -> int:
     """Publish the epoch's rows of ``partition`` once: the rows sent (0 when the topic already
-    holds the epoch). With ``taken`` (a producer of the writer already taken, and whether it is
-    new), else the worker's kept producer of the writer (``kafka_producers``) or a new one; if a
-    kept one fails (a newer producer of the id fenced it), once more with a new one."""
+    holds the epoch). With ``taken`` (the writer's producer, already taken), else the worker's
+    kept producer of the writer (``kafka_producers``) or a new one; if a kept one fails (a newer
+    producer of the id fenced it), once more with a new one."""
     times = WriterTimes() if times is None else times
     for _ in range(2):
-        producer, new = taken if taken is not None else take_producer(task, partition, times)
-        taken = None
+        took = taken if taken is not None else take_producer(task, partition, times)
+        taken, producer = None, took.producer
         try:
-            sent = _publish(producer, task, partition, {} if staged is None else staged, times)
+            sent = _publish(producer, task, partition, {} if staged is None else staged, times, took.held)
         except Exception:
             # closed, never reused: no later transaction of this process carries its records
             producers.discard(producer)  # guard: kafka-failed-producer-reused
-            if new:
+            if took.new:
                 raise
             times.count("restarts")
             continue
@@ -202,22 +202,43 @@ def publish_partition(
     raise AssertionError("unreachable: the second attempt's producer is new")
 
 
-def take_producer(task: PublishTask, partition: int, times: WriterTimes) -> tuple[Producer, bool]:
-    """The writer's producer: the worker's kept one, or a new one, initialised; True: new."""
+@dataclass(frozen=True)
+class Taken:
+    """A writer's producer, taken: whether it is new (initialised by this take), and its marker
+    if already read (None: ``_publish`` reads it)."""
+
+    producer: Producer
+    new: bool
+    held: int | None = None
+
+
+def take_producer(task: PublishTask, partition: int, times: WriterTimes, read_marker: bool = False) -> Taken:
+    """The writer's producer: the worker's kept one, or a new one, initialised; with
+    ``read_marker``, its marker read too (after the take: final until this producer's commit)."""
     tid = writer_id(task.job, task.pipeline, task.flow, task.topic, partition)
     with times.timed("init"):  # a kept producer's take costs nothing; a new one's is its init_transactions
         producer, new = producers.take(task.kafka, tid, lambda: Producer(task.kafka, tid, TRANSACTION_TIMEOUT_MS))
     if new:
         times.count("new_producers")
-    return producer, new
+    if not read_marker:
+        return Taken(producer, new)
+    try:
+        with times.timed("marker_read"):
+            return Taken(producer, new, producer.published(task.topic, partition))
+    except BaseException:
+        producers.discard(producer)
+        raise
 
 
-def _publish(producer, task: PublishTask, partition: int, staged: Staged, times: WriterTimes) -> int:
-    """One writer's transaction with an initialised ``producer``: the marker read (final until
-    this producer's commit: any other producer of the id that initialises fences it), then the
-    rows and the marker, committed together."""
-    with times.timed("marker_read"):
-        held = producer.published(task.topic, partition)
+def _publish(
+    producer, task: PublishTask, partition: int, staged: Staged, times: WriterTimes, held: int | None = None
+) -> int:
+    """One writer's transaction with an initialised ``producer``: the marker read unless ``held``
+    (final until this producer's commit: any other producer of the id that initialises fences
+    it), then the rows and the marker, committed together."""
+    if held is None:
+        with times.timed("marker_read"):
+            held = producer.published(task.topic, partition)
     if held >= task.epoch:  # guard: kafka-skip-published
         return 0
     producer.begin_transaction()

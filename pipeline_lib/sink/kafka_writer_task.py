@@ -2,13 +2,15 @@
 
 Most of a task's time that is not its rows is waiting: for the claim, for the staged parts from
 the store, and, for a writer whose producer this worker does not keep, for ``init_transactions``
-(a few broker round trips). None of these depends on another: the staged parts are read whichever
-group the task takes, and each writer's producer is its own. So the parts are read while the
-claim is made, and the group's new producers initialise side by side while the parts are still
-coming; the writers' transactions then run one after the other, as before (``kafka_writer``).
-Taking a producer early changes nothing the broker checks: a writer's marker read and commit
-still follow its producer's own ``init_transactions``, and a producer taken and not used goes back
-to the worker with no transaction begun.
+and the marker read (a few broker round trips each). None of these depends on another: the
+staged parts are read whichever group the task takes, and each writer's producer is its own. So
+the parts are read while the claim is made, and the group's producers are taken (the new ones
+initialised) and their markers read side by side while the parts are still coming; the writers'
+transactions then run one after the other (``kafka_writer``). Taking a producer early changes
+nothing the broker checks: a writer's marker read and commit still follow its producer's own
+``init_transactions`` (a marker read early is as final as one read late: no other producer of
+the id can commit before this one's commit without fencing it), and a producer taken and not
+used goes back to the worker with no transaction begun.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def publish_partitions(
     times = WriterTimes() if times is None else times
     staged = {} if staged is None else staged
     with ThreadPoolExecutor(max(1, len(partitions)), thread_name_prefix="producers") as pool:
-        taking = [pool.submit(take_producer, task, p, times) for p in partitions]
+        taking = [pool.submit(take_producer, task, p, times, True) for p in partitions]
     taken = {}
     failed: BaseException | None = None
     for p, future in zip(partitions, taking, strict=True):
@@ -79,5 +81,5 @@ def publish_partitions(
             reading.result()
         return sum(publish_partition(task, p, staged, times, taken.pop(p)) for p in partitions)
     finally:  # taken and not used (an earlier writer failed): no transaction of theirs was begun
-        for producer, _ in taken.values():
-            producers.give_back(task.kafka, producer.transactional_id, producer)
+        for took in taken.values():
+            producers.give_back(task.kafka, took.producer.transactional_id, took.producer)
