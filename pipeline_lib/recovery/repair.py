@@ -102,7 +102,7 @@ def repair(
     todo = [r for r in repairs if r.rebuildable]
     if not todo:
         return outcomes
-    from pipeline_lib.execution.engine.spark_session import start_spark
+    from pipeline_lib.execution.engine.spark_session import start_spark, stop_spark
 
     master = settings.spark_master
     if scratch is None and master and not master.startswith("local"):  # guard: repair-cluster-without-scratch
@@ -130,7 +130,7 @@ def repair(
                     continue
                 outcomes.extend(_write_back(r, regenerated))
         finally:
-            spark.stop()
+            stop_spark(spark)
     return sorted(outcomes, key=lambda o: (o.pipeline, o.epoch, o.what, o.part))
 
 

@@ -79,7 +79,7 @@ def run_on_records(
     import pyarrow as pa
 
     from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
-    from pipeline_lib.execution.engine.spark_session import start_spark
+    from pipeline_lib.execution.engine.spark_session import start_spark, stop_spark
     from pipeline_lib.execution.engine.table_join import StaticTables
     from pipeline_lib.execution.runtime.chained_flows import ChainedInput, stages_of
     from pipeline_lib.execution.runtime.driver_merge import merge_on_driver
@@ -196,7 +196,7 @@ def run_on_records(
             positions = plan.end_positions()
     finally:
         if spark is None:
-            session.stop()
+            stop_spark(session)
     tables = {
         f.name: read_table(
             read_location(f), settings, key=f.state.state_key() if f.state and not f.state.process else None

@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pipeline_lib.errors import FencedError, PipelineError
-from pipeline_lib.execution.engine.spark_session import start_spark
+from pipeline_lib.execution.engine.spark_session import start_spark, stop_spark
 from pipeline_lib.execution.runtime.failure_reason import failure_reason
 from pipeline_lib.execution.runtime.pipeline_runner import PipelineRunner
 from pipeline_lib.execution.runtime.runner_factory import build_runner
@@ -195,5 +195,5 @@ class JobRunner:
                         if outcome.status != "FAILED" and status and status.state == "COMPLETED":
                             outcome.status = "COMPLETED"
             finally:
-                spark.stop()
+                stop_spark(spark)
         return JobSummary(self.spec.name, [outcomes[r.pipeline.name] for r in self.runners])
