@@ -46,6 +46,15 @@ MUTANTS: list[Mutant] = [
         tests=("tests/unit/test_commit_protocol_keys.py",),
     ),
     Mutant(
+        "ends-refresh-bounded-run",
+        "pipeline_lib/execution/runtime/ends_refresh.py",
+        'mode != "forever"',
+        "False",
+        "a run until caught up reads to the ends it confirmed at its start (only a continuous run confirms"
+        " fresh ends when a catch-up's next epoch would stop short)",
+        tests=("tests/unit/test_ends_refresh.py",),
+    ),
+    Mutant(
         "plan-equal-shares",
         OFFSETS,
         "proportional_shares if event_time else fair_shares",

@@ -321,11 +321,8 @@ class PipelineRunner:
                 log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, loop.base_id)
                 return loop.epoch
             planned = loop.planned
-            plan = (
-                planned
-                if planned is not None
-                else self.planner.plan(loop.epoch + 1, loop.base_id, loop.positions, loop.targets, loop.stops)
-            )
+            after = self.epochs[-1].records if self.epochs else 0  # a catch-up's last epoch: fresh ends
+            plan = planned or self.planner.plan_next(loop.epoch + 1, loop.base_id, loop.positions, after, loop)
             if plan.records == 0:
                 if options.mode == "until-caught-up" or self.planner.completed(loop):
                     break
@@ -377,13 +374,8 @@ class PipelineRunner:
             return None
         if max_epochs is not None and len(self.epochs) + 1 >= max_epochs:
             return None
-        following = self.planner.plan(
-            plan.epoch + 1,
-            snapshot_id_for(plan.epoch, self.attempt.number),
-            plan.end_positions(),
-            loop.targets,
-            loop.stops,
-        )
+        base = snapshot_id_for(plan.epoch, self.attempt.number)
+        following = self.planner.plan_next(plan.epoch + 1, base, plan.end_positions(), plan.records, loop)
         if following.records == 0:
             return None
         fault_point("after_plan", following.epoch)

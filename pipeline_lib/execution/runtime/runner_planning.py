@@ -8,6 +8,7 @@ from pipeline_lib.checkpoint.epoch_commit import source_completed
 from pipeline_lib.checkpoint.restore import Restored
 from pipeline_lib.errors import DATA_LOSS, DataLossError, PipelineError, SnapshotError
 from pipeline_lib.execution.engine.table_pinning import joins_of, pin_tables
+from pipeline_lib.execution.runtime.ends_refresh import backlog, needs_fresh_ends
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.execution.runtime.second_topic_planning import SecondTopic
 from pipeline_lib.execution.source.two_topic_source import second_topic_join
@@ -125,6 +126,20 @@ class EpochPlanner:
         if plan.records:
             self.parts.snapshots.save_plan(plan)
         return self._second_planned(plan)
+
+    def plan_next(self, epoch: int, base: str | None, positions: dict[int, int], after: int, loop) -> EpochPlan:
+        """Epoch ``epoch``'s plan from ``positions`` on snapshot ``base``, the epoch before it
+        having read ``after`` records; a continuous run catching up confirms fresh ends first
+        (``ends_refresh``), which become ``loop.targets``."""
+        budget = epoch_budget(self.parts.job.trigger, self.parts.parallelism)
+        ahead = backlog(positions, loop.targets) + (self.second.backlog(epoch) if self.second else 0)
+        if self.offsets is not None and needs_fresh_ends(self.parts.options.mode, after, budget, ahead):
+            latest = kafka_offsets.confirmed_end_offsets(self.offsets, self.parts.topic, sorted(positions))
+            loop.targets = self.targets(latest, loop.stops)
+            if self.second is not None:
+                self.second.refresh_ends(self.offsets, epoch)
+            log.debug("pipeline %s: epoch %d plans to fresh ends", self.parts.pipeline.name, epoch)
+        return self.plan(epoch, base, positions, loop.targets, loop.stops)
 
     def _same_second(self, planned: EpochPlan, cut: TopicCut | None) -> bool:
         """A saved plan is replayed only from the second topic's same positions too (``cut``: the

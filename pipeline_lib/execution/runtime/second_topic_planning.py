@@ -97,6 +97,17 @@ class SecondTopic:
         ends = kafka_offsets.confirmed_end_offsets(consumer, self.topic, partitions)
         self.targets = self._bounded(ends, cut.stop_offsets)
 
+    def backlog(self, epoch: int) -> int:
+        """Offsets from the cut before ``epoch`` up to the topic's targets."""
+        cut = self.before[epoch]
+        return sum(max(0, self.targets.get(p, pos) - pos) for p, pos in cut.positions.items())
+
+    def refresh_ends(self, consumer, epoch: int) -> None:
+        """Confirm the topic's ends again, for the partitions of its cut before ``epoch``."""
+        cut = self.before[epoch]
+        ends = kafka_offsets.confirmed_end_offsets(consumer, self.topic, sorted(cut.positions))
+        self.targets = self._bounded(ends, cut.stop_offsets)
+
     @staticmethod
     def _bounded(latest: dict[int, int], stops: dict[int, int] | None) -> dict[int, int]:
         if stops is None:
