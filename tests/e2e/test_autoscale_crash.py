@@ -105,4 +105,7 @@ def test_sigkill_around_a_scale_change_is_exact(stack_env, local_stack, tmp_path
     first epoch at the new parallelism is read, after it commits, and at the boundary where the
     change applies."""
     seen, _ = _scaled_run(stack_env, local_stack, tmp_path, payments, locations, faults, extra)
-    assert set(seen) == set(range(1, 13)) and 2 in seen.values(), seen
+    # an epoch killed right after its head moved is committed (and checked exact above) but never
+    # reported: the kill comes before its epoch line, and the restore starts after it
+    unreported = {int(f.split("@")[1]) for f in faults if f.startswith("after_head_move@")}
+    assert set(seen) == set(range(1, 13)) - unreported and 2 in seen.values(), seen
