@@ -11,17 +11,17 @@ pytestmark = pytest.mark.unit
 
 
 def test_a_continuous_catch_up_whose_next_epoch_would_stop_short_confirms_fresh_ends():
-    assert needs_fresh_ends("forever", after_records=4_000, budget=4_000, ahead=2_000)
+    assert needs_fresh_ends("forever", after_full=True, budget=4_000, ahead=2_000)
 
 
 def test_a_run_until_caught_up_keeps_the_ends_it_confirmed_at_its_start():
     # it ends there: fresh ends would keep it reading while the topic grows
-    assert not needs_fresh_ends("until-caught-up", after_records=4_000, budget=4_000, ahead=2_000)
+    assert not needs_fresh_ends("until-caught-up", after_full=True, budget=4_000, ahead=2_000)
 
 
 def test_a_steady_run_of_short_epochs_and_a_full_backlog_confirm_nothing():
-    assert not needs_fresh_ends("forever", after_records=1_500, budget=4_000, ahead=300)  # a low rate
-    assert not needs_fresh_ends("forever", after_records=4_000, budget=4_000, ahead=4_000)  # still a budget ahead
+    assert not needs_fresh_ends("forever", after_full=False, budget=4_000, ahead=300)  # a low rate
+    assert not needs_fresh_ends("forever", after_full=True, budget=4_000, ahead=4_000)  # still a budget ahead
 
 
 def test_the_backlog_counts_each_partition_up_to_its_target():

@@ -25,10 +25,10 @@ def backlog(positions: Mapping[int, int], targets: Mapping[int, int]) -> int:
     return sum(max(0, targets.get(p, pos) - pos) for p, pos in positions.items())
 
 
-def needs_fresh_ends(mode: str, after_records: int, budget: int, ahead: int) -> bool:
-    """Whether to confirm the ends again before planning the epoch after one of ``after_records``:
-    a continuous run (``mode`` forever) whose last epoch was full and whose ``ahead`` records to
-    the confirmed ends are fewer than one epoch's ``budget``."""
+def needs_fresh_ends(mode: str, after_full: bool, budget: int, ahead: int) -> bool:
+    """Whether to confirm the ends again before planning the next epoch: a continuous run (``mode``
+    forever) whose last epoch read its whole budget (``after_full``, at the parallelism it ran
+    at) and whose ``ahead`` records to the confirmed ends are fewer than one epoch's ``budget``."""
     if mode != "forever":  # guard: ends-refresh-bounded-run
         return False
-    return after_records >= budget and ahead < budget
+    return after_full and ahead < budget

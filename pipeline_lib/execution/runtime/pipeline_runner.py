@@ -321,8 +321,9 @@ class PipelineRunner:
                 log.info("pipeline %s COMPLETED at snapshot %s", self.pipeline.name, loop.base_id)
                 return loop.epoch
             planned = loop.planned
-            after = self.epochs[-1].records if self.epochs else 0  # a catch-up's last epoch: fresh ends
-            plan = planned or self.planner.plan_next(loop.epoch + 1, loop.base_id, loop.positions, after, loop)
+            last = self.epochs[-1] if self.epochs else None  # full, at the parallelism it ran at: fresh ends
+            full = last is not None and last.records >= self.planner.budget(last.parallelism)
+            plan = planned or self.planner.plan_next(loop.epoch + 1, loop.base_id, loop.positions, full, loop)
             if plan.records == 0:
                 if options.mode == "until-caught-up" or self.planner.completed(loop):
                     break
@@ -375,7 +376,8 @@ class PipelineRunner:
         if max_epochs is not None and len(self.epochs) + 1 >= max_epochs:
             return None
         base = snapshot_id_for(plan.epoch, self.attempt.number)
-        following = self.planner.plan_next(plan.epoch + 1, base, plan.end_positions(), plan.records, loop)
+        full = plan.records >= self.planner.budget()
+        following = self.planner.plan_next(plan.epoch + 1, base, plan.end_positions(), full, loop)
         if following.records == 0:
             return None
         fault_point("after_plan", following.epoch)

@@ -127,13 +127,16 @@ class EpochPlanner:
             self.parts.snapshots.save_plan(plan)
         return self._second_planned(plan)
 
-    def plan_next(self, epoch: int, base: str | None, positions: dict[int, int], after: int, loop) -> EpochPlan:
-        """Epoch ``epoch``'s plan from ``positions`` on snapshot ``base``, the epoch before it
-        having read ``after`` records; a continuous run catching up confirms fresh ends first
-        (``ends_refresh``), which become ``loop.targets``."""
-        budget = epoch_budget(self.parts.job.trigger, self.parts.parallelism)
+    def budget(self, parallelism: int | None = None) -> int:
+        """The most records a new epoch reads at ``parallelism`` (None: the run's current one)."""
+        return epoch_budget(self.parts.job.trigger, parallelism or self.parts.parallelism)
+
+    def plan_next(self, epoch: int, base: str | None, positions: dict[int, int], after_full: bool, loop) -> EpochPlan:
+        """Epoch ``epoch``'s plan from ``positions`` on snapshot ``base``; ``after_full``: the
+        epoch before it read its whole budget. A continuous run catching up confirms fresh ends
+        first (``ends_refresh``), which become ``loop.targets``."""
         ahead = backlog(positions, loop.targets) + (self.second.backlog(epoch) if self.second else 0)
-        if self.offsets is not None and needs_fresh_ends(self.parts.options.mode, after, budget, ahead):
+        if self.offsets is not None and needs_fresh_ends(self.parts.options.mode, after_full, self.budget(), ahead):
             latest = kafka_offsets.confirmed_end_offsets(self.offsets, self.parts.topic, sorted(positions))
             loop.targets = self.targets(latest, loop.stops)
             if self.second is not None:
