@@ -12,6 +12,7 @@ import logging
 
 from pipeline_lib.checkpoint.restore import Restored
 from pipeline_lib.errors import PipelineError, SnapshotError
+from pipeline_lib.execution.runtime.ends_refresh import backlog
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.offsets import EpochPlan, TopicCut
 from pipeline_lib.plan.two_topics import restored_second_topic, second_end_positions
@@ -94,13 +95,11 @@ class SecondTopic:
         if added:
             log.info("pipeline %s: topic %s has new partitions %s", self.pipeline, self.topic, added)
         self.before[epoch] = cut.model_copy(update={"positions": resumed_positions(cut, partitions, earliest)})
-        ends = kafka_offsets.confirmed_end_offsets(consumer, self.topic, partitions)
-        self.targets = self._bounded(ends, cut.stop_offsets)
+        self.refresh_ends(consumer, epoch)
 
     def backlog(self, epoch: int) -> int:
         """Offsets from the cut before ``epoch`` up to the topic's targets."""
-        cut = self.before[epoch]
-        return sum(max(0, self.targets.get(p, pos) - pos) for p, pos in cut.positions.items())
+        return backlog(self.before[epoch].positions, self.targets)
 
     def refresh_ends(self, consumer, epoch: int) -> None:
         """Confirm the topic's ends again, for the partitions of its cut before ``epoch``."""
