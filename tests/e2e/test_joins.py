@@ -240,14 +240,16 @@ def distinct_per_country(events: list[dict]) -> dict[str, dict]:
     return {c: {"country": c, **v} for c, v in out.items()}
 
 
-def run_killed_twice(env: dict, spec, faults: tuple[str, str], *restore: str) -> None:
-    """Two runs SIGKILLed at ``faults``, then one to the end (``restore``: its extra options)."""
+def run_killed_twice(env: dict, spec, faults: tuple[str, str], *restore: str) -> str:
+    """Two runs SIGKILLed at ``faults``, then one to the end (``restore``: its extra options);
+    the last run's log."""
     for fault in faults:
         crashed = run_cli(["run", str(spec), "--until-caught-up"], {**env, "PIPELINE_FAULT_POINTS": fault})
         assert crashed.returncode == -9, crashed.stderr[-2000:]
     finished = run_cli(["run", str(spec), "--until-caught-up", *restore], env)
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert "restored from" in finished.stderr
+    return finished.stderr
 
 
 def test_dedup_then_join_then_aggregate_by_a_table_column_survives_two_sigkills_exactly(
@@ -265,19 +267,20 @@ def test_dedup_then_join_then_aggregate_by_a_table_column_survives_two_sigkills_
     assert verified.returncode == 0, verified.stderr[-3000:]
 
 
-@pytest.mark.full
-def test_dedup_join_aggregate_asking_for_owners_rescales_and_its_lost_parts_are_repaired(
+def test_dedup_join_aggregate_on_owner_tasks_rescales_and_its_lost_parts_are_repaired(
     stack_env, tmp_path, resent_orders
 ):
-    """The same asking for owner tasks (the pipeline keeps its state on the driver all the same),
-    killed twice, the last run at parallelism 3; then every part of epoch 2 is deleted and
-    `repair` rebuilds it byte for byte from the snapshot before it, with the stage's state."""
+    """The same on owner tasks (the dedup's state on the stage's, the totals on the flow's, the
+    rows between them never on the driver), killed twice, the last run at parallelism 3; then
+    every part of epoch 2 is deleted and `repair` (on the driver) rebuilds it byte for byte from
+    the snapshot before it, with the stage's state."""
     topic, events = resent_orders
     settings = ConnectionSettings.from_env(stack_env)
     name, table = "joins-dedup-rescale", "s3://dims/joins-dedup-rescale-users/"
     write_users(settings, table, "users.parquet", range(0, USERS))
     spec = write_spec(tmp_path, issue_spec(name, topic, table, keyed_state="owners"))
-    run_killed_twice(stack_env, spec, ("after_read@2", "after_head_move@3"), "--parallelism", "3")
+    log = run_killed_twice(stack_env, spec, ("after_owner_files@2", "after_head_move@3"), "--parallelism", "3")
+    assert "epochs take the Spark SQL path with keyed state on owner tasks" in log, log[-3000:]
     rows = read_table(f"s3://results/{name}", settings, key=["country"])
     assert {r["country"]: r for r in rows} == distinct_per_country(events)
     sink = open_store(f"s3://results/{name}", settings)

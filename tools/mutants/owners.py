@@ -1,7 +1,17 @@
 """The mutants of the owner path: which owner holds, reads, merges and writes which span; the executors' state cache."""
 
 from .model import Mutant
-from .paths import CACHE_TESTS, OWNER_EPOCHS, OWNER_GUARDS, OWNER_TASK, OWNER_TASKS, SPAN_OWNERS, STATE_CACHE
+from .paths import (
+    CACHE_TESTS,
+    CHAINED_OWNERS,
+    CHAINED_OWNERS_TESTS,
+    OWNER_EPOCHS,
+    OWNER_GUARDS,
+    OWNER_TASK,
+    OWNER_TASKS,
+    SPAN_OWNERS,
+    STATE_CACHE,
+)
 
 MUTANTS: list[Mutant] = [
     # -- the owner path: which owner holds, reads, merges and writes which span ----------------
@@ -137,5 +147,22 @@ MUTANTS: list[Mutant] = [
         'entry.name.endswith(".tmp")',
         "trim deletes only temporaries a killed worker left, never one a live worker is writing",
         CACHE_TESTS,
+    ),
+    # -- a dedup stage and the aggregate after it, both on owner tasks (chained_owners) ---------
+    Mutant(
+        "stage-rows-written-not-passed",
+        OWNER_TASK,
+        "passed = out if self.flow.passes else None",
+        "passed = None",
+        "a dedup stage's owner hands its rows on to its flow's owners rather than writing them as its own output",
+        CHAINED_OWNERS_TESTS,
+    ),
+    Mutant(
+        "chained-rows-to-driver",
+        CHAINED_OWNERS,
+        "is_rows if self.keep else value[0] != ROWS",
+        "is_rows if self.keep else True",
+        "the stage's rows go only to its flow's owner tasks: the driver collects references, never rows",
+        CHAINED_OWNERS_TESTS,
     ),
 ]

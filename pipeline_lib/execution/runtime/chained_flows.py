@@ -1,4 +1,6 @@
-"""A flow that reads its dedup stage's rows (spec.flow_chain), on the driver's keyed state.
+"""A flow that reads its dedup stage's rows (spec.flow_chain): on the driver's keyed state
+here; with the keyed state on owner tasks, ``chained_partials`` is the flow's part of the job that
+state.chained_owners runs.
 
 The read gives the stage its rows (a process flow's ``ProcessInput``) and the flow a
 ``ChainedInput``: how to make its partial aggregate from the rows the stage passes. The driver's
@@ -15,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import StructType
 
-from pipeline_lib.execution.engine.aggregate import epoch_partials
+from pipeline_lib.execution.engine.aggregate import epoch_partials, partials_frame
 from pipeline_lib.execution.engine.table_join import StaticTables
 from pipeline_lib.execution.engine.transforms import apply_transforms
-from pipeline_lib.execution.state.stream_join import output_schema
 from pipeline_lib.spec.models import FlowSpec
 
 
@@ -48,19 +50,12 @@ def chained_input(spark, flow: FlowSpec, schema: StructType, tables: StaticTable
     return ChainedInput(flow.after, build)
 
 
-def stage_schema(stage: FlowSpec, rows: StructType) -> StructType:
-    """The Spark schema of the rows a stage passes, from its input rows' ``rows``: the same for a
-    dedup, the join's output (keys, left columns, the stream's prefixed) for a stream join."""
-    process = stage.state.process if stage.state is not None else None
-    if process is None or process.stream_join is None:
-        return rows
-    join = process.stream_join
-    names = output_schema(join, to_arrow_schema(rows, timezone="UTC")).names  # checks the columns, too
-    own = len(join.on) + (len(names) - len(join.on)) // 2  # the keys and the left's columns, then the stream's
-    types = {f.name: f.dataType for f in rows.fields}
-    return StructType(
-        [StructField(n, types[n if i < own else n[len(join.prefix) :]], True) for i, n in enumerate(names)]
-    )
+def chained_partials(flow: FlowSpec, tables: StaticTables | None, where: str) -> Callable[[DataFrame], DataFrame]:
+    """The flow's partial aggregate (``partials_frame``) of a DataFrame of its stage's rows, for
+    its owner tasks (state.chained_owners)."""
+    assert flow.after is not None and flow.state is not None
+    aggregate = flow.state.aggregate
+    return lambda rows: partials_frame(apply_transforms(rows, flow.transforms, where=where, tables=tables), aggregate)
 
 
 def stages_of(flows: list[FlowSpec]) -> set[str]:

@@ -11,6 +11,7 @@ import numpy as np
 from pipeline_lib.checkpoint.epoch_commit import plan_ends
 from pipeline_lib.checkpoint.manifest import StateSnapshot, snapshot_id_for
 from pipeline_lib.checkpoint.restore import Restored
+from pipeline_lib.execution.runtime.chained_flows import stages_of
 from pipeline_lib.execution.runtime.epoch_path import NO_SLOTS, FlowMerge, FlowResult, OwnerTasks
 from pipeline_lib.execution.runtime.process_merge import timer_clock
 from pipeline_lib.execution.runtime.run_attempt import RunAttempt
@@ -50,6 +51,7 @@ class OwnerState:
         parts, sides = self.parts, self.owner_epochs
         checkpoint = parts.checkpoint_at()
         tasks: list[OwnerTask | None] = []
+        stages = stages_of([f.spec for f in parts.flows])  # their rows go to their flow's owners
         for index, flow in enumerate(parts.flows):
             if not flow.stateful:
                 tasks.append(None)
@@ -67,7 +69,17 @@ class OwnerState:
             derived = agg if agg is not None and agg.derived else None
             windows = WindowClock(flow.watermark, ended) if windowed and flow.watermark is not None else None
             ttl_start = flow.watermark if agg is not None and agg.ttl is not None else None
-            owned = OwnerFlow(flow.spec.name, sides.flows[index], schema, sink, files, process, column, derived)
+            owned = OwnerFlow(
+                flow.spec.name,
+                sides.flows[index],
+                schema,
+                sink,
+                files,
+                process,
+                column,
+                derived,
+                passes=flow.spec.name in stages,
+            )
             tasks.append(
                 OwnerTask(
                     checkpoint,

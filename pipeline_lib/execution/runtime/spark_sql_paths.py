@@ -10,7 +10,7 @@ from pyspark.sql.types import StructType
 from pipeline_lib.execution.engine.aggregate import epoch_partials, partials_frame
 from pipeline_lib.execution.engine.table_join import StaticTables
 from pipeline_lib.execution.engine.transforms import apply_transforms
-from pipeline_lib.execution.runtime.chained_flows import chained_input, stage_schema
+from pipeline_lib.execution.runtime.chained_flows import chained_input, chained_partials
 from pipeline_lib.execution.runtime.driver_state import DriverState
 from pipeline_lib.execution.runtime.epoch_path import FlowResult, OwnerTasks, Writers
 from pipeline_lib.execution.runtime.late_letters_sql import arrow_schema_of, late_letters
@@ -20,6 +20,7 @@ from pipeline_lib.execution.runtime.runner_types import EpochRead, FlowRuntime
 from pipeline_lib.execution.source.epoch_reader import bad_records_frame, read_tasks
 from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
 from pipeline_lib.execution.source.subtask_start import SourceStart
+from pipeline_lib.execution.state.chained_owners import ChainedFlow, stage_schema
 from pipeline_lib.execution.state.owner_epochs import OwnerEpochs, owners_letters
 from pipeline_lib.execution.state.owner_task import StateReads
 from pipeline_lib.execution.state.process_state import ProcessInput
@@ -89,8 +90,8 @@ class SparkSqlOnOwners:
         """The epoch's rows read once for every flow; the stateful flows' partials to their owners."""
         assert start is None, "only the Arrow path's read runs the start-up checks"
 
-        def to_owners(partials: dict[int, object]) -> tuple[dict[int, FlowResult], int, StateReads | None]:
-            owned, received = self.owner_epochs.own_partials(spark, partials, owners, writers.late)  # type: ignore[arg-type]
+        def to_owners(partials: dict[int, object], chained) -> tuple[dict[int, FlowResult], int, StateReads | None]:
+            owned, received = self.owner_epochs.own_partials(spark, partials, owners, writers.late, chained)  # type: ignore[arg-type]
             reads = sum((o.reads for o in owned.values()), StateReads()) if owned else None
             return dict(owned), received, reads
 
@@ -153,15 +154,17 @@ def _spark_sql_epoch(
             )
             df = df.filter(F.col("_error").isNull()).drop("_error", "_raw")
         results: dict[str, FlowResult] = {}
-        partials = {}
+        partials, chained = {}, {}
         stage_schemas: dict[str, StructType] = {}
         for index, (flow, writer) in enumerate(zip(flows, writers.flows)):
             where = f"flow {flow.spec.name}: " if len(flows) > 1 else ""
-            if flow.spec.after is not None:  # its rows are its dedup stage's, at the merge
-                assert to_owners is None, "a flow after a dedup stage keeps its state on the driver"
-                stage = next(f.spec for f in flows if f.spec.name == flow.spec.after)
-                schema = stage_schema(stage, stage_schemas[flow.spec.after])
-                results[flow.spec.name] = chained_input(spark, flow.spec, schema, tables, where)
+            if flow.spec.after is not None:  # its rows are its dedup stage's (at the merge, or on the owners)
+                stage_index = next(i for i, f in enumerate(flows) if f.spec.name == flow.spec.after)
+                schema = stage_schema(flows[stage_index].spec, stage_schemas[flow.spec.after])
+                if to_owners is None:
+                    results[flow.spec.name] = chained_input(spark, flow.spec, schema, tables, where)
+                else:
+                    chained[index] = ChainedFlow(stage_index, schema, chained_partials(flow.spec, tables, where))
                 continue
             rows = apply_transforms(df, flow.spec.transforms, where=where, tables=tables)
             stage_schemas[flow.spec.name] = rows.schema
@@ -185,7 +188,7 @@ def _spark_sql_epoch(
                 partials[index] = partials_frame(rows, flow.spec.state.aggregate, session)
         received, reads = 0, None
         if partials:
-            owned, received, reads = to_owners(partials)
+            owned, received, reads = to_owners(partials, chained)
             results.update({flows[index].spec.name: result for index, result in owned.items()})
         in_order = {flow.spec.name: results[flow.spec.name] for flow in flows}
         late = WrittenParts.combine(late_written) if late_written is not None else None

@@ -32,7 +32,6 @@ from pyspark.sql.types import StructType
 from pipeline_lib.errors import PipelineError
 from pipeline_lib.execution.engine.table_join import StaticTables
 from pipeline_lib.execution.engine.transforms import apply_transforms
-from pipeline_lib.execution.runtime.chained_flows import stage_schema
 from pipeline_lib.execution.runtime.fair_pools import pipeline_pool
 from pipeline_lib.execution.runtime.runner_parts import PipelineParts
 from pipeline_lib.execution.source.subtask_start import (  # noqa: F401  (names this module offers)
@@ -46,6 +45,7 @@ from pipeline_lib.execution.source.subtask_start import (  # noqa: F401  (names 
     version_mismatch,
 )
 from pipeline_lib.execution.source.two_topic_source import second_topic_join
+from pipeline_lib.execution.state.chained_owners import stage_schema
 from pipeline_lib.kafka_connection import KafkaConnection
 from pipeline_lib.plan.keygroups import key_group_range
 

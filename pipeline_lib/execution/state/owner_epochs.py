@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -40,6 +40,7 @@ from pipeline_lib.execution.engine.worker_aggregation import ArrowEpochs
 from pipeline_lib.execution.engine.worker_epoch import BAD_RECORDS, LATE_LETTERS, EpochInWorker, ipc_pieces
 from pipeline_lib.execution.source.kafka_source import KafkaRangeReader
 from pipeline_lib.execution.source.worker_heap import freeze_imported_heap
+from pipeline_lib.execution.state.chained_owners import ROWS, ChainedFlow, chained_results, stage_schema
 from pipeline_lib.execution.state.owner_task import OwnedSpans, OwnerTask, Partial, StateReads
 from pipeline_lib.execution.state.owner_windows import run_owner
 from pipeline_lib.execution.state.span_owners import cut_by_owner, key_groups_of_rows
@@ -177,18 +178,19 @@ def keyed_value(row) -> tuple[int, tuple]:
 @dataclass(frozen=True)
 class OwnFlows:
     """Stage 2's function: owner ``owner``'s task over every stateful flow, passing on what
-    the read tasks wrote; yields (``o``, flow, OwnedSpans JSON) and (``w``, output, JSON)."""
+    the read tasks wrote (and an earlier owner stage's references, chained_owners); yields
+    (``o``, flow, OwnedSpans JSON), (``w``, output, JSON) and a dedup stage's (``r``, flow, IPC)."""
 
     owners: tuple[OwnerTask | None, ...]
 
-    def __call__(self, owner: int, values: Iterable[tuple[int, tuple]]) -> Iterator[tuple[str, int, str]]:
+    def __call__(self, owner: int, values: Iterable[tuple[int, tuple]]) -> Iterator[tuple]:
         """Spark calls this per owner task."""
         freeze_imported_heap()
         partials: dict[int, list[Partial]] = defaultdict(list)
         tops: dict[int, list[int]] = defaultdict(list)
         for _, value in values:
-            if value[0] == _WRITTEN:
-                yield _WRITTEN, value[1], value[2]
+            if value[0] in (_WRITTEN, _OWNED):
+                yield value[0], value[1], value[2]
                 continue
             if value[0] == _TOP:
                 tops[value[1]].append(value[3])
@@ -202,6 +204,8 @@ class OwnFlows:
                 top = max(tops[flow_index], default=None)
                 spans = run_owner(owner_task, owner, task_attempt, partials[flow_index], top)
                 yield _OWNED, flow_index, spans.to_json()
+                for ipc in ipc_pieces(spans.passed) if spans.passed is not None else ():
+                    yield ROWS, flow_index, ipc
 
 
 @dataclass(frozen=True)
@@ -279,10 +283,11 @@ class OwnerEpochs:
         df = spark.createDataFrame([], schema)
         good = df.drop("_error", "_raw") if tolerant else df
         tables = StaticTables(settings) if settings is not None else None  # a join's table as it is now
-        in_worker, schemas = [], []
+        in_worker, schemas, rows_of = [], [], {}
         for flow in flows:
             if flow.state is not None and flow.state.process is not None:  # the rows, keyed
                 rows = apply_transforms(good, flow.transforms, tables=tables)
+                rows_of[flow.name] = stage_schema(flow, rows.schema)  # what it passes, if it is a stage
                 in_worker.append(FlowInWorker(tuple(flow.state.process.key)))
                 schemas.append(to_arrow_schema(rows.schema, timezone="UTC", prefers_large_types=large))
                 continue
@@ -292,7 +297,8 @@ class OwnerEpochs:
                 schemas.append(pa.schema([]))
                 continue
             in_worker.append(FlowInWorker.of(agg))
-            frame = partials_frame(apply_transforms(good, flow.transforms, tables=tables), agg)
+            source = spark.createDataFrame([], rows_of[flow.after]) if flow.after is not None else good
+            frame = partials_frame(apply_transforms(source, flow.transforms, tables=tables), agg)
             schemas.append(to_arrow_schema(frame.schema, timezone="UTC", prefers_large_types=large))
         return cls(None, parallelism, in_worker, schemas)
 
@@ -351,27 +357,43 @@ class OwnerEpochs:
         partials: dict[int, DataFrame],
         owners: Sequence[OwnerTask | None],
         late: Sequence[LateRoute | None] = (),
+        chained: Mapping[int, ChainedFlow] | None = None,
     ) -> tuple[dict[int, OwnedFlow], int]:
         """The Spark SQL path's owner side: each stateful flow's partial aggregate (by flow
         index) cut by owner, shuffled to the owner tasks, merged and written there; each flow's
         references, and the bytes of task results the driver received (``late``: each flow's
-        late route, a session flow's owners writing its late records)."""
+        late route, a session flow's owners writing its late records; ``chained``: the flows
+        after a dedup stage, by flow index, aggregated from the rows the stage's owners pass)."""
         owners = with_late_writers(owners, late)
-        cut = [
-            frame.mapInArrow(CutForOwners(i, self.flows[i].hashed, owner), CUT_DDL).rdd.map(keyed_value)
-            for i, frame in partials.items()
-            if (owner := owners[i]) is not None
-        ]
-        results = (
-            spark.sparkContext.union(cut)
-            .partitionBy(self.parallelism_of(owners), _owner_index)
-            .mapPartitionsWithIndex(OwnFlows(owners))
-            .collect()
-        )
+        chained = chained or {}
+        parallelism = self.parallelism_of(owners)
+
+        def cut(index: int, frame: DataFrame):
+            owner = owners[index]
+            assert owner is not None, f"flow {index} has partials but no owners"
+            return frame.mapInArrow(CutForOwners(index, self.flows[index].hashed, owner), CUT_DDL).rdd.map(keyed_value)
+
+        def shuffle(keyed: Sequence, owned: Sequence[OwnerTask | None]):
+            return (
+                spark.sparkContext.union(list(keyed))
+                .partitionBy(parallelism, _owner_index)
+                .mapPartitionsWithIndex(OwnFlows(tuple(owned)))
+            )
+
+        first = [None if i in chained else o for i, o in enumerate(owners)]  # the chained flows' run second
+        stage_side = shuffle([cut(i, frame) for i, frame in partials.items() if first[i] is not None], first)
+        if chained:
+            second = [o if i in chained else None for i, o in enumerate(owners)]
+            large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
+            results = chained_results(
+                spark, stage_side, chained, cut, lambda keyed: shuffle(keyed, second).collect(), large
+            )
+        else:
+            results = stage_side.collect()
         owned: dict[int, list[OwnedSpans]] = defaultdict(list)
         for _, index, text in results:
             owned[index].append(OwnedSpans.from_json(text))
         return (
-            {i: OwnedFlow(tuple(sorted(owned[i], key=lambda o: o.owner))) for i in partials},
+            {i: OwnedFlow(tuple(sorted(owned[i], key=lambda o: o.owner))) for i in [*partials, *chained]},
             sum(len(json.dumps(r)) for r in results),
         )

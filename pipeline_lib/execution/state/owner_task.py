@@ -18,9 +18,8 @@ from S3), else from the store, checked and then cached.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +34,7 @@ from pipeline_lib.execution.engine.event_windows import HIDDEN_PARTIALS, output_
 from pipeline_lib.execution.engine.session_candidates import cast_partials
 from pipeline_lib.execution.engine.worker_aggregation import FlowInWorker
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
+from pipeline_lib.execution.state.owned_spans import OwnedSpans, StateReads
 from pipeline_lib.execution.state.process_owner import (
     process_state_schema,
     rewrites_every_span,
@@ -53,7 +53,7 @@ from pipeline_lib.execution.state.window_clock import WindowClock
 from pipeline_lib.faults import fault_point
 from pipeline_lib.settings import ConnectionSettings
 from pipeline_lib.sink.part_layout import key_order
-from pipeline_lib.sink.task_parts import ROWS_PER_PART, TaskPartWriter, WrittenParts
+from pipeline_lib.sink.task_parts import ROWS_PER_PART, TaskPartWriter
 from pipeline_lib.spec.aggregates import AggregateFunction
 from pipeline_lib.spec.flow_spec import AggregateSpec
 from pipeline_lib.spec.process_spec import ProcessSpec
@@ -91,6 +91,7 @@ class OwnerFlow:
     process: ProcessSpec | None = None  # a process function's state instead of an aggregate
     event_column: str | None = None  # the source's watermark column (a process flow's timers fire by it)
     derived: AggregateSpec | None = None  # an avg, sketch or top: its rows are made from the state's
+    passes: bool = False  # a dedup stage: its rows go to its flow's owner tasks, not to its sink
 
     def state_schema(self) -> pa.Schema:
         """The schema of the state rows: the partials' (a windowed flow's without its hidden
@@ -123,73 +124,6 @@ class OwnerFlow:
         if self.derived is not None:  # guard: owner-derived-rows
             state_rows = output_rows(self.derived, state_rows)
         return key_order(state_rows, self.aggregate.keys)
-
-
-@dataclass(frozen=True)
-class StateReads:
-    """Where an owner task found the previous state it merged into: state files from the
-    executor cache, state files from the store, and the bytes of the objects read for those."""
-
-    cached: int = 0
-    fetched: int = 0
-    fetched_bytes: int = 0
-
-    def __add__(self, other: StateReads) -> StateReads:
-        return StateReads(
-            self.cached + other.cached, self.fetched + other.fetched, self.fetched_bytes + other.fetched_bytes
-        )
-
-
-@dataclass(frozen=True)
-class OwnedSpans:
-    """An owner task's result for one flow: the sink parts it wrote, the state file of every span
-    it holds (written now or kept from the base), and the keys in them. References only."""
-
-    owner: int
-    sink: tuple[FileRef, ...] = ()
-    rows: int = 0
-    files: tuple[StateFileRef, ...] = ()
-    keys: int = 0
-    reads: StateReads = field(default_factory=lambda: StateReads())
-    max_event_ms: int | None = None  # the largest event time among the owner's rows (a process flow's)
-    late_records: int = 0  # a windowed flow's records dropped as late, of the owner's partials
-    # a two-topic join's largest event time per topic among the owner's rows (topic_watermark)
-    topic_max_ms: tuple[int | None, int | None] | None = None
-    late: WrittenParts | None = None  # a session window's late records it wrote to the dead letters
-
-    def to_json(self) -> str:
-        """The task's result value."""
-        return json.dumps(
-            {
-                "owner": self.owner,
-                "sink": [f.model_dump() for f in self.sink],
-                "rows": self.rows,
-                "files": [f.model_dump(exclude_none=True) for f in self.files],
-                "keys": self.keys,
-                "reads": asdict(self.reads),
-                "max_event_ms": self.max_event_ms,
-                "late_records": self.late_records,
-                "topic_max_ms": None if self.topic_max_ms is None else list(self.topic_max_ms),
-                "late": self.late.to_json() if self.late is not None else None,
-            }
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> OwnedSpans:
-        """A task's result value, as the driver collects it."""
-        data = json.loads(text)
-        return cls(
-            data["owner"],
-            tuple(FileRef.model_validate(f) for f in data["sink"]),
-            data["rows"],
-            tuple(StateFileRef.model_validate(f) for f in data["files"]),
-            data["keys"],
-            StateReads(**data["reads"]),
-            data.get("max_event_ms"),
-            data.get("late_records", 0),
-            None if data.get("topic_max_ms") is None else tuple(data["topic_max_ms"]),
-            WrittenParts.from_json(data["late"]) if data.get("late") is not None else None,
-        )
 
 
 @dataclass(frozen=True)
@@ -268,10 +202,11 @@ class OwnerTask:
         else:
             merged = state.merge(table, key_groups) if table.num_rows else np.zeros(0, dtype=np.int64)
             out = self.flow.sink_rows(state.table(merged, self.flow.state_schema()))
-        sink, rows = self.write_sink(out, owner, task_attempt)
+        passed = out if self.flow.passes else None  # guard: stage-rows-written-not-passed
+        sink, rows = self.write_sink(out, owner, task_attempt) if passed is None else ((), 0)
         files = self.write_spans(state, writes, merged, snapshots, cache, task_attempt)
         keys = sum(r.span_keys() for r in files)
-        return OwnedSpans(owner, sink, rows, files, keys, reads, top, late, tops)
+        return OwnedSpans(owner, sink, rows, files, keys, reads, top, late, tops, passed=passed)
 
     def base_spans(self, owned: range) -> tuple[list[StateFileRef], dict[Span, StateFileRef], set[Span]]:
         """The base's span entries holding some of the ``owned`` key groups; those of them on the
