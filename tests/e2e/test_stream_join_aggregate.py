@@ -92,12 +92,19 @@ def totals_written(env: dict, sink: str) -> dict[str, dict]:
 
 @pytest.mark.full
 @pytest.mark.parametrize(
-    "fault, restore_args",
-    [("mid_snapshot_write@3", ()), ("after_sink_success@3", ("--parallelism", "3")), ("after_read@3", ())],
+    "fault, restore_args, keyed_state",
+    [
+        ("mid_snapshot_write@3", (), "auto"),
+        ("after_sink_success@3", ("--parallelism", "3"), "auto"),
+        ("after_read@3", (), "auto"),
+        ("after_owner_files@3", ("--parallelism", "3"), "owners"),  # the matches pass between owner tasks
+    ],
 )
-def test_join_then_aggregate_survives_a_sigkill_exactly(stack_env, tmp_path, orders_and_payments, fault, restore_args):
+def test_join_then_aggregate_survives_a_sigkill_exactly(
+    stack_env, tmp_path, orders_and_payments, fault, restore_args, keyed_state
+):
     name = f"ssjoin-agg-{fault.split('@')[0].replace('_', '-')}"
-    spec = write_spec(tmp_path, aggregate_spec(name))
+    spec = write_spec(tmp_path, aggregate_spec(name, keyed_state=keyed_state))
     fault_log = tmp_path / "faults.log"
     crashed = run_cli(
         ["run", str(spec), "--until-caught-up"],
@@ -109,6 +116,7 @@ def test_join_then_aggregate_survives_a_sigkill_exactly(stack_env, tmp_path, ord
     restored = run_cli(["run", str(spec), "--until-caught-up", *restore_args], stack_env, timeout=900)
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert "restored from" in restored.stderr
+    assert ("with keyed state on owner tasks" in restored.stderr) == (keyed_state == "owners"), restored.stderr[-3000:]
     assert totals_written(stack_env, f"s3://results/{name}") == expected_totals(orders_and_payments)
     verified = run_cli(["verify", str(spec)], stack_env, timeout=600)
     assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]

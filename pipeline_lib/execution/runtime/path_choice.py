@@ -45,11 +45,6 @@ def state_on_owners(parts: PipelineParts, master: str | None, stored_groups_appl
     """Whether the pipeline's keyed state lives on owner tasks: a stateful flow, the spec asks
     for them, and the stored key groups still apply. Known before the path (the restore reads
     the state on the driver only when it does not, and the start-up plans by it)."""
-    joins = {
-        f.spec.name for f in parts.flows if f.spec.state and f.spec.state.process and f.spec.state.process.stream_join
-    }
-    if any(f.spec.after in joins for f in parts.flows):
-        return False  # a flow after a stream join aggregates the join's matches on the driver (docs/joins.md)
     return any(f.stateful for f in parts.flows) and owners_asked(parts.job, master) and stored_groups_apply
 
 
