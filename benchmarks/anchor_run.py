@@ -5,6 +5,7 @@ joins and stream-joins benchmarks all do; one place for its command line and its
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 import time
@@ -38,9 +39,15 @@ def run_anchor(
 
 
 def parquet_rows(store) -> list[dict]:
-    """Every row of the Parquet files in ``store``, file by file in key order (batch order)."""
+    """Every row of the Parquet files in ``store``, file by file in batch order (``batch=10/``
+    after ``batch=9/``, which the keys' own order puts before ``batch=2/``)."""
     return [
         r
-        for key in sorted(k for k in store.list() if k.endswith(".parquet"))
+        for key in sorted((k for k in store.list() if k.endswith(".parquet")), key=_batch_order)
         for r in pq.read_table(io.BytesIO(store.get(key))).to_pylist()
     ]
+
+
+def _batch_order(key: str) -> tuple[int, str]:
+    found = re.match(r"batch=(\d+)/", key)
+    return (int(found.group(1)) if found else -1, key)

@@ -135,13 +135,26 @@ def joins(
     users: Annotated[int, typer.Option(min=1, help="Rows of the joined users table.")] = 10_000,
     per_epoch: PerEpochAndTrigger = 20_000,
     parallelism: JobParallelism = 2,
+    dedup: Annotated[
+        bool, typer.Option(help="Drop re-sent orders first: dedup vs dropDuplicatesWithinWatermark.")
+    ] = False,
+    keyed_state: Annotated[str, typer.Option(help="Our job's keyed_state: auto, driver or owners.")] = "auto",
 ) -> None:
     """A stream-static join, then sum and count per country: ours vs Spark SS join + groupBy, update.
 
     Prints both whole-process times and their ratio (see benchmarks/joins.py)."""
     from benchmarks.joins import joins_bench
 
-    raise typer.Exit(joins_bench(events=events, users=users, per_epoch=per_epoch, parallelism=parallelism))
+    raise typer.Exit(
+        joins_bench(
+            events=events,
+            users=users,
+            per_epoch=per_epoch,
+            parallelism=parallelism,
+            dedup=dedup,
+            keyed_state=keyed_state,
+        )
+    )
 
 
 def stream_joins(

@@ -10,6 +10,9 @@ benchmarks/joins.py).
       .writeStream.outputMode("update").option("checkpointLocation", "s3a://...")
       .foreachBatch(each batch's changed rows as parquet to s3a://results/.../batch=<id>)
       .trigger(availableNow=True)
+
+With ``--dedup`` the events carry an event time and first go through
+``withWatermark("ts", "1 minute").dropDuplicatesWithinWatermark(["id"])``.
 """
 
 from __future__ import annotations
@@ -31,7 +34,11 @@ def run(args: argparse.Namespace) -> dict:
     started = time.monotonic()
     spark = connector_session("bench-structured-streaming-joins", args)
     ready = time.monotonic()
-    events = json_events(spark, args, SCHEMA)
+    if args.dedup:
+        events = json_events(spark, args, f"{SCHEMA}, ts timestamp")
+        events = events.withWatermark("ts", "1 minute").dropDuplicatesWithinWatermark(["id"])
+    else:
+        events = json_events(spark, args, SCHEMA)
     users = spark.read.parquet(args.table)
     totals = (
         events.join(users, "user").groupBy("country").agg(F.sum("amount").alias("total"), F.count(F.lit(1)).alias("n"))
@@ -41,12 +48,17 @@ def run(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry of the child process; prints its figures as JSON (or writes ``--result``).
-    ``--table s3a://...`` (the users table) is taken here, the rest by the anchors' common parser."""
+    ``--table s3a://...`` (the users table) and ``--dedup`` are taken here, the rest by the
+    anchors' common parser."""
     args = list(sys.argv[1:] if argv is None else argv)
     at = args.index("--table")
     table = args[at + 1]
     del args[at : at + 2]
-    return child_main(__doc__, lambda parsed: run(argparse.Namespace(**vars(parsed), table=table)), "an s3a://", args)
+    dedup = "--dedup" in args
+    args = [a for a in args if a != "--dedup"]
+    return child_main(
+        __doc__, lambda parsed: run(argparse.Namespace(**vars(parsed), table=table, dedup=dedup)), "an s3a://", args
+    )
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ KAFKA_WRITER_TESTS = ("tests/unit/test_kafka_writer.py",)
 # The unit test files that kill the owner path's, planning's and repair's mutants.
 OWNER_GUARDS = ("tests/unit/test_owner_path_guards.py",)
 PROCESS_TESTS = ("tests/unit/test_process_state.py",)
+DEDUP_FAST_TESTS = "tests/unit/test_dedup_fast.py"
 OWNER_TASKS = ("tests/unit/test_owner_tasks.py",)
 CACHE_TESTS = ("tests/unit/test_state_cache.py",)
 PLANNING_GUARDS = ("tests/unit/test_planning_guards.py",)

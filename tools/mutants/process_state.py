@@ -3,6 +3,7 @@
 from .model import Mutant
 from .paths import (
     DEDUP,
+    DEDUP_FAST_TESTS,
     DRIVER_STATE,
     PROCESS_HANDLE,
     PROCESS_MERGE,
@@ -117,7 +118,15 @@ MUTANTS: list[Mutant] = [
         "None if seen.exists() else rows.slice(0, 1)",
         "rows.slice(0, 1)",
         "dedup drops a key seen before, in any epoch and after a restore",
-        PROCESS_TESTS,
+        (*PROCESS_TESTS, DEDUP_FAST_TESTS),
+    ),
+    Mutant(
+        "dedup-fast-passes-seen-key",
+        PROCESS_STATE,
+        "passed = np.array([self._states[s] is None for s in slots], dtype=bool)",
+        "passed = np.array([True for s in slots], dtype=bool)",
+        "the dedup of every key at once drops a key that holds a state, as keep_first does per key",
+        (DEDUP_FAST_TESTS, *PROCESS_TESTS),
     ),
     Mutant(
         "sketch-state-merge",

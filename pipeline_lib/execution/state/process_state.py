@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from pipeline_lib.errors import PipelineError, SpecError
 from pipeline_lib.execution.source.schema_types import python_schema
+from pipeline_lib.execution.state.dedup import first_of_each_key, seen_state
 from pipeline_lib.execution.state.keyed_state import KeyedAggregateState
 from pipeline_lib.execution.state.process_handle import StateHandle, updated_ms
 from pipeline_lib.execution.state.process_timers import Timer, TimerClock, TimerIndex
@@ -34,7 +35,7 @@ from pipeline_lib.execution.state.stream_join import evict_rows, join_rows
 from pipeline_lib.execution.state.stream_join import output_schema as join_output_schema
 from pipeline_lib.execution.state.watermark import END_OF_INPUT
 from pipeline_lib.plan.keygroups import key_groups_of
-from pipeline_lib.spec.process_spec import ProcessSpec
+from pipeline_lib.spec.process_spec import DEDUP_FUNCTION, ProcessSpec
 from pipeline_lib.user_code import import_function
 
 STATE_COLUMN = "_state"
@@ -182,6 +183,8 @@ class ProcessState:
             outputs.append(out)
             groups.append(np.full(out.num_rows, int(self._groups[slot]), dtype=np.int32))
 
+        if self.spec.function == DEDUP_FUNCTION and self._function is None and self.spec.on_timer is None:
+            return self._dedup(rows, changed, schema)
         if self.spec.on_timer is not None:
             self._fire(epoch, clock.watermark_ms, run)
         function, as_pandas = self.function(), self.spec.rows == "pandas"
@@ -195,6 +198,24 @@ class ProcessState:
         table = pa.concat_tables(outputs) if outputs else schema.empty_table()
         out_groups = np.concatenate(groups) if groups else np.zeros(0, dtype=np.int32)
         return np.array(sorted(set(changed)), dtype=np.int64), table, out_groups
+
+    def _dedup(self, rows: pa.Table, changed: list[int], schema: pa.Schema) -> tuple[np.ndarray, pa.Table, np.ndarray]:
+        """``process`` of the built-in dedup, every key at once (see dedup.py): a key's first row
+        passes unless it holds a state, and every key of the epoch is marked seen now."""
+        keys, firsts = first_of_each_key(rows, self.key_columns)
+        new = [k for k in keys if k not in self._slots]
+        for key, group in zip(new, key_groups_of(new, len(new), self.max_parallelism).tolist()):
+            self._new_slot(key, int(group))
+        slots = [self._slots[k] for k in keys]
+        passed = np.array([self._states[s] is None for s in slots], dtype=bool)  # guard: dedup-fast-passes-seen-key
+        stored = seen_state(self.clock_ms)
+        for slot in slots:
+            if self._states[slot] != stored:
+                self._set(slot, stored)
+                changed.append(slot)
+        out = rows.take(pa.array(firsts[passed])).select(schema.names).cast(schema)
+        groups = self._groups[np.array(slots, dtype=np.int64)[passed]] if slots else np.zeros(0, dtype=np.int32)
+        return np.array(sorted(set(changed)), dtype=np.int64), out, groups.astype(np.int32)
 
     def _fire(self, epoch: int, event_until: int | None, run: Callable) -> None:
         """Call ``on_timer`` for every timer due at watermark ``event_until`` (None: no event-time
