@@ -24,10 +24,11 @@ from typing import Any
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Asset, Param, get_current_context, task
 
-from pipeline_lib.errors import SpecError
+from pipeline_lib.errors import ConfigError, SpecError
 from pipeline_lib.orchestration.job_specs import RECOVERY_DAG_ID, VERIFY_DAG_ID, job_dag_id, load_spec_folder
 from pipeline_lib.orchestration.launch_request import LaunchRequest, bounded, check_restore_target, param_schemas
 from pipeline_lib.orchestration.operators import RunJobOperator
+from pipeline_lib.orchestration.task_stacks import stacks_if_stuck
 from pipeline_lib.spec import load_spec
 from pipeline_lib.spec.models import JobSpec
 
@@ -38,6 +39,8 @@ ENV_RECOVERY_SCHEDULE = "PIPELINE_RECOVERY_SCHEDULE"  # a cron expression, or "n
 DEFAULT_RECOVERY_SCHEDULE = "*/5 * * * *"
 ENV_VERIFY_SCHEDULE = "PIPELINE_VERIFY_SCHEDULE"  # a cron expression or preset, or "none" (manual only)
 DEFAULT_VERIFY_SCHEDULE = "@daily"
+ENV_VERIFY_TIMEOUT = "PIPELINE_VERIFY_TIMEOUT_SECONDS"  # a verify attempt past it is stopped and retried
+DEFAULT_VERIFY_TIMEOUT_S = 6 * 3600
 # A task of recovery or verification that could not reach the api-server (a busy machine's first
 # start) is tried again; a damage finding fails without a retry (AirflowFailException).
 RETRIES: dict[str, Any] = {"retries": 2, "retry_delay": dt.timedelta(seconds=20)}
@@ -56,6 +59,19 @@ def recovery_schedule() -> str | None:
 def verify_schedule() -> str | None:
     """The verification DAG's schedule from the environment; ``none`` turns it off (manual runs only)."""
     return _schedule_from_env(ENV_VERIFY_SCHEDULE, DEFAULT_VERIFY_SCHEDULE)
+
+
+def verify_timeout() -> dt.timedelta:
+    """How long one attempt of the verify task may run (PIPELINE_VERIFY_TIMEOUT_SECONDS, default 6 h):
+    an attempt stuck past it is stopped and retried, rather than holding a worker slot for good."""
+    raw = os.environ.get(ENV_VERIFY_TIMEOUT, "").strip()
+    try:
+        seconds = float(raw) if raw else DEFAULT_VERIFY_TIMEOUT_S
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ConfigError(f"{ENV_VERIFY_TIMEOUT} must be a positive number of seconds, got {raw!r}")
+    return dt.timedelta(seconds=seconds)
 
 
 def build_dags(specs_dir: Path) -> dict[str, DAG]:
@@ -200,30 +216,8 @@ def recovery_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
 
         @task(task_id="assess", **RETRIES)
         def assess() -> list[dict[str, Any]]:
-            from pipeline_lib.orchestration.airflow_connections import airflow_settings
-            from pipeline_lib.recovery.recover import recover_job
-            from pipeline_lib.recovery.recovery_record import RecoveryPolicy
-
-            context = get_current_context()
-            params = context["params"]
-            policy = RecoveryPolicy(
-                max_relaunches=params["max_relaunches"], backoff_base_s=params["backoff_base_seconds"]
-            )
-            by = f"airflow:{RECOVERY_DAG_ID}/{context['run_id']}"
-            decisions = []
-            for spec in _wanted_jobs(specs_dir, params["jobs"]):
-                settings = airflow_settings(spec.airflow.connections)
-                for d in recover_job(spec, settings, policy, by, dry_run=params["dry_run"]):
-                    log.info(
-                        "%s/%s: %s (%s)%s",
-                        d.job,
-                        d.pipeline,
-                        d.verdict,
-                        d.reason,
-                        f"; from {d.restore_from}, subtasks {d.subtasks}" if d.verdict == "relaunch" else "",
-                    )
-                    decisions.append(d.to_dict())
-            return decisions
+            with stacks_if_stuck():
+                return _assess(specs_dir)
 
         @task(task_id="relaunch_requests", **RETRIES)
         def relaunch_requests(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -274,30 +268,62 @@ def verify_dag(specs_dir: Path, job_names: list[str] | None = None) -> DAG:
         "fails when anything is lost or damaged. Changes nothing else.",
     ) as dag:
 
-        @task(task_id="verify", **RETRIES)
+        @task(task_id="verify", execution_timeout=verify_timeout(), **RETRIES)
         def verify() -> dict[str, dict[str, int]]:
-            from airflow.sdk.exceptions import AirflowFailException
-
-            from pipeline_lib.orchestration.airflow_connections import airflow_settings
-            from pipeline_lib.recovery.verification_record import record_verification
-            from pipeline_lib.recovery.verify import verify_job
-
-            context = get_current_context()
-            by = f"airflow:{VERIFY_DAG_ID}/{context['run_id']}"
-            summary, damaged = {}, []
-            for spec in _wanted_jobs(specs_dir, context["params"]["jobs"]):
-                settings = airflow_settings(spec.airflow.connections)
-                for record in record_verification(spec, settings, verify_job(spec, settings), by):
-                    log.info("%s/%s: %s", record.job, record.pipeline, record.text())
-                    summary[f"{record.job}/{record.pipeline}"] = {"checked": record.checked, "bad": record.bad}
-                    if record.bad:
-                        damaged.append(f"{record.job}/{record.pipeline} ({record.bad})")
-            if damaged:
-                raise AirflowFailException(
-                    f"lost or damaged output or snapshots in {', '.join(damaged)}: "
-                    "see the task log, the Pipelines page or `pipeline-lib verify`"
-                )
-            return summary
+            with stacks_if_stuck():
+                return _verify(specs_dir)
 
         verify()
     return dag
+
+
+def _verify(specs_dir: Path) -> dict[str, dict[str, int]]:
+    """The verify task's body: each wanted job verified and its findings recorded."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from pipeline_lib.orchestration.airflow_connections import airflow_settings
+    from pipeline_lib.recovery.verification_record import record_verification
+    from pipeline_lib.recovery.verify import verify_job
+
+    context = get_current_context()
+    by = f"airflow:{VERIFY_DAG_ID}/{context['run_id']}"
+    summary, damaged = {}, []
+    for spec in _wanted_jobs(specs_dir, context["params"]["jobs"]):
+        settings = airflow_settings(spec.airflow.connections)
+        for record in record_verification(spec, settings, verify_job(spec, settings), by):
+            log.info("%s/%s: %s", record.job, record.pipeline, record.text())
+            summary[f"{record.job}/{record.pipeline}"] = {"checked": record.checked, "bad": record.bad}
+            if record.bad:
+                damaged.append(f"{record.job}/{record.pipeline} ({record.bad})")
+    if damaged:
+        raise AirflowFailException(
+            f"lost or damaged output or snapshots in {', '.join(damaged)}: "
+            "see the task log, the Pipelines page or `pipeline-lib verify`"
+        )
+    return summary
+
+
+def _assess(specs_dir: Path) -> list[dict[str, Any]]:
+    """The assess task's body: each wanted job's pipelines judged (recovery.recover)."""
+    from pipeline_lib.orchestration.airflow_connections import airflow_settings
+    from pipeline_lib.recovery.recover import recover_job
+    from pipeline_lib.recovery.recovery_record import RecoveryPolicy
+
+    context = get_current_context()
+    params = context["params"]
+    policy = RecoveryPolicy(max_relaunches=params["max_relaunches"], backoff_base_s=params["backoff_base_seconds"])
+    by = f"airflow:{RECOVERY_DAG_ID}/{context['run_id']}"
+    decisions = []
+    for spec in _wanted_jobs(specs_dir, params["jobs"]):
+        settings = airflow_settings(spec.airflow.connections)
+        for d in recover_job(spec, settings, policy, by, dry_run=params["dry_run"]):
+            log.info(
+                "%s/%s: %s (%s)%s",
+                d.job,
+                d.pipeline,
+                d.verdict,
+                d.reason,
+                f"; from {d.restore_from}, subtasks {d.subtasks}" if d.verdict == "relaunch" else "",
+            )
+            decisions.append(d.to_dict())
+    return decisions

@@ -141,6 +141,13 @@ class AirflowServer(AirflowRestApi):
                 parts.append(f"----- {path} (last {lines} lines) -----\n{_tail(path, lines)}")
         return "\n".join(parts)
 
+    def run_logs_tail(self, dag_id: str, run_id: str, lines: int = 120) -> str:
+        """The last lines of each task log of one run (a stuck task's stacks among them: the
+        deployment sets PIPELINE_TASK_STACKS_AFTER), for failure messages."""
+        folder = self.task_logs_folder / f"dag_id={dag_id}" / f"run_id={run_id}"
+        logs = sorted(folder.glob("task_id=*/**/*.log")) if folder.exists() else []
+        return "\n".join(f"----- {path} (last {lines} lines) -----\n{_tail(path, lines)}" for path in logs)
+
     # ---------------------------------------------------------------- lifecycle
     def _spawn(self, name: str, args: list[str]) -> None:
         log = open(self.log_path(name), "ab")

@@ -84,6 +84,11 @@ def airflow_env(
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW__LOGGING__COLORED_CONSOLE_LOG": "False",
+        # A task of ours stuck for a minute writes every thread's stack to its log (task_stacks.py),
+        # which wait_for_run shows when a run does not finish.
+        "PIPELINE_TASK_STACKS_AFTER": "60",
+        # A verify attempt stuck that long is stopped and retried 20 s later (dag_factory.verify_timeout).
+        "PIPELINE_VERIFY_TIMEOUT_SECONDS": "100",
     }
 
 

@@ -65,6 +65,10 @@ class AirflowRestApi:
         """The last lines of the deployment's logs, for failure messages."""
         return ""
 
+    def run_logs_tail(self, dag_id: str, run_id: str, lines: int = 120) -> str:
+        """The last lines of each task log of one run, for failure messages."""
+        return ""
+
     # ---------------------------------------------------------------- auth and raw REST
     def token(self, refresh: bool = False) -> str:
         """A bearer token. With the simple auth manager: POST /auth/token with the generated
@@ -203,7 +207,7 @@ class AirflowRestApi:
             tis = [f"<cannot list task instances: {e}>"]
         raise AirflowHarnessError(
             f"run {run_id} of {dag_id} is {state!r}, not in {sorted(wanted)}, after {timeout:.0f}s; "
-            f"tasks: {tis}\n{self.logs_tail()}"
+            f"tasks: {tis}\n{self.run_logs_tail(dag_id, run_id)}\n{self.logs_tail()}"
         )
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
