@@ -12,9 +12,10 @@ import pytest
 
 from pipeline_lib.api.tables import read_table
 from pipeline_lib.settings import ConnectionSettings
+from tests.cluster.killed_driver import killed_then_rerun
 from tests.cluster.test_cluster_exactly_once import LOOPBACK
 from tests.e2e.test_joins import USERS, distinct_per_country, issue_spec, resent_orders, write_users
-from tests.support import run_cli, wait_for, write_spec
+from tests.support import run_cli, write_spec
 
 pytestmark = [pytest.mark.cluster, pytest.mark.full]
 __all__ = ["resent_orders"]  # the e2e module's fixture: its topic, used here on the cluster
@@ -29,24 +30,12 @@ def test_dedup_join_totals_on_the_cluster_s_owner_tasks_survive_a_killed_driver_
     table = f"s3://dims/{name}-users/"
     write_users(settings, table, "users.parquet", range(0, USERS))
     spec = write_spec(tmp_path, issue_spec(name, topic, table, spark={"conf": dict(LOOPBACK)}))
-    fault_log = tmp_path / "faults.log"
-    crashed = run_cli(
-        ["run", str(spec), "--until-caught-up"],
-        {**cluster_env, "PIPELINE_FAULT_POINTS": "mid_snapshot_write@2", "PIPELINE_FAULT_LOG": str(fault_log)},
-        timeout=600,
+    crashed, restored = killed_then_rerun(
+        cluster, cluster_env, spec, name, "mid_snapshot_write@2", "--parallelism", "3"
     )
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
-    assert "FAULT INJECTED: mid_snapshot_write epoch=2" in fault_log.read_text()
-    assert "epochs take the Spark SQL path with keyed state on owner tasks" in crashed.stderr
-    wait_for(
-        lambda: not any(a["name"] == f"pipeline-lib:{name}" for a in cluster.state()["activeapps"]),
-        60,
-        "the killed driver's application to end",
-    )
-    restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], cluster_env, timeout=600)
-    assert restored.returncode == 0, restored.stderr[-3000:]
-    assert "rescaling keyed state from 2 to 3 subtasks" in restored.stderr
-    assert "read 0 bytes of state on the driver" in restored.stderr
+    assert "epochs take the Spark SQL path with keyed state on owner tasks" in crashed
+    assert "rescaling keyed state from 2 to 3 subtasks" in restored
+    assert "read 0 bytes of state on the driver" in restored
     rows = read_table(f"s3://results/{name}", settings, key=["country"])
     assert {r["country"]: r for r in rows} == distinct_per_country(events)
     verified = run_cli(["verify", str(spec)], cluster_env)

@@ -10,9 +10,10 @@ import uuid
 import pytest
 
 from pipeline_lib.samples import spend_job_spec
+from tests.cluster.killed_driver import killed_then_rerun
 from tests.cluster.test_cluster_exactly_once import LOOPBACK, PER_EPOCH
 from tests.e2e.test_owner_derived_aggregates import VALUES, plain_python, table_of
-from tests.support import run_cli, wait_for, write_spec
+from tests.support import write_spec
 
 pytestmark = [pytest.mark.cluster, pytest.mark.full]
 
@@ -26,24 +27,12 @@ def test_derived_aggregates_on_the_cluster_s_owner_tasks_survive_a_killed_driver
     job = spend_job_spec(name, topic, sink, store, per_epoch=PER_EPOCH, extra={"spark": {"conf": dict(LOOPBACK)}})
     job["state"]["aggregate"]["values"] = VALUES
     spec = write_spec(tmp_path, job)
-    fault_log = tmp_path / "faults.log"
-    crashed = run_cli(
-        ["run", str(spec), "--until-caught-up"],
-        {**cluster_env, "PIPELINE_FAULT_POINTS": "mid_snapshot_write@3", "PIPELINE_FAULT_LOG": str(fault_log)},
-        timeout=600,
+    crashed, restored = killed_then_rerun(
+        cluster, cluster_env, spec, name, "mid_snapshot_write@3", "--parallelism", "3"
     )
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
-    assert "FAULT INJECTED: mid_snapshot_write epoch=3" in fault_log.read_text()
-    assert "with keyed state on owner tasks" in crashed.stderr
-    wait_for(
-        lambda: not any(a["name"] == f"pipeline-lib:{name}" for a in cluster.state()["activeapps"]),
-        60,
-        "the killed driver's application to end",
-    )
-    restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], cluster_env, timeout=600)
-    assert restored.returncode == 0, restored.stderr[-3000:]
-    assert "rescaling keyed state from 2 to 3 subtasks" in restored.stderr
-    assert "read 0 bytes of state on the driver" in restored.stderr
+    assert "with keyed state on owner tasks" in crashed
+    assert "rescaling keyed state from 2 to 3 subtasks" in restored
+    assert "read 0 bytes of state on the driver" in restored
     got, want = table_of(cluster_env, sink), plain_python(events)
     assert got.keys() == want.keys()
     assert all(got[u] == {**row, "mean": pytest.approx(row["mean"], rel=1e-12)} for u, row in want.items())

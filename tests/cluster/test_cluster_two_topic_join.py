@@ -10,9 +10,10 @@ import uuid
 
 import pytest
 
+from tests.cluster.killed_driver import killed_then_rerun
 from tests.e2e.test_two_topic_join import expected, join_spec, produce_orders_and_payments
 from tests.stream_join_checks import joined_rows
-from tests.support import run_cli, wait_for, write_spec
+from tests.support import run_cli, write_spec
 
 pytestmark = [pytest.mark.cluster, pytest.mark.full]
 LOADED = 900  # seconds a CLI call may take: a cluster application starts in minutes on a loaded 2-core machine
@@ -31,23 +32,10 @@ def test_the_two_topic_join_on_owner_tasks_survives_a_sigkilled_driver_and_a_res
     job = join_spec(name, "cluster-orders", "cluster-payments")
     job |= {"keyed_state": "owners", "spark": {"conf": {"spark.driver.host": "127.0.0.1"}}}
     spec = write_spec(tmp_path, job)
-    fault_log = tmp_path / "faults.log"
-    crashed = run_cli(
-        ["run", str(spec), "--until-caught-up"],
-        {**cluster_env, "PIPELINE_FAULT_POINTS": "after_sink_success@3", "PIPELINE_FAULT_LOG": str(fault_log)},
-        timeout=LOADED,
+    _, restored = killed_then_rerun(
+        cluster, cluster_env, spec, name, "after_sink_success@3", "--parallelism", "3", timeout=LOADED
     )
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
-    assert "FAULT INJECTED: after_sink_success epoch=3" in fault_log.read_text()
-    wait_for(
-        lambda: not any(a["name"] == f"pipeline-lib:{name}" for a in cluster.state()["activeapps"]),
-        60,
-        "the killed driver's application to end",
-    )
-    restored = run_cli(["run", str(spec), "--until-caught-up", "--parallelism", "3"], cluster_env, timeout=LOADED)
-    assert restored.returncode == 0, restored.stderr[-3000:]
-    assert "restored from" in restored.stderr
-    assert "with keyed state on owner tasks" in restored.stderr
+    assert "with keyed state on owner tasks" in restored
     ran = [a for a in cluster.state()["completedapps"] if a["name"] == f"pipeline-lib:{name}"]
     assert len(ran) == 2  # the killed run and the restore were both applications of the cluster
     assert joined_rows(cluster_env, f"s3://results/{name}") == expected(*cluster_orders_and_payments)

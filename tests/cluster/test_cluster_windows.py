@@ -13,7 +13,8 @@ import uuid
 import pytest
 
 from pipeline_lib.samples import create_topic, produce_json
-from tests.support import run_cli, wait_for, write_spec
+from tests.cluster.killed_driver import killed_then_rerun
+from tests.support import write_spec
 from tests.windows_checks import check_windows, clicks_spec
 from tests.windows_reference import MINUTE, click_events
 
@@ -40,22 +41,8 @@ def test_windows_on_the_cluster_after_a_sigkilled_driver_are_written_once_exactl
     locations = (name, f"s3://results/{name}", f"s3://checkpoints/{name}")
     loopback = {"parallelism": 2, "spark": {"conf": {"spark.driver.host": "127.0.0.1"}}}
     spec = write_spec(tmp_path, clicks_spec(name, topic, *locations[1:], window, extra=loopback))
-    fault_log = tmp_path / "faults.log"
-    crashed = run_cli(
-        ["run", str(spec), "--until-caught-up"],
-        {**cluster_env, "PIPELINE_FAULT_POINTS": "after_sink_files@3", "PIPELINE_FAULT_LOG": str(fault_log)},
-    )
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
-    assert "FAULT INJECTED: after_sink_files epoch=3" in fault_log.read_text()
-    wait_for(
-        lambda: not any(a["name"] == f"pipeline-lib:{name}" for a in cluster.state()["activeapps"]),
-        60,
-        "the killed driver's application to end",
-    )
-    restored = run_cli(["run", str(spec), "--until-caught-up"], cluster_env)
-    assert restored.returncode == 0, restored.stderr[-3000:]
-    assert "restored from" in restored.stderr
-    assert "with keyed state on owner tasks" in crashed.stderr + restored.stderr  # keyed_state auto: owners
+    crashed, restored = killed_then_rerun(cluster, cluster_env, spec, name, "after_sink_files@3")
+    assert "with keyed state on owner tasks" in crashed + restored  # keyed_state auto: owners
     ran = [a for a in cluster.state()["completedapps"] if a["name"] == f"pipeline-lib:{name}"]
     assert len(ran) == 2  # the killed run and the restore were both applications of the cluster
     check_windows(cluster_env, events, locations, MINUTE, MINUTE, gap_ms=8_000 if "gap" in window else 0)
