@@ -65,16 +65,18 @@ def changed_per_span(key_groups: np.ndarray, per_file: int, max_parallelism: int
     return {span_of(start, per_file, max_parallelism): count for start, count in zip(starts.tolist(), counts.tolist())}
 
 
-def in_parallel(fn: Callable[[T], R], items: Sequence[T], threads: int = IO_THREADS) -> Iterator[R]:
-    """``map(fn, items)`` on a few threads, results in order; the first error stops the rest."""
+def in_parallel(fn: Callable[[T], R], items: Sequence[T], threads: int = IO_THREADS) -> list[R]:
+    """``[fn(item) for item in items]`` on a few threads, results in order; the first error stops
+    the rest. A list, not a generator: one its caller left unfinished (``zip`` with a shorter
+    list, an exception) held its pool until the garbage collector closed it, which may happen in
+    any thread at any allocation; once that was inside ``threading``'s own lock, as a new thread
+    started, and the pool's shutdown waited on that lock for good (a hung verify task)."""
     if len(items) <= 1:
-        yield from map(fn, items)
-        return
+        return [fn(item) for item in items]
     with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="state-io") as pool:
         futures = [pool.submit(fn, item) for item in items]
         try:
-            for future in futures:
-                yield future.result()
+            return [future.result() for future in futures]
         finally:
             for future in futures:
                 future.cancel()

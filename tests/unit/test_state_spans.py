@@ -55,6 +55,15 @@ def test_in_parallel_keeps_order_overlaps_calls_and_stops_at_the_first_error():
         list(in_parallel(fail_on_three, list(range(10))))
 
 
+def test_in_parallel_has_ended_its_threads_when_it_returns():
+    """Whatever its caller then takes of the results: a pool left open until the garbage
+    collector closes it deadlocked a task once (see in_parallel)."""
+    results = in_parallel(lambda x: time.sleep(0.05) or x, list(range(8)))
+    first = next(iter(results))  # a caller that stops after the first result, as zip with a shorter list does
+    assert first == 0
+    assert not [t for t in threading.enumerate() if t.name.startswith("state-io")]
+
+
 # -- packs: a snapshot's state files in one object --------------------------------------------
 
 
