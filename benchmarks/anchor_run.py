@@ -5,7 +5,6 @@ joins and stream-joins benchmarks all do; one place for its command line and its
 from __future__ import annotations
 
 import io
-import re
 import subprocess
 import sys
 import time
@@ -39,15 +38,9 @@ def run_anchor(
 
 
 def parquet_rows(store) -> list[dict]:
-    """Every row of the Parquet files in ``store``, file by file in batch order (``batch=10/``
-    after ``batch=9/``, which the keys' own order puts before ``batch=2/``)."""
+    """Every row of the Parquet files in ``store``, file by file in key order (batch order)."""
     return [
         r
-        for key in sorted((k for k in store.list() if k.endswith(".parquet")), key=_batch_order)
+        for key in sorted(k for k in store.list() if k.endswith(".parquet"))
         for r in pq.read_table(io.BytesIO(store.get(key))).to_pylist()
     ]
-
-
-def _batch_order(key: str) -> tuple[int, str]:
-    found = re.match(r"batch=(\d+)/", key)
-    return (int(found.group(1)) if found else -1, key)
