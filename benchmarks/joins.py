@@ -119,6 +119,11 @@ def joins_bench(
     print(f"| pipeline-lib {first}join + aggregate | {ours_s:.1f} | {ours == truth} |")
     theirs_first = "dropDuplicatesWithinWatermark + " if dedup else ""
     print(f"| Spark SS {theirs_first}stream-static join + groupBy, update | {theirs_s:.1f} | {theirs == truth} |")
+    for side, table in (("ours", ours), ("Spark", theirs)):
+        wrong = sorted(c for c in truth.keys() | table.keys() if table.get(c) != truth.get(c))
+        if wrong:  # which countries, and how: (total, n) written against plain Python's
+            shown = ", ".join(f"{c}: {table.get(c)} against {truth.get(c)}" for c in wrong[:3])
+            print(f"{side}: {len(wrong)} of {len(truth)} countries differ from plain Python ({shown})")
     print(f"ratio (Spark / ours): {theirs_s / ours_s:.2f}x")
     figures = {"ours_s": round(ours_s, 3), "spark_s": round(theirs_s, 3), "ratio": round(theirs_s / ours_s, 2)}
     print(json.dumps({**figures, "ours_equal": ours == truth, "spark_equal": theirs == truth}))
