@@ -24,11 +24,11 @@ from typing import Any
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Asset, Param, get_current_context, task
 
-from pipeline_lib.errors import ConfigError, SpecError
+from pipeline_lib.errors import SpecError
 from pipeline_lib.orchestration.job_specs import RECOVERY_DAG_ID, VERIFY_DAG_ID, job_dag_id, load_spec_folder
 from pipeline_lib.orchestration.launch_request import LaunchRequest, bounded, check_restore_target, param_schemas
 from pipeline_lib.orchestration.operators import RunJobOperator
-from pipeline_lib.orchestration.task_stacks import stacks_if_stuck
+from pipeline_lib.orchestration.task_stacks import positive_seconds, stacks_if_stuck
 from pipeline_lib.spec import load_spec
 from pipeline_lib.spec.models import JobSpec
 
@@ -64,14 +64,8 @@ def verify_schedule() -> str | None:
 def verify_timeout() -> dt.timedelta:
     """How long one attempt of the verify task may run (PIPELINE_VERIFY_TIMEOUT_SECONDS, default 6 h):
     an attempt stuck past it is stopped and retried, rather than holding a worker slot for good."""
-    raw = os.environ.get(ENV_VERIFY_TIMEOUT, "").strip()
-    try:
-        seconds = float(raw) if raw else DEFAULT_VERIFY_TIMEOUT_S
-    except ValueError:
-        seconds = 0.0
-    if not seconds > 0:
-        raise ConfigError(f"{ENV_VERIFY_TIMEOUT} must be a positive number of seconds, got {raw!r}")
-    return dt.timedelta(seconds=seconds)
+    seconds = positive_seconds(ENV_VERIFY_TIMEOUT)
+    return dt.timedelta(seconds=DEFAULT_VERIFY_TIMEOUT_S if seconds is None else seconds)
 
 
 def build_dags(specs_dir: Path) -> dict[str, DAG]:

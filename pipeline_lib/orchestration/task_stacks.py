@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from pipeline_lib.errors import ConfigError
@@ -20,10 +20,10 @@ ENV_TASK_STACKS_AFTER = "PIPELINE_TASK_STACKS_AFTER"
 STDERR = 2  # the task process's stderr, which the task supervisor reads into the task log
 
 
-def stacks_after(environ: dict[str, str] | None = None) -> float | None:
-    """The interval ``PIPELINE_TASK_STACKS_AFTER`` asks for (None: unset); ConfigError names it
-    when it is not a positive number of seconds."""
-    raw = (os.environ if environ is None else environ).get(ENV_TASK_STACKS_AFTER, "").strip()
+def positive_seconds(name: str, environ: Mapping[str, str] | None = None) -> float | None:
+    """The seconds the environment variable ``name`` holds (None: unset or blank); ConfigError
+    names it when it is not a positive number."""
+    raw = (os.environ if environ is None else environ).get(name, "").strip()
     if not raw:
         return None
     try:
@@ -31,8 +31,13 @@ def stacks_after(environ: dict[str, str] | None = None) -> float | None:
     except ValueError:
         seconds = 0.0
     if not seconds > 0:
-        raise ConfigError(f"{ENV_TASK_STACKS_AFTER} must be a positive number of seconds, got {raw!r}")
+        raise ConfigError(f"{name} must be a positive number of seconds, got {raw!r}")
     return seconds
+
+
+def stacks_after(environ: Mapping[str, str] | None = None) -> float | None:
+    """The interval ``PIPELINE_TASK_STACKS_AFTER`` asks for (None: unset)."""
+    return positive_seconds(ENV_TASK_STACKS_AFTER, environ)
 
 
 @contextmanager

@@ -31,6 +31,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline_lib.checkpoint.manifest import FileRef, StateFileRef
 from pipeline_lib.execution.engine.aggregate import partials_frame
+from pipeline_lib.execution.engine.arrow_fit import large_var_types
 from pipeline_lib.execution.engine.event_windows import MAX_EVENT
 from pipeline_lib.execution.engine.flow_partials import FlowInWorker
 from pipeline_lib.execution.engine.late_letters import LateRoute
@@ -384,9 +385,8 @@ class OwnerEpochs:
         stage_side = shuffle([cut(i, frame) for i, frame in partials.items() if first[i] is not None], first)
         if chained:
             second = [o if i in chained else None for i, o in enumerate(owners)]
-            large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
             results = chained_results(
-                spark, stage_side, chained, cut, lambda keyed: shuffle(keyed, second).collect(), large
+                spark, stage_side, chained, cut, lambda keyed: shuffle(keyed, second).collect(), large_var_types(spark)
             )
         else:
             results = stage_side.collect()
