@@ -21,7 +21,7 @@ import time
 from pipeline_lib.orchestration.task_stacks import stacks_if_stuck
 
 def waiting_on_something():
-    time.sleep(1.2)
+    time.sleep(2.5)
 
 with stacks_if_stuck():
     waiting_on_something()
