@@ -1,24 +1,25 @@
 """Autoscaling: lag and parallelism over time while the input rate steps up and down.
 
-    python -m benchmarks autoscale [--rates 200,2000,200] [--seconds 20] [--max 2] [--target-lag 2000]
-        [--per-epoch 2000 | --per-subtask N] [--record-cost-ms MS] [--workers 2] [--out DIR]
+    python -m benchmarks autoscale [--rates 200,2000,200] [--seconds 20 | 30,120,60] [--max 2] [--target-lag 2000]
+        [--per-epoch 2000 | --per-subtask N] [--record-cost-ms MS] [--scale-down-at 0.5] [--workers 2] [--out DIR]
 
 On one embedded stack and, with ``--workers`` N (the default, 2), a Spark standalone cluster of N
 one-core workers (as the cluster tests start; dynamic allocation on, with shuffle tracking, so an
 application's executors come and go; 0: local mode), the spend-per-user job runs as a continuous
 ``pipeline-lib run`` process twice on a fresh topic each: with autoscaling off (parallelism 1) and
-on (from 1 up to ``--max``, ``target_lag_records`` = ``--target-lag``); once one event is seen
-committed (Spark is up), a producer sends at each rate in turn for ``--seconds``; sampling goes on
-until the lag has drained and 15 s more (so an idle executor's release shows), at most 120 s. Every second it
-samples the lag (events sent minus records the committed epochs read), the parallelism of the last
-committed epoch and, on a cluster, the cores the master has granted the application; it prints
-both series side by side, then per run the largest lag, the lag at the end and the largest
-parallelism, the verdict on the claim (epochs until the lag is back under the target after each
-step up, cores released after each step down: benchmarks/autoscale_verdict.py), and writes
-report.md, report.json and the figure autoscale.svg to ``--out`` (benchmarks/autoscale_report.py),
-with the machine's load average before and after (figures from a loaded machine say little).
-``--record-cost-ms`` makes every record wait that long in its task (benchmarks/slow_records.py):
-an I/O-bound job, whose rate a second subtask doubles without a spare core.
+on (from 1 up to ``--max``, ``target_lag_records`` = ``--target-lag``, ``scale_down_at`` =
+``--scale-down-at``); once one event is seen committed (Spark is up), a producer sends at each rate
+in turn for ``--seconds`` (one for all, or one per rate); sampling goes on until the lag has
+drained and 15 s more (so an idle executor's release shows), at most 120 s. Every second it samples
+the lag (events sent minus records the committed epochs read), the parallelism of the last
+committed epoch and, on a cluster, the cores the master has granted the application; it prints both
+series side by side, then per run the largest lag, the lag at the end and the largest parallelism,
+the verdict on the claim (epochs until the lag is back under the target after each step up, cores
+released after each step down: benchmarks/autoscale_verdict.py), and writes report.md, report.json
+and the figure autoscale.svg to ``--out`` (benchmarks/autoscale_report.py), with the machine's load
+average before and after (figures from a loaded machine say little). ``--record-cost-ms`` makes
+every record wait that long in its task (benchmarks/slow_records.py): an I/O-bound job, whose rate
+a second subtask doubles without a spare core.
 Spark itself has no counterpart inside one running query
 (dynamic allocation adds executors, never tasks to a planned micro-batch), so the comparison is
 this job with and without it.
@@ -37,7 +38,15 @@ from typing import Any
 
 import yaml
 
-from benchmarks.autoscale_report import budget_text, load_note, summary, table, write_report
+from benchmarks.autoscale_report import (
+    budget_text,
+    load_note,
+    step_seconds,
+    steps_text,
+    summary,
+    table,
+    write_report,
+)
 from benchmarks.autoscale_verdict import verdict
 from benchmarks.latency_probe import RateProducer, Stamps
 from benchmarks.our_job import parse_epoch_line
@@ -125,7 +134,13 @@ def run_once(
         spec["transforms"] = [{"python": "benchmarks.slow_records:wait_per_record"}]
         env = {**env, COST_ENV: str(cfg["record_cost_ms"])}
     if mode == "on":
-        spec["autoscale"] = {"min": 1, "max": cfg["max"], "target_lag_records": cfg["target_lag"], "cooldown_epochs": 1}
+        spec["autoscale"] = {
+            "min": 1,
+            "max": cfg["max"],
+            "target_lag_records": cfg["target_lag"],
+            "scale_down_at": cfg["scale_down_at"],
+            "cooldown_epochs": 1,
+        }
     if cluster is not None:
         spec["spark"] = {"cores_max": cfg["max"], "conf": dynamic_allocation(cfg["max"])}
     (work / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -153,9 +168,9 @@ def run_once(
     rate_now = [0]
 
     def produce() -> None:
-        for rate in cfg["rates"]:
+        for rate, seconds in zip(cfg["rates"], step_seconds(cfg["rates"], cfg["seconds"])):
             rate_now[0] = rate
-            producer.produce(rate, cfg["seconds"])
+            producer.produce(rate, seconds)
         rate_now[0] = 0
 
     try:
@@ -195,7 +210,7 @@ def run_once(
 
 def autoscale(
     rates: list[int],
-    seconds: float,
+    seconds: float | list[float],
     max_parallelism: int,
     target_lag: int,
     per_epoch: int,
@@ -203,6 +218,7 @@ def autoscale(
     out: Path | None = None,
     per_subtask: int | None = None,
     record_cost_ms: float = 0.0,
+    scale_down_at: float = 0.5,
 ) -> int:
     """Both runs; print lag and parallelism over time side by side and a summary per run; write the report."""
     root = Path(tempfile.mkdtemp(prefix="pipeline-bench-autoscale-"))
@@ -216,6 +232,7 @@ def autoscale(
         "per_epoch": per_epoch,
         "per_subtask": per_subtask,
         "record_cost_ms": record_cost_ms,
+        "scale_down_at": scale_down_at,
         "drain_s": 120.0,
         "settle_s": 15.0,  # sampling after the lag drained: dynamic allocation's idle timeout is 5 s
         "startup_s": 300.0,
@@ -235,8 +252,9 @@ def autoscale(
         stop_stack(root / "stack")
     cfg["load_after"] = round(os.getloadavg()[0], 1)
     print(
-        f"\nrates {rates} events/s, {seconds:g} s each; {tier}; "
-        f"autoscale on: 1..{max_parallelism}, target lag {target_lag}, {budget_text(cfg)}; {load_note(cfg)}"
+        f"\n{steps_text(cfg)}; {tier}; "
+        f"autoscale on: 1..{max_parallelism}, target lag {target_lag}, scale down at load {scale_down_at:g}, "
+        f"{budget_text(cfg)}; {load_note(cfg)}"
     )
     print("\n".join(table(runs)))
     print("\n".join(summary(runs)))

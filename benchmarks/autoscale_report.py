@@ -69,8 +69,9 @@ def write_report(runs: dict[str, list[tuple]], config: dict[str, Any], out: Path
     text = [
         "# Autoscaling under a stepped input rate",
         "",
-        f"Rates {config['rates']} events/s, {config['seconds']:g} s each; {config['tier']}; autoscale on: "
-        f"1..{config['max']}, target lag {config['target_lag']} records, {budget_text(config)}; "
+        f"{steps_text(config)}; {config['tier']}; autoscale on: "
+        f"1..{config['max']}, target lag {config['target_lag']} records, scale down at load "
+        f"{config.get('scale_down_at', 0.5):g}, {budget_text(config)}; "
         f"{load_note(config)}.",
         "",
         f"![lag and parallelism over time]({FIGURE})",
@@ -122,6 +123,22 @@ def plot(runs: dict[str, list[tuple]], config: dict[str, Any], path: Path) -> No
 
 def _v(value: int | None) -> str:
     return "" if value is None else str(value)
+
+
+def step_seconds(rates: list[int], seconds: float | list[float]) -> list[float]:
+    """How long the producer sends at each rate: ``seconds`` one for all, or one per rate."""
+    durations = [seconds] * len(rates) if isinstance(seconds, int | float) else list(seconds)
+    if len(durations) != len(rates):
+        raise ValueError(f"{len(durations)} step durations for {len(rates)} rates: give one, or one per rate")
+    return [float(d) for d in durations]
+
+
+def steps_text(config: dict) -> str:
+    """The producer's steps: "rates [200, 800] events/s, 60 s each", or each rate with its seconds."""
+    rates, durations = config["rates"], step_seconds(config["rates"], config["seconds"])
+    if len(set(durations)) == 1:
+        return f"rates {rates} events/s, {durations[0]:g} s each"
+    return "rates " + ", ".join(f"{r} events/s for {d:g} s" for r, d in zip(rates, durations))
 
 
 def budget_text(config: dict) -> str:

@@ -20,7 +20,6 @@ from benchmarks.bench_options import (
     Kinds,
     Partitions,
     PerEpochAndTrigger,
-    Seconds,
     Users,
 )
 
@@ -90,7 +89,9 @@ def autoscale(
     rates: Annotated[str, typer.Option(help="Producer rates (events per second) in turn, comma-separated.")] = (
         "200,2000,200"
     ),
-    seconds: Seconds = 20.0,
+    seconds: Annotated[
+        str, typer.Option(help="Seconds of producing at each rate: one for all, or one per rate, comma-separated.")
+    ] = "20",
     max_parallelism: Annotated[int, typer.Option("--max", min=1, help="autoscale.max of the run with it on.")] = 2,
     target_lag: Annotated[int, typer.Option(min=1, help="autoscale.target_lag_records.")] = 2_000,
     per_epoch: Annotated[int, typer.Option(min=1, help="trigger.max_records_per_epoch.")] = 2_000,
@@ -108,6 +109,9 @@ def autoscale(
         float,
         typer.Option(min=0, help="Milliseconds every record waits in its task: an I/O-bound job (0: none)."),
     ] = 0.0,
+    scale_down_at: Annotated[
+        float, typer.Option(min=0, help="autoscale.scale_down_at: the load at or under which it scales down.")
+    ] = 0.5,
 ) -> None:
     """Lag and parallelism over time under a stepped input rate, autoscaling off and on.
 
@@ -115,6 +119,7 @@ def autoscale(
     series side by side and each run's largest and final lag, and writes report.md with the figure
     autoscale.svg to --out (see benchmarks/autoscale.py)."""
     from benchmarks.autoscale import autoscale as run_autoscale
+    from benchmarks.autoscale_report import step_seconds
     from benchmarks.config import parse_keys
 
     try:
@@ -123,9 +128,24 @@ def autoscale(
             raise ValueError(f"{rates!r}: give rates of at least 1 event per second")
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--rates") from None
+    try:
+        durations = step_seconds(chosen, [float(part) for part in seconds.split(",")])
+        if min(durations) < 1:
+            raise ValueError(f"{seconds!r}: give at least 1 second a step")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--seconds") from None
     raise typer.Exit(
         run_autoscale(
-            chosen, seconds, max_parallelism, target_lag, per_epoch, workers, out, per_subtask, record_cost_ms
+            chosen,
+            durations,
+            max_parallelism,
+            target_lag,
+            per_epoch,
+            workers,
+            out,
+            per_subtask,
+            record_cost_ms,
+            scale_down_at,
         )
     )
 

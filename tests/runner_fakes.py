@@ -5,6 +5,8 @@ that hands out canned reads."""
 
 from __future__ import annotations
 
+import time
+
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -73,9 +75,12 @@ class FakePath:
     def __init__(self, state: DriverState, flows: list[FlowRuntime], parallelism: int):
         self.state, self.flows, self.parallelism = state, flows, parallelism
         self.read_epochs: list[int] = []
+        self.events: list[str] = []  # "read N" and "warmed at P" (a warm-up's tasks, as it ends), in order
+        self.warm_up_seconds = 0.0
 
     def read(self, spark, reader, plan: EpochPlan, writers: Writers, owners: OwnerTasks, start=None) -> EpochRead:
         self.read_epochs.append(plan.epoch)
+        self.events.append(f"read {plan.epoch}")
         amounts = {f"user-{r.partition}": r.end - r.start for r in plan.ranges if r.end > r.start}
         table = pa.table(
             {
@@ -88,7 +93,8 @@ class FakePath:
         return EpochRead(plan, None, {flow.spec.name: table for flow in self.flows}, checks=checks)
 
     def warm_up(self, spark, reader, writers: Writers, owners: OwnerTasks) -> None:
-        return None
+        time.sleep(self.warm_up_seconds)
+        self.events.append(f"warmed at {len(reader.tasks)}")
 
 
 class WatchedStores:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks.autoscale_report import FIGURE, budget_text, summary, table, write_report
+from benchmarks.autoscale_report import FIGURE, budget_text, step_seconds, steps_text, summary, table, write_report
 
 pytestmark = pytest.mark.unit
 
@@ -62,3 +62,14 @@ def test_an_io_bound_record_waits_in_its_task(monkeypatch):
     batch = pa.record_batch({"user": ["a", "b", "c", "d"]})
     assert list(slow_records.waiting(2.5)(iter([batch, batch]))) == [batch, batch]
     assert slept == [0.01, 0.01]
+
+
+def test_the_steps_take_one_duration_for_all_or_one_per_rate():
+    assert step_seconds([200, 800, 200], 60) == [60.0, 60.0, 60.0]
+    assert step_seconds([200, 800, 200], [30, 120, 60]) == [30.0, 120.0, 60.0]
+    with pytest.raises(ValueError, match="2 step durations for 3 rates"):
+        step_seconds([200, 800, 200], [30, 120])
+    assert steps_text({"rates": [200, 800], "seconds": [60, 60]}) == "rates [200, 800] events/s, 60 s each"
+    assert steps_text({"rates": [200, 800], "seconds": [30, 120]}) == (
+        "rates 200 events/s for 30 s, 800 events/s for 120 s"
+    )

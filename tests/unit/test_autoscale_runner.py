@@ -53,6 +53,20 @@ def test_a_scale_up_waits_for_the_epoch_in_flight_then_the_next_epoch_runs_wider
     assert [e.epoch for e in runner.autoscaler.history if e.changed] == [1, 4]
 
 
+def test_a_scale_up_warms_the_wider_tasks_beside_the_epoch_in_flight_and_the_first_wider_epoch_waits(tmp_path):
+    """The warm-up (the epoch query over no records) runs at 2 subtasks while epoch 2 (at 1) is in
+    flight; epoch 3, the first at 2, is read only once it has finished; a scale-down warms nothing."""
+    spec = autoscaled(tmp_path)
+    runner, path = composed_runner(spec, RunOptions(), SETTINGS, FakeClock(), WatchedStores(spec))
+    runner.autoscaler.latest_offsets = lambda loop: dict.fromkeys(range(PARTITIONS), RECORDS)
+    path.warm_up_seconds = 0.3  # longer than epoch 2's read and commit on the fakes
+    runner.restore()
+    runner.run(FakeSpark(), prepared(dict.fromkeys(range(PARTITIONS), 0)))
+    assert [r.parallelism for r in runner.epochs] == [1, 1, 2, 2]
+    assert path.events.count("warmed at 2") == 1 and not any(e.startswith("warmed at 1") for e in path.events)
+    assert path.events.index("read 2") < path.events.index("warmed at 2") < path.events.index("read 3")
+
+
 def test_a_scale_up_is_bounded_by_the_cores_spark_offers(tmp_path):
     runner, _ = run(tmp_path, master="local[1]")
     assert [r.parallelism for r in runner.epochs] == [1, 1, 1, 1]

@@ -37,7 +37,9 @@ class DriverState:
         if restored is not None and not restored.state_loaded:
             load_on_driver()
 
-    def owner_tasks(self, epoch: int, records: int, base: bool = True, ended: bool = False) -> OwnerTasks:
+    def owner_tasks(
+        self, epoch: int, records: int, base: bool = True, ended: bool = False, parallelism: int | None = None
+    ) -> OwnerTasks:
         """No owner tasks: the driver merges."""
         return ()
 

@@ -3,8 +3,9 @@ epoch (``epoch_report``): the loop itself is PipelineRunner's."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pipeline_lib.checkpoint.layout import snapshot_of_state_key
 from pipeline_lib.checkpoint.manifest import HistoryEntry, Manifest
@@ -13,6 +14,8 @@ from pipeline_lib.execution.runtime.read_ahead import ReadAhead
 from pipeline_lib.execution.runtime.runner_types import EpochRead, EpochReport, FlowRuntime
 from pipeline_lib.execution.runtime.warm_up import WarmUp
 from pipeline_lib.plan.offsets import EpochPlan
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -69,3 +72,22 @@ def epoch_report(
             f.bytes for f in manifest.state_files() if snapshot_of_state_key(f.key) == manifest.snapshot_id
         ),
     )
+
+
+class WarmsUp(Protocol):
+    """What a scale-up's warm-up needs of the runner's EpochReader."""
+
+    def warm_up(self, spark, schema, parallelism: int | None = None) -> None:
+        """The epoch query over no records, at ``parallelism`` subtasks."""
+
+
+def warm_for_scale_up(pipeline: str, report: EpochReport, loop: EpochLoop, reader: WarmsUp) -> None:
+    """After a scale-up: ``reader``'s epoch query at the new parallelism over no records, beside
+    the epoch in flight (see WarmUp.again), so the executors Spark added are warm for it."""
+    wider = report.scaled_to
+    if wider is None or report.parallelism is None or wider <= report.parallelism:
+        return
+    spark = loop.spark
+    why = f"at parallelism {wider} (the scale-up after epoch {report.epoch})"
+    if loop.warm_up.again(loop.schema, lambda schema: reader.warm_up(spark, schema, wider), why):
+        log.info("pipeline %s: warming the tasks of %d subtasks for the scale-up", pipeline, wider)

@@ -62,9 +62,12 @@ class KeyedStatePlace(Protocol):
         """Make the restored snapshot this place's starting state (``load_on_driver`` reads a
         state verified on the executors into the driver)."""
 
-    def owner_tasks(self, epoch: int, records: int, base: bool = True, ended: bool = False) -> OwnerTasks:
+    def owner_tasks(
+        self, epoch: int, records: int, base: bool = True, ended: bool = False, parallelism: int | None = None
+    ) -> OwnerTasks:
         """Per flow, the owner side of an epoch of ``records`` records (empty on the driver;
-        ``ended``: the bounded source is read to its end with it)."""
+        ``ended``: the bounded source is read to its end with it; ``parallelism``: owned by that
+        many subtasks, not the pipeline's now)."""
 
     def adopt(self, read: EpochRead) -> None:
         """Take what the owner tasks of ``read`` returned as each flow's latest state files."""

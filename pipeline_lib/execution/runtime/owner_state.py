@@ -41,13 +41,16 @@ class OwnerState:
         if restored is not None:
             restored.flows.clear()
 
-    def owner_tasks(self, epoch: int, records: int, base: bool = True, ended: bool = False) -> OwnerTasks:
+    def owner_tasks(
+        self, epoch: int, records: int, base: bool = True, ended: bool = False, parallelism: int | None = None
+    ) -> OwnerTasks:
         """Per flow (None: a stateless flow), owners of spans sized to the state's keys before the
         epoch (to the records, for a first epoch), building on the flow's latest state files
         (none when not ``base``: the warm-up's tasks, which must write nothing); a process flow's
         timers fire against its watermark as the epoch starts (``ended``: and all after its rows),
         and a windowed flow's owners judge late records by it and close windows by it advanced
-        (``ended``: every window)."""
+        (``ended``: every window); owned by ``parallelism`` subtasks (default: the pipeline's now,
+        another for the warm-up of a scale-up's)."""
         parts, sides = self.parts, self.owner_epochs
         checkpoint = parts.checkpoint_at()
         tasks: list[OwnerTask | None] = []
@@ -85,7 +88,7 @@ class OwnerState:
                     checkpoint,
                     snapshot_id_for(epoch, self.attempt.number),
                     epoch,
-                    SpanOwners(parts.parallelism, parts.maxp, per_file),
+                    SpanOwners(parallelism or parts.parallelism, parts.maxp, per_file),
                     owned,
                     parts.job.checkpoint.cache_bytes,
                     timer_clock(flow, ended),

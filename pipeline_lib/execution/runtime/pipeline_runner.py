@@ -27,7 +27,7 @@ from pipeline_lib.errors import FencedError
 from pipeline_lib.execution.engine.spark_errors import clear_spark_errors
 from pipeline_lib.execution.runtime.autoscaler import Autoscaler
 from pipeline_lib.execution.runtime.background_cleanup import BackgroundCleanup
-from pipeline_lib.execution.runtime.epoch_loop import EpochLoop, epoch_report
+from pipeline_lib.execution.runtime.epoch_loop import EpochLoop, epoch_report, warm_for_scale_up
 from pipeline_lib.execution.runtime.epoch_trigger import EpochTrigger
 from pipeline_lib.execution.runtime.failure_reason import failure_reason
 from pipeline_lib.execution.runtime.fair_pools import use_pipeline_pool
@@ -337,7 +337,8 @@ class PipelineRunner:
             if wait > 0 and stop.wait(wait):
                 break
             lifecycle.waiting(plan.records)
-            loop.warm_up.wait(options.startup_timeout_s)
+            if planned is None:  # a read already in flight started beside the warm-up anyway
+                loop.warm_up.wait(options.startup_timeout_s)
             loop.epoch, started = plan.epoch, trigger.started()
             self.timer.start()
             with self.timer.timed("spark"):  # the read's own time, or only the wait for it when read ahead
@@ -354,6 +355,7 @@ class PipelineRunner:
                 self.pipeline.name, plan, manifest, read, self.parts.flows, loop, started, self.clock(), self.timer
             )
             report = self.autoscaler.after_epoch(report, loop)  # may change the next epoch's parallelism
+            warm_for_scale_up(self.pipeline.name, report, loop, self._reader())
             self.epochs.append(report)
             lifecycle.progress(plan.epoch, report.lag)
             self.on_epoch(report)

@@ -85,22 +85,24 @@ class EpochReader:
             writers = routed(self.writers.for_epoch(plan.epoch), parts.flows, starts)
             return self.path.read(spark, two, plan, writers, owners, start)
 
-    def warm_up(self, spark, schema) -> None:
+    def warm_up(self, spark, schema, parallelism: int | None = None) -> None:
         """The path's epoch query once over no records (a task of no ranges per subtask: each
-        reaches a Python worker, which an empty partition would not), writing nothing."""
+        reaches a Python worker, which an empty partition would not), writing nothing; with as
+        many tasks as ``parallelism`` subtasks (default: the pipeline's now)."""
         parts, job = self.parts, self.parts.job
         reader = range_reader(
             parts.settings.require_kafka(),
             parts.source,
             schema,
-            [[] for _ in range(parts.parallelism)],
+            [[] for _ in range(parallelism or parts.parallelism)],
             0,
             job.on_error,
             job.max_record_bytes,
             job.max_batch_bytes,
         )
         two = pipeline_reader(spark, reader, parts.source, self.join)
-        self.path.warm_up(spark, two, self.writers.for_epoch(0), self.path.state.owner_tasks(0, 0, base=False))
+        owners = self.path.state.owner_tasks(0, 0, base=False, parallelism=parallelism)
+        self.path.warm_up(spark, two, self.writers.for_epoch(0), owners)
 
 
 class EpochCommit:

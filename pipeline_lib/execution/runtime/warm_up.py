@@ -8,6 +8,10 @@ with nothing to read runs this query instead, so that those costs overlap the st
 than land on the first epoch that comes, which waits for what is left (``wait``) rather than
 compete with it.
 
+A scale-up runs it ``again`` at the new parallelism, beside the epoch in flight: the executors
+Spark added for it are cold in the same way (their first task starts a Python worker, loads and
+generates the query's classes), and the first epoch at the new parallelism waits for it.
+
 Nothing here decides anything. The query reads no Kafka range, writes nothing, and a failure is
 only logged (the real epoch reports real errors); a Python transform hook is never called for it.
 """
@@ -32,6 +36,7 @@ class WarmUp:
 
     def __init__(self, spark, pipeline: str, query: Callable[[object], None]):
         self._spark, self._pipeline, self._query, self._schema = spark, pipeline, query, None
+        self._why: str | None = None  # a rerun's reason, logged with its time (``again``)
         self._group = f"pipeline-lib-warm-up-{uuid.uuid4().hex[:8]}"
         self._thread = InheritableThread(target=self._run, name=f"warm-up-{pipeline}", daemon=True)
 
@@ -40,13 +45,29 @@ class WarmUp:
         self._schema = schema
         self._thread.start()
 
+    def again(self, schema, query: Callable[[object], None], why: str) -> bool:
+        """Run ``query`` now in the same way (a scale-up's: the epoch query at the new parallelism,
+        while the epoch in flight runs, so that the executors Spark added pay their first-query
+        costs before the first epoch that needs them, which ``wait`` lets it finish first);
+        False, and nothing runs, while the warm-up before it still does."""
+        if self._thread.is_alive():
+            return False
+        self._query, self._schema, self._why = query, schema, why
+        self._thread = InheritableThread(target=self._run, name=f"warm-up-{self._pipeline}", daemon=True)
+        self._thread.start()
+        return True
+
     def _run(self) -> None:
         started = time.monotonic()
         try:
             sc = self._spark.sparkContext
             sc.setJobGroup(self._group, f"warm-up of pipeline {self._pipeline}", interruptOnCancel=True)
             self._query(self._schema)
-            log.debug("pipeline %s: warm-up query ran in %.1fs", self._pipeline, time.monotonic() - started)
+            took = time.monotonic() - started
+            if self._why is not None:
+                log.info("pipeline %s: warm-up query %s ran in %.1fs", self._pipeline, self._why, took)
+            else:
+                log.debug("pipeline %s: warm-up query ran in %.1fs", self._pipeline, took)
         except Exception as exc:  # a warm-up that fails only means a slower epoch 1
             log.debug(
                 "pipeline %s: warm-up query failed (epoch 1 will pay Spark's first-query costs): %s",
