@@ -100,9 +100,11 @@ def verdict(runs: dict[str, list[tuple]], target: int) -> list[str]:
         lines.append(f"step up {up.rate_from} → {up.rate_to} events/s, lag back under {target}: " + "; ".join(parts))
     released = cores_released(runs.get("on", []))
     unit = "cores" if any(s[4] is not None for s in runs.get("on", [])) else "parallelism"
-    for most, last, freed in released:
+    downs = [(before, after) for _, before, after in steps(runs.get("on", [])) if after < before]
+    for (before, after), (most, last, freed) in zip(downs, released):
+        step = f"step down {before} → {after} events/s" if after else f"the producer stopping ({before} events/s → 0)"
         lines.append(
-            f"step down, autoscale on: {unit} at most {most} before, {last} at the end of the step: "
+            f"{step}, autoscale on: {unit} at most {most} before, {last} at the end of the step: "
             + ("released" if freed else "not released")
         )
     bounded = bool(ups.get("on")) and all(u.epochs is not None or u.seconds is not None for u in ups["on"])

@@ -69,7 +69,13 @@ def test_the_verdict_gives_both_runs_and_whether_the_claim_holds():
         "step up 100 → 800 events/s, lag back under 1000: autoscale on: 6 epoch(s), 3 s (largest lag 1800); "
         "autoscale off: not while the rate was high (largest lag 3600)"
     )
-    assert lines[1] == "step down, autoscale on: cores at most 2 before, 1 at the end of the step: released"
+    assert lines[1] == (
+        "step down 800 → 100 events/s, autoscale on: cores at most 2 before, 1 at the end of the step: released"
+    )
+    assert lines[2] == (
+        "the producer stopping (100 events/s → 0), autoscale on: cores at most 2 before, 1 at the end of the step: "
+        "released"
+    )
     assert lines[-1].startswith("verdict: the claim holds in this run")
     assert verdict({"off": OFF, "on": OFF}, 1000)[-1].startswith("verdict: the claim is not shown")
 
