@@ -179,7 +179,7 @@ def test_with_dynamic_allocation_a_scale_up_the_cluster_cannot_give_executors_fo
             app = _app(cluster, name)
             cores.append(app["cores"] if app else 0)
             time.sleep(1)
-        assert not any(used) and cores[-1] == 1, (used, cores)
+        assert not any(used) and cores[-1] == 1, (used, cores, cluster.state())
         stop.touch()
         assert run.wait(300) == 0, run.stderr()[-3000:]
         capped = _counted(statsd, "autoscale_capped")

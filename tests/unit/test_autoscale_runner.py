@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline_lib.execution.engine import spark_capacity
 from pipeline_lib.execution.runtime.runner_types import RunOptions
 from pipeline_lib.samples import spend_job_spec
 from pipeline_lib.spec import parse_spec
@@ -65,6 +66,27 @@ def test_a_scale_up_warms_the_wider_tasks_beside_the_epoch_in_flight_and_the_fir
     assert [r.parallelism for r in runner.epochs] == [1, 1, 2, 2]
     assert path.events.count("warmed at 2") == 1 and not any(e.startswith("warmed at 1") for e in path.events)
     assert path.events.index("read 2") < path.events.index("warmed at 2") < path.events.index("read 3")
+
+
+class DynamicSpark(FakeSpark):
+    """A local master whose conf turns dynamic allocation on."""
+
+    def getConf(self):
+        return {"spark.dynamicAllocation.enabled": "true"}
+
+
+def test_with_dynamic_allocation_a_scale_down_gives_the_request_for_executors_back(tmp_path, monkeypatch):
+    """The scale-down after epoch 4 hands the request back to dynamic allocation (what a scale-up
+    asked for would otherwise stand, and an executor removed as idle would be replaced)."""
+    released: list[int] = []
+    monkeypatch.setattr(spark_capacity, "release_request", lambda spark, keep: released.append(keep))
+    spec = autoscaled(tmp_path)
+    runner, _ = composed_runner(spec, RunOptions(), SETTINGS, FakeClock(), WatchedStores(spec))
+    runner.autoscaler.latest_offsets = lambda loop: dict.fromkeys(range(PARTITIONS), RECORDS)
+    runner.restore()
+    runner.run(DynamicSpark("local[3]"), prepared(dict.fromkeys(range(PARTITIONS), 0)))
+    assert [r.scaled_to for r in runner.epochs] == [2, None, None, 1]
+    assert released == [1]
 
 
 def test_a_scale_up_is_bounded_by_the_cores_spark_offers(tmp_path):

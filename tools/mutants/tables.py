@@ -251,6 +251,14 @@ MUTANTS: list[Mutant] = [
         ("tests/unit/test_executor_grant.py",),
     ),
     Mutant(
+        "autoscale-scale-down-request-kept",
+        "pipeline_lib/execution/runtime/autoscaler.py",
+        "executors.release(decision.parallelism)",
+        "pass",
+        "a scale-down with dynamic allocation gives the request for executors back (no idle one replaced)",
+        ("tests/unit/test_autoscale_runner.py",),
+    ),
+    Mutant(
         "autoscale-owner-tasks-at-start-parallelism",
         "pipeline_lib/execution/state/owner_epochs.py",
         "planned if planned is not None else self.parallelism",

@@ -101,15 +101,19 @@ def live_executors(spark) -> list[tuple[str, int]] | None:
 
 
 def release_request(spark, keep_cores: int) -> None:
-    """Ask Spark for no executors beyond the live ones and those ``keep_cores`` (the parallelism
-    the pipeline stays at) take (``SparkContext.requestTotalExecutors``): after a scale-up whose
-    executors did not come, none stays asked for, so none starts later for a parallelism the
-    pipeline did not take. Best effort, logged."""
+    """Give the request for executors back to dynamic allocation after a scale-up whose executors
+    did not come (``SparkContext.requestTotalExecutors``), so none stays asked for and starts
+    later for a parallelism the pipeline did not take. The total asked for becomes the allocation
+    manager's own target (``allocation_target``): a total of ours above it would stand until the
+    manager's target next changes, and an executor it then removes as idle would be replaced.
+    Where that target cannot be read, the live executors and those ``keep_cores`` (the
+    parallelism the pipeline stays at) take. No executor is stopped by it. Best effort, logged."""
     executors = live_executors(spark)
     if executors is None:
         return
     live = sum(executor_id != "driver" for executor_id, _ in executors)
-    total = max(live, -(-keep_cores // executor_cores(spark)))
+    target = allocation_target(spark)
+    total = target if target is not None else max(live, -(-keep_cores // executor_cores(spark)))
     jvm = spark.sparkContext._jvm
     try:
         no_hosts = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
@@ -117,7 +121,25 @@ def release_request(spark, keep_cores: int) -> None:
     except Exception as exc:  # py4j: a cluster manager that does not support it
         log.warning("releasing the request for executors failed: %s", str(exc).splitlines()[0])
         return
-    log.info("released the request for executors: %d asked for in all (%d live)", total, live)
+    whose = "dynamic allocation's target" if target is not None else "the live executors and the parallelism kept"
+    log.info("released the request for executors: %d asked for in all (%s; %d live)", total, whose, live)
+
+
+def allocation_target(spark) -> int | None:
+    """Dynamic allocation's own target of executors for the default resource profile (the
+    ExecutorAllocationManager's, read by reflection: Spark has no public call for it); None
+    without dynamic allocation or where this Spark does not have it."""
+    try:
+        manager = spark.sparkContext._jsc.sc().executorAllocationManager()
+        if not manager.isDefined():
+            return None
+        manager = manager.get()
+        field = manager.getClass().getDeclaredField("numExecutorsTargetPerResourceProfileId")
+        field.setAccessible(True)
+        return int(field.get(manager).apply(0))  # the default resource profile's id is 0
+    except Exception as exc:  # py4j: an internal another Spark may lack
+        log.debug("dynamic allocation's target is unknown: %s", str(exc).splitlines()[0])
+        return None
 
 
 def executor_cores_of(executors: list[tuple[str, int]]) -> int:

@@ -111,9 +111,12 @@ class Autoscaler:
         load = EpochLoad(report.epoch, report.records, report.seconds, lag, tuple(lags))
         capacity = spark_capacity.offered_cores(loop.spark)
         decision = decide(self.settings, load, ran_at, self.history, capacity)
-        if decision.parallelism > ran_at and spark_capacity.dynamic_allocation(loop.spark):
+        if decision.parallelism != ran_at and spark_capacity.dynamic_allocation(loop.spark):
             executors = SparkExecutors.of(loop.spark)
-            decision = grant_scale_up(decision, executors, self.settings.executor_wait_seconds)
+            if decision.parallelism > ran_at:
+                decision = grant_scale_up(decision, executors, self.settings.executor_wait_seconds)
+            else:  # what a scale-up asked for goes back to dynamic allocation, which releases the idle
+                executors.release(decision.parallelism)  # guard: autoscale-scale-down-request-kept
         self.history = [*self.history, decision][-HISTORY:]
         name = self.parts.pipeline.name
         if not decision.changed:
