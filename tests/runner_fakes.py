@@ -6,7 +6,6 @@ that hands out canned reads."""
 from __future__ import annotations
 
 import time
-
 from collections.abc import Callable
 
 import pyarrow as pa
