@@ -19,26 +19,27 @@ only logged (the real epoch reports real errors); a Python transform hook is nev
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
 
-from pyspark import InheritableThread
-
 from pipeline_lib.execution.runtime.failure_reason import failure_reason
+from pipeline_lib.execution.runtime.fair_pools import use_pipeline_pool
 
 log = logging.getLogger(__name__)
 
 
 class WarmUp:
     """The ``query`` (the path's epoch query over no records: EpochReader.warm_up) runs in a
-    thread, in its own Spark job group, until ``wait`` or ``cancel``."""
+    thread, in the pipeline's scheduler pool and its own Spark job group, until ``wait`` or
+    ``cancel``."""
 
     def __init__(self, spark, pipeline: str, query: Callable[[object], None]):
         self._spark, self._pipeline, self._query, self._schema = spark, pipeline, query, None
         self._why: str | None = None  # a rerun's reason, logged with its time (``again``)
         self._group = f"pipeline-lib-warm-up-{uuid.uuid4().hex[:8]}"
-        self._thread = InheritableThread(target=self._run, name=f"warm-up-{pipeline}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"warm-up-{pipeline}", daemon=True)
 
     def start(self, schema) -> None:
         """Start the query for the source schema ``schema``."""
@@ -53,7 +54,7 @@ class WarmUp:
         if self._thread.is_alive():
             return False
         self._query, self._schema, self._why = query, schema, why
-        self._thread = InheritableThread(target=self._run, name=f"warm-up-{self._pipeline}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"warm-up-{self._pipeline}", daemon=True)
         self._thread.start()
         return True
 
@@ -61,6 +62,7 @@ class WarmUp:
         started = time.monotonic()
         try:
             sc = self._spark.sparkContext
+            use_pipeline_pool(self._spark, self._pipeline)  # a new thread inherits no properties
             sc.setJobGroup(self._group, f"warm-up of pipeline {self._pipeline}", interruptOnCancel=True)
             self._query(self._schema)
             took = time.monotonic() - started
