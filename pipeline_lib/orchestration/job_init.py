@@ -21,10 +21,16 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signa
 
 def run(command: list[str]) -> int:
     """Run ``command``, forward FORWARDED signals to it, reap every child; the job's wait status
-    as a return code (negative: killed by that signal)."""
-    job = subprocess.Popen(command)
+    as a return code (negative: killed by that signal). The handlers are in place before the job
+    starts: a signal that came between the two would be dropped, as an init drops every signal it
+    has no handler for; one that comes before the job exists is passed on once it does."""
+    job: subprocess.Popen | None = None
+    early: list[int] = []
 
     def forward(number: int, _frame: object) -> None:
+        if job is None:
+            early.append(number)
+            return
         try:
             os.kill(job.pid, number)
         except ProcessLookupError:  # the job has just ended
@@ -32,6 +38,9 @@ def run(command: list[str]) -> int:
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
+    job = subprocess.Popen(command)
+    for number in early:
+        forward(number, None)
     while True:
         try:
             pid, status = os.wait()  # the job or an orphan of the namespace

@@ -168,3 +168,26 @@ def test_without_namespaces_the_launch_is_refused_unless_the_operator_turns_isol
             isolated(["true"], env={ENV_JOB_ISOLATION: "maybe"})
     finally:
         job_isolation.unshare_prefix.cache_clear()
+
+
+def test_a_signal_that_comes_while_job_init_starts_its_job_reaches_the_job(monkeypatch):
+    """job_init's handlers are in place before the job starts (an init drops a signal it has no
+    handler for): a SIGTERM that comes while the job is being started is passed on once it is."""
+    from pipeline_lib.orchestration import job_init
+
+    child = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\ntime.sleep(10)"
+    started = subprocess.Popen
+
+    def start_with_a_signal_first(command):
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives before the job exists
+        return started([sys.executable, "-c", child])
+
+    saved = {signum: signal.getsignal(signum) for signum in job_init.FORWARDED}
+    signal.signal(signal.SIGTERM, lambda *_: None)  # were job_init's handler late, the signal would end here
+    monkeypatch.setattr(job_init.subprocess, "Popen", start_with_a_signal_first)
+    try:
+        # the child may not have its own handler yet when it gets the signal: then SIGTERM kills it
+        assert job_init.run(["the job"]) in (7, -signal.SIGTERM)
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
