@@ -39,7 +39,7 @@ class WarmUp:
         self._spark, self._pipeline, self._query, self._schema = spark, pipeline, query, None
         self._why: str | None = None  # a rerun's reason, logged with its time (``again``)
         self._group = f"pipeline-lib-warm-up-{uuid.uuid4().hex[:8]}"
-        self._thread = threading.Thread(target=self._run, name=f"warm-up-{pipeline}", daemon=True)
+        self._thread = self._new_thread()
 
     def start(self, schema) -> None:
         """Start the query for the source schema ``schema``."""
@@ -54,9 +54,12 @@ class WarmUp:
         if self._thread.is_alive():
             return False
         self._query, self._schema, self._why = query, schema, why
-        self._thread = threading.Thread(target=self._run, name=f"warm-up-{self._pipeline}", daemon=True)
+        self._thread = self._new_thread()
         self._thread.start()
         return True
+
+    def _new_thread(self) -> threading.Thread:
+        return threading.Thread(target=self._run, name=f"warm-up-{self._pipeline}", daemon=True)
 
     def _run(self) -> None:
         started = time.monotonic()
