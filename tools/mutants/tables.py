@@ -227,6 +227,14 @@ MUTANTS: list[Mutant] = [
         ("tests/unit/test_spark_capacity.py",),
     ),
     Mutant(
+        "autoscale-removed-executor-counted",
+        "pipeline_lib/execution/engine/spark_capacity.py",
+        'i == "driver" or active(i)',
+        "True",
+        "an executor the scheduler is removing (idle, lost) grants no core, though the status store still lists it",
+        ("tests/unit/test_spark_capacity.py",),
+    ),
+    Mutant(
         "autoscale-capped-unsaid",
         "pipeline_lib/plan/autoscale_decision.py",
         "granted < want",

@@ -90,14 +90,34 @@ def granted_cores(spark) -> int | None:
 
 def live_executors(spark) -> list[tuple[str, int]] | None:
     """The application's live executors as (id, cores), the driver's entry among them, from
-    Spark's status store (None: unknown, e.g. a Spark without it)."""
+    Spark's status store (None: unknown, e.g. a Spark without it). An executor the scheduler is
+    removing (idle under dynamic allocation, or lost) is not live, though the status store, fed
+    by the listener bus, lists it until its removal event is processed."""
     try:
-        executors = spark.sparkContext._jsc.sc().statusStore().executorList(True)
+        sc = spark.sparkContext._jsc.sc()
+        executors = sc.statusStore().executorList(True)
         summaries = [executors.apply(i) for i in range(executors.size())]
-        return [(str(e.id()), int(e.totalCores())) for e in summaries]
+        listed = [(str(e.id()), int(e.totalCores())) for e in summaries]
     except Exception as exc:  # py4j: an internal API another Spark may lack
         log.debug("the status store's executors are unknown: %s", str(exc).splitlines()[0])
         return None
+    active = _scheduler_active(sc)
+    live = [i == "driver" or active(i) for i, _ in listed]  # guard: autoscale-removed-executor-counted
+    return [executor for executor, is_live in zip(listed, live, strict=True) if is_live]
+
+
+def _scheduler_active(sc) -> Callable[[str], bool]:
+    """The scheduler backend's own word on whether an executor is active (registered, and not
+    pending removal, loss or decommission: ``CoarseGrainedSchedulerBackend.isExecutorActive``);
+    every executor counts where the backend has no such call (local mode's)."""
+
+    def active(executor_id: str) -> bool:
+        try:
+            return bool(sc.schedulerBackend().isExecutorActive(executor_id))
+        except Exception:  # py4j: a backend without the call
+            return True
+
+    return active
 
 
 def release_request(spark, keep_cores: int) -> None:
