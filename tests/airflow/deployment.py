@@ -149,6 +149,16 @@ class AirflowServer(AirflowRestApi):
         return "\n".join(f"----- {path} (last {lines} lines) -----\n{_tail(path, lines)}" for path in logs)
 
     # ---------------------------------------------------------------- lifecycle
+    def spawn_components(self, triggerer: bool = False) -> None:
+        """Start the api-server, scheduler and dag-processor (and a triggerer if asked) on
+        ``port``; heartbeats older than this moment are not theirs."""
+        self._started_at = time.time()
+        self._spawn("api-server", ["api-server", "--host", "127.0.0.1", "--port", str(self.port)])
+        self._spawn("scheduler", ["scheduler", "--skip-serve-logs"])
+        self._spawn("dag-processor", ["dag-processor"])
+        if triggerer:
+            self._spawn("triggerer", ["triggerer", "--skip-serve-logs"])
+
     def _spawn(self, name: str, args: list[str]) -> None:
         log = open(self.log_path(name), "ab")
         self._log_files.append(log)

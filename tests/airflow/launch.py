@@ -14,7 +14,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -158,12 +157,7 @@ def start_airflow(
             )
         server.port = port or free_port()
         server.env = make_env(server.port)
-        server._started_at = time.time()
-        server._spawn("api-server", ["api-server", "--host", "127.0.0.1", "--port", str(server.port)])
-        server._spawn("scheduler", ["scheduler", "--skip-serve-logs"])
-        server._spawn("dag-processor", ["dag-processor"])
-        if triggerer:
-            server._spawn("triggerer", ["triggerer", "--skip-serve-logs"])
+        server.spawn_components(triggerer)
         server.wait_healthy(timeout)
         server.token()
     except BaseException:

@@ -49,9 +49,7 @@ def _sessions(maxp: int = 16) -> ProcessState:
         on_timer="tests.session_example:session_timer",
         output=SESSION_OUTPUT,
     )
-    state = ProcessState(spec, maxp, session_rows)
-    state._on_timer = session_timer
-    return state
+    return ProcessState(spec, maxp, session_rows, session_timer)
 
 
 def _snapshot(state: ProcessState) -> tuple[pa.Table, np.ndarray]:
@@ -145,8 +143,7 @@ def test_processing_time_timers_fire_on_the_epoch_clock():
         on_timer="tests.session_example:processing_tick",
         output="user string, n bigint, at bigint",
     )
-    state = ProcessState(spec, 16, processing_ticks)
-    state._on_timer = processing_tick
+    state = ProcessState(spec, 16, processing_ticks, processing_tick)
     _, out, _ = state.process(_rows(["a", "a"], [T0, T0]), 1)
     assert out.num_rows == 0
     _, out, _ = state.process(_rows(["b"], [T0 + 59_999]), 2)

@@ -106,14 +106,20 @@ def output_table(result: Any, schema: pa.Schema, where: str) -> pa.Table:
 class ProcessState:
     """A process flow's state on one process (the driver, or an owner task for its spans)."""
 
-    def __init__(self, spec: ProcessSpec, max_parallelism: int, function: ProcessFunction | None = None):
+    def __init__(
+        self,
+        spec: ProcessSpec,
+        max_parallelism: int,
+        function: ProcessFunction | None = None,
+        on_timer: TimerFunction | None = None,
+    ):
         self.spec = spec
         self.key_columns = list(spec.key)
         self.value_columns = [STATE_COLUMN]
         self.max_parallelism = max_parallelism
         self.ttl_ms = spec.ttl_ms()
         self._function = function
-        self._on_timer: TimerFunction | None = None
+        self._on_timer = on_timer  # both loaded from the spec at first use when not given
         self.timers = TimerIndex()
         self._slots: dict[tuple, int] = {}
         self._keys: list[tuple] = []
