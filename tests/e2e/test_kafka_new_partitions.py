@@ -63,8 +63,9 @@ def test_a_running_job_reads_partitions_added_to_its_topic_from_their_start(
         run.kill()
     assert "has new partitions [2, 3], read from offsets [0, 0]" in run.stderr()
     shown = run_cli(["snapshots", "show", str(path), "--json"], env)
-    positions = json.loads(shown.stdout)["positions"]
-    assert positions == {"0": 150 + 80, "1": 150, "2": 160, "3": 160}, positions
+    columns = json.loads(shown.stdout)["positions"]  # the manifest as stored: partitions and offsets as columns
+    positions = dict(zip(columns["partitions"], columns["offsets"], strict=True))
+    assert positions == {0: 150 + 80, 1: 150, 2: 160, 3: 160}, columns
 
     later = payment_events(200, 12, seed=43)
     _produce(bootstrap, later, [0, 1, 2, 3])
