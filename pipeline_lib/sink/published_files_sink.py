@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from pipeline_lib.checkpoint.manifest import FileRef, SinkCommit
+from pipeline_lib.errors import NotFound
 from pipeline_lib.sink.files_sink import FilesSink, SuccessMarker
 from pipeline_lib.sink.staged_retention import retire_staged
 from pipeline_lib.sink.table_reader import committed_epochs
@@ -81,11 +82,26 @@ class PublishedFilesSink:
         self.publish_through(commit.epoch, attempt)
 
     def publish_through(self, epoch: int, attempt: int) -> int:
-        """Publish ``epoch``, and on the run's first call every staged epoch before it that is
-        not published yet. Returns the epochs published."""
+        """Publish ``epoch``, and on the run's first call (or after a publication stopped) every
+        staged epoch before it that is not published yet, in order. A committed epoch whose
+        staged part is missing (damage ``repair`` restores) stops the publication there, with
+        a warning: the folder keeps a prefix of the committed epochs, never one with a gap, and
+        a later call goes on from it. Returns the epochs published."""
         epochs = unpublished(self.visible, epoch) if not self._caught_up else [epoch]
-        for each in epochs:
-            done = publish_epoch(self.visible, each, attempt)
+        for n, each in enumerate(epochs):
+            try:
+                done = publish_epoch(self.visible, each, attempt)
+            except NotFound as exc:
+                self._caught_up = False  # guard: publish-gap-forgotten
+                log.warning(
+                    "%s stays at epoch %d: committed epoch %d cannot be published (%s); `pipeline-lib repair` "
+                    "restores the part, and a later clean-up or run publishes it",
+                    self.location,
+                    each - 1,
+                    each,
+                    exc,
+                )
+                return n
             log.debug("epoch %d of %s: %s", each, self.location, done)
         self._caught_up = True
         return len(epochs)

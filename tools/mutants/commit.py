@@ -255,6 +255,14 @@ MUTANTS: list[Mutant] = [
         ("tests/unit/test_visible_epochs.py",),
     ),
     Mutant(
+        "publish-gap-forgotten",
+        "pipeline_lib/sink/published_files_sink.py",
+        "self._caught_up = False",
+        "pass",
+        "an epoch that could not be published (a staged part missing) holds the folder there: no later epoch is published past the gap",
+        ("tests/unit/test_files_staging_retention.py",),
+    ),
+    Mutant(
         "publish-skips-recheck",
         "pipeline_lib/sink/visible_epochs.py",
         "again is None or again[1] != staged_version",
