@@ -81,6 +81,11 @@ class PublishedFilesSink:
         self.staging.remove_stale_parts(commit, attempt)
         self.publish_through(commit.epoch, attempt)
 
+    @property
+    def caught_up(self) -> bool:
+        """Whether every committed epoch this run saw is published (none held back)."""
+        return self._caught_up
+
     def publish_through(self, epoch: int, attempt: int) -> int:
         """Publish ``epoch``, and on the run's first call (or after a publication stopped) every
         staged epoch before it that is not published yet, in order. A committed epoch whose
@@ -151,6 +156,14 @@ def publish_at_start(flows, epoch: int, attempt: int) -> None:
         published = sink.publish_through(epoch, attempt)
         if published:
             log.info("published %d committed epoch(s) of %s left unpublished by a crash", published, sink.location)
+
+
+def publish_held_back(flows, epoch: int, attempt: int) -> None:
+    """At a run's end: the epochs up to ``epoch`` a files sink held back (a staged part was lost
+    when their clean-up ran, and may have been repaired since), published if they can be now."""
+    for sink in published_sinks(flows):
+        if not sink.caught_up:
+            sink.publish_through(epoch, attempt)
 
 
 def all_published(flows, epoch: int) -> bool:

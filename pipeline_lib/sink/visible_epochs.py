@@ -92,12 +92,21 @@ def publish_epoch(store: ObjectStore, epoch: int, attempt: int) -> Publication:
             "this runner is fenced and stops"
         )
     if store.put_if(marker_key, staged_bytes, version) is None:  # guard: publish-marker-plain-put
+        # a repair (or another publisher) may have published this very commit: that is done
+        if _shows(store, marker_key, staged_bytes):  # guard: publish-accepts-other-marker
+            return Publication(len(copied), len(marker.files) - len(copied), len(stale))
         raise FencedError(
             f"the visible {MARKER} of epoch {epoch} of {store.describe()} changed while attempt {attempt} "
             "published it; this runner is fenced and stops"
         )
     log.debug("epoch %d of %s published: %d part(s) copied", epoch, store.describe(), len(copied))
     return Publication(len(copied), len(marker.files) - len(copied), len(stale))
+
+
+def _shows(store: ObjectStore, marker_key: str, staged_bytes: bytes) -> bool:
+    """Whether the visible marker is now byte for byte the staged one: the epoch is published."""
+    found = store.get_versioned(marker_key)
+    return found is not None and found[0] == staged_bytes
 
 
 def _lists_only(marker_bytes: bytes, listed: set[str]) -> bool:

@@ -4,8 +4,10 @@ copy was deleted. Real FilesSinks on a local directory."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from pipeline_lib.sink.files_sink import FilesSink
-from pipeline_lib.sink.published_files_sink import PublishedFilesSink
+from pipeline_lib.sink.published_files_sink import PublishedFilesSink, publish_held_back
 from pipeline_lib.sink.table_reader import committed_epochs, read_upsert_table
 from pipeline_lib.sink.visible_epochs import staged_epochs, unpublished
 from tests.unit.test_visible_epochs import naive_rows, parts, stores, visible_parts
@@ -70,3 +72,17 @@ def test_an_epoch_whose_staged_part_is_missing_holds_the_folder_at_the_epoch_bef
     staging.store.put(lost, damaged)  # repaired
     sink.remove_stale_parts(sink.write_epoch(4, "d4", parts(4), attempt=1), attempt=1)
     assert committed_epochs(sink.visible) == [1, 2, 3, 4] and naive_rows(tmp_path) == 4 * 6
+
+
+def test_a_run_s_end_publishes_the_epochs_it_held_back_once_repaired(tmp_path):
+    """The repair came after the run's last clean-up: the run's end publishes what it held back."""
+    staging, sink = committed(tmp_path, (1,))
+    commit = sink.write_epoch(2, "d2", parts(2), attempt=1)
+    lost = commit.files[0].key
+    damaged = staging.store.get(lost)
+    staging.store.delete(lost)
+    sink.remove_stale_parts(commit, attempt=1)
+    assert not sink.caught_up and committed_epochs(sink.visible) == [1]
+    staging.store.put(lost, damaged)  # repaired
+    publish_held_back([SimpleNamespace(sink=sink)], 2, attempt=1)
+    assert sink.caught_up and committed_epochs(sink.visible) == [1, 2]

@@ -147,3 +147,13 @@ def test_a_visible_marker_written_meanwhile_fences_the_publisher(tmp_path):
     with pytest.raises(FencedError):
         publish_epoch(out, 1, attempt=1)
     assert out.get(MARKER) == other
+
+
+def test_a_publisher_that_loses_the_marker_to_a_publication_of_the_same_commit_has_published(tmp_path):
+    """`repair` publishes an epoch a live run held back while the run's clean-up publishes it
+    too: the run's compare-and-swap loses, the folder shows the very commit, and the run goes on."""
+    staging, out = stores(tmp_path, [])
+    staging.write_epoch(1, "d1", parts(1), attempt=1)
+    out.after = once(lambda op, key: op == "copy", lambda: publish_epoch(out.inner, 1, attempt=1))
+    publish_epoch(out, 1, attempt=1)
+    assert out.get(MARKER) == staging.store.get(MARKER) and naive_rows(tmp_path) == 6

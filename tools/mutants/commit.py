@@ -259,8 +259,16 @@ MUTANTS: list[Mutant] = [
         "pipeline_lib/sink/published_files_sink.py",
         "self._caught_up = False",
         "pass",
-        "an epoch that could not be published (a staged part missing) holds the folder there: no later epoch is published past the gap",
+        "an epoch that cannot be published (a staged part lost) holds the folder: no later epoch is published past it",
         ("tests/unit/test_files_staging_retention.py",),
+    ),
+    Mutant(
+        "publish-accepts-other-marker",
+        "pipeline_lib/sink/visible_epochs.py",
+        "_shows(store, marker_key, staged_bytes)",
+        "True",
+        "a publisher whose marker compare-and-swap lost stands only when the folder shows its very commit",
+        ("tests/unit/test_visible_epochs.py",),
     ),
     Mutant(
         "publish-skips-recheck",

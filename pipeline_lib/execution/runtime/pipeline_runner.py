@@ -53,7 +53,7 @@ from pipeline_lib.faults import fault_point
 from pipeline_lib.plan import kafka_offsets
 from pipeline_lib.plan.offsets import EpochPlan
 from pipeline_lib.sink.kafka_publisher import KafkaPublisher
-from pipeline_lib.sink.published_files_sink import all_published, publish_at_start
+from pipeline_lib.sink.published_files_sink import all_published, publish_at_start, publish_held_back
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +205,7 @@ class PipelineRunner:
                 publish_at_start(self.parts.flows, epoch, self.attempt.number)  # and a files sink's folder
                 epoch = self._loop(spark, ready, epoch, base_id, history, self.attempt.head_version)
             self.cleanup.close()
+            publish_held_back(self.parts.flows, epoch, self.attempt.number)  # lost parts repaired meanwhile
         except FencedError:
             self.cleanup.close(quiet=True)
             lifecycle.stop_heartbeat()
