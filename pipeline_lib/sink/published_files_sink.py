@@ -10,6 +10,7 @@ path (the clean-up runs while the next epoch reads), only a committed epoch is e
 and an attempt that HEAD fenced never reaches its clean-up. A run publishes, once, every staged
 epoch up to the one it restored that is not published yet (a run killed between its commit and
 its clean-up), and a start-over publishes its emptied markers, which removes the old parts.
+An epoch whose staged part was lost holds the publication there until it is repaired.
 The clean-up then deletes the staged epochs older than every retained snapshot once published
 (sink.staged_retention): the folder keeps the changelog, ``_staging/`` about ``retain`` epochs.
 """
