@@ -55,34 +55,36 @@ def staging_keys(staging: FilesSink) -> set[int]:
     return {int(k.split("/")[0][len("epoch=") :]) for k in staging.store.list("epoch=")}
 
 
-def test_an_epoch_whose_staged_part_is_missing_holds_the_folder_at_the_epoch_before_until_repaired(tmp_path, caplog):
-    """A staged part of committed epoch 2 is lost (what `repair` restores) before its clean-up
-    publishes it: the live run goes on, the folder stays at epoch 1 with no gap (epoch 3 is not
-    published past it), and once the part is back the next clean-up publishes 2, 3 and 4."""
+def epoch_2_lost_before_its_publication(tmp_path):
+    """Epoch 1 published; epoch 2 committed, then a staged part of it lost before its clean-up
+    ran. Returns the staging sink, the sink and the repair (the part put back)."""
     staging, sink = committed(tmp_path, (1,))
     commit = sink.write_epoch(2, "d2", parts(2), attempt=1)
     lost = commit.files[0].key
     damaged = staging.store.get(lost)
     staging.store.delete(lost)
     sink.remove_stale_parts(commit, attempt=1)
+    return staging, sink, lambda: staging.store.put(lost, damaged)
+
+
+def test_an_epoch_whose_staged_part_is_missing_holds_the_folder_at_the_epoch_before_until_repaired(tmp_path, caplog):
+    """A staged part of committed epoch 2 is lost (what `repair` restores) before its clean-up
+    publishes it: the live run goes on, the folder stays at epoch 1 with no gap (epoch 3 is not
+    published past it), and once the part is back the next clean-up publishes 2, 3 and 4."""
+    staging, sink, repair = epoch_2_lost_before_its_publication(tmp_path)
     assert committed_epochs(sink.visible) == [1]
     assert "stays at epoch 1: committed epoch 2 cannot be published" in caplog.text
     sink.remove_stale_parts(sink.write_epoch(3, "d3", parts(3), attempt=1), attempt=1)
     assert committed_epochs(sink.visible) == [1] and unpublished(sink.visible, 3) == [2, 3]
-    staging.store.put(lost, damaged)  # repaired
+    repair()
     sink.remove_stale_parts(sink.write_epoch(4, "d4", parts(4), attempt=1), attempt=1)
     assert committed_epochs(sink.visible) == [1, 2, 3, 4] and naive_rows(tmp_path) == 4 * 6
 
 
 def test_a_run_s_end_publishes_the_epochs_it_held_back_once_repaired(tmp_path):
     """The repair came after the run's last clean-up: the run's end publishes what it held back."""
-    staging, sink = committed(tmp_path, (1,))
-    commit = sink.write_epoch(2, "d2", parts(2), attempt=1)
-    lost = commit.files[0].key
-    damaged = staging.store.get(lost)
-    staging.store.delete(lost)
-    sink.remove_stale_parts(commit, attempt=1)
+    staging, sink, repair = epoch_2_lost_before_its_publication(tmp_path)
     assert not sink.caught_up and committed_epochs(sink.visible) == [1]
-    staging.store.put(lost, damaged)  # repaired
+    repair()
     publish_held_back([SimpleNamespace(sink=sink)], 2, attempt=1)
     assert sink.caught_up and committed_epochs(sink.visible) == [1, 2]
